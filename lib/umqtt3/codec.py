@@ -1,0 +1,798 @@
+# umqtt3.codec -- MQTT control packets to and from bytes. No I/O, no state.
+#
+# Encoders write one packet into a caller's bytearray at `off` and return the
+# end offset; they refuse (MQTTError, code 0x95) rather than grow the buffer.
+# decode() reads one complete packet into a reusable Packet whose topic,
+# payload and properties are spans (offset, length) of the caller's buffer:
+# nothing is copied and, in steady state, nothing is allocated. Protocol
+# levels: 3 (MQTT 3.1, "MQIsdp"), 4 (3.1.1) and 5 (5.0).
+from .compat import const, valid_utf8, as_bytes
+from .topic import valid_filter
+
+CONNECT = const(1)
+CONNACK = const(2)
+PUBLISH = const(3)
+PUBACK = const(4)
+PUBREC = const(5)
+PUBREL = const(6)
+PUBCOMP = const(7)
+SUBSCRIBE = const(8)
+SUBACK = const(9)
+UNSUBSCRIBE = const(10)
+UNSUBACK = const(11)
+PINGREQ = const(12)
+PINGRESP = const(13)
+DISCONNECT = const(14)
+AUTH = const(15)
+
+# MQTT 5 reason codes this module raises with; a v3/v4 peer just closes.
+MALFORMED = const(0x81)
+PROTOCOL_ERROR = const(0x82)
+BAD_PROTOCOL_VERSION = const(0x84)
+TOO_LARGE = const(0x95)
+
+MAX_REMAINING = const(268435455)
+
+
+class MQTTError(Exception):
+    """Every malformed, refused or unencodable packet: `reason` says what,
+    `code` is the MQTT 5 reason code to send the peer (0x81 malformed,
+    0x82 protocol error, 0x84 unsupported protocol version, 0x95 too large)."""
+
+    def __init__(self, reason, code=MALFORMED):
+        super().__init__(reason, code)
+        self.reason = reason
+        self.code = code
+
+
+def _err(reason, code=MALFORMED):
+    raise MQTTError(reason, code)
+
+
+# ---------------------------------------------------------------- framing
+
+def varint_size(n):
+    if n < 128:
+        return 1
+    if n < 16384:
+        return 2
+    if n < 2097152:
+        return 3
+    if n <= MAX_REMAINING:
+        return 4
+    _err("remaining length too large", TOO_LARGE)
+
+
+def put_varint(buf, off, n):
+    while n > 127:
+        buf[off] = (n & 0x7F) | 0x80
+        n >>= 7
+        off += 1
+    buf[off] = n
+    return off + 1
+
+
+def frame_len(buf, off, end, max_size=0):
+    """Bytes the packet starting at buf[off] occupies, header included, or 0
+    while its fixed header is still incomplete. Refuses a fifth length byte
+    and anything larger than max_size (when set) before the body is read."""
+    n = 0
+    shift = 0
+    i = off + 1
+    while i < end:
+        b = buf[i]
+        n |= (b & 0x7F) << shift
+        i += 1
+        if not b & 0x80:
+            # a multi-byte length whose last byte is 0 is not minimal [MQTT-1.5.5-1]
+            if b == 0 and i - off > 2:
+                _err("remaining length not minimal")
+            n += i - off
+            if max_size and n > max_size:
+                _err("packet larger than maximum", TOO_LARGE)
+            return n
+        shift += 7
+        if shift == 28:
+            _err("remaining length over 4 bytes")
+    return 0
+
+
+def _header(buf, off, first, rl):
+    if off + 1 + varint_size(rl) + rl > len(buf):
+        _err("buffer too small", TOO_LARGE)
+    buf[off] = first
+    return put_varint(buf, off + 1, rl)
+
+
+def _put_u16(buf, off, v):
+    buf[off] = v >> 8
+    buf[off + 1] = v & 0xFF
+    return off + 2
+
+
+def _put_str(buf, off, s):
+    # s is bytes-like (as_bytes applied); 2-byte length then the bytes
+    n = len(s)
+    buf[off] = n >> 8
+    buf[off + 1] = n & 0xFF
+    off += 2
+    buf[off:off + n] = s
+    return off + n
+
+
+def _str_len(s):
+    n = len(s)
+    if n > 65535:
+        _err("string longer than 65535 bytes", PROTOCOL_ERROR)
+    return n + 2
+
+
+def _pid_ok(pid):
+    if not 0 < pid < 65536:
+        _err("packet id must be 1..65535", PROTOCOL_ERROR)  # [MQTT-2.3.1-1]
+
+
+# v5 properties: None (none), a pre-encoded bytes-like (copied as is: the
+# zero-allocation form), or a dict {id: value} encoded by umqtt3.props.
+def _props_bytes(props):
+    if props is None or not isinstance(props, dict):
+        return props
+    return _pmod().encode(props)
+
+
+_P = None
+
+
+def _pmod():
+    # umqtt3.props, imported on first use so v3/v4-only devices never load it
+    global _P
+    if _P is None:
+        from . import props
+        _P = props
+    return _P
+
+
+def _props_size(p):
+    if p is None:
+        return 1
+    n = len(p)
+    return varint_size(n) + n
+
+
+def _put_props(buf, off, p):
+    if p is None:
+        buf[off] = 0
+        return off + 1
+    n = len(p)
+    off = put_varint(buf, off, n)
+    buf[off:off + n] = p
+    return off + n
+
+
+# ---------------------------------------------------------------- encoders
+
+def encode_connect(buf, off, client_id, level=4, clean=True, keepalive=0,
+                   user=None, password=None, will_topic=None, will_msg=b"",
+                   will_qos=0, will_retain=False, props=None, will_props=None):
+    cid = as_bytes(client_id)
+    name = b"MQIsdp" if level == 3 else b"MQTT"
+    flags = 2 if clean else 0
+    rl = len(name) + 2 + 4 + _str_len(cid)
+    if level == 5:
+        props = _props_bytes(props)
+        rl += _props_size(props)
+    if will_topic is not None:
+        if will_qos > 2:
+            _err("will QoS 3", PROTOCOL_ERROR)  # [MQTT-3.1.2-12]
+        will_topic = as_bytes(will_topic)
+        will_msg = as_bytes(will_msg)
+        flags |= 4 | (will_qos << 3) | (32 if will_retain else 0)
+        rl += _str_len(will_topic) + _str_len(will_msg)
+        if level == 5:
+            will_props = _props_bytes(will_props)
+            rl += _props_size(will_props)
+    if user is not None:
+        user = as_bytes(user)
+        flags |= 128
+        rl += _str_len(user)
+    if password is not None:
+        if user is None and level < 5:
+            _err("password without user name", PROTOCOL_ERROR)  # [MQTT-3.1.2-22]
+        password = as_bytes(password)
+        flags |= 64
+        rl += _str_len(password)
+    if not 0 <= keepalive < 65536:
+        _err("keepalive out of range", PROTOCOL_ERROR)
+    off = _header(buf, off, 0x10, rl)
+    off = _put_str(buf, off, name)
+    buf[off] = level
+    buf[off + 1] = flags
+    off = _put_u16(buf, off + 2, keepalive)
+    if level == 5:
+        off = _put_props(buf, off, props)
+    off = _put_str(buf, off, cid)
+    if will_topic is not None:
+        if level == 5:
+            off = _put_props(buf, off, will_props)
+        off = _put_str(buf, off, will_topic)
+        off = _put_str(buf, off, will_msg)
+    if user is not None:
+        off = _put_str(buf, off, user)
+    if password is not None:
+        off = _put_str(buf, off, password)
+    return off
+
+
+def encode_connack(buf, off, session_present, rc, level=4, props=None):
+    rl = 2
+    if level == 5:
+        props = _props_bytes(props)
+        rl += _props_size(props)
+    off = _header(buf, off, 0x20, rl)
+    buf[off] = 1 if session_present else 0
+    buf[off + 1] = rc
+    off += 2
+    if level == 5:
+        off = _put_props(buf, off, props)
+    return off
+
+
+def encode_publish(buf, off, topic, payload, qos=0, pid=0, retain=False,
+                   dup=False, level=4, props=None):
+    topic = as_bytes(topic)
+    payload = as_bytes(payload)
+    if qos > 2:
+        _err("QoS 3", MALFORMED)  # [MQTT-3.3.1-4]
+    pl = len(payload)
+    rl = _str_len(topic) + pl
+    first = 0x30 | (qos << 1)
+    if qos:
+        _pid_ok(pid)
+        rl += 2
+        if dup:
+            first |= 8
+    # DUP is never set on QoS 0 [MQTT-3.3.1-2]
+    if retain:
+        first |= 1
+    if level == 5:
+        props = _props_bytes(props)
+        rl += _props_size(props)
+    off = _header(buf, off, first, rl)
+    off = _put_str(buf, off, topic)
+    if qos:
+        off = _put_u16(buf, off, pid)
+    if level == 5:
+        off = _put_props(buf, off, props)
+    buf[off:off + pl] = payload
+    return off + pl
+
+
+def encode_ack(buf, off, ptype, pid, rc=None, level=4, props=None):
+    """PUBACK, PUBREC, PUBREL, PUBCOMP (and v3/v4 UNSUBACK). For MQTT 5 the
+    reason code and properties are omitted when rc is None and props is None
+    (remaining length 2); props=b"" writes an explicit empty property list."""
+    _pid_ok(pid)
+    rl = 2
+    if level == 5:
+        props = _props_bytes(props)
+        if rc is not None or props is not None:
+            rl += 1
+            if props is not None:
+                rl += _props_size(props)
+    off = _header(buf, off, (ptype << 4) | (2 if ptype == PUBREL else 0), rl)
+    off = _put_u16(buf, off, pid)
+    if rl > 2:
+        buf[off] = rc or 0
+        off += 1
+        if props is not None:
+            off = _put_props(buf, off, props)
+    return off
+
+
+def encode_subscribe(buf, off, pid, topics, qos=0, level=4, props=None):
+    """topics: one filter (str/bytes) with `qos`, or a list of (filter,
+    options) pairs; options is the QoS for v3/v4 and the v5 subscription
+    options byte."""
+    _pid_ok(pid)
+    many = isinstance(topics, list)
+    if many and not topics:
+        _err("SUBSCRIBE with no filters", PROTOCOL_ERROR)  # [MQTT-3.8.3-3]
+    rl = 2
+    if many:
+        for t, _ in topics:
+            rl += _str_len(as_bytes(t)) + 1
+    else:
+        topics = as_bytes(topics)
+        rl += _str_len(topics) + 1
+    if level == 5:
+        props = _props_bytes(props)
+        rl += _props_size(props)
+    off = _header(buf, off, 0x82, rl)
+    off = _put_u16(buf, off, pid)
+    if level == 5:
+        off = _put_props(buf, off, props)
+    if not many:
+        off = _put_str(buf, off, topics)
+        buf[off] = qos
+        return off + 1
+    for t, o in topics:
+        off = _put_str(buf, off, as_bytes(t))
+        buf[off] = o
+        off += 1
+    return off
+
+
+def encode_unsubscribe(buf, off, pid, topics, level=4, props=None):
+    """topics: one filter or a list of filters."""
+    _pid_ok(pid)
+    if not isinstance(topics, list):
+        topics = [topics]
+    if not topics:
+        _err("UNSUBSCRIBE with no filters", PROTOCOL_ERROR)  # [MQTT-3.10.3-2]
+    rl = 2
+    for t in topics:
+        rl += _str_len(as_bytes(t))
+    if level == 5:
+        props = _props_bytes(props)
+        rl += _props_size(props)
+    off = _header(buf, off, 0xA2, rl)
+    off = _put_u16(buf, off, pid)
+    if level == 5:
+        off = _put_props(buf, off, props)
+    for t in topics:
+        off = _put_str(buf, off, as_bytes(t))
+    return off
+
+
+def encode_suback(buf, off, pid, codes, level=4, props=None):
+    """SUBACK, and UNSUBACK for v5 (pass ptype via encode_unsuback)."""
+    return _encode_codes(buf, off, 0x90, pid, codes, level, props)
+
+
+def encode_unsuback(buf, off, pid, codes=None, level=4, props=None):
+    if level < 5:
+        return encode_ack(buf, off, UNSUBACK, pid)
+    return _encode_codes(buf, off, 0xB0, pid, codes or b"", level, props)
+
+
+def _encode_codes(buf, off, first, pid, codes, level, props):
+    _pid_ok(pid)
+    n = len(codes)
+    rl = 2 + n
+    if level == 5:
+        props = _props_bytes(props)
+        rl += _props_size(props)
+    off = _header(buf, off, first, rl)
+    off = _put_u16(buf, off, pid)
+    if level == 5:
+        off = _put_props(buf, off, props)
+    for i in range(n):
+        buf[off + i] = codes[i]
+    return off + n
+
+
+def encode_simple(buf, off, ptype):
+    """PINGREQ, PINGRESP and v3/v4 DISCONNECT: two bytes."""
+    off = _header(buf, off, ptype << 4, 0)
+    return off
+
+
+def encode_disconnect(buf, off, rc=None, level=4, props=None):
+    """DISCONNECT; for v5 also AUTH through encode_auth. With rc None and no
+    props the v5 form is two bytes (reason 0x00 implied)."""
+    return _encode_rc(buf, off, 0xE0, rc, level, props)
+
+
+def encode_auth(buf, off, rc=None, props=None):
+    return _encode_rc(buf, off, 0xF0, rc, 5, props)
+
+
+def _encode_rc(buf, off, first, rc, level, props):
+    rl = 0
+    if level == 5:
+        props = _props_bytes(props)
+        if rc is not None or props is not None:
+            rl = 1
+            if props is not None:
+                rl += _props_size(props)
+    off = _header(buf, off, first, rl)
+    if rl:
+        buf[off] = rc or 0
+        off += 1
+        if props is not None:
+            off = _put_props(buf, off, props)
+    return off
+
+
+# ---------------------------------------------------------------- decoding
+
+class Packet:
+    """One decoded packet, reused for every decode. Spans are offsets into
+    `buf`; the properties below turn them into memoryview slices on demand
+    (a slice is a small heap object on MicroPython, so hot paths use spans).
+    An absent optional string has offset -1."""
+
+    def __init__(self, level=4):
+        self.level = level  # protocol level the bytes are decoded as
+        self.buf = None
+        self.type = 0
+        self.flags = 0
+        self.qos = 0  # PUBLISH QoS; CONNECT: will QoS
+        self.dup = False
+        self.retain = False  # PUBLISH RETAIN; CONNECT: will retain
+        self.pid = 0
+        self.rc = 0  # CONNACK return code; v5 reason code (0 when absent)
+        self.session_present = False
+        self.topic_off = 0  # PUBLISH topic; CONNECT: will topic
+        self.topic_len = 0
+        self.payload_off = 0  # PUBLISH payload; CONNECT: will message;
+        self.payload_len = 0  # SUB/UNSUB: the filter list; SUBACK: codes
+        self.props_off = 0  # v5 property bytes, without their length
+        self.props_len = 0
+        self.will = False  # CONNECT fields from here on
+        self.clean = False
+        self.keepalive = 0
+        self.cid_off = 0
+        self.cid_len = 0
+        self.user_off = -1
+        self.user_len = 0
+        self.pw_off = -1
+        self.pw_len = 0
+        self.wprops_off = 0
+        self.wprops_len = 0
+        self.end = 0  # offset just past the packet
+        # the entry read_filter() last read
+        self.f_off = 0
+        self.f_len = 0
+        self.opts = 0
+
+    def _view(self, off, n):
+        return None if off < 0 else memoryview(self.buf)[off:off + n]
+
+    @property
+    def topic(self):
+        return self._view(self.topic_off, self.topic_len)
+
+    @property
+    def payload(self):
+        return self._view(self.payload_off, self.payload_len)
+
+    @property
+    def props(self):
+        return self._view(self.props_off, self.props_len)
+
+    @property
+    def client_id(self):
+        return self._view(self.cid_off, self.cid_len)
+
+    @property
+    def username(self):
+        return self._view(self.user_off, self.user_len)
+
+    @property
+    def password(self):
+        return self._view(self.pw_off, self.pw_len)
+
+
+def _utf8_ok(buf, off, n):
+    # Well-formed UTF-8 without U+0000 [MQTT-1.5.3-1, MQTT-1.5.3-2]: no
+    # overlong forms, no surrogates (U+D800..U+DFFF), nothing past U+10FFFF.
+    end = off + n
+    i = off
+    while i < end:
+        c = buf[i]
+        i += 1
+        if c < 0x80:
+            if c == 0:
+                return False
+            continue
+        if c < 0xC2 or c > 0xF4:
+            return False
+        k = 1 if c < 0xE0 else 2 if c < 0xF0 else 3
+        if i + k > end:
+            return False
+        c2 = buf[i]
+        if c2 & 0xC0 != 0x80:
+            return False
+        if (c == 0xE0 and c2 < 0xA0) or (c == 0xED and c2 > 0x9F) or \
+                (c == 0xF0 and c2 < 0x90) or (c == 0xF4 and c2 > 0x8F):
+            return False
+        j = 1
+        while j < k:
+            if buf[i + j] & 0xC0 != 0x80:
+                return False
+            j += 1
+        i += k
+    return True
+
+
+_utf8 = valid_utf8 or _utf8_ok
+
+
+def _str(buf, off, end):
+    """Check a length-prefixed UTF-8 string at off; return its end offset."""
+    if off + 2 > end:
+        _err("truncated string")
+    n = (buf[off] << 8) | buf[off + 1]
+    off += 2
+    if off + n > end:
+        _err("string runs past the packet")
+    if not _utf8(buf, off, n):
+        _err("ill-formed UTF-8 or U+0000")  # [MQTT-1.5.3-1, MQTT-1.5.3-2]
+    return off + n
+
+
+def _bin(buf, off, end):
+    if off + 2 > end:
+        _err("truncated binary field")
+    off += 2 + ((buf[off] << 8) | buf[off + 1])
+    if off > end:
+        _err("binary field runs past the packet")
+    return off
+
+
+def _u16(buf, off, end):
+    if off + 2 > end:
+        _err("truncated")
+    return (buf[off] << 8) | buf[off + 1]
+
+
+def _pid(pkt, buf, off, end):
+    pid = _u16(buf, off, end)
+    if not pid:
+        _err("packet id 0", PROTOCOL_ERROR)  # [MQTT-2.3.1-1]
+    pkt.pid = pid
+    return off + 2
+
+
+def _props(pkt, buf, off, end, ptype):
+    """Read a v5 property list at off into pkt.props_off/len; return its end."""
+    n = 0
+    shift = 0
+    while True:
+        if off >= end or shift > 21:
+            _err("bad property length")
+        b = buf[off]
+        off += 1
+        n |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            break
+    if off + n > end:
+        _err("properties run past the packet")
+    pkt.props_off = off
+    pkt.props_len = n
+    if n:
+        _pmod().check(buf, off, off + n, ptype)
+    return off + n
+
+
+# fixed-header flags every type but PUBLISH must carry [MQTT-2.2.2-1, MQTT-2.2.2-2]
+_FLAGS = b"\x00\x00\x00\x00\x00\x00\x02\x00\x02\x00\x02\x00\x00\x00\x00\x00"
+
+
+def decode(pkt, buf, off, end, max_size=0):
+    """Decode the packet in buf[off:end] (exactly one packet) into pkt.
+    Raises MQTTError for anything malformed; returns pkt.type."""
+    total = frame_len(buf, off, end, max_size)
+    if not total or off + total != end:
+        _err("remaining length disagrees with the data")
+    first = buf[off]
+    t = first >> 4
+    fl = first & 15
+    pkt.buf = buf
+    pkt.type = t
+    pkt.flags = fl
+    pkt.end = end
+    pkt.rc = 0
+    pkt.props_off = pkt.props_len = 0
+    i = end - total + 1
+    while buf[i] & 0x80:
+        i += 1
+    i += 1  # body start
+    level = pkt.level
+    v5 = level == 5
+    if t == PUBLISH:
+        return _dec_publish(pkt, buf, i, end, fl, v5)
+    if t == 0 or (t == AUTH and not v5):
+        _err("reserved packet type")
+    if fl != _FLAGS[t]:
+        _err("reserved flags")
+    n = end - i
+    if PUBACK <= t <= PUBCOMP or (t == UNSUBACK and not v5):
+        if n < 2 or (n != 2 and not v5):
+            _err("bad length")
+        i = _pid(pkt, buf, i, end)
+        if n > 2:
+            pkt.rc = buf[i]
+            if n > 3:
+                _props(pkt, buf, i + 1, end, t)
+            elif n != 3:
+                _err("bad length")
+        return t
+    if t == PINGREQ or t == PINGRESP:
+        if n:
+            _err("bad length")
+        return t
+    if t == DISCONNECT or t == AUTH:
+        if n and not v5:
+            _err("bad length")
+        if n:
+            pkt.rc = buf[i]
+            if n > 1:
+                _props(pkt, buf, i + 1, end, t)
+        return t
+    if t == CONNACK:
+        if n < 2 or (n != 2 and not v5):
+            _err("bad length")
+        if buf[i] & 0xFE:
+            _err("CONNACK reserved bits")  # [MQTT-3.2.2-1]
+        pkt.session_present = buf[i] == 1
+        pkt.rc = buf[i + 1]
+        if v5:
+            if n < 3:
+                _err("bad length")
+            _props(pkt, buf, i + 2, end, t)
+        return t
+    if t == SUBSCRIBE or t == UNSUBSCRIBE:
+        i = _pid(pkt, buf, i, end)
+        if v5:
+            i = _props(pkt, buf, i, end, t)
+        pkt.payload_off = i
+        pkt.payload_len = end - i
+        if i == end:
+            _err("no topic filters", PROTOCOL_ERROR)  # [MQTT-3.8.3-3, MQTT-3.10.3-2]
+        while i < end:
+            i = read_filter(pkt, i)
+        return t
+    if t == SUBACK or t == UNSUBACK:
+        i = _pid(pkt, buf, i, end)
+        if v5:
+            i = _props(pkt, buf, i, end, t)
+        pkt.payload_off = i
+        pkt.payload_len = end - i
+        if t == SUBACK:
+            if i == end:
+                _err("SUBACK with no return codes")
+            while i < end:
+                c = buf[i]
+                if not (c < 3 or c == 0x80 or (v5 and c > 0x80)):
+                    _err("bad SUBACK return code")  # [MQTT-3.9.3-2]
+                i += 1
+        return t
+    return _dec_connect(pkt, buf, i, end)
+
+
+def _dec_publish(pkt, buf, i, end, fl, v5):
+    qos = (fl >> 1) & 3
+    if qos == 3:
+        _err("QoS 3")  # [MQTT-3.3.1-4]
+    dup = fl & 8
+    if dup and not qos:
+        _err("DUP set on QoS 0")  # [MQTT-3.3.1-2]
+    pkt.qos = qos
+    pkt.dup = dup != 0
+    pkt.retain = fl & 1 == 1
+    t0 = i + 2
+    i = _str(buf, i, end)
+    tn = i - t0
+    pkt.topic_off = t0
+    pkt.topic_len = tn
+    j = t0
+    while j < i:
+        c = buf[j]
+        if c == 0x23 or c == 0x2B:
+            _err("wildcard in topic name")  # [MQTT-3.3.2-2]
+        j += 1
+    if qos:
+        i = _pid(pkt, buf, i, end)
+    else:
+        pkt.pid = 0
+    if v5:
+        i = _props(pkt, buf, i, end, PUBLISH)
+    elif not tn:
+        _err("empty topic name")  # [MQTT-4.7.3-1]
+    pkt.payload_off = i
+    pkt.payload_len = end - i
+    return PUBLISH
+
+
+def read_filter(pkt, i):
+    """Read the SUBSCRIBE/UNSUBSCRIBE entry at i into pkt.f_off, f_len and
+    opts (SUBSCRIBE only), validating it; return the next entry's offset."""
+    buf = pkt.buf
+    end = pkt.end
+    f0 = i + 2
+    i = _str(buf, i, end)
+    pkt.f_off = f0
+    pkt.f_len = i - f0
+    if not valid_filter(buf, f0, i - f0):
+        _err("invalid topic filter")  # [MQTT-4.7.1-2, MQTT-4.7.1-3, MQTT-4.7.3-1]
+    if pkt.type == SUBSCRIBE:
+        if i >= end:
+            _err("missing subscription options")
+        o = buf[i]
+        if (o & 3) == 3 or o & (0xC0 if pkt.level == 5 else 0xFC) or (o & 0x30) == 0x30:
+            _err("bad subscription options")  # [MQTT-3.8.3-4], v5 3.8.3.1
+        pkt.opts = o
+        i += 1
+    return i
+
+
+def _dec_connect(pkt, buf, i, end):
+    # Protocol name and level [MQTT-3.1.2-1, MQTT-3.1.2-2]
+    n0 = i + 2
+    i = _str(buf, i, end)
+    if i + 4 > end:
+        _err("truncated CONNECT")
+    nl = i - n0
+    level = buf[i] & 0x7F  # 0x80 is the bridge bit some brokers send
+    name_mqtt = nl == 4 and buf[n0] == 77 and buf[n0 + 1] == 81 and buf[n0 + 2] == 84 and buf[n0 + 3] == 84
+    name_31 = nl == 6 and buf[n0] == 77 and buf[n0 + 1] == 81 and buf[n0 + 2] == 73 and \
+        buf[n0 + 3] == 115 and buf[n0 + 4] == 100 and buf[n0 + 5] == 112
+    if not (name_mqtt or name_31):
+        _err("unknown protocol name", PROTOCOL_ERROR)
+    if not ((name_mqtt and (level == 4 or level == 5)) or (name_31 and level == 3)):
+        _err("unsupported protocol level", BAD_PROTOCOL_VERSION)
+    pkt.level = level
+    fl = buf[i + 1]
+    if fl & 1:
+        _err("CONNECT reserved flag")  # [MQTT-3.1.2-3]
+    will = fl & 4
+    wq = (fl >> 3) & 3
+    if not will and (wq or fl & 32):
+        _err("will QoS/retain without will")  # [MQTT-3.1.2-11, MQTT-3.1.2-13]
+    if wq == 3:
+        _err("will QoS 3")  # [MQTT-3.1.2-12]
+    if fl & 64 and not fl & 128 and level < 5:
+        _err("password without user name")  # [MQTT-3.1.2-22]
+    pkt.flags = fl
+    pkt.will = will != 0
+    pkt.qos = wq
+    pkt.retain = fl & 32 != 0
+    pkt.clean = fl & 2 != 0
+    pkt.keepalive = (buf[i + 2] << 8) | buf[i + 3]
+    i += 4
+    if level == 5:
+        i = _props(pkt, buf, i, end, CONNECT)
+    po = pkt.props_off
+    pn = pkt.props_len
+    pkt.cid_off = i + 2
+    i = _str(buf, i, end)  # [MQTT-3.1.3-3, MQTT-3.1.3-4]
+    pkt.cid_len = i - pkt.cid_off
+    pkt.topic_off = pkt.payload_off = -1
+    pkt.topic_len = pkt.payload_len = pkt.wprops_len = 0
+    if will:
+        if level == 5:
+            i = _props(pkt, buf, i, end, 0)  # 0: the will's property set
+            pkt.wprops_off = pkt.props_off
+            pkt.wprops_len = pkt.props_len
+            pkt.props_off = po
+            pkt.props_len = pn
+        pkt.topic_off = i + 2
+        i = _str(buf, i, end)  # [MQTT-3.1.3-10]
+        pkt.topic_len = i - pkt.topic_off
+        if not pkt.topic_len:
+            _err("empty will topic")
+        j = pkt.topic_off
+        while j < i:
+            if buf[j] == 0x23 or buf[j] == 0x2B:
+                _err("wildcard in will topic")
+            j += 1
+        pkt.payload_off = i + 2
+        i = _bin(buf, i, end)
+        pkt.payload_len = i - pkt.payload_off
+    pkt.user_off = pkt.pw_off = -1
+    pkt.user_len = pkt.pw_len = 0
+    if fl & 128:
+        pkt.user_off = i + 2
+        i = _str(buf, i, end)  # [MQTT-3.1.3-11]
+        pkt.user_len = i - pkt.user_off
+    if fl & 64:
+        pkt.pw_off = i + 2
+        i = _bin(buf, i, end)
+        pkt.pw_len = i - pkt.pw_off
+    if i != end:
+        _err("bytes after CONNECT payload")
+    return CONNECT
+

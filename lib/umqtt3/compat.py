@@ -1,0 +1,160 @@
+# umqtt3.compat -- the only module that knows which Python it runs on.
+#
+# On MicroPython it re-exports the built-ins; on CPython it emulates them with
+# the same semantics (ticks wrap like MicroPython's, poll has ipoll). Every
+# other module imports platform things from here and nowhere else.
+import sys
+
+MICROPYTHON = sys.implementation.name == "micropython"
+
+if MICROPYTHON:
+    from micropython import const
+    import time
+    import errno
+    import select
+
+    try:
+        import socket
+    except ImportError:  # the WebAssembly port has no sockets
+        socket = None
+
+    ticks_ms = time.ticks_ms
+    ticks_add = time.ticks_add
+    ticks_diff = time.ticks_diff
+    sleep_ms = time.sleep_ms
+    poll = select.poll
+
+    def copy(dst, doff, src, soff, n):
+        # A memoryview slice would allocate; a byte loop does not. Replaced by a
+        # native (viper) loop below on ports that have a native emitter.
+        for i in range(n):
+            dst[doff + i] = src[soff + i]
+
+    try:
+        # Compiled on the device from a string so that every file still builds
+        # with a plain `mpy-cross` (no -march) and on ports without viper.
+        _g = {}
+        exec(
+            "import micropython\n"
+            "@micropython.viper\n"
+            "def copy(dst: ptr8, doff: int, src: ptr8, soff: int, n: int):\n"
+            "    i = 0\n"
+            "    while i < n:\n"
+            "        dst[doff + i] = src[soff + i]\n"
+            "        i += 1\n",
+            _g,
+        )
+        copy = _g["copy"]
+        del _g
+    except Exception:
+        pass
+
+    # CPython has a strict decoder; MicroPython checks UTF-8 in codec.py.
+    valid_utf8 = None
+
+    def as_bytes(s):
+        return s.encode() if isinstance(s, str) else s
+
+    def fsync(f):
+        # littlefs commits a file's data and metadata on flush.
+        f.flush()
+
+    def fsync_dir(path):
+        # littlefs and FAT have no directory handles; littlefs renames and
+        # removes are atomic metadata commits.
+        pass
+
+    def replace(src, dst):
+        import os
+        os.rename(src, dst)
+
+else:
+    import time as _time
+    import errno  # noqa: F401  (re-exported)
+    import os as _os
+    import socket  # noqa: F401  (re-exported)
+    import select as _select
+
+    def const(x):
+        return x
+
+    # MicroPython's ticks live in [0, 2**30) and wrap; emulate that exactly so
+    # wrap-around bugs show up on the desktop too. _ticks_base lets tests start
+    # the clock just before the wrap.
+    TICKS_PERIOD = 1 << 30
+    _TICKS_MAX = TICKS_PERIOD - 1
+    _TICKS_HALF = TICKS_PERIOD // 2
+    _ticks_base = 0
+
+    def ticks_ms():
+        return (int(_time.monotonic() * 1000) + _ticks_base) & _TICKS_MAX
+
+    def ticks_add(t, delta):
+        return (t + delta) & _TICKS_MAX
+
+    def ticks_diff(a, b):
+        return ((a - b + _TICKS_HALF) & _TICKS_MAX) - _TICKS_HALF
+
+    def sleep_ms(ms):
+        _time.sleep(ms / 1000)
+
+    class poll:
+        """select.poll with MicroPython's ipoll() (yields (obj, events) pairs)."""
+
+        def __init__(self):
+            self._p = _select.poll()
+            self._objs = {}
+
+        def register(self, obj, mask=_select.POLLIN | _select.POLLOUT):
+            fd = obj if isinstance(obj, int) else obj.fileno()
+            self._objs[fd] = obj
+            self._p.register(fd, mask)
+
+        def modify(self, obj, mask):
+            self._p.modify(obj if isinstance(obj, int) else obj.fileno(), mask)
+
+        def unregister(self, obj):
+            fd = obj if isinstance(obj, int) else obj.fileno()
+            self._objs.pop(fd, None)
+            self._p.unregister(fd)
+
+        def poll(self, timeout=-1):
+            return [(self._objs[fd], ev) for fd, ev in self._p.poll(timeout)]
+
+        def ipoll(self, timeout=-1, flags=0):
+            return iter(self.poll(timeout))
+
+    def copy(dst, doff, src, soff, n):
+        dst[doff:doff + n] = memoryview(src)[soff:soff + n]
+
+    def valid_utf8(buf, off, n):
+        # Strict UTF-8: rejects overlong forms and surrogates [MQTT-1.5.3-1];
+        # U+0000 is refused separately [MQTT-1.5.3-2].
+        try:
+            s = bytes(buf[off:off + n]).decode("utf-8")
+        except UnicodeError:
+            return False
+        return "\x00" not in s
+
+    def as_bytes(s):
+        return s.encode() if isinstance(s, str) else s
+
+    def fsync(f):
+        f.flush()
+        _os.fsync(f.fileno())
+
+    def fsync_dir(path):
+        fd = _os.open(path, _os.O_RDONLY)
+        try:
+            _os.fsync(fd)
+        finally:
+            _os.close(fd)
+
+    def replace(src, dst):
+        _os.replace(src, dst)
+
+
+POLLIN = 1
+POLLOUT = 4
+POLLERR = 8
+POLLHUP = 16

@@ -1,0 +1,255 @@
+# umqtt3.props -- MQTT 5 properties: check, read and build them.
+#
+# Imported only when protocol level 5 is in use, so v3/v4 devices never pay
+# for it. check() walks a property list without allocating; parse() and
+# encode() trade allocation for convenience (dicts keyed by property id).
+from .compat import const, as_bytes
+
+PAYLOAD_FORMAT = const(0x01)
+MESSAGE_EXPIRY = const(0x02)
+CONTENT_TYPE = const(0x03)
+RESPONSE_TOPIC = const(0x08)
+CORRELATION_DATA = const(0x09)
+SUBSCRIPTION_ID = const(0x0B)
+SESSION_EXPIRY = const(0x11)
+ASSIGNED_CLIENT_ID = const(0x12)
+SERVER_KEEPALIVE = const(0x13)
+AUTH_METHOD = const(0x15)
+AUTH_DATA = const(0x16)
+REQUEST_PROBLEM_INFO = const(0x17)
+WILL_DELAY = const(0x18)
+REQUEST_RESPONSE_INFO = const(0x19)
+RESPONSE_INFO = const(0x1A)
+SERVER_REFERENCE = const(0x1C)
+REASON_STRING = const(0x1F)
+RECEIVE_MAXIMUM = const(0x21)
+TOPIC_ALIAS_MAXIMUM = const(0x22)
+TOPIC_ALIAS = const(0x23)
+MAXIMUM_QOS = const(0x24)
+RETAIN_AVAILABLE = const(0x25)
+USER_PROPERTY = const(0x26)
+MAXIMUM_PACKET_SIZE = const(0x27)
+WILDCARD_SUB_AVAILABLE = const(0x28)
+SUB_ID_AVAILABLE = const(0x29)
+SHARED_SUB_AVAILABLE = const(0x2A)
+
+# value types
+_BYTE = const(1)
+_U16 = const(2)
+_U32 = const(3)
+_VARINT = const(4)
+_UTF8 = const(5)
+_BIN = const(6)
+_PAIR = const(7)
+
+# TYPES[id] is the value type (0: no such property); WHERE[id] is a bit mask
+# of the packet types that may carry it (bit 0 stands for the will properties
+# in CONNECT's payload). MQTT 5.0 section 2.2.2.2.
+TYPES = b"\x00\x01\x03\x05\x00\x00\x00\x00\x05\x06\x00\x04\x00\x00\x00\x00\x00\x03\x05\x02\x00\x05\x06\x01\x03\x01\x05\x00\x05\x00\x00\x05\x00\x02\x02\x02\x01\x01\x07\x03\x01\x01\x01"
+_P = const(1 << 3)  # PUBLISH
+_W = const(1)  # will
+_C = const(1 << 1)  # CONNECT
+_A = const(1 << 2)  # CONNACK
+_D = const(1 << 14)  # DISCONNECT
+_U = const(1 << 15)  # AUTH
+_ACKS = const((1 << 4) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 9) | (1 << 11))
+_ALL = const(0xFFFF)
+WHERE = (0, _P | _W, _P | _W, _P | _W, 0, 0, 0, 0, _P | _W, _P | _W, 0, _P | (1 << 8),
+         0, 0, 0, 0, 0, _C | _A | _D, _A, _A, 0, _C | _A | _U, _C | _A | _U, _C, _W, _C,
+         _A, 0, _A | _D, 0, 0, _A | _ACKS | _D | _U, 0, _C | _A, _C | _A, _P, _A, _A, _ALL,
+         _C | _A, _A, _A, _A)
+
+
+def _fail(reason, code=0x81):
+    from .codec import MQTTError
+    raise MQTTError(reason, code)
+
+
+def _varint(buf, i, end):
+    # returns value; caller advances with _varint_end
+    n = 0
+    shift = 0
+    while True:
+        if i >= end or shift > 21:
+            _fail("bad variable byte integer")
+        b = buf[i]
+        n |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return n
+        shift += 7
+        i += 1
+
+
+def _varint_end(buf, i):
+    while buf[i] & 0x80:
+        i += 1
+    return i + 1
+
+
+def _value_end(buf, i, end, t):
+    """End offset of a value of type t at i (validating strings)."""
+    if t == _BYTE:
+        i += 1
+    elif t == _U16:
+        i += 2
+    elif t == _U32:
+        i += 4
+    elif t == _VARINT:
+        _varint(buf, i, end)
+        i = _varint_end(buf, i)
+    else:
+        from .codec import _str, _bin
+        if t == _BIN:
+            i = _bin(buf, i, end)
+        else:
+            i = _str(buf, i, end)
+            if t == _PAIR:
+                i = _str(buf, i, end)
+    if i > end:
+        _fail("property runs past the list")
+    return i
+
+
+def check(buf, off, end, ptype):
+    """Validate the property list buf[off:end] for packet type ptype (0 for
+    will properties): known ids, allowed in this packet, no duplicates except
+    User Property (and Subscription Identifier in PUBLISH), legal values."""
+    seen_lo = 0  # two small-int masks: ids 0..29 and 30..42
+    seen_hi = 0
+    bit = 1 << ptype
+    while off < end:
+        pid = buf[off]
+        if pid & 0x80 or pid >= len(TYPES) or not TYPES[pid]:
+            _fail("unknown property")
+        if not WHERE[pid] & bit:
+            _fail("property not allowed in this packet", 0x82)
+        t = TYPES[pid]
+        if pid != USER_PROPERTY and not (pid == SUBSCRIPTION_ID and ptype == 3):
+            if pid < 30:
+                m = 1 << pid
+                if seen_lo & m:
+                    _fail("duplicate property", 0x82)
+                seen_lo |= m
+            else:
+                m = 1 << (pid - 30)
+                if seen_hi & m:
+                    _fail("duplicate property", 0x82)
+                seen_hi |= m
+        v0 = off + 1
+        off = _value_end(buf, v0, end, t)
+        if t == _BYTE and buf[v0] > 1 and pid != MAXIMUM_QOS:
+            _fail("property value must be 0 or 1", 0x82)
+        if pid == MAXIMUM_QOS and buf[v0] > 1:
+            _fail("Maximum QoS must be 0 or 1", 0x82)
+        if (pid == RECEIVE_MAXIMUM or pid == TOPIC_ALIAS) and not (buf[v0] | buf[v0 + 1]):
+            _fail("property value 0", 0x82)
+        if pid == MAXIMUM_PACKET_SIZE and not (buf[v0] | buf[v0 + 1] | buf[v0 + 2] | buf[v0 + 3]):
+            _fail("Maximum Packet Size 0", 0x82)
+        if pid == SUBSCRIPTION_ID and buf[v0] == 0:
+            _fail("Subscription Identifier 0", 0x82)
+    if off != end:
+        _fail("property list length")
+
+
+def _read(buf, i, t):
+    # (value, next offset) for a value of type t at i; allocates
+    if t == _BYTE:
+        return buf[i], i + 1
+    if t == _U16:
+        return (buf[i] << 8) | buf[i + 1], i + 2
+    if t == _U32:
+        return (buf[i] << 24) | (buf[i + 1] << 16) | (buf[i + 2] << 8) | buf[i + 3], i + 4
+    if t == _VARINT:
+        return _varint(buf, i, len(buf)), _varint_end(buf, i)
+    n = (buf[i] << 8) | buf[i + 1]
+    raw = bytes(buf[i + 2:i + 2 + n])
+    i += 2 + n
+    if t == _BIN:
+        return raw, i
+    if t == _UTF8:
+        return raw.decode(), i
+    k = raw.decode()
+    n = (buf[i] << 8) | buf[i + 1]
+    return (k, bytes(buf[i + 2:i + 2 + n]).decode()), i + 2 + n
+
+
+def parse(buf, off, n):
+    """The property list buf[off:off+n] (already checked) as a dict
+    {id: value}: ints, str for strings, bytes for binary data, and lists for
+    User Property ((name, value) pairs) and Subscription Identifier."""
+    d = {}
+    end = off + n
+    while off < end:
+        pid = buf[off]
+        v, off = _read(buf, off + 1, TYPES[pid])
+        if pid == USER_PROPERTY or pid == SUBSCRIPTION_ID:
+            d.setdefault(pid, []).append(v)
+        else:
+            d[pid] = v
+    return d
+
+
+def get(buf, off, n, want, default=None):
+    """One property's value (the first, for repeatable ones) without building
+    a dict. Integer properties are read without allocating."""
+    end = off + n
+    while off < end:
+        pid = buf[off]
+        t = TYPES[pid]
+        if pid == want:
+            return _read(buf, off + 1, t)[0] if t > _VARINT else _int_at(buf, off + 1, t)
+        off = _value_end(buf, off + 1, end, t)
+    return default
+
+
+def _int_at(buf, i, t):
+    if t == _BYTE:
+        return buf[i]
+    if t == _U16:
+        return (buf[i] << 8) | buf[i + 1]
+    if t == _U32:
+        return (buf[i] << 24) | (buf[i + 1] << 16) | (buf[i + 2] << 8) | buf[i + 3]
+    return _varint(buf, i, len(buf))
+
+
+def _put_varint(out, n):
+    while n > 127:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def _put_str(out, s):
+    s = as_bytes(s)
+    out.append(len(s) >> 8)
+    out.append(len(s) & 0xFF)
+    out.extend(s)
+
+
+def encode(props):
+    """A dict {id: value} as property bytes (without the length prefix), in
+    the dict's order. Lists give repeated properties."""
+    out = bytearray()
+    for pid, v in props.items():
+        t = TYPES[pid] if 0 < pid < len(TYPES) else 0
+        if not t:
+            _fail("unknown property")
+        vals = v if isinstance(v, list) else (v,)
+        for v in vals:
+            out.append(pid)
+            if t == _BYTE:
+                out.append(v)
+            elif t == _U16:
+                out.append(v >> 8)
+                out.append(v & 0xFF)
+            elif t == _U32:
+                for s in (24, 16, 8, 0):
+                    out.append((v >> s) & 0xFF)
+            elif t == _VARINT:
+                _put_varint(out, v)
+            elif t == _PAIR:
+                _put_str(out, v[0])
+                _put_str(out, v[1])
+            else:
+                _put_str(out, v)
+    return bytes(out)
