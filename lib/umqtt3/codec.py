@@ -7,7 +7,6 @@
 # nothing is copied and, in steady state, nothing is allocated. Protocol
 # levels: 3 (MQTT 3.1, "MQIsdp"), 4 (3.1.1) and 5 (5.0).
 from .compat import const, valid_utf8, as_bytes
-from .topic import valid_filter
 
 CONNECT = const(1)
 CONNACK = const(2)
@@ -141,6 +140,17 @@ def _props_bytes(props):
 
 
 _P = None
+_S = None
+
+
+def _srv():
+    # umqtt3.codec_server: what only a server reads (CONNECT, SUBSCRIBE,
+    # UNSUBSCRIBE) or writes; a client-only device never loads it
+    global _S
+    if _S is None:
+        from . import codec_server
+        _S = codec_server
+    return _S
 
 
 def _pmod():
@@ -220,20 +230,6 @@ def encode_connect(buf, off, client_id, level=4, clean=True, keepalive=0,
         off = _put_str(buf, off, user)
     if password is not None:
         off = _put_str(buf, off, password)
-    return off
-
-
-def encode_connack(buf, off, session_present, rc, level=4, props=None):
-    rl = 2
-    if level == 5:
-        props = _props_bytes(props)
-        rl += _props_size(props)
-    off = _header(buf, off, 0x20, rl)
-    buf[off] = 1 if session_present else 0
-    buf[off + 1] = rc
-    off += 2
-    if level == 5:
-        off = _put_props(buf, off, props)
     return off
 
 
@@ -344,33 +340,6 @@ def encode_unsubscribe(buf, off, pid, topics, level=4, props=None):
     return off
 
 
-def encode_suback(buf, off, pid, codes, level=4, props=None):
-    """SUBACK, and UNSUBACK for v5 (pass ptype via encode_unsuback)."""
-    return _encode_codes(buf, off, 0x90, pid, codes, level, props)
-
-
-def encode_unsuback(buf, off, pid, codes=None, level=4, props=None):
-    if level < 5:
-        return encode_ack(buf, off, UNSUBACK, pid)
-    return _encode_codes(buf, off, 0xB0, pid, codes or b"", level, props)
-
-
-def _encode_codes(buf, off, first, pid, codes, level, props):
-    _pid_ok(pid)
-    n = len(codes)
-    rl = 2 + n
-    if level == 5:
-        props = _props_bytes(props)
-        rl += _props_size(props)
-    off = _header(buf, off, first, rl)
-    off = _put_u16(buf, off, pid)
-    if level == 5:
-        off = _put_props(buf, off, props)
-    for i in range(n):
-        buf[off + i] = codes[i]
-    return off + n
-
-
 def encode_simple(buf, off, ptype):
     """PINGREQ, PINGRESP and v3/v4 DISCONNECT: two bytes."""
     off = _header(buf, off, ptype << 4, 0)
@@ -446,32 +415,17 @@ class Packet:
         self.f_len = 0
         self.opts = 0
 
-    def _view(self, off, n):
+    def view(self, off, n):
+        """memoryview of a span, None for an absent one (allocates)."""
         return None if off < 0 else memoryview(self.buf)[off:off + n]
 
     @property
     def topic(self):
-        return self._view(self.topic_off, self.topic_len)
+        return self.view(self.topic_off, self.topic_len)
 
     @property
     def payload(self):
-        return self._view(self.payload_off, self.payload_len)
-
-    @property
-    def props(self):
-        return self._view(self.props_off, self.props_len)
-
-    @property
-    def client_id(self):
-        return self._view(self.cid_off, self.cid_len)
-
-    @property
-    def username(self):
-        return self._view(self.user_off, self.user_len)
-
-    @property
-    def password(self):
-        return self._view(self.pw_off, self.pw_len)
+        return self.view(self.payload_off, self.payload_len)
 
 
 def _utf8_ok(buf, off, n):
@@ -635,16 +589,7 @@ def decode(pkt, buf, off, end, max_size=0):
             _props(pkt, buf, i + 2, end, t)
         return t
     if t == SUBSCRIBE or t == UNSUBSCRIBE:
-        i = _pid(pkt, buf, i, end)
-        if v5:
-            i = _props(pkt, buf, i, end, t)
-        pkt.payload_off = i
-        pkt.payload_len = end - i
-        if i == end:
-            _err("no topic filters", PROTOCOL_ERROR)  # [MQTT-3.8.3-3, MQTT-3.10.3-2]
-        while i < end:
-            i = read_filter(pkt, i)
-        return t
+        return _srv().decode_filters(pkt, buf, i, end, v5)
     if t == SUBACK or t == UNSUBACK:
         i = _pid(pkt, buf, i, end)
         if v5:
@@ -660,7 +605,7 @@ def decode(pkt, buf, off, end, max_size=0):
                     _err("bad SUBACK return code")  # [MQTT-3.9.3-2]
                 i += 1
         return t
-    return _dec_connect(pkt, buf, i, end)
+    return _srv().decode_connect(pkt, buf, i, end)
 
 
 def _dec_publish(pkt, buf, i, end, fl, v5):
@@ -695,104 +640,3 @@ def _dec_publish(pkt, buf, i, end, fl, v5):
     pkt.payload_off = i
     pkt.payload_len = end - i
     return PUBLISH
-
-
-def read_filter(pkt, i):
-    """Read the SUBSCRIBE/UNSUBSCRIBE entry at i into pkt.f_off, f_len and
-    opts (SUBSCRIBE only), validating it; return the next entry's offset."""
-    buf = pkt.buf
-    end = pkt.end
-    f0 = i + 2
-    i = _str(buf, i, end)
-    pkt.f_off = f0
-    pkt.f_len = i - f0
-    if not valid_filter(buf, f0, i - f0):
-        _err("invalid topic filter")  # [MQTT-4.7.1-2, MQTT-4.7.1-3, MQTT-4.7.3-1]
-    if pkt.type == SUBSCRIBE:
-        if i >= end:
-            _err("missing subscription options")
-        o = buf[i]
-        if (o & 3) == 3 or o & (0xC0 if pkt.level == 5 else 0xFC) or (o & 0x30) == 0x30:
-            _err("bad subscription options")  # [MQTT-3.8.3-4], v5 3.8.3.1
-        pkt.opts = o
-        i += 1
-    return i
-
-
-def _dec_connect(pkt, buf, i, end):
-    # Protocol name and level [MQTT-3.1.2-1, MQTT-3.1.2-2]
-    n0 = i + 2
-    i = _str(buf, i, end)
-    if i + 4 > end:
-        _err("truncated CONNECT")
-    nl = i - n0
-    level = buf[i] & 0x7F  # 0x80 is the bridge bit some brokers send
-    name_mqtt = nl == 4 and buf[n0] == 77 and buf[n0 + 1] == 81 and buf[n0 + 2] == 84 and buf[n0 + 3] == 84
-    name_31 = nl == 6 and buf[n0] == 77 and buf[n0 + 1] == 81 and buf[n0 + 2] == 73 and \
-        buf[n0 + 3] == 115 and buf[n0 + 4] == 100 and buf[n0 + 5] == 112
-    if not (name_mqtt or name_31):
-        _err("unknown protocol name", PROTOCOL_ERROR)
-    if not ((name_mqtt and (level == 4 or level == 5)) or (name_31 and level == 3)):
-        _err("unsupported protocol level", BAD_PROTOCOL_VERSION)
-    pkt.level = level
-    fl = buf[i + 1]
-    if fl & 1:
-        _err("CONNECT reserved flag")  # [MQTT-3.1.2-3]
-    will = fl & 4
-    wq = (fl >> 3) & 3
-    if not will and (wq or fl & 32):
-        _err("will QoS/retain without will")  # [MQTT-3.1.2-11, MQTT-3.1.2-13]
-    if wq == 3:
-        _err("will QoS 3")  # [MQTT-3.1.2-12]
-    if fl & 64 and not fl & 128 and level < 5:
-        _err("password without user name")  # [MQTT-3.1.2-22]
-    pkt.flags = fl
-    pkt.will = will != 0
-    pkt.qos = wq
-    pkt.retain = fl & 32 != 0
-    pkt.clean = fl & 2 != 0
-    pkt.keepalive = (buf[i + 2] << 8) | buf[i + 3]
-    i += 4
-    if level == 5:
-        i = _props(pkt, buf, i, end, CONNECT)
-    po = pkt.props_off
-    pn = pkt.props_len
-    pkt.cid_off = i + 2
-    i = _str(buf, i, end)  # [MQTT-3.1.3-3, MQTT-3.1.3-4]
-    pkt.cid_len = i - pkt.cid_off
-    pkt.topic_off = pkt.payload_off = -1
-    pkt.topic_len = pkt.payload_len = pkt.wprops_len = 0
-    if will:
-        if level == 5:
-            i = _props(pkt, buf, i, end, 0)  # 0: the will's property set
-            pkt.wprops_off = pkt.props_off
-            pkt.wprops_len = pkt.props_len
-            pkt.props_off = po
-            pkt.props_len = pn
-        pkt.topic_off = i + 2
-        i = _str(buf, i, end)  # [MQTT-3.1.3-10]
-        pkt.topic_len = i - pkt.topic_off
-        if not pkt.topic_len:
-            _err("empty will topic")
-        j = pkt.topic_off
-        while j < i:
-            if buf[j] == 0x23 or buf[j] == 0x2B:
-                _err("wildcard in will topic")
-            j += 1
-        pkt.payload_off = i + 2
-        i = _bin(buf, i, end)
-        pkt.payload_len = i - pkt.payload_off
-    pkt.user_off = pkt.pw_off = -1
-    pkt.user_len = pkt.pw_len = 0
-    if fl & 128:
-        pkt.user_off = i + 2
-        i = _str(buf, i, end)  # [MQTT-3.1.3-11]
-        pkt.user_len = i - pkt.user_off
-    if fl & 64:
-        pkt.pw_off = i + 2
-        i = _bin(buf, i, end)
-        pkt.pw_len = i - pkt.pw_off
-    if i != end:
-        _err("bytes after CONNECT payload")
-    return CONNECT
-

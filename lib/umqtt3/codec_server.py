@@ -1,0 +1,166 @@
+# umqtt3.codec_server -- the packets only a server reads or writes.
+#
+# codec.decode() loads this module the first time it meets a CONNECT,
+# SUBSCRIBE or UNSUBSCRIBE, so a device that only runs the client never pays
+# for it. The rules and the Packet fields are codec.py's.
+from .codec import (_err, _str, _bin, _pid, _props, _pid_ok, _header, _put_u16,
+                    _put_props, _props_bytes, _props_size, PROTOCOL_ERROR,
+                    BAD_PROTOCOL_VERSION, SUBSCRIBE, UNSUBACK, CONNECT, encode_ack)
+from .topic import valid_filter
+
+
+def encode_connack(buf, off, session_present, rc, level=4, props=None):
+    rl = 2
+    if level == 5:
+        props = _props_bytes(props)
+        rl += _props_size(props)
+    off = _header(buf, off, 0x20, rl)
+    buf[off] = 1 if session_present else 0
+    buf[off + 1] = rc
+    off += 2
+    if level == 5:
+        off = _put_props(buf, off, props)
+    return off
+
+
+def encode_suback(buf, off, pid, codes, level=4, props=None):
+    """SUBACK, and UNSUBACK for v5 (pass ptype via encode_unsuback)."""
+    return _encode_codes(buf, off, 0x90, pid, codes, level, props)
+
+
+def encode_unsuback(buf, off, pid, codes=None, level=4, props=None):
+    if level < 5:
+        return encode_ack(buf, off, UNSUBACK, pid)
+    return _encode_codes(buf, off, 0xB0, pid, codes or b"", level, props)
+
+
+def _encode_codes(buf, off, first, pid, codes, level, props):
+    _pid_ok(pid)
+    n = len(codes)
+    rl = 2 + n
+    if level == 5:
+        props = _props_bytes(props)
+        rl += _props_size(props)
+    off = _header(buf, off, first, rl)
+    off = _put_u16(buf, off, pid)
+    if level == 5:
+        off = _put_props(buf, off, props)
+    for i in range(n):
+        buf[off + i] = codes[i]
+    return off + n
+
+
+def decode_filters(pkt, buf, i, end, v5):
+    """SUBSCRIBE/UNSUBSCRIBE body: packet id, v5 properties, then at least
+    one entry [MQTT-3.8.3-3, MQTT-3.10.3-2], each checked by read_filter."""
+    i = _pid(pkt, buf, i, end)
+    if v5:
+        i = _props(pkt, buf, i, end, pkt.type)
+    pkt.payload_off = i
+    pkt.payload_len = end - i
+    if i == end:
+        _err("no topic filters", PROTOCOL_ERROR)
+    while i < end:
+        i = read_filter(pkt, i)
+    return pkt.type
+
+
+def read_filter(pkt, i):
+    """Read the SUBSCRIBE/UNSUBSCRIBE entry at i into pkt.f_off, f_len and
+    opts (SUBSCRIBE only), validating it; return the next entry's offset."""
+    buf = pkt.buf
+    end = pkt.end
+    f0 = i + 2
+    i = _str(buf, i, end)
+    pkt.f_off = f0
+    pkt.f_len = i - f0
+    if not valid_filter(buf, f0, i - f0):
+        _err("invalid topic filter")  # [MQTT-4.7.1-2, MQTT-4.7.1-3, MQTT-4.7.3-1]
+    if pkt.type == SUBSCRIBE:
+        if i >= end:
+            _err("missing subscription options")
+        o = buf[i]
+        if (o & 3) == 3 or o & (0xC0 if pkt.level == 5 else 0xFC) or (o & 0x30) == 0x30:
+            _err("bad subscription options")  # [MQTT-3.8.3-4], v5 3.8.3.1
+        pkt.opts = o
+        i += 1
+    return i
+
+
+def decode_connect(pkt, buf, i, end):
+    """CONNECT body at buf[i:end] (called by codec.decode)."""
+    # Protocol name and level [MQTT-3.1.2-1, MQTT-3.1.2-2]
+    n0 = i + 2
+    i = _str(buf, i, end)
+    if i + 4 > end:
+        _err("truncated CONNECT")
+    nl = i - n0
+    level = buf[i] & 0x7F  # 0x80 is the bridge bit some brokers send
+    name_mqtt = nl == 4 and buf[n0] == 77 and buf[n0 + 1] == 81 and buf[n0 + 2] == 84 and buf[n0 + 3] == 84
+    name_31 = nl == 6 and buf[n0] == 77 and buf[n0 + 1] == 81 and buf[n0 + 2] == 73 and \
+        buf[n0 + 3] == 115 and buf[n0 + 4] == 100 and buf[n0 + 5] == 112
+    if not (name_mqtt or name_31):
+        _err("unknown protocol name", PROTOCOL_ERROR)
+    if not ((name_mqtt and (level == 4 or level == 5)) or (name_31 and level == 3)):
+        _err("unsupported protocol level", BAD_PROTOCOL_VERSION)
+    pkt.level = level
+    fl = buf[i + 1]
+    if fl & 1:
+        _err("CONNECT reserved flag")  # [MQTT-3.1.2-3]
+    will = fl & 4
+    wq = (fl >> 3) & 3
+    if not will and (wq or fl & 32):
+        _err("will QoS/retain without will")  # [MQTT-3.1.2-11, MQTT-3.1.2-13]
+    if wq == 3:
+        _err("will QoS 3")  # [MQTT-3.1.2-12]
+    if fl & 64 and not fl & 128 and level < 5:
+        _err("password without user name")  # [MQTT-3.1.2-22]
+    pkt.flags = fl
+    pkt.will = will != 0
+    pkt.qos = wq
+    pkt.retain = fl & 32 != 0
+    pkt.clean = fl & 2 != 0
+    pkt.keepalive = (buf[i + 2] << 8) | buf[i + 3]
+    i += 4
+    if level == 5:
+        i = _props(pkt, buf, i, end, CONNECT)
+    po = pkt.props_off
+    pn = pkt.props_len
+    pkt.cid_off = i + 2
+    i = _str(buf, i, end)  # [MQTT-3.1.3-3, MQTT-3.1.3-4]
+    pkt.cid_len = i - pkt.cid_off
+    pkt.topic_off = pkt.payload_off = -1
+    pkt.topic_len = pkt.payload_len = pkt.wprops_len = 0
+    if will:
+        if level == 5:
+            i = _props(pkt, buf, i, end, 0)  # 0: the will's property set
+            pkt.wprops_off = pkt.props_off
+            pkt.wprops_len = pkt.props_len
+            pkt.props_off = po
+            pkt.props_len = pn
+        pkt.topic_off = i + 2
+        i = _str(buf, i, end)  # [MQTT-3.1.3-10]
+        pkt.topic_len = i - pkt.topic_off
+        if not pkt.topic_len:
+            _err("empty will topic")
+        j = pkt.topic_off
+        while j < i:
+            if buf[j] == 0x23 or buf[j] == 0x2B:
+                _err("wildcard in will topic")
+            j += 1
+        pkt.payload_off = i + 2
+        i = _bin(buf, i, end)
+        pkt.payload_len = i - pkt.payload_off
+    pkt.user_off = pkt.pw_off = -1
+    pkt.user_len = pkt.pw_len = 0
+    if fl & 128:
+        pkt.user_off = i + 2
+        i = _str(buf, i, end)  # [MQTT-3.1.3-11]
+        pkt.user_len = i - pkt.user_off
+    if fl & 64:
+        pkt.pw_off = i + 2
+        i = _bin(buf, i, end)
+        pkt.pw_len = i - pkt.pw_off
+    if i != end:
+        _err("bytes after CONNECT payload")
+    return CONNECT
