@@ -68,6 +68,17 @@ if MICROPYTHON:
         import os
         os.rename(src, dst)
 
+    def link(sock):
+        # MicroPython sockets (and TLS sockets) already have readinto(buf, n)
+        # and write(buf, off, n), returning None when they would block.
+        return sock
+
+    def nodelay(sock):
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except Exception:
+            pass  # not every port has TCP_NODELAY
+
 else:
     import time as _time
     import errno  # noqa: F401  (re-exported)
@@ -152,6 +163,41 @@ else:
 
     def replace(src, dst):
         _os.replace(src, dst)
+
+    try:
+        import ssl as _ssl
+        _WOULD_BLOCK = (BlockingIOError, InterruptedError, _ssl.SSLWantReadError, _ssl.SSLWantWriteError)
+    except ImportError:
+        _WOULD_BLOCK = (BlockingIOError, InterruptedError)
+
+    class link:
+        """A CPython socket with MicroPython's stream methods."""
+
+        def __init__(self, sock):
+            self.sock = sock
+
+        def readinto(self, buf, n):
+            try:
+                return self.sock.recv_into(buf, n)
+            except _WOULD_BLOCK:
+                return None
+
+        def write(self, buf, off=0, n=-1):
+            if n < 0:
+                n = len(buf) - off
+            try:
+                return self.sock.send(memoryview(buf)[off:off + n])
+            except _WOULD_BLOCK:
+                return None
+
+        def close(self):
+            self.sock.close()
+
+        def fileno(self):
+            return self.sock.fileno()
+
+    def nodelay(sock):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 POLLIN = 1
