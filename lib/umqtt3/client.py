@@ -1,0 +1,416 @@
+# umqtt3.client -- MQTTClient: umqtt.simple's API, plus QoS 2 both ways,
+# keepalive, reconnect with resend, and in-flight messages kept in a store.
+#
+# Everything happens in poll(timeout_ms): read and handle packets, write what
+# is queued, send PINGREQ when idle, notice a dead link and reconnect when
+# the backoff allows. The blocking calls (connect, publish at QoS 1/2,
+# subscribe, wait_msg) loop on poll() until their answer or a timeout.
+from .compat import (ticks_ms, ticks_add, ticks_diff, sleep_ms, socket, poll,
+                     link, nodelay, POLLIN, POLLOUT, POLLERR, POLLHUP, MICROPYTHON)
+from .codec import (Packet, MQTTError, decode, encode_connect, encode_simple,
+                    encode_subscribe, encode_unsubscribe, encode_disconnect,
+                    CONNACK, PUBLISH, PUBACK, PUBCOMP, SUBACK, UNSUBACK, PINGREQ,
+                    PINGRESP, DISCONNECT)
+from .transport import Conn, Closed
+from .flow import Flow, Busy
+from .store import MemoryStore
+
+_DOWN = 0
+_CONNACK = 1
+_UP = 2
+
+
+class MQTTClient:
+    def __init__(self, client_id, server, port=0, user=None, password=None,
+                 keepalive=0, ssl=None, ssl_params=None, level=4, store=None,
+                 window=8, bufsize=1024, reconnect=False, timeout_ms=5000,
+                 backoff_ms=(500, 30000), connect_link=None):
+        self.client_id = client_id
+        self.server = server
+        self.port = port or (8883 if ssl else 1883)
+        self.user = user
+        self.pswd = password
+        self.keepalive = keepalive
+        self.ssl = ssl
+        self.ssl_params = ssl_params or {}
+        self.level = level
+        self.store = store or MemoryStore(window, bufsize // 2)
+        self.flow = Flow(self.store, self, window, level)
+        self.bufsize = bufsize
+        self.reconnect = reconnect
+        self.timeout_ms = timeout_ms
+        self.backoff = backoff_ms
+        self.connect_link = connect_link  # () -> link, instead of a socket
+        self.cb = None
+        self.raw = False
+        self.lw = None
+        self.pkt = Packet(level)
+        # one connection object for the client's life: buffers allocated once
+        self.conn = Conn(None, bufsize, bufsize)
+        self.sock = None
+        self.poller = None
+        self.state = _DOWN
+        self.clean = True
+        self.session_present = False
+        self.subs = {}  # filter -> qos, re-subscribed when the session is gone
+        self.tries = 0
+        self.retry_at = ticks_ms()
+        self.last_tx = self.last_rx = ticks_ms()
+        self.ping_at = None
+        self.wait_pid = 0
+        self.answer = -1
+        self.redelivered = []  # inbound QoS 2 messages to hand over again
+        for pid, state, key, body in self.store.recover():
+            if state == "u":
+                self.redelivered.append((pid, body))
+
+    # ---------------------------------------------------------- umqtt API
+    def set_callback(self, f, raw=False):
+        """f(topic, msg) with bytes, as umqtt.simple; raw=True: f(pkt,
+        redelivered) with the decoded codec.Packet (no allocation)."""
+        self.cb = f
+        self.raw = raw
+
+    def set_last_will(self, topic, msg, retain=False, qos=0):
+        assert 0 <= qos <= 2 and topic
+        self.lw = (topic, msg, qos, retain)
+
+    def connect(self, clean_session=True, timeout_ms=None):
+        """Connect and wait for CONNACK; returns the session-present flag."""
+        self.clean = clean_session
+        self.tries = 0
+        self._open()
+        self._wait(_UP, timeout_ms)
+        return self.session_present
+
+    def disconnect(self):
+        self.reconnect = False
+        if self.state == _UP:
+            c = self.conn
+            try:
+                c.tlen = encode_disconnect(c.tx, c.tlen, None, self.level)
+                self._flush_all(self.timeout_ms)
+            except (OSError, MQTTError):
+                pass
+        self._close()
+
+    def ping(self):
+        self._queue_simple(PINGREQ)
+        self.ping_at = ticks_ms()
+
+    def publish(self, topic, msg, retain=False, qos=0, key=None, wait=True, props=None):
+        """Send a message. QoS 1/2 are stored (durably with a FileStore)
+        before the first send; with wait=True (umqtt.simple's behaviour) this
+        returns once the broker acknowledged. Returns the packet id (0 for
+        QoS 0). Raises Busy when the window or buffer is full: nothing is
+        lost, retry after poll()."""
+        c = self.conn
+        up = self.state == _UP
+        if not up and not (qos and self.reconnect):
+            raise OSError(107, "not connected")
+        if up and c.tlen and not c.flush() and c.space() < len(msg) + 64:
+            raise Busy("send buffer full")
+        start = c.tlen
+        try:
+            pid = self.flow.publish(c, topic, msg, qos, retain, key, props)
+        except MQTTError as e:
+            if e.code == 0x95:
+                raise Busy("message larger than the send buffer")
+            raise
+        if up:
+            self._send()
+        else:
+            c.tlen = start  # stored: it goes out when the connection is back
+        if qos and wait:
+            self._wait_done(pid)
+        return pid
+
+    def subscribe(self, topic, qos=0):
+        """Subscribe and wait for SUBACK; returns the granted QoS."""
+        c = self._up()
+        pid = self.flow.new_pid()
+        c.tlen = encode_subscribe(c.tx, c.tlen, pid, topic, qos, self.level)
+        self.subs[topic] = qos
+        rc = self._request(pid)
+        if rc >= 0x80:
+            del self.subs[topic]
+            raise MQTTError("subscription refused", rc)
+        return rc
+
+    def unsubscribe(self, topic):
+        c = self._up()
+        pid = self.flow.new_pid()
+        c.tlen = encode_unsubscribe(c.tx, c.tlen, pid, topic, self.level)
+        self.subs.pop(topic, None)
+        self._request(pid)
+
+    def check_msg(self):
+        """Handle whatever has arrived, without waiting (umqtt.simple)."""
+        return self.poll(0)
+
+    def wait_msg(self, timeout_ms=None):
+        """Wait for and handle at least one incoming packet."""
+        t = self.timeout_ms if timeout_ms is None else timeout_ms
+        start = ticks_ms()
+        while not self.poll(10):
+            if t >= 0 and ticks_diff(ticks_ms(), start) > t and not self.keepalive:
+                raise OSError(110, "no message")
+
+    # ---------------------------------------------------------- extras
+    def accepted(self, key):
+        """After a reboot: was the publish with this key taken (stored)?"""
+        return self.store.accepted(key)
+
+    def inflight(self):
+        return self.store.out_count()
+
+    def is_connected(self):
+        return self.state == _UP
+
+    def deliver(self, pkt, redelivered):
+        # called by Flow for every inbound message, exactly once per message
+        f = self.cb
+        if f is None:
+            return
+        if self.raw:
+            f(pkt, redelivered)
+        else:
+            f(bytes(pkt.topic), bytes(pkt.payload))
+
+    def poll(self, timeout_ms=0):
+        """One step: I/O, keepalive, reconnect. Never blocks longer than
+        timeout_ms. Returns the number of packets handled."""
+        if self.state == _DOWN:
+            if not self.reconnect:
+                raise OSError(107, "not connected")
+            if ticks_diff(ticks_ms(), self.retry_at) < 0:
+                sleep_ms(min(timeout_ms, max(0, ticks_diff(self.retry_at, ticks_ms()))))
+                return 0
+            try:
+                self._open()
+            except OSError:
+                self._lost()
+                return 0
+        try:
+            n = self._io(timeout_ms)
+            self._keepalive()
+            return n
+        except (OSError, MQTTError) as e:
+            if isinstance(e, Busy):
+                raise
+            self._lost()
+            if not self.reconnect:
+                raise
+            return 0
+
+    # ---------------------------------------------------------- internals
+    def _up(self):
+        if self.state != _UP:
+            raise OSError(107, "not connected")
+        return self.conn
+
+    def _open(self):
+        self._close()
+        if self.connect_link:
+            lk = self.connect_link()
+        else:
+            ai = socket.getaddrinfo(self.server, self.port, 0, socket.SOCK_STREAM)[0]
+            s = socket.socket(ai[0], socket.SOCK_STREAM, ai[2])
+            self.sock = s
+            if not MICROPYTHON:
+                s.settimeout(self.timeout_ms / 1000)
+            s.connect(ai[-1])
+            nodelay(s)  # one write per packet, no Nagle stall on QoS 1
+            if self.ssl:
+                s = self._tls(s)
+                self.sock = s
+            s.setblocking(False)
+            lk = link(s)
+            self.poller = poll()
+            self.poller.register(s, POLLIN)
+        c = self.conn
+        c.link = lk
+        lw = self.lw or (None, b"", 0, False)
+        c.tlen = encode_connect(c.tx, 0, self.client_id, self.level, self.clean,
+                                self.keepalive, self.user, self.pswd, lw[0], lw[1],
+                                lw[2], lw[3])
+        self.state = _CONNACK
+        self.pkt.level = self.level
+        self._send()
+        self.connect_started = ticks_ms()
+
+    def _tls(self, s):
+        ctx = self.ssl
+        if ctx is True:
+            import ssl
+            if MICROPYTHON:
+                ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+                ctx.verify_mode = ssl.CERT_NONE
+            else:
+                ctx = ssl.create_default_context()
+        return ctx.wrap_socket(s, server_hostname=self.server, **self.ssl_params)
+
+    def _close(self):
+        c = self.conn
+        if c.link is not None:
+            c.close()
+            c.link = None
+        c.done()
+        c.tlen = c.sent = 0
+        self.sock = None
+        self.poller = None
+        self.state = _DOWN
+
+    def _lost(self):
+        self._close()
+        self.tries += 1
+        lo, hi = self.backoff
+        d = min(hi, lo << min(self.tries - 1, 16))
+        d = d * 3 // 4 + (ticks_ms() * 7919) % (d // 2 + 1)  # jitter: 75%..125%
+        self.retry_at = ticks_add(ticks_ms(), d)
+
+    def _send(self):
+        if self.conn.flush():
+            self.last_tx = ticks_ms()
+            return True
+        if self.poller is not None:
+            self.poller.modify(self.sock, POLLIN | POLLOUT)
+        return False
+
+    def _flush_all(self, timeout_ms):
+        start = ticks_ms()
+        while not self.conn.flush():
+            if ticks_diff(ticks_ms(), start) > timeout_ms:
+                raise OSError(110, "send timed out")
+            self._wait_io(10)
+
+    def _wait_io(self, timeout_ms):
+        if self.poller is not None:
+            for _ in self.poller.ipoll(timeout_ms):
+                break
+        elif timeout_ms:
+            sleep_ms(1)
+
+    def _io(self, timeout_ms):
+        c = self.conn
+        if self.poller is not None and timeout_ms:
+            for obj, ev in self.poller.ipoll(timeout_ms):
+                if ev & (POLLERR | POLLHUP) and not ev & POLLIN:
+                    raise Closed("connection error")
+        handled = 0
+        n = c.recv()
+        while n:
+            self.last_rx = ticks_ms()
+            decode(self.pkt, c.rx, 0, n)
+            self._handle(self.pkt)
+            c.done()
+            handled += 1
+            if self.state == _DOWN:
+                return handled
+            n = c.recv()
+        if c.tlen:
+            if self._send() and self.poller is not None:
+                self.poller.modify(self.sock, POLLIN)
+        if self.state == _CONNACK and ticks_diff(ticks_ms(), self.connect_started) > self.timeout_ms:
+            raise Closed("no CONNACK")
+        return handled
+
+    def _handle(self, p):
+        t = p.type
+        c = self.conn
+        if self.state == _CONNACK:
+            if t != CONNACK:
+                raise MQTTError("expected CONNACK", 0x82)
+            if p.rc:
+                self.reconnect = self.reconnect and p.rc < 2
+                raise MQTTError("connection refused", p.rc)
+            self.state = _UP
+            self.tries = 0
+            self.ping_at = None
+            self.session_present = p.session_present
+            self._resume()
+            return
+        if t == PUBLISH:
+            self.flow.on_publish(c, p)
+        elif PUBACK <= t <= PUBCOMP:
+            self.flow.on_ack(c, p)
+        elif t == SUBACK or t == UNSUBACK:
+            if p.pid == self.wait_pid:
+                self.answer = c.rx[p.payload_off] if t == SUBACK and p.payload_len else 0
+                self.wait_pid = 0
+        elif t == PINGRESP:
+            self.ping_at = None
+        elif t == DISCONNECT:
+            raise Closed("server sent DISCONNECT")
+        else:
+            raise MQTTError("unexpected packet", 0x82)
+
+    def _resume(self):
+        # a new connection: hand stored inbound messages over again, resend
+        # in-flight ones [MQTT-4.4.0-1], re-subscribe if the broker kept no
+        # session [MQTT-3.2.2-2]
+        c = self.conn
+        while self.redelivered:
+            pid, body = self.redelivered.pop(0)
+            p = Packet(self.level)
+            decode(p, body, 0, len(body))
+            self.deliver(p, True)
+            self.store.in_done(pid)
+        self.flow.resend(c, self._drain)
+        if not self.session_present:
+            for topic in self.subs:
+                if c.space() < len(topic) + 16:
+                    self._drain()
+                c.tlen = encode_subscribe(c.tx, c.tlen, self.flow.new_pid(), topic,
+                                          self.subs[topic], self.level)
+        self._send()
+
+    def _drain(self):
+        self._flush_all(self.timeout_ms)
+        return True
+
+    def _keepalive(self):
+        if not self.keepalive or self.state != _UP:
+            return
+        now = ticks_ms()
+        ka = self.keepalive * 1000
+        if self.ping_at is not None:
+            if ticks_diff(now, self.ping_at) > ka:
+                raise Closed("no PINGRESP")  # the link is dead
+        elif ticks_diff(now, self.last_tx) >= ka:
+            self._queue_simple(PINGREQ)
+            self.ping_at = now
+
+    def _queue_simple(self, ptype):
+        c = self._up()
+        c.tlen = encode_simple(c.tx, c.tlen, ptype)
+        self._send()
+
+    def _wait(self, state, timeout_ms):
+        t = self.timeout_ms if timeout_ms is None else timeout_ms
+        start = ticks_ms()
+        while self.state != state:
+            if self.state == _DOWN and not self.reconnect:
+                raise OSError(111, "connection failed")
+            if ticks_diff(ticks_ms(), start) > t:
+                raise OSError(110, "timed out")
+            self.poll(10)
+
+    def _wait_done(self, pid):
+        start = ticks_ms()
+        while self.store.out_has(pid):
+            if ticks_diff(ticks_ms(), start) > self.timeout_ms:
+                raise OSError(110, "no acknowledgement")
+            self.poll(10)
+
+    def _request(self, pid):
+        self.wait_pid = pid
+        self.answer = -1
+        self._send()
+        start = ticks_ms()
+        while self.wait_pid == pid:
+            if ticks_diff(ticks_ms(), start) > self.timeout_ms:
+                self.wait_pid = 0
+                raise OSError(110, "no answer")
+            self.poll(10)
+        return self.answer

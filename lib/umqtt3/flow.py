@@ -1,0 +1,107 @@
+# umqtt3.flow -- QoS 1 and 2 for one side of a connection, free of I/O.
+#
+# MQTT's PUBLISH flows are symmetric, so the client and each broker session
+# use the same machine: it encodes what must be sent into a transport.Conn's
+# tx buffer and keeps what must survive a reset in a store (umqtt3.store).
+# The ordering rules are the store's contract: a QoS 1/2 PUBLISH is stored
+# before its first send, PUBREC is recorded before PUBREL goes out, an
+# inbound QoS 2 packet id is stored before PUBREC and removed before PUBCOMP.
+from .codec import (encode_publish, encode_ack, MQTTError, PUBACK, PUBREC,
+                    PUBREL, PUBCOMP)
+
+
+class Busy(MQTTError):
+    """Refused for now: the in-flight window or the send buffer is full.
+    Nothing was stored or sent; try again after acknowledgements arrive."""
+
+    def __init__(self, reason):
+        super().__init__(reason, 0x97)
+
+
+class Flow:
+    def __init__(self, store, app, window=8, level=4):
+        self.store = store
+        self.app = app  # has deliver(pkt, redelivered)
+        self.window = window
+        self.level = level
+        self.pid = 0
+        self.last_done = 0  # packet id whose flow completed last
+
+    def new_pid(self):
+        p = self.pid
+        for _ in range(65535):
+            p = p % 65535 + 1
+            if not self.store.out_has(p):
+                self.pid = p
+                return p
+        raise Busy("no free packet id")
+
+    def publish(self, conn, topic, msg, qos=0, retain=False, key=None, props=None):
+        """Queue a PUBLISH in conn.tx (QoS 1/2: stored first). Returns the
+        packet id, 0 for QoS 0."""
+        pid = 0
+        if qos:
+            if self.store.out_count() >= self.window:
+                raise Busy("in-flight window full")
+            pid = self.new_pid()
+        start = conn.tlen
+        end = encode_publish(conn.tx, start, topic, msg, qos, pid, retain, False,
+                             self.level, props)
+        if qos:
+            self.store.out_add(pid, key, conn.tx, start, end - start)
+        conn.tlen = end
+        return pid
+
+    def on_publish(self, conn, pkt):
+        """An inbound PUBLISH: hand it to the application once, answer it."""
+        q = pkt.qos
+        if q == 2:
+            pid = pkt.pid
+            st = self.store
+            if not st.in_has(pid):
+                st.in_add(pid, pkt.buf, 0, pkt.end)  # durable before PUBREC
+                self.app.deliver(pkt, False)
+                st.in_done(pid)
+            # a known id: PUBREC again, no second delivery [MQTT-4.3.3-2]
+            conn.tlen = encode_ack(conn.tx, conn.tlen, PUBREC, pid)
+            return
+        self.app.deliver(pkt, False)
+        if q:
+            conn.tlen = encode_ack(conn.tx, conn.tlen, PUBACK, pkt.pid)
+
+    def on_ack(self, conn, pkt):
+        """PUBACK, PUBREC, PUBREL or PUBCOMP."""
+        t = pkt.type
+        pid = pkt.pid
+        st = self.store
+        if t == PUBREL:
+            st.in_del(pid)  # removed durably before PUBCOMP
+            # unknown ids are answered too, so the sender can finish
+            conn.tlen = encode_ack(conn.tx, conn.tlen, PUBCOMP, pid)
+        elif t == PUBREC and pkt.rc < 0x80:
+            if st.out_has(pid):
+                st.out_rel(pid)  # recorded before PUBREL [MQTT-4.3.3-1]
+            conn.tlen = encode_ack(conn.tx, conn.tlen, PUBREL, pid)
+        elif st.out_has(pid):
+            # PUBACK, PUBCOMP, or a v5 PUBREC refusing the message
+            st.out_del(pid)
+            self.last_done = pid
+
+    def resend(self, conn, flush):
+        """After (re)connecting: unacknowledged PUBLISHes again with DUP=1 and
+        PUBRELs for those already received, in their original order
+        [MQTT-4.4.0-1]. flush() makes room in conn.tx."""
+        for pid, state, key, body in self.store.recover():
+            if state == "u":
+                continue  # inbound; the client hands these over itself
+            n = len(body) if state == "p" else 4
+            if conn.space() < n and not flush():
+                return False
+            if state == "p":
+                o = conn.tlen
+                conn.tx[o:o + n] = body
+                conn.tx[o] |= 8  # DUP [MQTT-3.3.1-1]
+                conn.tlen = o + n
+            else:
+                conn.tlen = encode_ack(conn.tx, conn.tlen, PUBREL, pid)
+        return True

@@ -1,0 +1,347 @@
+# umqtt3.store -- what the QoS flows must remember across a reset.
+#
+# Two stores, one interface:
+#   out_add(pid, key, buf, off, n)  a QoS 1/2 PUBLISH as sent; durable before
+#                                   the first send
+#   out_rel(pid)                    PUBREC came: durable before PUBREL is sent
+#   out_del(pid)                    PUBACK/PUBCOMP came
+#   out_has(pid), out_count()
+#   in_add(pid, buf, off, n)        inbound QoS 2 PUBLISH: durable before PUBREC
+#   in_done(pid)                    handed to the application
+#   in_has(pid), in_del(pid)        PUBREL: removed durably before PUBCOMP
+#   recover()                       after a reboot: [(pid, state, key, bytes)]
+#                                   outbound in send order (state "p" or "r"),
+#                                   then undelivered inbound (state "u")
+#   accepted(key)                   was a publish with this key ever stored?
+#                                   (keys increase: sequence numbers)
+#
+# MemoryStore holds preallocated slots (no allocation per message, nothing
+# survives a reset). FileStore keeps one small CRC-framed file per message, as
+# littlefs handles small files and atomic renames well (docs/store.md).
+from .compat import copy, fsync, fsync_dir, replace
+from .codec import MQTTError
+
+
+class StoreFull(MQTTError):
+    """Refused: the store has no room. Nothing already stored is lost."""
+
+    def __init__(self):
+        super().__init__("store full", 0x97)
+
+
+class MemoryStore:
+    def __init__(self, slots=8, slot_size=256, inbound=8):
+        self.size = slot_size
+        self.data = bytearray(slots * slot_size)
+        self.pid = [0] * slots  # 0: free
+        self.len = [0] * slots
+        self.state = bytearray(slots)  # 'p' or 'r'
+        self.seq = [0] * slots
+        self.key = [0] * slots
+        self.nseq = 0
+        self.last_key = -1
+        self.inpid = [0] * inbound
+
+    def _slot(self, pid):
+        p = self.pid
+        for i in range(len(p)):
+            if p[i] == pid:
+                return i
+        return -1
+
+    def out_add(self, pid, key, buf, off, n):
+        i = self._slot(0)
+        if i < 0 or n > self.size:
+            raise StoreFull()
+        copy(self.data, i * self.size, buf, off, n)
+        self.pid[i] = pid
+        self.len[i] = n
+        self.state[i] = 0x70  # 'p'
+        self.nseq += 1
+        self.seq[i] = self.nseq
+        if key is not None:
+            self.key[i] = key
+            if key > self.last_key:
+                self.last_key = key
+
+    def out_rel(self, pid):
+        i = self._slot(pid)
+        if i >= 0:
+            self.state[i] = 0x72  # 'r'
+
+    def out_del(self, pid):
+        i = self._slot(pid)
+        if i >= 0:
+            self.pid[i] = 0
+
+    def out_has(self, pid):
+        return self._slot(pid) >= 0
+
+    def out_count(self):
+        n = 0
+        for p in self.pid:
+            if p:
+                n += 1
+        return n
+
+    def out_get(self, pid):
+        """(state, offset, length) of pid's packet in self.data; allocates a
+        tuple, used on resend only."""
+        i = self._slot(pid)
+        return self.state[i], i * self.size, self.len[i]
+
+    def in_add(self, pid, buf, off, n):
+        p = self.inpid
+        for i in range(len(p)):
+            if not p[i]:
+                p[i] = pid
+                return
+        raise StoreFull()
+
+    def in_done(self, pid):
+        pass  # delivered at once; nothing survives a reset anyway
+
+    def in_has(self, pid):
+        for p in self.inpid:
+            if p == pid:
+                return True
+        return False
+
+    def in_del(self, pid):
+        p = self.inpid
+        for i in range(len(p)):
+            if p[i] == pid:
+                p[i] = 0
+
+    def recover(self):
+        r = []
+        for i in range(len(self.pid)):
+            if self.pid[i]:
+                o = i * self.size
+                r.append((self.seq[i], self.pid[i], chr(self.state[i]), self.key[i],
+                          bytes(self.data[o:o + self.len[i]])))
+        r.sort()
+        return [x[1:] for x in r]
+
+    def accepted(self, key):
+        return key <= self.last_key
+
+
+# ----------------------------------------------------------------- on flash
+
+_MAGIC = 0x55  # 'U'
+
+
+def _frame(seq, key, body):
+    # magic, 4-byte seq, 4-byte key (+1, so -1 "no key" stores 0), body, CRC-32
+    import binascii
+    n = len(body)
+    b = bytearray(9 + n + 4)
+    b[0] = _MAGIC
+    for i in range(4):
+        b[1 + i] = (seq >> (24 - 8 * i)) & 0xFF
+        b[5 + i] = ((key + 1) >> (24 - 8 * i)) & 0xFF
+    b[9:9 + n] = body
+    c = binascii.crc32(b[:9 + n]) & 0xFFFFFFFF
+    for i in range(4):
+        b[9 + n + i] = (c >> (24 - 8 * i)) & 0xFF
+    return b
+
+
+def _unframe(b):
+    """(seq, key, body) or None for a torn or corrupt record."""
+    import binascii
+    if len(b) < 13 or b[0] != _MAGIC:
+        return None
+    n = len(b) - 4
+    c = (b[n] << 24) | (b[n + 1] << 16) | (b[n + 2] << 8) | b[n + 3]
+    if binascii.crc32(b[:n]) & 0xFFFFFFFF != c:
+        return None
+    seq = (b[1] << 24) | (b[2] << 16) | (b[3] << 8) | b[4]
+    key = ((b[5] << 24) | (b[6] << 16) | (b[7] << 8) | b[8]) - 1
+    return seq, key, bytes(b[9:n])
+
+
+class OSFiles:
+    """The file operations FileStore needs, on the real filesystem. Tests swap
+    in a layer that simulates power loss at every step and byte."""
+
+    def write(self, path, data):
+        with open(path, "wb") as f:
+            f.write(data)
+            fsync(f)
+
+    def read(self, path):
+        with open(path, "rb") as f:
+            return f.read()
+
+    def rename(self, a, b):
+        replace(a, b)
+
+    def remove(self, path):
+        import os
+        os.remove(path)
+
+    def listdir(self, path):
+        import os
+        return os.listdir(path)
+
+    def mkdir(self, path):
+        import os
+        try:
+            os.mkdir(path)
+        except OSError:
+            pass
+
+    def sync_dir(self, path):
+        fsync_dir(path)
+
+
+class FileStore:
+    """One file per in-flight message under `path` (default /mq):
+    o<seq>.p  outbound PUBLISH awaiting PUBACK/PUBREC (renamed to .r on PUBREC)
+    i<pid>.u  inbound QoS 2 message not yet handed to the application (.d after)
+    last      the completed outbound record with the highest key."""
+
+    def __init__(self, path="/mq", files=None, max_messages=32, allow_fat=False):
+        self.dir = path
+        self.fs = files or OSFiles()
+        self.max = max_messages
+        self.fs.mkdir(path)
+        if not allow_fat:
+            _refuse_fat(path)
+        self.out = {}  # pid -> [seq, state, key]
+        self.inb = {}  # pid -> state ('u' or 'd')
+        self.nseq = 0
+        self.last_key = -1
+        self._pending = []
+
+    def _p(self, name):
+        return self.dir + "/" + name
+
+    def _oname(self, seq, state):
+        return "o%08d.%s" % (seq, state)
+
+    def out_add(self, pid, key, buf, off, n):
+        if len(self.out) + len(self.inb) >= self.max:
+            raise StoreFull()
+        self.nseq += 1
+        k = -1 if key is None else key
+        self.fs.write(self._p(self._oname(self.nseq, "p")),
+                      _frame(self.nseq, k, bytes(buf[off:off + n])))
+        self.fs.sync_dir(self.dir)
+        self.out[pid] = [self.nseq, "p", k]
+        if k > self.last_key:
+            self.last_key = k
+
+    def out_rel(self, pid):
+        e = self.out.get(pid)
+        if e and e[1] == "p":
+            self.fs.rename(self._p(self._oname(e[0], "p")), self._p(self._oname(e[0], "r")))
+            self.fs.sync_dir(self.dir)
+            e[1] = "r"
+
+    def out_del(self, pid):
+        e = self.out.pop(pid, None)
+        if e:
+            name = self._p(self._oname(e[0], e[1]))
+            if e[2] >= 0 and e[2] >= self.last_key:
+                # keep the newest key's record as "last": accepted() survives
+                self.fs.rename(name, self._p("last"))
+            else:
+                self.fs.remove(name)
+            self.fs.sync_dir(self.dir)
+
+    def out_has(self, pid):
+        return pid in self.out
+
+    def out_count(self):
+        return len(self.out)
+
+    def in_add(self, pid, buf, off, n):
+        if len(self.out) + len(self.inb) >= self.max:
+            raise StoreFull()
+        self.fs.write(self._p("i%05d.u" % pid), _frame(0, -1, bytes(buf[off:off + n])))
+        self.fs.sync_dir(self.dir)
+        self.inb[pid] = "u"
+
+    def in_done(self, pid):
+        if self.inb.get(pid) == "u":
+            self.fs.rename(self._p("i%05d.u" % pid), self._p("i%05d.d" % pid))
+            self.fs.sync_dir(self.dir)
+            self.inb[pid] = "d"
+
+    def in_has(self, pid):
+        return pid in self.inb
+
+    def in_del(self, pid):
+        st = self.inb.pop(pid, None)
+        if st:
+            self.fs.remove(self._p("i%05d.%s" % (pid, st)))
+            self.fs.sync_dir(self.dir)
+
+    def accepted(self, key):
+        return key <= self.last_key
+
+    def recover(self):
+        """Scan the directory: drop torn or corrupt files, rebuild the maps,
+        return outbound records in send order, then undelivered inbound."""
+        self.out = {}
+        self.inb = {}
+        outs = []
+        ins = []
+        for name in sorted(self.fs.listdir(self.dir)):
+            path = self._p(name)
+            try:
+                rec = _unframe(self.fs.read(path))
+            except OSError:
+                rec = None
+            if rec is None:
+                self.fs.remove(path)  # torn by a reset mid-write: never sent
+                continue
+            seq, key, body = rec
+            if name == "last":
+                self.last_key = max(self.last_key, key)
+                continue
+            if key > self.last_key:
+                self.last_key = key
+            if name[0] == "o" and len(body) > 4:
+                pid = _publish_pid(body)
+                st = name[-1]
+                self.out[pid] = [seq, st, key]
+                self.nseq = max(self.nseq, seq)
+                outs.append((seq, pid, st, key, body))
+            elif name[0] == "i":
+                pid = int(name[1:6])
+                st = name[-1]
+                self.inb[pid] = st
+                if st == "u":
+                    ins.append((pid, "u", -1, body))
+        outs.sort()
+        return [x[1:] for x in outs] + ins
+
+
+def _publish_pid(pkt):
+    # packet id of an encoded QoS 1/2 PUBLISH: after the header and topic
+    i = 1
+    while pkt[i] & 0x80:
+        i += 1
+    i += 1
+    i += 2 + ((pkt[i] << 8) | pkt[i + 1])
+    return (pkt[i] << 8) | pkt[i + 1]
+
+
+def _refuse_fat(path):
+    # FAT is not power-loss safe: a reset during a write can corrupt the
+    # directory. Refuse unless the caller opts in (allow_fat=True).
+    try:
+        import vfs
+        mounts = vfs.mount()
+    except (ImportError, TypeError, AttributeError):
+        return  # CPython, or a port that cannot list its mounts
+    best = None
+    for fs, mp in mounts:
+        if path.startswith(mp) and (best is None or len(mp) > len(best[1])):
+            best = (fs, mp)
+    if best and type(best[0]).__name__ == "VfsFat":
+        raise OSError("FileStore on FAT is not power-loss safe; use littlefs or allow_fat=True")
