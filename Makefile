@@ -6,7 +6,7 @@
 #   make test-mp   MicroPython part only  (MP_TESTS="test_codec ..." to pick modules)
 #   make sizes     .py/.mpy bytes and import RAM (UMQTT_PEER=path/to/umqtt/simple.py to compare)
 #   make bench     every tools/bench/*.py
-#   make demo      python -m umqtt3.demo
+#   make demo      broker + simulated sensor nodes + live view (tools/demo.py)
 
 PYTHON ?= python
 NODE ?= node
@@ -19,16 +19,20 @@ PYTEST_ARGS ?= $(if $(filter 1,$(MQ_FAST)),-m "not slow")
 .DEFAULT_GOAL := test
 .PHONY: setup test test-py test-mp sizes bench demo
 
+# tools/setup.sh installs apt packages (mosquitto, Java), pip requirements and
+# the npm MicroPython; build/.setup records that it ran, so `make demo` and
+# `make test` on a fresh machine set it up first.
 setup:
-	$(PYTHON) -m pip install -r requirements-dev.txt
-	$(PYTHON) -m pip install -e .
-	npm ci || npm install
+	PYTHON=$(PYTHON) bash tools/setup.sh
+
+build/.setup:
+	PYTHON=$(PYTHON) bash tools/setup.sh
 
 # All three parts run even when an earlier one fails, so one run shows every
 # failure. pytest's exit status 5 means it collected no tests: not a failure
 # as long as the MicroPython runner does run some (--require-tests).
 # The MicroPython runner goes last so its summary is the closing line.
-test:
+test: build/.setup
 	@status=0; require=; \
 	echo "== mpy-cross: every module compiles"; \
 	$(PYTHON) tools/sizes.py --check || status=1; \
@@ -58,7 +62,7 @@ bench:
 	[ $$found -eq 1 ] || echo "no benchmarks in tools/bench yet"; \
 	exit $$status
 
-# Placeholder: the demo module does not exist yet; this target will be replaced
-# when it does.
-demo:
-	PYTHONPATH=lib $(PYTHON) -m umqtt3.demo
+# The main job: a broker on 127.0.0.1, simulated sensor nodes, a live view.
+# DEMO_ARGS="--seconds 10" stops by itself; Ctrl-C stops it cleanly.
+demo: build/.setup
+	$(PYTHON) tools/demo.py $(DEMO_ARGS)
