@@ -27,8 +27,15 @@ if MICROPYTHON:
     def copy(dst, doff, src, soff, n):
         # A memoryview slice would allocate; a byte loop does not. Replaced by a
         # native (viper) loop below on ports that have a native emitter.
-        for i in range(n):
-            dst[doff + i] = src[soff + i]
+        # Backwards when moving up within one buffer, like memmove.
+        if doff + n > len(dst) or soff + n > len(src):
+            raise IndexError
+        if dst is src and soff < doff:
+            for i in range(n - 1, -1, -1):
+                dst[doff + i] = src[soff + i]
+        else:
+            for i in range(n):
+                dst[doff + i] = src[soff + i]
 
     try:
         # Compiled on the device from a string so that every file still builds
@@ -37,15 +44,27 @@ if MICROPYTHON:
         exec(
             "import micropython\n"
             "@micropython.viper\n"
-            "def copy(dst: ptr8, doff: int, src: ptr8, soff: int, n: int):\n"
-            "    i = 0\n"
-            "    while i < n:\n"
-            "        dst[doff + i] = src[soff + i]\n"
-            "        i += 1\n",
+            "def _v(d: ptr8, doff: int, s: ptr8, soff: int, n: int, back: int):\n"
+            "    if back:\n"
+            "        i = n - 1\n"
+            "        while i >= 0:\n"
+            "            d[doff + i] = s[soff + i]\n"
+            "            i -= 1\n"
+            "    else:\n"
+            "        i = 0\n"
+            "        while i < n:\n"
+            "            d[doff + i] = s[soff + i]\n"
+            "            i += 1\n",
             _g,
         )
-        copy = _g["copy"]
+        _v = _g["_v"]
         del _g
+
+        def copy(dst, doff, src, soff, n):
+            # viper does no bounds checks: check here, then copy natively
+            if doff < 0 or soff < 0 or n < 0 or doff + n > len(dst) or soff + n > len(src):
+                raise IndexError
+            _v(dst, doff, src, soff, n, dst is src and soff < doff)
     except Exception:
         pass
 
@@ -101,6 +120,9 @@ else:
         return (int(_time.monotonic() * 1000) + _ticks_base) & _TICKS_MAX
 
     def ticks_add(t, delta):
+        # MicroPython refuses a delta ticks_diff could not give back
+        if not -_TICKS_HALF < delta < _TICKS_HALF:
+            raise OverflowError("ticks interval overflow")
         return (t + delta) & _TICKS_MAX
 
     def ticks_diff(a, b):
@@ -136,6 +158,9 @@ else:
             return iter(self.poll(timeout))
 
     def copy(dst, doff, src, soff, n):
+        # as on the device: out of range is an error, never a resized buffer
+        if doff < 0 or soff < 0 or n < 0 or doff + n > len(dst) or soff + n > len(src):
+            raise IndexError("copy out of range")
         dst[doff:doff + n] = memoryview(src)[soff:soff + n]
 
     def valid_utf8(buf, off, n):

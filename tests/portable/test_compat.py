@@ -1,0 +1,378 @@
+# umqtt3.compat: the platform layer must behave the same on both Pythons.
+#
+# Runs under pytest on CPython and under tools/mp/testrunner.py on MicroPython,
+# so: plain functions and assert, no pytest import, nothing CPython-only at
+# module level.
+import sys
+
+from umqtt3 import compat
+from umqtt3.compat import ticks_add, ticks_diff
+
+try:
+    from unittest import SkipTest  # pytest reports it as a skip
+except ImportError:
+    class SkipTest(Exception):
+        pass
+
+MICROPYTHON = sys.implementation.name == "micropython"
+
+
+def _period():
+    # 2**30 on MicroPython's ports; compat.TICKS_PERIOD on CPython.
+    return ticks_add(0, -1) + 1
+
+
+def _cpython_only():
+    if MICROPYTHON:
+        raise SkipTest("CPython emulation only")
+
+
+def _micropython_only():
+    if not MICROPYTHON:
+        raise SkipTest("needs micropython.heap_lock")
+
+
+# ---------------------------------------------------------------- ticks
+
+def test_ticks_period():
+    p = _period()
+    if MICROPYTHON:
+        assert p == 1 << 30, p
+    else:
+        assert p == compat.TICKS_PERIOD == 1 << 30
+    assert ticks_add(p - 1, 1) == 0
+    assert ticks_add(0, -1) == p - 1
+    t = compat.ticks_ms()
+    assert 0 <= t < p, t
+
+
+def test_ticks_add_diff_round_trip_near_wrap():
+    p = _period()
+    h = p // 2
+    starts = (p - 1, p - 2, p - 5, 0, 1, 4, h - 1, h, h + 1, 12345)
+    deltas = (0, 1, -1, 2, -2, 3, -3, 5, -5, 7, -7, 100, -100, 1000, -1000,
+              h - 1, -(h - 1))
+    for t in starts:
+        for d in deltas:
+            u = ticks_add(t, d)
+            assert 0 <= u < p, (t, d, u)
+            assert ticks_diff(u, t) == d, (t, d, u)
+            assert ticks_diff(t, u) == -d, (t, d, u)
+            assert ticks_add(u, -d) == t, (t, d, u)
+
+
+def test_ticks_add_wraps():
+    p = _period()
+    assert ticks_add(p - 1, 1) == 0
+    assert ticks_add(p - 5, 10) == 5
+    assert ticks_add(3, -5) == p - 2
+    assert ticks_add(p - 1, -(p // 2 - 1)) == p // 2
+
+
+def test_ticks_diff_across_wrap():
+    p = _period()
+    # Either side of the wrap: small, and with the right sign.
+    assert ticks_diff(1, p - 2) == 3
+    assert ticks_diff(p - 2, 1) == -3
+    assert ticks_diff(0, p - 1) == 1
+    assert ticks_diff(p - 1, 0) == -1
+    assert ticks_diff(4, p - 5) == 9
+    assert ticks_diff(p - 5, 4) == -9
+    # A deadline just past the wrap is still ahead of a time just before it.
+    now = p - 3
+    deadline = ticks_add(now, 10)
+    assert deadline < now  # wrapped
+    assert ticks_diff(deadline, now) > 0
+    assert ticks_diff(deadline, ticks_add(now, 10)) == 0
+    assert ticks_diff(deadline, ticks_add(now, 11)) < 0
+
+
+def test_ticks_diff_range():
+    # The answer always lies in [-period/2, period/2).
+    p = _period()
+    h = p // 2
+    assert ticks_diff(h - 1, 0) == h - 1
+    assert ticks_diff(h, 0) == -h
+    assert ticks_diff(0, h) == -h
+    assert ticks_diff(h + 1, 0) == -(h - 1)
+    assert ticks_diff(p - 1, h) == h - 1
+
+
+def test_ticks_add_refuses_delta_out_of_range():
+    # MicroPython's ticks_add raises OverflowError for a delta outside
+    # (-period/2, period/2): such a delta cannot come back out of
+    # ticks_diff(ticks_add(t, d), t). The emulation must refuse it as well,
+    # or code that works on the desktop fails on the device.
+    p = _period()
+    h = p // 2
+    for d in (h, -h, h + 1, -h - 1, p, -p, 3 * p):
+        try:
+            u = ticks_add(0, d)
+        except OverflowError:
+            continue
+        raise AssertionError("ticks_add(0, %d) returned %d" % (d, u))
+
+
+def test_ticks_ms_wraps_cpython():
+    # Start the emulated clock just before the wrap and sleep across it.
+    _cpython_only()
+    import time
+
+    p = compat.TICKS_PERIOD
+    saved = compat._ticks_base
+    try:
+        for _ in range(5):
+            now = int(time.monotonic() * 1000)
+            compat._ticks_base = (p - 40) - now
+            t0 = compat.ticks_ms()
+            compat.sleep_ms(80)
+            t1 = compat.ticks_ms()
+            if t0 >= p - 40:
+                break  # read before the wrap (a slow machine may miss it)
+        assert p - 40 <= t0 < p, t0
+        assert 0 <= t1 < p // 2, t1  # wrapped
+        d = ticks_diff(t1, t0)
+        assert 79 <= d < 2000, d
+        assert ticks_diff(t0, t1) == -d
+        assert ticks_add(t0, d) == t1
+    finally:
+        compat._ticks_base = saved
+    # Restored: the clock reads the plain monotonic milliseconds again.
+    want = int(time.monotonic() * 1000) & (p - 1)
+    assert 0 <= ticks_diff(compat.ticks_ms(), want) < 1000
+
+
+def test_ticks_ms_and_sleep():
+    t0 = compat.ticks_ms()
+    compat.sleep_ms(20)
+    d = ticks_diff(compat.ticks_ms(), t0)
+    assert 19 <= d < 5000, d
+
+
+# ---------------------------------------------------------------- copy
+
+def test_copy_between_buffers():
+    dst = bytearray(b"..........")
+    compat.copy(dst, 2, b"abcdef", 1, 4)
+    assert dst == bytearray(b"..bcde....")
+    compat.copy(dst, 0, bytearray(b"XY"), 0, 2)
+    assert dst == bytearray(b"XYbcde....")
+    compat.copy(dst, 8, memoryview(b"0123"), 2, 2)
+    assert dst == bytearray(b"XYbcde..23")
+    # The whole buffer, and a source that is itself a bytearray.
+    src = bytearray(range(10))
+    compat.copy(dst, 0, src, 0, 10)
+    assert dst == src
+    assert dst is not src
+
+
+def test_copy_zero_length():
+    dst = bytearray(b"abc")
+    compat.copy(dst, 0, b"xyz", 0, 0)
+    compat.copy(dst, 3, b"xyz", 3, 0)  # both offsets at the end
+    compat.copy(dst, 1, dst, 2, 0)
+    compat.copy(dst, 0, b"", 0, 0)
+    assert dst == bytearray(b"abc")
+
+
+def test_copy_within_one_buffer():
+    # Not overlapping, both directions.
+    buf = bytearray(b"abcdefgh")
+    compat.copy(buf, 0, buf, 5, 3)
+    assert buf == bytearray(b"fghdefgh")
+    buf = bytearray(b"abcdefgh")
+    compat.copy(buf, 5, buf, 0, 3)
+    assert buf == bytearray(b"abcdeabc")
+    # Overlapping, moving towards the start (compacting a receive buffer).
+    buf = bytearray(b"abcdefgh")
+    compat.copy(buf, 0, buf, 2, 6)
+    assert buf == bytearray(b"cdefghgh")
+    buf = bytearray(b"abcdefgh")
+    compat.copy(buf, 3, buf, 4, 4)
+    assert buf == bytearray(b"abcefghh")
+    # Onto itself.
+    buf = bytearray(b"abcdefgh")
+    compat.copy(buf, 2, buf, 2, 5)
+    assert buf == bytearray(b"abcdefgh")
+
+
+def test_copy_overlapping_towards_end():
+    # Overlapping with the destination after the source (making room in a
+    # buffer). CPython's slice assignment copies as memmove does; the result
+    # must be the same on MicroPython.
+    for doff, soff, n in ((2, 0, 5), (1, 0, 7), (3, 1, 4), (7, 0, 1)):
+        buf = bytearray(b"abcdefgh")
+        want = bytearray(buf)
+        want[doff:doff + n] = bytes(want[soff:soff + n])
+        compat.copy(buf, doff, buf, soff, n)
+        assert buf == want, (doff, soff, n, buf)
+
+
+def test_copy_out_of_range_keeps_length():
+    # copy() writes into fixed buffers: a range past the end of either buffer
+    # is an error, never a resize. On MicroPython the byte loop raises
+    # IndexError (and the viper loop does not check at all, so this runs on
+    # CPython only); the emulation must not quietly grow or shrink dst, which
+    # would hide the caller's bug on the desktop.
+    _cpython_only()
+    for doff, src, soff, n in ((6, b"abcd", 0, 4), (0, b"ab", 0, 5), (8, b"a", 0, 1),
+                               (0, b"abcdef", 4, 3)):
+        dst = bytearray(8)
+        try:
+            compat.copy(dst, doff, src, soff, n)
+        except (IndexError, ValueError):
+            pass
+        else:
+            raise AssertionError("copy(dst[8], %d, src[%d], %d, %d) did not raise; len(dst) is now %d"
+                                 % (doff, len(src), soff, n, len(dst)))
+        assert len(dst) == 8
+
+
+def test_copy_no_allocation():
+    _micropython_only()
+    import micropython
+
+    dst = bytearray(80)
+    src = b"0123456789abcdefghijklmnopqrstuvwxyz"
+    rb = bytearray(src)
+
+    def run():
+        micropython.heap_lock()
+        try:
+            i = 0
+            while i < 50:
+                compat.copy(dst, 3, src, 1, 20)
+                compat.copy(dst, 30, rb, 0, len(rb))
+                compat.copy(rb, 0, rb, 4, 10)
+                compat.copy(dst, 0, src, 0, 0)
+                i += 1
+            try:
+                bytearray(4)
+                locked = False
+            except MemoryError:
+                locked = True
+        finally:
+            micropython.heap_unlock()
+        return locked
+
+    assert run(), "heap_lock did not stop allocation"
+    assert dst[3:23] == bytearray(src[1:21])
+
+
+# ---------------------------------------------------------------- bytes
+
+def test_as_bytes():
+    assert compat.as_bytes("abc") == b"abc"
+    assert compat.as_bytes("") == b""
+    assert compat.as_bytes("\u00e9\u4e2d") == b"\xc3\xa9\xe4\xb8\xad"
+    b = b"xyz"
+    assert compat.as_bytes(b) is b
+    ba = bytearray(b"xyz")
+    assert compat.as_bytes(ba) is ba
+    mv = memoryview(b"xyz")
+    assert compat.as_bytes(mv) is mv
+
+
+def test_valid_utf8_cpython():
+    _cpython_only()
+    v = compat.valid_utf8
+    ok = (b"", b"abc", b"a/b/c", b"\xc3\xa9", b"\xe4\xb8\xad", b"\xf0\x9f\x98\x80",
+          b"\xef\xbf\xbf", b"\xf4\x8f\xbf\xbf", b"\xed\x9f\xbf", b"\xee\x80\x80")
+    bad = (b"\x00", b"a\x00b",  # U+0000 [MQTT-1.5.3-2]
+           b"\xc0\x80", b"\xc1\xbf", b"\xe0\x80\xaf", b"\xf0\x80\x80\xaf",  # overlong
+           b"\xed\xa0\x80", b"\xed\xbf\xbf",  # surrogates
+           b"\xf4\x90\x80\x80", b"\xf5\x80\x80\x80", b"\xff",  # past U+10FFFF
+           b"\x80", b"\xc3", b"\xe4\xb8", b"a\xc3", b"\xc3a")  # stray, truncated
+    for s in ok:
+        assert v(s, 0, len(s)), s
+    for s in bad:
+        assert not v(s, 0, len(s)), s
+    # Spans: only the bytes inside count.
+    buf = bytearray(b"\xff\xc3\xa9\x00")
+    assert v(buf, 1, 2)
+    assert not v(buf, 0, 3)
+    assert not v(buf, 1, 3)
+    assert not v(buf, 2, 1)  # a split sequence
+    assert v(memoryview(b"\x00ab\x00"), 1, 2)
+
+
+def test_valid_utf8_agrees_with_codec_fallback():
+    # codec uses compat.valid_utf8 on CPython and its own byte checker on
+    # MicroPython; the two must give the same answers.
+    _cpython_only()
+    from umqtt3 import codec
+
+    samples = [b"", b"a", b"\x00", b"\x7f", b"\x80", b"\xbf", b"\xc0", b"\xc1",
+               b"\xc2", b"\xdf", b"\xe0", b"\xed", b"\xee", b"\xef", b"\xf0",
+               b"\xf4", b"\xf5", b"\xff"]
+    conts = [b"", b"\x80", b"\x8f", b"\x90", b"\x9f", b"\xa0", b"\xbf", b"\xc0", b"a"]
+    seen = 0
+    for lead in samples:
+        for c1 in conts:
+            for c2 in conts:
+                for c3 in (b"", b"\x80", b"\xbf"):
+                    s = lead + c1 + c2 + c3
+                    assert compat.valid_utf8(s, 0, len(s)) == codec._utf8_ok(s, 0, len(s)), s
+                    seen += 1
+    assert seen == len(samples) * len(conts) * len(conts) * 3
+
+
+# ---------------------------------------------------------------- poll
+
+def test_poll_constants():
+    assert (compat.POLLIN, compat.POLLOUT, compat.POLLERR, compat.POLLHUP) == (1, 4, 8, 16)
+    if not MICROPYTHON:
+        import select
+
+        assert compat.POLLIN == select.POLLIN
+        assert compat.POLLOUT == select.POLLOUT
+        assert compat.POLLERR == select.POLLERR
+        assert compat.POLLHUP == select.POLLHUP
+
+
+def test_poll_ipoll_pairs():
+    if MICROPYTHON or compat.socket is None:
+        raise SkipTest("needs a CPython socketpair")
+    a, b = compat.socket.socketpair()
+    try:
+        p = compat.poll()
+        p.register(a, compat.POLLIN)
+        assert list(p.ipoll(0)) == []
+        b.send(b"x")
+        got = list(p.ipoll(1000))
+        assert len(got) == 1, got
+        assert len(got[0]) == 2
+        obj, ev = got[0]
+        assert obj is a
+        assert ev & compat.POLLIN
+        assert a.recv(1) == b"x"
+        assert list(p.ipoll(0)) == []
+        # modify: ask for writability as well.
+        p.modify(a, compat.POLLIN | compat.POLLOUT)
+        got = list(p.ipoll(0))
+        assert len(got) == 1 and got[0][0] is a and got[0][1] & compat.POLLOUT, got
+        # The default mask is POLLIN | POLLOUT; a fresh socket is writable.
+        p.modify(a, compat.POLLIN)
+        p.register(b)
+        got = list(p.ipoll(0))
+        assert len(got) == 1 and got[0][0] is b and got[0][1] & compat.POLLOUT, got
+        # Both ready at once: one pair per object.
+        b.send(b"y")
+        got = list(p.ipoll(1000))
+        objs = [o for o, _ in got]
+        assert len(got) == 2 and a in objs and b in objs, got
+        # A file descriptor number comes back as itself.
+        p.unregister(b)
+        p.register(b.fileno(), compat.POLLOUT)
+        got = [pair for pair in p.ipoll(0) if pair[0] is not a]
+        assert got == [(b.fileno(), compat.POLLOUT)], got
+        p.unregister(b.fileno())
+        p.unregister(a)
+        assert list(p.ipoll(0)) == []
+        # poll() gives the same pairs as a list.
+        p.register(a, compat.POLLIN)
+        res = p.poll(0)
+        assert isinstance(res, list) and len(res) == 1 and res[0][0] is a
+    finally:
+        a.close()
+        b.close()
