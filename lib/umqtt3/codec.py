@@ -184,7 +184,13 @@ def _put_props(buf, off, p):
 def encode_connect(buf, off, client_id, level=4, clean=True, keepalive=0,
                    user=None, password=None, will_topic=None, will_msg=b"",
                    will_qos=0, will_retain=False, props=None, will_props=None):
+    if not 3 <= level <= 5:
+        _err("bad level", BAD_PROTOCOL_VERSION)
     cid = as_bytes(client_id)
+    if not cid and (level == 3 or (level == 4 and not clean)):
+        # 3.1 wants 1..23 characters; 3.1.1 an empty id only with a clean
+        # session [MQTT-3.1.3-7]; 5.0 lets the server assign one
+        _err("empty client id", PROTOCOL_ERROR)
     name = b"MQIsdp" if level == 3 else b"MQTT"
     flags = 2 if clean else 0
     rl = len(name) + 2 + 4 + _str_len(cid)
@@ -509,9 +515,11 @@ def _props(pkt, buf, off, end, ptype):
         b = buf[off]
         off += 1
         n |= (b & 0x7F) << shift
-        shift += 7
         if not b & 0x80:
+            if not b and shift:
+                _err("bad property length")  # not minimal [MQTT-1.5.5-1]
             break
+        shift += 7
     if off + n > end:
         _err("properties run past the packet")
     pkt.props_off = off
@@ -550,20 +558,15 @@ def decode(pkt, buf, off, end, max_size=0):
         return _dec_publish(pkt, buf, i, end, fl, v5)
     if t == 0 or (t == AUTH and not v5):
         _err("reserved packet type")
-    if fl != _FLAGS[t]:
+    # MQTT 3.1 marks these bits unused (a 3.1 sender sets DUP on a resent
+    # SUBSCRIBE), so only 3.1.1 and 5.0 insist on them
+    if fl != _FLAGS[t] and level > 3:
         _err("reserved flags")
     n = end - i
     if PUBACK <= t <= PUBCOMP or (t == UNSUBACK and not v5):
         if n < 2 or (n != 2 and not v5):
             _err("bad length")
-        i = _pid(pkt, buf, i, end)
-        if n > 2:
-            pkt.rc = buf[i]
-            if n > 3:
-                _props(pkt, buf, i + 1, end, t)
-            elif n != 3:
-                _err("bad length")
-        return t
+        return _tail(pkt, buf, _pid(pkt, buf, i, end), end, t)
     if t == PINGREQ or t == PINGRESP:
         if n:
             _err("bad length")
@@ -571,23 +574,19 @@ def decode(pkt, buf, off, end, max_size=0):
     if t == DISCONNECT or t == AUTH:
         if n and not v5:
             _err("bad length")
-        if n:
-            pkt.rc = buf[i]
-            if n > 1:
-                _props(pkt, buf, i + 1, end, t)
-        return t
+        return _tail(pkt, buf, i, end, t)
     if t == CONNACK:
         if n < 2 or (n != 2 and not v5):
             _err("bad length")
         if buf[i] & 0xFE:
             _err("CONNACK reserved bits")  # [MQTT-3.2.2-1]
         pkt.session_present = buf[i] == 1
-        pkt.rc = buf[i + 1]
-        if v5:
-            if n < 3:
-                _err("bad length")
-            _props(pkt, buf, i + 2, end, t)
-        return t
+        if not v5:
+            pkt.rc = buf[i + 1]
+            return t
+        if n < 3:
+            _err("bad length")  # 5.0 always has reason code and properties
+        return _tail(pkt, buf, i + 1, end, t)
     if t == SUBSCRIBE or t == UNSUBSCRIBE:
         return _srv().decode_filters(pkt, buf, i, end, v5)
     if t == SUBACK or t == UNSUBACK:
@@ -596,16 +595,28 @@ def decode(pkt, buf, off, end, max_size=0):
             i = _props(pkt, buf, i, end, t)
         pkt.payload_off = i
         pkt.payload_len = end - i
-        if t == SUBACK:
-            if i == end:
-                _err("SUBACK with no return codes")
-            while i < end:
-                c = buf[i]
-                if not (c < 3 or c == 0x80 or (v5 and c > 0x80)):
-                    _err("bad SUBACK return code")  # [MQTT-3.9.3-2]
-                i += 1
+        if i == end:
+            _err("no return codes")  # one per filter, and there is at least one
+        while i < end:
+            c = buf[i]
+            if not (_pmod().reason_ok(t, c) if v5 else c < 3 or c == 0x80):
+                _err("bad return code")  # [MQTT-3.9.3-2]
+            i += 1
         return t
     return _srv().decode_connect(pkt, buf, i, end)
+
+
+def _tail(pkt, buf, i, end, t):
+    """v5 reason code at i, then properties up to end; either may be absent
+    when the packet ends first."""
+    if i < end:
+        c = buf[i]
+        if not _pmod().reason_ok(t, c):
+            _err("bad reason code", PROTOCOL_ERROR)
+        pkt.rc = c
+        if i + 1 < end and _props(pkt, buf, i + 1, end, t) != end:
+            _err("bad length")  # bytes after the properties
+    return t
 
 
 def _dec_publish(pkt, buf, i, end, fl, v5):

@@ -4,6 +4,10 @@
 # for it. check() walks a property list without allocating; parse() and
 # encode() trade allocation for convenience (dicts keyed by property id).
 from .compat import const, as_bytes
+# Not circular: codec imports this module lazily. Importing here, not inside
+# the functions, keeps check() free of a per-call import (which allocates on
+# MicroPython).
+from .codec import MQTTError, _str, _bin
 
 PAYLOAD_FORMAT = const(0x01)
 MESSAGE_EXPIRY = const(0x02)
@@ -60,8 +64,30 @@ WHERE = (0, _P | _W, _P | _W, _P | _W, 0, 0, 0, 0, _P | _W, _P | _W, 0, _P | (1 
          _C | _A, _A, _A, _A)
 
 
+# The reason codes each packet type may carry, indexed by packet type (MQTT
+# 5.0 section 2.4); a peer that sends another breaks a MUST such as
+# [MQTT-3.4.2-1], so it is refused as a protocol error.
+_RC_PUB = b"\x00\x10\x80\x83\x87\x90\x91\x97\x99"  # PUBACK, PUBREC
+_RC_REL = b"\x00\x92"  # PUBREL, PUBCOMP
+_RC = (b"", b"",
+       # CONNACK
+       b"\x00\x80\x81\x82\x83\x84\x85\x86\x87\x88\x89\x8a\x8c\x90\x95\x97\x99\x9a\x9b\x9c"
+       b"\x9d\x9f",
+       b"", _RC_PUB, _RC_PUB, _RC_REL, _RC_REL, b"",
+       b"\x00\x01\x02\x80\x83\x87\x8f\x91\x97\x9e\xa1\xa2", b"",  # SUBACK
+       b"\x00\x11\x80\x83\x87\x8f\x91", b"", b"",  # UNSUBACK
+       # DISCONNECT
+       b"\x00\x04\x80\x81\x82\x83\x87\x89\x8b\x8d\x8e\x8f\x90\x93\x94\x95\x96\x97\x98\x99"
+       b"\x9a\x9b\x9c\x9d\x9e\x9f\xa0\xa1\xa2",
+       b"\x00\x18\x19")  # AUTH
+
+
+def reason_ok(ptype, rc):
+    """Is rc a reason code packet type ptype may carry? (No allocation.)"""
+    return rc in _RC[ptype]
+
+
 def _fail(reason, code=0x81):
-    from .codec import MQTTError
     raise MQTTError(reason, code)
 
 
@@ -75,6 +101,8 @@ def _varint(buf, i, end):
         b = buf[i]
         n |= (b & 0x7F) << shift
         if not b & 0x80:
+            if not b and shift:
+                _fail("bad variable byte integer")  # not minimal [MQTT-1.5.5-1]
             return n
         shift += 7
         i += 1
@@ -98,7 +126,6 @@ def _value_end(buf, i, end, t):
         _varint(buf, i, end)
         i = _varint_end(buf, i)
     else:
-        from .codec import _str, _bin
         if t == _BIN:
             i = _bin(buf, i, end)
         else:
@@ -221,6 +248,8 @@ def _put_varint(out, n):
 
 def _put_str(out, s):
     s = as_bytes(s)
+    if len(s) > 65535:
+        _fail("string too long")
     out.append(len(s) >> 8)
     out.append(len(s) & 0xFF)
     out.extend(s)
@@ -236,6 +265,9 @@ def encode(props):
             _fail("unknown property")
         vals = v if isinstance(v, list) else (v,)
         for v in vals:
+            # out.append() would wrap a bad value silently on MicroPython
+            if t < _UTF8 and (v < 0 or v >> (8, 16, 32, 28)[t - 1]):
+                _fail("bad property value")
             out.append(pid)
             if t == _BYTE:
                 out.append(v)

@@ -1,0 +1,79 @@
+# Helpers for the portable tests: the same file runs under CPython (pytest)
+# and MicroPython (tools/mp/testrunner.py), so nothing here may need pytest.
+import sys
+import binascii
+
+try:
+    import os
+except ImportError:  # some MicroPython builds have no os
+    os = None
+
+MICROPYTHON = sys.implementation.name == "micropython"
+
+try:
+    # pytest reports unittest.SkipTest as a skip; testrunner.py goes by the
+    # class name, so either runner sees a skip
+    from unittest import SkipTest as _SkipBase
+except ImportError:
+    _SkipBase = Exception
+
+
+class SkipTest(_SkipBase):
+    """Raise inside a test to skip it."""
+
+
+def raises(exc_type, fn, *args, **kw):
+    """Call fn(*args, **kw), which must raise exc_type; return the exception."""
+    try:
+        fn(*args, **kw)
+    except exc_type as e:
+        return e
+    raise AssertionError("did not raise " + exc_type.__name__)
+
+
+def unhex(text):
+    """bytes from hex text; spaces and newlines are ignored."""
+    return binascii.unhexlify("".join(text.split()))
+
+
+def tohex(b):
+    return binascii.hexlify(bytes(b)).decode()
+
+
+def _isdir(p):
+    if os is None:
+        return False
+    try:
+        return (os.stat(p)[0] & 0x4000) != 0
+    except OSError:
+        return False
+
+
+def _shared():
+    # tools/mp/run.mjs copies ../shared to /shared inside the VM; elsewhere it
+    # sits beside the checkout: <repo>/tests/portable/support.py -> <repo>/../shared
+    if MICROPYTHON and _isdir("/shared"):
+        return "/shared"
+    here = __file__
+    if not MICROPYTHON:
+        here = os.path.abspath(here)
+    parts = here.replace("\\", "/").split("/")
+    return "/".join(parts[:-3] + [".."] + ["shared"])
+
+
+SHARED = _shared()
+
+
+def shared_path(rel):
+    """Path of a file under the shared directory (vectors, seeds)."""
+    return SHARED + "/" + rel
+
+
+def have_shared(rel):
+    if os is None:
+        return False
+    try:
+        os.stat(shared_path(rel))
+        return True
+    except OSError:
+        return False
