@@ -19,18 +19,20 @@ class Busy(MQTTError):
 
 
 class Flow:
-    def __init__(self, store, app, window=8, level=4):
+    def __init__(self, store, app, window=8, level=4, max_pid=65535):
         self.store = store
         self.app = app  # has deliver(pkt, redelivered)
         self.window = window
         self.level = level
+        self.max_pid = max_pid  # smaller only in tests, to make ids wrap
         self.pid = 0
         self.last_done = 0  # packet id whose flow completed last
 
     def new_pid(self):
         p = self.pid
-        for _ in range(65535):
-            p = p % 65535 + 1
+        m = self.max_pid
+        for _ in range(m):
+            p = p % m + 1
             if not self.store.out_has(p):
                 self.pid = p
                 return p

@@ -59,7 +59,9 @@ class MemoryStore:
         self.state[i] = 0x70  # 'p'
         self.nseq += 1
         self.seq[i] = self.nseq
-        if key is not None:
+        if key is None:
+            self.key[i] = -1  # not the key of the slot's previous message
+        else:
             self.key[i] = key
             if key > self.last_key:
                 self.last_key = key
@@ -214,7 +216,9 @@ class FileStore:
         self.inb = {}  # pid -> state ('u' or 'd')
         self.nseq = 0
         self.last_key = -1
-        self._pending = []
+        # scan now: accepted(), the sequence numbers and the packet ids in
+        # use are only right once the records of the last boot are known
+        self.recover()
 
     def _p(self, name):
         return self.dir + "/" + name
@@ -261,7 +265,8 @@ class FileStore:
     def in_add(self, pid, buf, off, n):
         if len(self.out) + len(self.inb) >= self.max:
             raise StoreFull()
-        self.fs.write(self._p("i%05d.u" % pid), _frame(0, -1, bytes(buf[off:off + n])))
+        self.nseq += 1  # arrival order, for handing them over again
+        self.fs.write(self._p("i%05d.u" % pid), _frame(self.nseq, -1, bytes(buf[off:off + n])))
         self.fs.sync_dir(self.dir)
         self.inb[pid] = "u"
 
@@ -293,13 +298,16 @@ class FileStore:
         for name in sorted(self.fs.listdir(self.dir)):
             path = self._p(name)
             try:
-                rec = _unframe(self.fs.read(path))
+                data = self.fs.read(path)
             except OSError:
-                rec = None
+                continue  # unreadable now: not proof of a torn write
+            rec = _unframe(data)
             if rec is None:
                 self.fs.remove(path)  # torn by a reset mid-write: never sent
                 continue
             seq, key, body = rec
+            if seq > self.nseq:
+                self.nseq = seq
             if name == "last":
                 self.last_key = max(self.last_key, key)
                 continue
@@ -309,16 +317,16 @@ class FileStore:
                 pid = _publish_pid(body)
                 st = name[-1]
                 self.out[pid] = [seq, st, key]
-                self.nseq = max(self.nseq, seq)
                 outs.append((seq, pid, st, key, body))
             elif name[0] == "i":
                 pid = int(name[1:6])
                 st = name[-1]
                 self.inb[pid] = st
                 if st == "u":
-                    ins.append((pid, "u", -1, body))
+                    ins.append((seq, pid, "u", -1, body))
         outs.sort()
-        return [x[1:] for x in outs] + ins
+        ins.sort()
+        return [x[1:] for x in outs] + [x[1:] for x in ins]
 
 
 def _publish_pid(pkt):

@@ -1,0 +1,432 @@
+# MQTTClient against a scripted in-memory peer (no sockets), and the proof
+# that the steady state allocates nothing under MicroPython.
+#
+# Runs under pytest on CPython and under tools/mp/testrunner.py on MicroPython
+# (the WebAssembly port has no sockets: connect_link gives the client one end
+# of a transport.Pipe). Plain functions and assert, no pytest import.
+#
+# Everything runs in one thread: the client's link is wrapped so that a read
+# finding no data first lets the peer handle one packet. The peer decodes with
+# umqtt3.codec and answers from preallocated buffers, so it allocates nothing
+# either once it runs.
+import sys
+
+from umqtt3.client import MQTTClient
+from umqtt3.transport import Pipe, Conn
+from umqtt3.codec import (Packet, decode, encode_publish, encode_ack, encode_simple,
+                          CONNECT, PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP,
+                          SUBSCRIBE, UNSUBSCRIBE, PINGREQ, PINGRESP, DISCONNECT)
+from umqtt3.codec_server import encode_connack, encode_suback, encode_unsuback
+
+try:
+    from unittest import SkipTest  # pytest reports it as a skip
+except ImportError:
+    class SkipTest(Exception):
+        pass
+
+MICROPYTHON = sys.implementation.name == "micropython"
+
+TOPIC = b"dev/x"
+MSG = b"0123456789abcdef"
+
+
+class Peer:
+    """A broker stand-in driven one packet at a time. Counts what it got by
+    packet type; records PUBLISHes only while `record` is set (recording
+    allocates)."""
+
+    def __init__(self, level=4):
+        self.client_end, end = Pipe.pair(4096)
+        self.conn = Conn(end, 1024, 1024)
+        self.pkt = Packet(level)
+        self.got = [0] * 16
+        self.dup = 0  # PUBLISHes that arrived with DUP set
+        self.record = True
+        self.published = []  # (topic, payload, qos, dup)
+        self.ack = True  # answer QoS 1/2 PUBLISHes
+        self.session = False
+        self.pid = 0
+        self.last_len = 0  # payload length of the last PUBLISH
+
+    def step(self):
+        """Handle one packet from the client if a whole one is there."""
+        c = self.conn
+        if c.link.closed:
+            return False
+        n = c.recv()
+        if not n:
+            return False
+        p = self.pkt
+        decode(p, c.rx, 0, n)
+        t = p.type
+        self.got[t] += 1
+        if t == PUBLISH:
+            self.last_len = p.payload_len
+            if p.dup:
+                self.dup += 1
+            if self.record:
+                self.published.append((bytes(p.topic), bytes(p.payload), p.qos, p.dup))
+            if self.ack and p.qos == 1:
+                c.tlen = encode_ack(c.tx, c.tlen, PUBACK, p.pid)
+            elif self.ack and p.qos == 2:
+                c.tlen = encode_ack(c.tx, c.tlen, PUBREC, p.pid)
+        elif t == PUBREL:
+            c.tlen = encode_ack(c.tx, c.tlen, PUBCOMP, p.pid)
+        elif t == PUBREC:
+            c.tlen = encode_ack(c.tx, c.tlen, PUBREL, p.pid)
+        elif t == PINGREQ:
+            c.tlen = encode_simple(c.tx, c.tlen, PINGRESP)
+        elif t == CONNECT:
+            c.tlen = encode_connack(c.tx, c.tlen, self.session, 0)
+        elif t == SUBSCRIBE:
+            c.tlen = encode_suback(c.tx, c.tlen, p.pid, bytes([p.opts & 3]))
+        elif t == UNSUBSCRIBE:
+            c.tlen = encode_unsuback(c.tx, c.tlen, p.pid)
+        elif t == DISCONNECT:
+            c.link.close()
+        c.done()
+        c.flush()
+        return True
+
+    def publish(self, topic, msg, qos):
+        """Send the client a PUBLISH."""
+        c = self.conn
+        pid = 0
+        if qos:
+            self.pid = self.pid % 65535 + 1
+            pid = self.pid
+        c.tlen = encode_publish(c.tx, c.tlen, topic, msg, qos, pid)
+        c.flush()
+
+    def drop(self):
+        """The connection breaks: a fresh pipe for the next connect."""
+        self.conn.link.close()
+        self.client_end, end = Pipe.pair(4096)
+        self.conn.link = end
+        self.conn.done()
+        self.conn.tlen = self.conn.sent = 0
+
+
+class Link:
+    """The client's end of the pipe; a read that finds nothing lets the peer
+    handle one packet first, so blocking calls work in one thread."""
+
+    def __init__(self, pipe, peer):
+        self.pipe = pipe
+        self.peer = peer
+
+    def readinto(self, buf, n):
+        r = self.pipe.readinto(buf, n)
+        if r is None:
+            self.peer.step()
+            r = self.pipe.readinto(buf, n)
+        return r
+
+    def write(self, buf, off=0, n=-1):
+        return self.pipe.write(buf, off, n)
+
+    def close(self):
+        self.pipe.close()
+
+
+def _client(peer, **kw):
+    def connect_link():
+        return Link(peer.client_end, peer)
+    return MQTTClient("dev1", "peer", connect_link=connect_link, timeout_ms=2000, **kw)
+
+
+class Inbox:
+    def __init__(self):
+        self.msgs = []
+
+    def cb(self, topic, msg):
+        self.msgs.append((topic, msg))
+
+
+class RawCount:
+    """A raw callback that allocates nothing: counts and sums lengths."""
+
+    def __init__(self):
+        self.n = 0
+        self.bytes = 0
+        self.redelivered = 0
+
+    def cb(self, pkt, redelivered):
+        self.n += 1
+        self.bytes += pkt.payload_len
+        if redelivered:
+            self.redelivered += 1
+
+
+def _settle(c, peer, typ, count, limit=50):
+    # poll until the peer has seen `count` packets of type `typ`
+    for _ in range(limit):
+        if peer.got[typ] >= count:
+            return
+        c.poll(0)
+    raise AssertionError("peer got %d of packet type %d, wanted %d" % (peer.got[typ], typ, count))
+
+
+# ---------------------------------------------------------------- behaviour
+
+def test_connect_and_disconnect():
+    peer = Peer()
+    c = _client(peer)
+    assert c.connect() is False
+    assert peer.got[CONNECT] == 1 and c.is_connected()
+    c.disconnect()
+    peer.step()
+    assert peer.got[DISCONNECT] == 1 and not c.is_connected()
+
+
+def test_session_present():
+    peer = Peer()
+    peer.session = True
+    c = _client(peer)
+    assert c.connect(clean_session=False) is True
+
+
+def test_publish_qos0_1_2():
+    peer = Peer()
+    c = _client(peer)
+    c.connect()
+    assert c.publish(TOPIC, b"zero") == 0
+    pid1 = c.publish(TOPIC, b"one", qos=1)
+    assert pid1 and c.inflight() == 0
+    pid2 = c.publish(TOPIC, b"two", qos=2, retain=True)
+    assert pid2 and pid2 != pid1 and c.inflight() == 0
+    assert peer.published == [(TOPIC, b"zero", 0, False), (TOPIC, b"one", 1, False),
+                              (TOPIC, b"two", 2, False)]
+    assert peer.got[PUBREL] == 1
+
+
+def test_publish_str_topic_and_message():
+    peer = Peer()
+    c = _client(peer)
+    c.connect()
+    c.publish("dev/s", "text", qos=1)
+    assert peer.published[-1][:2] == (b"dev/s", b"text")
+
+
+def test_publish_no_wait_then_acks():
+    peer = Peer()
+    c = _client(peer, window=4)
+    c.connect()
+    for i in range(3):
+        c.publish(TOPIC, b"m%d" % i, qos=2, wait=False)
+    assert c.inflight() == 3
+    _settle(c, peer, PUBREL, 3)
+    for _ in range(5):
+        c.poll(0)
+    assert c.inflight() == 0
+    assert [m[1] for m in peer.published] == [b"m0", b"m1", b"m2"]
+
+
+def test_window_full_is_busy():
+    from umqtt3.flow import Busy
+    peer = Peer()
+    peer.ack = False
+    c = _client(peer, window=2)
+    c.connect()
+    c.publish(TOPIC, b"a", qos=1, wait=False)
+    c.publish(TOPIC, b"b", qos=1, wait=False)
+    try:
+        c.publish(TOPIC, b"c", qos=1, wait=False)
+    except Busy:
+        pass
+    else:
+        raise AssertionError("third publish in a window of 2 was taken")
+    assert c.inflight() == 2
+
+
+def test_receive_qos0_1_2():
+    peer = Peer()
+    c = _client(peer)
+    box = Inbox()
+    c.set_callback(box.cb)
+    c.connect()
+    peer.publish(b"in/0", b"zero", 0)
+    c.wait_msg()
+    peer.publish(b"in/1", b"one", 1)
+    c.wait_msg()
+    _settle(c, peer, PUBACK, 1)
+    peer.publish(b"in/2", b"two", 2)
+    c.wait_msg()
+    _settle(c, peer, PUBCOMP, 1)
+    assert peer.got[PUBREC] == 1  # the client answered the QoS 2 message
+    assert box.msgs == [(b"in/0", b"zero"), (b"in/1", b"one"), (b"in/2", b"two")]
+
+
+def test_receive_qos2_resent_is_delivered_once():
+    peer = Peer()
+    c = _client(peer)
+    box = Inbox()
+    c.set_callback(box.cb)
+    c.connect()
+    # the same id twice (a resend), before the PUBREL
+    co = peer.conn
+    co.tlen = encode_publish(co.tx, 0, b"in/2", b"once", 2, 77)
+    co.tlen = encode_publish(co.tx, co.tlen, b"in/2", b"once", 2, 77, False, True)
+    co.flush()
+    c.check_msg()
+    c.check_msg()
+    assert box.msgs == [(b"in/2", b"once")]
+    _settle(c, peer, PUBCOMP, 1)
+    assert box.msgs == [(b"in/2", b"once")]
+
+
+def test_raw_callback():
+    peer = Peer()
+    c = _client(peer)
+    got = []
+    c.set_callback(lambda pkt, red: got.append((bytes(pkt.topic), bytes(pkt.payload), pkt.qos, red)),
+                   raw=True)
+    c.connect()
+    peer.publish(b"r", b"raw", 2)
+    c.wait_msg()
+    assert got == [(b"r", b"raw", 2, False)]
+
+
+def test_unknown_pubrel_answered():
+    peer = Peer()
+    c = _client(peer)
+    c.connect()
+    co = peer.conn
+    co.tlen = encode_ack(co.tx, 0, PUBREL, 4242)
+    co.flush()
+    _settle(c, peer, PUBCOMP, 1)
+
+
+def test_subscribe_unsubscribe():
+    peer = Peer()
+    c = _client(peer)
+    c.connect()
+    assert c.subscribe(b"a/#", 1) == 1
+    assert c.subscribe("b/+", 2) == 2
+    c.unsubscribe(b"a/#")
+    assert peer.got[SUBSCRIBE] == 2 and peer.got[UNSUBSCRIBE] == 1
+
+
+def test_ping():
+    peer = Peer()
+    c = _client(peer)
+    c.connect()
+    c.ping()
+    assert c.ping_at is not None
+    _settle(c, peer, PINGREQ, 1)
+    c.poll(0)
+    assert c.ping_at is None
+
+
+def test_resend_after_reconnect():
+    peer = Peer()
+    peer.ack = False
+    c = _client(peer, window=4)
+    c.connect(clean_session=False)
+    c.publish(TOPIC, b"q1", qos=1, wait=False)
+    c.publish(TOPIC, b"q2", qos=2, wait=False)
+    _settle(c, peer, PUBLISH, 2)
+    peer.drop()
+    peer.ack = True
+    peer.session = True
+    c.connect(clean_session=False)
+    _settle(c, peer, PUBREL, 1)
+    for _ in range(5):
+        c.poll(0)
+    assert c.inflight() == 0
+    assert peer.published[2:] == [(TOPIC, b"q1", 1, True), (TOPIC, b"q2", 2, True)]
+
+
+# ---------------------------------------------------------------- no allocation
+
+def _steady(c, peer, box, n):
+    # one round of everything the steady state does
+    p = peer
+    for _ in range(n):
+        c.publish(TOPIC, MSG, False, 0)
+        c.publish(TOPIC, MSG, False, 1)
+        c.publish(TOPIC, MSG, False, 2)
+        p.publish(TOPIC, MSG, 0)
+        c.wait_msg()
+        p.publish(TOPIC, MSG, 1)
+        p.publish(TOPIC, MSG, 2)
+        want = box.n + 2
+        for _ in range(20):
+            if box.n >= want and p.got[PUBCOMP] >= p.pid:
+                break
+            c.poll(0)
+        c.ping()
+        for _ in range(20):
+            if c.ping_at is None:
+                break
+            c.poll(0)
+
+
+def _locked(fn, *args):
+    import micropython
+    micropython.heap_lock()
+    try:
+        fn(*args)
+    finally:
+        micropython.heap_unlock()
+
+
+def _one(c, peer, box, what):
+    # the parts of _steady one at a time, to say which one allocates
+    p = peer
+    if what == "publish qos0":
+        c.publish(TOPIC, MSG, False, 0)
+        c.poll(0)
+    elif what == "publish qos1":
+        c.publish(TOPIC, MSG, False, 1)
+    elif what == "publish qos2":
+        c.publish(TOPIC, MSG, False, 2)
+    elif what == "receive qos0":
+        p.publish(TOPIC, MSG, 0)
+        c.wait_msg()
+    elif what == "receive qos1":
+        p.publish(TOPIC, MSG, 1)
+        c.poll(0)
+        c.poll(0)
+    elif what == "receive qos2":
+        p.publish(TOPIC, MSG, 2)
+        for _ in range(4):
+            c.poll(0)
+    elif what == "ping":
+        c.ping()
+        c.poll(0)
+        c.poll(0)
+
+
+PARTS = ("publish qos0", "publish qos1", "publish qos2", "receive qos0",
+         "receive qos1", "receive qos2", "ping")
+
+
+def test_steady_state_allocates_nothing():
+    if not MICROPYTHON:
+        raise SkipTest("needs micropython.heap_lock")
+    import micropython
+    peer = Peer()
+    peer.record = False
+    c = _client(peer, keepalive=60)  # the keepalive checks run too
+    box = RawCount()
+    c.set_callback(box.cb, raw=True)
+    c.connect()
+    _steady(c, peer, box, 3)  # warm-up
+    # each part alone first, so a failure names the part that allocates
+    for what in PARTS:
+        _one(c, peer, box, what)
+        try:
+            _locked(_one, c, peer, box, what)
+        except MemoryError:
+            raise AssertionError("allocates: " + what)
+    sent = peer.got[PUBLISH]
+    n0 = box.n
+    micropython.heap_lock()
+    try:
+        _steady(c, peer, box, 20)
+    finally:
+        micropython.heap_unlock()
+    assert peer.got[PUBLISH] - sent == 60
+    assert box.n - n0 == 60 and box.redelivered == 0
+    assert c.inflight() == 0 and c.ping_at is None

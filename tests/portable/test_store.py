@@ -1,0 +1,446 @@
+# MemoryStore and FileStore (umqtt3.store): what the QoS flows remember.
+#
+# Runs under pytest on CPython and under tools/mp/testrunner.py on MicroPython,
+# so: plain functions and assert, no pytest import, nothing CPython-only at
+# module level. FileStore runs on the real `os` (a directory under /tmp on
+# CPython, under / on MicroPython, whose WebAssembly port keeps files in
+# memory). Power loss at every step is tests/test_crash.py's job.
+import sys
+
+try:
+    import os
+except ImportError:
+    os = None
+
+from umqtt3 import store as store_mod
+from umqtt3.store import MemoryStore, FileStore, StoreFull
+from umqtt3.codec import encode_publish, MQTTError
+
+try:
+    from unittest import SkipTest  # pytest reports it as a skip
+except ImportError:
+    class SkipTest(Exception):
+        pass
+
+MICROPYTHON = sys.implementation.name == "micropython"
+
+
+# ---------------------------------------------------------------- helpers
+
+def _pub(pid, msg=b"hello", topic=b"a/b", qos=2, level=4, props=None):
+    buf = bytearray(512)
+    n = encode_publish(buf, 0, topic, msg, qos, pid, False, False, level, props)
+    return buf, n
+
+
+def _add(s, pid, key=None, msg=b"hello", **kw):
+    buf, n = _pub(pid, msg, **kw)
+    # at an offset inside a larger buffer, as Flow stores from conn.tx
+    big = bytearray(8) + buf[:n] + bytearray(8)
+    s.out_add(pid, key, big, 8, n)
+    return bytes(buf[:n])
+
+
+def _raises(exc, fn, *args):
+    try:
+        fn(*args)
+    except exc as e:
+        return e
+    raise AssertionError("did not raise " + exc.__name__)
+
+
+def _isdir(p):
+    try:
+        return (os.stat(p)[0] & 0x4000) != 0
+    except OSError:
+        return False
+
+
+def _rmtree(p):
+    if not _isdir(p):
+        return
+    for name in os.listdir(p):
+        q = p + "/" + name
+        if _isdir(q):
+            _rmtree(q)
+        else:
+            os.remove(q)
+    os.rmdir(p)
+
+
+_n = [0]
+
+
+def _tmpdir():
+    """A fresh, empty directory for one test."""
+    if os is None:
+        raise SkipTest("no os module")
+    _n[0] += 1
+    if MICROPYTHON:
+        base = "/umqtt3-test-store"
+    else:
+        base = "/tmp/umqtt3-test-store-%d" % os.getpid()
+    if not _isdir(base):
+        os.mkdir(base)
+    d = "%s/%d" % (base, _n[0])
+    _rmtree(d)
+    return d
+
+
+def _cleanup(d):
+    _rmtree(d)
+    base = d.rsplit("/", 1)[0]
+    try:
+        os.rmdir(base)
+    except OSError:
+        pass
+
+
+def _files(d):
+    r = os.listdir(d)
+    r.sort()
+    return r
+
+
+def _read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _write(path, data):
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+# ---------------------------------------------------------------- MemoryStore
+
+def test_memory_out_add_has_count():
+    s = MemoryStore(slots=3, slot_size=64)
+    assert s.out_count() == 0 and not s.out_has(1)
+    p1 = _add(s, 1, key=0)
+    p7 = _add(s, 7, key=1, msg=b"world")
+    assert s.out_has(1) and s.out_has(7) and not s.out_has(2)
+    assert s.out_count() == 2
+    st, off, n = s.out_get(7)
+    assert st == 0x70  # 'p'
+    assert bytes(s.data[off:off + n]) == p7
+    st, off, n = s.out_get(1)
+    assert bytes(s.data[off:off + n]) == p1
+
+
+def test_memory_rel_and_del():
+    s = MemoryStore(slots=2, slot_size=64)
+    _add(s, 5)
+    s.out_rel(5)
+    assert s.out_get(5)[0] == 0x72  # 'r'
+    s.out_rel(99)  # unknown: ignored
+    s.out_del(99)
+    assert s.out_count() == 1
+    s.out_del(5)
+    assert not s.out_has(5) and s.out_count() == 0
+    s.out_del(5)  # twice: harmless
+
+
+def test_memory_full_raises_and_keeps_what_it_has():
+    s = MemoryStore(slots=2, slot_size=64)
+    a = _add(s, 1, key=0)
+    b = _add(s, 2, key=1)
+    e = _raises(StoreFull, _add, s, 3, 2)
+    assert isinstance(e, MQTTError) and e.code == 0x97
+    r = s.recover()
+    assert [x[0] for x in r] == [1, 2]
+    assert r[0][3] == a and r[1][3] == b
+    assert not s.accepted(2)  # the refused publish was not taken
+    s.out_del(1)
+    _add(s, 3, key=2)  # room again
+    assert s.accepted(2)
+
+
+def test_memory_message_larger_than_a_slot():
+    s = MemoryStore(slots=2, slot_size=16)
+    _raises(StoreFull, _add, s, 1, None, b"x" * 40)
+    assert s.out_count() == 0
+
+
+def test_memory_recover_in_send_order():
+    s = MemoryStore(slots=4, slot_size=64)
+    _add(s, 9, key=0, msg=b"first")
+    _add(s, 2, key=1, msg=b"second")
+    _add(s, 5, key=2, msg=b"third")
+    s.out_del(9)
+    _add(s, 1, key=3, msg=b"fourth")  # reuses the first slot, but comes last
+    s.out_rel(2)
+    r = s.recover()
+    assert [(x[0], x[1], x[2]) for x in r] == [(2, "r", 1), (5, "p", 2), (1, "p", 3)], r
+    assert r[2][3] == _pub(1, b"fourth")[0][:len(r[2][3])]
+
+
+def test_memory_key_none():
+    s = MemoryStore(slots=1, slot_size=64)
+    _add(s, 1, key=7)
+    s.out_del(1)
+    _add(s, 2)  # no key: recover must not report the slot's old key
+    assert s.recover()[0][2] == -1
+    assert s.accepted(7) and not s.accepted(8)
+
+
+def test_memory_accepted():
+    s = MemoryStore()
+    assert not s.accepted(0)
+    _add(s, 1, key=0)
+    _add(s, 2, key=1)
+    assert s.accepted(0) and s.accepted(1) and not s.accepted(2)
+    s.out_del(1)
+    s.out_del(2)
+    assert s.accepted(1)  # completed messages stay accepted
+
+
+def test_memory_inbound():
+    s = MemoryStore(inbound=2)
+    buf, n = _pub(3)
+    s.in_add(3, buf, 0, n)
+    assert s.in_has(3) and not s.in_has(4)
+    s.in_done(3)
+    s.in_add(4, buf, 0, n)
+    _raises(StoreFull, s.in_add, 5, buf, 0, n)
+    assert s.in_has(3) and s.in_has(4)
+    s.in_del(3)
+    assert not s.in_has(3)
+    s.in_add(5, buf, 0, n)
+    assert s.in_has(5)
+    s.in_del(42)  # unknown: ignored
+
+
+# ---------------------------------------------------------------- FileStore
+
+def test_file_out_lifecycle():
+    d = _tmpdir()
+    try:
+        s = FileStore(d)
+        assert s.recover() == []
+        p = _add(s, 3, key=0)
+        assert _files(d) == ["o00000001.p"]
+        assert s.out_has(3) and s.out_count() == 1
+        s.out_rel(3)
+        assert _files(d) == ["o00000001.r"]
+        s.out_rel(3)  # again: nothing changes
+        assert _files(d) == ["o00000001.r"]
+        s.out_del(3)
+        # the newest key's record stays, as "last", for accepted()
+        assert _files(d) == ["last"]
+        assert not s.out_has(3) and s.out_count() == 0
+        assert s.accepted(0) and not s.accepted(1)
+        rec = store_mod._unframe(_read(d + "/last"))
+        assert rec == (1, 0, p)
+    finally:
+        _cleanup(d)
+
+
+def test_file_reboot_recovers_in_sequence_order():
+    d = _tmpdir()
+    try:
+        s = FileStore(d)
+        bodies = []
+        # ten records so sequence 10 must sort after 9; ids in falling order
+        for i in range(10):
+            bodies.append(_add(s, 20 - i, key=i, msg=b"m%d" % i))
+        s.out_rel(18)
+        s.out_rel(12)
+        s.out_del(20)
+        s.out_del(15)
+        # reboot: a new store over the same directory
+        s2 = FileStore(d)
+        r = s2.recover()
+        want = [i for i in range(10) if 20 - i not in (20, 15)]
+        assert [x[0] for x in r] == [20 - i for i in want], r
+        assert [x[2] for x in r] == want
+        assert [x[3] for x in r] == [bodies[i] for i in want]
+        assert [x[1] for x in r] == ["r" if 20 - i in (18, 12) else "p" for i in want]
+        assert s2.out_count() == 8 and s2.out_has(18) and not s2.out_has(20)
+        assert s2.accepted(9) and not s2.accepted(10)
+        # sequence numbers go on past the survivors
+        _add(s2, 20, key=10)
+        assert "o00000011.p" in _files(d)
+        assert [x[0] for x in s2.recover()][-1] == 20
+    finally:
+        _cleanup(d)
+
+
+def test_file_accepted_without_recover():
+    # the constructor scans: accepted() is right straight after a reboot
+    d = _tmpdir()
+    try:
+        s = FileStore(d)
+        _add(s, 1, key=4)
+        _add(s, 2, key=5)
+        s.out_rel(2)
+        s.out_del(2)  # key 5 completes: "last"
+        s2 = FileStore(d)
+        assert s2.accepted(5) and s2.accepted(0) and not s2.accepted(6)
+        assert s2.out_has(1) and not s2.out_has(2)
+        _add(s2, 3, key=6)  # must not overwrite o00000001.p
+        assert _files(d) == ["last", "o00000001.p", "o00000003.p"], _files(d)
+    finally:
+        _cleanup(d)
+
+
+def test_file_key_none_and_last():
+    d = _tmpdir()
+    try:
+        s = FileStore(d)
+        _add(s, 1, key=3)
+        _add(s, 2)  # no key
+        s.out_del(2)
+        assert _files(d) == ["o00000001.p"]  # removed, not kept as "last"
+        _add(s, 4, key=2)  # an older key than the newest: never "last"
+        s.out_del(4)
+        s.out_del(1)
+        assert _files(d) == ["last"]
+        assert FileStore(d).accepted(3)
+    finally:
+        _cleanup(d)
+
+
+def test_file_inbound():
+    d = _tmpdir()
+    try:
+        s = FileStore(d)
+        b1, n1 = _pub(7, b"one")
+        b2, n2 = _pub(2, b"two")
+        b3, n3 = _pub(9, b"three")
+        s.in_add(7, b1, 0, n1)
+        s.in_add(2, b2, 0, n2)
+        s.in_add(9, b3, 0, n3)
+        assert s.in_has(7) and s.in_has(2) and not s.in_has(1)
+        s.in_done(9)
+        assert _files(d) == ["i00002.u", "i00007.u", "i00009.d"]
+        s2 = FileStore(d)
+        r = s2.recover()
+        # undelivered ones, in the order they arrived (not by id)
+        assert [(x[0], x[1]) for x in r] == [(7, "u"), (2, "u")], r
+        assert r[0][3] == bytes(b1[:n1]) and r[1][3] == bytes(b2[:n2])
+        assert s2.in_has(9)  # delivered, still waiting for PUBREL
+        s2.in_done(7)
+        s2.in_done(2)
+        s2.in_del(9)
+        s2.in_del(9)
+        s2.in_del(7)
+        assert _files(d) == ["i00002.d"]
+        assert FileStore(d).recover() == []
+    finally:
+        _cleanup(d)
+
+
+def test_file_full():
+    d = _tmpdir()
+    try:
+        s = FileStore(d, max_messages=3)
+        _add(s, 1, key=0)
+        _add(s, 2, key=1)
+        b, n = _pub(5)
+        s.in_add(5, b, 0, n)
+        _raises(StoreFull, _add, s, 3, 2)
+        _raises(StoreFull, s.in_add, 6, b, 0, n)
+        assert len(_files(d)) == 3 and not s.accepted(2)
+        s.out_del(1)
+        _add(s, 3, key=2)
+        assert s.accepted(2)
+    finally:
+        _cleanup(d)
+
+
+def test_file_recover_drops_torn_and_corrupt():
+    d = _tmpdir()
+    try:
+        s = FileStore(d)
+        good = _add(s, 1, key=0, msg=b"good")
+        _add(s, 2, key=1, msg=b"torn")
+        _add(s, 3, key=2, msg=b"flipped")
+        _add(s, 4, key=3, msg=b"empty")
+        full = _read(d + "/o00000002.p")
+        for cut in range(len(full)):
+            _write(d + "/o00000002.p", full[:cut])
+            assert store_mod._unframe(full[:cut]) is None
+        bad = bytearray(_read(d + "/o00000003.p"))
+        bad[12] ^= 0x20
+        _write(d + "/o00000003.p", bad)
+        _write(d + "/o00000004.p", b"")
+        s2 = FileStore(d)
+        r = s2.recover()
+        assert [(x[0], x[3]) for x in r] == [(1, good)], r
+        assert _files(d) == ["o00000001.p"]
+        # the torn ones were never sent, so their keys were not accepted
+        assert s2.accepted(0) and not s2.accepted(1)
+        assert not s2.out_has(2)
+    finally:
+        _cleanup(d)
+
+
+def test_file_torn_inbound_dropped():
+    d = _tmpdir()
+    try:
+        s = FileStore(d)
+        b, n = _pub(5)
+        s.in_add(5, b, 0, n)
+        data = _read(d + "/i00005.u")
+        _write(d + "/i00005.u", data[:-1])
+        s2 = FileStore(d)
+        assert s2.recover() == [] and not s2.in_has(5)
+        assert _files(d) == []
+    finally:
+        _cleanup(d)
+
+
+def test_file_v5_publish_pid():
+    # the packet id sits after the topic; v5 properties come after it
+    d = _tmpdir()
+    try:
+        s = FileStore(d)
+        buf, n = _pub(0x1234, b"x", b"t" * 200, level=5, props=b"\x01\x01")
+        s.out_add(0x1234, 0, buf, 0, n)
+        r = FileStore(d).recover()
+        assert r[0][0] == 0x1234 and r[0][3] == bytes(buf[:n])
+    finally:
+        _cleanup(d)
+
+
+def test_frame_roundtrip():
+    for key in (-1, 0, 1, 0x7FFFFFFE):
+        b = store_mod._frame(0x01020304, key, b"body")
+        assert len(b) == 9 + 4 + 4
+        assert store_mod._unframe(b) == (0x01020304, key, b"body")
+    assert store_mod._unframe(b"") is None
+    b = bytearray(store_mod._frame(1, 1, b"x"))
+    b[0] = 0
+    assert store_mod._unframe(b) is None
+
+
+class _FakeVfs:
+    # stands in for MicroPython's vfs module: one FAT volume mounted at /
+    def __init__(self, fs):
+        self.fs = fs
+
+    def mount(self):
+        return [(self.fs, "/")]
+
+
+def test_file_refuses_fat():
+    d = _tmpdir()
+    fat = type("VfsFat", (), {})()  # _refuse_fat goes by the class name
+    old = sys.modules.get("vfs")
+    sys.modules["vfs"] = _FakeVfs(fat)
+    try:
+        import vfs
+        if not isinstance(vfs, _FakeVfs):
+            raise SkipTest("the built-in vfs module cannot be replaced here")
+        e = _raises(OSError, FileStore, d)
+        assert "FAT" in str(e)
+        FileStore(d, allow_fat=True)  # the caller may opt in
+        sys.modules["vfs"] = _FakeVfs(type("VfsLfs2", (), {})())
+        FileStore(d)  # littlefs: fine
+    finally:
+        if old is None:
+            del sys.modules["vfs"]
+        else:
+            sys.modules["vfs"] = old
+        _cleanup(d)
