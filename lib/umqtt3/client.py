@@ -34,10 +34,13 @@ class MQTTClient:
         self.ssl = ssl
         self.ssl_params = ssl_params or {}
         self.level = level
-        self.store = store or MemoryStore(window, bufsize // 2)
+        # inbound: room for the QoS 2 messages a broker sends before our
+        # PUBRECs reach it (mosquitto's default limit is 20 per client)
+        self.store = store or MemoryStore(window, bufsize // 2, 32)
         self.flow = Flow(self.store, self, window, level)
         self.bufsize = bufsize
         self.reconnect = reconnect
+        self.auto = reconnect  # restored by connect() after disconnect()
         self.timeout_ms = timeout_ms
         self.backoff = backoff_ms
         self.connect_link = connect_link  # () -> link, instead of a socket
@@ -59,6 +62,7 @@ class MQTTClient:
         self.ping_at = None
         self.wait_pid = 0
         self.answer = -1
+        self.depth = 0  # > 0 while the message callback runs
         self.redelivered = []  # inbound QoS 2 messages to hand over again
         for pid, state, key, body in self.store.recover():
             if state == "u":
@@ -79,7 +83,12 @@ class MQTTClient:
         """Connect and wait for CONNACK; returns the session-present flag."""
         self.clean = clean_session
         self.tries = 0
-        self._open()
+        self.reconnect = self.auto
+        try:
+            self._open()
+        except Exception:
+            self._close()  # no half-open socket left behind
+            raise
         self._wait(_UP, timeout_ms)
         return self.session_present
 
@@ -114,46 +123,75 @@ class MQTTClient:
         try:
             pid = self.flow.publish(c, topic, msg, qos, retain, key, props)
         except MQTTError as e:
-            if e.code == 0x95:
-                raise Busy("message larger than the send buffer")
-            raise
+            if e.code == 0x95 and start:
+                raise Busy("send buffer full")
+            raise  # larger than the whole buffer: retrying cannot help
         if up:
-            self._send()
+            try:
+                self._send()
+            except OSError:
+                # the link broke; a stored message goes out after the reconnect
+                self._lost()
+                if not (qos and self.reconnect):
+                    raise
         else:
             c.tlen = start  # stored: it goes out when the connection is back
-        if qos and wait:
+        if qos and wait and not self.depth:
             self._wait_done(pid)
         return pid
 
     def subscribe(self, topic, qos=0):
         """Subscribe and wait for SUBACK; returns the granted QoS."""
+        pid = self.subscribe_start(topic, qos)
+        if self._request(pid) is None:
+            return None  # from a callback: not waited for
+        return self.subscribe_end(topic)
+
+    def unsubscribe(self, topic):
+        self._request(self.unsubscribe_start(topic))
+
+    # The halves of subscribe/unsubscribe, for callers that wait their own
+    # way (umqtt3.aio): *_start sends and returns the packet id; the answer
+    # has come when wait_pid no longer equals it.
+    def subscribe_start(self, topic, qos=0):
         c = self._up()
         pid = self.flow.new_pid()
         c.tlen = encode_subscribe(c.tx, c.tlen, pid, topic, qos, self.level)
         self.subs[topic] = qos
-        rc = self._request(pid)
+        self.wait_pid = pid
+        self.answer = -1
+        self._send()
+        return pid
+
+    def subscribe_end(self, topic):
+        """The granted QoS; raises if the broker refused the filter."""
+        rc = self.answer
         if rc >= 0x80:
             del self.subs[topic]
             raise MQTTError("subscription refused", rc)
         return rc
 
-    def unsubscribe(self, topic):
+    def unsubscribe_start(self, topic):
         c = self._up()
         pid = self.flow.new_pid()
         c.tlen = encode_unsubscribe(c.tx, c.tlen, pid, topic, self.level)
         self.subs.pop(topic, None)
-        self._request(pid)
+        self.wait_pid = pid
+        self.answer = -1
+        self._send()
+        return pid
 
     def check_msg(self):
         """Handle whatever has arrived, without waiting (umqtt.simple)."""
         return self.poll(0)
 
     def wait_msg(self, timeout_ms=None):
-        """Wait for and handle at least one incoming packet."""
-        t = self.timeout_ms if timeout_ms is None else timeout_ms
+        """Wait for and handle at least one incoming packet. Without a
+        timeout it waits as long as it takes (umqtt.simple's behaviour),
+        keeping the keepalive and reconnects going."""
         start = ticks_ms()
         while not self.poll(10):
-            if t >= 0 and ticks_diff(ticks_ms(), start) > t and not self.keepalive:
+            if timeout_ms is not None and ticks_diff(ticks_ms(), start) > timeout_ms:
                 raise OSError(110, "no message")
 
     # ---------------------------------------------------------- extras
@@ -172,10 +210,16 @@ class MQTTClient:
         f = self.cb
         if f is None:
             return
-        if self.raw:
-            f(pkt, redelivered)
-        else:
-            f(bytes(pkt.topic), bytes(pkt.payload))
+        # While the callback runs nothing is read (see _io): a nested read
+        # would overwrite the packet being handled before it is acknowledged.
+        self.depth += 1
+        try:
+            if self.raw:
+                f(pkt, redelivered)
+            else:
+                f(bytes(pkt.topic), bytes(pkt.payload))
+        finally:
+            self.depth -= 1
 
     def poll(self, timeout_ms=0):
         """One step: I/O, keepalive, reconnect. Never blocks longer than
@@ -255,6 +299,8 @@ class MQTTClient:
         if c.link is not None:
             c.close()
             c.link = None
+        elif self.sock is not None:
+            self.sock.close()  # connect or TLS handshake failed in _open
         c.done()
         c.tlen = c.sent = 0
         self.sock = None
@@ -298,7 +344,9 @@ class MQTTClient:
                 if ev & (POLLERR | POLLHUP) and not ev & POLLIN:
                     raise Closed("connection error")
         handled = 0
-        n = c.recv()
+        # inside the message callback only write (publish from a callback
+        # queues and returns)
+        n = 0 if self.depth else c.recv()
         while n:
             self.last_rx = ticks_ms()
             decode(self.pkt, c.rx, 0, n)
@@ -307,6 +355,8 @@ class MQTTClient:
             handled += 1
             if self.state == _DOWN:
                 return handled
+            if c.tlen > len(c.tx) >> 1:
+                self._send()  # acks pile up while a long burst is read
             n = c.recv()
         if c.tlen:
             if self._send() and self.poller is not None:
@@ -322,7 +372,9 @@ class MQTTClient:
             if t != CONNACK:
                 raise MQTTError("expected CONNACK", 0x82)
             if p.rc:
-                self.reconnect = self.reconnect and p.rc < 2
+                # server unavailable / busy / quota / rate: try again later;
+                # any other refusal (version, id, credentials) is final
+                self.reconnect = self.reconnect and p.rc in (3, 0x88, 0x89, 0x97, 0x9F)
                 raise MQTTError("connection refused", p.rc)
             self.state = _UP
             self.tries = 0
@@ -358,12 +410,27 @@ class MQTTClient:
             self.store.in_done(pid)
         self.flow.resend(c, self._drain)
         if not self.session_present:
+            self._forget_inbound()
             for topic in self.subs:
                 if c.space() < len(topic) + 16:
                     self._drain()
                 c.tlen = encode_subscribe(c.tx, c.tlen, self.flow.new_pid(), topic,
                                           self.subs[topic], self.level)
         self._send()
+
+    def _forget_inbound(self):
+        # The broker has no session: the packet ids of inbound QoS 2 messages
+        # still waiting for PUBREL mean nothing now, and a new message reusing
+        # one would be taken for a duplicate and dropped.
+        st = self.store
+        f = getattr(st, "in_clear", None)
+        if f is not None:
+            f()
+            return
+        ids = getattr(st, "inb", None) or getattr(st, "inpid", None) or ()
+        for pid in list(ids):
+            if pid:
+                st.in_del(pid)
 
     def _drain(self):
         self._flush_all(self.timeout_ms)
@@ -404,9 +471,9 @@ class MQTTClient:
             self.poll(10)
 
     def _request(self, pid):
-        self.wait_pid = pid
-        self.answer = -1
-        self._send()
+        # SUBSCRIBE/UNSUBSCRIBE pid is sent (see *_start): wait for the answer
+        if self.depth:
+            return None  # from a callback: sent, not waited for (see _io)
         start = ticks_ms()
         while self.wait_pid == pid:
             if ticks_diff(ticks_ms(), start) > self.timeout_ms:

@@ -87,6 +87,10 @@ if MICROPYTHON:
         import os
         os.rename(src, dst)
 
+    def asleep_ms(ms):
+        import asyncio
+        return asyncio.sleep_ms(ms)
+
     def link(sock):
         # MicroPython sockets (and TLS sockets) already have readinto(buf, n)
         # and write(buf, off, n), returning None when they would block.
@@ -194,6 +198,10 @@ else:
         _WOULD_BLOCK = (BlockingIOError, InterruptedError, _ssl.SSLWantReadError, _ssl.SSLWantWriteError)
     except ImportError:
         _WOULD_BLOCK = (BlockingIOError, InterruptedError)
+
+    def asleep_ms(ms):
+        import asyncio
+        return asyncio.sleep(ms / 1000)
 
     class link:
         """A CPython socket with MicroPython's stream methods."""

@@ -1,0 +1,36 @@
+# Fixtures for the interop tests: a private mosquitto on a free loopback port.
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mosq  # noqa: E402
+
+
+def _need_mosquitto():
+    if not mosq.MOSQUITTO:
+        pytest.skip("mosquitto is not installed")
+
+
+@pytest.fixture
+def broker_factory(tmp_path):
+    """broker_factory(persistence=False, tls=None, extra=()) -> a started
+    mosq.Broker; every broker made here is killed at teardown."""
+    _need_mosquitto()
+    made = []
+
+    def make(**kw):
+        b = mosq.Broker(tmp_path / ("mosq%d" % len(made)), **kw)
+        made.append(b)
+        return b.start()
+
+    yield make
+    for b in made:
+        b.stop(5)
+        b.kill()
+
+
+@pytest.fixture
+def broker(broker_factory):
+    return broker_factory()
