@@ -36,7 +36,7 @@ class MQTTClient:
         self.level = level
         # inbound: room for the QoS 2 messages a broker sends before our
         # PUBRECs reach it (mosquitto's default limit is 20 per client)
-        self.store = store or MemoryStore(window, bufsize // 2, 32)
+        self.store = store or MemoryStore(window, bufsize, 32)
         self.flow = Flow(self.store, self, window, level)
         self.bufsize = bufsize
         self.reconnect = reconnect
@@ -64,14 +64,18 @@ class MQTTClient:
         self.answer = -1
         self.depth = 0  # > 0 while the message callback runs
         self.redelivered = []  # inbound QoS 2 messages to hand over again
+        self.redelivery = False  # True while the callback gets one of them
         for pid, state, key, body in self.store.recover():
             if state == "u":
                 self.redelivered.append((pid, body))
 
     # ---------------------------------------------------------- umqtt API
     def set_callback(self, f, raw=False):
-        """f(topic, msg) with bytes, as umqtt.simple; raw=True: f(pkt,
-        redelivered) with the decoded codec.Packet (no allocation)."""
+        """f(topic, msg) with bytes, as umqtt.simple (client.redelivery tells
+        whether a message is handed over again after a reset); raw=True:
+        f(pkt, redelivered) with the decoded codec.Packet (no allocation).
+        If f raises, the message counts as not taken: no acknowledgement is
+        sent, so the broker sends it again."""
         self.cb = f
         self.raw = raw
 
@@ -154,6 +158,8 @@ class MQTTClient:
     # way (umqtt3.aio): *_start sends and returns the packet id; the answer
     # has come when wait_pid no longer equals it.
     def subscribe_start(self, topic, qos=0):
+        # as umqtt.simple: messages would have nowhere to go
+        assert self.cb is not None, "set_callback() before subscribe()"
         c = self._up()
         pid = self.flow.new_pid()
         c.tlen = encode_subscribe(c.tx, c.tlen, pid, topic, qos, self.level)
@@ -213,6 +219,7 @@ class MQTTClient:
         # While the callback runs nothing is read (see _io): a nested read
         # would overwrite the packet being handled before it is acknowledged.
         self.depth += 1
+        self.redelivery = redelivered
         try:
             if self.raw:
                 f(pkt, redelivered)
@@ -350,8 +357,8 @@ class MQTTClient:
         while n:
             self.last_rx = ticks_ms()
             decode(self.pkt, c.rx, 0, n)
+            c.done()  # consumed even if the callback raises; rx stays intact
             self._handle(self.pkt)
-            c.done()
             handled += 1
             if self.state == _DOWN:
                 return handled
@@ -422,15 +429,7 @@ class MQTTClient:
         # The broker has no session: the packet ids of inbound QoS 2 messages
         # still waiting for PUBREL mean nothing now, and a new message reusing
         # one would be taken for a duplicate and dropped.
-        st = self.store
-        f = getattr(st, "in_clear", None)
-        if f is not None:
-            f()
-            return
-        ids = getattr(st, "inb", None) or getattr(st, "inpid", None) or ()
-        for pid in list(ids):
-            if pid:
-                st.in_del(pid)
+        self.store.in_clear()
 
     def _drain(self):
         self._flush_all(self.timeout_ms)

@@ -57,19 +57,25 @@ class Flow:
     def on_publish(self, conn, pkt):
         """An inbound PUBLISH: hand it to the application once, answer it."""
         q = pkt.qos
+        pid = pkt.pid  # read first: the callback may reuse the packet
         if q == 2:
-            pid = pkt.pid
             st = self.store
             if not st.in_has(pid):
                 st.in_add(pid, pkt.buf, 0, pkt.end)  # durable before PUBREC
-                self.app.deliver(pkt, False)
+                try:
+                    self.app.deliver(pkt, False)
+                except Exception:
+                    # the application did not take it: forget it, send no
+                    # PUBREC, so the sender's resend delivers it again
+                    st.in_del(pid)
+                    raise
                 st.in_done(pid)
             # a known id: PUBREC again, no second delivery [MQTT-4.3.3-2]
             conn.tlen = encode_ack(conn.tx, conn.tlen, PUBREC, pid)
             return
-        self.app.deliver(pkt, False)
+        self.app.deliver(pkt, False)  # raising here sends no PUBACK either
         if q:
-            conn.tlen = encode_ack(conn.tx, conn.tlen, PUBACK, pkt.pid)
+            conn.tlen = encode_ack(conn.tx, conn.tlen, PUBACK, pid)
 
     def on_ack(self, conn, pkt):
         """PUBACK, PUBREC, PUBREL or PUBCOMP."""

@@ -115,6 +115,12 @@ class MemoryStore:
             if p[i] == pid:
                 p[i] = 0
 
+    def in_clear(self):
+        # the broker lost the session: held inbound ids mean nothing now
+        p = self.inpid
+        for i in range(len(p)):
+            p[i] = 0
+
     def recover(self):
         r = []
         for i in range(len(self.pid)):
@@ -287,6 +293,12 @@ class FileStore:
 
     def accepted(self, key):
         return key <= self.last_key
+
+    def in_clear(self):
+        """The broker lost the session: its held QoS 2 ids mean nothing now.
+        Call after undelivered ("u") messages were handed over."""
+        for pid in list(self.inb):
+            self.in_del(pid)
 
     def recover(self):
         """Scan the directory: drop torn or corrupt files, rebuild the maps,

@@ -275,6 +275,38 @@ def test_receive_qos2_resent_is_delivered_once():
     assert box.msgs == [(b"in/2", b"once")]
 
 
+def test_callback_that_raises_has_not_taken_the_message():
+    # A QoS 2 message whose callback raises is forgotten and not answered
+    # with PUBREC, so the sender's resend (DUP) is delivered, once.
+    peer = Peer()
+    c = _client(peer)
+    got = []
+
+    def cb(topic, msg):
+        if not got:
+            got.append("failed")
+            raise ValueError("application not ready")
+        got.append(msg)
+
+    c.set_callback(cb)
+    c.connect()
+    co = peer.conn
+    co.tlen = encode_publish(co.tx, 0, b"in/2", b"later", 2, 9)
+    co.flush()
+    try:
+        c.check_msg()
+        raise AssertionError("the callback's error was swallowed")
+    except ValueError:
+        pass
+    assert peer.got[PUBREC] == 0
+    co.tlen = encode_publish(co.tx, 0, b"in/2", b"later", 2, 9, False, True)
+    co.flush()
+    c.check_msg()
+    _settle(c, peer, PUBCOMP, 1)
+    assert got == ["failed", b"later"]
+    assert peer.got[PUBREC] == 1
+
+
 def test_raw_callback():
     peer = Peer()
     c = _client(peer)
@@ -301,6 +333,12 @@ def test_subscribe_unsubscribe():
     peer = Peer()
     c = _client(peer)
     c.connect()
+    try:
+        c.subscribe(b"a/#", 1)
+        raise AssertionError("subscribe without a callback was accepted")
+    except AssertionError as e:
+        assert "set_callback" in str(e)
+    c.set_callback(lambda t, m: None)
     assert c.subscribe(b"a/#", 1) == 1
     assert c.subscribe("b/+", 2) == 2
     c.unsubscribe(b"a/#")
