@@ -169,6 +169,19 @@ def _props_size(p):
     return varint_size(n) + n
 
 
+def head_pid(buf, off, first, rl, pid, level, props):
+    """Fixed header, packet id and (v5) properties: the start SUBSCRIBE,
+    UNSUBSCRIBE, SUBACK and UNSUBACK share. rl counts what follows them."""
+    if level == 5:
+        props = _props_bytes(props)
+        rl += _props_size(props)
+    off = _header(buf, off, first, rl + 2)
+    off = _put_u16(buf, off, pid)
+    if level == 5:
+        off = _put_props(buf, off, props)
+    return off
+
+
 def _put_props(buf, off, p):
     if p is None:
         buf[off] = 0
@@ -299,20 +312,14 @@ def encode_subscribe(buf, off, pid, topics, qos=0, level=4, props=None):
     many = isinstance(topics, list)
     if many and not topics:
         _err("SUBSCRIBE with no filters", PROTOCOL_ERROR)  # [MQTT-3.8.3-3]
-    rl = 2
+    rl = 0
     if many:
         for t, _ in topics:
             rl += _str_len(as_bytes(t)) + 1
     else:
         topics = as_bytes(topics)
         rl += _str_len(topics) + 1
-    if level == 5:
-        props = _props_bytes(props)
-        rl += _props_size(props)
-    off = _header(buf, off, 0x82, rl)
-    off = _put_u16(buf, off, pid)
-    if level == 5:
-        off = _put_props(buf, off, props)
+    off = head_pid(buf, off, 0x82, rl, pid, level, props)
     if not many:
         off = _put_str(buf, off, topics)
         buf[off] = qos
@@ -331,16 +338,10 @@ def encode_unsubscribe(buf, off, pid, topics, level=4, props=None):
         topics = [topics]
     if not topics:
         _err("UNSUBSCRIBE with no filters", PROTOCOL_ERROR)  # [MQTT-3.10.3-2]
-    rl = 2
+    rl = 0
     for t in topics:
         rl += _str_len(as_bytes(t))
-    if level == 5:
-        props = _props_bytes(props)
-        rl += _props_size(props)
-    off = _header(buf, off, 0xA2, rl)
-    off = _put_u16(buf, off, pid)
-    if level == 5:
-        off = _put_props(buf, off, props)
+    off = head_pid(buf, off, 0xA2, rl, pid, level, props)
     for t in topics:
         off = _put_str(buf, off, as_bytes(t))
     return off
@@ -505,21 +506,34 @@ def _pid(pkt, buf, off, end):
     return off + 2
 
 
-def _props(pkt, buf, off, end, ptype):
-    """Read a v5 property list at off into pkt.props_off/len; return its end."""
+def read_varint(buf, i, end):
+    """The variable byte integer at i (1..4 bytes, minimal [MQTT-1.5.5-1]);
+    varint_end() gives the offset after it."""
     n = 0
     shift = 0
     while True:
-        if off >= end or shift > 21:
-            _err("bad property length")
-        b = buf[off]
-        off += 1
+        if i >= end or shift > 21:
+            _err("bad variable byte integer")
+        b = buf[i]
         n |= (b & 0x7F) << shift
         if not b & 0x80:
             if not b and shift:
-                _err("bad property length")  # not minimal [MQTT-1.5.5-1]
-            break
+                _err("variable byte integer not minimal")
+            return n
         shift += 7
+        i += 1
+
+
+def varint_end(buf, i):
+    while buf[i] & 0x80:
+        i += 1
+    return i + 1
+
+
+def _props(pkt, buf, off, end, ptype):
+    """Read a v5 property list at off into pkt.props_off/len; return its end."""
+    n = read_varint(buf, off, end)
+    off = varint_end(buf, off)
     if off + n > end:
         _err("properties run past the packet")
     pkt.props_off = off

@@ -3,7 +3,7 @@
 # codec.decode() loads this module the first time it meets a CONNECT,
 # SUBSCRIBE or UNSUBSCRIBE, so a device that only runs the client never pays
 # for it. The rules and the Packet fields are codec.py's.
-from .codec import (_err, _str, _bin, _pid, _props, _pid_ok, _header, _put_u16,
+from .codec import (_err, _str, _bin, _pid, _props, _pid_ok, _header, head_pid,
                     _put_props, _props_bytes, _props_size, PROTOCOL_ERROR,
                     BAD_PROTOCOL_VERSION, SUBSCRIBE, UNSUBACK, CONNECT, encode_ack)
 from .topic import valid_filter
@@ -37,14 +37,7 @@ def encode_unsuback(buf, off, pid, codes=None, level=4, props=None):
 def _encode_codes(buf, off, first, pid, codes, level, props):
     _pid_ok(pid)
     n = len(codes)
-    rl = 2 + n
-    if level == 5:
-        props = _props_bytes(props)
-        rl += _props_size(props)
-    off = _header(buf, off, first, rl)
-    off = _put_u16(buf, off, pid)
-    if level == 5:
-        off = _put_props(buf, off, props)
+    off = head_pid(buf, off, first, n, pid, level, props)
     for i in range(n):
         buf[off + i] = codes[i]
     return off + n

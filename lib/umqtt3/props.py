@@ -7,7 +7,7 @@ from .compat import const, as_bytes
 # Not circular: codec imports this module lazily. Importing here, not inside
 # the functions, keeps check() free of a per-call import (which allocates on
 # MicroPython).
-from .codec import MQTTError, _str, _bin
+from .codec import MQTTError, _str, _bin, read_varint, varint_end
 
 PAYLOAD_FORMAT = const(0x01)
 MESSAGE_EXPIRY = const(0x02)
@@ -91,27 +91,9 @@ def _fail(reason, code=0x81):
     raise MQTTError(reason, code)
 
 
-def _varint(buf, i, end):
-    # returns value; caller advances with _varint_end
-    n = 0
-    shift = 0
-    while True:
-        if i >= end or shift > 21:
-            _fail("bad variable byte integer")
-        b = buf[i]
-        n |= (b & 0x7F) << shift
-        if not b & 0x80:
-            if not b and shift:
-                _fail("bad variable byte integer")  # not minimal [MQTT-1.5.5-1]
-            return n
-        shift += 7
-        i += 1
-
-
-def _varint_end(buf, i):
-    while buf[i] & 0x80:
-        i += 1
-    return i + 1
+# variable byte integers: codec's reader, which checks length and minimality
+_varint = read_varint
+_varint_end = varint_end
 
 
 def _value_end(buf, i, end, t):
