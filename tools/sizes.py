@@ -41,7 +41,8 @@ WASM_PKG = os.path.join(REPO, "node_modules", "@micropython", "micropython-webas
 ORDER = ["compat", "codec", "topic", "props", "flow", "store", "transport",
          "client", "aio", "broker", "__init__"]
 # What a sensor node needs to talk MQTT: the fair comparison with umqtt.simple.
-CLIENT_SET = ["compat", "codec", "topic", "flow", "transport", "client"]
+# what `from umqtt3.client import MQTTClient` loads (MemoryStore lives in store.py)
+CLIENT_SET = ["compat", "codec", "topic", "flow", "store", "transport", "client"]
 
 
 def die(msg, code=2):
