@@ -1,0 +1,499 @@
+# umqtt3.broker_session -- one client session inside the broker.
+#
+# A session outlives its network connection when the client asked for a
+# persistent one (CleanSession 0). It holds:
+#   - the subscriptions: parallel lists of filters (bytes) and granted QoS;
+#   - the outbound QoS 1/2 messages in flight, in a byte ring allocated once
+#     (on the first QoS 1/2 delivery) with a fixed number of slots. A slot is
+#     a PUBLISH frame exactly as it goes on the wire, its packet id and its
+#     state, so a resend after a reconnect is a copy with DUP set;
+#   - a queue of frames that could not go out yet (client offline, send
+#     buffer full, or no free in-flight slot). Bounded; see _enqueue();
+#   - the packet ids of inbound QoS 2 messages waiting for PUBREL.
+#
+# Forwarding a QoS 0 or 1 message to a connected subscriber that keeps up
+# writes the frame straight into the connection's send buffer (and the ring)
+# with codec.put_varint and compat.copy: no heap allocation.
+from .codec import put_varint, varint_size, encode_ack, PUBREL
+from .compat import copy, const
+
+# slot states
+_FREE = const(0)
+_PUB = const(1)  # PUBLISH not yet written (new, or to resend after resume)
+_PUB_SENT = const(2)  # PUBLISH written, waiting for PUBACK / PUBREC
+_REL = const(3)  # PUBREL not yet written
+_REL_SENT = const(4)  # PUBREL written, waiting for PUBCOMP
+
+
+def publish_size(tn, pn, qos):
+    rl = 2 + tn + pn + (2 if qos else 0)
+    return 1 + varint_size(rl) + rl
+
+
+def put_publish(dst, off, first, tsrc, toff, tn, pid, psrc, poff, pn):
+    """Write a PUBLISH with first byte `first` whose topic is
+    tsrc[toff:toff+tn] and payload psrc[poff:poff+pn] at dst[off]; return
+    the end offset. The caller checked the room (publish_size)."""
+    q = first & 6
+    rl = 2 + tn + pn + (2 if q else 0)
+    dst[off] = first
+    off = put_varint(dst, off + 1, rl)
+    dst[off] = tn >> 8
+    dst[off + 1] = tn & 255
+    off += 2
+    copy(dst, off, tsrc, toff, tn)
+    off += tn
+    if q:
+        dst[off] = pid >> 8
+        dst[off + 1] = pid & 255
+        off += 2
+    copy(dst, off, psrc, poff, pn)
+    return off + pn
+
+
+def pid_offset(f, off):
+    """Offset of the packet id in the QoS 1/2 PUBLISH frame at f[off]."""
+    i = off + 1
+    while f[i] & 0x80:
+        i += 1
+    i += 1
+    return i + 2 + ((f[i] << 8) | f[i + 1])
+
+
+class Session:
+    def __init__(self, broker, cid, clean):
+        self.b = broker
+        self.cid = cid
+        self.clean = clean
+        self.client = None  # the connected broker client, or None
+        self.filters = []
+        self.fqos = []
+        self.q = []  # frames waiting, oldest first (pid not yet assigned)
+        # in-flight ring, allocated by _ring() on first use
+        self.rbuf = None
+        self.s_pid = None
+        self.s_off = None
+        self.s_len = None
+        self.s_st = None
+        self.rhead = 0  # oldest slot
+        self.rcount = 0  # slots from rhead on that are in use (gaps included)
+        self.unsent = 0  # slots in state _PUB or _REL
+        self.npid = 0
+        self.ipids = None  # inbound QoS 2 ids waiting for PUBREL
+        self.nipids = 0
+
+    # ------------------------------------------------------------ subscriptions
+    def subscribe(self, buf, off, n, qos):
+        """Add or replace [MQTT-3.8.4-3] a subscription; return the granted
+        QoS, or 0x80 when the per-client limit is reached."""
+        i = self.find_filter(buf, off, n)
+        if i >= 0:
+            self.fqos[i] = qos
+            return qos
+        if len(self.filters) >= self.b.max_subs:
+            return 0x80
+        self.filters.append(bytes(buf[off:off + n]))
+        self.fqos.append(qos)
+        return qos
+
+    def unsubscribe(self, buf, off, n):
+        i = self.find_filter(buf, off, n)
+        if i >= 0:
+            del self.filters[i]
+            del self.fqos[i]
+            return True
+        return False
+
+    def find_filter(self, buf, off, n):
+        fl = self.filters
+        k = 0
+        while k < len(fl):
+            f = fl[k]
+            if len(f) == n:
+                j = 0
+                while j < n and f[j] == buf[off + j]:
+                    j += 1
+                if j == n:
+                    return k
+            k += 1
+        return -1
+
+    # ------------------------------------------------------------ delivery
+    def _put(self, dst, off, first, size, tsrc, toff, tn, pid, psrc, poff, pn):
+        # A message routed straight from a client's PUBLISH whose frame has
+        # the size of ours (same packet-id presence) is one copy of that
+        # frame with a new first byte and packet id.
+        b = self.b
+        fs = b.fsrc
+        if fs is not None and b.flen == size:
+            copy(dst, off, fs, 0, size)
+            dst[off] = first
+            if first & 6:
+                o = off + b.fpid
+                dst[o] = pid >> 8
+                dst[o + 1] = pid & 255
+            return off + size
+        return put_publish(dst, off, first, tsrc, toff, tn, pid, psrc, poff, pn)
+
+    def deliver(self, tsrc, toff, tn, psrc, poff, pn, qos, retain):
+        """One message for this session at `qos` (already min(published,
+        granted)); retain is 1 only for a delivery caused by a new
+        subscription [MQTT-3.3.1-8, MQTT-3.3.1-9]."""
+        b = self.b
+        first = 0x30 | (qos << 1) | retain
+        c = self.client
+        if c is None:
+            # offline persistent session: QoS 1/2 queued [MQTT-3.1.2-5],
+            # QoS 0 only when the broker is told to
+            if qos or b.queue_qos0:
+                self._enqueue(first, tsrc, toff, tn, psrc, poff, pn)
+            return
+        if self.q or self.unsent:
+            # older messages are still waiting: keep the order
+            self._enqueue(first, tsrc, toff, tn, psrc, poff, pn)
+            return
+        conn = c.conn
+        size = publish_size(tn, pn, qos)
+        if not qos:
+            if conn.space() < size:
+                b.flush(c)
+            if conn.space() >= size:
+                conn.tlen = self._put(conn.tx, conn.tlen, first, size, tsrc, toff, tn, 0, psrc, poff, pn)
+                b.sent += 1
+            else:
+                self._enqueue(first, tsrc, toff, tn, psrc, poff, pn)
+            return
+        k = self._alloc(size)
+        if k < 0:
+            self._enqueue(first, tsrc, toff, tn, psrc, poff, pn)
+            return
+        pid = self._pid()
+        self.s_pid[k] = pid
+        self._put(self.rbuf, self.s_off[k], first, size, tsrc, toff, tn, pid, psrc, poff, pn)
+        if not self.clean:
+            b.dirty = True
+        if conn.space() < size:
+            b.flush(c)
+        if conn.space() >= size:
+            copy(conn.tx, conn.tlen, self.rbuf, self.s_off[k], size)
+            conn.tlen += size
+            self.s_st[k] = _PUB_SENT
+            b.sent += 1
+        else:
+            self.s_st[k] = _PUB
+            self.unsent += 1
+
+    def _enqueue(self, first, tsrc, toff, tn, psrc, poff, pn):
+        # Bounded by broker.max_queued. When full, the oldest queued QoS 0
+        # message makes room; with none to drop, the new message is dropped.
+        b = self.b
+        q = self.q
+        size = publish_size(tn, pn, (first >> 1) & 3)
+        if size > b.max_frame:
+            b.dropped += 1
+            return
+        if len(q) >= b.max_queued:
+            i = 0
+            while i < len(q) and q[i][0] & 6:
+                i += 1
+            b.dropped += 1
+            if i == len(q):
+                return
+            del q[i]
+        f = bytearray(size)
+        put_publish(f, 0, first, tsrc, toff, tn, 0, psrc, poff, pn)
+        q.append(f)
+        if not self.clean:
+            b.dirty = True
+
+    def pump(self):
+        """Move what waits (unsent ring slots, then the queue) into the send
+        buffer while it has room, in order."""
+        conn = self.client.conn
+        b = self.b
+        if self.unsent:
+            ns = len(self.s_st)
+            i = 0
+            while i < self.rcount and self.unsent:
+                k = (self.rhead + i) % ns
+                st = self.s_st[k]
+                if st == _PUB:
+                    n = self.s_len[k]
+                    if conn.space() < n:
+                        return
+                    copy(conn.tx, conn.tlen, self.rbuf, self.s_off[k], n)
+                    conn.tlen += n
+                    self.s_st[k] = _PUB_SENT
+                    self.unsent -= 1
+                    b.sent += 1
+                elif st == _REL:
+                    if conn.space() < 4:
+                        return
+                    conn.tlen = encode_ack(conn.tx, conn.tlen, PUBREL, self.s_pid[k])
+                    self.s_st[k] = _REL_SENT
+                    self.unsent -= 1
+                i += 1
+        q = self.q
+        while q:
+            f = q[0]
+            n = len(f)
+            if not f[0] & 6:
+                if conn.space() < n:
+                    return
+                copy(conn.tx, conn.tlen, f, 0, n)
+                conn.tlen += n
+                b.sent += 1
+                q.pop(0)
+                continue
+            if n > b.max_frame:
+                q.pop(0)
+                b.dropped += 1
+                continue
+            k = self._alloc(n)
+            if k < 0:
+                return
+            pid = self._pid()
+            o = pid_offset(f, 0)
+            f[o] = pid >> 8
+            f[o + 1] = pid & 255
+            self.s_pid[k] = pid
+            copy(self.rbuf, self.s_off[k], f, 0, n)
+            q.pop(0)
+            if not self.clean:
+                b.dirty = True
+            if conn.space() < n:
+                self.s_st[k] = _PUB
+                self.unsent += 1
+                return
+            copy(conn.tx, conn.tlen, f, 0, n)
+            conn.tlen += n
+            self.s_st[k] = _PUB_SENT
+            b.sent += 1
+
+    def backlog(self):
+        return self.unsent or len(self.q)
+
+    # ------------------------------------------------------------ in-flight ring
+    def _ring(self):
+        b = self.b
+        ns = b.max_inflight
+        self.rbuf = bytearray(b.ring_size)
+        self.s_pid = [0] * ns
+        self.s_off = [0] * ns
+        self.s_len = [0] * ns
+        self.s_st = bytearray(ns)
+
+    def _alloc(self, n):
+        """A free slot with n contiguous ring bytes, or -1."""
+        if self.rbuf is None:
+            self._ring()
+        ns = len(self.s_st)
+        cnt = self.rcount
+        if cnt >= ns:
+            return -1
+        size = len(self.rbuf)
+        if not cnt:
+            self.rhead = 0
+            off = 0
+            if n > size:
+                return -1
+        else:
+            first = self.rhead
+            last = (first + cnt - 1) % ns
+            h = self.s_off[first]
+            t = self.s_off[last] + self.s_len[last]
+            if self.s_off[last] >= h:  # live bytes in [h, t)
+                if size - t >= n:
+                    off = t
+                elif h >= n:
+                    off = 0
+                else:
+                    return -1
+            elif h - t >= n:  # wrapped: live bytes in [h, size) and [0, t)
+                off = t
+            else:
+                return -1
+        k = (self.rhead + cnt) % ns
+        self.rcount = cnt + 1
+        self.s_off[k] = off
+        self.s_len[k] = n
+        return k
+
+    def _free(self, k):
+        self.s_st[k] = _FREE
+        ns = len(self.s_st)
+        while self.rcount and not self.s_st[self.rhead]:
+            self.rhead = (self.rhead + 1) % ns
+            self.rcount -= 1
+        if not self.clean:
+            self.b.dirty = True
+
+    def _find(self, pid):
+        if self.rbuf is None:
+            return -1
+        ns = len(self.s_st)
+        i = 0
+        while i < self.rcount:
+            k = (self.rhead + i) % ns
+            if self.s_st[k] and self.s_pid[k] == pid:
+                return k
+            i += 1
+        return -1
+
+    def _pid(self):
+        # Ids are handed out in sequence and a slot is only taken at the
+        # ring's tail, behind every live one; with fewer slots than ids the
+        # live ids are the last len(s_st) handed out, so the next one is
+        # free [MQTT-2.3.1-2]. (restore_slot keeps that order.)
+        p = self.npid + 1
+        if p > 65535:
+            p = 1
+        self.npid = p
+        return p
+
+    def on_puback(self, pid):
+        k = self._find(pid)
+        if k >= 0 and (self.s_st[k] == _PUB_SENT or self.s_st[k] == _PUB):
+            if self.s_st[k] == _PUB:
+                self.unsent -= 1
+            self._free(k)
+
+    def on_pubrec(self, pid):
+        """PUBREC: the PUBLISH is now the receiver's; answer PUBREL (now, or
+        when the send buffer has room)."""
+        k = self._find(pid)
+        if k < 0:
+            return
+        st = self.s_st[k]
+        if st == _PUB:
+            self.unsent -= 1
+        elif st != _PUB_SENT and st != _REL_SENT:
+            return
+        conn = self.client.conn
+        if not self.unsent and conn.space() >= 4:
+            conn.tlen = encode_ack(conn.tx, conn.tlen, PUBREL, pid)
+            self.s_st[k] = _REL_SENT
+        else:
+            self.s_st[k] = _REL
+            self.unsent += 1
+        if not self.clean:
+            self.b.dirty = True
+
+    def on_pubcomp(self, pid):
+        k = self._find(pid)
+        if k >= 0 and (self.s_st[k] == _REL_SENT or self.s_st[k] == _REL):
+            if self.s_st[k] == _REL:
+                self.unsent -= 1
+            self._free(k)
+
+    def inflight(self):
+        """Number of outbound QoS 1/2 messages not yet completed."""
+        if self.rbuf is None:
+            return 0
+        ns = len(self.s_st)
+        n = 0
+        i = 0
+        while i < self.rcount:
+            if self.s_st[(self.rhead + i) % ns]:
+                n += 1
+            i += 1
+        return n
+
+    def attach(self, client):
+        """The client (re)connects to this session: what was written and not
+        acknowledged is due again, PUBLISH with DUP=1 [MQTT-4.4.0-1]."""
+        self.client = client
+        if self.rbuf is None:
+            return
+        ns = len(self.s_st)
+        self.unsent = 0
+        i = 0
+        while i < self.rcount:
+            k = (self.rhead + i) % ns
+            st = self.s_st[k]
+            if st == _PUB_SENT:
+                self.rbuf[self.s_off[k]] |= 8
+                st = _PUB
+            elif st == _REL_SENT:
+                st = _REL
+            if st:
+                self.s_st[k] = st
+                self.unsent += 1
+            i += 1
+
+    # ------------------------------------------------------------ inbound QoS 2
+    # The held ids are kept packed in ipids[0:nipids], so each lookup scans
+    # only the ids in flight, not the whole table.
+    def ipid_has(self, pid):
+        ids = self.ipids
+        i = 0
+        while i < self.nipids:
+            if ids[i] == pid:
+                return True
+            i += 1
+        return False
+
+    def ipid_add(self, pid):
+        """Hold pid until PUBREL; False when max_qos2_in ids are held."""
+        ids = self.ipids
+        if ids is None:
+            ids = self.ipids = [0] * self.b.max_qos2_in
+        n = self.nipids
+        if n >= len(ids):
+            return False
+        ids[n] = pid
+        self.nipids = n + 1
+        if not self.clean:
+            self.b.dirty = True
+        return True
+
+    def ipid_del(self, pid):
+        ids = self.ipids
+        n = self.nipids
+        i = 0
+        while i < n:
+            if ids[i] == pid:
+                n -= 1
+                ids[i] = ids[n]
+                ids[n] = 0
+                self.nipids = n
+                if not self.clean:
+                    self.b.dirty = True
+                return
+            i += 1
+
+    # ------------------------------------------------------------ persistence
+    def slots(self):
+        """(state, pid, frame) for every live slot, oldest first; state 1 is
+        a PUBLISH still to be completed, 3 a PUBREL."""
+        out = []
+        if self.rbuf is None:
+            return out
+        ns = len(self.s_st)
+        i = 0
+        while i < self.rcount:
+            k = (self.rhead + i) % ns
+            st = self.s_st[k]
+            if st:
+                o = self.s_off[k]
+                if st <= _PUB_SENT:
+                    out.append((_PUB, self.s_pid[k], bytes(self.rbuf[o:o + self.s_len[k]])))
+                else:
+                    out.append((_REL, self.s_pid[k], b""))
+            i += 1
+        return out
+
+    def restore_slot(self, st, pid, frame):
+        """Put a saved slot back (at load, before any client attaches)."""
+        n = len(frame) if st == _PUB else 1
+        k = self._alloc(n)
+        if k < 0:
+            return False
+        self.s_pid[k] = pid
+        if st == _PUB:
+            copy(self.rbuf, self.s_off[k], frame, 0, n)
+            self.s_st[k] = _PUB_SENT  # attach() turns it into a resend
+        else:
+            self.s_st[k] = _REL_SENT
+        self.npid = pid  # slots come back oldest first: the last is the newest
+        return True
