@@ -52,7 +52,9 @@ class MQTTClient:
         self.conn = Conn(None, bufsize, bufsize)
         self.sock = None
         self.poller = None
+        self.wmask = False
         self.state = _DOWN
+        self.wmask = False  # POLLOUT registered
         self.clean = True
         self.session_present = False
         self.subs = {}  # filter -> qos, re-subscribed when the session is gone
@@ -121,8 +123,17 @@ class MQTTClient:
         up = self.state == _UP
         if not up and not (qos and self.reconnect):
             raise OSError(107, "not connected")
-        if up and c.tlen and not c.flush() and c.space() < len(msg) + 64:
-            raise Busy("send buffer full")
+        if up and c.tlen:
+            try:
+                sent = self._send()
+            except OSError:
+                # the link broke: store the message for the next connection
+                self._lost()
+                up = False
+                if not (qos and self.reconnect):
+                    raise
+            if up and not sent and c.space() < len(msg) + 64:
+                raise Busy("send buffer full")
         start = c.tlen
         try:
             pid = self.flow.publish(c, topic, msg, qos, retain, key, props)
@@ -279,12 +290,16 @@ class MQTTClient:
             lk = link(s)
             self.poller = poll()
             self.poller.register(s, POLLIN)
+            self.wmask = False
         c = self.conn
         c.link = lk
         lw = self.lw or (None, b"", 0, False)
+        # MQTT 5 keeps a session only as long as Session Expiry says (absent:
+        # 0, none); a persistent session asks for "never expires"
+        props = b"\x11\xff\xff\xff\xff" if self.level == 5 and not self.clean else None
         c.tlen = encode_connect(c.tx, 0, self.client_id, self.level, self.clean,
                                 self.keepalive, self.user, self.pswd, lw[0], lw[1],
-                                lw[2], lw[3])
+                                lw[2], lw[3], props)
         self.state = _CONNACK
         self.pkt.level = self.level
         self._send()
@@ -312,6 +327,7 @@ class MQTTClient:
         c.tlen = c.sent = 0
         self.sock = None
         self.poller = None
+        self.wmask = False
         self.state = _DOWN
 
     def _lost(self):
@@ -323,16 +339,22 @@ class MQTTClient:
         self.retry_at = ticks_add(ticks_ms(), d)
 
     def _send(self):
+        # POLLOUT is asked for only while bytes wait: a writable socket would
+        # otherwise end every poll() at once and spin
         if self.conn.flush():
             self.last_tx = ticks_ms()
+            if self.wmask:
+                self.wmask = False
+                self.poller.modify(self.sock, POLLIN)
             return True
-        if self.poller is not None:
+        if self.poller is not None and not self.wmask:
+            self.wmask = True
             self.poller.modify(self.sock, POLLIN | POLLOUT)
         return False
 
     def _flush_all(self, timeout_ms):
         start = ticks_ms()
-        while not self.conn.flush():
+        while not self._send():
             if ticks_diff(ticks_ms(), start) > timeout_ms:
                 raise OSError(110, "send timed out")
             self._wait_io(10)
@@ -358,7 +380,18 @@ class MQTTClient:
             self.last_rx = ticks_ms()
             decode(self.pkt, c.rx, 0, n)
             c.done()  # consumed even if the callback raises; rx stays intact
-            self._handle(self.pkt)
+            try:
+                self._handle(self.pkt)
+            except (OSError, MQTTError):
+                raise
+            except Exception:
+                # the application's callback raised: the message was not
+                # taken and not acknowledged. The broker resends only on a new
+                # connection [MQTT-4.4.0-1], so drop this one (a persistent
+                # session gets it again); QoS 0 has nothing to resend.
+                if self.pkt.type == PUBLISH and self.pkt.qos:
+                    self._lost()
+                raise
             handled += 1
             if self.state == _DOWN:
                 return handled
@@ -366,8 +399,7 @@ class MQTTClient:
                 self._send()  # acks pile up while a long burst is read
             n = c.recv()
         if c.tlen:
-            if self._send() and self.poller is not None:
-                self.poller.modify(self.sock, POLLIN)
+            self._send()
         if self.state == _CONNACK and ticks_diff(ticks_ms(), self.connect_started) > self.timeout_ms:
             raise Closed("no CONNACK")
         return handled
@@ -385,6 +417,8 @@ class MQTTClient:
                 raise MQTTError("connection refused", p.rc)
             self.state = _UP
             self.tries = 0
+            if p.props_len:
+                self._connack_props(p)
             self.ping_at = None
             self.session_present = p.session_present
             self._resume()
@@ -404,26 +438,41 @@ class MQTTClient:
         else:
             raise MQTTError("unexpected packet", 0x82)
 
+    def _connack_props(self, p):
+        # MQTT 5 CONNACK: the server's limits bind the client
+        from .props import get
+        b, o, n = p.buf, p.props_off, p.props_len
+        rm = get(b, o, n, 0x21)  # Receive Maximum [MQTT-3.3.4-7]
+        if rm and rm < self.flow.window:
+            self.flow.window = rm
+        ka = get(b, o, n, 0x13)  # Server Keep Alive [MQTT-3.2.2-21]
+        if ka is not None:
+            self.keepalive = ka
+
     def _resume(self):
-        # a new connection: hand stored inbound messages over again, resend
-        # in-flight ones [MQTT-4.4.0-1], re-subscribe if the broker kept no
-        # session [MQTT-3.2.2-2]
+        # A new connection: resend in-flight messages [MQTT-4.4.0-1],
+        # re-subscribe if the broker kept no session [MQTT-3.2.2-2], and hand
+        # stored inbound messages over again. The resend comes first, so a
+        # callback that raises cannot hold it up.
         c = self.conn
-        while self.redelivered:
-            pid, body = self.redelivered.pop(0)
-            p = Packet(self.level)
-            decode(p, body, 0, len(body))
-            self.deliver(p, True)
-            self.store.in_done(pid)
-        self.flow.resend(c, self._drain)
-        if not self.session_present:
-            self._forget_inbound()
+        sp = self.session_present
+        self.flow.resend(c, self._drain, sp)
+        if not sp:
             for topic in self.subs:
                 if c.space() < len(topic) + 16:
                     self._drain()
                 c.tlen = encode_subscribe(c.tx, c.tlen, self.flow.new_pid(), topic,
                                           self.subs[topic], self.level)
         self._send()
+        while self.redelivered:
+            pid, body = self.redelivered[0]
+            p = Packet(self.level)
+            decode(p, body, 0, len(body))
+            self.deliver(p, True)  # if this raises, it stays on the list
+            self.redelivered.pop(0)
+            self.store.in_done(pid)
+        if not sp:
+            self._forget_inbound()
 
     def _forget_inbound(self):
         # The broker has no session: the packet ids of inbound QoS 2 messages

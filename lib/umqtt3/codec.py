@@ -7,6 +7,7 @@
 # nothing is copied and, in steady state, nothing is allocated. Protocol
 # levels: 3 (MQTT 3.1, "MQIsdp"), 4 (3.1.1) and 5 (5.0).
 from .compat import const, valid_utf8, as_bytes
+from .topic import valid_name, valid_filter
 
 CONNECT = const(1)
 CONNACK = const(2)
@@ -124,6 +125,16 @@ def _str_len(s):
     if n > 65535:
         _err("string longer than 65535 bytes", PROTOCOL_ERROR)
     return n + 2
+
+
+def _filter_len(f, opts, level):
+    # a valid filter [MQTT-4.7.1-2, MQTT-4.7.1-3] with valid options
+    # [MQTT-3.8.3-4]: its encoded length
+    if not valid_filter(f, 0, len(f)):
+        _err("invalid topic filter", PROTOCOL_ERROR)
+    if (opts & 3) == 3 or opts & (0xC0 if level == 5 else 0xFC) or (opts & 0x30) == 0x30:
+        _err("bad subscription options", PROTOCOL_ERROR)
+    return _str_len(f)
 
 
 def _pid_ok(pid):
@@ -258,6 +269,10 @@ def encode_publish(buf, off, topic, payload, qos=0, pid=0, retain=False,
     payload = as_bytes(payload)
     if qos > 2:
         _err("QoS 3", MALFORMED)  # [MQTT-3.3.1-4]
+    if not (valid_name(topic, 0, len(topic)) or (level == 5 and not topic)):
+        # refused before the flows store it: a broker would close on it,
+        # and a stored one would be resent after every reconnect
+        _err("invalid topic name", PROTOCOL_ERROR)  # [MQTT-3.3.2-2, MQTT-4.7.3-1]
     pl = len(payload)
     rl = _str_len(topic) + pl
     first = 0x30 | (qos << 1)
@@ -314,11 +329,11 @@ def encode_subscribe(buf, off, pid, topics, qos=0, level=4, props=None):
         _err("SUBSCRIBE with no filters", PROTOCOL_ERROR)  # [MQTT-3.8.3-3]
     rl = 0
     if many:
-        for t, _ in topics:
-            rl += _str_len(as_bytes(t)) + 1
+        for t, o in topics:
+            rl += _filter_len(as_bytes(t), o, level) + 1
     else:
         topics = as_bytes(topics)
-        rl += _str_len(topics) + 1
+        rl += _filter_len(topics, qos, level) + 1
     off = head_pid(buf, off, 0x82, rl, pid, level, props)
     if not many:
         off = _put_str(buf, off, topics)
@@ -340,7 +355,7 @@ def encode_unsubscribe(buf, off, pid, topics, level=4, props=None):
         _err("UNSUBSCRIBE with no filters", PROTOCOL_ERROR)  # [MQTT-3.10.3-2]
     rl = 0
     for t in topics:
-        rl += _str_len(as_bytes(t))
+        rl += _filter_len(as_bytes(t), 0, level)
     off = head_pid(buf, off, 0xA2, rl, pid, level, props)
     for t in topics:
         off = _put_str(buf, off, as_bytes(t))

@@ -95,13 +95,18 @@ class Flow:
             st.out_del(pid)
             self.last_done = pid
 
-    def resend(self, conn, flush):
+    def resend(self, conn, flush, session_present=True):
         """After (re)connecting: unacknowledged PUBLISHes again with DUP=1 and
         PUBRELs for those already received, in their original order
-        [MQTT-4.4.0-1]. flush() makes room in conn.tx."""
+        [MQTT-4.4.0-1]. flush() makes room in conn.tx. When the broker kept
+        no session, a PUBREL would meet no message (a broker that forwards
+        on PUBREL would lose it), so PUBREC'd ones go out as PUBLISH again:
+        a possible duplicate rather than a certain loss."""
         for pid, state, key, body in self.store.recover():
             if state == "u":
                 continue  # inbound; the client hands these over itself
+            if not session_present:
+                state = "p"
             n = len(body) if state == "p" else 4
             if conn.space() < n and not flush():
                 return False

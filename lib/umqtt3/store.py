@@ -308,6 +308,8 @@ class FileStore:
         outs = []
         ins = []
         for name in sorted(self.fs.listdir(self.dir)):
+            if not _ours(name):
+                continue  # not a record: never touch other files
             path = self._p(name)
             try:
                 data = self.fs.read(path)
@@ -341,6 +343,20 @@ class FileStore:
         return [x[1:] for x in outs] + [x[1:] for x in ins]
 
 
+def _ours(name):
+    # o<8 digits>.p|r, i<5 digits>.u|d, or last
+    if name == "last":
+        return True
+    n = len(name)
+    if n == 11 and name[0] == "o":
+        st = "pr"
+    elif n == 8 and name[0] == "i":
+        st = "ud"
+    else:
+        return False
+    return name[-2] == "." and name[-1] in st and name[1:-2].isdigit()
+
+
 def _publish_pid(pkt):
     # packet id of an encoded QoS 1/2 PUBLISH: after the header and topic
     i = 1
@@ -359,9 +375,13 @@ def _refuse_fat(path):
         mounts = vfs.mount()
     except (ImportError, TypeError, AttributeError):
         return  # CPython, or a port that cannot list its mounts
+    if not path.startswith("/"):
+        import os
+        path = os.getcwd().rstrip("/") + "/" + path
     best = None
     for fs, mp in mounts:
-        if path.startswith(mp) and (best is None or len(mp) > len(best[1])):
+        under = mp == "/" or path == mp or path.startswith(mp.rstrip("/") + "/")
+        if under and (best is None or len(mp) > len(best[1])):
             best = (fs, mp)
     if best and type(best[0]).__name__ == "VfsFat":
         raise OSError("FileStore on FAT is not power-loss safe; use littlefs or allow_fat=True")

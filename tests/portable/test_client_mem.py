@@ -276,8 +276,9 @@ def test_receive_qos2_resent_is_delivered_once():
 
 
 def test_callback_that_raises_has_not_taken_the_message():
-    # A QoS 2 message whose callback raises is forgotten and not answered
-    # with PUBREC, so the sender's resend (DUP) is delivered, once.
+    # A QoS 2 message whose callback raises is forgotten, not answered with
+    # PUBREC, and the connection is dropped: a broker resends only on a new
+    # connection [MQTT-4.4.0-1]. The resend (DUP) is then delivered, once.
     peer = Peer()
     c = _client(peer)
     got = []
@@ -289,7 +290,7 @@ def test_callback_that_raises_has_not_taken_the_message():
         got.append(msg)
 
     c.set_callback(cb)
-    c.connect()
+    c.connect(clean_session=False)
     co = peer.conn
     co.tlen = encode_publish(co.tx, 0, b"in/2", b"later", 2, 9)
     co.flush()
@@ -299,6 +300,10 @@ def test_callback_that_raises_has_not_taken_the_message():
     except ValueError:
         pass
     assert peer.got[PUBREC] == 0
+    assert not c.is_connected()
+    peer.drop()
+    peer.session = True
+    c.connect(clean_session=False)
     co.tlen = encode_publish(co.tx, 0, b"in/2", b"later", 2, 9, False, True)
     co.flush()
     c.check_msg()
@@ -468,3 +473,29 @@ def test_steady_state_allocates_nothing():
     assert peer.got[PUBLISH] - sent == 60
     assert box.n - n0 == 60 and box.redelivered == 0
     assert c.inflight() == 0 and c.ping_at is None
+
+
+def test_pubrec_d_message_resent_as_publish_when_session_lost():
+    # A QoS 2 message the broker acknowledged with PUBREC, then a broker
+    # that lost the session: PUBREL would meet nothing (and a broker that
+    # forwards on PUBREL would lose the message), so the PUBLISH goes again.
+    peer = Peer()
+    c = _client(peer, reconnect=True)
+    c.connect(clean_session=False)
+    peer.ack = False  # the peer does not answer the PUBLISH
+    pid = c.publish(b"out/2", b"keep", qos=2, wait=False)
+    for _ in range(5):
+        peer.step()
+    c.store.out_rel(pid)  # as if its PUBREC had arrived
+    assert c.inflight() == 1
+    before = len(peer.published)
+    peer.drop()
+    peer.session = False  # the broker lost it
+    peer.ack = True
+    c.connect(clean_session=False)
+    _settle(c, peer, PUBREL, 1)  # the peer answers it with PUBCOMP
+    for _ in range(5):
+        c.poll(0)
+    resent = peer.published[before:]
+    assert resent == [(b"out/2", b"keep", 2, True)], resent
+    assert c.inflight() == 0

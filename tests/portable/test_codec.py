@@ -1083,3 +1083,19 @@ def test_no_allocation_micropython():
     except MemoryError:
         raise AssertionError("allocated in step %d" % z.step)
     assert total == 20 * one, (total, one)
+
+
+def test_encoders_refuse_invalid_topics_and_filters():
+    # Refused before a flow stores them: a broker closes the connection on
+    # them, and a stored one would be resent after every reconnect.
+    b = bytearray(64)
+    for t in (b"a/+", b"#", b"a/#/b", b"", b"a\x00b"):
+        e = raises(codec.MQTTError, codec.encode_publish, b, 0, t, b"x")  # [MQTT-3.3.2-2, MQTT-4.7.3-1/2]
+        assert e.code == codec.PROTOCOL_ERROR
+    assert codec.encode_publish(b, 0, b"", b"x", level=5, props=b"\x23\x00\x01") > 0  # v5 topic alias
+    for f in (b"a+", b"a/#/b", b"#a", b""):
+        raises(codec.MQTTError, codec.encode_subscribe, b, 0, 1, f, 0)  # [MQTT-4.7.1-2, MQTT-4.7.1-3]
+        raises(codec.MQTTError, codec.encode_unsubscribe, b, 0, 1, f)
+    raises(codec.MQTTError, codec.encode_subscribe, b, 0, 1, b"a/+", 3)  # [MQTT-3.8.3-4]
+    raises(codec.MQTTError, codec.encode_subscribe, b, 0, 1, [(b"a", 0), (b"b", 4)])
+    assert codec.encode_subscribe(b, 0, 1, [(b"a/+", 1), (b"#", 2)]) > 0

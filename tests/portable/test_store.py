@@ -444,3 +444,21 @@ def test_file_refuses_fat():
         else:
             sys.modules["vfs"] = old
         _cleanup(d)
+
+
+def test_file_recover_leaves_other_files_alone():
+    # FileStore("/") on a board must not wipe main.py: only names of its own
+    # records (o<seq>.p/.r, i<pid>.u/.d, last) are read, dropped or kept.
+    d = _tmpdir()
+    try:
+        s = FileStore(d)
+        _write(d + "/main.py", b"print('hello')")
+        _write(d + "/o1.p", b"not ours either")
+        _write(d + "/i12345.x", b"nor this")
+        _add(s, 1, key=0, msg=b"kept")
+        s2 = FileStore(d)
+        assert [x[0] for x in s2.recover()] == [1]
+        assert _read(d + "/main.py") == b"print('hello')"
+        assert sorted(_files(d)) == ["i12345.x", "main.py", "o00000001.p", "o1.p"]
+    finally:
+        _cleanup(d)
