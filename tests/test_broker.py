@@ -257,7 +257,8 @@ def test_invalid_filter_closes():
     # [MQTT-4.7.1-2] '#' must be last; the connection is closed
     with running() as b, Raw(b.port) as c:
         c.connect("inv")
-        c.put(codec.encode_subscribe, 1, "a/#/b", 0)
+        # built by hand: the client's encoder refuses such a filter
+        c.send(b"\x82\x0a\x00\x01\x00\x05a/#/b\x00")
         assert c.recv() is None
 
 
@@ -299,6 +300,29 @@ def test_clients_cannot_publish_into_sys():
         c.expect(PUBACK, 4)
         assert c.nothing()
         assert b.retained[b"$SYS/broker/uptime"][1] != b"forged"
+
+
+def test_sysx_topics_are_not_sys():
+    # only "$SYS/..." is the broker's; "$SYSX" is an ordinary $ topic
+    with running() as b, Raw(b.port) as c, Raw(b.port) as p:
+        c.connect("sysx")
+        c.subscribe(1, "$SYSX/#", 0)
+        p.connect("sysx-pub")
+        p.publish("$SYSX/a", b"v", 1, pid=2, retain=True)
+        p.expect(PUBACK, 2)
+        assert c.messages(1)[0][:2] == (b"$SYSX/a", b"v")
+        assert b.retained[b"$SYSX/a"][1] == b"v"
+
+
+def test_sys_topics_do_not_count_against_max_retained():
+    b = Broker(port=None, max_retained=2, sys_interval=1)
+    b._sys()
+    assert sum(1 for t in b.retained if t.startswith(b"$SYS/")) >= 8
+    b.publish("a", b"1", retain=True)
+    b.publish("b", b"2", retain=True)
+    b.publish("c", b"3", retain=True)  # the third is over the limit
+    assert b"a" in b.retained and b"b" in b.retained and b"c" not in b.retained
+    assert b.dropped == 1
 
 
 def test_overlapping_subscriptions_delivered_once_at_highest_qos():
@@ -559,9 +583,90 @@ def test_store_ignores_a_torn_file(tmp_path):
             c.publish("r/%d" % i, b"v%d" % i, 1, pid=i + 1, retain=True)
             c.expect(PUBACK, i + 1)
     data = (store / "retained.db").read_bytes()
-    (store / "retained.db").write_bytes(data[:-3])  # last record torn
+    # the last R record torn (and the E record that follows it gone)
+    (store / "retained.db").write_bytes(data[:-14 - 3])
     b2 = Broker(port=None, store=str(store), sys_interval=0)
     assert sorted(b2.retained) == [b"r/0", b"r/1"]
+
+
+def test_store_falls_back_to_the_tmp_snapshot(tmp_path):
+    # FAT: a rename onto an existing file removes it first, so a power cut
+    # can leave only NAME.tmp; a whole NAME.tmp is loaded then
+    store = tmp_path / "store"
+    b = Broker(port=None, store=str(store), sys_interval=0)
+    b.publish("r/1", b"v1", retain=True)
+    b.save()
+    db = store / "retained.db"
+    tmp = store / "retained.db.tmp"
+    tmp.write_bytes(db.read_bytes())
+    db.unlink()  # NAME missing
+    assert sorted(Broker(port=None, store=str(store), sys_interval=0).retained) == [b"r/1"]
+    db.write_bytes(tmp.read_bytes()[:-20])  # NAME fails its CRC (torn)
+    assert sorted(Broker(port=None, store=str(store), sys_interval=0).retained) == [b"r/1"]
+    tmp.write_bytes(tmp.read_bytes()[:-14])  # a NAME.tmp without its end is not whole
+    db.write_bytes(b"")
+    assert not Broker(port=None, store=str(store), sys_interval=0).retained
+
+
+class _Clock:
+    def __init__(self, monkeypatch, t=1000):
+        import umqtt3.broker as mod
+        self.t = t
+        monkeypatch.setattr(mod, "ticks_ms", lambda: self.t)
+
+    def step(self, b, ms):
+        """Advance by ms in steps the timers can follow (< 2**29)."""
+        while ms > 0:
+            d = min(ms, 1 << 27)
+            self.t = (self.t + d) & ((1 << 30) - 1)
+            ms -= d
+            b.poll_once(0)
+
+
+def test_store_saved_after_a_long_quiet_spell(tmp_path, monkeypatch):
+    # the save deadline must not fall more than 2**29 ms behind the clock
+    clock = _Clock(monkeypatch)
+    store = tmp_path / "store"
+    b = Broker(port=None, store=str(store), sys_interval=0, save_interval_ms=2000)
+    clock.step(b, (1 << 29) + 5000)  # quiet: nothing to save
+    b.publish("r", b"v", retain=True)
+    assert b.dirty
+    clock.step(b, 2200)
+    assert not b.dirty
+    assert sorted(Broker(port=None, store=str(store), sys_interval=0).retained) == [b"r"]
+
+
+def test_store_failure_does_not_stop_the_broker(tmp_path, monkeypatch):
+    import shutil
+    clock = _Clock(monkeypatch)
+    store = tmp_path / "store"
+    logs = []
+    b = Broker(port=None, store=str(store), sys_interval=0, save_interval_ms=2000,
+               log=logs.append)
+    shutil.rmtree(str(store))  # the store directory goes away
+    b.publish("r", b"v", retain=True)
+    clock.step(b, 2200)  # poll_once must not raise
+    assert b.dirty and b.store_errors == 1
+    assert any("not saved" in m for m in logs)
+    clock.step(b, 2200)
+    assert b.store_errors == 2  # retried every interval
+    b.close()  # logs, does not raise
+    assert b.store_errors == 3 and b.dirty
+
+
+def test_store_resumes_saving_when_the_directory_is_back(tmp_path, monkeypatch):
+    import shutil
+    clock = _Clock(monkeypatch)
+    store = tmp_path / "store"
+    b = Broker(port=None, store=str(store), sys_interval=0, save_interval_ms=2000)
+    shutil.rmtree(str(store))
+    b.publish("r", b"v", retain=True)
+    clock.step(b, 2200)
+    assert b.dirty and b.store_errors == 1
+    os.mkdir(str(store))
+    clock.step(b, 2200)
+    assert not b.dirty
+    assert sorted(Broker(port=None, store=str(store), sys_interval=0).retained) == [b"r"]
 
 
 # ---------------------------------------------------------------- limits

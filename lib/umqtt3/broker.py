@@ -131,6 +131,7 @@ class Broker:
         self.dropped = 0
         self.refused = 0
         self.errors = 0  # internal errors (a bug): the connection was closed
+        self.store_errors = 0  # snapshots that could not be written
         self.connected = 0
         # state
         self._pkt = Packet(4)
@@ -143,6 +144,7 @@ class Broker:
         self._sess = {}  # client id -> Session
         self._slist = []  # the same sessions, for iteration
         self.retained = {}  # topic bytes -> (qos, payload bytes)
+        self._nsys = 0  # how many of those are $SYS/ topics (not limited)
         self._ndead = 0
         self._hot = False  # a client has work that poll cannot see
         self._nauto = 0
@@ -152,7 +154,7 @@ class Broker:
         self._t_timer = now
         self._t_prev = now
         self._t_sys = now
-        self._t_save = now
+        self._t_save = ticks_add(now, save_interval_ms)  # kept ahead while not dirty
         self._up_s = 0
         self._up_ms = 0
         self.store = store
@@ -200,7 +202,8 @@ class Broker:
                 # CONNECT: closed at once, before any buffer is allocated
                 s.close()
                 self.refused += 1
-                self._log("refused %s: too many connections", (addr,))
+                if self.log is not None:
+                    self._log("refused %s: too many connections", (addr,))
                 continue
             s.setblocking(False)
             compat.nodelay(s)
@@ -322,9 +325,7 @@ class Broker:
             if s.clean:
                 self._drop(s)
         if self.store:
-            from . import broker_store
-            broker_store.save(self)
-            self.dirty = False
+            self._save_logged()  # a failure is logged; the close goes on
         if self._sock is not None:
             self._poller.unregister(self._sock)
             self._sock.close()
@@ -438,10 +439,11 @@ class Broker:
                     self._drop(s)  # [MQTT-3.1.2-6]
                 else:
                     self.dirty = True
-            self._log("disconnect %s: %s", (c.cid.decode(), why))
+            if self.log is not None:
+                self._log("disconnect %s: %s", (c.cid.decode(), why))
             if will and wt is not None:
                 self.publish(wt, c.will_m, c.will_q, c.will_r)
-        else:
+        elif self.log is not None:
             self._log("closed %s: %s", (c.peer, why))
 
     def _refuse(self, c, rc, why):
@@ -449,7 +451,9 @@ class Broker:
         if conn.space() >= 4:
             conn.tlen = encode_connack(conn.tx, conn.tlen, False, rc)
         self.refused += 1
-        self._close(c, "refused (CONNACK %d): %s" % (rc, why), False)
+        if self.log is not None:
+            why = "refused (CONNACK %d): %s" % (rc, why)
+        self._close(c, why, False)
 
     def _reap(self):
         cl = self._clients
@@ -537,7 +541,9 @@ class Broker:
         # session present only for 3.1.1 [MQTT-3.2.2-1..3]
         conn.tlen = encode_connack(conn.tx, conn.tlen, present and p.level == 4, 0)
         s.attach(c)  # resend what was in flight [MQTT-4.4.0-1]
-        self._log("connect %s from %s (clean %d, keepalive %d)", (cid.decode(), c.peer, p.clean, p.keepalive))
+        if self.log is not None:
+            self._log("connect %s from %s (clean %d, keepalive %d)",
+                      (cid.decode(), c.peer, p.clean, p.keepalive))
 
     def _new_id(self):
         while True:
@@ -579,8 +585,8 @@ class Broker:
             buf = p.buf
             toff = p.topic_off
             tn = p.topic_len
-            if not (tn >= 4 and buf[toff] == 36 and buf[toff + 1] == 83 and buf[toff + 2] == 89
-                    and buf[toff + 3] == 83):
+            if not (tn >= 5 and buf[toff] == 36 and buf[toff + 1] == 83 and buf[toff + 2] == 89
+                    and buf[toff + 3] == 83 and buf[toff + 4] == 47):
                 # clients do not publish into $SYS
                 if p.retain:
                     self._retain(buf, toff, tn, buf, p.payload_off, p.payload_len, qos)
@@ -679,19 +685,28 @@ class Broker:
     def _retain(self, tsrc, toff, tn, psrc, poff, pn, qos):
         key = bytes(tsrc[toff:toff + tn])
         ret = self.retained
+        sysk = key.startswith(b"$SYS/")  # the broker's own: not limited, not saved
         if not pn:
             # an empty retained message clears, and is not stored [MQTT-3.3.1-10, -11]
             if ret.pop(key, None) is not None:
-                self.dirty = True
+                if sysk:
+                    self._nsys -= 1
+                else:
+                    self.dirty = True
             return
-        if key not in ret and len(ret) >= self.max_retained:
+        new = key not in ret
+        if new and not sysk and len(ret) - self._nsys >= self.max_retained:
             self.dropped += 1
-            self._log("retained message on %s not kept: max retained reached", (key.decode(),))
+            if self.log is not None:
+                self._log("retained message on %s not kept: max retained reached", (key.decode(),))
             return
         if publish_size(tn, pn, qos) > self.max_frame:
             return
         ret[key] = (qos, bytes(psrc[poff:poff + pn]))  # replaces [MQTT-3.3.1-5]
-        self.dirty = True
+        if not sysk:
+            self.dirty = True
+        elif new:
+            self._nsys += 1
 
     def publish(self, topic, payload, qos=0, retain=False):
         """Publish from the broker itself (wills, $SYS, an application)."""
@@ -724,15 +739,32 @@ class Broker:
         if self.sys_interval and ticks_diff(now, self._t_sys) >= 0:
             self._t_sys = ticks_add(now, self.sys_interval * 1000)
             self._sys()
-        if self.store and self.dirty and ticks_diff(now, self._t_save) >= 0:
-            self._t_save = ticks_add(now, self.save_interval_ms)
-            self.save()
+        if self.store:
+            # the deadline is kept one interval ahead while nothing is dirty,
+            # so it is never more than that behind: no tick wrap-around
+            if not self.dirty:
+                self._t_save = ticks_add(now, self.save_interval_ms)
+            elif ticks_diff(now, self._t_save) >= 0:
+                self._t_save = ticks_add(now, self.save_interval_ms)
+                self._save_logged()  # on failure: still dirty, retried next interval
 
     def save(self):
+        """Write the store now. Raises OSError (or MemoryError) when it
+        cannot; the state stays dirty and the periodic save retries."""
         if self.store:
             from . import broker_store
             broker_store.save(self)
             self.dirty = False
+
+    def _save_logged(self):
+        try:
+            self.save()
+            return True
+        except Exception as e:  # a full or missing disk must not stop the broker
+            self.store_errors += 1
+            if self.log is not None:
+                self._log("store %s not saved: %r", (self.store, e))
+            return False
 
     def _sys(self):
         # retained, so a new subscriber sees the figures at once
@@ -746,6 +778,8 @@ class Broker:
         pub("messages/sent", self.sent)
         pub("messages/dropped", self.dropped)
         pub("retained messages/count", len(self.retained))
+        if self.store:
+            pub("store/errors", self.store_errors)
         mf = getattr(gc, "mem_free", None)
         if mf is not None:
             pub("heap/free", mf())

@@ -85,8 +85,11 @@ def main(argv=None):
     except KeyboardInterrupt:
         pass
     finally:
-        b.close()
+        b.close()  # saves the store; a failure is logged, not raised
         print("umqtt3 broker stopped", flush=True)
+    if a.store and b.dirty:
+        print("umqtt3 broker: the store could not be saved", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 

@@ -5,9 +5,14 @@
 # A file is a run of records:
 #     0xA5, type (1 byte), body length (4 bytes, big-endian), body,
 #     CRC-32 of type + length + body (4 bytes, big-endian)
-# A snapshot is written to NAME.tmp, synced, then renamed over NAME (atomic
-# on littlefs and POSIX), so a power cut leaves the old or the new snapshot.
-# Reading stops at the first record that is truncated or fails its CRC.
+# A snapshot is streamed to NAME.tmp, ends with an E record (its record
+# count), is synced, then renamed over NAME and the directory is synced.
+# On littlefs and POSIX that rename is atomic. On FAT (VfsFat) it is not:
+# MicroPython removes NAME, then renames, so a power cut between the two
+# leaves only NAME.tmp. load() therefore reads NAME when it is whole (all
+# records good, ending with its E record), else NAME.tmp when that is
+# whole, else what NAME holds up to its first record that is truncated or
+# fails its CRC.
 #
 # retained.db:  R  qos, topic length (2), topic, payload
 # sessions.db:  S  client id                    starts a session; then its
@@ -16,6 +21,7 @@
 #                                                PUBLISH, 3: PUBREL, no frame),
 #               P  pid (2)                       inbound QoS 2 ids held,
 #               Q  frame                         queued messages, oldest first
+# both:         E  record count (4)              the end of a whole snapshot
 import os
 
 from . import compat
@@ -47,85 +53,168 @@ def _u32(b, v, off):
     b[off + 3] = v & 255
 
 
-def _record(f, typ, body):
+def _record(f, typ, a, b=None, c=None):
+    """Write one record whose body is a + b + c (b, c optional), straight
+    to f: no joined copy of the body."""
+    n = len(a)
+    if b is not None:
+        n += len(b)
+    if c is not None:
+        n += len(c)
     h = bytearray(6)
     h[0] = _MAGIC
     h[1] = typ
-    _u32(h, len(body), 2)
-    t = bytearray(4)
-    _u32(t, _crc(body, _crc(memoryview(h)[1:])), 0)
+    _u32(h, n, 2)
+    crc = _crc(a, _crc(memoryview(h)[1:]))
     f.write(h)
-    f.write(body)
-    f.write(t)
+    f.write(a)
+    if b is not None:
+        crc = _crc(b, crc)
+        f.write(b)
+    if c is not None:
+        crc = _crc(c, crc)
+        f.write(c)
+    _u32(h, crc, 0)
+    f.write(memoryview(h)[:4])
 
 
-def records(data):
-    """(type, body) for each good record of a file's bytes."""
-    out = []
-    i = 0
-    n = len(data)
-    mv = memoryview(data)
-    while i + 10 <= n and data[i] == _MAGIC:
-        ln = (data[i + 2] << 24) | (data[i + 3] << 16) | (data[i + 4] << 8) | data[i + 5]
-        end = i + 6 + ln
-        if end + 4 > n:
-            break
-        want = (data[end] << 24) | (data[end + 1] << 16) | (data[end + 2] << 8) | data[end + 3]
-        if _crc(mv[i + 1:end]) != want:
-            break
-        out.append((data[i + 1], bytes(mv[i + 6:end])))
-        i = end + 4
-    return out
+def _be(b, i, n):
+    v = 0
+    while n:
+        v = (v << 8) | b[i]
+        i += 1
+        n -= 1
+    return v
+
+
+def _next(f):
+    """The next good record of file f as (type, body); None at the end of
+    the file, False at a truncated record or a bad CRC."""
+    h = f.read(6)
+    if not h:
+        return None
+    if len(h) < 6 or h[0] != _MAGIC:
+        return False
+    ln = _be(h, 2, 4)
+    body = f.read(ln + 4)
+    if body is None or len(body) < ln + 4:
+        return False
+    if _crc(memoryview(body)[:ln], _crc(memoryview(h)[1:])) != _be(body, ln, 4):
+        return False
+    return h[1], body[:ln]
 
 
 def _path(store, name):
     return store.rstrip("/") + "/" + name
 
 
-def _write(store, name, recs):
+def _whole(path):
+    """True when every record of the file is good and the last one, at the
+    end of the file, is the E record."""
+    last = None
+    try:
+        with open(path, "rb") as f:
+            while True:
+                r = _next(f)
+                if r is None:
+                    break
+                if r is False:
+                    return False
+                last = r[0]
+    except OSError:
+        return False
+    return last == 69
+
+
+def _pick(store, name):
+    """The path to load NAME from (see the top of this file). A snapshot
+    written before E records existed is never whole, but NAME.tmp is then
+    not whole either, so NAME is read as before."""
+    path = _path(store, name)
+    if _whole(path):
+        return path
+    if _whole(path + ".tmp"):
+        return path + ".tmp"
+    return path
+
+
+def _read(store, name):
+    """Yield the good records of NAME (or of NAME.tmp), read one at a time."""
+    try:
+        f = open(_pick(store, name), "rb")
+    except OSError:
+        return
+    try:
+        while True:
+            r = _next(f)
+            if not r:
+                return
+            yield r
+    finally:
+        f.close()
+
+
+def _write(store, name, fn, b):
     path = _path(store, name)
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
-        for typ, body in recs:
-            _record(f, typ, body)
+        n = fn(f, b)
+        h = bytearray(4)
+        _u32(h, n, 0)
+        _record(f, 69, h)  # E
         compat.fsync(f)
     compat.replace(tmp, path)
     compat.fsync_dir(store)
 
 
-def _read(store, name):
-    try:
-        with open(_path(store, name), "rb") as f:
-            return records(f.read())
-    except OSError:
-        return []
+def _hdr(x, y, z):
+    h = bytearray(3)
+    h[0] = x
+    h[1] = y
+    h[2] = z
+    return h
 
 
-def save(b):
-    """Write both snapshots of broker b."""
-    recs = []
+def _retained(f, b):
+    n = 0
     for topic, (qos, payload) in b.retained.items():
         # $SYS figures are republished by a running broker
         if topic[:5] == b"$SYS/":
             continue
-        n = len(topic)
-        recs.append((82, bytes([qos, n >> 8, n & 255]) + topic + payload))  # R
-    _write(b.store, "retained.db", recs)
-    recs = []
+        k = len(topic)
+        _record(f, 82, _hdr(qos, k >> 8, k & 255), topic, payload)  # R
+        n += 1
+    return n
+
+
+def _sessions(f, b):
+    n = 0
     for s in b._slist:
         if s.clean:
             continue
-        recs.append((83, s.cid))  # S
+        _record(f, 83, s.cid)  # S
+        n += 1
         for i in range(len(s.filters)):
-            recs.append((70, bytes([s.fqos[i]]) + s.filters[i]))  # F
+            _record(f, 70, bytes((s.fqos[i],)), s.filters[i])  # F
+            n += 1
         for st, pid, frame in s.slots():
-            recs.append((73, bytes([st, pid >> 8, pid & 255]) + frame))  # I
+            _record(f, 73, _hdr(st, pid >> 8, pid & 255), frame)  # I
+            n += 1
         for i in range(s.nipids):
             pid = s.ipids[i]
-            recs.append((80, bytes([pid >> 8, pid & 255])))  # P
-        for f in s.q:
-            recs.append((81, bytes(f)))  # Q
-    _write(b.store, "sessions.db", recs)
+            _record(f, 80, bytes((pid >> 8, pid & 255)))  # P
+            n += 1
+        for q in s.q:
+            _record(f, 81, q)  # Q
+            n += 1
+    return n
+
+
+def save(b):
+    """Write both snapshots of broker b. Raises OSError (or MemoryError)
+    when a file cannot be written; the older snapshot is then kept."""
+    _write(b.store, "retained.db", _retained, b)
+    _write(b.store, "sessions.db", _sessions, b)
 
 
 def load(b):

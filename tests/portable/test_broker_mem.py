@@ -271,6 +271,59 @@ def test_takeover_and_store():
     b2.close()
 
 
+def _store_dir(name):
+    try:
+        import os
+    except ImportError:
+        raise SkipTest("needs os")
+    if MICROPYTHON:
+        try:
+            os.mkdir("/tmp")
+        except OSError:
+            pass
+        d = "/tmp/" + name
+    else:
+        import tempfile
+        d = tempfile.mkdtemp()
+    return os, d
+
+
+def _rm_store(os, d):
+    for n in ("retained.db", "retained.db.tmp", "sessions.db", "sessions.db.tmp"):
+        try:
+            os.remove(d + "/" + n)
+        except OSError:
+            pass
+    try:
+        os.rmdir(d)
+    except OSError:
+        pass
+
+
+def test_store_tmp_fallback_and_save_failure():
+    os, d = _store_dir("umqtt3-broker-fat")
+    _rm_store(os, d)
+    b = _broker(store=d)
+    b.publish("r/1", b"v1", retain=True)
+    b.save()
+    # a FAT rename cut short: NAME removed, the whole NAME.tmp left
+    with open(d + "/retained.db", "rb") as f:
+        data = f.read()
+    with open(d + "/retained.db.tmp", "wb") as f:
+        f.write(data)
+    os.remove(d + "/retained.db")
+    b2 = _broker(store=d)
+    assert list(b2.retained) == [b"r/1"], list(b2.retained)
+    # the store directory goes away: saving fails, the broker goes on
+    _rm_store(os, d)
+    b2.publish("r/2", b"v2", retain=True)
+    b2._t_save = b2._t_timer = 0
+    b2.poll_once(0)
+    b2.close()
+    assert b2.dirty and b2.store_errors >= 1
+    _rm_store(os, d)
+
+
 # ---------------------------------------------------------------- memory
 
 class _Steady:
