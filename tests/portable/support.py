@@ -77,3 +77,24 @@ def have_shared(rel):
         return True
     except OSError:
         return False
+
+
+def locked(fn, *args):
+    """Run fn(*args) with the heap locked (MicroPython only): any allocation
+    in it raises MemoryError. Returns fn's result. Still locked afterwards,
+    it checks that the lock really refuses an allocation, so a zero-allocation
+    test cannot pass because the lock did nothing."""
+    import micropython
+
+    held = False
+    micropython.heap_lock()
+    try:
+        r = fn(*args)
+        try:
+            bytearray(8)
+        except MemoryError:
+            held = True
+    finally:
+        micropython.heap_unlock()
+    assert held, "heap_lock did not stop allocation"
+    return r

@@ -10,6 +10,7 @@
 import gc
 import sys
 
+from support import locked
 from umqtt3.broker import Broker
 from umqtt3.transport import Pipe, Conn
 from umqtt3.codec import (Packet, decode, encode_connect, encode_publish, encode_ack,
@@ -367,21 +368,6 @@ class _Steady:
             k -= 1
 
 
-def _locked(go, k):
-    import micropython
-    micropython.heap_lock()
-    try:
-        go(k)
-        try:
-            bytearray(8)
-            locked = False
-        except MemoryError:
-            locked = True
-    finally:
-        micropython.heap_unlock()
-    return locked
-
-
 def _check_zero_alloc(qos):
     st = _Steady(qos)
     st.go(20)  # warm up: the in-flight ring, lists at their size
@@ -391,7 +377,7 @@ def _check_zero_alloc(qos):
     go = st.go
     before = sub.got[PUBLISH]
     if MICROPYTHON:
-        assert _locked(go, 200), "heap_lock did not stop allocation"
+        locked(go, 200)
         gc.collect()
         a0 = gc.mem_alloc()
         go(200)

@@ -11,6 +11,7 @@
 # either once it runs.
 import sys
 
+from support import locked
 from umqtt3.client import MQTTClient
 from umqtt3.transport import Pipe, Conn
 from umqtt3.codec import (Packet, decode, encode_publish, encode_ack, encode_simple,
@@ -405,15 +406,6 @@ def _steady(c, peer, box, n):
             c.poll(0)
 
 
-def _locked(fn, *args):
-    import micropython
-    micropython.heap_lock()
-    try:
-        fn(*args)
-    finally:
-        micropython.heap_unlock()
-
-
 def _one(c, peer, box, what):
     # the parts of _steady one at a time, to say which one allocates
     p = peer
@@ -460,16 +452,12 @@ def test_steady_state_allocates_nothing():
     for what in PARTS:
         _one(c, peer, box, what)
         try:
-            _locked(_one, c, peer, box, what)
+            locked(_one, c, peer, box, what)
         except MemoryError:
             raise AssertionError("allocates: " + what)
     sent = peer.got[PUBLISH]
     n0 = box.n
-    micropython.heap_lock()
-    try:
-        _steady(c, peer, box, 20)
-    finally:
-        micropython.heap_unlock()
+    locked(_steady, c, peer, box, 20)
     assert peer.got[PUBLISH] - sent == 60
     assert box.n - n0 == 60 and box.redelivered == 0
     assert c.inflight() == 0 and c.ping_at is None

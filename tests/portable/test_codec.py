@@ -4,7 +4,7 @@
 # protocol levels 3, 4 and 5, and (MicroPython only) zero allocation.
 #
 # Portable: runs under pytest and under MicroPython (tools/mp/testrunner.py).
-from support import SkipTest, raises, unhex, tohex, MICROPYTHON
+from support import SkipTest, raises, unhex, tohex, MICROPYTHON, locked
 
 from umqtt3 import codec, compat, props, topic
 from umqtt3.codec import (
@@ -1040,32 +1040,12 @@ def _z_round(z):
     return n
 
 
-def _z_locked(z, k):
-    import micropython
-
+def _z_rounds(z, k):
     total = 0
-    micropython.heap_lock()
-    try:
-        while k:
-            total += _z_round(z)
-            k -= 1
-    finally:
-        micropython.heap_unlock()
+    while k:
+        total += _z_round(z)
+        k -= 1
     return total
-
-
-def _heap_lock_works():
-    import micropython
-
-    micropython.heap_lock()
-    try:
-        try:
-            bytearray(8)
-            return False
-        except MemoryError:
-            return True
-    finally:
-        micropython.heap_unlock()
 
 
 def test_no_allocation_micropython():
@@ -1075,11 +1055,10 @@ def test_no_allocation_micropython():
     # the heap locked.
     if not MICROPYTHON:
         raise SkipTest("heap_lock is MicroPython's")
-    assert _heap_lock_works()
     z = _Z()
     one = _z_round(z)  # warm-up, unlocked (imports props and codec_server)
     try:
-        total = _z_locked(z, 20)
+        total = locked(_z_rounds, z, 20)
     except MemoryError:
         raise AssertionError("allocated in step %d" % z.step)
     assert total == 20 * one, (total, one)

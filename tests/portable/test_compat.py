@@ -230,32 +230,21 @@ def test_copy_out_of_range_keeps_length():
 
 def test_copy_no_allocation():
     _micropython_only()
-    import micropython
-
     dst = bytearray(80)
     src = b"0123456789abcdefghijklmnopqrstuvwxyz"
     rb = bytearray(src)
 
     def run():
-        micropython.heap_lock()
-        try:
-            i = 0
-            while i < 50:
-                compat.copy(dst, 3, src, 1, 20)
-                compat.copy(dst, 30, rb, 0, len(rb))
-                compat.copy(rb, 0, rb, 4, 10)
-                compat.copy(dst, 0, src, 0, 0)
-                i += 1
-            try:
-                bytearray(4)
-                locked = False
-            except MemoryError:
-                locked = True
-        finally:
-            micropython.heap_unlock()
-        return locked
+        i = 0
+        while i < 50:
+            compat.copy(dst, 3, src, 1, 20)
+            compat.copy(dst, 30, rb, 0, len(rb))
+            compat.copy(rb, 0, rb, 4, 10)
+            compat.copy(dst, 0, src, 0, 0)
+            i += 1
 
-    assert run(), "heap_lock did not stop allocation"
+    from support import locked
+    locked(run)
     assert dst[3:23] == bytearray(src[1:21])
 
 
