@@ -3,7 +3,7 @@
 # Not a second implementation: AsyncClient drives the same MQTTClient state
 # machine with poll(0) and yields to the event loop between steps, so the
 # flows, the store, keepalive and reconnect are exactly the blocking client's.
-from .compat import asleep_ms
+from .compat import asleep_ms, ticks_ms, ticks_diff
 from .client import MQTTClient, _UP
 from .flow import Busy
 
@@ -25,31 +25,32 @@ class AsyncClient:
     async def _until(self, done, timeout_ms=None):
         c = self.c
         t = c.timeout_ms if timeout_ms is None else timeout_ms
-        waited = 0
+        start = ticks_ms()
         while not done():
             c.poll(0)
-            if waited > t:
+            if ticks_diff(ticks_ms(), start) > t:
                 raise OSError(110, "timed out")
             await asleep_ms(self.interval)
-            waited += self.interval
 
     async def connect(self, clean_session=True, timeout_ms=None):
         c = self.c
-        c.clean = clean_session
-        c.tries = 0
-        c._open()
+        c.connect_start(clean_session)
         await self._until(c.is_connected, timeout_ms)
         return c.session_present
 
     async def publish(self, topic, msg, retain=False, qos=0, key=None, props=None):
         """Returns once the message is acknowledged (QoS 1/2) or written."""
         c = self.c
+        start = ticks_ms()
         while True:
             try:
                 pid = c.publish(topic, msg, retain, qos, key, False, props)
                 break
             except Busy:
-                await asleep_ms(self.interval)  # window full: let acks arrive
+                # window full: let acknowledgements arrive, for a while
+                if ticks_diff(ticks_ms(), start) > c.timeout_ms:
+                    raise
+                await asleep_ms(self.interval)
                 c.poll(0)
         if qos:
             st = c.store

@@ -87,6 +87,13 @@ class MQTTClient:
 
     def connect(self, clean_session=True, timeout_ms=None):
         """Connect and wait for CONNACK; returns the session-present flag."""
+        self.connect_start(clean_session)
+        self._wait(_UP, timeout_ms)
+        return self.session_present
+
+    def connect_start(self, clean_session=True):
+        """Open the connection and send CONNECT; poll() takes it from there
+        (is_connected() once CONNACK accepted it). Used by connect() and aio."""
         self.clean = clean_session
         self.tries = 0
         self.reconnect = self.auto
@@ -95,8 +102,6 @@ class MQTTClient:
         except Exception:
             self._close()  # no half-open socket left behind
             raise
-        self._wait(_UP, timeout_ms)
-        return self.session_present
 
     def disconnect(self):
         self.reconnect = False
