@@ -20,12 +20,13 @@ import gc
 
 from . import compat
 from .compat import ticks_ms, ticks_add, ticks_diff, POLLIN, POLLOUT, POLLHUP, POLLERR
-from .codec import (Packet, decode, MQTTError, encode_ack, encode_simple, BAD_PROTOCOL_VERSION,
+from .codec import (Packet, decode, MQTTError, encode_simple, BAD_PROTOCOL_VERSION,
                     CONNECT, PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP, SUBSCRIBE, UNSUBSCRIBE,
                     PINGREQ, PINGRESP, DISCONNECT)
 from .codec_server import encode_connack, encode_suback, encode_unsuback, read_filter
 from .topic import match_span
 from .transport import Conn
+from .flow import Flow
 from .broker_session import Session, publish_size
 
 VERSION = "umqtt3 0.1.0"
@@ -135,6 +136,9 @@ class Broker:
         self.connected = 0
         # state
         self._pkt = Packet(4)
+        # inbound QoS 0/1/2 is flow.py's receiver, shared with the client; the
+        # store it uses is the sending client's session (set per packet)
+        self.flow = Flow(None, self)
         self.fsrc = None  # the PUBLISH frame being routed, when from a client
         self.flen = 0
         self.fpid = 0
@@ -568,35 +572,31 @@ class Broker:
         return 0 if bytes(buf[p.pw_off:p.pw_off + p.pw_len]) == pw else _BAD_AUTH
 
     # ------------------------------------------------------------ packets
+    def deliver(self, p, redelivered):
+        """Flow hands each inbound PUBLISH over once (a QoS 2 resend before
+        PUBREL is answered, not routed again): retain it and route it."""
+        buf = p.buf
+        toff = p.topic_off
+        tn = p.topic_len
+        if tn >= 5 and buf[toff] == 36 and buf[toff + 1] == 83 and buf[toff + 2] == 89 \
+                and buf[toff + 3] == 83 and buf[toff + 4] == 47:
+            return  # clients do not publish into $SYS
+        if p.retain:
+            self._retain(buf, toff, tn, buf, p.payload_off, p.payload_len, p.qos)
+        self.fsrc = buf  # the frame is buf[0:p.end] (see Session._put)
+        self.flen = p.end
+        self.fpid = toff + tn
+        self._route(buf, toff, tn, buf, p.payload_off, p.payload_len, p.qos)
+        self.fsrc = None
+
     def _packet(self, c, p, t):
         conn = c.conn
         s = c.sess
         if t == PUBLISH:
             self.received += 1
-            qos = p.qos
-            if qos == 2:
-                if s.ipid_has(p.pid):
-                    # a resend before PUBREL: acknowledged, not forwarded again
-                    conn.tlen = encode_ack(conn.tx, conn.tlen, PUBREC, p.pid)
-                    return
-                if not s.ipid_add(p.pid):
-                    self._close(c, "too many QoS 2 messages in flight", True)
-                    return
-            buf = p.buf
-            toff = p.topic_off
-            tn = p.topic_len
-            if not (tn >= 5 and buf[toff] == 36 and buf[toff + 1] == 83 and buf[toff + 2] == 89
-                    and buf[toff + 3] == 83 and buf[toff + 4] == 47):
-                # clients do not publish into $SYS
-                if p.retain:
-                    self._retain(buf, toff, tn, buf, p.payload_off, p.payload_len, qos)
-                self.fsrc = buf  # the frame is buf[0:p.end] (see Session._put)
-                self.flen = p.end
-                self.fpid = toff + tn
-                self._route(buf, toff, tn, buf, p.payload_off, p.payload_len, qos)
-                self.fsrc = None
-            if qos:
-                conn.tlen = encode_ack(conn.tx, conn.tlen, PUBACK if qos == 1 else PUBREC, p.pid)
+            f = self.flow
+            f.store = s  # the session holds this client's inbound QoS 2 ids
+            f.on_publish(conn, p)
         elif t == PUBACK:
             s.on_puback(p.pid)
         elif t == PUBREC:
@@ -604,8 +604,9 @@ class Broker:
         elif t == PUBCOMP:
             s.on_pubcomp(p.pid)
         elif t == PUBREL:
-            s.ipid_del(p.pid)
-            conn.tlen = encode_ack(conn.tx, conn.tlen, PUBCOMP, p.pid)
+            f = self.flow
+            f.store = s
+            f.on_ack(conn, p)  # id forgotten, then PUBCOMP
         elif t == PINGREQ:
             conn.tlen = encode_simple(conn.tx, conn.tlen, PINGRESP)
         elif t == SUBSCRIBE:

@@ -14,7 +14,7 @@
 # Forwarding a QoS 0 or 1 message to a connected subscriber that keeps up
 # writes the frame straight into the connection's send buffer (and the ring)
 # with codec.put_varint and compat.copy: no heap allocation.
-from .codec import put_varint, varint_size, encode_ack, PUBREL
+from .codec import put_varint, varint_size, encode_ack, PUBREL, MQTTError
 from .compat import copy, const
 
 # slot states
@@ -461,6 +461,19 @@ class Session:
                     self.b.dirty = True
                 return
             i += 1
+
+    # The store interface umqtt3.flow.Flow uses for the inbound side: the
+    # broker receives PUBLISHes with the same exactly-once machine as the
+    # client (ids held from PUBLISH to PUBREL, in RAM or in the snapshot).
+    in_has = ipid_has
+    in_del = ipid_del
+
+    def in_add(self, pid, buf, off, n):
+        if not self.ipid_add(pid):
+            raise MQTTError("too many QoS 2 messages in flight", 0x93)
+
+    def in_done(self, pid):
+        pass  # routed at once; a held id is all that must be remembered
 
     # ------------------------------------------------------------ persistence
     def slots(self):
