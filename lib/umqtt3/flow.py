@@ -6,8 +6,12 @@
 # The ordering rules are the store's contract: a QoS 1/2 PUBLISH is stored
 # before its first send, PUBREC is recorded before PUBREL goes out, an
 # inbound QoS 2 packet id is stored before PUBREC and removed before PUBCOMP.
+from .compat import const
 from .codec import (encode_publish, encode_ack, MQTTError, PUBACK, PUBREC,
                     PUBREL, PUBCOMP)
+
+
+_RESERVE = const(8)  # send-buffer bytes a PUBLISH may not take
 
 
 class Busy(MQTTError):
@@ -49,6 +53,12 @@ class Flow:
         start = conn.tlen
         end = encode_publish(conn.tx, start, topic, msg, qos, pid, retain, False,
                              self.level, props)
+        if len(conn.tx) - end < _RESERVE:
+            # the last bytes are for acks and PINGREQ, which must always fit;
+            # nothing is stored or queued yet
+            if start:
+                raise Busy("send buffer full")
+            raise MQTTError("message larger than the send buffer", 0x95)
         if qos:
             self.store.out_add(pid, key, conn.tx, start, end - start)
         conn.tlen = end
@@ -98,7 +108,7 @@ class Flow:
     def resend(self, conn, flush, session_present=True):
         """After (re)connecting: unacknowledged PUBLISHes again with DUP=1 and
         PUBRELs for those already received, in their original order
-        [MQTT-4.4.0-1]. flush() makes room in conn.tx. When the broker kept
+        [MQTT-4.4.0-1, MQTT-4.6.0-1]. flush() makes room in conn.tx. When the broker kept
         no session, a PUBREL would meet no message (a broker that forwards
         on PUBREL would lose it), so PUBREC'd ones go out as PUBLISH again:
         a possible duplicate rather than a certain loss."""

@@ -58,6 +58,8 @@ class MemoryStore:
         self.len[i] = n
         self.state[i] = 0x70  # 'p'
         self.nseq += 1
+        if self.nseq >= 0x20000000:
+            self._renumber()  # stay a small int: no allocation per message
         self.seq[i] = self.nseq
         if key is None:
             self.key[i] = -1  # not the key of the slot's previous message
@@ -65,6 +67,13 @@ class MemoryStore:
             self.key[i] = key
             if key > self.last_key:
                 self.last_key = key
+
+    def _renumber(self):
+        # once per 2**29 messages: the live slots keep their order from 1 up
+        live = sorted((self.seq[i], i) for i in range(len(self.pid)) if self.pid[i])
+        for n, (_, i) in enumerate(live):
+            self.seq[i] = n + 1
+        self.nseq = len(live) + 1
 
     def out_rel(self, pid):
         i = self._slot(pid)
