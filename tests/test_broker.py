@@ -423,7 +423,7 @@ def test_qos2_outbound_flow():
 
 
 def test_outbound_packet_ids_distinct_while_in_flight():
-    # [MQTT-2.3.1-2] a new QoS 1/2 PUBLISH uses an id not in use
+    # [MQTT-2.3.1-4] a new QoS 1/2 PUBLISH uses an id not in use
     with running() as b:
         sub, pub = pub_sub(b, filters=[("t", 1)])
         for i in range(5):

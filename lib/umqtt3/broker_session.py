@@ -344,7 +344,7 @@ class Session:
         # Ids are handed out in sequence and a slot is only taken at the
         # ring's tail, behind every live one; with fewer slots than ids the
         # live ids are the last len(s_st) handed out, so the next one is
-        # free [MQTT-2.3.1-2]. (restore_slot keeps that order.)
+        # free [MQTT-2.3.1-4]. (restore_slot keeps that order.)
         p = self.npid + 1
         if p > 65535:
             p = 1

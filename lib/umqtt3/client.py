@@ -456,7 +456,7 @@ class MQTTClient:
 
     def _resume(self):
         # A new connection: resend in-flight messages [MQTT-4.4.0-1],
-        # re-subscribe if the broker kept no session [MQTT-3.2.2-2], and hand
+        # re-subscribe if the broker kept no session [MQTT-3.2.2-3], and hand
         # stored inbound messages over again. The resend comes first, so a
         # callback that raises cannot hold it up.
         c = self.conn

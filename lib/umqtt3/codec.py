@@ -223,7 +223,7 @@ def encode_connect(buf, off, client_id, level=4, clean=True, keepalive=0,
         rl += _props_size(props)
     if will_topic is not None:
         if will_qos > 2:
-            _err("will QoS 3", PROTOCOL_ERROR)  # [MQTT-3.1.2-12]
+            _err("will QoS 3", PROTOCOL_ERROR)  # [MQTT-3.1.2-14] (5.0: MQTT-3.1.2-12)
         will_topic = as_bytes(will_topic)
         will_msg = as_bytes(will_msg)
         flags |= 4 | (will_qos << 3) | (32 if will_retain else 0)
@@ -608,7 +608,7 @@ def decode(pkt, buf, off, end, max_size=0):
         if n < 2 or (n != 2 and not v5):
             _err("bad length")
         if buf[i] & 0xFE:
-            _err("CONNACK reserved bits")  # [MQTT-3.2.2-1]
+            _err("CONNACK reserved bits")  # (5.0: MQTT-3.2.2-1; unnumbered in 3.1.1)
         pkt.session_present = buf[i] == 1
         if not v5:
             pkt.rc = buf[i + 1]

@@ -105,7 +105,7 @@ def decode_connect(pkt, buf, i, end):
     if not will and (wq or fl & 32):
         _err("will QoS/retain without will")  # [MQTT-3.1.2-11, MQTT-3.1.2-13]
     if wq == 3:
-        _err("will QoS 3")  # [MQTT-3.1.2-12]
+        _err("will QoS 3")  # [MQTT-3.1.2-14] (5.0: MQTT-3.1.2-12)
     if fl & 64 and not fl & 128 and level < 5:
         _err("password without user name")  # [MQTT-3.1.2-22]
     pkt.flags = fl

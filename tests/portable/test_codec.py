@@ -497,7 +497,7 @@ def test_invalid_topic_filters_MQTT_4_7_1():
 def test_subscribe_options_reserved_MQTT_3_8_3_4():
     # 3.1.1: the six upper bits are reserved and QoS 3 is invalid
     # [MQTT-3.8.3-4]; 5.0: bits 6-7 reserved and Retain Handling 3 invalid
-    # (5.0 section 3.8.3.1, [MQTT-3-8.3-5])
+    # (5.0 section 3.8.3.1, [MQTT-3.8.3-5])
     def sub(opts):
         return frame(0x82, b"\x00\x01" + s16(b"a") + bytes([opts]))
 
@@ -535,7 +535,7 @@ def test_will_qos_retain_without_will_MQTT_3_1_2_11_and_13():
     bad(_connect(0x20, 5), 5)
 
 
-def test_will_qos3_MQTT_3_1_2_12():
+def test_will_qos3_MQTT_3_1_2_14():
     will = s16(b"w") + s16(b"m")
     p = dec(_connect(0x02 | 0x04 | 0x10, 4, will))
     assert p.will and p.qos == 2
@@ -545,7 +545,7 @@ def test_will_qos3_MQTT_3_1_2_12():
 
 def test_will_topic_rules():
     bad(_connect(0x06, 4, s16(b"") + s16(b"m")))  # empty [MQTT-4.7.3-1]
-    bad(_connect(0x06, 4, s16(b"a/#") + s16(b"m")))  # wildcard [MQTT-3.1.3-10]
+    bad(_connect(0x06, 4, s16(b"a/#") + s16(b"m")))  # wildcard [MQTT-4.7.1-1]
 
 
 def test_password_without_user_MQTT_3_1_2_22():
@@ -594,7 +594,7 @@ def test_connect_client_id_rules_MQTT_3_1_3_7():
 
 
 def test_connack_rules():
-    bad(unhex("20 02 02 00"))  # reserved acknowledge flags [MQTT-3.2.2-1]
+    bad(unhex("20 02 02 00"))  # reserved acknowledge flags (5.0: MQTT-3.2.2-1)
     bad(unhex("20 02 80 00"))
     bad(unhex("20 01 00"))
     bad(unhex("20 02 00 00"), 5)  # 5.0 always has the property length
