@@ -10,10 +10,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIB = os.path.join(ROOT, "lib", "umqtt3")
 
 
-# compat's CPython half: never needed on a device, so mip does not install it
-DESKTOP_ONLY = {"cpython.py"}
-
-
 def lib_modules():
     return sorted(f for f in os.listdir(LIB) if f.endswith(".py"))
 
@@ -26,7 +22,7 @@ def test_mip_package_json_lists_every_module():
         assert os.path.exists(os.path.join(ROOT, src)), src
         assert dest == "umqtt3/" + os.path.basename(src)
     listed = sorted(os.path.basename(d) for d in urls)
-    assert listed == [m for m in lib_modules() if m not in DESKTOP_ONLY]
+    assert listed == lib_modules()
     assert pkg["version"]
 
 

@@ -64,8 +64,7 @@ def mpy_cross_cmd():
 def find_modules(lib):
     if not os.path.isdir(lib):
         return []
-    # cpython.py is compat's desktop half: devices never load it
-    found = [f[:-3] for f in os.listdir(lib) if f.endswith(".py") and f != "cpython.py"]
+    found = [f[:-3] for f in os.listdir(lib) if f.endswith(".py")]
     return [m for m in ORDER if m in found] + sorted(m for m in found if m not in ORDER)
 
 
