@@ -63,6 +63,7 @@ class MQTTClient:
         self.last_tx = self.last_rx = ticks_ms()
         self.ping_at = None
         self.wait_pid = 0
+        self.req = None  # filter of the SUBSCRIBE/UNSUBSCRIBE waiting for its ack
         self.answer = -1
         self.depth = 0  # > 0 while the message callback runs
         self.redelivered = []  # inbound QoS 2 messages to hand over again
@@ -180,6 +181,7 @@ class MQTTClient:
         pid = self.flow.new_pid()
         c.tlen = encode_subscribe(c.tx, c.tlen, pid, topic, qos, self.level)
         self.subs[topic] = qos
+        self.req = topic  # asked again, same id, if the link drops first
         self.wait_pid = pid
         self.answer = -1
         self._send()
@@ -198,6 +200,7 @@ class MQTTClient:
         pid = self.flow.new_pid()
         c.tlen = encode_unsubscribe(c.tx, c.tlen, pid, topic, self.level)
         self.subs.pop(topic, None)
+        self.req = topic
         self.wait_pid = pid
         self.answer = -1
         self._send()
@@ -462,8 +465,21 @@ class MQTTClient:
         c = self.conn
         sp = self.session_present
         self.flow.resend(c, self._drain, sp)
+        pending = self.req if self.wait_pid else None
+        if pending is not None:
+            # a SUBSCRIBE/UNSUBSCRIBE the old link cut off: ask again with
+            # the same id, so the caller waiting on it gets its answer
+            if c.space() < len(pending) + 16:
+                self._drain()
+            if pending in self.subs:
+                c.tlen = encode_subscribe(c.tx, c.tlen, self.wait_pid, pending,
+                                          self.subs[pending], self.level)
+            else:
+                c.tlen = encode_unsubscribe(c.tx, c.tlen, self.wait_pid, pending, self.level)
         if not sp:
             for topic in self.subs:
+                if topic == pending:
+                    continue
                 if c.space() < len(topic) + 16:
                     self._drain()
                 c.tlen = encode_subscribe(c.tx, c.tlen, self.flow.new_pid(), topic,

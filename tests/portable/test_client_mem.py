@@ -48,6 +48,8 @@ class Peer:
         self.session = False
         self.pid = 0
         self.last_len = 0  # payload length of the last PUBLISH
+        self.answer_sub = True  # False: SUBSCRIBEs go unanswered
+        self.sub_pids = []
 
     def step(self):
         """Handle one packet from the client if a whole one is there."""
@@ -80,7 +82,9 @@ class Peer:
         elif t == CONNECT:
             c.tlen = encode_connack(c.tx, c.tlen, self.session, 0)
         elif t == SUBSCRIBE:
-            c.tlen = encode_suback(c.tx, c.tlen, p.pid, bytes([p.opts & 3]))
+            if self.answer_sub:
+                c.tlen = encode_suback(c.tx, c.tlen, p.pid, bytes([p.opts & 3]))
+            self.sub_pids.append(p.pid)
         elif t == UNSUBSCRIBE:
             c.tlen = encode_unsuback(c.tx, c.tlen, p.pid)
         elif t == DISCONNECT:
@@ -487,3 +491,27 @@ def test_pubrec_d_message_resent_as_publish_when_session_lost():
     resent = peer.published[before:]
     assert resent == [(b"out/2", b"keep", 2, True)], resent
     assert c.inflight() == 0
+
+
+def test_subscribe_cut_off_by_a_reconnect_is_asked_again():
+    # The link drops between SUBSCRIBE and SUBACK: after reconnecting (the
+    # session kept), the client asks again with the same packet id, so the
+    # waiting caller gets its answer instead of a timeout.
+    peer = Peer()
+    c = _client(peer, reconnect=True, backoff_ms=(1, 2))
+    c.set_callback(lambda t, m: None)
+    c.connect(clean_session=False)
+    peer.answer_sub = False
+    pid = c.subscribe_start(b"cmd/#", 1)
+    peer.step()
+    assert peer.sub_pids == [pid] and c.wait_pid == pid
+    peer.drop()
+    peer.session = True
+    peer.answer_sub = True
+    for _ in range(200):
+        c.poll(1)
+        if c.wait_pid != pid:
+            break
+    assert c.wait_pid == 0, "no SUBACK after the reconnect"
+    assert peer.sub_pids == [pid, pid]
+    assert c.subscribe_end(b"cmd/#") == 1
