@@ -52,7 +52,6 @@ class MQTTClient:
         self.conn = Conn(None, bufsize, bufsize)
         self.sock = None
         self.poller = None
-        self.wmask = False
         self.state = _DOWN
         self.wmask = False  # POLLOUT registered
         self.clean = True
@@ -78,7 +77,8 @@ class MQTTClient:
         whether a message is handed over again after a reset); raw=True:
         f(pkt, redelivered) with the decoded codec.Packet (no allocation).
         If f raises, the message counts as not taken: no acknowledgement is
-        sent, so the broker sends it again."""
+        sent and (QoS 1/2) the connection is dropped, so that the broker
+        sends it again on the next one (persistent sessions)."""
         self.cb = f
         self.raw = raw
 
@@ -246,6 +246,7 @@ class MQTTClient:
                 f(bytes(pkt.topic), bytes(pkt.payload))
         finally:
             self.depth -= 1
+            self.redelivery = False
 
     def poll(self, timeout_ms=0):
         """One step: I/O, keepalive, reconnect. Never blocks longer than
