@@ -1,5 +1,8 @@
-"""The desktop demo: a broker on 127.0.0.1, simulated sensor nodes publishing
-readings through umqtt3's client, and a live console view of what arrives.
+"""The desktop demo: a broker on 127.0.0.1, simulated sensor nodes, and a
+live console view of what arrives. Each node is the real firmware
+(firmware/node.py) with the desktop board profile (boards/desktop.py), run in
+a thread against the CPython stand-ins for machine/network/esp32 in
+tools/shim/.
 
     python tools/demo.py [--nodes 3] [--seconds 0] [--port 0] [--broker umqtt3|mosquitto]
 
@@ -9,7 +12,6 @@ umqtt3.broker) when it is available, else Debian's mosquitto.
 import argparse
 import json
 import os
-import random
 import shutil
 import signal
 import socket
@@ -20,9 +22,14 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "lib"))
+# the library, the firmware's modules, the desktop stand-ins, boards/
+for _p in (ROOT, os.path.join(ROOT, "tools", "shim"), os.path.join(ROOT, "firmware"),
+           os.path.join(ROOT, "lib")):
+    sys.path.insert(0, _p)
 
 from umqtt3.client import MQTTClient  # noqa: E402
+import config as fw_config  # noqa: E402  firmware/config.py
+import node as fw_node  # noqa: E402  firmware/node.py
 
 PREFIX = "umqtt3"
 
@@ -70,29 +77,26 @@ def broker_kind(requested):
         return "mosquitto"
 
 
-def node(name, port, stop, period):
-    """One simulated sensor node: birth/will, then a reading per period."""
-    c = MQTTClient(name, "127.0.0.1", port, keepalive=10, reconnect=True)
-    status = "%s/%s/status" % (PREFIX, name)
-    c.set_last_will(status, b"offline", retain=True, qos=1)
-    c.connect(clean_session=False)
-    c.publish(status, b"online", retain=True, qos=1)
-    boot = random.getrandbits(16)
-    seq = 0
-    temp = 20.0 + random.random() * 5
-    while not stop.is_set():
-        temp += random.uniform(-0.3, 0.3)
-        seq += 1
-        msg = json.dumps({"v": round(temp, 2), "boot": boot, "seq": seq}).encode()
-        c.publish("%s/%s/temp" % (PREFIX, name), msg, qos=1)
-        end = time.monotonic() + period
-        while time.monotonic() < end and not stop.is_set():
-            c.poll(20)
-    c.publish(status, b"offline", retain=True, qos=1)
-    c.disconnect()
+def node_config(name, port, period, **kw):
+    """The config.json a simulated node gets."""
+    cfg = {"node_id": name, "prefix": PREFIX, "broker": "127.0.0.1", "port": port,
+           "period_s": period, "keepalive": 10, "qos": 1}
+    cfg.update(kw)
+    return cfg
 
 
-def view(port, stop, seconds):
+def node(name, port, stop, period, nodes):
+    """One simulated sensor node: firmware/node.py's Node, until stop."""
+    n = fw_node.Node(node_config(name, port, period), fw_config.board("desktop"),
+                     {"ssid": "desktop"}, stop=stop.is_set)
+    nodes[name] = n
+    try:
+        n.run(0)
+    except Exception as e:  # shown, but the demo goes on with the others
+        print("%s stopped: %r" % (name, e), file=sys.stderr, flush=True)
+
+
+def view(port, stop, seconds, nodes=None):
     """Subscribe to everything the nodes send; redraw a table once a second."""
     rows = {}
     c = MQTTClient("demo-view", "127.0.0.1", port, keepalive=10)
@@ -105,7 +109,8 @@ def view(port, stop, seconds):
         if parts[2] == "status":
             r["status"] = msg.decode()
         else:
-            r["last"] = json.loads(msg)
+            if parts[2] == "temp":
+                r["last"] = json.loads(msg)
             r["n"] += 1
 
     c.set_callback(on_msg)
@@ -118,13 +123,16 @@ def view(port, stop, seconds):
         now = time.monotonic()
         if now >= next_draw:
             next_draw = now + 1
-            lines = ["%-10s %-8s %8s %6s %8s" % ("node", "status", "temp", "seq", "msg/s")]
+            lines = ["%-10s %-8s %8s %6s %8s %8s" % ("node", "status", "temp", "seq", "msg/s",
+                                                     "inflight")]
             for name in sorted(rows):
                 r = rows[name]
                 last = r["last"] or {}
                 rate = r["n"] / max(now - r["t0"], 1e-3)
-                lines.append("%-10s %-8s %8s %6s %8.1f" % (
-                    name, r["status"], last.get("v", "-"), last.get("seq", "-"), rate))
+                n = (nodes or {}).get(name)
+                inflight = n.client.inflight() if n is not None and n.client else "-"
+                lines.append("%-10s %-8s %8s %6s %8.1f %8s" % (
+                    name, r["status"], last.get("v", "-"), last.get("seq", "-"), rate, inflight))
             out = "\n".join(lines)
             if sys.stdout.isatty():
                 sys.stdout.write("\x1b[H\x1b[2J")
@@ -150,13 +158,15 @@ def main():
     print("broker: %s on 127.0.0.1:%d; %d nodes" % (kind, port, a.nodes), flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    threads = [threading.Thread(target=node, args=("node%d" % i, port, stop, a.period), daemon=True)
+    nodes = {}
+    threads = [threading.Thread(target=node, args=("node%d" % i, port, stop, a.period, nodes),
+                                daemon=True)
                for i in range(1, a.nodes + 1)]
     for t in threads:
         t.start()
     rows = {}
     try:
-        rows = view(port, stop, a.seconds)
+        rows = view(port, stop, a.seconds, nodes)
     except KeyboardInterrupt:
         stop.set()
     finally:

@@ -1,0 +1,18 @@
+# Board profile: generic ESP32 (ESP32-WROOM/WROVER without PSRAM enabled).
+# About 110 KB of heap is free after boot with Wi-Fi up; an unfrozen client
+# costs ~43 KB to import (README), so buffers stay small.
+NAME = "esp32"
+BUFSIZE = 512        # largest packet each way; readings are < 100 bytes
+WINDOW = 4           # QoS 1/2 in flight: 4 x 512 B of MemoryStore slots
+MAX_STORED = 32      # FileStore records on flash (littlefs, small files)
+STORE_DIR = "/mq"
+LED_PIN = 2          # the blue LED on most DevKit boards (None: no LED)
+WDT_MS = 30000       # machine.WDT timeout; 0 disables the watchdog
+# on-chip temperature: esp32.raw_temperature() (degrees F, uncalibrated)
+TEMP = "esp32_raw"
+VBAT_PIN = 35        # ADC1 pin behind a battery divider (e.g. Feather: GPIO35)
+VBAT_DIVIDER = 2.0   # supply volts = pin volts * divider
+SENSORS = ("temp", "vbat", "uptime", "mem")
+# gateway role: broker limits, each client costs ~2 x MAX_PACKET of buffers
+MAX_CLIENTS = 4
+MAX_PACKET = 512

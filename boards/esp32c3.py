@@ -1,0 +1,15 @@
+# Board profile: ESP32-C3 (RISC-V, 400 KB SRAM, no PSRAM). Wi-Fi and the BLE
+# stack share the RAM; about 130 KB of heap is free after boot with Wi-Fi up.
+NAME = "esp32c3"
+BUFSIZE = 512
+WINDOW = 4
+MAX_STORED = 32
+STORE_DIR = "/mq"
+LED_PIN = 8          # ESP32-C3 SuperMini / DevKitM-1 LED pin
+WDT_MS = 30000
+TEMP = "esp32_mcu"   # esp32.mcu_temperature(), degrees C
+VBAT_PIN = None
+VBAT_DIVIDER = 2.0
+SENSORS = ("temp", "uptime", "mem")
+MAX_CLIENTS = 4
+MAX_PACKET = 512

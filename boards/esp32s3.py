@@ -1,0 +1,16 @@
+# Board profile: ESP32-S3 (e.g. DevKitC-1 N8R2/N8R8). Without PSRAM about
+# 180 KB of heap is free; with PSRAM the MicroPython heap is megabytes. These
+# numbers fit the no-PSRAM case with room to spare.
+NAME = "esp32s3"
+BUFSIZE = 1024
+WINDOW = 8           # 8 x 1 KB of MemoryStore slots
+MAX_STORED = 64
+STORE_DIR = "/mq"
+LED_PIN = None       # the DevKit LED is an addressable RGB LED (GPIO48/38)
+WDT_MS = 30000
+TEMP = "esp32_mcu"   # esp32.mcu_temperature(), degrees C (S2/S3/C3/C6)
+VBAT_PIN = None      # no divider on the DevKit; set a pin if you wire one
+VBAT_DIVIDER = 2.0
+SENSORS = ("temp", "uptime", "mem")
+MAX_CLIENTS = 8
+MAX_PACKET = 1024

@@ -1,0 +1,18 @@
+# Board profile: Raspberry Pi Pico W (RP2040, 264 KB SRAM). About 160 KB of
+# heap is free after boot; the CYW43 Wi-Fi driver takes its share once active.
+NAME = "picow"
+BUFSIZE = 512
+WINDOW = 4
+MAX_STORED = 32      # littlefs on the 848 KB filesystem
+STORE_DIR = "/mq"
+LED_PIN = "LED"      # on the Pico W the LED hangs off the Wi-Fi chip: Pin("LED")
+WDT_MS = 8000        # the RP2040 watchdog tops out at about 8.3 s
+TEMP = "rp2_adc"     # ADC channel 4: the on-chip temperature sensor
+# VSYS is on GPIO29 (ADC3) behind a 1:3 divider, but on the Pico W that pin is
+# shared with the Wi-Fi chip's SPI clock: reading it while Wi-Fi is up is not
+# reliable, so vbat is off by default.
+VBAT_PIN = None
+VBAT_DIVIDER = 3.0
+SENSORS = ("temp", "uptime", "mem")
+MAX_CLIENTS = 4
+MAX_PACKET = 512

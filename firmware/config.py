@@ -1,0 +1,92 @@
+# config -- the device's settings: defaults here, overrides in /config.json,
+# Wi-Fi and broker credentials in /secrets.json (never in the repository).
+#
+# config.json, every key optional:
+#   role         "node" (sensor node) or "gateway" (broker on the board)
+#   board        profile name, when /boards/<name>.py is on the device
+#                ("": the /board.py a deploy copies, the usual case)
+#   node_id      client id and topic level (default: "n" + machine.unique_id() hex)
+#   prefix       first topic level                      (default "umqtt3")
+#   broker       broker host, port: its TCP port        (default 1883)
+#   qos          0, 1 or 2                              (default 1)
+#   store        "memory" or "file"; "" picks file for QoS 2, else memory
+#   store_dir    where a FileStore keeps its files ("": the board's STORE_DIR)
+#   period_s     seconds between readings               (default 10)
+#   keepalive    MQTT keepalive, seconds                (default 60)
+#   deep_sleep   true: deep sleep between readings instead of staying connected
+#   cycles       readings to take, 0: forever           (default 0)
+#   wifi_mode    "sta" (join a network) or "ap" (gateway: open an access point)
+#   wifi_timeout_s  how long to wait for Wi-Fi before giving up (default 20)
+#   watchdog     false: do not start the board's watchdog (default true)
+#   drain_ms     on stop or before deep sleep, wait this long for acks (2000)
+#   allow_fat    let the FileStore use a FAT filesystem (default false)
+# secrets.json: {"ssid": ..., "password": ..., "mqtt_user": ..., "mqtt_password": ...}
+import json
+
+DEFAULTS = {
+    "role": "node",
+    "board": "",
+    "node_id": "",
+    "prefix": "umqtt3",
+    "broker": "192.168.1.10",
+    "port": 1883,
+    "qos": 1,
+    "store": "",
+    "store_dir": "",
+    "period_s": 10,
+    "keepalive": 60,
+    "deep_sleep": False,
+    "cycles": 0,
+    "wifi_mode": "sta",
+    "wifi_timeout_s": 20,
+    "watchdog": True,
+    "drain_ms": 2000,
+    "allow_fat": False,
+}
+
+
+def merge(overrides=None):
+    """DEFAULTS with `overrides` (a dict) on top; unknown keys are kept."""
+    c = dict(DEFAULTS)
+    if overrides:
+        for k in overrides:
+            c[k] = overrides[k]
+    if c["qos"] not in (0, 1, 2):
+        raise ValueError("qos must be 0, 1 or 2")
+    if not c["store"]:
+        c["store"] = "file" if c["qos"] == 2 else "memory"
+    if c["store"] not in ("memory", "file"):
+        raise ValueError("store must be 'memory' or 'file'")
+    return c
+
+
+def read_json(path):
+    """The dict in the JSON file at `path`, or {} when there is none."""
+    try:
+        f = open(path)
+    except OSError:
+        return {}
+    try:
+        return json.load(f)
+    finally:
+        f.close()
+
+
+def load(path="/config.json"):
+    return merge(read_json(path))
+
+
+def load_secrets(path="/secrets.json"):
+    return read_json(path)
+
+
+def board(name=None):
+    """The board profile: boards/<name>.py when `name` is given and the
+    boards directory is there, else the flat /board.py a deploy copies."""
+    if name:
+        try:
+            return getattr(__import__("boards." + name), name)
+        except (ImportError, AttributeError):
+            pass
+    import board as b
+    return b

@@ -1,0 +1,31 @@
+# main.py -- runs after boot.py: the role from /config.json ("node" or
+# "gateway"), the profile in /board.py, secrets from /secrets.json. Any error
+# is printed, then the board resets after a pause (unattended devices recover
+# by themselves; Ctrl-C at the REPL during the pause stops that).
+import sys
+import time
+
+import config
+
+
+def main():
+    cfg = config.load()
+    board = config.board(cfg["board"])
+    secrets = config.load_secrets()
+    if cfg["role"] == "gateway":
+        import gateway
+        gateway.run(cfg, board, secrets, log=print)
+    else:
+        import node
+        node.Node(cfg, board, secrets, log=print).run()
+
+
+try:
+    main()
+except KeyboardInterrupt:
+    print("stopped")
+except Exception as e:
+    sys.print_exception(e) if hasattr(sys, "print_exception") else print(repr(e))
+    time.sleep(10)
+    import machine
+    machine.reset()

@@ -1,0 +1,274 @@
+# node -- the sensor node app: Wi-Fi, then MQTT, then readings forever (or
+# for a number of cycles), fed to the watchdog, optionally deep sleeping.
+#
+# Topics (prefix and node id from the config):
+#   <prefix>/<id>/status   "online" (retained birth), "offline" (retained will,
+#                          and on a clean stop), "asleep" before a deep sleep
+#   <prefix>/<id>/<metric> {"v": value, "boot": boot_id, "seq": n}
+# boot_id is random (16 bits) per boot; seq numbers every accepted reading of
+# this node and is the publish key, so with a FileStore it carries on after a
+# reset from the last reading the store took (nothing taken is sent twice
+# as new, nothing taken is lost). Downstream de-duplicates on (id, seq).
+#
+# Runs on MicroPython and, through tools/shim, on CPython (the same code).
+import random
+
+from umqtt3.compat import ticks_ms, ticks_add, ticks_diff, sleep_ms
+from umqtt3.client import MQTTClient
+from umqtt3.flow import Busy
+from umqtt3.store import MemoryStore, FileStore
+
+import config as _config
+import sensors as _sensors
+
+
+def node_id():
+    import machine
+    h = ""
+    for b in machine.unique_id():
+        h += "%02x" % b
+    return "n" + h
+
+
+def wifi(secrets, timeout_s=20, feed=None, clock=ticks_ms, sleep=sleep_ms):
+    """Join the network in secrets["ssid"]; returns the WLAN. Raises OSError
+    after timeout_s without a link (main.py then resets the board)."""
+    import network
+    w = network.WLAN(network.STA_IF)
+    w.active(True)
+    if not w.isconnected():
+        ssid = secrets.get("ssid")
+        if not ssid:
+            raise OSError("no Wi-Fi ssid in secrets")
+        w.connect(ssid, secrets.get("password", ""))
+        t0 = clock()
+        while not w.isconnected():
+            if ticks_diff(clock(), t0) > timeout_s * 1000:
+                w.active(False)
+                raise OSError("Wi-Fi: no link to %s" % ssid)
+            if feed:
+                feed()
+            sleep(100)
+    return w
+
+
+def fmt(v):
+    if isinstance(v, float):
+        return "%.2f" % v
+    return "%d" % v
+
+
+def next_seq(accepted):
+    """The first key the store has not taken (accepted(n) is n <= last):
+    1 on a fresh store, last + 1 after a reset with a FileStore."""
+    if not accepted(1):
+        return 1
+    lo, hi = 1, 2
+    while accepted(hi):
+        lo, hi = hi, hi * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if accepted(mid):
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+class Node:
+    """Node(cfg, board, secrets, sensors=None, clock=ticks_ms, sleep=sleep_ms,
+    stop=None): `cfg` a dict (config.merge fills the defaults), `board` a
+    profile module from boards/, `sensors` {metric: callable} added to the
+    board's built-in ones (your own sensor), `stop()` -> True ends run()."""
+
+    def __init__(self, cfg, board, secrets=None, sensors=None, clock=ticks_ms,
+                 sleep=sleep_ms, stop=None, log=None):
+        self.cfg = _config.merge(cfg)
+        self.board = board
+        self.secrets = secrets or {}
+        self.clock = clock
+        self.sleep = sleep
+        self.stop = stop
+        self.log = log
+        self.t0 = clock()
+        self.boot = random.getrandbits(16)
+        self.id = self.cfg["node_id"] or node_id()
+        self.base = "%s/%s/" % (self.cfg["prefix"], self.id)
+        self.sensors = _sensors.builtin(board, self.uptime)
+        if sensors:
+            for k in sensors:
+                self.sensors[k] = sensors[k]
+        self.names = sorted(self.sensors)
+        self.wdt = None
+        self.led = None
+        self.client = None
+        self.seq = 0
+        self.sent = 0     # readings accepted this boot
+        self.skipped = 0  # readings dropped: window full for a whole period
+
+    def uptime(self):
+        return ticks_diff(self.clock(), self.t0) // 1000
+
+    def feed(self):
+        if self.wdt:
+            self.wdt.feed()
+
+    def _log(self, msg):
+        if self.log:
+            self.log(msg)
+
+    # ------------------------------------------------------------ start
+    def start(self):
+        b = self.board
+        c = self.cfg
+        wdt_ms = getattr(b, "WDT_MS", 0)
+        if wdt_ms and c["watchdog"]:
+            import machine
+            self.wdt = machine.WDT(timeout=wdt_ms)
+        pin = getattr(b, "LED_PIN", None)
+        if pin is not None:
+            import machine
+            self.led = machine.Pin(pin, machine.Pin.OUT)
+        wifi(self.secrets, c["wifi_timeout_s"], self.feed, self.clock, self.sleep)
+        if c["store"] == "file":
+            store = FileStore(c["store_dir"] or getattr(b, "STORE_DIR", "/mq"),
+                              max_messages=getattr(b, "MAX_STORED", 32),
+                              allow_fat=c["allow_fat"])
+        else:
+            store = MemoryStore(b.WINDOW, b.BUFSIZE, 8)
+        cl = MQTTClient(self.id, c["broker"], c["port"],
+                        user=self.secrets.get("mqtt_user"),
+                        password=self.secrets.get("mqtt_password"),
+                        keepalive=c["keepalive"], store=store, window=b.WINDOW,
+                        bufsize=b.BUFSIZE, reconnect=True)
+        status = self.base + "status"
+        cl.set_last_will(status, b"offline", retain=True, qos=1)
+        # persistent session: the broker keeps what it has not acknowledged
+        cl.connect(clean_session=False)
+        self.client = cl
+        self.seq = next_seq(cl.accepted)
+        cl.publish(status, b"online", retain=True, qos=1, wait=False)
+        self._log("%s: boot %d, first seq %d" % (self.id, self.boot, self.seq))
+
+    # ------------------------------------------------------------ readings
+    def publish(self, metric, value, deadline):
+        """Publish one reading; True once the client took it. On Busy (the
+        window is full, e.g. the broker is away) keep polling until
+        `deadline`, then give up on this reading."""
+        cl = self.client
+        qos = self.cfg["qos"]
+        while qos and cl.accepted(self.seq):
+            self.seq += 1  # taken before a reset: never publish it again
+        msg = '{"v":%s,"boot":%d,"seq":%d}' % (fmt(value), self.boot, self.seq)
+        while True:
+            try:
+                if qos:
+                    cl.publish(self.base + metric, msg, qos=qos, key=self.seq, wait=False)
+                else:
+                    cl.publish(self.base + metric, msg)
+                self.seq += 1
+                self.sent += 1
+                return True
+            except Busy:
+                pass
+            except OSError:
+                if qos:
+                    raise
+                return False  # QoS 0 while the link is down: dropped
+            if ticks_diff(deadline, self.clock()) <= 0:
+                self.skipped += 1
+                return False
+            self.feed()
+            cl.poll(20)
+
+    def cycle(self, deadline):
+        """Read every sensor once and publish the readings."""
+        if self.led:
+            self.led.value(1)
+        for name in self.names:
+            try:
+                v = self.sensors[name]()
+            except Exception as e:  # a broken sensor must not stop the node
+                self._log("%s: sensor %s: %r" % (self.id, name, e))
+                continue
+            if v is not None:
+                self.publish(name, v, deadline)
+        if self.led:
+            self.led.value(0)
+
+    def wait(self, ms):
+        """Poll the client for `ms` (acks, keepalive, reconnect), feeding the
+        watchdog; returns early when stop() says so."""
+        end = ticks_add(self.clock(), ms)
+        while True:
+            self.feed()
+            if self.stop and self.stop():
+                return False
+            left = ticks_diff(end, self.clock())
+            if left <= 0:
+                return True
+            self.client.poll(min(left, 100))
+
+    def drain(self, ms):
+        """Wait up to `ms` for every QoS 1/2 message in flight to be acked."""
+        t0 = self.clock()
+        while self.client.inflight() and ticks_diff(self.clock(), t0) < ms:
+            self.feed()
+            self.client.poll(20)
+        return not self.client.inflight()
+
+    # ------------------------------------------------------------ run
+    def run(self, cycles=None):
+        """Start, then take readings every period_s: `cycles` times (None:
+        the config's "cycles", 0: forever). With deep_sleep the board sleeps
+        after one cycle and boots again into main.py (on the desktop the
+        shim's machine.deepsleep raises machine.DeepSleep instead)."""
+        if cycles is None:
+            cycles = self.cfg["cycles"]
+        period = int(self.cfg["period_s"] * 1000)
+        self.start()
+        n = 0
+        try:
+            while True:
+                if self.stop and self.stop():
+                    break
+                self.cycle(ticks_add(self.clock(), period))
+                n += 1
+                if self.cfg["deep_sleep"]:
+                    self.sleep_deep(period)
+                if cycles and n >= cycles:
+                    break
+                if not self.wait(period):
+                    break
+            self.drain(self.cfg["drain_ms"])
+        finally:
+            if self.client and not self.cfg["deep_sleep"]:
+                self.close()
+        return n
+
+    def sleep_deep(self, ms):
+        """Deep sleep until the next reading. With a FileStore the messages in
+        flight stay on flash and go out after the wake-up (a persistent
+        session); with a MemoryStore wait for their acks first."""
+        import machine
+        cl = self.client
+        if not self.drain(self.cfg["drain_ms"]) and self.cfg["store"] != "file":
+            self._log("%s: sleeping with %d unacked readings" % (self.id, cl.inflight()))
+        try:
+            cl.publish(self.base + "status", b"asleep", retain=True, qos=1, wait=False)
+            self.drain(500)
+        except (OSError, Busy):
+            pass
+        cl.disconnect()  # a clean disconnect: the broker drops the will
+        machine.deepsleep(ms)
+
+    def close(self):
+        """Clean stop: retained "offline", acks drained, DISCONNECT."""
+        cl = self.client
+        try:
+            if cl.is_connected():
+                cl.publish(self.base + "status", b"offline", retain=True, qos=1, wait=False)
+                self.drain(1000)
+        except (OSError, Busy):
+            pass
+        cl.disconnect()

@@ -1,0 +1,332 @@
+"""The sensor-node firmware (firmware/node.py) under CPython, through the
+desktop stand-ins in tools/shim/, against our broker (python -m umqtt3.broker
+on a free loopback port): birth and retained will, readings with sequence
+numbers and one boot id per boot, a node SIGKILLed and started again losing
+no QoS 1 reading it had accepted, deep-sleep cycles, and every firmware and
+board file compiled with mpy-cross."""
+import glob
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PATHS = [os.path.join(ROOT, "lib"), os.path.join(ROOT, "firmware"),
+         os.path.join(ROOT, "tools", "shim"), ROOT]
+for _p in reversed(PATHS):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+from umqtt3.client import MQTTClient  # noqa: E402
+import config as fw_config  # noqa: E402
+import node as fw_node  # noqa: E402
+import machine  # noqa: E402  tools/shim/machine.py
+
+PREFIX = "fwtest"
+DESKTOP = fw_config.board("desktop")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+@pytest.fixture
+def port():
+    p = free_port()
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "lib"))
+    b = subprocess.Popen([sys.executable, "-m", "umqtt3.broker", "--host", "127.0.0.1",
+                          "--port", str(p), "--quiet"], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    end = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", p), 0.2).close()
+            break
+        except OSError:
+            assert time.monotonic() < end, "broker did not start"
+            time.sleep(0.05)
+    yield p
+    b.terminate()
+    b.wait(5)
+
+
+class Collector:
+    """Subscribes to PREFIX/# at QoS 1 in a thread; keeps (topic, payload)."""
+
+    def __init__(self, port, name="collector"):
+        self.msgs = []
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.c = MQTTClient(name, "127.0.0.1", port, keepalive=10)
+        self.c.set_callback(self.on_msg)
+        self.c.connect()
+        self.c.subscribe(PREFIX + "/#", 1)
+        self.t = threading.Thread(target=self.loop, daemon=True)
+        self.t.start()
+
+    def on_msg(self, topic, msg):
+        with self.lock:
+            self.msgs.append((topic.decode(), msg.decode()))
+
+    def loop(self):
+        while not self.stop.is_set():
+            self.c.poll(20)
+
+    def close(self):
+        self.stop.set()
+        self.t.join(5)
+        self.c.disconnect()
+
+    def status(self, name):
+        with self.lock:
+            return [m for t, m in self.msgs if t == "%s/%s/status" % (PREFIX, name)]
+
+    def readings(self, name, metric=None):
+        out = []
+        with self.lock:
+            for t, m in self.msgs:
+                parts = t.split("/")
+                if parts[1] == name and parts[2] != "status" and metric in (None, parts[2]):
+                    out.append((parts[2], json.loads(m)))
+        return out
+
+    def wait(self, cond, timeout=10):
+        end = time.monotonic() + timeout
+        while not cond():
+            assert time.monotonic() < end, "timed out; got %r" % self.msgs[-10:]
+            time.sleep(0.02)
+
+
+def cfg(name, port, **kw):
+    c = {"node_id": name, "prefix": PREFIX, "broker": "127.0.0.1", "port": port,
+         "period_s": 0.05, "keepalive": 10}
+    c.update(kw)
+    return c
+
+
+def retained(port, topic):
+    """What a new subscriber gets at once on `topic` (the retained message)."""
+    got = []
+    c = MQTTClient("peek%d" % free_port(), "127.0.0.1", port)
+    c.set_callback(lambda t, m: got.append(m.decode()))
+    c.connect()
+    c.subscribe(topic, 1)
+    end = time.monotonic() + 2
+    while not got and time.monotonic() < end:
+        c.poll(20)
+    c.disconnect()
+    return got
+
+
+def check_payload(r):
+    assert sorted(r) == ["boot", "seq", "v"]
+    assert 0 <= r["boot"] < 65536
+
+
+def test_next_seq():
+    for last in (0, 1, 2, 3, 7, 8, 100, 1023, 1024, 5000):
+        assert fw_node.next_seq(lambda k: k <= last) == last + 1
+
+
+def test_birth_readings_and_clean_stop(port):
+    col = Collector(port)
+    stop = threading.Event()
+    n = fw_node.Node(cfg("a1", port), DESKTOP, {"ssid": "lab"}, stop=stop.is_set)
+    t = threading.Thread(target=n.run, args=(0,), daemon=True)
+    t.start()
+    try:
+        col.wait(lambda: len(col.readings("a1", "temp")) >= 5)
+        # the birth is retained: a subscriber that comes later still sees it
+        assert retained(port, "%s/a1/status" % PREFIX) == ["online"]
+    finally:
+        stop.set()
+        t.join(10)
+    col.wait(lambda: col.status("a1")[-1:] == ["offline"])
+    assert col.status("a1")[0] == "online"
+    assert retained(port, "%s/a1/status" % PREFIX) == ["offline"]
+    col.close()
+    rs = col.readings("a1")
+    metrics = set(m for m, _ in rs)
+    assert metrics == {"temp", "vbat", "uptime"}  # CPython has no gc.mem_free
+    for _, r in rs:
+        check_payload(r)
+    assert len(set(r["boot"] for _, r in rs)) == 1 and rs[0][1]["boot"] == n.boot
+    seqs = [r["seq"] for _, r in rs]
+    assert seqs == list(range(1, len(seqs) + 1))  # one seq per reading, increasing
+    temps = [r["v"] for m, r in rs if m == "temp"]
+    assert all(10 < v < 35 for v in temps)
+    assert n.wdt is not None and n.wdt.feeds > 0 and not n.wdt.late
+
+
+def test_user_sensor_hook_and_qos0(port):
+    col = Collector(port)
+    n = fw_node.Node(cfg("a2", port, qos=0), DESKTOP, {"ssid": "lab"},
+                     sensors={"soil": lambda: 41, "broken": lambda: 1 // 0})
+    assert n.run(3) == 3
+    col.wait(lambda: len(col.readings("a2", "soil")) == 3)
+    col.close()
+    assert [r["v"] for _, r in col.readings("a2", "soil")] == [41, 41, 41]
+    assert not col.readings("a2", "broken")
+
+
+NODE_SCRIPT = r"""
+import sys
+sys.path[:0] = %r
+import config, node
+cfg = %r
+n = node.Node(cfg, config.board("desktop"), {"ssid": "lab"})
+print("boot", n.boot, flush=True)
+n.run(0)
+"""
+
+
+def start_node(port, store_dir, name="k1"):
+    c = cfg(name, port, qos=1, store="file", store_dir=store_dir, period_s=0.02)
+    return subprocess.Popen([sys.executable, "-c", NODE_SCRIPT % (PATHS, c)],
+                            stdout=subprocess.PIPE, text=True)
+
+
+def test_killed_node_loses_no_accepted_reading(port, tmp_path):
+    col = Collector(port)
+    store = str(tmp_path / "mq")
+    p = start_node(port, store)
+    boot1 = int(p.stdout.readline().split()[1])
+    try:
+        col.wait(lambda: len(col.readings("k1")) >= 30)
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait(5)
+    # the broker publishes the retained will for the dead connection
+    col.wait(lambda: "offline" in col.status("k1"))
+    assert retained(port, "%s/k1/status" % PREFIX) == ["offline"]
+    killed_at = len(col.readings("k1"))
+    p = start_node(port, store)
+    boot2 = int(p.stdout.readline().split()[1])
+    try:
+        col.wait(lambda: len(col.readings("k1")) >= killed_at + 30)
+        col.wait(lambda: col.status("k1")[-1] == "online")
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait(5)
+    col.close()
+    rs = [r for _, r in col.readings("k1")]
+    for r in rs:
+        check_payload(r)
+    assert set(r["boot"] for r in rs) <= {boot1, boot2}
+    by_boot = {}
+    for r in rs:
+        by_boot.setdefault(r["boot"], set()).add(r["seq"])
+    if boot1 != boot2:  # 1 in 65536 they collide
+        # the second boot carries on after the last reading the store took
+        assert min(by_boot[boot2]) > max(by_boot[boot1])
+    seqs = set(r["seq"] for r in rs)
+    top = max(seqs)
+    # nothing accepted is lost: every sequence number up to the last arrived
+    assert seqs == set(range(1, top + 1)), sorted(set(range(1, top + 1)) - seqs)
+
+
+def test_deep_sleep_cycles(port, tmp_path):
+    col = Collector(port)
+    boots = []
+    for _ in range(3):  # each wake-up is a new boot: a new Node, as main.py makes
+        n = fw_node.Node(cfg("s1", port, deep_sleep=True, period_s=60, store="file",
+                             store_dir=str(tmp_path / "mq")), DESKTOP, {"ssid": "lab"})
+        with pytest.raises(machine.DeepSleep) as e:
+            n.run()
+        assert e.value.ms == 60000
+        boots.append(n.boot)
+    col.wait(lambda: len(col.readings("s1")) >= 9 and col.status("s1")[-1:] == ["asleep"])
+    col.close()
+    assert col.status("s1") == ["online", "asleep"] * 3
+    rs = [r for _, r in col.readings("s1")]
+    assert [r["seq"] for r in rs] == list(range(1, 10))  # one store: seq goes on
+    assert [r["boot"] for r in rs] == [b for b in boots for _ in range(3)]
+
+
+def test_wifi_needs_an_ssid():
+    with pytest.raises(OSError):
+        fw_node.wifi({})
+    import network
+    w = fw_node.wifi({"ssid": "lab", "password": "x"})
+    assert isinstance(w, network.WLAN) and w.isconnected()
+
+
+def test_config_defaults_and_store_choice():
+    assert fw_config.merge({})["store"] == "memory"
+    assert fw_config.merge({"qos": 2})["store"] == "file"
+    assert fw_config.merge({"qos": 2, "store": "memory"})["store"] == "memory"
+    with pytest.raises(ValueError):
+        fw_config.merge({"qos": 3})
+
+
+def test_board_profiles_are_complete():
+    need = ("NAME", "BUFSIZE", "WINDOW", "MAX_STORED", "STORE_DIR", "LED_PIN", "WDT_MS",
+            "TEMP", "VBAT_PIN", "SENSORS", "MAX_CLIENTS", "MAX_PACKET")
+    import sensors
+    for f in glob.glob(os.path.join(ROOT, "boards", "*.py")):
+        name = os.path.basename(f)[:-3]
+        b = fw_config.board(name)
+        for k in need:
+            assert hasattr(b, k), (name, k)
+        assert b.TEMP in sensors.TEMPS
+        assert set(b.SENSORS) <= {"temp", "vbat", "uptime", "mem"}
+    assert fw_config.board("picow").WDT_MS <= 8300  # the RP2040 watchdog's limit
+
+
+MPY_CROSS = shutil.which("mpy-cross")
+
+
+@pytest.mark.skipif(not MPY_CROSS, reason="mpy-cross is not installed")
+def test_firmware_and_boards_compile_with_mpy_cross(tmp_path):
+    files = sorted(glob.glob(os.path.join(ROOT, "firmware", "*.py")) +
+                   glob.glob(os.path.join(ROOT, "boards", "*.py")))
+    files = [f for f in files if os.path.basename(f) != "manifest.py"]
+    assert len(files) >= 10
+    for f in files:
+        out = tmp_path / (os.path.basename(f)[:-3] + ".mpy")
+        r = subprocess.run([MPY_CROSS, "-o", str(out), f], capture_output=True, text=True)
+        assert r.returncode == 0, (f, r.stderr)
+
+
+def test_gateway_serves_a_node():
+    import gateway
+    p = free_port()
+    stop = threading.Event()
+    t = threading.Thread(target=gateway.run, args=({"port": p}, DESKTOP, {"ssid": "lab"}),
+                         kwargs={"stop": stop.is_set, "host": "127.0.0.1"}, daemon=True)
+    t.start()
+    try:
+        end = time.monotonic() + 5
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", p), 0.2).close()
+                break
+            except OSError:
+                assert time.monotonic() < end
+                time.sleep(0.05)
+        col = Collector(p)
+        n = fw_node.Node(cfg("g1", p), DESKTOP, {"ssid": "lab"})
+        assert n.run(2) == 2
+        col.wait(lambda: len(col.readings("g1", "temp")) == 2)
+        col.close()
+    finally:
+        stop.set()
+        t.join(5)
+    assert not t.is_alive()
+
+
+def test_gateway_access_point_mode():
+    import gateway
+    ap = gateway.access_point({"ap_ssid": "gw", "ap_password": "secret123"})
+    assert ap.active() and ap.config("essid") == "gw"
