@@ -10,7 +10,7 @@
 import gc
 import sys
 
-from support import locked
+from support import locked, answer_qos
 from umqtt3.broker import Broker
 from umqtt3.transport import Pipe, Conn
 from umqtt3.codec import (Packet, decode, encode_connect, encode_publish, encode_ack,
@@ -89,17 +89,10 @@ class Peer:
             decode(p, c.rx, 0, n)
             t = p.type
             self.got[t] += 1
+            answer_qos(c, p, self.ack)
             if t == PUBLISH:
                 if self.record:
                     self.msgs.append((bytes(p.topic), bytes(p.payload), p.qos, p.retain, p.dup))
-                if self.ack and p.qos == 1:
-                    c.tlen = encode_ack(c.tx, c.tlen, PUBACK, p.pid)
-                elif self.ack and p.qos == 2:
-                    c.tlen = encode_ack(c.tx, c.tlen, PUBREC, p.pid)
-            elif t == PUBREL:
-                c.tlen = encode_ack(c.tx, c.tlen, PUBCOMP, p.pid)
-            elif t == PUBREC:
-                c.tlen = encode_ack(c.tx, c.tlen, PUBREL, p.pid)
             elif t == CONNACK:
                 self.rc = p.rc
                 self.sp = p.session_present

@@ -11,7 +11,7 @@
 # either once it runs.
 import sys
 
-from support import locked
+from support import locked, answer_qos
 from umqtt3.client import MQTTClient
 from umqtt3.transport import Pipe, Conn
 from umqtt3.codec import (Packet, decode, encode_publish, encode_ack, encode_simple,
@@ -69,15 +69,8 @@ class Peer:
                 self.dup += 1
             if self.record:
                 self.published.append((bytes(p.topic), bytes(p.payload), p.qos, p.dup))
-            if self.ack and p.qos == 1:
-                c.tlen = encode_ack(c.tx, c.tlen, PUBACK, p.pid)
-            elif self.ack and p.qos == 2:
-                c.tlen = encode_ack(c.tx, c.tlen, PUBREC, p.pid)
-        elif t == PUBREL:
-            c.tlen = encode_ack(c.tx, c.tlen, PUBCOMP, p.pid)
-        elif t == PUBREC:
-            c.tlen = encode_ack(c.tx, c.tlen, PUBREL, p.pid)
-        elif t == PINGREQ:
+        answer_qos(c, p, self.ack)
+        if t == PINGREQ:
             c.tlen = encode_simple(c.tx, c.tlen, PINGRESP)
         elif t == CONNECT:
             c.tlen = encode_connack(c.tx, c.tlen, self.session, 0)
