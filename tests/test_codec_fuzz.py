@@ -11,12 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from umqtt3 import codec, compat, props
+from support import span, entries
 from umqtt3.codec import (
     MQTTError, Packet, decode, frame_len, encode_connect, encode_publish, encode_ack,
     encode_subscribe, encode_unsubscribe, encode_simple, encode_disconnect, encode_auth,
     CONNECT, CONNACK, PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP, SUBSCRIBE, SUBACK,
     UNSUBSCRIBE, UNSUBACK, PINGREQ, PINGRESP, DISCONNECT, AUTH)
-from umqtt3.codec_server import encode_connack, encode_suback, encode_unsuback, read_filter
+from umqtt3.codec_server import encode_connack, encode_suback, encode_unsuback
 
 FUZZ = settings(deadline=None, max_examples=150,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -116,18 +117,7 @@ def dec(data, level):
     return pkt
 
 
-def span(pkt, off, n):
-    return None if off < 0 else bytes(pkt.buf[off:off + n])
 
-
-def entries(pkt):
-    out = []
-    i = pkt.payload_off
-    while i < pkt.end:
-        i = read_filter(pkt, i)
-        f = span(pkt, pkt.f_off, pkt.f_len)
-        out.append((f, pkt.opts) if pkt.type == SUBSCRIBE else f)
-    return out
 
 
 @contextmanager

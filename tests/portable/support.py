@@ -100,7 +100,24 @@ def locked(fn, *args):
     return r
 
 
-from umqtt3.codec import encode_ack, PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP  # noqa: E402
+from umqtt3.codec import encode_ack, PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP, SUBSCRIBE  # noqa: E402
+
+
+def span(pkt, off, n):
+    """A decoded span as bytes; None for an absent field (offset -1)."""
+    return None if off < 0 else bytes(pkt.buf[off:off + n])
+
+
+def entries(pkt):
+    """(filter, options) of every SUBSCRIBE entry, or filters of UNSUBSCRIBE."""
+    from umqtt3.codec_server import read_filter
+    out = []
+    i = pkt.payload_off
+    while i < pkt.end:
+        i = read_filter(pkt, i)
+        f = span(pkt, pkt.f_off, pkt.f_len)
+        out.append((f, pkt.opts) if pkt.type == SUBSCRIBE else f)
+    return out
 
 
 def answer_qos(c, p, ack=True):

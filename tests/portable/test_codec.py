@@ -4,7 +4,7 @@
 # protocol levels 3, 4 and 5, and (MicroPython only) zero allocation.
 #
 # Portable: runs under pytest and under MicroPython (tools/mp/testrunner.py).
-from support import SkipTest, raises, unhex, tohex, MICROPYTHON, locked
+from support import SkipTest, raises, unhex, tohex, MICROPYTHON, locked, span, entries
 
 from umqtt3 import codec, compat, props, topic
 from umqtt3.codec import (
@@ -13,8 +13,7 @@ from umqtt3.codec import (
     encode_unsubscribe, encode_simple, encode_disconnect, encode_auth,
     CONNECT, CONNACK, PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP, SUBSCRIBE,
     SUBACK, UNSUBSCRIBE, UNSUBACK, PINGREQ, PINGRESP, DISCONNECT, AUTH)
-from umqtt3.codec_server import (encode_connack, encode_suback, encode_unsuback,
-                                 read_filter)
+from umqtt3.codec_server import encode_connack, encode_suback, encode_unsuback
 
 MALFORMED = 0x81
 PROTOCOL_ERROR = 0x82
@@ -45,23 +44,11 @@ def bad(data, level=4, code=None):
     return e
 
 
-def span(pkt, off, n):
-    return None if off < 0 else bytes(pkt.buf[off:off + n])
-
-
 def pprops(pkt):
     return props.parse(pkt.buf, pkt.props_off, pkt.props_len)
 
 
-def entries(pkt):
-    """(filter, options) of every SUBSCRIBE entry, or filters of UNSUBSCRIBE."""
-    out = []
-    i = pkt.payload_off
-    while i < pkt.end:
-        i = read_filter(pkt, i)
-        f = span(pkt, pkt.f_off, pkt.f_len)
-        out.append((f, pkt.opts) if pkt.type == SUBSCRIBE else f)
-    return out
+
 
 
 def frame(first, body):
