@@ -46,6 +46,8 @@ class MQTTClient:
         self.connect_link = connect_link  # () -> link, instead of a socket
         self.cb = None
         self.raw = False
+        self.sync = None  # () -> None, made durable what deliver() took
+        self.unsynced = False
         self.lw = None
         self.pkt = Packet(level)
         # one connection object for the client's life: buffers allocated once
@@ -81,6 +83,12 @@ class MQTTClient:
         sends it again on the next one (persistent sessions)."""
         self.cb = f
         self.raw = raw
+
+    def set_sync(self, f):
+        """f() runs before any acknowledgement of a delivered message leaves:
+        a callback may buffer what it takes and f makes it durable, once for
+        a whole burst (group commit). None: acknowledge as soon as taken."""
+        self.sync = f
 
     def set_last_will(self, topic, msg, retain=False, qos=0):
         assert 0 <= qos <= 2 and topic
@@ -239,6 +247,7 @@ class MQTTClient:
         # would overwrite the packet being handled before it is acknowledged.
         self.depth += 1
         self.redelivery = redelivered
+        self.unsynced = True
         try:
             if self.raw:
                 f(pkt, redelivered)
@@ -348,6 +357,9 @@ class MQTTClient:
         self.retry_at = ticks_add(ticks_ms(), d)
 
     def _send(self):
+        if self.unsynced and self.sync is not None:
+            self.sync()  # durable before the acks behind it leave
+        self.unsynced = False
         # POLLOUT is asked for only while bytes wait: a writable socket would
         # otherwise end every poll() at once and spin
         if self.conn.flush():

@@ -310,6 +310,38 @@ def test_callback_that_raises_has_not_taken_the_message():
     assert peer.got[PUBREC] == 1
 
 
+def test_sync_runs_once_per_burst_before_the_acks_leave():
+    # set_sync: a callback may buffer what it takes; the acks of a whole burst
+    # leave only after one sync() made it durable (group commit)
+    peer = Peer()
+    c = _client(peer)
+    taken = []
+    durable = []
+    seen = []  # PUBACK+PUBREC the peer had when sync() ran
+
+    def sync():
+        seen.append(peer.got[PUBACK] + peer.got[PUBREC])
+        durable.extend(taken)
+        del taken[:]
+
+    c.set_callback(lambda t, m: taken.append(m))
+    c.set_sync(sync)
+    c.connect()
+    co = peer.conn
+    co.tlen = encode_publish(co.tx, 0, b"s", b"a", 1, 1)
+    co.tlen = encode_publish(co.tx, co.tlen, b"s", b"b", 1, 2)
+    co.tlen = encode_publish(co.tx, co.tlen, b"s", b"c", 2, 3)
+    co.flush()
+    c.check_msg()
+    assert seen == [0]  # one sync for the burst, before any ack left
+    assert durable == [b"a", b"b", b"c"]
+    _settle(c, peer, PUBCOMP, 1)
+    assert peer.got[PUBACK] == 2 and peer.got[PUBREC] == 1
+    c.ping()  # nothing new delivered: no sync for other traffic
+    _settle(c, peer, PINGREQ, 1)
+    assert seen == [0]
+
+
 def test_raw_callback():
     peer = Peer()
     c = _client(peer)
