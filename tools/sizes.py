@@ -6,13 +6,15 @@
     python tools/sizes.py --check         only check that every module compiles with mpy-cross
     python tools/sizes.py --peer PATH     compare with umqtt/simple.py at PATH
 
-Flash: every lib/umqtt3/*.py is compiled with mpy-cross into a temporary
-directory. RAM: each module is imported in a fresh WebAssembly MicroPython
+Flash: every module of lib/umqtt3 (subpackages too) is compiled with
+mpy-cross into a temporary directory. RAM: each module is imported in a fresh WebAssembly MicroPython
 (tools/mp/run.mjs) and gc.mem_alloc() is read before and after, once importing
 from .py (compiled on the device, as when copied by hand) and once from .mpy
 (as installed by mip or deployed precompiled). A module's figure includes what
 it imports (compat, codec, ...), so the rows do not add up; the "all" and
 "client set" rows are measured by importing those modules together.
+compat/cpython.py, CPython's half of compat, is compiled but never imported
+on a device, so it has no RAM figure and is in neither set.
 
 The peer is micropython-lib's umqtt.simple, the usual small MQTT client. Its
 PyPI upload (micropython-umqtt.simple) has no setup.py and cannot be installed
@@ -43,6 +45,10 @@ ORDER = ["compat", "codec", "topic", "props", "flow", "store", "transport",
 # What a sensor node needs to talk MQTT: the fair comparison with umqtt.simple.
 # what `from umqtt3.client import MQTTClient` loads (MemoryStore lives in store.py)
 CLIENT_SET = ["compat", "codec", "topic", "flow", "store", "transport", "client"]
+# CPython's half of compat: compiled (so --check covers it) but never imported
+# on a device, so it has no import RAM and is left out of the sets.
+CPYTHON_ONLY = ["compat/cpython"]
+PACKAGES = set()  # module keys that are packages; filled by main()
 
 
 def die(msg, code=2):
@@ -62,10 +68,22 @@ def mpy_cross_cmd():
 
 
 def find_modules(lib):
-    if not os.path.isdir(lib):
-        return []
-    found = [f[:-3] for f in os.listdir(lib) if f.endswith(".py")]
+    """Module keys under lib: "codec", "compat" (a package: compat/__init__.py),
+    "compat/cpython"; bottom layer first."""
+    found = []
+    for dirpath, dirnames, files in os.walk(lib):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__pycache__")))
+        rel = os.path.relpath(dirpath, lib).replace(os.sep, "/")
+        for f in files:
+            if f.endswith(".py"):
+                m = f[:-3] if rel == "." else rel + "/" + f[:-3]
+                found.append(m[:-len("/__init__")] if m.endswith("/__init__") else m)
     return [m for m in ORDER if m in found] + sorted(m for m in found if m not in ORDER)
+
+
+def source_path(mod):
+    """A module key's source, relative to the package directory."""
+    return mod + ("/__init__.py" if mod in PACKAGES else ".py")
 
 
 def compile_mpy(cmd, src, dst, name):
@@ -80,7 +98,7 @@ def compile_mpy(cmd, src, dst, name):
 
 
 def dotted(mod):
-    return "umqtt3" if mod == "__init__" else "umqtt3." + mod
+    return "umqtt3" if mod == "__init__" else "umqtt3." + mod.replace("/", ".")
 
 
 # Runs inside MicroPython. argv: which directory to import from (py, mpy,
@@ -209,6 +227,7 @@ def main():
     cmd = mpy_cross_cmd()
     lib = args.lib
     mods = find_modules(lib)
+    PACKAGES.update(m for m in mods if os.path.isfile(os.path.join(lib, m, "__init__.py")))
     if not mods:
         print("sizes: no modules in %s yet" % lib)
         return 0
@@ -221,10 +240,12 @@ def main():
         os.makedirs(os.path.join(tmp, "mpy", "umqtt3"))
         for m in mods:
             # A private copy of the sources, so the VM sees exactly what was compiled.
-            src = os.path.join(tmp, "py", "umqtt3", m + ".py")
-            shutil.copyfile(os.path.join(lib, m + ".py"), src)
-            dst = os.path.join(tmp, "mpy", "umqtt3", m + ".mpy")
-            err = compile_mpy(cmd, src, dst, "umqtt3/%s.py" % m)
+            rel = source_path(m)
+            src = os.path.join(tmp, "py", "umqtt3", rel)
+            os.makedirs(os.path.dirname(src), exist_ok=True)
+            shutil.copyfile(os.path.join(lib, rel), src)
+            dst = os.path.join(tmp, "mpy", "umqtt3", rel[:-3] + ".mpy")
+            err = compile_mpy(cmd, src, dst, "umqtt3/" + rel)
             if err:
                 errors.append("%s: %s" % (m, err))
                 sizes[m] = (os.path.getsize(src), None)
@@ -254,6 +275,9 @@ def main():
         if not args.no_ram:
             vm = Vm(tmp, args.heap, peer_py, peer_mpy)
             for m in mods:
+                if m in CPYTHON_ONLY:
+                    ram[m] = ("CPython only", "CPython only")
+                    continue
                 ram[m] = (vm.import_ram("py", [dotted(m)]),
                           vm.import_ram("mpy", [dotted(m)]) if sizes[m][1] else None)
 
@@ -273,8 +297,9 @@ def main():
                 r_mpy = vm.import_ram("mpy", names) if mpy is not None else None
             return [label, py, mpy, r_py, r_mpy]
 
-        good = [m for m in mods if sizes[m][1] is not None]
-        rows.append(group_row("all modules" if len(good) == len(mods) else "all that compile", good))
+        good = [m for m in mods if sizes[m][1] is not None and m not in CPYTHON_ONLY]
+        device = [m for m in mods if m not in CPYTHON_ONLY]
+        rows.append(group_row("all modules" if len(good) == len(device) else "all that compile", good))
         client = [m for m in CLIENT_SET if m in good]
         client_row = group_row("client set", client)
         if client:
@@ -292,7 +317,7 @@ def main():
                   "(import RAM = gc.mem_alloc() growth).\n")
         print_table(headers, rows, args.markdown)
         print()
-        print("client set = %s" % (", ".join(m + ".py" for m in client) or "(none yet)"))
+        print("client set = %s" % (", ".join(source_path(m) for m in client) or "(none yet)"))
         print("'all modules' and 'client set' RAM: those modules imported together in one interpreter.")
 
         if peer_row:

@@ -32,6 +32,17 @@ def _micropython_only():
         raise SkipTest("needs micropython.heap_lock")
 
 
+def test_device_never_loads_the_emulation():
+    # compat/cpython.py is CPython's half: importing compat on MicroPython
+    # must not load it (its code would cost the device RAM for nothing).
+    if MICROPYTHON:
+        assert "umqtt3.compat.cpython" not in sys.modules
+        assert not hasattr(compat, "TICKS_PERIOD")
+    else:
+        assert "umqtt3.compat.cpython" in sys.modules
+        assert compat.link is sys.modules["umqtt3.compat.cpython"].link
+
+
 # ---------------------------------------------------------------- ticks
 
 def test_ticks_period():
@@ -117,13 +128,14 @@ def test_ticks_ms_wraps_cpython():
     # Start the emulated clock just before the wrap and sleep across it.
     _cpython_only()
     import time
+    from umqtt3.compat import cpython  # the clock's offset lives with the emulation
 
     p = compat.TICKS_PERIOD
-    saved = compat._ticks_base
+    saved = cpython._ticks_base
     try:
         for _ in range(5):
             now = int(time.monotonic() * 1000)
-            compat._ticks_base = (p - 40) - now
+            cpython._ticks_base = (p - 40) - now
             t0 = compat.ticks_ms()
             compat.sleep_ms(80)
             t1 = compat.ticks_ms()
@@ -136,7 +148,7 @@ def test_ticks_ms_wraps_cpython():
         assert ticks_diff(t0, t1) == -d
         assert ticks_add(t0, d) == t1
     finally:
-        compat._ticks_base = saved
+        cpython._ticks_base = saved
     # Restored: the clock reads the plain monotonic milliseconds again.
     want = int(time.monotonic() * 1000) & (p - 1)
     assert 0 <= ticks_diff(compat.ticks_ms(), want) < 1000

@@ -1,0 +1,113 @@
+# umqtt3.compat -- the only module that knows which Python it runs on.
+#
+# On MicroPython it re-exports the built-ins; on CPython it takes the
+# emulation from compat/cpython.py, kept apart so that a device never loads
+# it. Every other module imports platform things from here and nowhere else.
+import sys
+
+MICROPYTHON = sys.implementation.name == "micropython"
+
+if MICROPYTHON:
+    from micropython import const
+    import time
+    import errno
+    import select
+
+    try:
+        import socket
+    except ImportError:  # the WebAssembly port has no sockets
+        socket = None
+
+    ticks_ms = time.ticks_ms
+    ticks_add = time.ticks_add
+    ticks_diff = time.ticks_diff
+    sleep_ms = time.sleep_ms
+    poll = select.poll
+
+    def copy(dst, doff, src, soff, n):
+        # A memoryview slice would allocate; a byte loop does not. Replaced by a
+        # native (viper) loop below on ports that have a native emitter.
+        # Backwards when moving up within one buffer, like memmove.
+        if doff + n > len(dst) or soff + n > len(src):
+            raise IndexError
+        if dst is src and soff < doff:
+            for i in range(n - 1, -1, -1):
+                dst[doff + i] = src[soff + i]
+        else:
+            for i in range(n):
+                dst[doff + i] = src[soff + i]
+
+    try:
+        # Compiled on the device from a string so that every file still builds
+        # with a plain `mpy-cross` (no -march) and on ports without viper.
+        _g = {}
+        exec(
+            "import micropython\n"
+            "@micropython.viper\n"
+            "def _v(d: ptr8, doff: int, s: ptr8, soff: int, n: int, back: int):\n"
+            "    if back:\n"
+            "        i = n - 1\n"
+            "        while i >= 0:\n"
+            "            d[doff + i] = s[soff + i]\n"
+            "            i -= 1\n"
+            "    else:\n"
+            "        i = 0\n"
+            "        while i < n:\n"
+            "            d[doff + i] = s[soff + i]\n"
+            "            i += 1\n",
+            _g,
+        )
+        _v = _g["_v"]
+        del _g
+
+        def copy(dst, doff, src, soff, n):
+            # viper does no bounds checks: check here, then copy natively
+            if doff < 0 or soff < 0 or n < 0 or doff + n > len(dst) or soff + n > len(src):
+                raise IndexError
+            _v(dst, doff, src, soff, n, dst is src and soff < doff)
+    except Exception:
+        pass
+
+    # CPython has a strict decoder; MicroPython checks UTF-8 in codec.py.
+    valid_utf8 = None
+
+    def as_bytes(s):
+        return s.encode() if isinstance(s, str) else s
+
+    def fsync(f):
+        # littlefs commits a file's data and metadata on flush.
+        f.flush()
+
+    def fsync_dir(path):
+        # littlefs and FAT have no directory handles; littlefs renames and
+        # removes are atomic metadata commits.
+        pass
+
+    def replace(src, dst):
+        import os
+        os.rename(src, dst)
+
+    def asleep_ms(ms):
+        import asyncio
+        return asyncio.sleep_ms(ms)
+
+    def link(sock):
+        # MicroPython sockets (and TLS sockets) already have readinto(buf, n)
+        # and write(buf, off, n), returning None when they would block.
+        return sock
+
+    def nodelay(sock):
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except Exception:
+            pass  # not every port has TCP_NODELAY
+
+else:
+    # the emulation lives in its own module, which MicroPython never loads
+    from .cpython import *  # noqa: F401,F403
+
+
+POLLIN = 1
+POLLOUT = 4
+POLLERR = 8
+POLLHUP = 16

@@ -1,0 +1,149 @@
+# umqtt3.compat.cpython -- compat's CPython half: MicroPython's built-ins
+# emulated with the same semantics (ticks wrap like MicroPython's, poll has
+# ipoll), so the library runs and is tested on the desktop. Only
+# umqtt3.compat imports it, and only on CPython: a device never loads it.
+import time as _time
+import errno  # noqa: F401  (re-exported)
+import os as _os
+import socket  # noqa: F401  (re-exported)
+import select as _select
+
+
+def const(x):
+    return x
+
+
+# MicroPython's ticks live in [0, 2**30) and wrap; emulate that exactly so
+# wrap-around bugs show up on the desktop too. _ticks_base lets tests start
+# the clock just before the wrap.
+TICKS_PERIOD = 1 << 30
+_TICKS_MAX = TICKS_PERIOD - 1
+_TICKS_HALF = TICKS_PERIOD // 2
+_ticks_base = 0
+
+
+def ticks_ms():
+    return (int(_time.monotonic() * 1000) + _ticks_base) & _TICKS_MAX
+
+
+def ticks_add(t, delta):
+    # MicroPython refuses a delta ticks_diff could not give back
+    if not -_TICKS_HALF < delta < _TICKS_HALF:
+        raise OverflowError("ticks interval overflow")
+    return (t + delta) & _TICKS_MAX
+
+
+def ticks_diff(a, b):
+    return ((a - b + _TICKS_HALF) & _TICKS_MAX) - _TICKS_HALF
+
+
+def sleep_ms(ms):
+    _time.sleep(ms / 1000)
+
+
+class poll:
+    """select.poll with MicroPython's ipoll() (yields (obj, events) pairs)."""
+
+    def __init__(self):
+        self._p = _select.poll()
+        self._objs = {}
+
+    def register(self, obj, mask=_select.POLLIN | _select.POLLOUT):
+        fd = obj if isinstance(obj, int) else obj.fileno()
+        self._objs[fd] = obj
+        self._p.register(fd, mask)
+
+    def modify(self, obj, mask):
+        self._p.modify(obj if isinstance(obj, int) else obj.fileno(), mask)
+
+    def unregister(self, obj):
+        fd = obj if isinstance(obj, int) else obj.fileno()
+        self._objs.pop(fd, None)
+        self._p.unregister(fd)
+
+    def poll(self, timeout=-1):
+        return [(self._objs[fd], ev) for fd, ev in self._p.poll(timeout)]
+
+    def ipoll(self, timeout=-1, flags=0):
+        return iter(self.poll(timeout))
+
+
+def copy(dst, doff, src, soff, n):
+    # as on the device: out of range is an error, never a resized buffer
+    if doff < 0 or soff < 0 or n < 0 or doff + n > len(dst) or soff + n > len(src):
+        raise IndexError("copy out of range")
+    dst[doff:doff + n] = memoryview(src)[soff:soff + n]
+
+
+def valid_utf8(buf, off, n):
+    # Strict UTF-8: rejects overlong forms and surrogates [MQTT-1.5.3-1];
+    # U+0000 is refused separately [MQTT-1.5.3-2].
+    try:
+        s = bytes(buf[off:off + n]).decode("utf-8")
+    except UnicodeError:
+        return False
+    return "\x00" not in s
+
+
+def as_bytes(s):
+    return s.encode() if isinstance(s, str) else s
+
+
+def fsync(f):
+    f.flush()
+    _os.fsync(f.fileno())
+
+
+def fsync_dir(path):
+    fd = _os.open(path, _os.O_RDONLY)
+    try:
+        _os.fsync(fd)
+    finally:
+        _os.close(fd)
+
+
+def replace(src, dst):
+    _os.replace(src, dst)
+
+
+try:
+    import ssl as _ssl
+    _WOULD_BLOCK = (BlockingIOError, InterruptedError, _ssl.SSLWantReadError, _ssl.SSLWantWriteError)
+except ImportError:
+    _WOULD_BLOCK = (BlockingIOError, InterruptedError)
+
+
+def asleep_ms(ms):
+    import asyncio
+    return asyncio.sleep(ms / 1000)
+
+
+class link:
+    """A CPython socket with MicroPython's stream methods."""
+
+    def __init__(self, sock):
+        self.sock = sock
+
+    def readinto(self, buf, n):
+        try:
+            return self.sock.recv_into(buf, n)
+        except _WOULD_BLOCK:
+            return None
+
+    def write(self, buf, off=0, n=-1):
+        if n < 0:
+            n = len(buf) - off
+        try:
+            return self.sock.send(memoryview(buf)[off:off + n])
+        except _WOULD_BLOCK:
+            return None
+
+    def close(self):
+        self.sock.close()
+
+    def fileno(self):
+        return self.sock.fileno()
+
+
+def nodelay(sock):
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
