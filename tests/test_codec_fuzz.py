@@ -14,9 +14,10 @@ from umqtt3 import codec, compat, props
 from support import span, entries
 from umqtt3.codec import (
     MQTTError, Packet, decode, frame_len, encode_connect, encode_publish, encode_ack,
-    encode_subscribe, encode_unsubscribe, encode_simple, encode_disconnect, encode_auth,
+    encode_subscribe, encode_unsubscribe, encode_simple, encode_disconnect,
     CONNECT, CONNACK, PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP, SUBSCRIBE, SUBACK,
     UNSUBSCRIBE, UNSUBACK, PINGREQ, PINGRESP, DISCONNECT, AUTH)
+from umqtt3.props import encode_auth  # AUTH is MQTT 5 only
 from umqtt3.codec_server import encode_connack, encode_suback, encode_unsuback
 
 FUZZ = settings(deadline=None, max_examples=150,

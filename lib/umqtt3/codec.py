@@ -104,12 +104,6 @@ def _header(buf, off, first, rl):
     return put_varint(buf, off + 1, rl)
 
 
-def _put_u16(buf, off, v):
-    buf[off] = v >> 8
-    buf[off + 1] = v & 0xFF
-    return off + 2
-
-
 def _put_str(buf, off, s):
     # s is bytes-like (as_bytes applied); 2-byte length then the bytes
     n = len(s)
@@ -143,13 +137,8 @@ def _pid_ok(pid):
 
 
 # v5 properties: None (none), a pre-encoded bytes-like (copied as is: the
-# zero-allocation form), or a dict {id: value} encoded by umqtt3.props.
-def _props_bytes(props):
-    if props is None or not isinstance(props, dict):
-        return props
-    return _pmod().encode(props)
-
-
+# zero-allocation form), or a dict {id: value}. Their framing lives in
+# umqtt3.props with the rest of MQTT 5, which v3/v4 devices never load.
 _P = None
 _S = None
 
@@ -164,8 +153,8 @@ def _srv():
     return _S
 
 
-def _pmod():
-    # umqtt3.props, imported on first use so v3/v4-only devices never load it
+def _v5():
+    # umqtt3.props, imported on first use of protocol level 5
     global _P
     if _P is None:
         from . import props
@@ -173,34 +162,19 @@ def _pmod():
     return _P
 
 
-def _props_size(p):
-    if p is None:
-        return 1
-    n = len(p)
-    return varint_size(n) + n
-
-
 def head_pid(buf, off, first, rl, pid, level, props):
     """Fixed header, packet id and (v5) properties: the start SUBSCRIBE,
     UNSUBSCRIBE, SUBACK and UNSUBACK share. rl counts what follows them."""
     if level == 5:
-        props = _props_bytes(props)
-        rl += _props_size(props)
+        p5 = _v5()
+        props = p5.encoded(props)
+        rl += p5.size(props)
     off = _header(buf, off, first, rl + 2)
-    off = _put_u16(buf, off, pid)
+    buf[off] = pid >> 8
+    buf[off + 1] = pid & 0xFF
     if level == 5:
-        off = _put_props(buf, off, props)
-    return off
-
-
-def _put_props(buf, off, p):
-    if p is None:
-        buf[off] = 0
-        return off + 1
-    n = len(p)
-    off = put_varint(buf, off, n)
-    buf[off:off + n] = p
-    return off + n
+        return p5.put(buf, off + 2, props)
+    return off + 2
 
 
 # ---------------------------------------------------------------- encoders
@@ -219,8 +193,9 @@ def encode_connect(buf, off, client_id, level=4, clean=True, keepalive=0,
     flags = 2 if clean else 0
     rl = len(name) + 2 + 4 + _str_len(cid)
     if level == 5:
-        props = _props_bytes(props)
-        rl += _props_size(props)
+        p5 = _v5()
+        props = p5.encoded(props)
+        rl += p5.size(props)
     if will_topic is not None:
         if will_qos > 2:
             _err("will QoS 3", PROTOCOL_ERROR)  # [MQTT-3.1.2-14] (5.0: MQTT-3.1.2-12)
@@ -229,8 +204,8 @@ def encode_connect(buf, off, client_id, level=4, clean=True, keepalive=0,
         flags |= 4 | (will_qos << 3) | (32 if will_retain else 0)
         rl += _str_len(will_topic) + _str_len(will_msg)
         if level == 5:
-            will_props = _props_bytes(will_props)
-            rl += _props_size(will_props)
+            will_props = p5.encoded(will_props)
+            rl += p5.size(will_props)
     if user is not None:
         user = as_bytes(user)
         flags |= 128
@@ -247,13 +222,15 @@ def encode_connect(buf, off, client_id, level=4, clean=True, keepalive=0,
     off = _put_str(buf, off, name)
     buf[off] = level
     buf[off + 1] = flags
-    off = _put_u16(buf, off + 2, keepalive)
+    buf[off + 2] = keepalive >> 8
+    buf[off + 3] = keepalive & 0xFF
+    off += 4
     if level == 5:
-        off = _put_props(buf, off, props)
+        off = p5.put(buf, off, props)
     off = _put_str(buf, off, cid)
     if will_topic is not None:
         if level == 5:
-            off = _put_props(buf, off, will_props)
+            off = p5.put(buf, off, will_props)
         off = _put_str(buf, off, will_topic)
         off = _put_str(buf, off, will_msg)
     if user is not None:
@@ -285,14 +262,17 @@ def encode_publish(buf, off, topic, payload, qos=0, pid=0, retain=False,
     if retain:
         first |= 1
     if level == 5:
-        props = _props_bytes(props)
-        rl += _props_size(props)
+        p5 = _v5()
+        props = p5.encoded(props)
+        rl += p5.size(props)
     off = _header(buf, off, first, rl)
     off = _put_str(buf, off, topic)
     if qos:
-        off = _put_u16(buf, off, pid)
+        buf[off] = pid >> 8
+        buf[off + 1] = pid & 0xFF
+        off += 2
     if level == 5:
-        off = _put_props(buf, off, props)
+        off = p5.put(buf, off, props)
     buf[off:off + pl] = payload
     return off + pl
 
@@ -303,19 +283,19 @@ def encode_ack(buf, off, ptype, pid, rc=None, level=4, props=None):
     (remaining length 2); props=b"" writes an explicit empty property list."""
     _pid_ok(pid)
     rl = 2
-    if level == 5:
-        props = _props_bytes(props)
-        if rc is not None or props is not None:
-            rl += 1
-            if props is not None:
-                rl += _props_size(props)
+    if level == 5 and (rc is not None or props is not None):
+        p5 = _v5()
+        props = p5.encoded(props)
+        rl = 3 if props is None else 3 + p5.size(props)
     off = _header(buf, off, (ptype << 4) | (2 if ptype == PUBREL else 0), rl)
-    off = _put_u16(buf, off, pid)
+    buf[off] = pid >> 8
+    buf[off + 1] = pid & 0xFF
+    off += 2
     if rl > 2:
         buf[off] = rc or 0
         off += 1
         if props is not None:
-            off = _put_props(buf, off, props)
+            off = p5.put(buf, off, props)
     return off
 
 
@@ -369,30 +349,11 @@ def encode_simple(buf, off, ptype):
 
 
 def encode_disconnect(buf, off, rc=None, level=4, props=None):
-    """DISCONNECT; for v5 also AUTH through encode_auth. With rc None and no
-    props the v5 form is two bytes (reason 0x00 implied)."""
-    return _encode_rc(buf, off, 0xE0, rc, level, props)
-
-
-def encode_auth(buf, off, rc=None, props=None):
-    return _encode_rc(buf, off, 0xF0, rc, 5, props)
-
-
-def _encode_rc(buf, off, first, rc, level, props):
-    rl = 0
-    if level == 5:
-        props = _props_bytes(props)
-        if rc is not None or props is not None:
-            rl = 1
-            if props is not None:
-                rl += _props_size(props)
-    off = _header(buf, off, first, rl)
-    if rl:
-        buf[off] = rc or 0
-        off += 1
-        if props is not None:
-            off = _put_props(buf, off, props)
-    return off
+    """DISCONNECT. With rc None and no props the v5 form is two bytes
+    (reason 0x00 implied); AUTH is umqtt3.props.encode_auth."""
+    if level == 5 and (rc is not None or props is not None):
+        return _v5().encode_rc(buf, off, 0xE0, rc, props)
+    return _header(buf, off, 0xE0, 0)
 
 
 # ---------------------------------------------------------------- decoding
@@ -507,14 +468,10 @@ def _bin(buf, off, end):
     return off
 
 
-def _u16(buf, off, end):
+def _pid(pkt, buf, off, end):
     if off + 2 > end:
         _err("truncated")
-    return (buf[off] << 8) | buf[off + 1]
-
-
-def _pid(pkt, buf, off, end):
-    pid = _u16(buf, off, end)
+    pid = (buf[off] << 8) | buf[off + 1]
     if not pid:
         _err("packet id 0", PROTOCOL_ERROR)  # [MQTT-2.3.1-1]
     pkt.pid = pid
@@ -543,19 +500,6 @@ def varint_end(buf, i):
     while buf[i] & 0x80:
         i += 1
     return i + 1
-
-
-def _props(pkt, buf, off, end, ptype):
-    """Read a v5 property list at off into pkt.props_off/len; return its end."""
-    n = read_varint(buf, off, end)
-    off = varint_end(buf, off)
-    if off + n > end:
-        _err("properties run past the packet")
-    pkt.props_off = off
-    pkt.props_len = n
-    if n:
-        _pmod().check(buf, off, off + n, ptype)
-    return off + n
 
 
 # fixed-header flags every type but PUBLISH must carry [MQTT-2.2.2-1, MQTT-2.2.2-2]
@@ -595,7 +539,8 @@ def decode(pkt, buf, off, end, max_size=0):
     if PUBACK <= t <= PUBCOMP or (t == UNSUBACK and not v5):
         if n < 2 or (n != 2 and not v5):
             _err("bad length")
-        return _tail(pkt, buf, _pid(pkt, buf, i, end), end, t)
+        i = _pid(pkt, buf, i, end)
+        return _v5().tail(pkt, buf, i, end, t) if i < end else t
     if t == PINGREQ or t == PINGRESP:
         if n:
             _err("bad length")
@@ -603,7 +548,7 @@ def decode(pkt, buf, off, end, max_size=0):
     if t == DISCONNECT or t == AUTH:
         if n and not v5:
             _err("bad length")
-        return _tail(pkt, buf, i, end, t)
+        return _v5().tail(pkt, buf, i, end, t) if n else t
     if t == CONNACK:
         if n < 2 or (n != 2 and not v5):
             _err("bad length")
@@ -615,37 +560,24 @@ def decode(pkt, buf, off, end, max_size=0):
             return t
         if n < 3:
             _err("bad length")  # 5.0 always has reason code and properties
-        return _tail(pkt, buf, i + 1, end, t)
+        return _v5().tail(pkt, buf, i + 1, end, t)
     if t == SUBSCRIBE or t == UNSUBSCRIBE:
         return _srv().decode_filters(pkt, buf, i, end, v5)
     if t == SUBACK or t == UNSUBACK:
         i = _pid(pkt, buf, i, end)
         if v5:
-            i = _props(pkt, buf, i, end, t)
+            i = _v5().read(pkt, buf, i, end, t)
         pkt.payload_off = i
         pkt.payload_len = end - i
         if i == end:
             _err("no return codes")  # one per filter, and there is at least one
         while i < end:
             c = buf[i]
-            if not (_pmod().reason_ok(t, c) if v5 else c < 3 or c == 0x80):
+            if not (_v5().reason_ok(t, c) if v5 else c < 3 or c == 0x80):
                 _err("bad return code")  # [MQTT-3.9.3-2]
             i += 1
         return t
     return _srv().decode_connect(pkt, buf, i, end)
-
-
-def _tail(pkt, buf, i, end, t):
-    """v5 reason code at i, then properties up to end; either may be absent
-    when the packet ends first."""
-    if i < end:
-        c = buf[i]
-        if not _pmod().reason_ok(t, c):
-            _err("bad reason code", PROTOCOL_ERROR)
-        pkt.rc = c
-        if i + 1 < end and _props(pkt, buf, i + 1, end, t) != end:
-            _err("bad length")  # bytes after the properties
-    return t
 
 
 def _dec_publish(pkt, buf, i, end, fl, v5):
@@ -674,7 +606,7 @@ def _dec_publish(pkt, buf, i, end, fl, v5):
     else:
         pkt.pid = 0
     if v5:
-        i = _props(pkt, buf, i, end, PUBLISH)
+        i = _v5().read(pkt, buf, i, end, PUBLISH)
     elif not tn:
         _err("empty topic name")  # [MQTT-4.7.3-1]
     pkt.payload_off = i

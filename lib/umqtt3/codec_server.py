@@ -3,23 +3,24 @@
 # codec.decode() loads this module the first time it meets a CONNECT,
 # SUBSCRIBE or UNSUBSCRIBE, so a device that only runs the client never pays
 # for it. The rules and the Packet fields are codec.py's.
-from .codec import (_err, _str, _bin, _pid, _props, _pid_ok, _header, head_pid,
-                    _put_props, _props_bytes, _props_size, PROTOCOL_ERROR,
-                    BAD_PROTOCOL_VERSION, SUBSCRIBE, UNSUBACK, CONNECT, encode_ack)
+from .codec import (_err, _str, _bin, _pid, _pid_ok, _header, _v5, head_pid,
+                    PROTOCOL_ERROR, BAD_PROTOCOL_VERSION, SUBSCRIBE, UNSUBACK,
+                    CONNECT, encode_ack)
 from .topic import valid_filter
 
 
 def encode_connack(buf, off, session_present, rc, level=4, props=None):
     rl = 2
     if level == 5:
-        props = _props_bytes(props)
-        rl += _props_size(props)
+        p5 = _v5()
+        props = p5.encoded(props)
+        rl += p5.size(props)
     off = _header(buf, off, 0x20, rl)
     buf[off] = 1 if session_present else 0
     buf[off + 1] = rc
     off += 2
     if level == 5:
-        off = _put_props(buf, off, props)
+        off = p5.put(buf, off, props)
     return off
 
 
@@ -48,7 +49,7 @@ def decode_filters(pkt, buf, i, end, v5):
     one entry [MQTT-3.8.3-3, MQTT-3.10.3-2], each checked by read_filter."""
     i = _pid(pkt, buf, i, end)
     if v5:
-        i = _props(pkt, buf, i, end, pkt.type)
+        i = _v5().read(pkt, buf, i, end, pkt.type)
     pkt.payload_off = i
     pkt.payload_len = end - i
     if i == end:
@@ -116,7 +117,7 @@ def decode_connect(pkt, buf, i, end):
     pkt.keepalive = (buf[i + 2] << 8) | buf[i + 3]
     i += 4
     if level == 5:
-        i = _props(pkt, buf, i, end, CONNECT)
+        i = _v5().read(pkt, buf, i, end, CONNECT)
     po = pkt.props_off
     pn = pkt.props_len
     pkt.cid_off = i + 2
@@ -126,7 +127,7 @@ def decode_connect(pkt, buf, i, end):
     pkt.topic_len = pkt.payload_len = pkt.wprops_len = 0
     if will:
         if level == 5:
-            i = _props(pkt, buf, i, end, 0)  # 0: the will's property set
+            i = _v5().read(pkt, buf, i, end, 0)  # 0: the will's property set
             pkt.wprops_off = pkt.props_off
             pkt.wprops_len = pkt.props_len
             pkt.props_off = po

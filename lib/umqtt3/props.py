@@ -1,13 +1,15 @@
-# umqtt3.props -- MQTT 5 properties: check, read and build them.
+# umqtt3.props -- MQTT 5 properties and reason codes: check, read and build
+# them, and frame property lists in packets for umqtt3.codec.
 #
 # Imported only when protocol level 5 is in use, so v3/v4 devices never pay
-# for it. check() walks a property list without allocating; parse() and
-# encode() trade allocation for convenience (dicts keyed by property id).
+# for it. check(), read(), tail(), size() and put() do not allocate; parse()
+# and encode() trade allocation for convenience (dicts keyed by property id).
 from .compat import const, as_bytes
 # Not circular: codec imports this module lazily. Importing here, not inside
 # the functions, keeps check() free of a per-call import (which allocates on
 # MicroPython).
-from .codec import MQTTError, _str, _bin, read_varint, varint_end
+from .codec import (MQTTError, _str, _bin, _header, read_varint, varint_end,
+                    varint_size, put_varint)
 
 PAYLOAD_FORMAT = const(0x01)
 MESSAGE_EXPIRY = const(0x02)
@@ -267,3 +269,79 @@ def encode(props):
             else:
                 _put_str(out, v)
     return bytes(out)
+
+
+# ---------------------------------------------------------------- framing
+# A packet's property list is None (absent: an empty list where one is
+# required), a bytes-like of encoded properties (copied as is: the
+# zero-allocation form), or a dict for encode().
+
+def encoded(props):
+    """props as bytes for size() and put(): a dict is encoded (allocates)."""
+    return encode(props) if isinstance(props, dict) else props
+
+
+def size(p):
+    """Bytes the property list p takes in a packet, its length included."""
+    if p is None:
+        return 1
+    return varint_size(len(p)) + len(p)
+
+
+def put(buf, off, p):
+    """Write the property list p (length first) at off; return the end."""
+    if p is None:
+        buf[off] = 0
+        return off + 1
+    n = len(p)
+    off = put_varint(buf, off, n)
+    buf[off:off + n] = p
+    return off + n
+
+
+def read(pkt, buf, off, end, ptype):
+    """Read the property list at off into pkt.props_off/len, checking it for
+    packet type ptype; return its end."""
+    n = read_varint(buf, off, end)
+    off = varint_end(buf, off)
+    if off + n > end:
+        _fail("properties run past the packet")
+    pkt.props_off = off
+    pkt.props_len = n
+    if n:
+        check(buf, off, off + n, ptype)
+    return off + n
+
+
+def tail(pkt, buf, i, end, ptype):
+    """The reason code at i, then properties up to end; either may be
+    absent when the packet ends first. Returns ptype."""
+    if i < end:
+        c = buf[i]
+        if not reason_ok(ptype, c):
+            _fail("bad reason code", 0x82)
+        pkt.rc = c
+        if i + 1 < end and read(pkt, buf, i + 1, end, ptype) != end:
+            _fail("bad length")  # bytes after the properties
+    return ptype
+
+
+def encode_rc(buf, off, first, rc, props):
+    """DISCONNECT or AUTH (first byte `first`): reason code and properties,
+    both left out when rc and props are None."""
+    props = encoded(props)
+    rl = 0
+    if rc is not None or props is not None:
+        rl = 1 if props is None else 1 + size(props)
+    off = _header(buf, off, first, rl)
+    if rl:
+        buf[off] = rc or 0
+        off += 1
+        if props is not None:
+            off = put(buf, off, props)
+    return off
+
+
+def encode_auth(buf, off, rc=None, props=None):
+    """AUTH [MQTT 5.0 section 3.15]: two bytes when rc and props are None."""
+    return encode_rc(buf, off, 0xF0, rc, props)

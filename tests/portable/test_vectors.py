@@ -25,8 +25,9 @@ from umqtt3 import props
 from umqtt3.codec import (
     MQTTError, Packet, decode, frame_len, varint_size, encode_connect, encode_publish,
     encode_ack, encode_subscribe, encode_unsubscribe, encode_simple, encode_disconnect,
-    encode_auth, CONNECT, CONNACK, PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP, SUBSCRIBE,
+    CONNECT, CONNACK, PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP, SUBSCRIBE,
     SUBACK, UNSUBSCRIBE, UNSUBACK, PINGREQ, PINGRESP, DISCONNECT, AUTH)
+from umqtt3.props import encode_auth  # AUTH is MQTT 5 only
 from umqtt3.codec_server import encode_connack, encode_suback, encode_unsuback, read_filter
 
 VECTORS = "vectors/mqtt-packet/vectors.json"
