@@ -553,6 +553,8 @@ def test_qos2_inbound_state_survives_reconnect():
 
 
 def test_store_survives_restart(tmp_path):
+    # retained messages, the session, its subscription and its queued QoS 1
+    # message are on disk before the acks [MQTT-3.1.2-4, MQTT-3.1.2-5]
     store = str(tmp_path / "store")
     with running(store=store) as b:
         with Raw(b.port) as c:
@@ -565,7 +567,10 @@ def test_store_survives_restart(tmp_path):
             p.connect("p")
             p.publish("cmd/reboot", b"now", 1, pid=1)
             p.expect(PUBACK, 1)
-    assert os.path.exists(os.path.join(store, "sessions.db"))
+        # written already, not at close
+        names = sorted(os.listdir(os.path.join(store, "s0")))
+        assert names[-1] == "sess" and names[0].endswith(".p")
+        assert os.listdir(store).count("r0") == 1
     with running(store=store) as b:
         assert b"cfg/rate" in b.retained
         with Raw(b.port) as c:
@@ -575,6 +580,41 @@ def test_store_survives_restart(tmp_path):
             assert c.messages(1)[0][:4] == (b"cfg/rate", b"10", 1, True)
 
 
+def test_store_clean_session_removes_it_from_disk(tmp_path):
+    # CleanSession 1 discards the old session [MQTT-3.1.2-6], on disk too,
+    # before CONNACK; a restart then finds none [MQTT-3.2.2-1]
+    store = str(tmp_path / "store")
+    with running(store=store) as b:
+        with Raw(b.port) as c:
+            c.connect("dev", clean=False)
+            c.subscribe(1, [("a", 1)])
+        with Raw(b.port) as c:
+            assert not c.connect("dev", clean=True).session_present
+        assert os.listdir(os.path.join(store, "s0")) == []
+    b = Broker(port=None, store=store, sys_interval=0)
+    assert b.sessions() == {}
+
+
+def test_store_retained_clear_is_durable(tmp_path):
+    # an empty retained payload clears the topic [MQTT-3.3.1-10]: the file
+    # goes before PUBACK, and the slot is reused
+    store = str(tmp_path / "store")
+    with running(store=store) as b, Raw(b.port) as c:
+        c.connect("p")
+        c.publish("r/a", b"1", 1, pid=1, retain=True)
+        c.expect(PUBACK, 1)
+        c.publish("r/a", b"2", 1, pid=2, retain=True)  # replaced [MQTT-3.3.1-5]
+        c.expect(PUBACK, 2)
+        assert Broker(port=None, store=store, sys_interval=0).retained == {b"r/a": (1, b"2")}
+        c.publish("r/a", b"", 1, pid=3, retain=True)
+        c.expect(PUBACK, 3)
+        assert not Broker(port=None, store=store, sys_interval=0).retained
+        c.publish("r/b", b"3", 0, retain=True)
+        c.publish("r/c", b"4", 1, pid=4, retain=True)
+        c.expect(PUBACK, 4)
+    assert sorted(os.listdir(store)) == ["r0", "r1"]
+
+
 def test_store_ignores_a_torn_file(tmp_path):
     store = tmp_path / "store"
     with running(store=str(store)) as b, Raw(b.port) as c:
@@ -582,91 +622,42 @@ def test_store_ignores_a_torn_file(tmp_path):
         for i in range(3):
             c.publish("r/%d" % i, b"v%d" % i, 1, pid=i + 1, retain=True)
             c.expect(PUBACK, i + 1)
-    data = (store / "retained.db").read_bytes()
-    # the last R record torn (and the E record that follows it gone)
-    (store / "retained.db").write_bytes(data[:-14 - 3])
+    data = (store / "r2").read_bytes()
+    (store / "r2").write_bytes(data[:-3])  # torn by a power cut: never acked
+    (store / "r1.t").write_bytes(b"\x55")  # a replacement that never took place
     b2 = Broker(port=None, store=str(store), sys_interval=0)
     assert sorted(b2.retained) == [b"r/0", b"r/1"]
+    assert sorted(os.listdir(str(store))) == ["r0", "r1"]
 
 
-def test_store_falls_back_to_the_tmp_snapshot(tmp_path):
-    # FAT: a rename onto an existing file removes it first, so a power cut
-    # can leave only NAME.tmp; a whole NAME.tmp is loaded then
+def test_store_failure_refuses_the_ack_not_the_broker(tmp_path):
+    # a write that fails is not acknowledged: the publisher's connection
+    # closes without PUBACK, so it sends again; the broker goes on
+    import shutil
     store = tmp_path / "store"
-    b = Broker(port=None, store=str(store), sys_interval=0)
-    b.publish("r/1", b"v1", retain=True)
-    b.save()
-    db = store / "retained.db"
-    tmp = store / "retained.db.tmp"
-    tmp.write_bytes(db.read_bytes())
-    db.unlink()  # NAME missing
-    assert sorted(Broker(port=None, store=str(store), sys_interval=0).retained) == [b"r/1"]
-    db.write_bytes(tmp.read_bytes()[:-20])  # NAME fails its CRC (torn)
-    assert sorted(Broker(port=None, store=str(store), sys_interval=0).retained) == [b"r/1"]
-    tmp.write_bytes(tmp.read_bytes()[:-14])  # a NAME.tmp without its end is not whole
-    db.write_bytes(b"")
-    assert not Broker(port=None, store=str(store), sys_interval=0).retained
-
-
-class _Clock:
-    def __init__(self, monkeypatch, t=1000):
-        import umqtt3.broker as mod
-        self.t = t
-        monkeypatch.setattr(mod, "ticks_ms", lambda: self.t)
-
-    def step(self, b, ms):
-        """Advance by ms in steps the timers can follow (< 2**29)."""
-        while ms > 0:
-            d = min(ms, 1 << 27)
-            self.t = (self.t + d) & ((1 << 30) - 1)
-            ms -= d
-            b.poll_once(0)
-
-
-def test_store_saved_after_a_long_quiet_spell(tmp_path, monkeypatch):
-    # the save deadline must not fall more than 2**29 ms behind the clock
-    clock = _Clock(monkeypatch)
-    store = tmp_path / "store"
-    b = Broker(port=None, store=str(store), sys_interval=0, save_interval_ms=2000)
-    clock.step(b, (1 << 29) + 5000)  # quiet: nothing to save
-    b.publish("r", b"v", retain=True)
-    assert b.dirty
-    clock.step(b, 2200)
-    assert not b.dirty
+    with running(store=str(store)) as b:
+        shutil.rmtree(str(store))  # the store directory goes away
+        with Raw(b.port) as c:
+            c.connect("p")
+            c.publish("r", b"v", 1, pid=1, retain=True)
+            assert c.closed()
+        assert b.store_errors == 1 and b.errors == 0
+        os.mkdir(str(store))
+        with Raw(b.port) as c:
+            c.connect("p")
+            c.publish("r", b"v", 1, pid=1, retain=True)
+            c.expect(PUBACK, 1)
     assert sorted(Broker(port=None, store=str(store), sys_interval=0).retained) == [b"r"]
 
 
-def test_store_failure_does_not_stop_the_broker(tmp_path, monkeypatch):
-    import shutil
-    clock = _Clock(monkeypatch)
-    store = tmp_path / "store"
-    logs = []
-    b = Broker(port=None, store=str(store), sys_interval=0, save_interval_ms=2000,
-               log=logs.append)
-    shutil.rmtree(str(store))  # the store directory goes away
-    b.publish("r", b"v", retain=True)
-    clock.step(b, 2200)  # poll_once must not raise
-    assert b.dirty and b.store_errors == 1
-    assert any("not saved" in m for m in logs)
-    clock.step(b, 2200)
-    assert b.store_errors == 2  # retried every interval
-    b.close()  # logs, does not raise
-    assert b.store_errors == 3 and b.dirty
-
-
-def test_store_resumes_saving_when_the_directory_is_back(tmp_path, monkeypatch):
-    import shutil
-    clock = _Clock(monkeypatch)
-    store = tmp_path / "store"
-    b = Broker(port=None, store=str(store), sys_interval=0, save_interval_ms=2000)
-    shutil.rmtree(str(store))
-    b.publish("r", b"v", retain=True)
-    clock.step(b, 2200)
-    assert b.dirty and b.store_errors == 1
-    os.mkdir(str(store))
-    clock.step(b, 2200)
-    assert not b.dirty
-    assert sorted(Broker(port=None, store=str(store), sys_interval=0).retained) == [b"r"]
+def test_max_sessions_connack_3(tmp_path):
+    with running(max_sessions=1, store=str(tmp_path / "s")) as b:
+        with Raw(b.port) as a, Raw(b.port) as c, Raw(b.port) as d:
+            assert a.connect("a", clean=False).rc == 0
+            assert c.connect("c", clean=False).rc == 3  # server unavailable
+            assert d.connect("d", clean=True).rc == 0  # not kept: not counted
+        with Raw(b.port) as a:
+            assert a.connect("a", clean=False).session_present
 
 
 # ---------------------------------------------------------------- limits

@@ -103,15 +103,19 @@ class Broker:
     def __init__(self, host="127.0.0.1", port=1883, max_clients=8, max_packet=1024,
                  max_subs=16, max_inflight=8, max_qos2_in=32, max_queued=32, queue_qos0=False,
                  txsize=0, ring_size=0, max_retained=128, max_pending=4,
-                 users=None, allow_anonymous=None, store=None,
-                 connect_timeout_ms=10000, sys_interval=10, save_interval_ms=2000,
-                 log=None, backlog=4, burst=16, sndbuf=0):
+                 users=None, allow_anonymous=None, store=None, max_sessions=16,
+                 connect_timeout_ms=10000, sys_interval=10,
+                 log=None, backlog=4, burst=16, sndbuf=0, files=None, allow_fat=False):
         self.max_clients = max_clients
         self.max_packet = max_packet
         self.max_subs = max_subs
         self.max_inflight = max_inflight
         self.max_qos2_in = max_qos2_in
         self.max_queued = max_queued
+        # queued QoS 1/2 messages hold their packet ids too (Session._pid)
+        if max_inflight + max_queued >= 65535:
+            raise ValueError("max_inflight + max_queued must stay below 65535")
+        self.max_sessions = max_sessions  # persistent sessions kept
         self.queue_qos0 = queue_qos0
         self.txsize = max(txsize, max_packet)
         self.ring_size = max(ring_size, max_packet)
@@ -122,7 +126,6 @@ class Broker:
         self.allow_anonymous = (users is None) if allow_anonymous is None else allow_anonymous
         self.connect_timeout_ms = connect_timeout_ms
         self.sys_interval = sys_interval
-        self.save_interval_ms = save_interval_ms
         self.log = log  # callable(str) or None
         self.burst = burst
         self.sndbuf = sndbuf  # SO_SNDBUF for client sockets; 0: the OS default
@@ -132,7 +135,7 @@ class Broker:
         self.dropped = 0
         self.refused = 0
         self.errors = 0  # internal errors (a bug): the connection was closed
-        self.store_errors = 0  # snapshots that could not be written
+        self.store_errors = 0  # store writes that failed (nothing was acknowledged)
         self.connected = 0
         # state
         self._pkt = Packet(4)
@@ -153,18 +156,21 @@ class Broker:
         self._hot = False  # a client has work that poll cannot see
         self._nauto = 0
         self._stop = False
-        self.dirty = False  # persistent state changed since the last save
+        self._npersist = 0  # persistent sessions
+        self.ntag = 0  # the last tag given to a QoS 2 routing (Session.in_add)
+        self.rtag = -1  # the tag of the routing under way, -1: none
         now = ticks_ms()
         self._t_timer = now
         self._t_prev = now
         self._t_sys = now
-        self._t_save = ticks_add(now, save_interval_ms)  # kept ahead while not dirty
         self._up_s = 0
         self._up_ms = 0
         self.store = store
+        self.disk = None
         if store:
-            from . import broker_store
-            broker_store.load(self)
+            from .broker_store import Disk
+            self.disk = Disk(self, store, files, allow_fat)
+            self.disk.load()
         self._sock = None
         self._poller = None
         self.port = port
@@ -316,7 +322,8 @@ class Broker:
         self._stop = True
 
     def close(self):
-        """Close every connection and the listening socket; save the store."""
+        """Close every connection and the listening socket. The store needs
+        no saving: it was written before each acknowledgement."""
         for c in self._clients:
             if c.state != 2:
                 c.state = 2
@@ -328,8 +335,6 @@ class Broker:
         for s in self._slist[:]:
             if s.clean:
                 self._drop(s)
-        if self.store:
-            self._save_logged()  # a failure is logged; the close goes on
         if self._sock is not None:
             self._poller.unregister(self._sock)
             self._sock.close()
@@ -441,8 +446,6 @@ class Broker:
                 s.client = None
                 if s.clean:
                     self._drop(s)  # [MQTT-3.1.2-6]
-                else:
-                    self.dirty = True
             if self.log is not None:
                 self._log("disconnect %s: %s", (c.cid.decode(), why))
             if will and wt is not None:
@@ -485,10 +488,12 @@ class Broker:
         self._ndead = 0
 
     def _drop(self, s):
+        if not s.clean:
+            if self.disk is not None:
+                self.disk.drop_session(s)  # gone from disk before CONNACK
+            self._npersist -= 1
         del self._sess[s.cid]
         self._slist.remove(s)
-        if not s.clean:
-            self.dirty = True
 
     # ------------------------------------------------------------ CONNECT
     def _connect(self, c, p):
@@ -528,10 +533,15 @@ class Broker:
             present = s is not None  # [MQTT-3.2.2-2]
         if s is None:
             s = Session(self, cid, p.clean)
+            if not p.clean:
+                if self._npersist >= self.max_sessions:
+                    self._refuse(c, _UNAVAILABLE, "max sessions reached")
+                    return
+                if self.disk is not None:
+                    self.disk.add_session(s)  # [MQTT-3.1.2-4], before CONNACK
+                self._npersist += 1
             self._sess[cid] = s
             self._slist.append(s)
-            if not p.clean:
-                self.dirty = True
         c.cid = cid
         c.sess = s
         c.state = 1
@@ -597,16 +607,13 @@ class Broker:
             f = self.flow
             f.store = s  # the session holds this client's inbound QoS 2 ids
             f.on_publish(conn, p)
-        elif t == PUBACK:
-            s.on_puback(p.pid)
-        elif t == PUBREC:
-            s.on_pubrec(p.pid)
-        elif t == PUBCOMP:
-            s.on_pubcomp(p.pid)
-        elif t == PUBREL:
+        elif t == PUBACK or t == PUBREC or t == PUBCOMP or t == PUBREL:
+            # the client's machine on both sides: outbound acks change the
+            # session's ring (and its records), PUBREL forgets an inbound id,
+            # each durably before PUBREL / PUBCOMP is written
             f = self.flow
             f.store = s
-            f.on_ack(conn, p)  # id forgotten, then PUBCOMP
+            f.on_ack(conn, p)
         elif t == PINGREQ:
             conn.tlen = encode_simple(conn.tx, conn.tlen, PINGRESP)
         elif t == SUBSCRIBE:
@@ -616,8 +623,9 @@ class Broker:
             end = i + p.payload_len
             while i < end:
                 i = read_filter(p, i)
-                if s.unsubscribe(p.buf, p.f_off, p.f_len) and not s.clean:
-                    self.dirty = True
+                s.unsubscribe(p.buf, p.f_off, p.f_len)
+            if self.disk is not None:
+                self.disk.save_session(s)  # durable before UNSUBACK
             conn.tlen = encode_unsuback(conn.tx, conn.tlen, p.pid)  # [MQTT-3.10.4-4]
         elif t == DISCONNECT:
             self._close(c, "DISCONNECT", False)  # will discarded [MQTT-3.14.4-3]
@@ -635,8 +643,8 @@ class Broker:
         while i < end:
             i = read_filter(p, i)
             codes.append(s.subscribe(p.buf, p.f_off, p.f_len, p.opts & 3))
-        if not s.clean:
-            self.dirty = True
+        if self.disk is not None:
+            self.disk.save_session(s)  # durable before SUBACK
         # one return code per filter, in order [MQTT-3.8.4-5]
         conn.tlen = encode_suback(conn.tx, conn.tlen, p.pid, codes)
         # then the retained messages of each granted filter [MQTT-3.3.1-6]
@@ -692,8 +700,8 @@ class Broker:
             if ret.pop(key, None) is not None:
                 if sysk:
                     self._nsys -= 1
-                else:
-                    self.dirty = True
+                elif self.disk is not None:
+                    self.disk.unretain(key)  # before the PUBACK / PUBREC
             return
         new = key not in ret
         if new and not sysk and len(ret) - self._nsys >= self.max_retained:
@@ -703,10 +711,11 @@ class Broker:
             return
         if publish_size(tn, pn, qos) > self.max_frame:
             return
-        ret[key] = (qos, bytes(psrc[poff:poff + pn]))  # replaces [MQTT-3.3.1-5]
-        if not sysk:
-            self.dirty = True
-        elif new:
+        pl = bytes(psrc[poff:poff + pn])
+        if not sysk and self.disk is not None:
+            self.disk.retain(key, qos, pl)  # before the PUBACK / PUBREC
+        ret[key] = (qos, pl)  # replaces [MQTT-3.3.1-5]
+        if sysk and new:
             self._nsys += 1
 
     def publish(self, topic, payload, qos=0, retain=False):
@@ -740,32 +749,6 @@ class Broker:
         if self.sys_interval and ticks_diff(now, self._t_sys) >= 0:
             self._t_sys = ticks_add(now, self.sys_interval * 1000)
             self._sys()
-        if self.store:
-            # the deadline is kept one interval ahead while nothing is dirty,
-            # so it is never more than that behind: no tick wrap-around
-            if not self.dirty:
-                self._t_save = ticks_add(now, self.save_interval_ms)
-            elif ticks_diff(now, self._t_save) >= 0:
-                self._t_save = ticks_add(now, self.save_interval_ms)
-                self._save_logged()  # on failure: still dirty, retried next interval
-
-    def save(self):
-        """Write the store now. Raises OSError (or MemoryError) when it
-        cannot; the state stays dirty and the periodic save retries."""
-        if self.store:
-            from . import broker_store
-            broker_store.save(self)
-            self.dirty = False
-
-    def _save_logged(self):
-        try:
-            self.save()
-            return True
-        except Exception as e:  # a full or missing disk must not stop the broker
-            self.store_errors += 1
-            if self.log is not None:
-                self._log("store %s not saved: %r", (self.store, e))
-            return False
 
     def _sys(self):
         # retained, so a new subscriber sees the figures at once

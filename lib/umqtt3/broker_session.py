@@ -16,6 +16,7 @@
 # with codec.put_varint and compat.copy: no heap allocation.
 from .codec import put_varint, varint_size, encode_ack, PUBREL, MQTTError
 from .compat import copy, const
+from .flow import send_stored
 
 # slot states
 _FREE = const(0)
@@ -51,6 +52,11 @@ def put_publish(dst, off, first, tsrc, toff, tn, pid, psrc, poff, pn):
     return off + pn
 
 
+def _frame_pid(f):
+    o = pid_offset(f, 0)
+    return (f[o] << 8) | f[o + 1]
+
+
 def pid_offset(f, off):
     """Offset of the packet id in the QoS 1/2 PUBLISH frame at f[off]."""
     i = off + 1
@@ -81,6 +87,8 @@ class Session:
         self.npid = 0
         self.ipids = None  # inbound QoS 2 ids waiting for PUBREL
         self.nipids = 0
+        self.fs = None  # a persistent session's FileStore (broker_store.py)
+        self.slot = -1  # its number in the store directory
 
     # ------------------------------------------------------------ subscriptions
     def subscribe(self, buf, off, n, qos):
@@ -138,7 +146,9 @@ class Session:
     def deliver(self, tsrc, toff, tn, psrc, poff, pn, qos, retain):
         """One message for this session at `qos` (already min(published,
         granted)); retain is 1 only for a delivery caused by a new
-        subscription [MQTT-3.3.1-8, MQTT-3.3.1-9]."""
+        subscription [MQTT-3.3.1-8, MQTT-3.3.1-9]. A QoS 1/2 message of a
+        persistent session is on disk when this returns (send_stored or
+        _enqueue), so before the publisher gets its PUBACK or PUBREC."""
         b = self.b
         first = 0x30 | (qos << 1) | retain
         c = self.client
@@ -154,41 +164,29 @@ class Session:
             return
         conn = c.conn
         size = publish_size(tn, pn, qos)
-        if not qos:
-            if conn.space() < size:
-                b.flush(c)
-            if conn.space() >= size:
-                conn.tlen = self._put(conn.tx, conn.tlen, first, size, tsrc, toff, tn, 0, psrc, poff, pn)
-                b.sent += 1
-            else:
-                self._enqueue(first, tsrc, toff, tn, psrc, poff, pn)
-            return
-        k = self._alloc(size)
-        if k < 0:
-            self._enqueue(first, tsrc, toff, tn, psrc, poff, pn)
-            return
-        pid = self._pid()
-        self.s_pid[k] = pid
-        self._put(self.rbuf, self.s_off[k], first, size, tsrc, toff, tn, pid, psrc, poff, pn)
-        if not self.clean:
-            b.dirty = True
         if conn.space() < size:
             b.flush(c)
-        if conn.space() >= size:
-            copy(conn.tx, conn.tlen, self.rbuf, self.s_off[k], size)
-            conn.tlen += size
-            self.s_st[k] = _PUB_SENT
-            b.sent += 1
+        if conn.space() < size or (qos and self._fit(size) < 0):
+            self._enqueue(first, tsrc, toff, tn, psrc, poff, pn)
+            return
+        start = conn.tlen
+        if not qos:
+            conn.tlen = self._put(conn.tx, start, first, size, tsrc, toff, tn, 0, psrc, poff, pn)
         else:
-            self.s_st[k] = _PUB
-            self.unsent += 1
+            pid = self._pid()
+            end = self._put(conn.tx, start, first, size, tsrc, toff, tn, pid, psrc, poff, pn)
+            send_stored(self, conn, start, end, pid, b.rtag)  # the client's rule 1
+        b.sent += 1
 
     def _enqueue(self, first, tsrc, toff, tn, psrc, poff, pn):
         # Bounded by broker.max_queued. When full, the oldest queued QoS 0
         # message makes room; with none to drop, the new message is dropped.
+        # A QoS 1/2 message gets its packet id here, so that the record a
+        # persistent session keeps of it is the frame that will be sent.
         b = self.b
         q = self.q
-        size = publish_size(tn, pn, (first >> 1) & 3)
+        qos = (first >> 1) & 3
+        size = publish_size(tn, pn, qos)
         if size > b.max_frame:
             b.dropped += 1
             return
@@ -201,10 +199,11 @@ class Session:
                 return
             del q[i]
         f = bytearray(size)
-        put_publish(f, 0, first, tsrc, toff, tn, 0, psrc, poff, pn)
+        pid = self._pid() if qos else 0
+        put_publish(f, 0, first, tsrc, toff, tn, pid, psrc, poff, pn)
+        if qos and self.fs is not None:
+            self.fs.out_add(pid, b.rtag, f, 0, size)  # durable before any ack
         q.append(f)
-        if not self.clean:
-            b.dirty = True
 
     def pump(self):
         """Move what waits (unsent ring slots, then the queue) into the send
@@ -248,19 +247,16 @@ class Session:
             if n > b.max_frame:
                 q.pop(0)
                 b.dropped += 1
+                if self.fs is not None:
+                    self.fs.out_del(_frame_pid(f))
                 continue
             k = self._alloc(n)
             if k < 0:
                 return
-            pid = self._pid()
-            o = pid_offset(f, 0)
-            f[o] = pid >> 8
-            f[o + 1] = pid & 255
-            self.s_pid[k] = pid
+            # its id came with it from _enqueue, and so did its record
+            self.s_pid[k] = _frame_pid(f)
             copy(self.rbuf, self.s_off[k], f, 0, n)
             q.pop(0)
-            if not self.clean:
-                b.dirty = True
             if conn.space() < n:
                 self.s_st[k] = _PUB
                 self.unsent += 1
@@ -283,8 +279,8 @@ class Session:
         self.s_len = [0] * ns
         self.s_st = bytearray(ns)
 
-    def _alloc(self, n):
-        """A free slot with n contiguous ring bytes, or -1."""
+    def _fit(self, n):
+        """Where n contiguous ring bytes in a free slot start, or -1."""
         if self.rbuf is None:
             self._ring()
         ns = len(self.s_st)
@@ -293,10 +289,7 @@ class Session:
             return -1
         size = len(self.rbuf)
         if not cnt:
-            self.rhead = 0
-            off = 0
-            if n > size:
-                return -1
+            return 0 if n <= size else -1
         else:
             first = self.rhead
             last = (first + cnt - 1) % ns
@@ -313,7 +306,17 @@ class Session:
                 off = t
             else:
                 return -1
-        k = (self.rhead + cnt) % ns
+        return off
+
+    def _alloc(self, n):
+        """A free slot with n contiguous ring bytes, or -1."""
+        off = self._fit(n)
+        if off < 0:
+            return -1
+        cnt = self.rcount
+        if not cnt:
+            self.rhead = 0
+        k = (self.rhead + cnt) % len(self.s_st)
         self.rcount = cnt + 1
         self.s_off[k] = off
         self.s_len[k] = n
@@ -325,8 +328,6 @@ class Session:
         while self.rcount and not self.s_st[self.rhead]:
             self.rhead = (self.rhead + 1) % ns
             self.rcount -= 1
-        if not self.clean:
-            self.b.dirty = True
 
     def _find(self, pid):
         if self.rbuf is None:
@@ -351,40 +352,57 @@ class Session:
         self.npid = p
         return p
 
-    def on_puback(self, pid):
-        k = self._find(pid)
-        if k >= 0 and (self.s_st[k] == _PUB_SENT or self.s_st[k] == _PUB):
-            if self.s_st[k] == _PUB:
-                self.unsent -= 1
-            self._free(k)
+    # ------------------------------------------------------------ the store
+    # The outbound half of the store interface umqtt3.flow uses (store.py):
+    # the broker answers PUBACK, PUBREC and PUBCOMP with Flow.on_ack, the
+    # client's machine, and sends with flow.send_stored. A persistent
+    # session writes each step to its FileStore (self.fs) before the RAM
+    # state changes, so what is on disk is never behind what was sent.
+    def out_add(self, pid, key, buf, off, n):
+        if self._fit(n) < 0:
+            raise MQTTError("in-flight ring full", 0x97)  # deliver() checked
+        if self.fs is not None:
+            self.fs.out_add(pid, key, buf, off, n)
+        k = self._alloc(n)
+        self.s_pid[k] = pid
+        copy(self.rbuf, self.s_off[k], buf, off, n)
+        self.s_st[k] = _PUB_SENT
 
-    def on_pubrec(self, pid):
-        """PUBREC: the PUBLISH is now the receiver's; answer PUBREL (now, or
-        when the send buffer has room)."""
+    def out_has(self, pid):
+        return self._find(pid) >= 0
+
+    def out_count(self):
+        return self.inflight()
+
+    def out_rel(self, pid):
+        """PUBREC: the PUBLISH is now the receiver's. Recorded, then
+        False: Flow answers PUBREL now; True: older messages wait to be
+        written, so PUBREL is written after them by pump()."""
         k = self._find(pid)
-        if k < 0:
-            return
         st = self.s_st[k]
-        if st == _PUB:
-            self.unsent -= 1
-        elif st != _PUB_SENT and st != _REL_SENT:
-            return
-        conn = self.client.conn
-        if not self.unsent and conn.space() >= 4:
-            conn.tlen = encode_ack(conn.tx, conn.tlen, PUBREL, pid)
-            self.s_st[k] = _REL_SENT
-        else:
+        if st == _REL:
+            return True  # its PUBREL is already waiting
+        if st <= _PUB_SENT:
+            if self.fs is not None:
+                self.fs.out_rel(pid)  # durable before PUBREL [MQTT-4.3.3-1]
+            if st == _PUB:
+                self.unsent -= 1
+        if self.unsent:
             self.s_st[k] = _REL
             self.unsent += 1
-        if not self.clean:
-            self.b.dirty = True
+            return True
+        self.s_st[k] = _REL_SENT
+        return False
 
-    def on_pubcomp(self, pid):
+    def out_del(self, pid):
+        """PUBACK or PUBCOMP: the flow is over [MQTT-4.3.2-1, MQTT-4.3.3-1]."""
         k = self._find(pid)
-        if k >= 0 and (self.s_st[k] == _REL_SENT or self.s_st[k] == _REL):
-            if self.s_st[k] == _REL:
-                self.unsent -= 1
-            self._free(k)
+        st = self.s_st[k]
+        if self.fs is not None:
+            self.fs.out_del(pid)
+        if st == _PUB or st == _REL:
+            self.unsent -= 1
+        self._free(k)
 
     def inflight(self):
         """Number of outbound QoS 1/2 messages not yet completed."""
@@ -443,8 +461,6 @@ class Session:
             return False
         ids[n] = pid
         self.nipids = n + 1
-        if not self.clean:
-            self.b.dirty = True
         return True
 
     def ipid_del(self, pid):
@@ -457,56 +473,51 @@ class Session:
                 ids[i] = ids[n]
                 ids[n] = 0
                 self.nipids = n
-                if not self.clean:
-                    self.b.dirty = True
                 return
             i += 1
 
-    # The store interface umqtt3.flow.Flow uses for the inbound side: the
-    # broker receives PUBLISHes with the same exactly-once machine as the
-    # client (ids held from PUBLISH to PUBREL, in RAM or in the snapshot).
+    # The inbound half of the store interface: the broker receives with
+    # Flow.on_publish / on_ack, the client's exactly-once machine. A
+    # persistent session keeps each held id in a record i<pid>.u tagged with
+    # a number unique in the broker (Broker.rtag); every copy routed to a
+    # persistent subscriber carries that tag, and the record becomes .d once
+    # routing is over, before PUBREC. A .u found at start-up is a routing a
+    # crash cut short: broker_store removes the copies with its tag and the
+    # record, and the publisher, which got no PUBREC, sends it again.
     in_has = ipid_has
-    in_del = ipid_del
 
     def in_add(self, pid, buf, off, n):
-        if not self.ipid_add(pid):
+        b = self.b
+        if self.ipids is not None and self.nipids >= len(self.ipids) \
+                or b.max_qos2_in <= 0:
             raise MQTTError("too many QoS 2 messages in flight", 0x93)
+        if self.fs is not None:
+            b.ntag += 1
+            self.fs.in_add(pid, buf, off, 0, b.ntag)  # the id and its tag
+            b.rtag = b.ntag
+        self.ipid_add(pid)
 
     def in_done(self, pid):
-        pass  # routed at once; a held id is all that must be remembered
+        if self.fs is not None:
+            self.fs.in_done(pid)  # routed: a resend is answered, not routed
+        self.b.rtag = -1
+
+    def in_del(self, pid):
+        if self.fs is not None:
+            self.fs.in_del(pid)  # removed durably before PUBCOMP
+        self.ipid_del(pid)
+        self.b.rtag = -1
 
     # ------------------------------------------------------------ persistence
-    def slots(self):
-        """(state, pid, frame) for every live slot, oldest first; state 1 is
-        a PUBLISH still to be completed, 3 a PUBREL."""
-        out = []
-        if self.rbuf is None:
-            return out
-        ns = len(self.s_st)
-        i = 0
-        while i < self.rcount:
-            k = (self.rhead + i) % ns
-            st = self.s_st[k]
-            if st:
-                o = self.s_off[k]
-                if st <= _PUB_SENT:
-                    out.append((_PUB, self.s_pid[k], bytes(self.rbuf[o:o + self.s_len[k]])))
-                else:
-                    out.append((_REL, self.s_pid[k], b""))
-            i += 1
-        return out
-
     def restore_slot(self, st, pid, frame):
-        """Put a saved slot back (at load, before any client attaches)."""
-        n = len(frame) if st == _PUB else 1
+        """Put a stored message back (at load, before any client
+        attaches); st is 1 for a PUBLISH, 3 for a PUBREL."""
+        n = len(frame)
         k = self._alloc(n)
         if k < 0:
             return False
         self.s_pid[k] = pid
-        if st == _PUB:
-            copy(self.rbuf, self.s_off[k], frame, 0, n)
-            self.s_st[k] = _PUB_SENT  # attach() turns it into a resend
-        else:
-            self.s_st[k] = _REL_SENT
+        copy(self.rbuf, self.s_off[k], frame, 0, n)
+        self.s_st[k] = _PUB_SENT if st == _PUB else _REL_SENT  # attach() resends
         self.npid = pid  # slots come back oldest first: the last is the newest
         return True

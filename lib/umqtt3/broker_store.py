@@ -1,247 +1,275 @@
-# umqtt3.broker_store -- the broker's retained messages and persistent
-# sessions in a directory, so that they survive a restart.
+# umqtt3.broker_store -- what the broker acknowledged, on disk before the
+# acknowledgement leaves, so that it survives a crash or a power cut.
 #
-# Two snapshot files, each rewritten whole: retained.db and sessions.db.
-# A file is a run of records:
-#     0xA5, type (1 byte), body length (4 bytes, big-endian), body,
-#     CRC-32 of type + length + body (4 bytes, big-endian)
-# A snapshot is streamed to NAME.tmp, ends with an E record (its record
-# count), is synced, then renamed over NAME and the directory is synced.
-# On littlefs and POSIX that rename is atomic. On FAT (VfsFat) it is not:
-# MicroPython removes NAME, then renames, so a power cut between the two
-# leaves only NAME.tmp. load() therefore reads NAME when it is whole (all
-# records good, ending with its E record), else NAME.tmp when that is
-# whole, else what NAME holds up to its first record that is truncated or
-# fails its CRC.
+# It reuses the client's store (store.py, docs/store.md): the same
+# CRC-framed record in one small file per thing, the same file layer
+# (OSFiles, or a power-loss simulation in tests), and the same rules: a
+# file is written and fsynced, or renamed, and the directory is synced
+# before the call returns; a torn or corrupt record was never acted on.
 #
-# retained.db:  R  qos, topic length (2), topic, payload
-# sessions.db:  S  client id                    starts a session; then its
-#               F  qos, filter                  subscriptions,
-#               I  state, pid (2), frame         in-flight messages (state 1:
-#                                                PUBLISH, 3: PUBREL, no frame),
-#               P  pid (2)                       inbound QoS 2 ids held,
-#               Q  frame                         queued messages, oldest first
-# both:         E  record count (4)              the end of a whole snapshot
-import os
-
-from . import compat
+#   r<k>        one retained topic: key field = QoS, body = topic length
+#               (2 bytes), topic, payload. Replaced through r<k>.t and an
+#               atomic rename; cleared by removing it.
+#   s<k>/sess   one persistent session: body = client id length (2), client
+#               id, then per subscription QoS (1), filter length (2), filter.
+#               Written before CONNACK; replaced through sess.t and a rename
+#               before SUBACK / UNSUBACK; removed first when the session ends.
+#   s<k>/...    the session's messages: a store.FileStore (keep_last=False)
+#               with o<seq>.p|r for each QoS 1/2 message queued or in flight
+#               towards it and i<pid>.u|d for each inbound QoS 2 id it holds
+#               (broker_session.py says when each is written).
+#
+# k is a small number reused when freed, so there are at most max_retained
+# r files, and max_sessions s<k> directories of at most max_inflight +
+# max_queued + max_qos2_in + 1 files each.
+from .store import FileStore, OSFiles, _frame, _unframe, _refuse_fat
 from .broker_session import Session
 
-try:
-    from binascii import crc32
-except ImportError:  # a port built without binascii.crc32
-    crc32 = None
 
-_MAGIC = 0xA5
+def _u16(b, i):
+    return (b[i] << 8) | b[i + 1]
 
 
-def _crc(data, crc=0):
-    if crc32 is not None:
-        return crc32(data, crc) & 0xFFFFFFFF
-    crc ^= 0xFFFFFFFF
-    for b in data:
-        crc ^= b
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0xEDB88320 & -(crc & 1))
-    return crc ^ 0xFFFFFFFF
+class Disk:
+    def __init__(self, broker, path, files=None, allow_fat=False):
+        self.b = broker
+        self.dir = path.rstrip("/") or "/"
+        self.fs = files or OSFiles()
+        self.fs.mkdir(self.dir)
+        if not allow_fat:
+            _refuse_fat(self.dir)
+        self.rslot = {}  # retained topic -> k of its r<k> file
+        self.rfree = []
+        self.rnext = 0
+        self.sfree = []
+        self.snext = 0
 
+    def _p(self, name):
+        return self.dir + "/" + name
 
-def _u32(b, v, off):
-    b[off] = (v >> 24) & 255
-    b[off + 1] = (v >> 16) & 255
-    b[off + 2] = (v >> 8) & 255
-    b[off + 3] = v & 255
+    def _wrap(self, fn, *args):
+        try:
+            return fn(*args)
+        except OSError:
+            self.b.store_errors += 1
+            raise
 
+    # ------------------------------------------------------------ retained
+    def retain(self, topic, qos, payload):
+        """topic now holds payload: durable when this returns."""
+        self._wrap(self._retain, topic, qos, payload)
 
-def _record(f, typ, a, b=None, c=None):
-    """Write one record whose body is a + b + c (b, c optional), straight
-    to f: no joined copy of the body."""
-    n = len(a)
-    if b is not None:
-        n += len(b)
-    if c is not None:
-        n += len(c)
-    h = bytearray(6)
-    h[0] = _MAGIC
-    h[1] = typ
-    _u32(h, n, 2)
-    crc = _crc(a, _crc(memoryview(h)[1:]))
-    f.write(h)
-    f.write(a)
-    if b is not None:
-        crc = _crc(b, crc)
-        f.write(b)
-    if c is not None:
-        crc = _crc(c, crc)
-        f.write(c)
-    _u32(h, crc, 0)
-    f.write(memoryview(h)[:4])
+    def _retain(self, topic, qos, payload):
+        fs = self.fs
+        n = len(topic)
+        body = bytearray(2 + n + len(payload))
+        body[0] = n >> 8
+        body[1] = n & 255
+        body[2:2 + n] = topic
+        body[2 + n:] = payload
+        rec = _frame(0, qos, body)
+        k = self.rslot.get(topic)
+        if k is None:
+            k = self.rfree.pop() if self.rfree else self._new_r()
+            fs.write(self._p("r%d" % k), rec)  # torn: dropped, never acked
+            self.rslot[topic] = k
+        else:
+            t = self._p("r%d.t" % k)
+            fs.write(t, rec)
+            fs.rename(t, self._p("r%d" % k))  # the old value or the new one
+        fs.sync_dir(self.dir)
 
+    def _new_r(self):
+        self.rnext += 1
+        return self.rnext - 1
 
-def _be(b, i, n):
-    v = 0
-    while n:
-        v = (v << 8) | b[i]
-        i += 1
-        n -= 1
-    return v
+    def unretain(self, topic):
+        k = self.rslot.get(topic)
+        if k is not None:
+            self._wrap(self._unretain, topic, k)
 
+    def _unretain(self, topic, k):
+        self.fs.remove(self._p("r%d" % k))
+        self.fs.sync_dir(self.dir)
+        del self.rslot[topic]
+        self.rfree.append(k)
 
-def _next(f):
-    """The next good record of file f as (type, body); None at the end of
-    the file, False at a truncated record or a bad CRC."""
-    h = f.read(6)
-    if not h:
-        return None
-    if len(h) < 6 or h[0] != _MAGIC:
-        return False
-    ln = _be(h, 2, 4)
-    body = f.read(ln + 4)
-    if body is None or len(body) < ln + 4:
-        return False
-    if _crc(memoryview(body)[:ln], _crc(memoryview(h)[1:])) != _be(body, ln, 4):
-        return False
-    return h[1], body[:ln]
+    # ------------------------------------------------------------ sessions
+    def _sdir(self, s):
+        return self._p("s%d" % s.slot)
 
+    def _sess_rec(self, s):
+        n = len(s.cid)
+        size = 2 + n
+        for f in s.filters:
+            size += 3 + len(f)
+        b = bytearray(size)
+        b[0] = n >> 8
+        b[1] = n & 255
+        b[2:2 + n] = s.cid
+        i = 2 + n
+        for j in range(len(s.filters)):
+            f = s.filters[j]
+            b[i] = s.fqos[j]
+            b[i + 1] = len(f) >> 8
+            b[i + 2] = len(f) & 255
+            b[i + 3:i + 3 + len(f)] = f
+            i += 3 + len(f)
+        return _frame(0, 0, b)
 
-def _path(store, name):
-    return store.rstrip("/") + "/" + name
+    def _store(self, d):
+        b = self.b
+        return FileStore(d, self.fs, b.max_inflight + b.max_queued + b.max_qos2_in,
+                         True, False)
 
+    def add_session(self, s):
+        """A new persistent session: on disk before CONNACK [MQTT-3.1.2-4]."""
+        self._wrap(self._add, s)
 
-def _whole(path):
-    """True when every record of the file is good and the last one, at the
-    end of the file, is the E record."""
-    last = None
-    try:
-        with open(path, "rb") as f:
-            while True:
-                r = _next(f)
-                if r is None:
-                    break
-                if r is False:
-                    return False
-                last = r[0]
-    except OSError:
-        return False
-    return last == 69
+    def _add(self, s):
+        k = self.sfree.pop() if self.sfree else self.snext
+        if k == self.snext:
+            self.snext += 1
+        s.slot = k
+        d = self._sdir(s)
+        try:
+            self.fs.mkdir(d)
+            self.fs.write(d + "/sess", self._sess_rec(s))
+            self.fs.sync_dir(d)
+            s.fs = self._store(d)
+        except OSError:
+            s.slot = -1
+            self.sfree.append(k)
+            raise
 
+    def save_session(self, s):
+        """Its subscriptions changed: durable before SUBACK / UNSUBACK."""
+        if s.slot >= 0:
+            self._wrap(self._save, s)
 
-def _pick(store, name):
-    """The path to load NAME from (see the top of this file). A snapshot
-    written before E records existed is never whole, but NAME.tmp is then
-    not whole either, so NAME is read as before."""
-    path = _path(store, name)
-    if _whole(path):
-        return path
-    if _whole(path + ".tmp"):
-        return path + ".tmp"
-    return path
+    def _save(self, s):
+        d = self._sdir(s)
+        self.fs.write(d + "/sess.t", self._sess_rec(s))
+        self.fs.rename(d + "/sess.t", d + "/sess")
+        self.fs.sync_dir(d)
 
+    def drop_session(self, s):
+        """The session ends (CleanSession 1 took its id): sess goes first,
+        so a crash half way leaves files that load() wipes."""
+        if s.slot >= 0:
+            self._wrap(self._drop, s)
 
-def _read(store, name):
-    """Yield the good records of NAME (or of NAME.tmp), read one at a time."""
-    try:
-        f = open(_pick(store, name), "rb")
-    except OSError:
-        return
-    try:
-        while True:
-            r = _next(f)
-            if not r:
-                return
-            yield r
-    finally:
-        f.close()
+    def _drop(self, s):
+        d = self._sdir(s)
+        self.fs.remove(d + "/sess")
+        self.fs.sync_dir(d)
+        self._wipe(d)
+        self.sfree.append(s.slot)
+        s.slot = -1
+        s.fs = None
 
+    def _wipe(self, d):
+        fs = self.fs
+        for name in fs.listdir(d):
+            fs.remove(d + "/" + name)
+        fs.sync_dir(d)
 
-def _write(store, name, fn, b):
-    path = _path(store, name)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        n = fn(f, b)
-        h = bytearray(4)
-        _u32(h, n, 0)
-        _record(f, 69, h)  # E
-        compat.fsync(f)
-    compat.replace(tmp, path)
-    compat.fsync_dir(store)
+    # ------------------------------------------------------------ start-up
+    def load(self):
+        """Fill the broker from the directory, then undo what a crash cut
+        short: a QoS 2 routing whose inbound record is still .u."""
+        b = self.b
+        fs = self.fs
+        rused = []
+        sused = []
+        found = []  # (session, its records)
+        for name in sorted(fs.listdir(self.dir)):
+            path = self._p(name)
+            if name[:1] == "r" and name[-2:] == ".t" and name[1:-2].isdigit():
+                fs.remove(path)  # a replacement that never took place
+            elif name[:1] == "r" and name[1:].isdigit():
+                self._load_r(path, int(name[1:]), rused)
+            elif name[:1] == "s" and name[1:].isdigit():
+                k = int(name[1:])
+                s = self._load_s(path, k)
+                if s is None:
+                    self._wipe(path)  # an unfinished start or end of a session
+                    self.sfree.append(k)
+                else:
+                    found.append((s, s.fs.recover()))
+                sused.append(k)
+        fs.sync_dir(self.dir)
+        self.rnext = max(rused) + 1 if rused else 0
+        self.rfree = [k for k in range(self.rnext) if k not in rused]
+        self.snext = max(sused) + 1 if sused else 0
+        self.sfree += [k for k in range(self.snext) if k not in sused]
+        cut = []
+        for s, recs in found:
+            for pid, st, key, body in recs:
+                if key > b.ntag:
+                    b.ntag = key
+                if st == "u":
+                    cut.append(key)
+        for s, recs in found:
+            self._restore(s, recs, cut)
 
+    def _load_r(self, path, k, used):
+        rec = _unframe(self.fs.read(path))
+        if rec is None:
+            self.fs.remove(path)  # torn: its PUBLISH was never acknowledged
+            return
+        qos, body = rec[1], rec[2]
+        n = _u16(body, 0)
+        topic = bytes(body[2:2 + n])
+        self.b.retained[topic] = (qos, bytes(body[2 + n:]))
+        self.rslot[topic] = k
+        used.append(k)
 
-def _hdr(x, y, z):
-    h = bytearray(3)
-    h[0] = x
-    h[1] = y
-    h[2] = z
-    return h
+    def _load_s(self, d, k):
+        fs = self.fs
+        names = fs.listdir(d)
+        if "sess.t" in names:
+            fs.remove(d + "/sess.t")
+        rec = None
+        if "sess" in names:
+            rec = _unframe(fs.read(d + "/sess"))
+        if rec is None:
+            return None
+        body = rec[2]
+        n = _u16(body, 0)
+        cid = bytes(body[2:2 + n])
+        b = self.b
+        s = Session(b, cid, False)
+        s.slot = k
+        i = 2 + n
+        while i + 3 <= len(body):
+            m = _u16(body, i + 1)
+            s.filters.append(bytes(body[i + 3:i + 3 + m]))
+            s.fqos.append(body[i])
+            i += 3 + m
+        s.fs = self._store(d)
+        b._sess[cid] = s
+        b._slist.append(s)
+        b._npersist += 1
+        return s
 
-
-def _retained(f, b):
-    n = 0
-    for topic, (qos, payload) in b.retained.items():
-        # $SYS figures are republished by a running broker
-        if topic[:5] == b"$SYS/":
-            continue
-        k = len(topic)
-        _record(f, 82, _hdr(qos, k >> 8, k & 255), topic, payload)  # R
-        n += 1
-    return n
-
-
-def _sessions(f, b):
-    n = 0
-    for s in b._slist:
-        if s.clean:
-            continue
-        _record(f, 83, s.cid)  # S
-        n += 1
-        for i in range(len(s.filters)):
-            _record(f, 70, bytes((s.fqos[i],)), s.filters[i])  # F
-            n += 1
-        for st, pid, frame in s.slots():
-            _record(f, 73, _hdr(st, pid >> 8, pid & 255), frame)  # I
-            n += 1
-        for i in range(s.nipids):
-            pid = s.ipids[i]
-            _record(f, 80, bytes((pid >> 8, pid & 255)))  # P
-            n += 1
-        for q in s.q:
-            _record(f, 81, q)  # Q
-            n += 1
-    return n
-
-
-def save(b):
-    """Write both snapshots of broker b. Raises OSError (or MemoryError)
-    when a file cannot be written; the older snapshot is then kept."""
-    _write(b.store, "retained.db", _retained, b)
-    _write(b.store, "sessions.db", _sessions, b)
-
-
-def load(b):
-    """Fill broker b from its store directory (created when missing)."""
-    try:
-        os.mkdir(b.store)
-    except OSError:
-        pass
-    for typ, body in _read(b.store, "retained.db"):
-        if typ == 82 and len(body) >= 3:
-            n = (body[1] << 8) | body[2]
-            b.retained[body[3:3 + n]] = (body[0], body[3 + n:])
-    s = None
-    for typ, body in _read(b.store, "sessions.db"):
-        if typ == 83:
-            s = Session(b, body, False)
-            b._sess[body] = s
-            b._slist.append(s)
-        elif s is None:
-            continue
-        elif typ == 70 and len(body) > 1:
-            s.filters.append(body[1:])
-            s.fqos.append(body[0])
-        elif typ == 73 and len(body) >= 3:
-            s.restore_slot(body[0], (body[1] << 8) | body[2], body[3:])
-        elif typ == 80 and len(body) == 2:
-            s.ipid_add((body[0] << 8) | body[1])
-        elif typ == 81 and body:
-            s.q.append(bytearray(body))
-    b.dirty = False
+    def _restore(self, s, recs, cut):
+        f = s.fs
+        for pid, st, key, body in recs:
+            if st == "p" and key in cut:
+                f.out_del(pid)  # routed by a PUBLISH that got no PUBREC
+        for pid, st, key, body in recs:
+            if st == "u":
+                f.in_del(pid)  # the publisher will send it again
+        for pid in f.inb:
+            s.ipid_add(pid)  # routed, PUBREC may have gone: held [MQTT-4.3.3-2]
+        full = False
+        for pid, st, key, body in recs:
+            if st == "u" or (st == "p" and key in cut):
+                continue
+            if not full and s.restore_slot(1 if st == "p" else 3, pid, body):
+                continue
+            full = True  # the rest waits in the queue, in order
+            if st == "p":
+                s.q.append(bytearray(body))
+                s.npid = pid

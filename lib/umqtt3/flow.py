@@ -6,6 +6,12 @@
 # The ordering rules are the store's contract: a QoS 1/2 PUBLISH is stored
 # before its first send, PUBREC is recorded before PUBREL goes out, an
 # inbound QoS 2 packet id is stored before PUBREC and removed before PUBCOMP.
+#
+# The client has one Flow over a MemoryStore or FileStore. The broker has
+# one Flow for all its connections and sets `store` to the session of the
+# packet at hand: a session is a store (broker_session.Session) whose
+# outbound messages live in its in-flight ring, and whose out_rel() may
+# answer True, "I send the PUBREL myself, later", to keep its send order.
 from .compat import const
 from .codec import (encode_publish, encode_ack, MQTTError, PUBACK, PUBREC,
                     PUBREL, PUBCOMP)
@@ -20,6 +26,16 @@ class Busy(MQTTError):
 
     def __init__(self, reason):
         super().__init__(reason, 0x97)
+
+
+def send_stored(store, conn, start, end, pid, key=None):
+    """The QoS 1/2 PUBLISH with packet id pid encoded at conn.tx[start:end]
+    goes out: stored first (durable before its first send), then queued for
+    sending. Raises what the store raises (StoreFull, OSError), with nothing
+    stored or queued. Flow.publish and the broker's sessions both send this
+    way."""
+    store.out_add(pid, key, conn.tx, start, end - start)
+    conn.tlen = end
 
 
 class Flow:
@@ -60,8 +76,9 @@ class Flow:
                 raise Busy("send buffer full")
             raise MQTTError("message larger than the send buffer", 0x95)
         if qos:
-            self.store.out_add(pid, key, conn.tx, start, end - start)
-        conn.tlen = end
+            send_stored(self.store, conn, start, end, pid, key)
+        else:
+            conn.tlen = end
         return pid
 
     def on_publish(self, conn, pkt):
@@ -97,8 +114,9 @@ class Flow:
             # unknown ids are answered too, so the sender can finish
             conn.tlen = encode_ack(conn.tx, conn.tlen, PUBCOMP, pid)
         elif t == PUBREC and pkt.rc < 0x80:
-            if st.out_has(pid):
-                st.out_rel(pid)  # recorded before PUBREL [MQTT-4.3.3-1]
+            if st.out_has(pid) and st.out_rel(pid):
+                return  # recorded; the store sends PUBREL in its order
+            # recorded before PUBREL [MQTT-4.3.3-1]
             conn.tlen = encode_ack(conn.tx, conn.tlen, PUBREL, pid)
         elif st.out_has(pid):
             # PUBACK, PUBCOMP, or a v5 PUBREC refusing the message

@@ -3,15 +3,22 @@
 # Two stores, one interface:
 #   out_add(pid, key, buf, off, n)  a QoS 1/2 PUBLISH as sent; durable before
 #                                   the first send
-#   out_rel(pid)                    PUBREC came: durable before PUBREL is sent
+#   out_rel(pid)                    PUBREC came: durable before PUBREL is sent;
+#                                   True: the store sends PUBREL itself later
+#                                   (a broker session keeping its send order)
 #   out_del(pid)                    PUBACK/PUBCOMP came
 #   out_has(pid), out_count()
 #   in_add(pid, buf, off, n)        inbound QoS 2 PUBLISH: durable before PUBREC
+#                                   (FileStore: key=, a tag kept in the record)
 #   in_done(pid)                    handed to the application
 #   in_has(pid), in_del(pid)        PUBREL: removed durably before PUBCOMP
 #   recover()                       after a reboot: [(pid, state, key, bytes)]
 #                                   outbound in send order (state "p" or "r"),
 #                                   then undelivered inbound (state "u")
+#
+# Both are made for one client; the broker's sessions (broker_session.py)
+# implement the same interface over their in-flight ring, and a persistent
+# session writes through to a FileStore of its own (broker_store.py).
 #   accepted(key)                   was a publish with this key ever stored?
 #                                   (keys increase: sequence numbers)
 #
@@ -218,12 +225,15 @@ class FileStore:
     """One file per in-flight message under `path` (default /mq):
     o<seq>.p  outbound PUBLISH awaiting PUBACK/PUBREC (renamed to .r on PUBREC)
     i<pid>.u  inbound QoS 2 message not yet handed to the application (.d after)
-    last      the completed outbound record with the highest key."""
+    last      the completed outbound record with the highest key.
+    keep_last=False (the broker's sessions): no `last`, keys are only tags."""
 
-    def __init__(self, path="/mq", files=None, max_messages=32, allow_fat=False):
+    def __init__(self, path="/mq", files=None, max_messages=32, allow_fat=False,
+                 keep_last=True):
         self.dir = path
         self.fs = files or OSFiles()
         self.max = max_messages
+        self.keep_last = keep_last
         self.fs.mkdir(path)
         if not allow_fat:
             _refuse_fat(path)
@@ -264,7 +274,7 @@ class FileStore:
         e = self.out.pop(pid, None)
         if e:
             name = self._p(self._oname(e[0], e[1]))
-            if e[2] >= 0 and e[2] >= self.last_key:
+            if self.keep_last and e[2] >= 0 and e[2] >= self.last_key:
                 # keep the newest key's record as "last": accepted() survives
                 self.fs.rename(name, self._p("last"))
             else:
@@ -277,11 +287,11 @@ class FileStore:
     def out_count(self):
         return len(self.out)
 
-    def in_add(self, pid, buf, off, n):
+    def in_add(self, pid, buf, off, n, key=-1):
         if len(self.out) + len(self.inb) >= self.max:
             raise StoreFull()
         self.nseq += 1  # arrival order, for handing them over again
-        self.fs.write(self._p("i%05d.u" % pid), _frame(self.nseq, -1, bytes(buf[off:off + n])))
+        self.fs.write(self._p("i%05d.u" % pid), _frame(self.nseq, key, bytes(buf[off:off + n])))
         self.fs.sync_dir(self.dir)
         self.inb[pid] = "u"
 
@@ -334,7 +344,7 @@ class FileStore:
             if name == "last":
                 self.last_key = max(self.last_key, key)
                 continue
-            if key > self.last_key:
+            if key > self.last_key and name[0] == "o":
                 self.last_key = key
             if name[0] == "o" and len(body) > 4:
                 pid = _publish_pid(body)
@@ -346,7 +356,7 @@ class FileStore:
                 st = name[-1]
                 self.inb[pid] = st
                 if st == "u":
-                    ins.append((seq, pid, "u", -1, body))
+                    ins.append((seq, pid, "u", key, body))
         outs.sort()
         ins.sort()
         return [x[1:] for x in outs] + [x[1:] for x in ins]
