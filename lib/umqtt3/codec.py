@@ -31,6 +31,48 @@ PROTOCOL_ERROR = const(0x82)
 BAD_PROTOCOL_VERSION = const(0x84)
 TOO_LARGE = const(0x95)
 
+# Why a packet is refused or cannot be encoded: _err(_E_...) raises
+# MQTTError with the text at that index of umqtt3.codec_errors, imported only
+# then, so the texts take no RAM until something goes wrong (as qstrs they
+# took about 1.5 KB). codec_server.py numbers its refusals the same way.
+_E_LENGTH_TOO_LARGE = const(0)
+_E_LENGTH_NOT_MINIMAL = const(1)
+_E_OVER_MAXIMUM = const(2)
+_E_LENGTH_OVER_4 = const(3)
+_E_LENGTH_DISAGREES = const(4)
+_E_BUFFER = const(5)
+_E_STRING_TOO_LONG = const(6)
+_E_FILTER = const(7)
+_E_SUB_OPTIONS = const(8)
+_E_PID_RANGE = const(9)
+_E_LEVEL = const(10)
+_E_EMPTY_ID = const(11)
+_E_WILL_QOS = const(12)
+_E_PASSWORD = const(13)
+_E_KEEPALIVE = const(14)
+_E_QOS = const(15)
+_E_TOPIC = const(16)
+_E_SUB_NO_FILTERS = const(17)
+_E_UNSUB_NO_FILTERS = const(18)
+_E_STRING_TRUNCATED = const(19)
+_E_STRING_PAST_END = const(20)
+_E_UTF8 = const(21)
+_E_BINARY_TRUNCATED = const(22)
+_E_BINARY_PAST_END = const(23)
+_E_TRUNCATED = const(24)
+_E_PID_0 = const(25)
+_E_VARINT = const(26)
+_E_VARINT_NOT_MINIMAL = const(27)
+_E_RESERVED_TYPE = const(28)
+_E_RESERVED_FLAGS = const(29)
+_E_LENGTH = const(30)
+_E_CONNACK_BITS = const(31)
+_E_NO_CODES = const(32)
+_E_RETURN_CODE = const(33)
+_E_DUP_QOS0 = const(34)
+_E_WILDCARD = const(35)
+_E_EMPTY_TOPIC = const(36)
+
 MAX_REMAINING = const(268435455)
 
 
@@ -45,8 +87,9 @@ class MQTTError(Exception):
         self.code = code
 
 
-def _err(reason, code=MALFORMED):
-    raise MQTTError(reason, code)
+def _err(e, code=MALFORMED):
+    from .codec_errors import TEXT
+    raise MQTTError(TEXT[e], code)
 
 
 # ---------------------------------------------------------------- framing
@@ -60,7 +103,7 @@ def varint_size(n):
         return 3
     if n <= MAX_REMAINING:
         return 4
-    _err("remaining length too large", TOO_LARGE)
+    _err(_E_LENGTH_TOO_LARGE, TOO_LARGE)
 
 
 def put_varint(buf, off, n):
@@ -86,20 +129,20 @@ def frame_len(buf, off, end, max_size=0):
         if not b & 0x80:
             # a multi-byte length whose last byte is 0 is not minimal [MQTT-1.5.5-1]
             if b == 0 and i - off > 2:
-                _err("remaining length not minimal")
+                _err(_E_LENGTH_NOT_MINIMAL)
             n += i - off
             if max_size and n > max_size:
-                _err("packet larger than maximum", TOO_LARGE)
+                _err(_E_OVER_MAXIMUM, TOO_LARGE)
             return n
         shift += 7
         if shift == 28:
-            _err("remaining length over 4 bytes")
+            _err(_E_LENGTH_OVER_4)
     return 0
 
 
 def _header(buf, off, first, rl):
     if off + 1 + varint_size(rl) + rl > len(buf):
-        _err("buffer too small", TOO_LARGE)
+        _err(_E_BUFFER, TOO_LARGE)
     buf[off] = first
     return put_varint(buf, off + 1, rl)
 
@@ -117,7 +160,7 @@ def _put_str(buf, off, s):
 def _str_len(s):
     n = len(s)
     if n > 65535:
-        _err("string longer than 65535 bytes", PROTOCOL_ERROR)
+        _err(_E_STRING_TOO_LONG, PROTOCOL_ERROR)
     return n + 2
 
 
@@ -125,15 +168,15 @@ def _filter_len(f, opts, level):
     # a valid filter [MQTT-4.7.1-2, MQTT-4.7.1-3] with valid options
     # [MQTT-3.8.3-4]: its encoded length
     if not valid_filter(f, 0, len(f)):
-        _err("invalid topic filter", PROTOCOL_ERROR)
+        _err(_E_FILTER, PROTOCOL_ERROR)
     if (opts & 3) == 3 or opts & (0xC0 if level == 5 else 0xFC) or (opts & 0x30) == 0x30:
-        _err("bad subscription options", PROTOCOL_ERROR)
+        _err(_E_SUB_OPTIONS, PROTOCOL_ERROR)
     return _str_len(f)
 
 
 def _pid_ok(pid):
     if not 0 < pid < 65536:
-        _err("packet id must be 1..65535", PROTOCOL_ERROR)  # [MQTT-2.3.1-1]
+        _err(_E_PID_RANGE, PROTOCOL_ERROR)  # [MQTT-2.3.1-1]
 
 
 # v5 properties: None (none), a pre-encoded bytes-like (copied as is: the
@@ -183,12 +226,12 @@ def encode_connect(buf, off, client_id, level=4, clean=True, keepalive=0,
                    user=None, password=None, will_topic=None, will_msg=b"",
                    will_qos=0, will_retain=False, props=None, will_props=None):
     if not 3 <= level <= 5:
-        _err("bad level", BAD_PROTOCOL_VERSION)
+        _err(_E_LEVEL, BAD_PROTOCOL_VERSION)
     cid = as_bytes(client_id)
     if not cid and (level == 3 or (level == 4 and not clean)):
         # 3.1 wants 1..23 characters; 3.1.1 an empty id only with a clean
         # session [MQTT-3.1.3-7]; 5.0 lets the server assign one
-        _err("empty client id", PROTOCOL_ERROR)
+        _err(_E_EMPTY_ID, PROTOCOL_ERROR)
     name = b"MQIsdp" if level == 3 else b"MQTT"
     flags = 2 if clean else 0
     rl = len(name) + 2 + 4 + _str_len(cid)
@@ -198,7 +241,7 @@ def encode_connect(buf, off, client_id, level=4, clean=True, keepalive=0,
         rl += p5.size(props)
     if will_topic is not None:
         if will_qos > 2:
-            _err("will QoS 3", PROTOCOL_ERROR)  # [MQTT-3.1.2-14] (5.0: MQTT-3.1.2-12)
+            _err(_E_WILL_QOS, PROTOCOL_ERROR)  # [MQTT-3.1.2-14] (5.0: MQTT-3.1.2-12)
         will_topic = as_bytes(will_topic)
         will_msg = as_bytes(will_msg)
         flags |= 4 | (will_qos << 3) | (32 if will_retain else 0)
@@ -212,12 +255,12 @@ def encode_connect(buf, off, client_id, level=4, clean=True, keepalive=0,
         rl += _str_len(user)
     if password is not None:
         if user is None and level < 5:
-            _err("password without user name", PROTOCOL_ERROR)  # [MQTT-3.1.2-22]
+            _err(_E_PASSWORD, PROTOCOL_ERROR)  # [MQTT-3.1.2-22]
         password = as_bytes(password)
         flags |= 64
         rl += _str_len(password)
     if not 0 <= keepalive < 65536:
-        _err("keepalive out of range", PROTOCOL_ERROR)
+        _err(_E_KEEPALIVE, PROTOCOL_ERROR)
     off = _header(buf, off, 0x10, rl)
     off = _put_str(buf, off, name)
     buf[off] = level
@@ -245,11 +288,11 @@ def encode_publish(buf, off, topic, payload, qos=0, pid=0, retain=False,
     topic = as_bytes(topic)
     payload = as_bytes(payload)
     if qos > 2:
-        _err("QoS 3", MALFORMED)  # [MQTT-3.3.1-4]
+        _err(_E_QOS, MALFORMED)  # [MQTT-3.3.1-4]
     if not (valid_name(topic, 0, len(topic)) or (level == 5 and not topic)):
         # refused before the flows store it: a broker would close on it,
         # and a stored one would be resent after every reconnect
-        _err("invalid topic name", PROTOCOL_ERROR)  # [MQTT-3.3.2-2, MQTT-4.7.3-1]
+        _err(_E_TOPIC, PROTOCOL_ERROR)  # [MQTT-3.3.2-2, MQTT-4.7.3-1]
     pl = len(payload)
     rl = _str_len(topic) + pl
     first = 0x30 | (qos << 1)
@@ -306,7 +349,7 @@ def encode_subscribe(buf, off, pid, topics, qos=0, level=4, props=None):
     _pid_ok(pid)
     many = isinstance(topics, list)
     if many and not topics:
-        _err("SUBSCRIBE with no filters", PROTOCOL_ERROR)  # [MQTT-3.8.3-3]
+        _err(_E_SUB_NO_FILTERS, PROTOCOL_ERROR)  # [MQTT-3.8.3-3]
     rl = 0
     if many:
         for t, o in topics:
@@ -332,7 +375,7 @@ def encode_unsubscribe(buf, off, pid, topics, level=4, props=None):
     if not isinstance(topics, list):
         topics = [topics]
     if not topics:
-        _err("UNSUBSCRIBE with no filters", PROTOCOL_ERROR)  # [MQTT-3.10.3-2]
+        _err(_E_UNSUB_NO_FILTERS, PROTOCOL_ERROR)  # [MQTT-3.10.3-2]
     rl = 0
     for t in topics:
         rl += _filter_len(as_bytes(t), 0, level)
@@ -449,31 +492,31 @@ _utf8 = valid_utf8 or _utf8_ok
 def _str(buf, off, end):
     """Check a length-prefixed UTF-8 string at off; return its end offset."""
     if off + 2 > end:
-        _err("truncated string")
+        _err(_E_STRING_TRUNCATED)
     n = (buf[off] << 8) | buf[off + 1]
     off += 2
     if off + n > end:
-        _err("string runs past the packet")
+        _err(_E_STRING_PAST_END)
     if not _utf8(buf, off, n):
-        _err("ill-formed UTF-8 or U+0000")  # [MQTT-1.5.3-1, MQTT-1.5.3-2]
+        _err(_E_UTF8)  # [MQTT-1.5.3-1, MQTT-1.5.3-2]
     return off + n
 
 
 def _bin(buf, off, end):
     if off + 2 > end:
-        _err("truncated binary field")
+        _err(_E_BINARY_TRUNCATED)
     off += 2 + ((buf[off] << 8) | buf[off + 1])
     if off > end:
-        _err("binary field runs past the packet")
+        _err(_E_BINARY_PAST_END)
     return off
 
 
 def _pid(pkt, buf, off, end):
     if off + 2 > end:
-        _err("truncated")
+        _err(_E_TRUNCATED)
     pid = (buf[off] << 8) | buf[off + 1]
     if not pid:
-        _err("packet id 0", PROTOCOL_ERROR)  # [MQTT-2.3.1-1]
+        _err(_E_PID_0, PROTOCOL_ERROR)  # [MQTT-2.3.1-1]
     pkt.pid = pid
     return off + 2
 
@@ -485,12 +528,12 @@ def read_varint(buf, i, end):
     shift = 0
     while True:
         if i >= end or shift > 21:
-            _err("bad variable byte integer")
+            _err(_E_VARINT)
         b = buf[i]
         n |= (b & 0x7F) << shift
         if not b & 0x80:
             if not b and shift:
-                _err("variable byte integer not minimal")
+                _err(_E_VARINT_NOT_MINIMAL)
             return n
         shift += 7
         i += 1
@@ -511,7 +554,7 @@ def decode(pkt, buf, off, end, max_size=0):
     Raises MQTTError for anything malformed; returns pkt.type."""
     total = frame_len(buf, off, end, max_size)
     if not total or off + total != end:
-        _err("remaining length disagrees with the data")
+        _err(_E_LENGTH_DISAGREES)
     first = buf[off]
     t = first >> 4
     fl = first & 15
@@ -530,36 +573,36 @@ def decode(pkt, buf, off, end, max_size=0):
     if t == PUBLISH:
         return _dec_publish(pkt, buf, i, end, fl, v5)
     if t == 0 or (t == AUTH and not v5):
-        _err("reserved packet type")
+        _err(_E_RESERVED_TYPE)
     # MQTT 3.1 marks these bits unused (a 3.1 sender sets DUP on a resent
     # SUBSCRIBE), so only 3.1.1 and 5.0 insist on them
     if fl != _FLAGS[t] and level > 3:
-        _err("reserved flags")
+        _err(_E_RESERVED_FLAGS)
     n = end - i
     if PUBACK <= t <= PUBCOMP or (t == UNSUBACK and not v5):
         if n < 2 or (n != 2 and not v5):
-            _err("bad length")
+            _err(_E_LENGTH)
         i = _pid(pkt, buf, i, end)
         return _v5().tail(pkt, buf, i, end, t) if i < end else t
     if t == PINGREQ or t == PINGRESP:
         if n:
-            _err("bad length")
+            _err(_E_LENGTH)
         return t
     if t == DISCONNECT or t == AUTH:
         if n and not v5:
-            _err("bad length")
+            _err(_E_LENGTH)
         return _v5().tail(pkt, buf, i, end, t) if n else t
     if t == CONNACK:
         if n < 2 or (n != 2 and not v5):
-            _err("bad length")
+            _err(_E_LENGTH)
         if buf[i] & 0xFE:
-            _err("CONNACK reserved bits")  # (5.0: MQTT-3.2.2-1; unnumbered in 3.1.1)
+            _err(_E_CONNACK_BITS)  # (5.0: MQTT-3.2.2-1; unnumbered in 3.1.1)
         pkt.session_present = buf[i] == 1
         if not v5:
             pkt.rc = buf[i + 1]
             return t
         if n < 3:
-            _err("bad length")  # 5.0 always has reason code and properties
+            _err(_E_LENGTH)  # 5.0 always has reason code and properties
         return _v5().tail(pkt, buf, i + 1, end, t)
     if t == SUBSCRIBE or t == UNSUBSCRIBE:
         return _srv().decode_filters(pkt, buf, i, end, v5)
@@ -570,11 +613,11 @@ def decode(pkt, buf, off, end, max_size=0):
         pkt.payload_off = i
         pkt.payload_len = end - i
         if i == end:
-            _err("no return codes")  # one per filter, and there is at least one
+            _err(_E_NO_CODES)  # one per filter, and there is at least one
         while i < end:
             c = buf[i]
             if not (_v5().reason_ok(t, c) if v5 else c < 3 or c == 0x80):
-                _err("bad return code")  # [MQTT-3.9.3-2]
+                _err(_E_RETURN_CODE)  # [MQTT-3.9.3-2]
             i += 1
         return t
     return _srv().decode_connect(pkt, buf, i, end)
@@ -583,10 +626,10 @@ def decode(pkt, buf, off, end, max_size=0):
 def _dec_publish(pkt, buf, i, end, fl, v5):
     qos = (fl >> 1) & 3
     if qos == 3:
-        _err("QoS 3")  # [MQTT-3.3.1-4]
+        _err(_E_QOS)  # [MQTT-3.3.1-4]
     dup = fl & 8
     if dup and not qos:
-        _err("DUP set on QoS 0")  # [MQTT-3.3.1-2]
+        _err(_E_DUP_QOS0)  # [MQTT-3.3.1-2]
     pkt.qos = qos
     pkt.dup = dup != 0
     pkt.retain = fl & 1 == 1
@@ -599,7 +642,7 @@ def _dec_publish(pkt, buf, i, end, fl, v5):
     while j < i:
         c = buf[j]
         if c == 0x23 or c == 0x2B:
-            _err("wildcard in topic name")  # [MQTT-3.3.2-2]
+            _err(_E_WILDCARD)  # [MQTT-3.3.2-2]
         j += 1
     if qos:
         i = _pid(pkt, buf, i, end)
@@ -608,7 +651,7 @@ def _dec_publish(pkt, buf, i, end, fl, v5):
     if v5:
         i = _v5().read(pkt, buf, i, end, PUBLISH)
     elif not tn:
-        _err("empty topic name")  # [MQTT-4.7.3-1]
+        _err(_E_EMPTY_TOPIC)  # [MQTT-4.7.3-1]
     pkt.payload_off = i
     pkt.payload_len = end - i
     return PUBLISH

@@ -6,7 +6,24 @@
 from .codec import (_err, _str, _bin, _pid, _pid_ok, _header, _v5, head_pid,
                     PROTOCOL_ERROR, BAD_PROTOCOL_VERSION, SUBSCRIBE, UNSUBACK,
                     CONNECT, encode_ack)
+from .compat import const
 from .topic import valid_filter
+
+# indexes into umqtt3.codec_errors, as in codec.py
+_E_FILTER = const(7)
+_E_SUB_OPTIONS = const(8)
+_E_WILL_QOS = const(12)
+_E_PASSWORD = const(13)
+_E_NO_FILTERS = const(37)
+_E_NO_OPTIONS = const(38)
+_E_CONNECT_TRUNCATED = const(39)
+_E_PROTOCOL_NAME = const(40)
+_E_PROTOCOL_LEVEL = const(41)
+_E_CONNECT_FLAG = const(42)
+_E_WILL_FLAGS = const(43)
+_E_EMPTY_WILL = const(44)
+_E_WILL_WILDCARD = const(45)
+_E_CONNECT_TAIL = const(46)
 
 
 def encode_connack(buf, off, session_present, rc, level=4, props=None):
@@ -53,7 +70,7 @@ def decode_filters(pkt, buf, i, end, v5):
     pkt.payload_off = i
     pkt.payload_len = end - i
     if i == end:
-        _err("no topic filters", PROTOCOL_ERROR)
+        _err(_E_NO_FILTERS, PROTOCOL_ERROR)
     while i < end:
         i = read_filter(pkt, i)
     return pkt.type
@@ -69,13 +86,13 @@ def read_filter(pkt, i):
     pkt.f_off = f0
     pkt.f_len = i - f0
     if not valid_filter(buf, f0, i - f0):
-        _err("invalid topic filter")  # [MQTT-4.7.1-2, MQTT-4.7.1-3, MQTT-4.7.3-1]
+        _err(_E_FILTER)  # [MQTT-4.7.1-2, MQTT-4.7.1-3, MQTT-4.7.3-1]
     if pkt.type == SUBSCRIBE:
         if i >= end:
-            _err("missing subscription options")
+            _err(_E_NO_OPTIONS)
         o = buf[i]
         if (o & 3) == 3 or o & (0xC0 if pkt.level == 5 else 0xFC) or (o & 0x30) == 0x30:
-            _err("bad subscription options")  # [MQTT-3.8.3-4], v5 3.8.3.1
+            _err(_E_SUB_OPTIONS)  # [MQTT-3.8.3-4], v5 3.8.3.1
         pkt.opts = o
         i += 1
     return i
@@ -87,28 +104,28 @@ def decode_connect(pkt, buf, i, end):
     n0 = i + 2
     i = _str(buf, i, end)
     if i + 4 > end:
-        _err("truncated CONNECT")
+        _err(_E_CONNECT_TRUNCATED)
     nl = i - n0
     level = buf[i] & 0x7F  # 0x80 is the bridge bit some brokers send
     name_mqtt = nl == 4 and buf[n0] == 77 and buf[n0 + 1] == 81 and buf[n0 + 2] == 84 and buf[n0 + 3] == 84
     name_31 = nl == 6 and buf[n0] == 77 and buf[n0 + 1] == 81 and buf[n0 + 2] == 73 and \
         buf[n0 + 3] == 115 and buf[n0 + 4] == 100 and buf[n0 + 5] == 112
     if not (name_mqtt or name_31):
-        _err("unknown protocol name", PROTOCOL_ERROR)
+        _err(_E_PROTOCOL_NAME, PROTOCOL_ERROR)
     if not ((name_mqtt and (level == 4 or level == 5)) or (name_31 and level == 3)):
-        _err("unsupported protocol level", BAD_PROTOCOL_VERSION)
+        _err(_E_PROTOCOL_LEVEL, BAD_PROTOCOL_VERSION)
     pkt.level = level
     fl = buf[i + 1]
     if fl & 1:
-        _err("CONNECT reserved flag")  # [MQTT-3.1.2-3]
+        _err(_E_CONNECT_FLAG)  # [MQTT-3.1.2-3]
     will = fl & 4
     wq = (fl >> 3) & 3
     if not will and (wq or fl & 32):
-        _err("will QoS/retain without will")  # [MQTT-3.1.2-11, MQTT-3.1.2-13]
+        _err(_E_WILL_FLAGS)  # [MQTT-3.1.2-11, MQTT-3.1.2-13]
     if wq == 3:
-        _err("will QoS 3")  # [MQTT-3.1.2-14] (5.0: MQTT-3.1.2-12)
+        _err(_E_WILL_QOS)  # [MQTT-3.1.2-14] (5.0: MQTT-3.1.2-12)
     if fl & 64 and not fl & 128 and level < 5:
-        _err("password without user name")  # [MQTT-3.1.2-22]
+        _err(_E_PASSWORD)  # [MQTT-3.1.2-22]
     pkt.flags = fl
     pkt.will = will != 0
     pkt.qos = wq
@@ -136,11 +153,11 @@ def decode_connect(pkt, buf, i, end):
         i = _str(buf, i, end)  # [MQTT-3.1.3-10]
         pkt.topic_len = i - pkt.topic_off
         if not pkt.topic_len:
-            _err("empty will topic")
+            _err(_E_EMPTY_WILL)
         j = pkt.topic_off
         while j < i:
             if buf[j] == 0x23 or buf[j] == 0x2B:
-                _err("wildcard in will topic")
+                _err(_E_WILL_WILDCARD)
             j += 1
         pkt.payload_off = i + 2
         i = _bin(buf, i, end)
@@ -156,5 +173,5 @@ def decode_connect(pkt, buf, i, end):
         i = _bin(buf, i, end)
         pkt.pw_len = i - pkt.pw_off
     if i != end:
-        _err("bytes after CONNECT payload")
+        _err(_E_CONNECT_TAIL)
     return CONNECT

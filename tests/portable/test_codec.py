@@ -1066,3 +1066,40 @@ def test_encoders_refuse_invalid_topics_and_filters():
     raises(codec.MQTTError, codec.encode_subscribe, b, 0, 1, b"a/+", 3)  # [MQTT-3.8.3-4]
     raises(codec.MQTTError, codec.encode_subscribe, b, 0, 1, [(b"a", 0), (b"b", 4)])
     assert codec.encode_subscribe(b, 0, 1, [(b"a/+", 1), (b"#", 2)]) > 0
+
+
+# ---------------------------------------------------------------- refusal texts
+
+def test_refusals_carry_their_text():
+    # The codec raises with a number that indexes codec_errors.TEXT; each
+    # refusal must still read as what went wrong, at both ends of the table
+    # and from codec_server's own numbers.
+    b = bytearray(64)
+    assert raises(MQTTError, encode_publish, b, 0, b"t", b"x", 3).reason == "QoS 3"
+    e = bad(frame(0x30, b"\x00\x03a/+"))
+    assert e.reason == "wildcard in topic name", e.reason
+    assert raises(MQTTError, frame_len, b"\x30\xff\xff\xff\xff\x01", 0, 6).reason == \
+        "remaining length over 4 bytes"
+    e = bad(frame(0x10, b"\x00\x04MQTT\x04\x03\x00\x00\x00\x01a"))  # [MQTT-3.1.2-3]
+    assert e.reason == "CONNECT reserved flag", e.reason
+    e = bad(frame(0x10, b"\x00\x04MQTT\x04\x02\x00\x00\x00\x01a\x00"))
+    assert e.reason == "bytes after CONNECT payload", e.reason
+    e = bad(frame(0x82, b"\x00\x01\x00\x01a\x03"))  # [MQTT-3.8.3-4]
+    assert e.reason == "bad subscription options", e.reason
+
+
+def test_refusal_numbers_agree():
+    # codec.py and codec_server.py each define the numbers they raise with
+    # (MicroPython folds const() names away, so they cannot be shared): the
+    # same name must have the same number, and the numbers must cover
+    # codec_errors.TEXT exactly, one distinct text each.
+    if MICROPYTHON:
+        raise SkipTest("const() names exist only on CPython")
+    from umqtt3 import codec_errors, codec_server
+    seen = {}
+    for mod in (codec, codec_server):
+        for name, v in sorted(vars(mod).items()):
+            if name.startswith("_E_"):
+                assert seen.setdefault(name, v) == v, (mod.__name__, name)
+    assert sorted(seen.values()) == list(range(len(codec_errors.TEXT)))
+    assert len(set(codec_errors.TEXT)) == len(codec_errors.TEXT)
