@@ -1,0 +1,145 @@
+"""Shared pieces of the pipeline tests: our broker as a subprocess on a free
+loopback port, a publisher that sends firmware-format readings, and the one
+Spark session (local[2], UI off, 2 shuffle partitions)."""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LIB = os.path.join(ROOT, "lib")
+TOOLS = os.path.join(ROOT, "tools")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Broker:
+    """python -m umqtt3.broker on 127.0.0.1; restartable on the same port
+    and store directory."""
+
+    def __init__(self, store=None, port=None):
+        self.port = port or free_port()
+        self.store = store
+        self.proc = None
+
+    def start(self):
+        cmd = [sys.executable, "-m", "umqtt3.broker", "--host", "127.0.0.1", "--port",
+               str(self.port), "--quiet", "--max-queued", "60000"]
+        if self.store:
+            cmd += ["--store", str(self.store)]
+        env = dict(os.environ, PYTHONPATH=LIB)
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        end = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                return self
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > end:
+                    raise RuntimeError("broker did not start")
+                time.sleep(0.05)
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()  # SIGTERM: saves the store, closes every connection
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+@pytest.fixture
+def umqtt3_broker(tmp_path):
+    b = Broker(store=tmp_path / "broker-store").start()
+    yield b
+    b.stop()
+
+
+def reading(node, metric, v, boot, seq, t=None, prefix="umqtt3"):
+    """(topic, payload) as firmware/node.py sends them; t: the reading's time."""
+    d = {"v": v, "boot": boot, "seq": seq}
+    if t is not None:
+        d["t"] = t
+    return ("%s/%s/%s" % (prefix, node, metric)).encode(), json.dumps(d).encode()
+
+
+def publisher(port, client_id, qos=1):
+    """A connected umqtt3 client with a persistent session that reconnects."""
+    from umqtt3.client import MQTTClient
+    c = MQTTClient(client_id, "127.0.0.1", port, keepalive=10, reconnect=True,
+                   backoff_ms=(100, 1000), window=16)
+    c.connect(clean_session=False)
+    return c
+
+
+def publish_all(c, msgs, qos=1, timeout=60):
+    """Publish every (topic, payload), keeping the window full; returns once
+    the broker acknowledged them all."""
+    from umqtt3.flow import Busy
+    end = time.monotonic() + timeout
+    for topic, payload in msgs:
+        while True:
+            try:
+                c.publish(topic, payload, qos=qos, wait=False)
+                break
+            except Busy:
+                c.poll(5)
+            if time.monotonic() > end:
+                raise TimeoutError("broker did not take the messages")
+    while c.inflight():
+        c.poll(5)
+        if time.monotonic() > end:
+            raise TimeoutError("broker did not acknowledge the messages")
+
+
+def have_spark():
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        return "pyspark is not installed (pip install .[spark])"
+    if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
+        return "no Java runtime (tools/setup.sh installs one)"
+    return None
+
+
+def spark_session():
+    """The tests' one SparkSession (built once, stopped at exit)."""
+    why = have_spark()
+    if why:
+        pytest.skip(why)
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    from umqtt3_pipeline.job import session
+    spark = session("local[2]", app="umqtt3-tests", conf={
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.sql.streaming.stateStore.maintenanceInterval": "1s",
+    })
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def wait_for(pred, timeout, what, step=0.2):
+    end = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > end:
+            raise AssertionError("timed out waiting for " + what)
+        time.sleep(step)

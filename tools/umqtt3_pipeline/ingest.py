@@ -1,0 +1,150 @@
+"""The ingest: one umqtt3 client with a persistent session that appends every
+message it receives to the log and acknowledges it only once the log is
+durable.
+
+The client calls back for each message of a burst (``append_msg`` into
+memory), then, before the acknowledgements of the burst leave, calls the sync
+hook once: one write and one fsync for the whole group. A crash before that
+fsync loses only messages that were never acknowledged, and the broker sends
+them again to the persistent session [MQTT-4.4.0-1].
+
+QoS 2 exactly once into the log: the client asks its store whether an
+inbound packet id is already held (``in_has``) before it delivers, and
+``LogStore`` answers from the log itself. A message record carries its
+packet id; a PUBREL appends a release record, durable before PUBCOMP leaves;
+recovery rebuilds the held ids from the last segment. So a PUBLISH the broker
+resends after a crash (its PUBREC never left) is recognised if its record
+made it to disk, and written once if it did not. docs/pipeline.md has the
+whole argument.
+"""
+import threading
+import time
+
+from umqtt3.client import MQTTClient
+from umqtt3.store import MemoryStore
+
+from .log import Log
+
+
+class LogStore(MemoryStore):
+    """The client's store: outbound as MemoryStore (the ingest publishes
+    nothing at QoS 1/2), inbound QoS 2 ids held in the log."""
+
+    def __init__(self, log):
+        super().__init__(1, 64, 0)
+        self.log = log
+        self.client = None  # set by Ingest: a release must be synced before PUBCOMP
+
+    def in_add(self, pid, buf, off, n):
+        pass  # the message record itself holds the id (Log.append_msg)
+
+    def in_done(self, pid):
+        pass
+
+    def in_has(self, pid):
+        return pid in self.log.held
+
+    def in_del(self, pid):
+        self.log.append_release(pid)
+        self._needs_sync()
+
+    def in_clear(self):
+        self.log.append_clear()
+        self._needs_sync()
+
+    def _needs_sync(self):
+        # the client syncs before acks only after a delivery; a release must
+        # be durable before its PUBCOMP too, in the same group commit
+        if self.client is not None and self.log.pending:
+            self.client.unsynced = True
+
+
+def parse_broker(s, default_port=1883):
+    host, _, port = s.rpartition(":")
+    if not host:
+        return s, default_port
+    return host, int(port)
+
+
+class Ingest:
+    """Ingest(path, broker, topics, client_id, qos): start() opens the log
+    (the single writer) and runs the client in a background thread until
+    stop(). topics: [filter, ...], all subscribed at qos."""
+
+    def __init__(self, path, broker="127.0.0.1:1883", topics=("#",), client_id="umqtt3-spark",
+                 qos=1, keepalive=30, segment_bytes=64 << 20, bufsize=65536, clock=time.time):
+        assert qos in (1, 2), "the ingest acknowledges after the log: QoS 1 or 2"
+        self.path = path
+        self.host, self.port = parse_broker(broker)
+        self.topics = list(topics)
+        self.client_id = client_id
+        self.qos = qos
+        self.keepalive = keepalive
+        self.segment_bytes = segment_bytes
+        self.bufsize = bufsize
+        self.clock = clock
+        self.log = None
+        self.client = None
+        self.thread = None
+        self.stopping = threading.Event()
+        self.error = None
+        self.received = 0
+        self.connected = threading.Event()
+
+    def start(self):
+        self.log = Log(self.path, self.segment_bytes)
+        store = LogStore(self.log)
+        c = MQTTClient(self.client_id, self.host, self.port, keepalive=self.keepalive,
+                       reconnect=True, store=store, bufsize=self.bufsize,
+                       backoff_ms=(200, 5000))
+        store.client = c
+        c.set_callback(self._on_message, raw=True)
+        c.set_sync(self.log.sync)
+        self.client = c
+        self.thread = threading.Thread(target=self._run, name="umqtt3-ingest", daemon=True)
+        self.thread.start()
+        return self
+
+    def _on_message(self, pkt, redelivered):
+        self.log.append_msg(pkt.topic, pkt.payload, pkt.qos, pkt.retain, pkt.dup, pkt.pid,
+                            int(self.clock() * 1000))
+        self.received += 1
+
+    def _run(self):
+        c = self.client
+        try:
+            while not self.stopping.is_set():
+                try:
+                    c.connect(clean_session=False)
+                    break
+                except OSError:
+                    self.stopping.wait(0.5)  # broker not up yet: keep trying
+            else:
+                return
+            for t in self.topics:
+                c.subscribe(t, self.qos)
+            self.connected.set()
+            while not self.stopping.is_set():
+                c.poll(50)
+        except BaseException as e:  # reported by check(), on Spark's next call
+            self.error = e
+        finally:
+            self.log.sync()
+
+    def check(self):
+        if self.error is not None:
+            raise RuntimeError("umqtt3 ingest stopped: %r" % (self.error,))
+
+    def stop(self):
+        """Stop receiving; the session stays, so the broker queues for us."""
+        self.stopping.set()
+        if self.thread is not None:
+            self.thread.join(10)
+        if self.client is not None:
+            try:
+                self.client.disconnect()
+            except OSError:
+                pass
+        if self.log is not None:
+            self.log.close()
+            self.log = None

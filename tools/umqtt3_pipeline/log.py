@@ -1,0 +1,382 @@
+"""The ingest log: what the broker delivered, on disk before it is acknowledged.
+
+A directory of segments, each named by the log position it starts at
+(``00000000000000000000.seg``). A position is a byte address in the whole
+log, so positions only grow and never need renumbering when old segments are
+deleted. Spark's offsets are positions.
+
+Segment header::
+
+    b"U3L1", first message number (8), held QoS 2 ids (2 + 2 each), CRC-32 (4)
+
+Record::
+
+    body length (4), CRC-32 of the body (4), body
+    body: kind (1), flags (1), packet id (2), received at, ms (8),
+          topic length (2), topic, payload
+
+Kinds: ``M`` a message (flags: QoS, retain << 2, dup << 3), ``R`` the
+broker released an inbound QoS 2 id (PUBREL), ``C`` the broker lost our
+session, so every held id is void. Only ``M`` records are rows, numbered
+from 0 across the whole log (Kafka's "offset").
+
+One writer (``Log``) appends records to memory and ``sync()`` writes and
+fsyncs the group, so one fsync covers a whole burst of messages. Readers
+(``read_range``, ``segments``) only look at files, so they run anywhere the
+directory is mounted.
+
+Recovery reads only the last segment: its header carries the held QoS 2 ids
+as of its start, and a record torn by a crash is cut off (it was never
+acknowledged, so the broker sends it again).
+"""
+import fcntl
+import os
+import struct
+import threading
+import time
+import zlib
+
+MAGIC = b"U3L1"
+MSG, REL, CLEAR = 0x4D, 0x52, 0x43  # b"M", b"R", b"C"
+_REC = struct.Struct(">II")          # body length, CRC-32
+_BODY = struct.Struct(">BBHQH")      # kind, flags, pid, received ms, topic length
+_MAX_BODY = 1 << 28                  # a longer length is garbage, not a record
+
+
+def seg_name(base):
+    return "%020d.seg" % base
+
+
+def segments(path):
+    """Sorted base positions of the segments in path."""
+    out = []
+    for f in os.listdir(path):
+        if f.endswith(".seg") and len(f) == 24 and f[:20].isdigit():
+            out.append(int(f[:20]))
+    out.sort()
+    return out
+
+
+def encode_header(first_n, held):
+    held = sorted(held)
+    b = MAGIC + struct.pack(">QH", first_n, len(held)) + b"".join(struct.pack(">H", p) for p in held)
+    return b + struct.pack(">I", zlib.crc32(b))
+
+
+def decode_header(b):
+    """(header length, first message number, held ids) or None if torn."""
+    if len(b) < 18 or b[:4] != MAGIC:
+        return None
+    first_n, count = struct.unpack_from(">QH", b, 4)
+    n = 14 + 2 * count
+    if len(b) < n + 4 or struct.unpack_from(">I", b, n)[0] != zlib.crc32(b[:n]):
+        return None
+    held = set(struct.unpack_from(">%dH" % count, b, 14))
+    return n + 4, first_n, held
+
+
+def read_header(path, base):
+    with open(os.path.join(path, seg_name(base)), "rb") as f:
+        return decode_header(f.read(14 + 2 * 65536 + 4)[:14 + 2 * 65536 + 4])
+
+
+def encode_record(kind, flags, pid, t_ms, topic, payload):
+    body = _BODY.pack(kind, flags, pid, t_ms, len(topic)) + topic + payload
+    return _REC.pack(len(body), zlib.crc32(body)) + body
+
+
+def scan(buf, off=0, end=None, check=True):
+    """Yield (offset, next offset, body view) for the whole records in
+    buf[off:end]; stops at the first torn or corrupt one."""
+    end = len(buf) if end is None else end
+    mv = memoryview(buf)
+    unpack = _REC.unpack_from
+    while off + 8 <= end:
+        n, crc = unpack(buf, off)
+        nxt = off + 8 + n
+        if n < _BODY.size or n > _MAX_BODY or nxt > end:
+            return
+        body = mv[off + 8:nxt]
+        if check and zlib.crc32(body) != crc:
+            return
+        yield off, nxt, body
+        off = nxt
+
+
+def decode_body(body):
+    """(kind, flags, pid, received ms, topic bytes, payload bytes)."""
+    kind, flags, pid, t_ms, tl = _BODY.unpack_from(body, 0)
+    o = _BODY.size
+    return kind, flags, pid, t_ms, bytes(body[o:o + tl]), bytes(body[o + tl:])
+
+
+def read_range(path, start, first_n, end):
+    """Yield (position, message number, flags, pid, received ms, topic,
+    payload) for the messages between positions start and end; first_n is the
+    number of the first message at or after start (from the offset)."""
+    bases = segments(path)
+    n = first_n
+    for i, base in enumerate(bases):
+        seg_end = bases[i + 1] if i + 1 < len(bases) else None
+        if base >= end or (seg_end is not None and seg_end <= start):
+            continue
+        with open(os.path.join(path, seg_name(base)), "rb") as f:
+            hdr = decode_header(f.read(14 + 2 * 65536 + 4))
+            if hdr is None:
+                raise IOError("segment %s: bad header" % seg_name(base))
+            lo = max(start, base + hdr[0])
+            f.seek(lo - base)
+            stop = end if seg_end is None else min(end, seg_end)
+            buf = f.read(stop - lo)
+        if len(buf) < stop - lo:
+            raise IOError("segment %s: ends before position %d" % (seg_name(base), stop))
+        for off, _, body in scan(buf):
+            kind, flags, pid, t_ms, topic, payload = decode_body(body)
+            if kind == MSG:
+                yield lo + off, n, flags, pid, t_ms, topic, payload
+                n += 1
+
+
+def advance(path, start, first_n, end, max_rows):
+    """The (position, message number) after at most max_rows messages from
+    start, not beyond end: where a batch limited to max_rows ends."""
+    pos, n = start, first_n
+    bases = segments(path)
+    for i, base in enumerate(bases):
+        seg_end = bases[i + 1] if i + 1 < len(bases) else None
+        if base >= end or (seg_end is not None and seg_end <= start):
+            continue
+        with open(os.path.join(path, seg_name(base)), "rb") as f:
+            hdr = decode_header(f.read(14 + 2 * 65536 + 4))
+            lo = max(pos, base + hdr[0])
+            f.seek(lo - base)
+            stop = end if seg_end is None else min(end, seg_end)
+            buf = f.read(stop - lo)
+        for off, nxt, body in scan(buf, check=False):
+            if body[0] == MSG:
+                if n - first_n == max_rows:
+                    return lo + off, n
+                n += 1
+            pos = lo + nxt
+        if pos < stop:
+            break
+        pos = stop
+    return pos, n
+
+
+def boundaries(path, base, hlen, first_n, every):
+    """For the batch reader: cut points [(position, message number)] about
+    every `every` bytes of segment `base`, and the position after its last
+    whole record."""
+    with open(os.path.join(path, seg_name(base)), "rb") as f:
+        buf = f.read()
+    cuts, last, n = [], base + hlen, first_n
+    end = base + hlen
+    for off, nxt, body in scan(buf, hlen):
+        if base + off - last >= every:
+            cuts.append((base + off, n))
+            last = base + off
+        if body[0] == MSG:
+            n += 1
+        end = base + nxt
+    return cuts, end
+
+
+class Log:
+    """The single writer of a log directory (an exclusive lock file keeps a
+    second one out). append_*() buffer records in memory; sync() makes them
+    durable with one write and one fsync, and only then moves durable()."""
+
+    def __init__(self, path, segment_bytes=64 << 20, split_bytes=4 << 20, lock_timeout=30.0):
+        self.path = path
+        self.segment_bytes = segment_bytes
+        self.split_bytes = split_bytes  # distance between the cut points of partitions
+        os.makedirs(path, exist_ok=True)
+        self.lockf = open(os.path.join(path, "LOCK"), "a+")
+        deadline = time.monotonic() + lock_timeout
+        while True:
+            try:
+                fcntl.flock(self.lockf, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError:
+                # a killed predecessor may still be on its way out
+                if time.monotonic() > deadline:
+                    self.lockf.close()
+                    raise
+                time.sleep(0.1)
+        self.mutex = threading.Lock()  # durable end and the segment list, for other threads
+        self.pending = bytearray()
+        self.pending_n = 0
+        self.pending_ops = []  # (pid, held?) for QoS 2 ids, applied to held_durable on sync
+        self.held = set()  # inbound QoS 2 ids before PUBREL, including pending records
+        self.syncs = 0
+        self._recover()
+
+    # ------------------------------------------------------------ recovery
+    def _recover(self):
+        bases = segments(self.path)
+        hdr = None
+        while bases:
+            hdr = read_header(self.path, bases[-1])
+            if hdr is not None:
+                break
+            # a header is synced before its segment is used, so a torn one
+            # holds nothing that was ever acknowledged
+            os.remove(os.path.join(self.path, seg_name(bases.pop())))
+        self.bases = []
+        self.cuts = []
+        if not bases:
+            self.end, self.n, self.held_durable = 0, 0, set()
+            self._create(0, 0, set())
+            self.end = self.base + self.hlen
+            return
+        for b in bases:
+            h = read_header(self.path, b) if b != bases[-1] else hdr
+            self.cuts.append((b + h[0], h[1]))
+        self.bases = bases
+        base = bases[-1]
+        hlen, first_n, held = hdr
+        name = os.path.join(self.path, seg_name(base))
+        with open(name, "rb") as f:
+            buf = f.read()
+        off, n = hlen, first_n
+        for _, nxt, body in scan(buf, hlen):
+            kind, flags, pid = body[0], body[1], struct.unpack_from(">H", body, 2)[0]
+            if kind == MSG:
+                n += 1
+                if flags & 3 == 2:
+                    held.add(pid)
+            elif kind == REL:
+                held.discard(pid)
+            elif kind == CLEAR:
+                held.clear()
+            off = nxt
+        self.f = open(name, "r+b")
+        if off < len(buf):
+            self.f.truncate(off)  # the torn tail of a group that never synced
+            os.fsync(self.f.fileno())
+        self.f.seek(off)
+        self.base = base
+        self.hlen = hlen
+        self.written = off  # bytes of the current segment on disk
+        self.end = base + off
+        self.n = n
+        self.held = set(held)
+        self.held_durable = set(held)
+
+    def _create(self, base, first_n, held):
+        # the header is durable before the segment joins the list, so a
+        # trim can never leave only a segment whose header a crash tore
+        hdr = encode_header(first_n, held)
+        name = os.path.join(self.path, seg_name(base))
+        f = open(name, "w+b")
+        f.write(hdr)
+        f.flush()
+        os.fsync(f.fileno())
+        _fsync_dir(self.path)
+        self.f = f
+        self.base = base
+        self.hlen = len(hdr)
+        self.written = len(hdr)
+        with self.mutex:
+            self.bases.append(base)
+            self.cuts.append((base + len(hdr), first_n))
+
+    # ------------------------------------------------------------ writing
+    def append_msg(self, topic, payload, qos, retain, dup, pid, t_ms):
+        flags = qos | (retain << 2) | (dup << 3)
+        self.pending += encode_record(MSG, flags, pid if qos else 0, t_ms, topic, payload)
+        self.pending_n += 1
+        if qos == 2:
+            self.held.add(pid)
+            self.pending_ops.append((pid, True))
+
+    def append_release(self, pid):
+        """The broker sent PUBREL: pid is free for a new message."""
+        if pid in self.held:
+            self.held.discard(pid)
+            self.pending += encode_record(REL, 0, pid, 0, b"", b"")
+            self.pending_ops.append((pid, False))
+
+    def append_clear(self):
+        """The broker kept no session: every held id is void."""
+        if self.held:
+            self.held.clear()
+            self.pending += encode_record(CLEAR, 0, 0, 0, b"", b"")
+            self.pending_ops.append((None, False))
+
+    def sync(self):
+        """Write and fsync what was appended; returns the durable end."""
+        if not self.pending:
+            return self.end
+        data = self.pending
+        if self.written + len(data) > self.segment_bytes and self.written > self.hlen:
+            self.f.close()  # every byte of it was synced by an earlier sync()
+            self._create(self.end, self.n, self.held_durable)
+            with self.mutex:
+                self.end = self.base + self.hlen
+        self.f.write(data)
+        self.f.flush()
+        os.fdatasync(self.f.fileno())
+        self.syncs += 1
+        self.written += len(data)
+        for pid, hold in self.pending_ops:
+            if pid is None:
+                self.held_durable.clear()
+            elif hold:
+                self.held_durable.add(pid)
+            else:
+                self.held_durable.discard(pid)
+        end, n = self.end + len(data), self.n + self.pending_n
+        with self.mutex:
+            if end - self.cuts[-1][0] >= self.split_bytes:
+                self.cuts.append((end, n))
+            self.end, self.n = end, n
+        self.pending = bytearray()
+        self.pending_n = 0
+        self.pending_ops = []
+        return end
+
+    # ------------------------------------------------------------ for Spark
+    def durable(self):
+        """(position, message number) of the durable end."""
+        with self.mutex:
+            return self.end, self.n
+
+    def first(self):
+        """(position, message number) of the first retained record."""
+        with self.mutex:
+            return self.cuts[0]
+
+    def cut_points(self, start, end):
+        """Record boundaries strictly between positions start and end where a
+        batch may be split into partitions: [(position, message number)]."""
+        with self.mutex:
+            return [c for c in self.cuts if start < c[0] < end]
+
+    def trim(self, pos):
+        """Delete the segments that end at or before pos (Spark committed
+        everything before it). The segment being written always stays."""
+        with self.mutex:
+            drop = []
+            while len(self.bases) > 1 and self.bases[1] <= pos:
+                drop.append(self.bases.pop(0))
+            if drop:
+                keep = self.bases[0]
+                self.cuts = [c for c in self.cuts if c[0] >= keep] or self.cuts[-1:]
+        for b in drop:
+            os.remove(os.path.join(self.path, seg_name(b)))
+        return len(drop)
+
+    def close(self):
+        self.sync()
+        self.f.close()
+        self.lockf.close()  # releases the lock
+
+
+def _fsync_dir(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,195 @@
+"""The Spark data source ``umqtt3`` (PySpark's Python Data Source API).
+
+    spark.dataSource.register(Umqtt3DataSource)
+    df = (spark.readStream.format("umqtt3")
+          .option("broker", "127.0.0.1:1883").option("topics", "umqtt3/+/+")
+          .option("qos", "1").option("clientId", "telemetry")
+          .option("path", "/shared/ingest-log")
+          .option("maxRowsPerBatch", "50000")
+          .load())
+
+The stream reader lives on the driver, in the Python worker Spark keeps for
+the query; that is where the ingest (ingest.Ingest: the client and the
+single writer of the log) runs, in a background thread. Offsets are log
+positions ``{"pos": byte position, "n": message number}``; latestOffset()
+sees only what is durable, commit() only trims the log, and executors only
+read byte ranges of it. ``spark.read.format("umqtt3")`` with just ``path``
+reads the log as a batch, for re-processing history.
+
+Options: path (the log directory; required), broker (host:port), topics
+(comma-separated filters), qos (1 or 2), clientId (fixed: it names the
+persistent session), maxRowsPerBatch, keepalive, segmentBytes,
+trim ("false" keeps the history for the batch reader).
+"""
+import datetime
+
+from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
+                                    InputPartition)
+from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows,
+                                              SupportsTriggerAvailableNow)
+
+from . import log as _log
+from .telemetry import parse
+
+SCHEMA = ("topic string, payload binary, qos int, retain boolean, dup boolean, "
+          "offset long, received_at timestamp, node string, metric string, value double, "
+          "boot int, seq long, sent_at timestamp")
+
+_UTC = datetime.timezone.utc
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=_UTC)
+
+
+class LogRange(InputPartition):
+    """Messages from position start (message number n) to position end."""
+
+    def __init__(self, start, n, end):
+        self.start = start
+        self.n = n
+        self.end = end
+
+    def __repr__(self):
+        return "LogRange(%d, %d, %d)" % (self.start, self.n, self.end)
+
+
+def rows(path, part):
+    """The rows of a LogRange, in SCHEMA's order."""
+    ms = datetime.timedelta(milliseconds=1)
+    for _, n, flags, _, t_ms, topic, payload in _log.read_range(path, part.start, part.n, part.end):
+        p = parse(topic, payload)
+        if p is None:
+            node = metric = value = boot = seq = sent = None
+        else:
+            node, metric, value, boot, seq, t = p
+            sent = None if t is None else _EPOCH + datetime.timedelta(seconds=t)
+        yield (topic.decode("utf-8", "replace"), payload, flags & 3, bool(flags & 4),
+               bool(flags & 8), n, _EPOCH + t_ms * ms, node, metric, value, boot, seq, sent)
+
+
+def split(start, n, end, cuts):
+    """LogRanges covering [start, end), cut at the given (position, number)."""
+    parts = []
+    for pos, m in cuts:
+        parts.append(LogRange(start, n, pos))
+        start, n = pos, m
+    parts.append(LogRange(start, n, end))
+    return parts
+
+
+def _bool(s, default):
+    if s is None:
+        return default
+    return str(s).lower() in ("1", "true", "yes", "on")
+
+
+class Umqtt3DataSource(DataSource):
+    @classmethod
+    def name(cls):
+        return "umqtt3"
+
+    def schema(self):
+        return SCHEMA
+
+    def streamReader(self, schema):
+        return StreamReader(dict(self.options))
+
+    def reader(self, schema):
+        return BatchReader(dict(self.options))
+
+
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Picklable: the ingest starts on the first call that needs it (Spark
+    builds this object in several processes, and after a restart its first
+    call may be partitions()); executors only call read()."""
+
+    def __init__(self, options):
+        if "path" not in options:
+            raise ValueError("umqtt3: option 'path' (the ingest log directory) is required")
+        self.options = options
+        self.path = options["path"]
+        self.max_rows = int(options.get("maxRowsPerBatch", 0) or 0)
+        self.trim = _bool(options.get("trim"), True)
+        self.target = None  # Trigger.AvailableNow: the end fixed at its start
+        self._ingest = None
+
+    def __getstate__(self):
+        d = dict(self.__dict__)
+        d["_ingest"] = None
+        return d
+
+    def _log(self):
+        if self._ingest is None:
+            from .ingest import Ingest
+            o = self.options
+            topics = [t.strip() for t in o.get("topics", "#").split(",") if t.strip()]
+            self._ingest = Ingest(self.path, o.get("broker", "127.0.0.1:1883"), topics,
+                                  o.get("clientId", "umqtt3-spark"), int(o.get("qos", 1)),
+                                  int(o.get("keepalive", 30)),
+                                  int(o.get("segmentBytes", 64 << 20))).start()
+        self._ingest.check()
+        return self._ingest.log
+
+    def initialOffset(self):
+        pos, n = self._log().first()
+        return {"pos": pos, "n": n}
+
+    def getDefaultReadLimit(self):
+        return ReadMaxRows(self.max_rows) if self.max_rows > 0 else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self):
+        self.target = self._log().durable()
+
+    def latestOffset(self, start, limit):
+        log = self._log()
+        end, n = self.target or log.durable()
+        if isinstance(limit, ReadMaxRows) and n - start["n"] > limit.max_rows:
+            end, n = _log.advance(self.path, start["pos"], start["n"], end, limit.max_rows)
+        return {"pos": end, "n": n}
+
+    def reportLatestOffset(self):
+        pos, n = self._log().durable()
+        return {"pos": pos, "n": n}
+
+    def partitions(self, start, end):
+        log = self._log()
+        if end["pos"] <= start["pos"]:
+            return []
+        cuts = log.cut_points(start["pos"], end["pos"])
+        return split(start["pos"], start["n"], end["pos"], cuts)
+
+    def read(self, partition):
+        return rows(self.path, partition)
+
+    def commit(self, end):
+        log = self._log()
+        if self.trim:
+            log.trim(end["pos"])
+
+    def stop(self):
+        if self._ingest is not None:
+            self._ingest.stop()
+            self._ingest = None
+
+
+class BatchReader(DataSourceReader):
+    """The whole retained log, one partition per split_bytes of it."""
+
+    def __init__(self, options):
+        if "path" not in options:
+            raise ValueError("umqtt3: option 'path' (the ingest log directory) is required")
+        self.path = options["path"]
+        self.split_bytes = int(options.get("splitBytes", 16 << 20))
+
+    def partitions(self):
+        parts = []
+        bases = _log.segments(self.path)
+        for i, base in enumerate(bases):
+            hdr = _log.read_header(self.path, base)
+            if hdr is None:
+                continue
+            end = bases[i + 1] if i + 1 < len(bases) else None
+            cuts, stop = _log.boundaries(self.path, base, hdr[0], hdr[1], self.split_bytes)
+            parts.extend(split(base + hdr[0], hdr[1], end if end is not None else stop, cuts))
+        return parts or [LogRange(0, 0, 0)]
+
+    def read(self, partition):
+        return rows(self.path, partition)

@@ -1,0 +1,48 @@
+"""The firmware's message format, parsed: topic ``<prefix>/<node>/<metric>``,
+payload ``{"v": value, "boot": boot_id, "seq": n}`` (firmware/node.py), and
+optionally ``"t"``, the reading's own time in seconds since the epoch, for
+senders that have a clock. Status messages (``<prefix>/<node>/status``,
+plain text) and anything else parse to None."""
+import json
+
+# (node, boot, seq) names a reading: boot is random per boot of the node and
+# seq counts its readings, so a reading the node or the broker sends again
+# has the same key, and two different readings never do.
+DEDUP_KEY = ("node", "boot", "seq")
+
+
+def parse(topic, payload):
+    """(node, metric, value, boot, seq, t) or None."""
+    if payload[:1] != b"{":
+        return None
+    parts = topic.split(b"/")
+    if len(parts) < 3:
+        return None
+    try:
+        d = json.loads(payload)
+        v = d["v"]
+        boot = d["boot"]
+        seq = d["seq"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    if not isinstance(boot, int) or not isinstance(seq, int):
+        return None
+    t = d.get("t")
+    if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))):
+        t = None
+    try:
+        node = parts[-2].decode()
+        metric = parts[-1].decode()
+    except UnicodeDecodeError:
+        return None
+    return node, metric, float(v), boot, seq, t
+
+
+def dedup_key(topic, payload):
+    """The key duplicates share, or None when the message has none."""
+    p = parse(topic, payload)
+    if p is None:
+        return None
+    return p[0], p[3], p[4]
