@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything umqtt3's tests, tools and demo need on a Debian machine:
 # mosquitto and its clients (interop peers), a Java runtime (Spark), the
-# CPython dev requirements and the WebAssembly MicroPython from npm.
+# CPython dev requirements, the spark extra (PySpark, pandas<3, pyarrow,
+# matplotlib) and the WebAssembly MicroPython from npm.
 # Used by `make setup` and by .ci/run. Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +34,18 @@ service mosquitto stop >/dev/null 2>&1 || true
 echo "== pip install -r requirements-dev.txt"
 "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
     -r requirements-dev.txt
+
+# The spark extra's packages (pyproject.toml) for the pipeline in
+# tools/umqtt3_pipeline, without installing umqtt3 itself: the tests and tools
+# import it from lib/ and tools/ of this tree.
+echo "== pip install the spark extra (PySpark pipeline)"
+spark_reqs=$("$PYTHON" -c '
+import re
+text = open("pyproject.toml").read()
+m = re.search(r"^spark\s*=\s*\[(.*?)\]", text, re.M | re.S)
+print(" ".join(re.findall(r"\"([^\"]+)\"", m.group(1))))')
+# shellcheck disable=SC2086  # one word per requirement
+"$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore $spark_reqs
 
 echo "== npm ci (WebAssembly MicroPython)"
 npm ci --no-audit --no-fund --loglevel=error || npm install --no-audit --no-fund --loglevel=error
