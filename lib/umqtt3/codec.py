@@ -61,17 +61,15 @@ _E_BINARY_TRUNCATED = const(22)
 _E_BINARY_PAST_END = const(23)
 _E_TRUNCATED = const(24)
 _E_PID_0 = const(25)
-_E_VARINT = const(26)
-_E_VARINT_NOT_MINIMAL = const(27)
-_E_RESERVED_TYPE = const(28)
-_E_RESERVED_FLAGS = const(29)
-_E_LENGTH = const(30)
-_E_CONNACK_BITS = const(31)
-_E_NO_CODES = const(32)
-_E_RETURN_CODE = const(33)
-_E_DUP_QOS0 = const(34)
-_E_WILDCARD = const(35)
-_E_EMPTY_TOPIC = const(36)
+_E_RESERVED_TYPE = const(26)
+_E_RESERVED_FLAGS = const(27)
+_E_LENGTH = const(28)
+_E_CONNACK_BITS = const(29)
+_E_NO_CODES = const(30)
+_E_RETURN_CODE = const(31)
+_E_DUP_QOS0 = const(32)
+_E_WILDCARD = const(33)
+_E_EMPTY_TOPIC = const(34)
 
 MAX_REMAINING = const(268435455)
 
@@ -519,30 +517,6 @@ def _pid(pkt, buf, off, end):
         _err(_E_PID_0, PROTOCOL_ERROR)  # [MQTT-2.3.1-1]
     pkt.pid = pid
     return off + 2
-
-
-def read_varint(buf, i, end):
-    """The variable byte integer at i (1..4 bytes, minimal [MQTT-1.5.5-1]);
-    varint_end() gives the offset after it."""
-    n = 0
-    shift = 0
-    while True:
-        if i >= end or shift > 21:
-            _err(_E_VARINT)
-        b = buf[i]
-        n |= (b & 0x7F) << shift
-        if not b & 0x80:
-            if not b and shift:
-                _err(_E_VARINT_NOT_MINIMAL)
-            return n
-        shift += 7
-        i += 1
-
-
-def varint_end(buf, i):
-    while buf[i] & 0x80:
-        i += 1
-    return i + 1
 
 
 # fixed-header flags every type but PUBLISH must carry [MQTT-2.2.2-1, MQTT-2.2.2-2]

@@ -31,25 +31,23 @@ TEXT = (
     "binary field runs past the packet",  # 23 _E_BINARY_PAST_END
     "truncated",  # 24 _E_TRUNCATED
     "packet id 0",  # 25 _E_PID_0
-    "bad variable byte integer",  # 26 _E_VARINT
-    "variable byte integer not minimal",  # 27 _E_VARINT_NOT_MINIMAL
-    "reserved packet type",  # 28 _E_RESERVED_TYPE
-    "reserved flags",  # 29 _E_RESERVED_FLAGS
-    "bad length",  # 30 _E_LENGTH
-    "CONNACK reserved bits",  # 31 _E_CONNACK_BITS
-    "no return codes",  # 32 _E_NO_CODES
-    "bad return code",  # 33 _E_RETURN_CODE
-    "DUP set on QoS 0",  # 34 _E_DUP_QOS0
-    "wildcard in topic name",  # 35 _E_WILDCARD
-    "empty topic name",  # 36 _E_EMPTY_TOPIC
-    "no topic filters",  # 37 _E_NO_FILTERS
-    "missing subscription options",  # 38 _E_NO_OPTIONS
-    "truncated CONNECT",  # 39 _E_CONNECT_TRUNCATED
-    "unknown protocol name",  # 40 _E_PROTOCOL_NAME
-    "unsupported protocol level",  # 41 _E_PROTOCOL_LEVEL
-    "CONNECT reserved flag",  # 42 _E_CONNECT_FLAG
-    "will QoS/retain without will",  # 43 _E_WILL_FLAGS
-    "empty will topic",  # 44 _E_EMPTY_WILL
-    "wildcard in will topic",  # 45 _E_WILL_WILDCARD
-    "bytes after CONNECT payload",  # 46 _E_CONNECT_TAIL
+    "reserved packet type",  # 26 _E_RESERVED_TYPE
+    "reserved flags",  # 27 _E_RESERVED_FLAGS
+    "bad length",  # 28 _E_LENGTH
+    "CONNACK reserved bits",  # 29 _E_CONNACK_BITS
+    "no return codes",  # 30 _E_NO_CODES
+    "bad return code",  # 31 _E_RETURN_CODE
+    "DUP set on QoS 0",  # 32 _E_DUP_QOS0
+    "wildcard in topic name",  # 33 _E_WILDCARD
+    "empty topic name",  # 34 _E_EMPTY_TOPIC
+    "no topic filters",  # 35 _E_NO_FILTERS
+    "missing subscription options",  # 36 _E_NO_OPTIONS
+    "truncated CONNECT",  # 37 _E_CONNECT_TRUNCATED
+    "unknown protocol name",  # 38 _E_PROTOCOL_NAME
+    "unsupported protocol level",  # 39 _E_PROTOCOL_LEVEL
+    "CONNECT reserved flag",  # 40 _E_CONNECT_FLAG
+    "will QoS/retain without will",  # 41 _E_WILL_FLAGS
+    "empty will topic",  # 42 _E_EMPTY_WILL
+    "wildcard in will topic",  # 43 _E_WILL_WILDCARD
+    "bytes after CONNECT payload",  # 44 _E_CONNECT_TAIL
 )

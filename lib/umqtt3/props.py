@@ -8,8 +8,7 @@ from .compat import const, as_bytes
 # Not circular: codec imports this module lazily. Importing here, not inside
 # the functions, keeps check() free of a per-call import (which allocates on
 # MicroPython).
-from .codec import (MQTTError, _str, _bin, _header, read_varint, varint_end,
-                    varint_size, put_varint)
+from .codec import MQTTError, _str, _bin, _header, varint_size, put_varint
 
 PAYLOAD_FORMAT = const(0x01)
 MESSAGE_EXPIRY = const(0x02)
@@ -93,9 +92,29 @@ def _fail(reason, code=0x81):
     raise MQTTError(reason, code)
 
 
-# variable byte integers: codec's reader, which checks length and minimality
-_varint = read_varint
-_varint_end = varint_end
+def read_varint(buf, i, end):
+    """The variable byte integer at i (1..4 bytes, minimal [MQTT-1.5.5-1]);
+    varint_end() gives the offset after it. (The fixed header's remaining
+    length is codec.frame_len's.)"""
+    n = 0
+    shift = 0
+    while True:
+        if i >= end or shift > 21:
+            _fail("bad variable byte integer")
+        b = buf[i]
+        n |= (b & 0x7F) << shift
+        if not b & 0x80:
+            if not b and shift:
+                _fail("variable byte integer not minimal")
+            return n
+        shift += 7
+        i += 1
+
+
+def varint_end(buf, i):
+    while buf[i] & 0x80:
+        i += 1
+    return i + 1
 
 
 def _value_end(buf, i, end, t):
@@ -107,8 +126,8 @@ def _value_end(buf, i, end, t):
     elif t == _U32:
         i += 4
     elif t == _VARINT:
-        _varint(buf, i, end)
-        i = _varint_end(buf, i)
+        read_varint(buf, i, end)
+        i = varint_end(buf, i)
     else:
         if t == _BIN:
             i = _bin(buf, i, end)
@@ -171,7 +190,7 @@ def _read(buf, i, t):
     if t == _U32:
         return (buf[i] << 24) | (buf[i + 1] << 16) | (buf[i + 2] << 8) | buf[i + 3], i + 4
     if t == _VARINT:
-        return _varint(buf, i, len(buf)), _varint_end(buf, i)
+        return read_varint(buf, i, len(buf)), varint_end(buf, i)
     n = (buf[i] << 8) | buf[i + 1]
     raw = bytes(buf[i + 2:i + 2 + n])
     i += 2 + n
@@ -220,7 +239,7 @@ def _int_at(buf, i, t):
         return (buf[i] << 8) | buf[i + 1]
     if t == _U32:
         return (buf[i] << 24) | (buf[i + 1] << 16) | (buf[i + 2] << 8) | buf[i + 3]
-    return _varint(buf, i, len(buf))
+    return read_varint(buf, i, len(buf))
 
 
 def _put_varint(out, n):
