@@ -14,3 +14,6 @@ VBAT_DIVIDER = 2.0
 SENSORS = ("temp", "vbat", "uptime", "mem")
 MAX_CLIENTS = 8
 MAX_PACKET = 1024
+# not a device: tools/deploy.py and flash.py refuse it (make simulate runs it)
+ARCH = None
+CHIP = None

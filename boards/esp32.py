@@ -16,3 +16,6 @@ SENSORS = ("temp", "vbat", "uptime", "mem")
 # gateway role: broker limits, each client costs ~2 x MAX_PACKET of buffers
 MAX_CLIENTS = 4
 MAX_PACKET = 512
+# for tools/deploy.py and flash.py: mpy-cross -march (Xtensa LX6, windowed ABI), the chip
+ARCH = "xtensawin"
+CHIP = "esp32"

