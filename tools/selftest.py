@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Run the on-device self-test, firmware/selftest.py, on a board or under
+the WebAssembly MicroPython.
+
+    python tools/selftest.py --board esp32 --port /dev/ttyUSB0    (make selftest)
+    python tools/selftest.py --wasm                                 (make selftest-wasm)
+
+On a board: `mpremote connect PORT run firmware/selftest.py`. The script is
+sent to the board, not copied; it imports the library the board already has,
+so deploy first (make deploy). Under WebAssembly: tools/mp/run.mjs, which puts
+lib/ at /lib (on sys.path, as /lib is on a board) and the script with its
+neighbours in firmware/ at /run.
+"""
+import argparse
+import os
+import shutil
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import devices  # noqa: E402
+from devices import ROOT, fail  # noqa: E402
+
+SCRIPT = os.path.join("firmware", "selftest.py")
+
+
+def device_command(port, script=SCRIPT):
+    return devices.tool("mpremote") + ["connect", port, "run", script]
+
+
+def wasm_command(node="node", heap="2m", script=SCRIPT):
+    return [node, os.path.join("tools", "mp", "run.mjs"), "--heap", heap, script]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--board", default="", help="the board's profile (checked, for the message)")
+    ap.add_argument("--port", default="", help="serial port (default: the only one plugged in)")
+    ap.add_argument("--wasm", action="store_true", help="run under the WebAssembly MicroPython")
+    ap.add_argument("--node", default="node", help="Node.js for --wasm (default: node)")
+    ap.add_argument("--heap", default="2m", help="MicroPython heap for --wasm (default 2m)")
+    ap.add_argument("--script", default=SCRIPT, help="the script (default %s)" % SCRIPT)
+    ap.add_argument("--dry-run", action="store_true", help="print the command only")
+    a = ap.parse_args(argv)
+    try:
+        devices.check_file(os.path.join(ROOT, a.script) if not os.path.isabs(a.script)
+                           else a.script, "self-test script", "--script")
+        if a.wasm:
+            if not shutil.which(a.node):
+                fail("%s not found: install Node.js, then make setup" % a.node)
+            cmd = wasm_command(a.node, a.heap, a.script)
+        else:
+            devices.device_board(a.board)
+            port = devices.check_port(a.port) if a.port or not a.dry_run else "<PORT>"
+            if not a.dry_run:
+                devices.need_tool("mpremote")
+            cmd = device_command(port, a.script)
+        os.chdir(ROOT)  # the command's paths are the repository's
+        devices.run(cmd, a.dry_run)
+    except devices.Usage as e:
+        return devices.report("selftest", e)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
