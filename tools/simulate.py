@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Run N sensor nodes on the desktop against a broker: each one the real
+firmware/node.py under CPython (through tools/shim), in its own thread.
+
+    python tools/simulate.py --nodes 5 --host 192.168.1.10 --port 1883
+    python tools/simulate.py --nodes 3 --start-broker --seconds 30
+    make simulate NODES=5 SIM_ARGS="--host 192.168.1.10"
+
+Without --start-broker the broker at --host:--port (default 127.0.0.1:1883)
+must be running; --start-broker runs umqtt3's own on 127.0.0.1 (--port, or a
+free port) for as long as the simulation runs (--start-broker mosquitto runs
+Debian's). Nodes publish <prefix>/<id>/<metric> as on a device (see
+docs/firmware.md); watch them with mosquitto_sub -t '<prefix>/#' -v.
+
+--seconds 0 runs until Ctrl-C. At the end each node's readings accepted and
+dropped are printed; the exit status is 1 if a node accepted none.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sim  # noqa: E402
+
+
+def read_secrets(path):
+    """mqtt_user / mqtt_password from a secrets.json, as the device reads it."""
+    if not path:
+        return {}
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise SystemExit("simulate: cannot read secrets %s: %s" % (path, e))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--nodes", type=int, default=3, help="how many nodes (default 3)")
+    ap.add_argument("--host", default="127.0.0.1", help="the broker's host (default 127.0.0.1)")
+    ap.add_argument("--port", type=int, default=0, help="the broker's port (default 1883; with "
+                    "--start-broker a free one)")
+    ap.add_argument("--start-broker", nargs="?", const="umqtt3", choices=("umqtt3", "mosquitto"),
+                    help="start a broker on 127.0.0.1 for the simulation (default: umqtt3's)")
+    ap.add_argument("--seconds", type=float, default=0, help="stop after this long (0: Ctrl-C)")
+    ap.add_argument("--period", type=float, default=1.0, help="seconds between readings (1)")
+    ap.add_argument("--qos", type=int, default=1, choices=(0, 1, 2))
+    ap.add_argument("--store", choices=("memory", "file"), default="",
+                    help="where in-flight readings wait (default: file for QoS 2, else memory)")
+    ap.add_argument("--prefix", default=sim.PREFIX, help="first topic level (default %s)"
+                    % sim.PREFIX)
+    ap.add_argument("--id-prefix", default="sim", help="node ids are <this>1..<this>N")
+    ap.add_argument("--board", default="desktop", help="board profile (default desktop)")
+    ap.add_argument("--secrets", help="secrets.json with mqtt_user / mqtt_password")
+    ap.add_argument("--verbose", action="store_true", help="print the nodes' own log lines")
+    a = ap.parse_args(argv)
+    if a.nodes < 1:
+        ap.error("--nodes must be at least 1")
+    secrets = read_secrets(a.secrets)
+
+    tmp = tempfile.mkdtemp(prefix="umqtt3-sim-")
+    broker = None
+    host, port = a.host, a.port or 1883
+    if a.start_broker:
+        host, port = "127.0.0.1", a.port or sim.free_port()
+        broker = sim.start_broker(a.start_broker, port, tmp)
+        print("broker: %s on 127.0.0.1:%d" % (a.start_broker, port), flush=True)
+    elif not sim.reachable(host, port, 2.0):
+        shutil.rmtree(tmp, ignore_errors=True)
+        print("simulate: no broker at %s:%d: start one, or pass --start-broker" % (host, port),
+              file=sys.stderr)
+        return 2
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    nodes = {}
+    names = ["%s%d" % (a.id_prefix, i) for i in range(1, a.nodes + 1)]
+    threads = []
+    for name in names:
+        cfg = sim.node_config(name, port, a.period, host=host, prefix=a.prefix, qos=a.qos,
+                              store=a.store, store_dir=os.path.join(tmp, name))
+        t = threading.Thread(target=sim.run_node, args=(name, cfg, stop, nodes, a.board, secrets),
+                             kwargs={"log": print if a.verbose else None}, daemon=True)
+        t.start()
+        threads.append(t)
+    print("%d nodes (%s..%s) publishing %s/<id>/<metric> to %s:%d every %gs"
+          % (a.nodes, names[0], names[-1], a.prefix, host, port, a.period), flush=True)
+    try:
+        end = time.monotonic() + a.seconds if a.seconds else None
+        while not stop.is_set() and any(t.is_alive() for t in threads):
+            if end and time.monotonic() >= end:
+                break
+            stop.wait(0.1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+        if broker:
+            broker.terminate()
+            broker.wait(5)
+        shutil.rmtree(tmp, ignore_errors=True)
+    idle = []
+    for name in names:
+        n = nodes.get(name)
+        sent = n.sent if n else 0
+        print("%s: %d readings accepted, %d dropped%s" % (
+            name, sent, n.skipped if n else 0,
+            ", stopped by %r" % n.error if n is not None and hasattr(n, "error") else ""))
+        if not sent:
+            idle.append(name)
+    return 1 if idle else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
