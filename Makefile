@@ -7,6 +7,19 @@
 #   make sizes     .py/.mpy bytes and import RAM (UMQTT_PEER=path/to/umqtt/simple.py to compare)
 #   make bench     every tools/bench/*.py
 #   make demo      broker + simulated sensor nodes + live view (tools/demo.py)
+#
+# On a board (docs/firmware.md; DRY_RUN=1 prints the plan and the commands only):
+#   make flash BOARD=esp32 FIRMWARE=img.bin [PORT=...]   erase + write MicroPython (esptool);
+#                  BOARD=picow FIRMWARE=img.uf2 [DRIVE=...] copies it to the RPI-RP2 drive
+#   make deploy BOARD=esp32 PORT=/dev/ttyUSB0 ROLE=node  mpy-cross the library and apps into
+#                  build/<board>/, copy them with the profile, config.json and secrets.json
+#                  (CONFIG=, SECRETS= to pick other files), reset (mpremote)
+#   make selftest BOARD=esp32 PORT=/dev/ttyUSB0          run firmware/selftest.py on the board
+#   make selftest-wasm                                   the same under the WebAssembly MicroPython
+#   make simulate NODES=3 [SIM_ARGS="--host H --port P"] sensor nodes on the desktop against a
+#                  broker (SIM_ARGS="--start-broker" runs our own); tools/simulate.py --help
+#   BOARD: esp32, esp32s3, esp32c3, picow; ROLE: node or gateway; PORT defaults to the only
+#   serial port plugged in.
 
 PYTHON ?= python
 NODE ?= node
@@ -17,7 +30,20 @@ MP_TESTS ?=
 PYTEST_ARGS ?= $(if $(filter 1,$(MQ_FAST)),-m "not slow")
 
 .DEFAULT_GOAL := test
-.PHONY: setup test test-py test-mp sizes bench demo
+.PHONY: setup test test-py test-mp sizes bench demo deploy flash selftest selftest-wasm simulate
+
+# Device targets: the tools check every value, so an empty one gets a clear message.
+BOARD ?=
+PORT ?=
+ROLE ?= node
+FIRMWARE ?=
+DRIVE ?=
+CONFIG ?=
+SECRETS ?=
+NODES ?= 3
+SIM_ARGS ?=
+DRY_RUN ?=
+DEVICE_FLAGS = $(if $(filter 1,$(DRY_RUN)),--dry-run)
 
 # tools/setup.sh installs apt packages (mosquitto, Java), pip requirements and
 # the npm MicroPython; build/.setup records that it ran, so `make demo` and
@@ -66,3 +92,22 @@ bench:
 # DEMO_ARGS="--seconds 10" stops by itself; Ctrl-C stops it cleanly.
 demo: build/.setup
 	$(PYTHON) tools/demo.py $(DEMO_ARGS)
+
+# ------------------------------------------------------------ devices
+deploy:
+	@$(PYTHON) tools/deploy.py --board "$(BOARD)" --port "$(PORT)" --role "$(ROLE)" \
+		$(if $(CONFIG),--config "$(CONFIG)") $(if $(SECRETS),--secrets "$(SECRETS)") $(DEVICE_FLAGS)
+
+flash:
+	@$(PYTHON) tools/flash.py --board "$(BOARD)" --firmware "$(FIRMWARE)" --port "$(PORT)" \
+		--drive "$(DRIVE)" $(DEVICE_FLAGS)
+
+# The script is sent to the board, not copied: deploy first (the library).
+selftest:
+	@$(PYTHON) tools/selftest.py --board "$(BOARD)" --port "$(PORT)" $(DEVICE_FLAGS)
+
+selftest-wasm: build/.setup
+	@$(PYTHON) tools/selftest.py --wasm --node "$(NODE)" --heap $(MP_HEAP) $(DEVICE_FLAGS)
+
+simulate: build/.setup
+	$(PYTHON) tools/simulate.py --nodes $(NODES) $(SIM_ARGS)

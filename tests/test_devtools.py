@@ -1,0 +1,557 @@
+"""The device tools up to the device boundary: tools/deploy.py's file plan
+per board and role, the .mpy files it stages per architecture (compiled for
+real with mpy-cross, headers read back, and imported by the WebAssembly
+MicroPython from the staged tree alone), the exact mpremote, esptool and
+self-test command lines (parsed by the real mpremote and esptool when they
+are installed), the one-line errors for a missing board, role, port, file or
+drive, firmware/manifest.py, and tools/simulate.py running nodes against
+our broker."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOOLS = os.path.join(ROOT, "tools")
+if TOOLS not in sys.path:
+    sys.path.insert(0, TOOLS)
+
+import devices  # noqa: E402
+import deploy  # noqa: E402
+import flash  # noqa: E402
+import selftest  # noqa: E402
+import sim  # noqa: E402  (puts lib/ and firmware/ on sys.path)
+
+from umqtt3.client import MQTTClient  # noqa: E402
+
+PY = sys.executable
+DEVICE_BOARDS = ["esp32", "esp32c3", "esp32s3", "picow"]
+ARCHS = {"esp32": "xtensawin", "esp32s3": "xtensawin", "esp32c3": "rv32imc", "picow": "armv6m"}
+NODE = shutil.which("node")
+WASM = os.path.join(ROOT, "node_modules", "@micropython", "micropython-webassembly-pyscript",
+                    "micropython.mjs")
+
+
+def lib_py_files():
+    """Every .py under lib/umqtt3, relative to lib/umqtt3."""
+    out = []
+    base = os.path.join(ROOT, "lib", "umqtt3")
+    for d, subdirs, names in os.walk(base):
+        subdirs[:] = [s for s in subdirs if s != "__pycache__"]
+        out += [os.path.relpath(os.path.join(d, n), base).replace(os.sep, "/")
+                for n in names if n.endswith(".py")]
+    return sorted(out)
+
+
+def host_only_files():
+    return sorted(m[len("umqtt3."):].replace(".", "/") + ".py" for m in deploy.HOST_ONLY)
+
+
+def usage_error(fn, *args, **kw):
+    with pytest.raises(devices.Usage) as e:
+        fn(*args, **kw)
+    assert e.value.code == 2 and "\n" not in e.value.msg
+    return e.value.msg
+
+
+# ------------------------------------------------------------------ boards
+def test_board_profiles_name_their_arch_and_chip():
+    assert devices.device_boards() == DEVICE_BOARDS
+    for name in DEVICE_BOARDS:
+        b = devices.device_board(name)
+        assert b.ARCH == ARCHS[name] and b.ARCH in devices.MPY_ARCHS
+        assert b.CHIP in flash.ESP_OFFSETS or b.CHIP == "rp2040"
+    assert "desktop" in usage_error(devices.device_board, "desktop")
+    assert "unknown board 'esp8266'" in usage_error(devices.device_board, "esp8266")
+    assert "no board given" in usage_error(devices.device_board, "")
+
+
+# ------------------------------------------------------------------ the file plan
+@pytest.mark.parametrize("board", DEVICE_BOARDS)
+def test_plan_per_board_and_role(board):
+    node = deploy.plan(board, "node")
+    gw = deploy.plan(board, "gateway", secrets="s.json")
+    dn = [d for d, _, _ in node]
+    dg = [d for d, _, _ in gw]
+    for dests in (dn, dg):
+        # library, apps and profile compiled; boot.py and main.py source, last
+        assert dests[-2:] == ["boot.py", "main.py"]
+        assert "board.mpy" in dests and "config.json" in dests
+        for m in ("__init__", "compat/__init__", "codec", "client", "store", "flow",
+                  "transport", "topic"):
+            assert "lib/umqtt3/%s.mpy" % m in dests or (
+                m == "compat/__init__" and "lib/umqtt3/compat.mpy" in dests)
+        assert not [d for d in dests if "cpython" in d or "broker_cli" in d]
+        assert len(set(dests)) == len(dests)
+    assert [d for d in dn if not d.startswith("lib/")] == [
+        "config.mpy", "sensors.mpy", "node.mpy", "board.mpy", "config.json", "boot.py", "main.py"]
+    # the gateway adds the broker and its app; the node has neither
+    assert not [d for d in dn if "broker" in d or d == "gateway.mpy"]
+    assert {"lib/umqtt3/broker.mpy", "lib/umqtt3/broker_session.mpy", "gateway.mpy",
+            "secrets.json"} <= set(dg)
+    assert set(dn) < set(dg)
+    srcs = dict((d, (s, how)) for d, s, how in gw)
+    assert srcs["board.mpy"] == (os.path.join(ROOT, "boards", board + ".py"), "mpy")
+    assert srcs["secrets.json"] == ("s.json", "copy")
+    assert srcs["main.py"] == (os.path.join(ROOT, "firmware", "main.py"), "copy")
+    # frozen firmware: only what stays on the filesystem
+    assert [d for d, _, _ in deploy.plan(board, "node", frozen=True)] == [
+        "board.mpy", "config.json", "boot.py", "main.py"]
+
+
+def test_plan_follows_the_imports_of_every_module_it_takes():
+    # every umqtt3 module a planned module imports is planned too (checked
+    # here by reading the sources again, with a plain text scan)
+    dests = set(d for d, _, _ in deploy.plan("esp32", "gateway"))
+    import re
+    for d in dests:
+        if not d.startswith("lib/"):
+            continue
+        src = os.path.join(ROOT, d[:-4] + ".py")
+        if not os.path.exists(src):
+            continue
+        pkg = os.path.dirname(d)
+        for line in open(src):
+            m = re.match(r"\s*from \.(\w*) import (.+)", line)
+            if m and m.group(1) and m.group(1) not in ("cpython",):
+                name = m.group(1)
+                assert (pkg + "/" + name + ".mpy" in dests or
+                        pkg + "/" + name + "/__init__.mpy" in dests), (d, line)
+    assert "unknown role 'sensor'" in usage_error(deploy.plan, "esp32", "sensor")
+
+
+# ------------------------------------------------------------------ staging and .mpy
+@pytest.mark.parametrize("board", DEVICE_BOARDS)
+def test_staged_mpy_files_per_arch(board, tmp_path):
+    b = devices.device_board(board)
+    staged = deploy.stage(deploy.plan(board, "gateway"), str(tmp_path / board), b.ARCH, "gateway")
+    mpys = [p for p, d in staged if d.endswith(".mpy")]
+    assert len(mpys) >= 15
+    for p in mpys:
+        version, arch, bits = devices.mpy_header(p)
+        assert version == 6 and bits == 31
+        # bytecode carries no architecture and runs on any; native code
+        # (@micropython.native / viper) would carry the board's
+        assert arch in ("none", b.ARCH), (p, arch)
+    on_disk = sorted(os.path.relpath(os.path.join(d, f), str(tmp_path / board)).replace(os.sep, "/")
+                     for d, _, fs in os.walk(str(tmp_path / board)) for f in fs)
+    assert on_disk == sorted(d for _, d in staged)
+    cfg = json.load(open(str(tmp_path / board / "config.json")))
+    assert cfg == {"role": "gateway", "board": ""}
+
+
+@pytest.mark.parametrize("board", DEVICE_BOARDS)
+def test_native_code_is_compiled_for_the_boards_arch(board, tmp_path):
+    # what -march does: a module with native code gets the board's arch
+    src = tmp_path / "fast.py"
+    src.write_text("import micropython\n\n@micropython.native\ndef add(a, b):\n    return a + b\n")
+    out = str(tmp_path / "fast.mpy")
+    arch = devices.device_board(board).ARCH
+    devices.compile_mpy(str(src), out, arch, "fast.py")
+    assert devices.mpy_header(out)[1] == arch
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f(:\n")
+    assert "cannot compile" in usage_error(devices.compile_mpy, str(bad), out, arch, "bad.py")
+
+
+def test_config_json_is_the_users_with_the_role(tmp_path):
+    user = tmp_path / "config.json"
+    user.write_text(json.dumps({"broker": "10.0.0.2", "qos": 2, "role": "gateway"}))
+    staged = deploy.stage(deploy.plan("esp32", "node", str(user)), str(tmp_path / "b"),
+                          "xtensawin", "node")
+    path = [p for p, d in staged if d == "config.json"][0]
+    assert json.load(open(path)) == {"broker": "10.0.0.2", "qos": 2, "role": "node", "board": ""}
+    user.write_text(json.dumps({"qos": 3}))
+    assert "qos must be 0, 1 or 2" in usage_error(
+        deploy.stage, deploy.plan("esp32", "node", str(user)), str(tmp_path / "b"), "xtensawin",
+        "node")
+    user.write_text("{broker: 1}")
+    assert "not valid JSON" in usage_error(
+        deploy.stage, deploy.plan("esp32", "node", str(user)), str(tmp_path / "b"), "xtensawin",
+        "node")
+
+
+def test_secrets_template_is_valid_and_names_what_the_firmware_reads():
+    s = json.load(open(os.path.join(ROOT, deploy.SECRETS_TEMPLATE)))
+    assert {"ssid", "password", "mqtt_user", "mqtt_password", "ap_ssid", "ap_password"} == set(s)
+    fw = open(os.path.join(ROOT, "firmware", "node.py")).read() + \
+        open(os.path.join(ROOT, "firmware", "gateway.py")).read()
+    for k in s:
+        assert '"%s"' % k in fw, k
+
+
+IMPORT_ALL = """\
+import sys
+sys.path[:] = ["/device", "/device/lib"]
+import board, config, node, gateway
+import umqtt3.client, umqtt3.store, umqtt3.broker
+print("imported", board.NAME, sorted(k for k in sys.modules if k.startswith("umqtt3")))
+"""
+
+
+@pytest.mark.skipif(not (NODE and os.path.exists(WASM)), reason="no WebAssembly MicroPython")
+def test_staged_tree_alone_imports_under_micropython(tmp_path):
+    # the board's filesystem as deploy stages it, and nothing else: every
+    # app and library module the gateway role needs is there as .mpy
+    dev = str(tmp_path / "device")
+    deploy.stage(deploy.plan("esp32", "gateway"), dev, "xtensawin", "gateway")
+    script = tmp_path / "run" / "imports.py"
+    script.parent.mkdir()
+    script.write_text(IMPORT_ALL)
+
+    def run():
+        return subprocess.run([NODE, os.path.join(TOOLS, "mp", "run.mjs"), "--no-shared",
+                               "--mount", dev + "=/device", str(script)],
+                              capture_output=True, text=True, timeout=120)
+    p = run()
+    assert p.returncode == 0, p.stderr
+    assert "imported esp32" in p.stdout and "'umqtt3.broker'" in p.stdout
+    os.remove(os.path.join(dev, "lib", "umqtt3", "store.mpy"))  # one file short
+    p = run()
+    assert p.returncode != 0 and "store" in p.stderr
+
+
+# ------------------------------------------------------------------ mpremote
+def test_mpremote_command_exact():
+    staged = [("/b/lib/umqtt3/client.mpy", "lib/umqtt3/client.mpy"),
+              ("/b/node.mpy", "node.mpy"), ("/b/config.json", "config.json"),
+              ("/b/main.py", "main.py")]
+    prepare = ("import os\n"
+               'for d in ("lib","lib/umqtt3",):\n'
+               " try:\n  os.mkdir(d)\n except OSError:\n  pass\n"
+               'for f in ("lib/umqtt3/client.py","node.py",):\n'
+               " try:\n  os.remove(f)\n except OSError:\n  pass\n")
+    assert deploy.mpremote_command("/dev/ttyUSB0", staged) == [
+        PY, "-m", "mpremote", "connect", "/dev/ttyUSB0", "exec", prepare,
+        "+", "cp", "/b/lib/umqtt3/client.mpy", ":lib/umqtt3/client.mpy",
+        "+", "cp", "/b/node.mpy", ":node.mpy",
+        "+", "cp", "/b/config.json", ":config.json",
+        "+", "cp", "/b/main.py", ":main.py",
+        "+", "reset"]
+
+
+def test_prepare_code_makes_dirs_and_removes_shadowing_sources(tmp_path, monkeypatch):
+    # the same code the board runs, here on CPython in a scratch "device"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "node.py").write_text("old")
+    (tmp_path / "main.py").write_text("keep")
+    (tmp_path / "lib").mkdir()
+    code = deploy.prepare_code(["lib/umqtt3/compat/__init__.mpy", "lib/umqtt3/client.mpy",
+                                "node.mpy", "main.py"])
+    exec(code, {})
+    exec(code, {})  # again: everything there already is fine
+    assert (tmp_path / "lib" / "umqtt3" / "compat").is_dir()
+    assert not (tmp_path / "node.py").exists() and (tmp_path / "main.py").exists()
+    # frozen: the apps' files on the filesystem would shadow the frozen ones
+    (tmp_path / "node.mpy").write_text("old")
+    (tmp_path / "gateway.py").write_text("old")
+    exec(deploy.prepare_code(["board.mpy", "main.py"], frozen=True), {})
+    assert not (tmp_path / "node.mpy").exists() and not (tmp_path / "gateway.py").exists()
+
+
+def mpremote_parse(cmd):
+    """Walk a mpremote command line with mpremote's own parsers, as its
+    main() does, without running anything: [(command, parsed args)]."""
+    import argparse
+    from mpremote import main as m
+    m.prepare_command_expansions(type("Config", (), {"commands": {}})())
+    assert cmd[:3] == [PY, "-m", "mpremote"]
+    args = list(cmd[3:])
+    out = []
+    while args:
+        if args[0] == "+":
+            args.pop(0)
+            continue
+        m.do_command_expansion(args)
+        name = args.pop(0)
+        _, parser = m._COMMANDS[name]
+        extra = []
+        if "+" in args:
+            i = args.index("+")
+            args, extra = args[:i], args[i:]
+        p = parser()
+        p.add_argument("next_command", nargs=argparse.REMAINDER)
+        a = p.parse_args(args)
+        out.append((name, a))
+        args = a.next_command + extra
+    return out
+
+
+@pytest.mark.skipif(not devices.importlib.util.find_spec("mpremote"), reason="no mpremote")
+def test_mpremote_parses_the_deploy_command(tmp_path):
+    staged = deploy.stage(deploy.plan("picow", "node"), str(tmp_path / "b"), "armv6m", "node")
+    steps = mpremote_parse(deploy.mpremote_command("/dev/ttyACM0", staged))
+    assert steps[0][0] == "connect" and steps[0][1].device == ["/dev/ttyACM0"]
+    assert steps[1][0] == "exec" and steps[1][1].expr == [deploy.prepare_code(
+        [d for _, d in staged])]
+    cps = steps[2:-1]
+    assert [(s[1].command, s[1].path) for s in cps] == [
+        (["cp"], [p, ":" + d]) for p, d in staged]
+    assert steps[-1][0] == "exec" and "machine.reset()" in steps[-1][1].expr[0]
+    steps = mpremote_parse(selftest.device_command("/dev/ttyUSB0"))
+    assert [s[0] for s in steps] == ["connect", "run"]
+    assert steps[1][1].path == ["firmware/selftest.py"]
+
+
+# ------------------------------------------------------------------ esptool and UF2
+def test_esptool_commands_exact():
+    esp = [PY, "-m", "esptool"]
+    for board, offset in (("esp32", "0x1000"), ("esp32s3", "0x0"), ("esp32c3", "0x0")):
+        b = devices.device_board(board)
+        assert flash.esptool_commands(b, "/dev/ttyUSB0", "fw.bin") == [
+            esp + ["--chip", board, "--port", "/dev/ttyUSB0", "erase-flash"],
+            esp + ["--chip", board, "--port", "/dev/ttyUSB0", "--baud", "460800",
+                   "write-flash", offset, "fw.bin"]]
+    assert flash.esptool_commands(devices.device_board("esp32"), "P", "f.bin", 921600,
+                                  erase=False) == [
+        esp + ["--chip", "esp32", "--port", "P", "--baud", "921600", "write-flash", "0x1000",
+               "f.bin"]]
+
+
+@pytest.mark.skipif(not devices.importlib.util.find_spec("esptool"), reason="no esptool")
+def test_esptool_accepts_the_commands(tmp_path):
+    # the real esptool parses each line and gets as far as opening the
+    # port, which is a closed loopback socket here: a port error, not usage
+    fw = tmp_path / "fw.bin"
+    fw.write_bytes(b"\xe9" + bytes(255))
+    port = "socket://127.0.0.1:%d" % sim.free_port()
+    for cmd in flash.esptool_commands(devices.device_board("esp32c3"), port, str(fw)):
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        text = p.stdout + p.stderr
+        assert p.returncode != 0 and "Could not open " + port in text, text
+        assert "Usage:" not in text
+
+
+def test_uf2_copy_to_the_rp2_drive(tmp_path):
+    drive = tmp_path / "RPI-RP2"
+    drive.mkdir()
+    mounts = tmp_path / "mounts"
+    mounts.write_text("/dev/sda1 / ext4 rw 0 0\n/dev/sdb1 %s vfat rw 0 0\n"
+                      "/dev/sdc1 /media/x/My\\040Disk vfat rw 0 0\n" % drive)
+    assert flash.rp2_drives(mounts.read_text()) == [str(drive)]
+    # mounted but not a UF2 bootloader drive (no INFO_UF2.TXT): refused
+    assert "no RPI-RP2 drive mounted" in usage_error(flash.find_drive, None, str(mounts))
+    assert "not a mounted RPI-RP2 drive" in usage_error(flash.find_drive, str(drive))
+    (drive / "INFO_UF2.TXT").write_text("UF2 Bootloader v3.0\nBoard-ID: RPI-RP2\n")
+    assert flash.find_drive(None, str(mounts)) == str(drive)
+    assert flash.find_drive(str(drive)) == str(drive)
+    assert flash.uf2_commands("RPI_PICO_W.uf2", str(drive)) == [
+        ["cp", "RPI_PICO_W.uf2", str(drive) + "/"], ["sync"]]
+    assert "no RPI-RP2 drive" in usage_error(flash.find_drive, None, str(tmp_path / "none"))
+
+
+def test_uf2_flash_copies_the_image(tmp_path, capsys):
+    drive = tmp_path / "RPI-RP2"
+    drive.mkdir()
+    (drive / "INFO_UF2.TXT").write_text("Board-ID: RPI-RP2\n")
+    fw = tmp_path / "RPI_PICO_W.uf2"
+    fw.write_bytes(b"UF2\n" * 128)
+    assert flash.main(["--board", "picow", "--firmware", str(fw), "--drive", str(drive)]) == 0
+    assert (drive / fw.name).read_bytes() == fw.read_bytes()
+    assert "$ cp %s %s/" % (fw, drive) in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ errors
+def test_port_checks(tmp_path):
+    assert devices.check_port("/dev/null") == "/dev/null"  # a character device
+    assert devices.check_port("socket://127.0.0.1:2217") == "socket://127.0.0.1:2217"
+    assert "no such port /dev/ttyUSB97" in usage_error(devices.check_port, "/dev/ttyUSB97")
+    f = tmp_path / "ttyUSB0"
+    f.write_text("")
+    assert "not a serial port" in usage_error(devices.check_port, str(f))
+    # no PORT: the only serial port plugged in, else a clear message
+    assert devices.check_port("", ["/dev/ttyACM0"]) == "/dev/ttyACM0"
+    assert "no serial port found" in usage_error(devices.check_port, "", [])
+    msg = usage_error(devices.check_port, "", ["/dev/ttyUSB0", "/dev/ttyUSB1"])
+    assert "several serial ports" in msg and "/dev/ttyUSB1" in msg
+
+
+def test_firmware_file_checks(tmp_path):
+    esp32 = devices.device_board("esp32")
+    picow = devices.device_board("picow")
+    assert "no firmware file given" in usage_error(flash.check_firmware, "", esp32)
+    assert "no such firmware file" in usage_error(flash.check_firmware,
+                                                  str(tmp_path / "x.bin"), esp32)
+    uf2 = tmp_path / "x.uf2"
+    uf2.write_bytes(b"x")
+    assert "esp32 takes a .bin image" in usage_error(flash.check_firmware, str(uf2), esp32)
+    assert flash.check_firmware(str(uf2), picow) == str(uf2)
+
+
+def cli(tool, *args):
+    return subprocess.run([PY, os.path.join(TOOLS, tool)] + list(args), capture_output=True,
+                          text=True, timeout=120, cwd=ROOT)
+
+
+@pytest.mark.parametrize("tool,args,msg", [
+    ("deploy.py", ["--board", "esp32", "--port", "/dev/ttyUSB97"], "no such port /dev/ttyUSB97"),
+    ("deploy.py", ["--board", "esp32", "--port", "/etc/hostname"], "is not a serial port"),
+    ("deploy.py", ["--board", "esp3", "--port", "/dev/null"], "unknown board 'esp3'"),
+    ("deploy.py", ["--board", "esp32", "--role", "relay", "--port", "/dev/null"],
+     "unknown role 'relay'"),
+    ("deploy.py", ["--board", "esp32", "--port", "/dev/null", "--secrets", "/nonexistent.json"],
+     "no such file: /nonexistent.json"),
+    ("flash.py", ["--board", "esp32", "--port", "/dev/null"], "no firmware file given"),
+    ("flash.py", ["--board", "esp32", "--port", "/dev/null", "--firmware", "/nonexistent.bin"],
+     "no such firmware file: /nonexistent.bin"),
+    ("flash.py", ["--board", "picow", "--firmware", "README.md"], "takes a .uf2 image"),
+    ("selftest.py", ["--board", "esp32", "--port", "/dev/ttyACM97"], "no such port"),
+    ("selftest.py", ["--wasm", "--script", "firmware/nonexistent.py"], "no such self-test script"),
+])
+def test_cli_errors_are_one_line(tool, args, msg):
+    p = cli(tool, *args)
+    assert p.returncode == 2, p
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and msg in lines[0] and "Traceback" not in p.stderr, p.stderr
+
+
+def test_make_target_errors():
+    if not shutil.which("make"):
+        pytest.skip("no make")
+    p = subprocess.run(["make", "-s", "deploy", "BOARD=esp32", "PORT=/dev/ttyUSB97"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0 and "deploy: no such port /dev/ttyUSB97" in p.stderr
+    p = subprocess.run(["make", "-s", "flash", "BOARD=esp32"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode != 0 and "flash: no firmware file given" in p.stderr
+
+
+def test_dry_run_prints_the_plan_without_a_device(tmp_path):
+    p = cli("deploy.py", "--board", "esp32c3", "--role", "gateway", "--build",
+            str(tmp_path / "b"), "--dry-run")
+    assert p.returncode == 0, p.stderr
+    assert "mpy-cross -march=rv32imc" in p.stdout and ":gateway.mpy" in p.stdout
+    assert "-m mpremote connect '<PORT>' exec" in p.stdout
+    assert "+ cp %s :main.py" % (tmp_path / "b" / "main.py") in p.stdout
+    p = cli("flash.py", "--board", "esp32s3", "--firmware", os.path.join(ROOT, "Makefile"),
+            "--dry-run")
+    assert p.returncode == 2 and "takes a .bin image" in p.stderr
+
+
+# ------------------------------------------------------------------ self-test
+def test_selftest_commands():
+    assert selftest.device_command("/dev/ttyUSB0") == [
+        PY, "-m", "mpremote", "connect", "/dev/ttyUSB0", "run", "firmware/selftest.py"]
+    assert selftest.wasm_command() == [
+        "node", "tools/mp/run.mjs", "--heap", "2m", "firmware/selftest.py"]
+
+
+# ------------------------------------------------------------------ manifest
+def test_manifest_freezes_the_library_and_the_apps():
+    calls = []
+
+    def package(name, files=None, base_path=".", opt=None):
+        calls.append(("package", name, files, base_path))
+
+    def module(path, base_path=".", opt=None):
+        calls.append(("module", path, base_path))
+
+    g = {"include": lambda p, **kw: calls.append(("include", p)), "package": package,
+         "module": module}
+    cwd = os.getcwd()
+    os.chdir(os.path.join(ROOT, "firmware"))  # as MicroPython's build runs it
+    try:
+        exec(open("manifest.py").read(), g)
+    finally:
+        os.chdir(cwd)
+    assert calls[0] == ("include", "$(PORT_DIR)/boards/manifest.py")
+    pkg = [c for c in calls if c[0] == "package"]
+    assert len(pkg) == 1 and pkg[0][1] == "umqtt3" and pkg[0][3] == "../lib"
+    # the whole library but what a device never imports (the same list deploy uses)
+    assert pkg[0][2] == sorted(set(lib_py_files()) - set(host_only_files()))
+    assert "client.py" in pkg[0][2] and "broker.py" in pkg[0][2]
+    mods = [c[1] for c in calls if c[0] == "module"]
+    assert sorted(mods) == sorted(a + ".py" for a in deploy.ROLES["gateway"])
+    for m in mods:
+        assert os.path.isfile(os.path.join(ROOT, "firmware", m))
+
+
+# ------------------------------------------------------------------ simulate
+class Collector:
+    """Subscribes to <prefix>/# at QoS 1 in a thread; keeps (topic, payload)."""
+
+    def __init__(self, port, prefix):
+        self.msgs = []
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.c = MQTTClient("devtools-collector", "127.0.0.1", port, keepalive=10)
+        self.c.set_callback(self.on_msg)
+        self.c.connect()
+        self.c.subscribe(prefix + "/#", 1)
+        self.t = threading.Thread(target=self.loop, daemon=True)
+        self.t.start()
+
+    def on_msg(self, topic, msg):
+        with self.lock:
+            self.msgs.append((topic.decode(), msg.decode()))
+
+    def loop(self):
+        while not self.stop.is_set():
+            self.c.poll(20)
+
+    def close(self):
+        self.stop.set()
+        self.t.join(5)
+        self.c.disconnect()
+
+    def of(self, node):
+        with self.lock:
+            return [(t.split("/")[2], m) for t, m in self.msgs if t.split("/")[1] == node]
+
+
+def wait(cond, timeout=15):
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def our_broker(tmp_path):
+    port = sim.free_port()
+    b = sim.start_broker("umqtt3", port, str(tmp_path))
+    yield port
+    b.terminate()
+    b.wait(5)
+
+
+def test_simulate_two_nodes_against_our_broker(our_broker):
+    col = Collector(our_broker, "devsim")
+    p = cli("simulate.py", "--nodes", "2", "--seconds", "2", "--period", "0.1", "--host",
+            "127.0.0.1", "--port", str(our_broker), "--prefix", "devsim")
+    assert p.returncode == 0, p.stderr
+    accepted = {}
+    for line in p.stdout.splitlines():
+        if line.startswith("sim") and "readings accepted" in line:
+            name, rest = line.split(": ", 1)
+            accepted[name] = int(rest.split()[0])
+    assert sorted(accepted) == ["sim1", "sim2"] and min(accepted.values()) > 0
+    for name in ("sim1", "sim2"):
+        # QoS 1 and a drain before the clean stop: every accepted reading arrives
+        wait(lambda: len([1 for m, _ in col.of(name) if m != "status"]) >= accepted[name])
+        wait(lambda: [v for m, v in col.of(name) if m == "status"][-1:] == ["offline"])
+    col.close()
+    for name in ("sim1", "sim2"):
+        got = col.of(name)
+        assert [v for m, v in got if m == "status"] == ["online", "offline"]
+        rs = [json.loads(v) for m, v in got if m != "status"]
+        assert set(m for m, _ in got) == {"status", "temp", "vbat", "uptime"}
+        assert sorted(r["seq"] for r in rs) == list(range(1, accepted[name] + 1))
+        assert len(set(r["boot"] for r in rs)) == 1
+
+
+def test_simulate_starts_a_broker_or_says_there_is_none():
+    p = cli("simulate.py", "--nodes", "2", "--seconds", "1", "--period", "0.1", "--start-broker")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("broker: umqtt3 on 127.0.0.1:")
+    assert len([ln for ln in p.stdout.splitlines() if "readings accepted, 0 dropped" in ln]) == 2
+    closed = sim.free_port()
+    p = cli("simulate.py", "--port", str(closed), "--seconds", "1")
+    assert p.returncode == 2
+    assert p.stderr.strip() == ("simulate: no broker at 127.0.0.1:%d: start one, or pass "
+                                "--start-broker" % closed)
