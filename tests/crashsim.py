@@ -107,11 +107,19 @@ class SimFiles:
             raise OSError(2, "no such file: " + path)
 
     def listdir(self, path):
+        # what is directly in path: a file, or a directory that holds files
+        # (directories have no steps of their own: mkdir is free)
         if self.dead:
             raise PowerLoss()
         p = path + "/"
         n = len(p)
-        return [k[n:] for k in self.files if k.startswith(p)]
+        names = []
+        for k in self.files:
+            if k.startswith(p):
+                name = k[n:].split("/")[0]
+                if name not in names:
+                    names.append(name)
+        return names
 
     def mkdir(self, path):
         pass
