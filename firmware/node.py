@@ -130,12 +130,11 @@ class Node:
             import machine
             self.led = machine.Pin(pin, machine.Pin.OUT)
         wifi(self.secrets, c["wifi_timeout_s"], self.feed, self.clock, self.sleep)
-        if c["store"] == "file":
-            store = FileStore(c["store_dir"] or getattr(b, "STORE_DIR", "/mq"),
-                              max_messages=getattr(b, "MAX_STORED", 32),
-                              allow_fat=c["allow_fat"])
-        else:
-            store = MemoryStore(b.WINDOW, b.BUFSIZE, 8)
+        # one expression, so that a type checker accepts either store class
+        store = (FileStore(c["store_dir"] or getattr(b, "STORE_DIR", "/mq"),
+                           max_messages=getattr(b, "MAX_STORED", 32),
+                           allow_fat=c["allow_fat"])
+                 if c["store"] == "file" else MemoryStore(b.WINDOW, b.BUFSIZE, 8))
         cl = MQTTClient(self.id, c["broker"], c["port"],
                         user=self.secrets.get("mqtt_user"),
                         password=self.secrets.get("mqtt_password"),

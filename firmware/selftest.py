@@ -286,13 +286,8 @@ def check_no_allocation(alloc=False):
 # ---------------------------------------------------------------- flash store
 
 def scratch_dir(arg):
-    if arg:
-        return arg
-    if MICROPYTHON:
-        return "/_selftest_mq"
-    import os
-    import tempfile
-    return os.path.join(tempfile.gettempdir(), "umqtt3-selftest-%d" % os.getpid())
+    # relative: the current directory, "/" on a board after boot
+    return arg or "_selftest_mq"
 
 
 def remove_tree(path):

@@ -15,7 +15,9 @@ def _temp_esp32_raw():
 
 def _temp_esp32_mcu():
     import esp32
-    return esp32.mcu_temperature()
+    # ESP32-S2/S3/C3/C6 only (their profiles pick it); the esp32 stubs
+    # describe the original ESP32, which has raw_temperature() instead
+    return esp32.mcu_temperature()  # type: ignore[attr-defined, unused-ignore]
 
 
 def _temp_rp2_adc():

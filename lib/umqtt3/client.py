@@ -329,7 +329,8 @@ class MQTTClient:
             import ssl
             if MICROPYTHON:
                 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-                ctx.verify_mode = ssl.CERT_NONE
+                # documented for MicroPython's SSLContext, missing from its stubs
+                ctx.verify_mode = ssl.CERT_NONE  # type: ignore[attr-defined]
             else:
                 ctx = ssl.create_default_context()
         return ctx.wrap_socket(s, server_hostname=self.server, **self.ssl_params)
@@ -353,7 +354,9 @@ class MQTTClient:
         self.tries += 1
         lo, hi = self.backoff
         d = min(hi, lo << min(self.tries - 1, 16))
-        d = d * 3 // 4 + (ticks_ms() * 7919) % (d // 2 + 1)  # jitter: 75%..125%
+        # jitter 75%..125%: the clock's low bits as noise (the device stubs
+        # make ticks opaque, to stop arithmetic on them meant as time)
+        d = d * 3 // 4 + (ticks_ms() * 7919) % (d // 2 + 1)  # type: ignore[operator, unused-ignore]
         self.retry_at = ticks_add(ticks_ms(), d)
 
     def _send(self):
