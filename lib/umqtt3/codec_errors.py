@@ -1,6 +1,6 @@
 # umqtt3.codec_errors -- why umqtt3.codec refused a packet, as text.
 #
-# codec.py and codec_server.py raise with a number (their _E_ constants),
+# codec.py, codec_server.py and props.py raise with a number (their _E_ constants),
 # and codec._err() imports this module to turn it into MQTTError.reason: the
 # texts cost a device no RAM until the first refusal. Keep the order: the
 # constants are indexes into TEXT.
@@ -50,4 +50,20 @@ TEXT = (
     "empty will topic",  # 42 _E_EMPTY_WILL
     "wildcard in will topic",  # 43 _E_WILL_WILDCARD
     "bytes after CONNECT payload",  # 44 _E_CONNECT_TAIL
+    "bad variable byte integer",  # 45 _E_VARINT
+    "variable byte integer not minimal",  # 46 _E_VARINT_NOT_MINIMAL
+    "properties run past the packet",  # 47 _E_PROPS_PAST_END
+    "property runs past the list",  # 48 _E_PROP_PAST_LIST
+    "property list length",  # 49 _E_PROP_LIST_LENGTH
+    "unknown property",  # 50 _E_PROP_UNKNOWN
+    "property not allowed in this packet",  # 51 _E_PROP_NOT_ALLOWED
+    "duplicate property",  # 52 _E_PROP_DUPLICATE
+    "property value must be 0 or 1",  # 53 _E_PROP_NOT_0_1
+    "Maximum QoS must be 0 or 1",  # 54 _E_PROP_MAX_QOS
+    "property value 0",  # 55 _E_PROP_ZERO
+    "Maximum Packet Size 0",  # 56 _E_PROP_MAX_PACKET_0
+    "Subscription Identifier 0",  # 57 _E_PROP_SUB_ID_0
+    "string too long",  # 58 _E_PROP_STRING_LONG
+    "bad property value",  # 59 _E_PROP_VALUE
+    "bad reason code",  # 60 _E_REASON_CODE
 )

@@ -8,7 +8,26 @@ from .compat import const, as_bytes
 # Not circular: codec imports this module lazily. Importing here, not inside
 # the functions, keeps check() free of a per-call import (which allocates on
 # MicroPython).
-from .codec import MQTTError, _str, _bin, _header, varint_size, put_varint
+from .codec import _err, _str, _bin, _header, varint_size, put_varint
+
+# indexes into umqtt3.codec_errors, as in codec.py
+_E_LENGTH = const(28)
+_E_VARINT = const(45)
+_E_VARINT_NOT_MINIMAL = const(46)
+_E_PROPS_PAST_END = const(47)
+_E_PROP_PAST_LIST = const(48)
+_E_PROP_LIST_LENGTH = const(49)
+_E_PROP_UNKNOWN = const(50)
+_E_PROP_NOT_ALLOWED = const(51)
+_E_PROP_DUPLICATE = const(52)
+_E_PROP_NOT_0_1 = const(53)
+_E_PROP_MAX_QOS = const(54)
+_E_PROP_ZERO = const(55)
+_E_PROP_MAX_PACKET_0 = const(56)
+_E_PROP_SUB_ID_0 = const(57)
+_E_PROP_STRING_LONG = const(58)
+_E_PROP_VALUE = const(59)
+_E_REASON_CODE = const(60)
 
 PAYLOAD_FORMAT = const(0x01)
 MESSAGE_EXPIRY = const(0x02)
@@ -88,10 +107,6 @@ def reason_ok(ptype, rc):
     return rc in _RC[ptype]
 
 
-def _fail(reason, code=0x81):
-    raise MQTTError(reason, code)
-
-
 def read_varint(buf, i, end):
     """The variable byte integer at i (1..4 bytes, minimal [MQTT-1.5.5-1]);
     varint_end() gives the offset after it. (The fixed header's remaining
@@ -100,12 +115,12 @@ def read_varint(buf, i, end):
     shift = 0
     while True:
         if i >= end or shift > 21:
-            _fail("bad variable byte integer")
+            _err(_E_VARINT)
         b = buf[i]
         n |= (b & 0x7F) << shift
         if not b & 0x80:
             if not b and shift:
-                _fail("variable byte integer not minimal")
+                _err(_E_VARINT_NOT_MINIMAL)
             return n
         shift += 7
         i += 1
@@ -136,7 +151,7 @@ def _value_end(buf, i, end, t):
             if t == _PAIR:
                 i = _str(buf, i, end)
     if i > end:
-        _fail("property runs past the list")
+        _err(_E_PROP_PAST_LIST)
     return i
 
 
@@ -150,35 +165,35 @@ def check(buf, off, end, ptype):
     while off < end:
         pid = buf[off]
         if pid & 0x80 or pid >= len(TYPES) or not TYPES[pid]:
-            _fail("unknown property")
+            _err(_E_PROP_UNKNOWN)
         if not WHERE[pid] & bit:
-            _fail("property not allowed in this packet", 0x82)
+            _err(_E_PROP_NOT_ALLOWED, 0x82)
         t = TYPES[pid]
         if pid != USER_PROPERTY and not (pid == SUBSCRIPTION_ID and ptype == 3):
             if pid < 30:
                 m = 1 << pid
                 if seen_lo & m:
-                    _fail("duplicate property", 0x82)
+                    _err(_E_PROP_DUPLICATE, 0x82)
                 seen_lo |= m
             else:
                 m = 1 << (pid - 30)
                 if seen_hi & m:
-                    _fail("duplicate property", 0x82)
+                    _err(_E_PROP_DUPLICATE, 0x82)
                 seen_hi |= m
         v0 = off + 1
         off = _value_end(buf, v0, end, t)
         if t == _BYTE and buf[v0] > 1 and pid != MAXIMUM_QOS:
-            _fail("property value must be 0 or 1", 0x82)
+            _err(_E_PROP_NOT_0_1, 0x82)
         if pid == MAXIMUM_QOS and buf[v0] > 1:
-            _fail("Maximum QoS must be 0 or 1", 0x82)
+            _err(_E_PROP_MAX_QOS, 0x82)
         if (pid == RECEIVE_MAXIMUM or pid == TOPIC_ALIAS) and not (buf[v0] | buf[v0 + 1]):
-            _fail("property value 0", 0x82)
+            _err(_E_PROP_ZERO, 0x82)
         if pid == MAXIMUM_PACKET_SIZE and not (buf[v0] | buf[v0 + 1] | buf[v0 + 2] | buf[v0 + 3]):
-            _fail("Maximum Packet Size 0", 0x82)
+            _err(_E_PROP_MAX_PACKET_0, 0x82)
         if pid == SUBSCRIPTION_ID and buf[v0] == 0:
-            _fail("Subscription Identifier 0", 0x82)
+            _err(_E_PROP_SUB_ID_0, 0x82)
     if off != end:
-        _fail("property list length")
+        _err(_E_PROP_LIST_LENGTH)
 
 
 def _read(buf, i, t):
@@ -252,7 +267,7 @@ def _put_varint(out, n):
 def _put_str(out, s):
     s = as_bytes(s)
     if len(s) > 65535:
-        _fail("string too long")
+        _err(_E_PROP_STRING_LONG)
     out.append(len(s) >> 8)
     out.append(len(s) & 0xFF)
     out.extend(s)
@@ -265,12 +280,12 @@ def encode(props):
     for pid, v in props.items():
         t = TYPES[pid] if 0 < pid < len(TYPES) else 0
         if not t:
-            _fail("unknown property")
+            _err(_E_PROP_UNKNOWN)
         vals = v if isinstance(v, list) else (v,)
         for v in vals:
             # out.append() would wrap a bad value silently on MicroPython
             if t < _UTF8 and (v < 0 or v >> (8, 16, 32, 28)[t - 1]):
-                _fail("bad property value")
+                _err(_E_PROP_VALUE)
             out.append(pid)
             if t == _BYTE:
                 out.append(v)
@@ -324,7 +339,7 @@ def read(pkt, buf, off, end, ptype):
     n = read_varint(buf, off, end)
     off = varint_end(buf, off)
     if off + n > end:
-        _fail("properties run past the packet")
+        _err(_E_PROPS_PAST_END)
     pkt.props_off = off
     pkt.props_len = n
     if n:
@@ -338,10 +353,10 @@ def tail(pkt, buf, i, end, ptype):
     if i < end:
         c = buf[i]
         if not reason_ok(ptype, c):
-            _fail("bad reason code", 0x82)
+            _err(_E_REASON_CODE, 0x82)
         pkt.rc = c
         if i + 1 < end and read(pkt, buf, i + 1, end, ptype) != end:
-            _fail("bad length")  # bytes after the properties
+            _err(_E_LENGTH)  # bytes after the properties
     return ptype
 
 

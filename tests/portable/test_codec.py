@@ -1086,18 +1086,22 @@ def test_refusals_carry_their_text():
     assert e.reason == "bytes after CONNECT payload", e.reason
     e = bad(frame(0x82, b"\x00\x01\x00\x01a\x03"))  # [MQTT-3.8.3-4]
     assert e.reason == "bad subscription options", e.reason
+    e = bad(frame(0x40, b"\x00\x01\x05"), 5)  # props.py's numbers
+    assert e.reason == "bad reason code", e.reason
+    e = bad(frame(0x30, b"\x00\x01t\x02\x7f\x00"), 5)
+    assert e.reason == "unknown property", e.reason
 
 
 def test_refusal_numbers_agree():
-    # codec.py and codec_server.py each define the numbers they raise with
-    # (MicroPython folds const() names away, so they cannot be shared): the
-    # same name must have the same number, and the numbers must cover
-    # codec_errors.TEXT exactly, one distinct text each.
+    # codec.py, codec_server.py and props.py each define the numbers they
+    # raise with (MicroPython folds const() names away, so they cannot be
+    # shared): the same name must have the same number, and the numbers
+    # must cover codec_errors.TEXT exactly, one distinct text each.
     if MICROPYTHON:
         raise SkipTest("const() names exist only on CPython")
     from umqtt3 import codec_errors, codec_server
     seen = {}
-    for mod in (codec, codec_server):
+    for mod in (codec, codec_server, props):
         for name, v in sorted(vars(mod).items()):
             if name.startswith("_E_"):
                 assert seen.setdefault(name, v) == v, (mod.__name__, name)
