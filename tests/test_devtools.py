@@ -161,19 +161,20 @@ def test_native_code_is_compiled_for_the_boards_arch(board, tmp_path):
 
 def test_config_json_is_the_users_with_the_role(tmp_path):
     user = tmp_path / "config.json"
+    out = str(tmp_path / "b")
+
+    def staged_config():
+        staged = deploy.stage(deploy.plan("esp32", "node", str(user), frozen=True), out,
+                              "xtensawin", "node")
+        return json.load(open([p for p, d in staged if d == "config.json"][0]))
     user.write_text(json.dumps({"broker": "10.0.0.2", "qos": 2, "role": "gateway"}))
-    staged = deploy.stage(deploy.plan("esp32", "node", str(user)), str(tmp_path / "b"),
-                          "xtensawin", "node")
-    path = [p for p, d in staged if d == "config.json"][0]
-    assert json.load(open(path)) == {"broker": "10.0.0.2", "qos": 2, "role": "node", "board": ""}
+    assert staged_config() == {"broker": "10.0.0.2", "qos": 2, "role": "node", "board": ""}
     user.write_text(json.dumps({"qos": 3}))
-    assert "qos must be 0, 1 or 2" in usage_error(
-        deploy.stage, deploy.plan("esp32", "node", str(user)), str(tmp_path / "b"), "xtensawin",
-        "node")
+    assert "qos must be 0, 1 or 2" in usage_error(staged_config)
     user.write_text("{broker: 1}")
-    assert "not valid JSON" in usage_error(
-        deploy.stage, deploy.plan("esp32", "node", str(user)), str(tmp_path / "b"), "xtensawin",
-        "node")
+    assert "not valid JSON" in usage_error(staged_config)
+    user.write_text("[1]")
+    assert "must hold a JSON object" in usage_error(staged_config)
 
 
 def test_secrets_template_is_valid_and_names_what_the_firmware_reads():

@@ -239,9 +239,8 @@ def default_file(given, name):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                 epilog="boards: %s; roles: %s" % (", ".join(devices.device_boards()),
-                                                                  ", ".join(ROLES)))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog="boards: %s; roles: %s"
+                                 % (", ".join(devices.device_boards()), ", ".join(ROLES)))
     ap.add_argument("--board", default="", help="a profile in boards/")
     ap.add_argument("--port", default="",
                     help="serial port (default: the only one plugged in), or socket://host:port")

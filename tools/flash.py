@@ -98,7 +98,8 @@ def main(argv=None):
     ap.add_argument("--firmware", default="", help="the MicroPython image (.bin, Pico W: .uf2)")
     ap.add_argument("--port", default="", help="ESP32s: serial port (default: the only one)")
     ap.add_argument("--drive", default="", help="Pico W: the mounted RPI-RP2 drive")
-    ap.add_argument("--baud", type=int, default=BAUD, help="ESP32s: write speed (default %d)" % BAUD)
+    ap.add_argument("--baud", type=int, default=BAUD,
+                    help="ESP32s: write speed (default %d)" % BAUD)
     ap.add_argument("--no-erase", action="store_true",
                     help="ESP32s: keep the rest of the flash (and the filesystem)")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
