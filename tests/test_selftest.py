@@ -72,6 +72,8 @@ def test_corrupt_vector_is_reported():
     bad = lines(p.stdout, "FAIL")
     assert len(bad) == 1 and bad[0].startswith("FAIL  codec: PUBLISH QoS 0"), bad
     assert "want 30 12 00 0c" in bad[0]
+    # an exception after the report: mpremote, like run.mjs, then exits 1
+    assert p.stderr.rstrip().endswith("Failed: see the FAIL lines above"), p.stderr
 
 
 def test_allocation_under_heap_lock_is_reported():
