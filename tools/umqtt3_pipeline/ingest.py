@@ -148,3 +148,38 @@ class Ingest:
         if self.log is not None:
             self.log.close()
             self.log = None
+
+
+def main(argv=None):
+    """Run the ingest alone (no Spark): fill the log until SIGTERM/Ctrl-C.
+    A Spark job can read the log later with the batch reader."""
+    import argparse
+    import signal
+    ap = argparse.ArgumentParser(prog="python -m umqtt3_pipeline.ingest", description=main.__doc__)
+    ap.add_argument("--log", required=True)
+    ap.add_argument("--broker", default="127.0.0.1:1883")
+    ap.add_argument("--topics", default="umqtt3/+/+")
+    ap.add_argument("--qos", type=int, default=1, choices=(1, 2))
+    ap.add_argument("--client-id", default="umqtt3-ingest")
+    a = ap.parse_args(argv)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    ing = Ingest(a.log, a.broker, [t for t in a.topics.split(",") if t], a.client_id,
+                 a.qos).start()
+    try:
+        while not stop.is_set() and ing.error is None:
+            if ing.connected.is_set():
+                print("ready", flush=True)
+                break
+            stop.wait(0.05)
+        while not stop.is_set() and ing.error is None:
+            stop.wait(0.2)
+    except KeyboardInterrupt:
+        pass
+    ing.stop()
+    ing.check()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -110,15 +110,16 @@ def decode_body(body):
     return kind, flags, pid, t_ms, bytes(body[o:o + tl]), bytes(body[o + tl:])
 
 
-def read_range(path, start, first_n, end):
+def read_range(path, start, first_n, end=None):
     """Yield (position, message number, flags, pid, received ms, topic,
-    payload) for the messages between positions start and end; first_n is the
-    number of the first message at or after start (from the offset)."""
+    payload) for the messages between positions start and end (None: every
+    whole record); first_n is the number of the first message at or after
+    start (from the offset)."""
     bases = segments(path)
     n = first_n
     for i, base in enumerate(bases):
         seg_end = bases[i + 1] if i + 1 < len(bases) else None
-        if base >= end or (seg_end is not None and seg_end <= start):
+        if end is not None and base >= end or (seg_end is not None and seg_end <= start):
             continue
         with open(os.path.join(path, seg_name(base)), "rb") as f:
             hdr = decode_header(f.read(14 + 2 * 65536 + 4))
@@ -126,10 +127,13 @@ def read_range(path, start, first_n, end):
                 raise IOError("segment %s: bad header" % seg_name(base))
             lo = max(start, base + hdr[0])
             f.seek(lo - base)
-            stop = end if seg_end is None else min(end, seg_end)
-            buf = f.read(stop - lo)
-        if len(buf) < stop - lo:
-            raise IOError("segment %s: ends before position %d" % (seg_name(base), stop))
+            if end is None and seg_end is None:
+                buf = f.read()
+            else:
+                stop = seg_end if end is None else end if seg_end is None else min(end, seg_end)
+                buf = f.read(stop - lo)
+                if len(buf) < stop - lo:
+                    raise IOError("segment %s: ends before position %d" % (seg_name(base), stop))
         for off, _, body in scan(buf):
             kind, flags, pid, t_ms, topic, payload = decode_body(body)
             if kind == MSG:

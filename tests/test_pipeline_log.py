@@ -1,0 +1,198 @@
+"""The ingest log on its own (tools/umqtt3_pipeline/log.py) and the firmware
+format's parsing: no broker, no Spark."""
+import os
+
+import pytest
+
+from umqtt3_pipeline import log as L
+from umqtt3_pipeline.telemetry import dedup_key, parse
+
+
+def msgs(path):
+    """Every message in the log, read the way executors read it."""
+    bases = L.segments(path)
+    h = L.read_header(path, bases[0])
+    return list(L.read_range(path, bases[0] + h[0], h[1]))
+
+
+def fill(g, k, qos=1, first=0, sync_every=3, topic=b"umqtt3/n1/temp"):
+    for i in range(first, first + k):
+        g.append_msg(topic, b"%d" % i, qos, 0, 0, i % 65535 + 1, 1000 + i)
+        if i % sync_every == sync_every - 1:
+            g.sync()
+    g.sync()
+
+
+def test_appended_messages_read_back_in_order_with_numbers(tmp_path):
+    g = L.Log(str(tmp_path))
+    fill(g, 50)
+    got = msgs(str(tmp_path))
+    assert [m[6] for m in got] == [b"%d" % i for i in range(50)]
+    assert [m[1] for m in got] == list(range(50))  # message numbers, Kafka's "offset"
+    assert [m[4] for m in got] == [1000 + i for i in range(50)]
+    assert g.durable()[1] == 50
+    g.close()
+
+
+def test_only_synced_records_are_durable(tmp_path):
+    g = L.Log(str(tmp_path))
+    fill(g, 4, sync_every=100)
+    end = g.durable()
+    g.append_msg(b"a/b/c", b"x", 1, 0, 0, 9, 1)
+    assert g.durable() == end  # appended, not yet synced: invisible to Spark
+    g.sync()
+    assert g.durable()[1] == end[1] + 1 and g.durable()[0] > end[0]
+    g.close()
+
+
+@pytest.mark.parametrize("damage", ["torn", "crc", "length"])
+def test_recovery_cuts_a_torn_tail(tmp_path, damage):
+    p = str(tmp_path)
+    g = L.Log(p)
+    fill(g, 10)
+    end = g.durable()
+    g.close()
+    seg = os.path.join(p, L.seg_name(L.segments(p)[-1]))
+    rec = L.encode_record(L.MSG, 1, 3, 5, b"a/b/c", b"half-written")
+    if damage == "torn":
+        bad = rec[:len(rec) - 4]
+    elif damage == "crc":
+        bad = rec[:-1] + bytes([rec[-1] ^ 1])
+    else:
+        bad = b"\xff\xff\xff\xff" + rec[4:]
+    with open(seg, "ab") as f:
+        f.write(bad)
+    g = L.Log(p)
+    assert g.durable() == end
+    assert os.path.getsize(seg) == end[0] - L.segments(p)[-1]  # cut off on disk
+    fill(g, 2, first=10)
+    assert [m[6] for m in msgs(p)] == [b"%d" % i for i in range(12)]
+    assert [m[1] for m in msgs(p)] == list(range(12))
+    g.close()
+
+
+def test_segments_roll_and_positions_continue_across_reopen(tmp_path):
+    p = str(tmp_path)
+    g = L.Log(p, segment_bytes=400)
+    fill(g, 40)
+    assert len(L.segments(p)) > 3
+    end = g.durable()
+    g.close()
+    g = L.Log(p, segment_bytes=400)
+    assert g.durable() == end
+    fill(g, 10, first=40)
+    assert [m[1] for m in msgs(p)] == list(range(50))
+    pos = [m[0] for m in msgs(p)]
+    assert pos == sorted(set(pos))
+    g.close()
+
+
+def test_trim_deletes_only_segments_before_the_committed_position(tmp_path):
+    p = str(tmp_path)
+    g = L.Log(p, segment_bytes=400)
+    fill(g, 40)
+    all_msgs = msgs(p)
+    cut = all_msgs[25]  # Spark committed up to message 25
+    before = L.segments(p)
+    dropped = g.trim(cut[0])
+    after = L.segments(p)
+    assert dropped == len(before) - len(after) > 0
+    assert after[0] <= cut[0]  # the segment holding message 25 stays
+    first = g.first()
+    assert first[1] <= 25
+    rest = list(L.read_range(p, first[0], first[1], g.durable()[0]))
+    assert [m[1] for m in rest] == list(range(first[1], 40))
+    assert rest == [m for m in all_msgs if m[1] >= first[1]]
+    g.trim(g.durable()[0] + 1000)
+    assert L.segments(p) == after[-1:]  # the segment being written always stays
+    g.close()
+
+
+def test_advance_stops_after_max_rows(tmp_path):
+    p = str(tmp_path)
+    g = L.Log(p, segment_bytes=400)
+    fill(g, 30)
+    first = g.first()
+    end = g.durable()
+    pos, n = L.advance(p, first[0], first[1], end[0], 7)
+    assert n == 7
+    assert [m[1] for m in L.read_range(p, first[0], first[1], pos)] == list(range(7))
+    pos2, n2 = L.advance(p, pos, n, end[0], 100)
+    assert (pos2, n2) == end
+    g.close()
+
+
+def test_held_qos2_ids_survive_reopen_and_releases(tmp_path):
+    p = str(tmp_path)
+    g = L.Log(p, segment_bytes=300)
+    g.append_msg(b"a/b/c", b"1", 2, 0, 0, 11, 1)
+    g.append_msg(b"a/b/c", b"2", 2, 0, 0, 12, 1)
+    g.sync()
+    g.append_release(11)
+    g.sync()
+    g.close()
+    g = L.Log(p, segment_bytes=300)
+    assert g.held == {12}
+    fill(g, 30)  # roll: the new segments' headers carry id 12
+    g.close()
+    assert len(L.segments(p)) > 2
+    g = L.Log(p, segment_bytes=300)
+    assert 12 in g.held
+    g.append_release(12)
+    g.append_msg(b"a/b/c", b"3", 2, 0, 0, 13, 1)
+    g.append_clear()  # the broker lost our session
+    g.sync()
+    g.close()
+    g = L.Log(p, segment_bytes=300)
+    assert g.held == set()
+    g.close()
+
+
+def test_an_unsynced_release_is_not_durable(tmp_path):
+    p = str(tmp_path)
+    g = L.Log(p)
+    g.append_msg(b"a/b/c", b"1", 2, 0, 0, 7, 1)
+    g.sync()
+    g.append_release(7)  # crash before the group commit: PUBCOMP never left
+    g.lockf.close()
+    g.f.close()
+    g = L.Log(p)
+    assert g.held == {7}  # the broker's PUBREL comes again
+    g.close()
+
+
+def test_a_rolled_segment_with_a_torn_header_is_dropped(tmp_path):
+    p = str(tmp_path)
+    g = L.Log(p, segment_bytes=300)
+    fill(g, 10)
+    end = g.durable()
+    g.close()
+    with open(os.path.join(p, L.seg_name(end[0] + 1)), "wb") as f:
+        f.write(L.MAGIC + b"\x00")  # a crash while the next header was written
+    g = L.Log(p, segment_bytes=300)
+    assert g.durable() == end
+    assert L.segments(p)[-1] < end[0]
+    g.close()
+
+
+def test_one_writer_per_directory(tmp_path):
+    g = L.Log(str(tmp_path))
+    with pytest.raises(OSError):
+        L.Log(str(tmp_path), lock_timeout=0.2)
+    g.close()
+    L.Log(str(tmp_path)).close()
+
+
+def test_parse_firmware_readings_and_dedup_keys():
+    t, p = b"umqtt3/node1/temp", b'{"v":21.50,"boot":4711,"seq":17}'
+    assert parse(t, p) == ("node1", "temp", 21.5, 4711, 17, None)
+    assert parse(b"site/a/umqtt3/n2/vbat", b'{"v": 3, "boot": 1, "seq": 2, "t": 1700000000.5}') == \
+        ("n2", "vbat", 3.0, 1, 2, 1700000000.5)
+    # a reading sent again has the same key; another reading never does
+    assert dedup_key(t, p) == dedup_key(t, p) == ("node1", 4711, 17)
+    assert dedup_key(t, b'{"v":21.50,"boot":4711,"seq":18}') != dedup_key(t, p)
+    assert dedup_key(t, b'{"v":21.50,"boot":4712,"seq":17}') != dedup_key(t, p)
+    for topic, payload in [(b"umqtt3/node1/status", b"online"), (b"temp", p),
+                           (t, b'{"v":"warm","boot":1,"seq":1}'), (t, b'{"v":1,"seq":1}'),
+                           (t, b"{not json"), (t, b'{"v":true,"boot":1,"seq":1}')]:
+        assert parse(topic, payload) is None
