@@ -503,10 +503,12 @@ class Session:
         self.b.rtag = -1
 
     def in_del(self, pid):
-        if self.fs is not None:
-            self.fs.in_del(pid)  # removed durably before PUBCOMP
+        # RAM first: when the disk fails, PUBCOMP is not sent, and an id
+        # left on disk only makes a PUBREL after a restart find it
         self.ipid_del(pid)
         self.b.rtag = -1
+        if self.fs is not None:
+            self.fs.in_del(pid)  # removed durably before PUBCOMP
 
     # ------------------------------------------------------------ persistence
     def restore_slot(self, st, pid, frame):

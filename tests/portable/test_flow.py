@@ -39,3 +39,59 @@ def test_memory_store_sequence_stays_small():
         s.out_add(pid, None, b"abc%d" % pid, 0, 4)
     assert s.nseq < 10, s.nseq
     assert [r[0] for r in s.recover()] == [5, 6, 7]
+
+
+class _Deferring(MemoryStore):
+    """A store that keeps its own send order, as a broker session does:
+    out_rel answers True while it holds something older to write."""
+
+    def __init__(self):
+        super().__init__(4, 64)
+        self.defer = False
+        self.rels = []
+
+    def out_rel(self, pid):
+        super().out_rel(pid)
+        self.rels.append(pid)
+        return self.defer
+
+
+class _Ack:
+    def __init__(self, t, pid):
+        self.type = t
+        self.pid = pid
+        self.rc = 0
+
+
+def test_pubrec_recorded_then_pubrel_unless_the_store_defers():
+    # PUBREC is recorded before PUBREL [MQTT-4.3.3-1]; a store that keeps
+    # its send order may take the PUBREL over, and Flow then writes none
+    from umqtt3.codec import PUBREC, PUBCOMP
+    st = _Deferring()
+    f = Flow(st, _App())
+    conn = Conn(None, 64, 64)
+    p1 = f.publish(conn, b"t", b"a", qos=2)
+    p2 = f.publish(conn, b"t", b"b", qos=2)
+    conn.tlen = 0
+    f.on_ack(conn, _Ack(PUBREC, p1))
+    assert st.rels == [p1] and conn.tlen == 4 and conn.tx[0] == 0x62  # PUBREL
+    st.defer = True
+    f.on_ack(conn, _Ack(PUBREC, p2))
+    assert st.rels == [p1, p2] and conn.tlen == 4  # recorded, nothing written
+    assert st.out_get(p2)[0] == 0x72  # 'r'
+    f.on_ack(conn, _Ack(PUBCOMP, p1))
+    assert not st.out_has(p1) and st.out_has(p2)
+
+
+def test_send_stored_stores_before_it_queues():
+    # rule 1 of docs/store.md in one place, for the client and the broker:
+    # a store that refuses leaves nothing queued
+    from umqtt3.flow import send_stored
+    from umqtt3.store import StoreFull
+    st = MemoryStore(1, 64)
+    conn = Conn(None, 64, 64)
+    conn.tx[0:4] = b"\x32\x02\x00\x01"
+    send_stored(st, conn, 0, 4, 1)
+    assert conn.tlen == 4 and st.out_has(1)
+    raises(StoreFull, send_stored, st, conn, 4, 8, 2)
+    assert conn.tlen == 4 and not st.out_has(2)

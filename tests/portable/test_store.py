@@ -301,6 +301,26 @@ def test_file_key_none_and_last():
         _cleanup(d)
 
 
+def test_file_keys_as_tags_for_the_broker():
+    # keep_last=False (a broker session): keys are tags, no "last" record;
+    # an inbound record keeps its tag, and tags never count for accepted()
+    d = _tmpdir()
+    try:
+        s = FileStore(d, keep_last=False)
+        _add(s, 1, key=5)
+        s.out_del(1)
+        assert _files(d) == []
+        b1, n1 = _pub(3, b"x")
+        s.in_add(3, b1, 0, 0, 77)  # only the id and the tag
+        _add(s, 2, key=77)
+        r = FileStore(d, keep_last=False).recover()
+        assert [(x[0], x[1], x[2]) for x in r] == [(2, "p", 77), (3, "u", 77)], r
+        assert r[1][3] == b""
+        assert not FileStore(d).accepted(78) and FileStore(d).accepted(77)
+    finally:
+        _cleanup(d)
+
+
 def test_file_inbound():
     d = _tmpdir()
     try:
