@@ -4,6 +4,7 @@
     python tools/bench/broker.py            full run (about a minute)
     python tools/bench/broker.py --quick    a few seconds per broker
     python tools/bench/broker.py --only umqtt3,mosquitto
+    python tools/bench/broker.py --store --only umqtt3
 
 Scenarios, each at QoS 0, 1 and 2:
   fan-in   8 publishers -> 1 subscriber
@@ -19,6 +20,12 @@ packets pre-built with umqtt3.codec, every QoS 1/2 flow answered. The load
 is closed-loop (at most WINDOW messages not yet delivered, at most
 PUB_WINDOW unacknowledged per publisher), so no broker is pushed into
 dropping messages and the figure is what it sustains.
+
+--store adds a column "umqtt3+store": the same broker with `--store DIR`
+(a directory on the disk /tmp is on), which writes and fsyncs what it
+acknowledges before the acknowledgement. Every client then connects with
+CleanSession 0 (fresh client ids per case), in every column, so that the
+sessions are persistent and their QoS 1/2 messages are written.
 
 The generator is Python too, so a fast broker can be limited by it: the
 mosquitto column is a floor for mosquitto, and the umqtt3/mosquitto ratio
@@ -102,13 +109,20 @@ class Server:
         self.log.close()
 
 
-def start_umqtt3(tmp):
+def start_umqtt3(tmp, extra=()):
     port = free_port()
     env = dict(os.environ, PYTHONPATH=LIB)
     prof = os.environ.get("BENCH_PROFILE")  # a file: run our broker under cProfile
     pre = ["-m", "cProfile", "-o", prof] if prof else []
     return Server("umqtt3", [sys.executable] + pre + ["-m", "umqtt3.broker", "--host", "127.0.0.1",
-                             "--port", str(port), "--quiet", "--sys-interval", "0"], port, env)
+                             "--port", str(port), "--quiet", "--sys-interval", "0"] + list(extra),
+                  port, env)
+
+
+def start_umqtt3_store(tmp):
+    srv = start_umqtt3(tmp, ["--store", os.path.join(tmp, "umqtt3-store")])
+    srv.name = "umqtt3+store"
+    return srv
 
 
 def start_amqtt(tmp):
@@ -143,17 +157,18 @@ def start_mosquitto(tmp):
     return Server("mosquitto", [exe, "-c", conf], port)
 
 
-STARTERS = {"umqtt3": start_umqtt3, "amqtt": start_amqtt, "mosquitto": start_mosquitto}
+STARTERS = {"umqtt3": start_umqtt3, "umqtt3+store": start_umqtt3_store, "amqtt": start_amqtt,
+            "mosquitto": start_mosquitto}
 
 
 # ---------------------------------------------------------------- load generator
 
 class Peer:
-    def __init__(self, port, cid, sub_qos=None):
+    def __init__(self, port, cid, sub_qos=None, clean=True):
         s = socket.create_connection(("127.0.0.1", port), timeout=10)
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         buf = bytearray(256)
-        n = encode_connect(buf, 0, cid, 4, True, 0)
+        n = encode_connect(buf, 0, cid, 4, clean, 0)
         s.sendall(buf[:n])
         if _read_exact(s, 4)[0] != 0x20:
             raise RuntimeError("no CONNACK")
@@ -240,14 +255,16 @@ def _frame(qos, pid):
     return bytes(buf[:n])
 
 
-def run_load(port, scenario, qos, seconds):
+def run_load(port, scenario, qos, seconds, persistent=False):
     """Returns (messages delivered, seconds) for one scenario."""
+    clean = not persistent
+    tag = "%s%d-" % (scenario, qos) if persistent else ""  # fresh sessions per case
     if scenario == "fan-in":
-        pubs = [Peer(port, "pub%d" % i) for i in range(NCLIENTS)]
-        subs = [Peer(port, "sub0", qos)]
+        pubs = [Peer(port, tag + "pub%d" % i, None, clean) for i in range(NCLIENTS)]
+        subs = [Peer(port, tag + "sub0", qos, clean)]
     else:
-        pubs = [Peer(port, "pub0")]
-        subs = [Peer(port, "sub%d" % i, qos) for i in range(NCLIENTS)]
+        pubs = [Peer(port, tag + "pub0", None, clean)]
+        subs = [Peer(port, tag + "sub%d" % i, qos, clean) for i in range(NCLIENTS)]
     peers = pubs + subs
     fan = len(subs)
     sel = selectors.DefaultSelector()
@@ -321,7 +338,7 @@ def table(title, names, cases, res, fmt, lower_better):
     head = "%-14s" % "case" + "".join("%12s" % n for n in names)
     others = [n for n in names if n != "umqtt3"] if "umqtt3" in names else []
     for o in others:
-        head += "%21s" % ("umqtt3 vs " + o)
+        head += "%24s" % ("umqtt3 vs " + o)
     print(head)
     for sc, q in cases:
         row = "%-14s" % ("%s QoS %d" % (sc, q))
@@ -332,9 +349,9 @@ def table(title, names, cases, res, fmt, lower_better):
         for o in others:
             v = res.get((o, sc, q))
             if not (u and v):
-                row += "%21s" % "-"
+                row += "%24s" % "-"
             else:
-                row += "%20.2fx" % ((v / u) if lower_better else (u / v))
+                row += "%23.2fx" % ((v / u) if lower_better else (u / v))
         print(row)
 
 
@@ -359,9 +376,13 @@ def main():
     ap.add_argument("--only", default="umqtt3,amqtt,mosquitto", help="brokers to run, comma-separated")
     ap.add_argument("--case", help="only these cases, e.g. fan-in:0,fan-out:2")
     ap.add_argument("--no-ram", action="store_true", help="skip the MicroPython RAM figure")
+    ap.add_argument("--store", action="store_true",
+                    help="also umqtt3 with a store; persistent sessions in every column")
     a = ap.parse_args()
     secs = a.seconds or (0.4 if a.quick else 2.0)
     names = [n for n in a.only.split(",") if n]
+    if a.store and "umqtt3+store" not in names:
+        names.insert(names.index("umqtt3") + 1 if "umqtt3" in names else 0, "umqtt3+store")
     cases = [(sc, q) for sc in ("fan-in", "fan-out") for q in (0, 1, 2)]
     if a.case:
         want = set(a.case.split(","))
@@ -380,7 +401,7 @@ def main():
                 for sc, q in cases:
                     try:
                         c0 = srv.cpu()
-                        n, dt = run_load(srv.port, sc, q, secs)
+                        n, dt = run_load(srv.port, sc, q, secs, a.store)
                         c1 = srv.cpu()
                         results[(name, sc, q)] = n / dt if dt > 0 else 0.0
                         if n and c0 is not None and c1 is not None:
@@ -389,8 +410,9 @@ def main():
                         print("%s %s QoS %d failed: %s" % (name, sc, q, e))
             finally:
                 srv.stop()
-    table("messages delivered per second (payload %d bytes, %.1f s per case, %d-core machine)"
-          % (len(PAYLOAD), secs, os.cpu_count() or 0), names, cases, results, "%.0f", False)
+    table("messages delivered per second (payload %d bytes, %.1f s per case, %d-core machine%s)"
+          % (len(PAYLOAD), secs, os.cpu_count() or 0, ", persistent sessions" if a.store else ""),
+          names, cases, results, "%.0f", False)
     table("broker CPU time per delivered message, microseconds (lower is better)",
           names, cases, cpu, "%.1f", True)
     print("goals: umqtt3 >= 5x amqtt and >= 0.3x mosquitto. The load generator is Python on the"
