@@ -10,7 +10,9 @@
 # - codec: byte-exact vectors from the MQTT texts (../shared/seeds), encoded
 #   and decoded;
 # - no allocation: the hot paths (PUBLISH encode and decode, the acks,
-#   PINGREQ/PINGRESP, topic matching) under micropython.heap_lock();
+#   PINGREQ/PINGRESP, topic matching) under micropython.heap_lock(), then
+#   the client's (publish QoS 0/1/2, receive QoS 1/2, ping) over an
+#   in-memory pipe to a scripted broker;
 # - store: a FileStore in a scratch directory: a QoS 2 message written, found
 #   again by a new store as after a reset, deleted; nothing left behind.
 #
@@ -286,6 +288,162 @@ def check_no_allocation(alloc=False):
         report("PASS", name, "%d rounds with the heap locked" % rounds)
 
 
+# ---------------------------------------------------------------- client
+# The client's steady state over an in-memory pipe (no network needed): a
+# scripted broker answers from preallocated buffers, one packet each time the
+# client finds nothing to read, so the blocking calls work in one thread.
+
+class Peer:
+    def __init__(self, c, connack, pipe):
+        from umqtt3.transport import Conn
+        self.c = c
+        self.connack = connack
+        self.conn = Conn(pipe, 256, 256)
+        self.pkt = c.Packet(4)
+        self.topic = b"selftest/in"
+        self.payload = b"21.53"
+        self.pid = 0
+
+    def step(self):
+        k = self.conn
+        n = k.recv()
+        if not n:
+            return
+        c = self.c
+        p = self.pkt
+        c.decode(p, k.rx, 0, n)
+        t = p.type
+        if t == c.CONNECT:
+            k.tlen = self.connack(k.tx, k.tlen, False, 0)
+        elif t == c.PUBLISH and p.qos:
+            k.tlen = c.encode_ack(k.tx, k.tlen, c.PUBACK if p.qos == 1 else c.PUBREC, p.pid)
+        elif t == c.PUBREL:
+            k.tlen = c.encode_ack(k.tx, k.tlen, c.PUBCOMP, p.pid)
+        elif t == c.PINGREQ:
+            k.tlen = c.encode_simple(k.tx, k.tlen, c.PINGRESP)
+        k.done()
+        k.flush()
+
+    def send(self, qos):
+        """A PUBLISH to the client."""
+        k = self.conn
+        self.pid = self.pid % 65535 + 1
+        k.tlen = self.c.encode_publish(k.tx, k.tlen, self.topic, self.payload, qos, self.pid)
+        k.flush()
+
+
+class Link:
+    """The client's end of the pipe: a read that finds nothing lets the peer
+    answer first."""
+
+    def __init__(self, pipe, peer):
+        self.pipe = pipe
+        self.peer = peer
+
+    def readinto(self, buf, n):
+        r = self.pipe.readinto(buf, n)
+        if r is None:
+            self.peer.step()
+            r = self.pipe.readinto(buf, n)
+        return r
+
+    def write(self, buf, off=0, n=-1):
+        return self.pipe.write(buf, off, n)
+
+    def close(self):
+        self.pipe.close()
+
+    def make(self):
+        return self  # MQTTClient's connect_link
+
+
+class Box:
+    """The client's raw callback and the state of the rounds."""
+
+    def __init__(self, client, peer):
+        self.cl = client
+        self.peer = peer
+        self.topic = b"selftest/out"
+        self.payload = b"0123456789abcdef"
+        self.got = 0
+        self.step = 0
+
+    def cb(self, pkt, redelivered):
+        self.got += 1
+
+
+CLIENT_STEPS = ("", "publish QoS 0", "publish QoS 1", "publish QoS 2", "receive QoS 1",
+                "receive QoS 2", "ping")
+
+
+def client_rounds(b, k):
+    cl = b.cl
+    while k:
+        b.step = 1
+        cl.publish(b.topic, b.payload, False, 0)
+        b.step = 2
+        cl.publish(b.topic, b.payload, False, 1)  # returns on PUBACK
+        b.step = 3
+        cl.publish(b.topic, b.payload, False, 2)  # returns on PUBCOMP
+        b.step = 4
+        b.peer.send(1)
+        cl.wait_msg()
+        b.step = 5
+        b.peer.send(2)
+        cl.wait_msg()
+        for _ in range(4):  # PUBREL, answered with PUBCOMP
+            cl.poll(0)
+        b.step = 6
+        cl.ping()
+        for _ in range(4):
+            if cl.ping_at is None:
+                break
+            cl.poll(0)
+        k -= 1
+
+
+def check_client():
+    name = "no allocation: client publish QoS 0/1/2, receive QoS 1/2, ping"
+    try:
+        import micropython
+        micropython.heap_lock
+    except (ImportError, AttributeError):
+        report("SKIP", name, "needs micropython.heap_lock()")
+        return
+    from umqtt3 import codec
+    from umqtt3.codec_server import encode_connack
+    from umqtt3.client import MQTTClient
+    from umqtt3.transport import Pipe
+    mine, theirs = Pipe.pair(1024)
+    peer = Peer(codec, encode_connack, theirs)
+    link = Link(mine, peer)
+    cl = MQTTClient("selftest", "pipe", keepalive=60, window=2, bufsize=256,
+                    connect_link=link.make, timeout_ms=2000)
+    b = Box(cl, peer)
+    cl.set_callback(b.cb, raw=True)
+    cl.connect()
+    try:
+        client_rounds(b, 2)  # warm-up, unlocked
+        if b.got != 4 or cl.inflight() or cl.ping_at is not None:
+            report("FAIL", name, "warm-up: %d of 4 messages, %d in flight" % (
+                b.got, cl.inflight()))
+            return
+        rounds = 10
+        try:
+            held = locked(client_rounds, b, rounds)
+        except MemoryError:
+            report("FAIL", name, "allocated in: " + CLIENT_STEPS[b.step])
+            return
+        if not held:
+            report("FAIL", name, "heap_lock did not stop an allocation")
+        elif b.got != 4 + 2 * rounds or cl.inflight() or cl.ping_at is not None:
+            report("FAIL", name, "%d messages, %d in flight" % (b.got, cl.inflight()))
+        else:
+            report("PASS", name, "%d rounds with the heap locked" % rounds)
+    finally:
+        cl.disconnect()
+
+
 # ---------------------------------------------------------------- flash store
 
 def scratch_dir(arg):
@@ -389,6 +547,7 @@ def main(args):
     if "umqtt3.client" in sys.modules:  # else nothing below can run
         run(check_codec, "--corrupt" in args)
         run(check_no_allocation, "--alloc" in args)
+        run(check_client)
         run(check_store, value(args, "--dir"))
     gc.collect()
     free = getattr(gc, "mem_free", None)
