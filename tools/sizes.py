@@ -5,6 +5,8 @@
     python tools/sizes.py --markdown      the same as markdown tables (for the README)
     python tools/sizes.py --check         only check that every module compiles with mpy-cross
     python tools/sizes.py --peer PATH     compare with umqtt/simple.py at PATH
+    python tools/sizes.py --functions codec   .mpy bytes of each function and class
+                                              of one module, largest first
 
 Flash: every module of lib/umqtt3 (subpackages too) is compiled with
 mpy-cross into a temporary directory. RAM: each module is imported in a fresh WebAssembly MicroPython
@@ -28,6 +30,7 @@ compile (or cannot be imported when measuring RAM), 2 if a tool is missing.
 """
 
 import argparse
+import ast
 import os
 import re
 import shutil
@@ -212,6 +215,51 @@ def print_table(headers, rows, markdown):
         print(line(r))
 
 
+def function_sizes(cmd, path, name, tmp):
+    """[(bytes, name)] for each top-level function and class of the module at
+    path (also those under a top-level if/try, as in compat), and each
+    method: how much smaller its .mpy gets when that definition is replaced
+    by `pass`. Import RAM follows roughly (about twice the bytes)."""
+    with open(path) as f:
+        src = f.read()
+    lines = src.split("\n")
+
+    def size(text):
+        p = os.path.join(tmp, "f.py")
+        with open(p, "w") as f:
+            f.write(text)
+        err = compile_mpy(cmd, p, p[:-3] + ".mpy", name)
+        return None if err else os.path.getsize(p[:-3] + ".mpy")
+
+    def without(node):
+        first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+        line = lines[node.lineno - 1]
+        indent = line[:len(line) - len(line.lstrip())]
+        return "\n".join(lines[:first - 1] + [indent + "pass"] + lines[node.end_lineno:])
+
+    whole = size(src)
+    if whole is None:
+        die("%s does not compile" % path, 1)
+    out = []
+
+    def visit(body):
+        for node in body:
+            if isinstance(node, (ast.If, ast.Try)):
+                visit(node.body)
+                visit(node.orelse)
+                for h in getattr(node, "handlers", ()):
+                    visit(h.body)
+            elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                out.append((whole - size(without(node)), node.name))
+                for sub in node.body if isinstance(node, ast.ClassDef) else ():
+                    if isinstance(sub, ast.FunctionDef):
+                        out.append((whole - size(without(sub)), node.name + "." + sub.name))
+
+    visit(ast.parse(src).body)
+    out.sort(key=lambda r: -r[0])
+    return whole, out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--markdown", action="store_true", help="print markdown tables")
@@ -219,6 +267,8 @@ def main():
                     help="only check that every module compiles with mpy-cross")
     ap.add_argument("--peer", metavar="PATH", help="umqtt/simple.py to compare with")
     ap.add_argument("--no-ram", action="store_true", help="skip the import RAM measurement")
+    ap.add_argument("--functions", metavar="MODULE",
+                    help="list the .mpy bytes of MODULE's functions and classes (e.g. codec)")
     ap.add_argument("--heap", default="2m", help="MicroPython heap for the RAM probe (default 2m)")
     ap.add_argument("--lib", default=os.path.join(REPO, "lib", "umqtt3"),
                     help="the umqtt3 package directory (default lib/umqtt3)")
@@ -230,6 +280,22 @@ def main():
     PACKAGES.update(m for m in mods if os.path.isfile(os.path.join(lib, m, "__init__.py")))
     if not mods:
         print("sizes: no modules in %s yet" % lib)
+        return 0
+
+    if args.functions:
+        m = args.functions.replace(".", "/")
+        if m not in mods:
+            die("no module %s in %s" % (args.functions, lib), 1)
+        tmp = tempfile.mkdtemp(prefix="umqtt3-sizes-")
+        try:
+            whole, rows = function_sizes(cmd, os.path.join(lib, source_path(m)),
+                                         "umqtt3/" + source_path(m), tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        print_table(["%s (%s .mpy bytes)" % (dotted(m), fmt(whole)), ".mpy bytes"],
+                    [[name, n] for n, name in rows], args.markdown)
+        print()
+        print("A class's row includes its methods' rows.")
         return 0
 
     tmp = tempfile.mkdtemp(prefix="umqtt3-sizes-")
