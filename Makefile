@@ -18,8 +18,8 @@
 #   make selftest-wasm                                   the same under the WebAssembly MicroPython
 #   make simulate NODES=3 [SIM_ARGS="--host H --port P"] sensor nodes on the desktop against a
 #                  broker (SIM_ARGS="--start-broker" runs our own); tools/simulate.py --help
-#   BOARD: esp32, esp32s3, esp32c3, picow; ROLE: node or gateway; PORT defaults to the only
-#   serial port plugged in.
+#   BOARD: esp32, esp32s3, esp32c3, picow; ROLE: node or gateway (default: the config's, else
+#   node); PORT defaults to the only serial port plugged in.
 
 PYTHON ?= python
 NODE ?= node
@@ -35,7 +35,7 @@ PYTEST_ARGS ?= $(if $(filter 1,$(MQ_FAST)),-m "not slow")
 # Device targets: the tools check every value, so an empty one gets a clear message.
 BOARD ?=
 PORT ?=
-ROLE ?= node
+ROLE ?=
 FIRMWARE ?=
 DRIVE ?=
 CONFIG ?=
@@ -95,7 +95,7 @@ demo: build/.setup
 
 # ------------------------------------------------------------ devices
 deploy:
-	@$(PYTHON) tools/deploy.py --board "$(BOARD)" --port "$(PORT)" --role "$(ROLE)" \
+	@$(PYTHON) tools/deploy.py --board "$(BOARD)" --port "$(PORT)" $(if $(ROLE),--role "$(ROLE)") \
 		$(if $(CONFIG),--config "$(CONFIG)") $(if $(SECRETS),--secrets "$(SECRETS)") $(DEVICE_FLAGS)
 
 flash:

@@ -429,6 +429,12 @@ def test_dry_run_prints_the_plan_without_a_device(tmp_path):
     assert "mpy-cross -march=rv32imc" in p.stdout and ":gateway.mpy" in p.stdout
     assert "-m mpremote connect '<PORT>' exec" in p.stdout
     assert "+ cp %s :main.py" % (tmp_path / "b" / "main.py") in p.stdout
+    # no --role: the config's
+    cfg = tmp_path / "gw.json"
+    cfg.write_text('{"role": "gateway", "wifi_mode": "ap"}')
+    p = cli("deploy.py", "--board", "picow", "--config", str(cfg), "--build", str(tmp_path / "c"),
+            "--dry-run")
+    assert p.returncode == 0 and "picow, role gateway:" in p.stdout and ":gateway.mpy" in p.stdout
     p = cli("flash.py", "--board", "esp32s3", "--firmware", os.path.join(ROOT, "Makefile"),
             "--dry-run")
     assert p.returncode == 2 and "takes a .bin image" in p.stderr

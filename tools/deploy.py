@@ -6,7 +6,8 @@
 
 1. The file plan: what the role's apps import from lib/umqtt3 (nothing else),
    the apps, the board profile as board.py, config.json (--config, with
-   "role" set to --role) and secrets.json (--secrets, copied as it is).
+   "role" set to --role; without --role the config's role, else node) and
+   secrets.json (--secrets, copied as it is).
 2. Staged in build/<board>/ as the device's filesystem: library, apps and
    profile compiled with mpy-cross -march=<the profile's ARCH> (boot.py and
    main.py stay source: MicroPython runs only those two as .py).
@@ -244,7 +245,8 @@ def main(argv=None):
     ap.add_argument("--board", default="", help="a profile in boards/")
     ap.add_argument("--port", default="",
                     help="serial port (default: the only one plugged in), or socket://host:port")
-    ap.add_argument("--role", default="node", help="node (default) or gateway")
+    ap.add_argument("--role", default="",
+                    help="node or gateway (default: the config's role, else node)")
     ap.add_argument("--config", help="config.json to copy (default: ./config.json if there)")
     ap.add_argument("--secrets", help="secrets.json to copy (default: ./secrets.json if there)")
     ap.add_argument("--frozen", action="store_true",
@@ -254,10 +256,11 @@ def main(argv=None):
     a = ap.parse_args(argv)
     try:
         board = devices.device_board(a.board)
-        if a.role not in ROLES:
-            fail("unknown role %r: one of %s" % (a.role, ", ".join(ROLES)))
-        port = devices.check_port(a.port) if a.port or not a.dry_run else "<PORT>"
         config = default_file(a.config, "config.json")
+        role = a.role or (read_json(config, "config").get("role") if config else None) or "node"
+        if role not in ROLES:
+            fail("unknown role %r: one of %s" % (role, ", ".join(ROLES)))
+        port = devices.check_port(a.port) if a.port or not a.dry_run else "<PORT>"
         secrets = default_file(a.secrets, "secrets.json")
         if not secrets:
             print("no secrets.json: the board gets no Wi-Fi or broker credentials. Create one: "
@@ -265,16 +268,18 @@ def main(argv=None):
         if not config:
             print("no config.json: the board uses firmware/config.py's defaults "
                   "(broker 192.168.1.10); give --config or CONFIG=...")
-        entries = plan(a.board, a.role, config, secrets, a.frozen)
+        entries = plan(a.board, role, config, secrets, a.frozen)
         out_dir = a.build or os.path.join(ROOT, "build", a.board)
-        staged = stage(entries, out_dir, board.ARCH, a.role)
+        staged = stage(entries, out_dir, board.ARCH, role)
         print("%s, role %s: %d files staged in %s (mpy-cross -march=%s)"
-              % (a.board, a.role, len(staged), os.path.relpath(out_dir, ROOT), board.ARCH))
+              % (a.board, role, len(staged), os.path.relpath(out_dir, ROOT), board.ARCH))
         for path, dest in staged:
             print("  :%-32s %6d B" % (dest, os.path.getsize(path)))
         if not a.dry_run:
             devices.need_tool("mpremote")
         devices.run(mpremote_command(port, staged, a.frozen), a.dry_run)
+        if not a.dry_run:
+            print("deployed; watch it with: mpremote connect %s repl" % port)
     except devices.Usage as e:
         return devices.report("deploy", e)
     return 0

@@ -107,7 +107,7 @@ def check_port(port, candidates=None):
             fail("several serial ports (%s): pick one with PORT=..." % ", ".join(ports))
         print("using PORT=%s" % ports[0], flush=True)
         return ports[0]
-    if "://" in port:
+    if "://" in port or sys.platform == "win32":  # COM3 is no file to check
         return port
     try:
         st = os.stat(port)
