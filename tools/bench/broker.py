@@ -178,6 +178,7 @@ class Peer:
             if _read_exact(s, 5)[0] != 0x90:
                 raise RuntimeError("no SUBACK")
         s.setblocking(False)
+        self.cid = cid
         self.s = s
         self.rbuf = bytearray()
         self.wbuf = bytearray()
@@ -328,6 +329,11 @@ def run_load(port, scenario, qos, seconds, persistent=False):
         sel.close()
         for p in peers:
             p.close()
+        if persistent:
+            # end the sessions (CleanSession 1), so that the next case does
+            # not also queue for this one's offline subscribers
+            for p in peers:
+                Peer(port, p.cid).close()
 
 
 # ---------------------------------------------------------------- main
@@ -335,7 +341,7 @@ def run_load(port, scenario, qos, seconds, persistent=False):
 def table(title, names, cases, res, fmt, lower_better):
     print()
     print(title)
-    head = "%-14s" % "case" + "".join("%12s" % n for n in names)
+    head = "%-14s" % "case" + "".join("%14s" % n for n in names)
     others = [n for n in names if n != "umqtt3"] if "umqtt3" in names else []
     for o in others:
         head += "%24s" % ("umqtt3 vs " + o)
@@ -344,7 +350,7 @@ def table(title, names, cases, res, fmt, lower_better):
         row = "%-14s" % ("%s QoS %d" % (sc, q))
         for n in names:
             v = res.get((n, sc, q))
-            row += "%12s" % ("-" if v is None else fmt % v)
+            row += "%14s" % ("-" if v is None else fmt % v)
         u = res.get(("umqtt3", sc, q))
         for o in others:
             v = res.get((o, sc, q))
