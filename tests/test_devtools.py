@@ -294,6 +294,8 @@ def test_mpremote_parses_the_deploy_command(tmp_path):
     assert [(s[1].command, s[1].path) for s in cps] == [
         (["cp"], [p, ":" + d]) for p, d in staged]
     assert steps[-1][0] == "exec" and "machine.reset()" in steps[-1][1].expr[0]
+    with pytest.raises(KeyError):  # the walk refuses what mpremote would
+        mpremote_parse([PY, "-m", "mpremote", "connect", "/dev/ttyACM0", "+", "copy", "a", ":a"])
     steps = mpremote_parse(selftest.device_command("/dev/ttyUSB0"))
     assert [s[0] for s in steps] == ["connect", "run"]
     assert steps[1][1].path == ["firmware/selftest.py"]
@@ -321,11 +323,17 @@ def test_esptool_accepts_the_commands(tmp_path):
     fw = tmp_path / "fw.bin"
     fw.write_bytes(b"\xe9" + bytes(255))
     port = "socket://127.0.0.1:%d" % sim.free_port()
-    for cmd in flash.esptool_commands(devices.device_board("esp32c3"), port, str(fw)):
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-        text = p.stdout + p.stderr
-        assert p.returncode != 0 and "Could not open " + port in text, text
-        assert "Usage:" not in text
+    for board in ("esp32", "esp32s3", "esp32c3"):
+        for cmd in flash.esptool_commands(devices.device_board(board), port, str(fw)):
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+            text = p.stdout + p.stderr
+            assert p.returncode != 0 and "Could not open " + port in text, text
+            assert "Usage:" not in text
+    # the same check sees a line esptool does not accept
+    bad = flash.esptool_commands(devices.device_board("esp32"), port, str(fw))[1]
+    bad.remove("0x1000")
+    p = subprocess.run(bad, capture_output=True, text=True, timeout=60)
+    assert "Could not open" not in p.stdout + p.stderr
 
 
 def test_uf2_copy_to_the_rp2_drive(tmp_path):
