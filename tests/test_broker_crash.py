@@ -21,10 +21,11 @@
 # carry on. Checked at the end of each run:
 #   - the subscriber got every message exactly once and in order: an
 #     acknowledged (PUBREC'd) message that the broker lost shows as missing,
-#     a QoS 2 message sent twice as a duplicate [MQTT-4.3.3-*, MQTT-4.6.0-*];
-#   - the sessions were present after every restart [MQTT-3.1.2-4, -5];
+#     a QoS 2 message sent twice as a duplicate [MQTT-4.3.3-2, MQTT-4.6.0-6];
+#   - the sessions were present after every restart [MQTT-3.1.2-4, MQTT-3.1.2-5];
 #   - after every restart the retained topic holds the value of the last
-#     acknowledged set or clear, or of one sent after it [MQTT-3.3.1-5..12];
+#     acknowledged set or clear, or of one sent after it [MQTT-3.3.1-5,
+#     MQTT-3.3.1-10, MQTT-3.3.1-11];
 #   - the broker counted no internal error.
 import os
 import signal
@@ -395,7 +396,7 @@ def test_sigkill_loses_nothing_acknowledged(tmp_path):
     # yet sent), after a completed flow, after a subscriber PUBREC'd a
     # message and left before PUBCOMP. Every message acknowledged reaches
     # the persistent subscriber exactly once, in order [MQTT-4.3.3-2,
-    # MQTT-4.6.0-2]; the sessions [MQTT-3.1.2-4, MQTT-3.1.2-5] and the
+    # MQTT-4.6.0-6]; the sessions [MQTT-3.1.2-4, MQTT-3.1.2-5] and the
     # retained message [MQTT-3.3.1-5] survive each kill.
     from test_broker_harness import Raw
     from umqtt3.codec import PUBREC as REC, PUBCOMP as COMP, PUBREL as REL, PUBACK as ACK
