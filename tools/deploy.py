@@ -272,7 +272,8 @@ def main(argv=None):
         out_dir = a.build or os.path.join(ROOT, "build", a.board)
         staged = stage(entries, out_dir, board.ARCH, role)
         print("%s, role %s: %d files staged in %s (mpy-cross -march=%s)"
-              % (a.board, role, len(staged), os.path.relpath(out_dir, ROOT), board.ARCH))
+              % (a.board, role, len(staged), out_dir[len(ROOT) + 1:]
+                 if out_dir.startswith(ROOT + os.sep) else out_dir, board.ARCH))
         for path, dest in staged:
             print("  :%-32s %6d B" % (dest, os.path.getsize(path)))
         if not a.dry_run:
