@@ -64,7 +64,8 @@ def stubs(family):
     d = os.path.join(STUBS, family)
     for req in reqs[0]:
         name, version = req.split("==")
-        if not os.path.isdir(os.path.join(d, "%s-%s.dist-info" % (name.replace("-", "_"), version))):
+        dist = "%s-%s.dist-info" % (name.replace("-", "_"), version)
+        if not os.path.isdir(os.path.join(d, dist)):
             pytest.skip("%s is not installed in build/stubs/%s (tools/setup.sh installs it)"
                         % (req, family))
     return d
