@@ -290,6 +290,15 @@ def test_teeth_record_after_the_ack(monkeypatch):
     assert "lost" in _caught(monkeypatch, FileStore, "out_add", late)
 
 
+def test_teeth_pubrec_not_recorded(monkeypatch):
+    # PUBREL sent while the record still says PUBLISH: after a restart the
+    # message goes out again as a PUBLISH, and the subscriber, which forgot
+    # the id at PUBREL, takes it twice [MQTT-4.3.3-1]
+    from umqtt3.store import FileStore
+    assert "duplicated [" in _caught(monkeypatch, FileStore, "out_rel",
+                                     lambda self, pid: None).replace("duplicated []", "")
+
+
 def test_teeth_routing_never_marked_done(monkeypatch):
     # the .u record never becomes .d: a restart takes back routed copies
     # whose PUBREC went out (lost), or the publisher's id is forgotten
