@@ -35,8 +35,8 @@ import sys
 
 from crashsim import (SimFiles, PowerLoss, BrokerTx, BrokerRx, Stats, explore, TOPIC, _PKT)
 from umqtt3.broker import Broker
-from umqtt3.codec import decode, encode_connect, encode_publish, encode_subscribe, CONNACK, \
-    SUBACK, PUBACK
+from umqtt3.codec import decode, encode_connect, encode_publish, encode_subscribe, encode_simple, \
+    CONNACK, SUBACK, PUBACK, DISCONNECT
 from umqtt3.transport import Pipe, Conn
 
 RTOPIC = b"r/x"
@@ -69,13 +69,16 @@ def _packet(cid):
 class BrokerWorld:
     """One run, as explore() drives it (boot, copy, problems, kind, settle)."""
 
-    # seed -> (messages, publisher window, its packet ids, broker max_inflight)
-    CONFIGS = {1: (12, 3, 4, 2), 2: (14, 2, 3, 1), 3: (10, 4, 5, 3)}
+    # seed -> (messages, publisher window, its packet ids, broker max_inflight,
+    # subscriber offline while the messages are published: they are queued)
+    CONFIGS = {1: (12, 3, 4, 2, False), 2: (14, 2, 3, 1, False), 3: (10, 4, 5, 3, False),
+               4: (12, 3, 4, 2, True)}
 
     def __init__(self, cfg=None, seed=1):
-        n, window, ids, inflight = self.CONFIGS[seed]
+        n, window, ids, inflight, offline = self.CONFIGS[seed]
         self.seed = seed
         self.inflight = inflight
+        self.offline = offline
         self.files = {}
         self.tx = BrokerTx(n, window, ids)
         self.rx = BrokerRx(inflight)
@@ -104,7 +107,6 @@ class BrokerWorld:
         """Start a broker on the durable files and run until the work is
         done (True, steps) or the power goes at step crash_at (False, steps)."""
         sim = SimFiles(self.files, crash_at)
-        links = []
         self._conns = {}
         self.sp = {}
         try:
@@ -112,14 +114,12 @@ class BrokerWorld:
                        max_queued=16, max_qos2_in=4)
             self._check_retained(b)
             self.settle = sim.step
-            conns = {}
+            conns = self._conns
+            self._b = b
+            self._sim = sim
             for cid in (b"s", b"p", b"r"):
-                mine, theirs = Pipe.pair(4096)
-                b.attach(_SendPoint(theirs, sim))
-                links.append(mine)
-                conns[cid] = Conn(mine, 1024, 1024)
-                mine.write(_packet(cid))
-            self._conns = conns
+                if cid != b"s" or not self._away():
+                    self._connect(cid)
             quiet = 0
             for _ in range(3000):
                 b.poll_once(0)
@@ -148,14 +148,35 @@ class BrokerWorld:
                     pass
             return False, sim.step
 
+    def _connect(self, cid):
+        mine, theirs = Pipe.pair(4096)
+        self._b.attach(_SendPoint(theirs, self._sim))
+        self._conns[cid] = Conn(mine, 1024, 1024)
+        mine.write(_packet(cid))
+
+    def _tx_done(self):
+        return self.tx.next_key == self.tx.n and not self.tx.flight
+
+    def _away(self):
+        """The subscriber stays offline: subscribed, messages still coming."""
+        return self.offline and self.subscribed and not self._tx_done()
+
     def _done(self, b):
-        return (self.tx.next_key == self.tx.n and not self.tx.flight and not self.rx.held
+        s = b._sess.get(b"s")
+        return (self._tx_done() and b"s" in self._conns and s is not None
+                and not (s.inflight() or s.q) and not self.rx.held
                 and self.r_next == len(ROPS) and self.r_flight is None)
 
     def _clients(self, conns, b):
-        self._conns = conns
         moved = 0
-        for cid, c in conns.items():
+        if b"s" in conns and self._away():
+            buf = bytearray(2)
+            conns[b"s"].link.write(bytes(buf[:encode_simple(buf, 0, DISCONNECT)]))
+            del conns[b"s"]  # offline; its session queues [MQTT-3.1.2-5]
+        elif b"s" not in conns and not self._away():
+            self._connect(b"s")
+            moved += 1
+        for cid, c in list(conns.items()):
             out = []
             moved += self._read(c, out, cid)
             for data in out:
@@ -265,7 +286,7 @@ def test_broker_runs_without_a_crash():
 
 
 def test_power_loss_at_every_step():
-    st = explore(BrokerWorld, None, (1, 2, 3), margin=0, double=False)
+    st = explore(BrokerWorld, None, (1, 2, 3, 4), margin=0, double=False)
     print("broker crash points: %d single, interrupted: %r" % (st.single, st.kinds))
     assert st.single > 1500
     assert not st.failures, st.failures[:3]
