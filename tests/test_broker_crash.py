@@ -391,19 +391,22 @@ class _Receiver:
         self.held = set()
         self.got = []  # payloads of k/<n> messages, as handed on
 
-    def take(self, s, stop_after=None):
-        """Read until quiet; with stop_after, leave after PUBREC'ing that
-        many new QoS 2 messages (the flow stays open)."""
+    def take(self, s, want, quiet=None):
+        """Read until `want` new QoS 2 messages were taken and PUBREC'd (the
+        last flow stays open). quiet: then go on reading until nothing comes
+        for that long, so that a duplicate would be seen."""
         from umqtt3.codec import PUBLISH as P, PUBREL as REL, PUBREC as REC, PUBACK as ACK, \
             PUBCOMP as COMP
         new = 0
         while True:
-            try:
-                p = s.recv(timeout=1.0)
-            except socket.timeout:
-                return  # quiet
-            if p is None:
+            if new >= want and quiet is None:
                 return
+            try:
+                p = s.recv(timeout=quiet if new >= want else 10.0)
+            except socket.timeout:
+                assert new >= want, "%d of %d messages came" % (new, want)
+                return
+            assert p is not None, "closed"
             if p.type == P:
                 if p.qos == 2:
                     if p.pid not in self.held:
@@ -411,8 +414,6 @@ class _Receiver:
                         self.got.append(bytes(p.payload))
                         new += 1
                     s.ack(REC, p.pid)
-                    if stop_after is not None and new >= stop_after:
-                        return
                 elif p.qos == 1:
                     s.ack(ACK, p.pid)
             elif p.type == REL:
@@ -458,7 +459,7 @@ def test_sigkill_loses_nothing_acknowledged(tmp_path):
             if i % 3 == 1:
                 with Raw(port) as s:
                     assert s.connect("sub", clean=False).session_present
-                    rx.take(s, stop_after=1)  # then gone before PUBCOMP
+                    rx.take(s, 1)  # then gone before PUBCOMP
             _kill(proc)
             proc, port = _start(store)
             with Raw(port) as c:
@@ -467,7 +468,7 @@ def test_sigkill_loses_nothing_acknowledged(tmp_path):
                 assert c.messages(1)[0][:2] == (b"ret", b"r%d" % i)
         with Raw(port) as s:
             assert s.connect("sub", clean=False).session_present
-            rx.take(s)
+            rx.take(s, 8 - len(rx.got), quiet=0.5)
     finally:
         if proc.poll() is None:
             _kill(proc)
