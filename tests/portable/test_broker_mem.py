@@ -387,10 +387,12 @@ def _check_zero_alloc(qos):
         assert grew == 0, grew
     else:
         go(200)
+    if qos == 2:
+        run(b, [sub, pub])  # the last flows' PUBREL / PUBCOMP
     assert sub.got[PUBLISH] - before == 200 * (2 if MICROPYTHON else 1), sub.got[PUBLISH]
     if qos:
-        assert pub.got[PUBACK] >= 200
-        assert b._sess[b"sub"].inflight() == 0
+        assert pub.got[PUBACK if qos == 1 else PUBCOMP] >= 200
+        assert b._sess[b"sub"].inflight() == 0 and not b._sess[b"pub"].nipids
     assert b.errors == 0 and b.dropped == 0
 
 
@@ -400,6 +402,12 @@ def test_forward_qos0_allocates_nothing():
 
 def test_forward_qos1_allocates_nothing():
     _check_zero_alloc(1)
+
+
+def test_forward_qos2_allocates_nothing():
+    # both QoS 2 flows through flow.py: the publisher's (PUBREC, PUBREL,
+    # PUBCOMP) and the subscriber's, with PUBREL recorded in the ring
+    _check_zero_alloc(2)
 
 
 def test_ram_per_client():
