@@ -9,7 +9,12 @@
 #     state, so a resend after a reconnect is a copy with DUP set;
 #   - a queue of frames that could not go out yet (client offline, send
 #     buffer full, or no free in-flight slot). Bounded; see _enqueue();
-#   - the packet ids of inbound QoS 2 messages waiting for PUBREL.
+#   - the packet ids of inbound QoS 2 messages waiting for PUBREL;
+#   - for a persistent session of a broker with a store, a store.FileStore
+#     (self.fs) that every QoS 1/2 step is written to first (broker_store.py).
+#
+# The session is the store umqtt3.flow works on (store.py's interface): the
+# broker's QoS flows are the client's state machine.
 #
 # Forwarding a QoS 0 or 1 message to a connected subscriber that keeps up
 # writes the frame straight into the connection's send buffer (and the ring)
