@@ -9,8 +9,9 @@
                                               of one module, largest first
 
 Flash: every module of lib/umqtt3 (subpackages too) is compiled with
-mpy-cross into a temporary directory. RAM: each module is imported in a fresh WebAssembly MicroPython
-(tools/mp/run.mjs) and gc.mem_alloc() is read before and after, once importing
+mpy-cross into a temporary directory. RAM: each module is imported in a
+fresh WebAssembly MicroPython (tools/mp/run.mjs) and gc.mem_alloc() is read
+before and after, once importing
 from .py (compiled on the device, as when copied by hand) and once from .mpy
 (as installed by mip or deployed precompiled). A module's figure includes what
 it imports (compat, codec, ...), so the rows do not add up; the "all" and

@@ -1,9 +1,9 @@
-# umqtt3.codec_errors -- why umqtt3.codec refused a packet, as text.
+# umqtt3.codec_errors -- why the codec refused a packet, as text.
 #
-# codec.py, codec_server.py and props.py raise with a number (their _E_ constants),
-# and codec._err() imports this module to turn it into MQTTError.reason: the
-# texts cost a device no RAM until the first refusal. Keep the order: the
-# constants are indexes into TEXT.
+# codec.py, codec_server.py and props.py raise with a number (their _E_
+# constants), and codec._err() imports this module to turn it into
+# MQTTError.reason: the texts cost a device no RAM until the first refusal.
+# Keep the order: the constants are indexes into TEXT.
 TEXT = (
     "remaining length too large",  # 0 _E_LENGTH_TOO_LARGE
     "remaining length not minimal",  # 1 _E_LENGTH_NOT_MINIMAL
