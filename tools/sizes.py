@@ -11,13 +11,13 @@
 Flash: every module of lib/umqtt3 (subpackages too) is compiled with
 mpy-cross into a temporary directory. RAM: each module is imported in a
 fresh WebAssembly MicroPython (tools/mp/run.mjs) and gc.mem_alloc() is read
-before and after, once importing
-from .py (compiled on the device, as when copied by hand) and once from .mpy
-(as installed by mip or deployed precompiled). A module's figure includes what
-it imports (compat, codec, ...), so the rows do not add up; the "all" and
-"client set" rows are measured by importing those modules together.
-compat/cpython.py, CPython's half of compat, is compiled but never imported
-on a device, so it has no RAM figure and is in neither set.
+before and after, once importing from .py (compiled on the device, as when
+copied by hand) and once from .mpy (as installed by mip or deployed
+precompiled). A module's figure includes what it imports (compat, codec, ...),
+so the rows do not add up; the "all" and "client set" rows are measured by
+importing those modules together. compat/cpython.py, CPython's half of
+compat, is compiled but never imported on a device, so it has no RAM figure
+and is in neither set.
 
 The peer is micropython-lib's umqtt.simple, the usual small MQTT client. Its
 PyPI upload (micropython-umqtt.simple) has no setup.py and cannot be installed
