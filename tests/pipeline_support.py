@@ -35,12 +35,12 @@ class Broker:
 
     def start(self):
         cmd = [sys.executable, "-m", "umqtt3.broker", "--host", "127.0.0.1", "--port",
-               str(self.port), "--quiet", "--max-queued", "60000"]
+               str(self.port), "--max-queued", "60000"]
         if self.store:
             cmd += ["--store", str(self.store)]
         env = dict(os.environ, PYTHONPATH=LIB)
-        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
+        out = open("/tmp/pl/broker.log", "a") if os.environ.get("PL_DEBUG") else subprocess.DEVNULL
+        self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=out)
         end = time.monotonic() + 20
         while True:
             try:

@@ -83,8 +83,44 @@ def windows(df, window="10 seconds", watermark="10 seconds"):
                     "node", "metric", "count", "min", "max", "mean"))
 
 
+class _Queued(Exception):
+    pass
+
+
+def _refuse(pkt, redelivered):
+    raise _Queued()  # not taken: no acknowledgement, the broker keeps it
+
+
+def ensure_session(broker, topics, qos, client_id):
+    """Make sure the broker holds the persistent session of client_id, so
+    that it keeps what is published from now on for the ingest, even before
+    Spark has started it. A message the broker delivers meanwhile is refused
+    (never acknowledged), so it stays queued for the ingest."""
+    from umqtt3.client import MQTTClient
+    from .ingest import parse_broker
+    host, port = parse_broker(broker)
+    for _ in range(5):
+        c = MQTTClient(client_id, host, port, keepalive=30)
+        c.set_callback(_refuse, raw=True)
+        try:
+            if not c.connect(clean_session=False):
+                for t in topics.split(","):
+                    if t.strip():
+                        c.subscribe(t.strip(), qos)
+            c.disconnect()
+            return True
+        except _Queued:
+            c.disconnect()  # the session exists: it just delivered
+        except OSError as e:
+            c.disconnect()
+            print("broker %s: %s; the ingest keeps trying" % (broker, e), file=sys.stderr)
+            return False
+    return True
+
+
 def start(spark, a):
     """Start the query for parsed arguments a; returns the StreamingQuery."""
+    ensure_session(a.broker, a.topics, a.qos, a.client_id)
     df = readings(spark, a.broker, a.topics, a.log, a.qos, a.client_id, a.max_rows,
                   not a.keep_log)
     w = (windows(df, a.window, a.watermark).writeStream.format("parquet")
@@ -119,13 +155,15 @@ def parser():
     ap.add_argument("--plot", help="write each node's windowed series to this PNG at the end")
     ap.add_argument("--master", help="default: spark-submit's, else local[*]")
     ap.add_argument("--shuffle-partitions", type=int, default=2)
+    ap.add_argument("--ui", action="store_true", help="start Spark's web UI")
     return ap
 
 
 def main(argv=None):
     a = parser().parse_args(argv)
     conf = {"spark.sql.shuffle.partitions": str(a.shuffle_partitions),
-            "spark.ui.showConsoleProgress": "false"}
+            "spark.ui.showConsoleProgress": "false",
+            "spark.ui.enabled": "true" if a.ui else "false"}
     spark = session(a.master, conf=conf)
     spark.sparkContext.setLogLevel("ERROR")
     q = start(spark, a)

@@ -75,6 +75,14 @@ def split(start, n, end, cuts):
     return parts
 
 
+def _lower(options):
+    # Spark hands options over with their names lower-cased
+    o = {k.lower(): v for k, v in options.items()}
+    if "path" not in o:
+        raise ValueError("umqtt3: option 'path' (the ingest log directory) is required")
+    return o
+
+
 def _bool(s, default):
     if s is None:
         return default
@@ -90,10 +98,10 @@ class Umqtt3DataSource(DataSource):
         return SCHEMA
 
     def streamReader(self, schema):
-        return StreamReader(dict(self.options))
+        return StreamReader(self.options)
 
     def reader(self, schema):
-        return BatchReader(dict(self.options))
+        return BatchReader(self.options)
 
 
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -102,11 +110,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     call may be partitions()); executors only call read()."""
 
     def __init__(self, options):
-        if "path" not in options:
-            raise ValueError("umqtt3: option 'path' (the ingest log directory) is required")
+        options = _lower(options)
         self.options = options
         self.path = options["path"]
-        self.max_rows = int(options.get("maxRowsPerBatch", 0) or 0)
+        self.max_rows = int(options.get("maxrowsperbatch", 0) or 0)
         self.trim = _bool(options.get("trim"), True)
         self.target = None  # Trigger.AvailableNow: the end fixed at its start
         self._ingest = None
@@ -122,9 +129,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             o = self.options
             topics = [t.strip() for t in o.get("topics", "#").split(",") if t.strip()]
             self._ingest = Ingest(self.path, o.get("broker", "127.0.0.1:1883"), topics,
-                                  o.get("clientId", "umqtt3-spark"), int(o.get("qos", 1)),
+                                  o.get("clientid", "umqtt3-spark"), int(o.get("qos", 1)),
                                   int(o.get("keepalive", 30)),
-                                  int(o.get("segmentBytes", 64 << 20))).start()
+                                  int(o.get("segmentbytes", 64 << 20))).start()
         self._ingest.check()
         return self._ingest.log
 
@@ -174,10 +181,9 @@ class BatchReader(DataSourceReader):
     """The whole retained log, one partition per split_bytes of it."""
 
     def __init__(self, options):
-        if "path" not in options:
-            raise ValueError("umqtt3: option 'path' (the ingest log directory) is required")
+        options = _lower(options)
         self.path = options["path"]
-        self.split_bytes = int(options.get("splitBytes", 16 << 20))
+        self.split_bytes = int(options.get("splitbytes", 16 << 20))
 
     def partitions(self):
         parts = []
