@@ -5,7 +5,8 @@
 # decode() reads one complete packet into a reusable Packet whose topic,
 # payload and properties are spans (offset, length) of the caller's buffer:
 # nothing is copied and, in steady state, nothing is allocated. Protocol
-# levels: 3 (MQTT 3.1, "MQIsdp"), 4 (3.1.1) and 5 (5.0).
+# levels: 3 (MQTT 3.1, "MQIsdp"), 4 (3.1.1) and 5 (5.0); what only 5.0 has
+# (properties, reason codes, AUTH) is umqtt3.props's, imported on first use.
 from .compat import const, valid_utf8, as_bytes
 from .topic import valid_name, valid_filter
 
@@ -86,6 +87,7 @@ class MQTTError(Exception):
 
 
 def _err(e, code=MALFORMED):
+    # e: one of the _E_ numbers above
     from .codec_errors import TEXT
     raise MQTTError(TEXT[e], code)
 
