@@ -10,8 +10,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIB = os.path.join(ROOT, "lib", "umqtt3")
 
 
+# CPython's half of compat: a device never imports it, so mip does not copy it.
+CPYTHON_ONLY = ["compat/cpython.py"]
+
+
 def lib_modules():
-    return sorted(f for f in os.listdir(LIB) if f.endswith(".py"))
+    """Every module file of the package, relative to it ("compat/__init__.py")."""
+    found = []
+    for d, dirs, files in os.walk(LIB):
+        dirs[:] = [x for x in dirs if x != "__pycache__"]
+        rel = os.path.relpath(d, LIB).replace(os.sep, "/")
+        found += [f if rel == "." else rel + "/" + f for f in files if f.endswith(".py")]
+    return sorted(found)
 
 
 def test_mip_package_json_lists_every_module():
@@ -20,9 +30,9 @@ def test_mip_package_json_lists_every_module():
     urls = dict(pkg["urls"])
     for dest, src in urls.items():
         assert os.path.exists(os.path.join(ROOT, src)), src
-        assert dest == "umqtt3/" + os.path.basename(src)
-    listed = sorted(os.path.basename(d) for d in urls)
-    assert listed == lib_modules()
+        assert src.startswith("lib/umqtt3/") and dest == "umqtt3/" + src[len("lib/umqtt3/"):]
+    listed = sorted(d[len("umqtt3/"):] for d in urls)
+    assert listed == [m for m in lib_modules() if m not in CPYTHON_ONLY]
     assert pkg["version"]
 
 

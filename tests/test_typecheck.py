@@ -28,12 +28,6 @@ NOT_CODE = ("firmware/manifest.py",)  # read by MicroPython's firmware build
 # check tolerates exactly these (same file, code and message) until the patch
 # lands. Anything else fails.
 KNOWN = {
-    # `_g = {}  # type: dict` (the viper copy's globals)
-    ("lib/umqtt3/compat/__init__.py", "var-annotated",
-     'Need type annotation for "_g" (hint: "_g: dict[<type>, <type>] = ...")'),
-    # `d = {}  # type: dict` in props.parse
-    ("lib/umqtt3/props.py", "var-annotated",
-     'Need type annotation for "d" (hint: "d: dict[<type>, <type>] = ...")'),
     # `rused = []  # type: list`
     ("lib/umqtt3/broker_store.py", "var-annotated",
      'Need type annotation for "rused" (hint: "rused: list[<type>] = ...")'),
@@ -41,11 +35,6 @@ KNOWN = {
     # catches both: `# type: ignore[attr-defined, unused-ignore]` with why
     ("lib/umqtt3/broker.py", "attr-defined", '"socket" has no attribute "getsockname"'),
     ("lib/umqtt3/broker.py", "attr-defined", 'Module has no attribute "SO_SNDBUF"'),
-    # CPython pass: the fallback tuple is shorter (`# type: tuple` on the first)
-    ("lib/umqtt3/compat/cpython.py", "assignment",
-     'Incompatible types in assignment (expression has type "tuple[type[BlockingIOError], '
-     'type[InterruptedError]]", variable has type "tuple[type[BlockingIOError], '
-     'type[InterruptedError], type[SSLWantReadError], type[SSLWantWriteError]]")'),
     # CPython pass: `link = compat.link(s)  # type: object`, then maybe _Buffered
     ("lib/umqtt3/broker.py", "assignment",
      'Incompatible types in assignment (expression has type "_Buffered", '

@@ -222,7 +222,7 @@ def parse(buf, off, n):
     """The property list buf[off:off+n] (already checked) as a dict
     {id: value}: ints, str for strings, bytes for binary data, and lists for
     User Property ((name, value) pairs) and Subscription Identifier."""
-    d = {}
+    d = {}  # type: dict
     end = off + n
     while off < end:
         pid = buf[off]

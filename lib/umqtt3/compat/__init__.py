@@ -40,7 +40,7 @@ if MICROPYTHON:
     try:
         # Compiled on the device from a string so that every file still builds
         # with a plain `mpy-cross` (no -march) and on ports without viper.
-        _g = {}
+        _g = {}  # type: dict
         exec(
             "import micropython\n"
             "@micropython.viper\n"

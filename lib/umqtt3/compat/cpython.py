@@ -108,7 +108,8 @@ def replace(src, dst):
 
 try:
     import ssl as _ssl
-    _WOULD_BLOCK = (BlockingIOError, InterruptedError, _ssl.SSLWantReadError, _ssl.SSLWantWriteError)
+    _WOULD_BLOCK = (BlockingIOError, InterruptedError,
+                    _ssl.SSLWantReadError, _ssl.SSLWantWriteError)  # type: tuple
 except ImportError:
     _WOULD_BLOCK = (BlockingIOError, InterruptedError)
 
