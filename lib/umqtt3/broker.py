@@ -187,7 +187,7 @@ class Broker:
         s.listen(backlog)
         s.setblocking(False)
         try:
-            self.port = s.getsockname()[1]
+            self.port = s.getsockname()[1]  # type: ignore[attr-defined, unused-ignore]
         except Exception:
             pass  # not every MicroPython port has getsockname
         self._sock = s
@@ -220,12 +220,14 @@ class Broker:
             if self.sndbuf:
                 # bounds what a reader that stalls holds in the kernel too
                 try:
-                    s.setsockopt(compat.socket.SOL_SOCKET, compat.socket.SO_SNDBUF, self.sndbuf)
+                    s.setsockopt(compat.socket.SOL_SOCKET,  # no SO_SNDBUF on MicroPython: caught
+                                 compat.socket.SO_SNDBUF,  # type: ignore[attr-defined, unused-ignore]
+                                 self.sndbuf)
                 except (AttributeError, OSError):
                     pass
             if isinstance(addr, tuple):
                 addr = "%s:%s" % (addr[0], addr[1])
-            link = compat.link(s)
+            link = compat.link(s)  # type: object
             if not compat.MICROPYTHON:
                 link = _Buffered(link)
             c = _Client(Conn(link, self.max_packet, self.txsize), s, addr, ticks_ms())

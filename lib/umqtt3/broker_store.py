@@ -180,8 +180,8 @@ class Disk:
         short: a QoS 2 routing whose inbound record is still .u."""
         b = self.b
         fs = self.fs
-        rused = []
-        sused = []
+        rused = []  # type: list
+        sused = []  # type: list
         found = []  # (session, its records)
         for name in sorted(fs.listdir(self.dir)):
             path = self._p(name)
