@@ -24,22 +24,9 @@ FAMILIES = ("esp32", "rp2")
 DESKTOP_ONLY = ("lib/umqtt3/compat/cpython.py", "lib/umqtt3/broker_cli.py")
 NOT_CODE = ("firmware/manifest.py",)  # read by MicroPython's firmware build
 
-# Findings in files that other people own, with the patch sent to them; the
-# check tolerates exactly these (same file, code and message) until the patch
-# lands. Anything else fails.
-KNOWN = {
-    # `rused = []  # type: list`
-    ("lib/umqtt3/broker_store.py", "var-annotated",
-     'Need type annotation for "rused" (hint: "rused: list[<type>] = ...")'),
-    # MicroPython's sockets have no getsockname() and no SO_SNDBUF; broker.py
-    # catches both: `# type: ignore[attr-defined, unused-ignore]` with why
-    ("lib/umqtt3/broker.py", "attr-defined", '"socket" has no attribute "getsockname"'),
-    ("lib/umqtt3/broker.py", "attr-defined", 'Module has no attribute "SO_SNDBUF"'),
-    # CPython pass: `link = compat.link(s)  # type: object`, then maybe _Buffered
-    ("lib/umqtt3/broker.py", "assignment",
-     'Incompatible types in assignment (expression has type "_Buffered", '
-     'variable has type "link")'),
-}
+# Findings the check tolerates (same file, code and message), each with why.
+# Empty: every finding fails the test.
+KNOWN = set()  # type: set
 
 ERROR = re.compile(r"^(.+?):(\d+): error: (.*)  \[([a-z-]+)\]$")
 
