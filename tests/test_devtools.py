@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -26,8 +25,8 @@ import deploy  # noqa: E402
 import flash  # noqa: E402
 import selftest  # noqa: E402
 import sim  # noqa: E402  (puts lib/ and firmware/ on sys.path)
+from collector import Collector  # noqa: E402  tests/collector.py
 
-from umqtt3.client import MQTTClient  # noqa: E402
 
 PY = sys.executable
 DEVICE_BOARDS = ["esp32", "esp32c3", "esp32s3", "picow"]
@@ -487,38 +486,6 @@ def test_manifest_freezes_the_library_and_the_apps():
 
 
 # ------------------------------------------------------------------ simulate
-class Collector:
-    """Subscribes to <prefix>/# at QoS 1 in a thread; keeps (topic, payload)."""
-
-    def __init__(self, port, prefix):
-        self.msgs = []
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.c = MQTTClient("devtools-collector", "127.0.0.1", port, keepalive=10)
-        self.c.set_callback(self.on_msg)
-        self.c.connect()
-        self.c.subscribe(prefix + "/#", 1)
-        self.t = threading.Thread(target=self.loop, daemon=True)
-        self.t.start()
-
-    def on_msg(self, topic, msg):
-        with self.lock:
-            self.msgs.append((topic.decode(), msg.decode()))
-
-    def loop(self):
-        while not self.stop.is_set():
-            self.c.poll(20)
-
-    def close(self):
-        self.stop.set()
-        self.t.join(5)
-        self.c.disconnect()
-
-    def of(self, node):
-        with self.lock:
-            return [(t.split("/")[2], m) for t, m in self.msgs if t.split("/")[1] == node]
-
-
 def wait(cond, timeout=15):
     end = time.monotonic() + timeout
     while not cond():

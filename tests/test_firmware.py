@@ -5,7 +5,6 @@ numbers and one boot id per boot, a node SIGKILLed and started again losing
 no QoS 1 reading it had accepted, deep-sleep cycles, and every firmware and
 board file compiled with mpy-cross."""
 import glob
-import json
 import os
 import shutil
 import signal
@@ -28,6 +27,7 @@ from umqtt3.client import MQTTClient  # noqa: E402
 import config as fw_config  # noqa: E402
 import node as fw_node  # noqa: E402
 import machine  # noqa: E402  tools/shim/machine.py
+import collector  # noqa: E402  tests/collector.py
 
 PREFIX = "fwtest"
 DESKTOP = fw_config.board("desktop")
@@ -61,51 +61,8 @@ def port():
     b.wait(5)
 
 
-class Collector:
-    """Subscribes to PREFIX/# at QoS 1 in a thread; keeps (topic, payload)."""
-
-    def __init__(self, port, name="collector"):
-        self.msgs = []
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.c = MQTTClient(name, "127.0.0.1", port, keepalive=10)
-        self.c.set_callback(self.on_msg)
-        self.c.connect()
-        self.c.subscribe(PREFIX + "/#", 1)
-        self.t = threading.Thread(target=self.loop, daemon=True)
-        self.t.start()
-
-    def on_msg(self, topic, msg):
-        with self.lock:
-            self.msgs.append((topic.decode(), msg.decode()))
-
-    def loop(self):
-        while not self.stop.is_set():
-            self.c.poll(20)
-
-    def close(self):
-        self.stop.set()
-        self.t.join(5)
-        self.c.disconnect()
-
-    def status(self, name):
-        with self.lock:
-            return [m for t, m in self.msgs if t == "%s/%s/status" % (PREFIX, name)]
-
-    def readings(self, name, metric=None):
-        out = []
-        with self.lock:
-            for t, m in self.msgs:
-                parts = t.split("/")
-                if parts[1] == name and parts[2] != "status" and metric in (None, parts[2]):
-                    out.append((parts[2], json.loads(m)))
-        return out
-
-    def wait(self, cond, timeout=10):
-        end = time.monotonic() + timeout
-        while not cond():
-            assert time.monotonic() < end, "timed out; got %r" % self.msgs[-10:]
-            time.sleep(0.02)
+def Collector(port, name="collector"):
+    return collector.Collector(port, PREFIX, name)
 
 
 def cfg(name, port, **kw):
