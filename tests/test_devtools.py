@@ -139,7 +139,7 @@ def test_staged_mpy_files_per_arch(board, tmp_path):
         assert arch in ("none", b.ARCH), (p, arch)
     on_disk = sorted(os.path.relpath(os.path.join(d, f), str(tmp_path / board)).replace(os.sep, "/")
                      for d, _, fs in os.walk(str(tmp_path / board)) for f in fs)
-    assert on_disk == sorted(d for _, d in staged)
+    assert on_disk == sorted([d for _, d in staged] + [deploy.MARKER])
     cfg = json.load(open(str(tmp_path / board / "config.json")))
     assert cfg == {"role": "gateway", "board": ""}
 
@@ -416,6 +416,27 @@ def test_cli_errors_are_one_line(tool, args, msg):
     assert p.returncode == 2, p
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and msg in lines[0] and "Traceback" not in p.stderr, p.stderr
+
+
+def test_build_directory_of_the_user_is_never_emptied(tmp_path):
+    mine = tmp_path / "mywork"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep")
+    p = cli("deploy.py", "--board", "esp32", "--build", str(mine), "--dry-run")
+    assert p.returncode == 2 and "not a staging directory made by deploy" in p.stderr, p
+    assert (mine / "notes.txt").read_text() == "keep"
+    # a directory deploy staged before is emptied and staged again
+    out = tmp_path / "stage"
+    for _ in range(2):
+        p = cli("deploy.py", "--board", "esp32", "--build", str(out), "--dry-run")
+        assert p.returncode == 0, p.stderr
+    assert (out / deploy.MARKER).exists() and (out / "main.py").exists()
+
+
+def test_a_failing_command_is_named_by_its_module():
+    with pytest.raises(devices.Usage) as e:
+        devices.run([PY, "-m", "json.tool", "/nonexistent.json"])
+    assert e.value.msg == "json.tool exited with status 2", e.value.msg
 
 
 def test_make_target_errors():

