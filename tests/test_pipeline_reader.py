@@ -40,8 +40,17 @@ def subscribed(reader):
     wait_for(lambda: reader._ingest.connected.is_set(), 30, "the ingest's subscription")
 
 
+def tuples(batches):
+    """Rows of the Arrow record batches read() yields, as tuples in schema order."""
+    out = []
+    for b in batches:
+        cols = [c.to_pylist() for c in b.columns]
+        out.extend(zip(*cols))
+    return out
+
+
 def all_rows(reader, start, end):
-    return [r for p in reader.partitions(start, end) for r in reader.read(p)]
+    return [r for p in reader.partitions(start, end) for r in tuples(reader.read(p))]
 
 
 def test_offsets_limits_partitions_and_commit(umqtt3_broker, tmp_path):
@@ -66,6 +75,8 @@ def test_offsets_limits_partitions_and_commit(umqtt3_broker, tmp_path):
     assert len(first) == 25
     assert [x[5] for x in rows] == list(range(60))  # offset column: message numbers
     assert [(x[0].encode(), x[1]) for x in rows] == sent
+    assert all(x[6].timestamp() > 1.6e9 for x in rows)  # received_at: a UTC timestamp
+    assert all(x[12] is None for x in rows)  # sent_at: the readings carry no "t"
     assert rows[0][2:5] == (1, False, False)  # qos, retain, dup
     assert rows[3][7:12] == ("n1", "temp", 23.0, 99, 4)
     assert len(r.partitions(start, end)) > 1  # cut at segment boundaries
@@ -92,7 +103,8 @@ def test_reader_pickles_without_its_client_and_starts_on_any_call(umqtt3_broker,
     running = pickle.loads(pickle.dumps(r))  # picklable while its client runs
     assert running._ingest is None
     # an executor's copy reads the log without any client
-    assert [x[11] for p in r.partitions(start, end) for x in running.read(p)] == list(range(10))
+    assert [x[11] for p in r.partitions(start, end) for x in tuples(running.read(p))] == \
+        list(range(10))
     r.stop()
     # while no reader runs, the broker queues for the persistent session
     publish_all(pub, [reading("n2", "vbat", 3.3, 1, i) for i in range(10, 20)])
@@ -118,7 +130,7 @@ def test_batch_reader_reads_the_whole_log(umqtt3_broker, tmp_path):
     b = BatchReader({"path": str(tmp_path / "log"), "splitBytes": "700"})
     parts = b.partitions()
     assert len(parts) > len(L.segments(str(tmp_path / "log")))  # split inside segments too
-    rows = [x for p in parts for x in b.read(p)]
+    rows = [x for p in parts for x in tuples(b.read(p))]
     assert [x[11] for x in rows] == list(range(40))
     assert [x[5] for x in rows] == list(range(40))
     pub.disconnect()

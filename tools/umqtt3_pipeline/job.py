@@ -161,14 +161,14 @@ def parser():
 
 def main(argv=None):
     a = parser().parse_args(argv)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     conf = {"spark.sql.shuffle.partitions": str(a.shuffle_partitions),
             "spark.ui.showConsoleProgress": "false",
             "spark.ui.enabled": "true" if a.ui else "false"}
     spark = session(a.master, conf=conf)
     spark.sparkContext.setLogLevel("ERROR")
     q = start(spark, a)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     print("umqtt3 telemetry: %s -> %s (log %s)" % (a.broker, a.out, a.log), flush=True)
     t_end = time.monotonic() + a.seconds if a.seconds else None
     try:

@@ -168,6 +168,31 @@ def advance(path, start, first_n, end, max_rows):
     return pos, n
 
 
+def cuts_between(path, start, first_n, end, every):
+    """Record boundaries [(position, message number)] about every `every`
+    bytes between positions start and end (for partitions of a range the
+    writer's index does not cover, e.g. after a restart)."""
+    cuts, last, n = [], start, first_n
+    bases = segments(path)
+    for i, base in enumerate(bases):
+        seg_end = bases[i + 1] if i + 1 < len(bases) else None
+        if base >= end or (seg_end is not None and seg_end <= start):
+            continue
+        with open(os.path.join(path, seg_name(base)), "rb") as f:
+            hdr = decode_header(f.read(14 + 2 * 65536 + 4))
+            lo = max(start, base + hdr[0])
+            f.seek(lo - base)
+            stop = end if seg_end is None else min(end, seg_end)
+            buf = f.read(stop - lo)
+        for off, _, body in scan(buf, check=False):
+            if lo + off - last >= every:
+                cuts.append((lo + off, n))
+                last = lo + off
+            if body[0] == MSG:
+                n += 1
+    return cuts
+
+
 def boundaries(path, base, hlen, first_n, every):
     """For the batch reader: cut points [(position, message number)] about
     every `every` bytes of segment `base`, and the position after its last
@@ -186,12 +211,26 @@ def boundaries(path, base, hlen, first_n, every):
     return cuts, end
 
 
+def count(path):
+    """How many messages the log holds in whole records (its last segment's
+    first number plus what that segment holds)."""
+    bases = segments(path)
+    if not bases:
+        return 0
+    with open(os.path.join(path, seg_name(bases[-1])), "rb") as f:
+        buf = f.read()
+    hdr = decode_header(buf)
+    if hdr is None:
+        return 0
+    return hdr[1] + sum(1 for _, _, body in scan(buf, hdr[0], check=False) if body[0] == MSG)
+
+
 class Log:
     """The single writer of a log directory (an exclusive lock file keeps a
     second one out). append_*() buffer records in memory; sync() makes them
     durable with one write and one fsync, and only then moves durable()."""
 
-    def __init__(self, path, segment_bytes=64 << 20, split_bytes=4 << 20, lock_timeout=30.0):
+    def __init__(self, path, segment_bytes=64 << 20, split_bytes=1 << 20, lock_timeout=30.0):
         self.path = path
         self.segment_bytes = segment_bytes
         self.split_bytes = split_bytes  # distance between the cut points of partitions
