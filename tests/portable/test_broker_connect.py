@@ -92,12 +92,15 @@ def test_malformed_connect_flags_close_without_connack():
     # [MQTT-3.1.4-1] a CONNECT that does not conform is closed without
     # CONNACK: will QoS or will retain without the will flag
     # [MQTT-3.1.2-11] [MQTT-3.1.2-13] [MQTT-3.1.2-15], will QoS 3
-    # [MQTT-3.1.2-14], a password without a user name [MQTT-3.1.2-22]
+    # [MQTT-3.1.2-14], a password without a user name [MQTT-3.1.2-22]; a
+    # flag whose field is missing [MQTT-3.1.2-9] [MQTT-3.1.2-19], a field
+    # whose flag is not set [MQTT-3.1.2-18] [MQTT-3.1.2-20]
     plain = connect_bytes("f")
     will = connect_bytes("f", will_topic="w", will_msg=b"m")
     user = connect_bytes("f", user="u", password="p")
     # (CONNECT, connect-flag bits to set, bits to clear)
-    cases = [(plain, 0x08, 0), (plain, 0x20, 0), (will, 0x18, 0), (user, 0, 0x80)]
+    cases = [(plain, 0x08, 0), (plain, 0x20, 0), (will, 0x18, 0), (user, 0, 0x80),
+             (plain, 0x04, 0), (plain, 0x80, 0), (user, 0, 0xC0), (user, 0, 0x40)]
     with running() as b:
         for raw, on, off in cases:
             raw = bytearray(raw)
