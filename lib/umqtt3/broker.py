@@ -349,6 +349,7 @@ class Broker:
         conn = c.conn
         p = self._pkt
         k = 0
+        se = self.store_errors
         try:
             while k < self.burst and c.state != 2:
                 n = conn.recv()
@@ -376,6 +377,7 @@ class Broker:
                 k += 1
         except MQTTError as e:
             self.fsrc = None
+            self.rtag = -1  # no routing goes on past a packet that failed
             if c.state == 0 and e.code == BAD_PROTOCOL_VERSION and conn.rx[0] == 0x10:
                 # unacceptable protocol level: CONNACK 1, then close [MQTT-3.1.2-2]
                 self._refuse(c, _BAD_LEVEL, "unsupported protocol level")
@@ -383,9 +385,14 @@ class Broker:
                 self._close(c, "protocol error: " + e.reason, True)  # [MQTT-4.8.0-1]
         except OSError:
             self.fsrc = None
-            self._close(c, "connection lost", True)
+            self.rtag = -1
+            # a store write that failed (counted) is not acknowledged: the
+            # client sends again on its next connection
+            self._close(c, "store write failed" if self.store_errors != se
+                        else "connection lost", True)
         except Exception as e:
             self.fsrc = None
+            self.rtag = -1
             self.errors += 1
             self._close(c, "internal error: %r" % (e,), True)
         if c.buffered and c.state != 2 and not c.blocked:
@@ -673,6 +680,7 @@ class Broker:
         once per session at the highest granted QoS [MQTT-3.3.5-1], capped
         by the published QoS."""
         sl = self._slist
+        err = None
         i = 0
         while i < len(sl):
             s = sl[i]
@@ -691,7 +699,12 @@ class Broker:
                         best = g
                 j += 1
             if best >= 0:
-                s.deliver(tsrc, toff, tn, psrc, poff, pn, qos if qos < best else best, 0)
+                try:
+                    s.deliver(tsrc, toff, tn, psrc, poff, pn, qos if qos < best else best, 0)
+                except OSError as e:
+                    err = e  # a store write failed (counted): the others still get theirs
+        if err is not None:
+            raise err  # not acknowledged: the publisher sends it again
 
     def _retain(self, tsrc, toff, tn, psrc, poff, pn, qos):
         key = bytes(tsrc[toff:toff + tn])
@@ -725,9 +738,18 @@ class Broker:
         topic = compat.as_bytes(topic)
         payload = compat.as_bytes(payload)
         self.fsrc = None
+        # nobody waits for an acknowledgement here (a will, say, from a
+        # timer or a lost connection): a failed store write is counted in
+        # store_errors and the broker goes on
         if retain:
-            self._retain(topic, 0, len(topic), payload, 0, len(payload), qos)
-        self._route(topic, 0, len(topic), payload, 0, len(payload), qos)
+            try:
+                self._retain(topic, 0, len(topic), payload, 0, len(payload), qos)
+            except OSError:
+                pass
+        try:
+            self._route(topic, 0, len(topic), payload, 0, len(payload), qos)
+        except OSError:
+            pass
 
     # ------------------------------------------------------------ timers
     def _timers(self, now):

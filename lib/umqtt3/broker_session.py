@@ -29,6 +29,9 @@ _PUB = const(1)  # PUBLISH not yet written (new, or to resend after resume)
 _PUB_SENT = const(2)  # PUBLISH written, waiting for PUBACK / PUBREC
 _REL = const(3)  # PUBREL not yet written
 _REL_SENT = const(4)  # PUBREL written, waiting for PUBCOMP
+# first byte of a queued frame whose next packet is PUBREL: a record that
+# came back from the store after PUBREC and found no room in the ring
+_QREL = const(0x62)
 
 
 def publish_size(tn, pn, qos):
@@ -248,6 +251,21 @@ class Session:
                 conn.tlen += n
                 b.sent += 1
                 q.pop(0)
+                continue
+            if f[0] == _QREL:
+                # PUBREL only: a slot that holds no bytes but the id
+                k = self._alloc(0)
+                if k < 0:
+                    return
+                self.s_pid[k] = _frame_pid(f)
+                q.pop(0)
+                self.s_st[k] = _REL
+                self.unsent += 1
+                if conn.space() < 4:
+                    return
+                conn.tlen = encode_ack(conn.tx, conn.tlen, PUBREL, self.s_pid[k])
+                self.s_st[k] = _REL_SENT
+                self.unsent -= 1
                 continue
             if n > b.max_frame:
                 q.pop(0)
@@ -493,19 +511,27 @@ class Session:
 
     def in_add(self, pid, buf, off, n):
         b = self.b
-        if self.ipids is not None and self.nipids >= len(self.ipids) \
-                or b.max_qos2_in <= 0:
+        if self.nipids >= b.max_qos2_in:
             raise MQTTError("too many QoS 2 messages in flight", 0x93)
         if self.fs is not None:
-            b.ntag += 1
-            self.fs.in_add(pid, buf, off, 0, b.ntag)  # the id and its tag
-            b.rtag = b.ntag
+            t = b.disk.tag()
+            self.fs.in_add(pid, buf, off, 0, t)  # the id and its tag
+            b.rtag = t
         self.ipid_add(pid)
 
     def in_done(self, pid):
-        if self.fs is not None:
-            self.fs.in_done(pid)  # routed: a resend is answered, not routed
+        # routing is over whatever the disk says next: no later copy may
+        # carry this tag, or a restart would take it back
         self.b.rtag = -1
+        if self.fs is not None:
+            try:
+                self.fs.in_done(pid)  # routed: a resend is answered, not routed
+            except OSError:
+                # still .u on disk, so not held: no PUBREC now, and the
+                # publisher's resend is routed again (a failing disk may
+                # duplicate, never lose what a PUBREC promised)
+                self.ipid_del(pid)
+                raise
 
     def in_del(self, pid):
         # RAM first: when the disk fails, PUBCOMP is not sent, and an id
@@ -528,3 +554,13 @@ class Session:
         self.s_st[k] = _PUB_SENT if st == _PUB else _REL_SENT  # attach() resends
         self.npid = pid  # slots come back oldest first: the last is the newest
         return True
+
+    def restore_queued(self, rel, pid, frame):
+        """A stored message that found no room in the ring (the limits are
+        lower than when it was written): it waits in the queue, in order;
+        rel: its PUBREC came, so PUBREL is what goes out (pump)."""
+        f = bytearray(frame)
+        if rel:
+            f[0] = _QREL
+        self.q.append(f)
+        self.npid = pid

@@ -25,17 +25,51 @@
 from .store import FileStore, OSFiles, _frame, _unframe, _refuse_fat
 from .broker_session import Session
 
+_TAG_END = 0x3FFFFFFF  # tags stay small ints on MicroPython, and fit a record
+
 
 def _u16(b, i):
     return (b[i] << 8) | b[i + 1]
+
+
+class _Counted:
+    """The file layer, counting every change that fails in
+    Broker.store_errors: the broker's own records and the sessions'
+    FileStores all write through it."""
+
+    def __init__(self, files, broker):
+        self.f = files
+        self.b = broker
+        self.read = files.read
+        self.listdir = files.listdir
+        self.mkdir = files.mkdir
+
+    def _do(self, fn, a, b=None):
+        try:
+            return fn(a) if b is None else fn(a, b)
+        except OSError:
+            self.b.store_errors += 1
+            raise
+
+    def write(self, path, data):
+        self._do(self.f.write, path, data)
+
+    def rename(self, a, b):
+        self._do(self.f.rename, a, b)
+
+    def remove(self, path):
+        self._do(self.f.remove, path)
+
+    def sync_dir(self, path):
+        self._do(self.f.sync_dir, path)
 
 
 class Disk:
     def __init__(self, broker, path, files=None, allow_fat=False):
         self.b = broker
         self.dir = path.rstrip("/") or "/"
-        self.fs = files or OSFiles()
-        self.fs.mkdir(self.dir)
+        self.fs = _Counted(files or OSFiles(), broker)
+        self.fs.mkdir(self.dir)  # OSFiles syncs the parent of a new directory
         if not allow_fat:
             _refuse_fat(self.dir)
         self.rslot = {}  # retained topic -> k of its r<k> file
@@ -44,20 +78,39 @@ class Disk:
         self.sfree = []
         self.snext = 0
 
+        self.taken = None  # tags live records still carry, after a wrap
+
     def _p(self, name):
         return self.dir + "/" + name
 
-    def _wrap(self, fn, *args):
-        try:
-            return fn(*args)
-        except OSError:
-            self.b.store_errors += 1
-            raise
+    def tag(self):
+        """A new routing's tag: one that no live record carries. After 2**30
+        routings the numbers start again from 1, skipping the tags of copies
+        still waiting (an offline session's queue can hold one for ever)."""
+        b = self.b
+        t = b.ntag + 1
+        if t >= _TAG_END:
+            t = 1
+            tk = []  # type: list
+            for s in b._slist:
+                if s.fs is not None:
+                    for e in s.fs.out.values():
+                        tk.append(e[2])
+            tk.sort()
+            self.taken = tk
+        tk = self.taken
+        if tk is not None:
+            while t in tk:
+                t += 1
+            if not tk or t > tk[-1]:
+                self.taken = None
+        b.ntag = t
+        return t
 
     # ------------------------------------------------------------ retained
     def retain(self, topic, qos, payload):
         """topic now holds payload: durable when this returns."""
-        self._wrap(self._retain, topic, qos, payload)
+        self._retain(topic, qos, payload)
 
     def _retain(self, topic, qos, payload):
         fs = self.fs
@@ -86,7 +139,7 @@ class Disk:
     def unretain(self, topic):
         k = self.rslot.get(topic)
         if k is not None:
-            self._wrap(self._unretain, topic, k)
+            self._unretain(topic, k)
 
     def _unretain(self, topic, k):
         self.fs.remove(self._p("r%d" % k))
@@ -124,7 +177,7 @@ class Disk:
 
     def add_session(self, s):
         """A new persistent session: on disk before CONNACK [MQTT-3.1.2-4]."""
-        self._wrap(self._add, s)
+        self._add(s)
 
     def _add(self, s):
         k = self.sfree.pop() if self.sfree else self.snext
@@ -133,7 +186,7 @@ class Disk:
         s.slot = k
         d = self._sdir(s)
         try:
-            self.fs.mkdir(d)
+            self.fs.mkdir(d)  # OSFiles syncs DIR: the new s<k> is durable
             self.fs.write(d + "/sess", self._sess_rec(s))
             self.fs.sync_dir(d)
             s.fs = self._store(d)
@@ -145,7 +198,7 @@ class Disk:
     def save_session(self, s):
         """Its subscriptions changed: durable before SUBACK / UNSUBACK."""
         if s.slot >= 0:
-            self._wrap(self._save, s)
+            self._save(s)
 
     def _save(self, s):
         d = self._sdir(s)
@@ -157,7 +210,7 @@ class Disk:
         """The session ends (CleanSession 1 took its id): sess goes first,
         so a crash half way leaves files that load() wipes."""
         if s.slot >= 0:
-            self._wrap(self._drop, s)
+            self._drop(s)
 
     def _drop(self, s):
         d = self._sdir(s)
@@ -210,8 +263,25 @@ class Disk:
                     b.ntag = key
                 if st == "u":
                     cut.append(key)
+        # Undo the routings cut short, across all sessions at once: every
+        # copy first, then the .u records, each durable before the next. A
+        # second power loss half way then finds each .u still there, with
+        # whatever copies are left; a .u removed before the copies in
+        # another session would leave those copies to meet the publisher's
+        # resend, routed again [MQTT-4.3.3-2].
+        self._undo(found, cut)
+        for s, recs in found:
+            for pid, st, key, body in recs:
+                if st == "u":
+                    s.fs.in_del(pid)  # the publisher will send it again
         for s, recs in found:
             self._restore(s, recs, cut)
+
+    def _undo(self, found, cut):
+        for s, recs in found:
+            for pid, st, key, body in recs:
+                if st == "p" and key in cut:
+                    s.fs.out_del(pid)  # routed by a PUBLISH that got no PUBREC
 
     def _load_r(self, path, k, used):
         rec = _unframe(self.fs.read(path))
@@ -254,13 +324,13 @@ class Disk:
         return s
 
     def _restore(self, s, recs, cut):
+        # Everything on disk comes back, also when the limits are now lower
+        # than when it was written: held ids beyond max_qos2_in are all held,
+        # and records beyond the ring wait in the queue in order, PUBRELs
+        # included (Session.restore_queued).
         f = s.fs
-        for pid, st, key, body in recs:
-            if st == "p" and key in cut:
-                f.out_del(pid)  # routed by a PUBLISH that got no PUBREC
-        for pid, st, key, body in recs:
-            if st == "u":
-                f.in_del(pid)  # the publisher will send it again
+        if len(f.inb) > self.b.max_qos2_in:
+            s.ipids = [0] * len(f.inb)
         for pid in f.inb:
             s.ipid_add(pid)  # routed, PUBREC may have gone: held [MQTT-4.3.3-2]
         full = False
@@ -270,6 +340,4 @@ class Disk:
             if not full and s.restore_slot(1 if st == "p" else 3, pid, body):
                 continue
             full = True  # the rest waits in the queue, in order
-            if st == "p":
-                s.q.append(bytearray(body))
-                s.npid = pid
+            s.restore_queued(st == "r", pid, body)

@@ -15,16 +15,20 @@
 #   recover()                       after a reboot: [(pid, state, key, bytes)]
 #                                   outbound in send order (state "p" or "r"),
 #                                   then undelivered inbound (state "u")
-#
-# Both are made for one client; the broker's sessions (broker_session.py)
-# implement the same interface over their in-flight ring, and a persistent
-# session writes through to a FileStore of its own (broker_store.py).
 #   accepted(key)                   was a publish with this key ever stored?
 #                                   (keys increase: sequence numbers)
 #
 # MemoryStore holds preallocated slots (no allocation per message, nothing
 # survives a reset). FileStore keeps one small CRC-framed file per message, as
 # littlefs handles small files and atomic renames well (docs/store.md).
+#
+# Both are made for one client. The broker's sessions (broker_session.py)
+# implement the same interface over their in-flight ring, and a persistent
+# session writes through to a FileStore of its own (broker_store.py).
+#
+# The file layer (OSFiles, _refuse_fat) uses os and vfs directly: they are
+# the same modules on MicroPython and CPython; only fsync and rename differ,
+# and those come from compat.
 from .compat import copy, fsync, fsync_dir, replace
 from .codec import MQTTError
 
@@ -156,9 +160,14 @@ class MemoryStore:
 _MAGIC = 0x55  # 'U'
 
 
+_KEY_MAX = 0xFFFFFFFE  # stored as key + 1 in 32 bits; -1 ("no key") stores 0
+
+
 def _frame(seq, key, body):
     # magic, 4-byte seq, 4-byte key (+1, so -1 "no key" stores 0), body, CRC-32
     import binascii
+    if key < -1 or key > _KEY_MAX:
+        raise ValueError("key out of range 0..2**32-2")
     n = len(body)
     b = bytearray(9 + n + 4)
     b[0] = _MAGIC
@@ -215,7 +224,10 @@ class OSFiles:
         try:
             os.mkdir(path)
         except OSError:
-            pass
+            return  # there already
+        # a new directory's name is durable once its parent is synced
+        i = path.rstrip("/").rfind("/")
+        fsync_dir(path[:i] if i > 0 else "/" if i == 0 else ".")
 
     def sync_dir(self, path):
         fsync_dir(path)
@@ -251,11 +263,23 @@ class FileStore:
     def _oname(self, seq, state):
         return "o%08d.%s" % (seq, state)
 
+    def _next_seq(self):
+        # Numbering starts again whenever nothing it orders is left (no
+        # outbound record, no undelivered inbound one), so names and the
+        # 32-bit field stay short (and small ints on MicroPython) on a
+        # store that runs for years. Rule 6 holds: no live record is passed.
+        if not self.out and "u" not in self.inb.values():
+            self.nseq = 0
+        self.nseq += 1
+        return self.nseq
+
     def out_add(self, pid, key, buf, off, n):
         if len(self.out) + len(self.inb) >= self.max:
             raise StoreFull()
-        self.nseq += 1
         k = -1 if key is None else key
+        if k < -1 or k > _KEY_MAX:
+            raise ValueError("key out of range 0..2**32-2")
+        self._next_seq()
         self.fs.write(self._p(self._oname(self.nseq, "p")),
                       _frame(self.nseq, k, bytes(buf[off:off + n])))
         self.fs.sync_dir(self.dir)
@@ -290,7 +314,7 @@ class FileStore:
     def in_add(self, pid, buf, off, n, key=-1):
         if len(self.out) + len(self.inb) >= self.max:
             raise StoreFull()
-        self.nseq += 1  # arrival order, for handing them over again
+        self._next_seq()  # arrival order, for handing them over again
         self.fs.write(self._p("i%05d.u" % pid), _frame(self.nseq, key, bytes(buf[off:off + n])))
         self.fs.sync_dir(self.dir)
         self.inb[pid] = "u"
@@ -363,13 +387,15 @@ class FileStore:
 
 
 def _ours(name):
-    # o<8 digits>.p|r, i<5 digits>.u|d, or last
+    # o<seq>.p|r with 8 digits or more (a sequence past 10**8 has 9),
+    # i<pid>.u|d with 5, or last
     if name == "last":
         return True
     n = len(name)
-    if n == 11 and name[0] == "o":
+    c = name[:1]
+    if c == "o" and n >= 11:
         st = "pr"
-    elif n == 8 and name[0] == "i":
+    elif c == "i" and n == 8:
         st = "ud"
     else:
         return False
