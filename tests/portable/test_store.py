@@ -266,6 +266,73 @@ def test_file_reboot_recovers_in_sequence_order():
         _cleanup(d)
 
 
+def test_file_sequence_past_eight_digits():
+    # a store that never empties for 10**8 records writes o100000000.p:
+    # it is still a record, recovered in sequence order (rule 5), and
+    # numbering goes on past it (rule 6)
+    d = _tmpdir()
+    try:
+        s = FileStore(d)
+        _add(s, 1, key=0)  # stays live: numbering cannot start again
+        s.nseq = 99999998
+        _add(s, 2, key=1)
+        _add(s, 3, key=2)
+        assert _files(d) == ["o00000001.p", "o100000000.p", "o99999999.p"], _files(d)
+        s2 = FileStore(d)
+        assert [x[0] for x in s2.recover()] == [1, 2, 3]
+        assert s2.nseq == 100000000
+        s2.out_rel(3)
+        assert "o100000000.r" in _files(d)
+        assert [x[:2] for x in FileStore(d).recover()] == [(1, "p"), (2, "p"), (3, "r")]
+    finally:
+        _cleanup(d)
+
+
+def test_file_numbering_starts_again_when_empty():
+    # with no record left to order, numbering starts again from 1, so the
+    # sequence stays a small int (MicroPython) and the names 8 digits long;
+    # a "last" record does not count (it is never resent)
+    d = _tmpdir()
+    try:
+        s = FileStore(d)
+        _add(s, 9, key=6)
+        s.nseq = 0x3FFFFFF0
+        _add(s, 1, key=7)
+        assert _files(d) == ["o00000001.p", "o1073741809.p"], _files(d)
+        s.out_del(9)
+        s.out_del(1)
+        _add(s, 2, key=8)
+        assert _files(d) == ["last", "o00000001.p"], _files(d)
+        s2 = FileStore(d)  # "last" holds the big number: still starts again
+        s2.out_del(2)
+        _add(s2, 3, key=9)
+        assert _files(d) == ["last", "o00000001.p"], _files(d)
+        assert s2.accepted(9) and not s2.accepted(10)
+        # an undelivered inbound record is ordered by the sequence too
+        b, n = _pub(4)
+        s2.in_add(4, b, 0, n)
+        s2.out_del(3)
+        _add(s2, 5, key=10)
+        assert "o00000003.p" in _files(d), _files(d)
+    finally:
+        _cleanup(d)
+
+
+def test_file_key_range():
+    # keys are stored + 1 in 32 bits: 2**32-2 is the largest that reads
+    # back; a larger one is refused before anything is written
+    d = _tmpdir()
+    try:
+        s = FileStore(d)
+        big = 0xFFFFFFFE
+        _add(s, 1, key=big)
+        assert FileStore(d).accepted(big)
+        _raises(ValueError, _add, s, 2, big + 1)
+        assert _files(d) == ["o00000001.p"] and s.out_count() == 1
+    finally:
+        _cleanup(d)
+
+
 def test_file_accepted_without_recover():
     # the constructor scans: accepted() is right straight after a reboot
     d = _tmpdir()
