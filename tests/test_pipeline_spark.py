@@ -110,8 +110,9 @@ def test_window_aggregates_are_exact_and_duplicates_count_once(spark, umqtt3_bro
 
 def start_job(broker, tmp, *extra):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([LIB, TOOLS]), SPARK_LOCAL_IP="127.0.0.1")
-    return subprocess.Popen([sys.executable, "-m", "umqtt3_pipeline.job", "--master", "local[2]"]
-                            + job_args(broker, tmp, "killed", *extra),
+    # --seconds: a job this test leaves behind (its pytest killed) ends by itself
+    return subprocess.Popen([sys.executable, "-m", "umqtt3_pipeline.job", "--master", "local[2]",
+                             "--seconds", "300"] + job_args(broker, tmp, "killed", *extra),
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
 

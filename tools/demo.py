@@ -178,9 +178,10 @@ class Pipeline:
         return self.proc.returncode
 
 
-def view(port, stop, seconds, nodes=None, pipeline=None):
-    """Subscribe to everything the nodes send; redraw a table once a second."""
-    rows = {}
+def view(port, stop, seconds, nodes=None, pipeline=None, rows=None):
+    """Subscribe to everything the nodes send; redraw a table once a second.
+    rows: {node: what arrived}, filled as it goes (still there after Ctrl-C)."""
+    rows = {} if rows is None else rows
     c = MQTTClient("demo-view", "127.0.0.1", port, keepalive=10)
 
     def on_msg(topic, msg):
@@ -262,7 +263,7 @@ def main():
         t.start()
     rows = {}
     try:
-        rows = view(port, stop, a.seconds, nodes, pipeline)
+        view(port, stop, a.seconds, nodes, pipeline, rows)
     except KeyboardInterrupt:
         stop.set()
     finally:

@@ -116,13 +116,14 @@ class Ingest:
             while not self.stopping.is_set():
                 try:
                     c.connect(clean_session=False)
+                    for t in self.topics:
+                        c.subscribe(t, self.qos)  # kept by the session from now on
                     break
                 except OSError:
+                    c.disconnect()
                     self.stopping.wait(0.5)  # broker not up yet: keep trying
             else:
                 return
-            for t in self.topics:
-                c.subscribe(t, self.qos)
             self.connected.set()
             while not self.stopping.is_set():
                 c.poll(50)
