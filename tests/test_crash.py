@@ -127,6 +127,18 @@ def test_osfiles_fsyncs_before_close(tmp_path, monkeypatch):
     assert seen == [(False, 5)]
 
 
+def test_osfiles_mkdir_syncs_the_parent(tmp_path, monkeypatch):
+    # a new directory is a new name in its parent: durable once the parent
+    # is fsynced, before FileStore writes anything it relies on
+    synced = []
+    monkeypatch.setattr(store_mod, "fsync_dir", synced.append)
+    d = tmp_path / "mq"
+    OSFiles().mkdir(str(d))
+    assert d.is_dir() and synced == [str(tmp_path)]
+    OSFiles().mkdir(str(d))  # there already: nothing new to sync
+    assert synced == [str(tmp_path)]
+
+
 # ---------------------------------------------------------------- exploration
 
 def test_power_loss_everywhere():
