@@ -155,6 +155,6 @@ def running(**kw):
     return broker_harness.running(transport=SOCKETS, **kw)
 
 
-def Raw(where, timeout=TIMEOUT, rcvbuf=None):
+def Raw(where, rcvbuf=None):
     """A raw-socket client of the broker b (or of a broker on 127.0.0.1:port)."""
     return broker_harness.Raw(where, rcvbuf=rcvbuf, transport=SOCKETS)

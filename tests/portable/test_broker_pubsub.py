@@ -330,12 +330,37 @@ def test_unsubscribe_completes_deliveries_in_flight():
 
 def test_qos1_inbound_puback_same_packet_id():
     # [MQTT-3.3.4-1] [MQTT-4.3.2-2] PUBACK carries the PUBLISH's packet id
-    # [MQTT-2.3.1-6]
+    # [MQTT-2.3.1-6]; after it, a PUBLISH with that id is a new message,
+    # DUP or not
     with running() as b:
         sub, pub = pub_sub(b, filters=[("t", 1)])
         pub.publish("t", b"m", 1, pid=321)
         pub.expect(PUBACK, 321)
         assert sub.messages(1)[0][:3] == (b"t", b"m", 1)
+        pub.publish("t", b"m2", 1, pid=321, dup=True)
+        pub.expect(PUBACK, 321)
+        assert sub.messages(1)[0][:3] == (b"t", b"m2", 1)
+
+
+def test_acknowledgements_in_order():
+    # the ordering rules of 4.6, kept by the broker on both sides: PUBACKs in
+    # the order of the QoS 1 PUBLISHes [MQTT-4.6.0-2], PUBRECs in the order
+    # of the QoS 2 PUBLISHes [MQTT-4.6.0-3], PUBRELs in the order of the
+    # PUBRECs received [MQTT-4.6.0-4]
+    with running() as b:
+        sub, pub = pub_sub(b, filters=[("t", 2)])
+        for pid in (5, 3, 9, 1):
+            pub.publish("t", b"x", 1, pid=pid)
+        assert [pub.expect(PUBACK).pid for _ in range(4)] == [5, 3, 9, 1]
+        for pid in (8, 2, 7):
+            pub.publish("t", b"y", 2, pid=pid)
+        assert [pub.expect(PUBREC).pid for _ in range(3)] == [8, 2, 7]
+        q2 = [m[5] for m in sub.messages(7, ack=False) if m[2] == 2]
+        assert len(q2) == 3
+        q2.reverse()
+        for pid in q2:
+            sub.ack(PUBREC, pid)
+        assert [sub.expect(PUBREL).pid for _ in q2] == q2
 
 
 def test_qos2_inbound_exactly_once():
