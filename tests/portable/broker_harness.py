@@ -369,6 +369,17 @@ def connect_bytes(cid, level=4, clean=True, keepalive=0, **kw):
     return bytearray(buf[:n])
 
 
+def string(b):
+    """An MQTT string: two length bytes, then b (unchecked, so it can be
+    what an encoder refuses)."""
+    return bytes([len(b) >> 8, len(b) & 255]) + b
+
+
+def frame(first, body):
+    """A packet built by hand: first byte, one length byte, body."""
+    return bytes([first, len(body)]) + body
+
+
 def junk(n, seed):
     """n bytes that look random, the same every run."""
     out = bytearray(n)

@@ -8,7 +8,7 @@
 # The same bodies run over pipes with the broker in this thread (pytest and
 # tools/mp/testrunner.py under MicroPython) and over real sockets
 # (tests/test_broker.py); tests/portable/broker_harness.py is the harness.
-from broker_harness import running, Raw, advance, wait_for, connect_bytes, build
+from broker_harness import running, Raw, advance, wait_for, connect_bytes, build, string, frame
 from umqtt3.codec import encode_publish, CONNACK, PUBACK, PINGREQ, PINGRESP, DISCONNECT
 
 
@@ -111,18 +111,14 @@ def test_malformed_connect_flags_close_without_connack():
         assert b.connected == 0 and not b.sessions()
 
 
-def _string(b):
-    return bytes([len(b) >> 8, len(b) & 255]) + b
-
-
 def _connect_by_hand(cid, will_topic=None):
     # CONNECT level 4, CleanSession 1, no keepalive; the encoder would
     # refuse these strings
     flags = 0x06 if will_topic is not None else 0x02
-    body = _string(b"MQTT") + bytes([4, flags, 0, 0]) + _string(cid)
+    body = string(b"MQTT") + bytes([4, flags, 0, 0]) + string(cid)
     if will_topic is not None:
-        body += _string(will_topic) + _string(b"m")
-    return bytes([0x10, len(body)]) + body
+        body += string(will_topic) + string(b"m")
+    return frame(0x10, body)
 
 
 def test_ill_formed_utf8_in_connect_closes():

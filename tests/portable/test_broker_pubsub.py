@@ -6,17 +6,9 @@
 # The same bodies run over pipes with the broker in this thread (pytest and
 # tools/mp/testrunner.py under MicroPython) and over real sockets
 # (tests/test_broker.py); tests/portable/broker_harness.py is the harness.
-from broker_harness import running, Raw, wait_for, pub_sub, Timeout
+from broker_harness import running, Raw, wait_for, pub_sub, Timeout, string, frame
 from umqtt3.broker import Broker
 from umqtt3.codec import PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP, PINGREQ, PINGRESP
-
-
-def _string(b):
-    return bytes([len(b) >> 8, len(b) & 255]) + b
-
-
-def _packet(first, body):
-    return bytes([first, len(body)]) + body
 
 
 # ---------------------------------------------------------------- topics and filters
@@ -43,7 +35,7 @@ def test_invalid_filter_closes():
         for f in (b"a/#/b", b"a/b#", b"a/b+", b"+a/b", b"", b"a\x00b"):
             with Raw(b) as c:
                 c.connect("inv")
-                c.send(_packet(0x82, b"\x00\x01" + _string(f) + b"\x00"))
+                c.send(frame(0x82, b"\x00\x01" + string(f) + b"\x00"))
                 assert c.recv() is None, f
 
 
@@ -78,15 +70,15 @@ def test_malformed_publish_closes_only_that_connection():
     # each closes the publisher's connection; nothing is delivered or
     # retained, and the subscriber is not disturbed [MQTT-4.8.0-1]
     bad = (
-        _packet(0x36, _string(b"t") + b"\x00\x01x"),  # both QoS bits set [MQTT-3.3.1-4]
-        _packet(0x38, _string(b"t") + b"x"),  # DUP on QoS 0 [MQTT-3.3.1-2]
-        _packet(0x31, _string(b"t/+") + b"x"),  # wildcard in a topic name [MQTT-3.3.2-2] [MQTT-4.7.1-1]
-        _packet(0x31, _string(b"t/#") + b"x"),
-        _packet(0x31, _string(b"") + b"x"),  # empty topic name [MQTT-4.7.3-1]
-        _packet(0x31, _string(b"t\x00") + b"x"),  # U+0000 [MQTT-4.7.3-2] [MQTT-1.5.3-2]
-        _packet(0x31, _string(b"t\xff") + b"x"),  # ill-formed UTF-8 [MQTT-3.3.2-1] [MQTT-1.5.3-1]
-        _packet(0x31, _string(b"t\xed\xa0\x80") + b"x"),  # a UTF-16 surrogate [MQTT-1.5.3-1]
-        _packet(0x32, _string(b"t") + b"\x00\x00x"),  # QoS 1 with packet id 0 [MQTT-2.3.1-1]
+        frame(0x36, string(b"t") + b"\x00\x01x"),  # both QoS bits set [MQTT-3.3.1-4]
+        frame(0x38, string(b"t") + b"x"),  # DUP on QoS 0 [MQTT-3.3.1-2]
+        frame(0x31, string(b"t/+") + b"x"),  # wildcard in a topic name [MQTT-3.3.2-2] [MQTT-4.7.1-1]
+        frame(0x31, string(b"t/#") + b"x"),
+        frame(0x31, string(b"") + b"x"),  # empty topic name [MQTT-4.7.3-1]
+        frame(0x31, string(b"t\x00") + b"x"),  # U+0000 [MQTT-4.7.3-2] [MQTT-1.5.3-2]
+        frame(0x31, string(b"t\xff") + b"x"),  # ill-formed UTF-8 [MQTT-3.3.2-1] [MQTT-1.5.3-1]
+        frame(0x31, string(b"t\xed\xa0\x80") + b"x"),  # a UTF-16 surrogate [MQTT-1.5.3-1]
+        frame(0x32, string(b"t") + b"\x00\x00x"),  # QoS 1 with packet id 0 [MQTT-2.3.1-1]
     )
     with running() as b:
         sub, pub = pub_sub(b, filters=[("#", 2)])
@@ -104,17 +96,17 @@ def test_malformed_publish_closes_only_that_connection():
 
 def test_malformed_subscribe_and_unsubscribe_close():
     bad = (
-        _packet(0x80, b"\x00\x01" + _string(b"a") + b"\x00"),  # flags 0000 [MQTT-3.8.1-1]
-        _packet(0x82, b"\x00\x01"),  # no filter [MQTT-3.8.3-3]
-        _packet(0x82, b"\x00\x01" + _string(b"a") + b"\x03"),  # QoS 3 [MQTT-3.8.3-4]
-        _packet(0x82, b"\x00\x01" + _string(b"a") + b"\x04"),  # a reserved bit [MQTT-3.8.3-4]
-        _packet(0x82, b"\x00\x01" + _string(b"a")),  # no options byte
-        _packet(0x82, b"\x00\x00" + _string(b"a") + b"\x00"),  # packet id 0 [MQTT-2.3.1-1]
-        _packet(0x82, b"\x00\x01" + _string(b"a\xc3") + b"\x00"),  # bad UTF-8 [MQTT-3.8.3-1]
-        _packet(0xA0, b"\x00\x01" + _string(b"a")),  # flags 0000 [MQTT-3.10.1-1]
-        _packet(0xA2, b"\x00\x01"),  # no filter [MQTT-3.10.3-2]
-        _packet(0xA2, b"\x00\x01" + _string(b"a\xc3")),  # bad UTF-8 [MQTT-3.10.3-1]
-        _packet(0xA2, b"\x00\x00" + _string(b"a")),  # packet id 0 [MQTT-2.3.1-1]
+        frame(0x80, b"\x00\x01" + string(b"a") + b"\x00"),  # flags 0000 [MQTT-3.8.1-1]
+        frame(0x82, b"\x00\x01"),  # no filter [MQTT-3.8.3-3]
+        frame(0x82, b"\x00\x01" + string(b"a") + b"\x03"),  # QoS 3 [MQTT-3.8.3-4]
+        frame(0x82, b"\x00\x01" + string(b"a") + b"\x04"),  # a reserved bit [MQTT-3.8.3-4]
+        frame(0x82, b"\x00\x01" + string(b"a")),  # no options byte
+        frame(0x82, b"\x00\x00" + string(b"a") + b"\x00"),  # packet id 0 [MQTT-2.3.1-1]
+        frame(0x82, b"\x00\x01" + string(b"a\xc3") + b"\x00"),  # bad UTF-8 [MQTT-3.8.3-1]
+        frame(0xA0, b"\x00\x01" + string(b"a")),  # flags 0000 [MQTT-3.10.1-1]
+        frame(0xA2, b"\x00\x01"),  # no filter [MQTT-3.10.3-2]
+        frame(0xA2, b"\x00\x01" + string(b"a\xc3")),  # bad UTF-8 [MQTT-3.10.3-1]
+        frame(0xA2, b"\x00\x00" + string(b"a")),  # packet id 0 [MQTT-2.3.1-1]
     )
     with running() as b:
         for raw in bad:
