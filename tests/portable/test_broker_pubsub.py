@@ -6,7 +6,7 @@
 # The same bodies run over pipes with the broker in this thread (pytest and
 # tools/mp/testrunner.py under MicroPython) and over real sockets
 # (tests/test_broker.py); tests/portable/broker_harness.py is the harness.
-from broker_harness import running, Raw, wait_for, pub_sub, Timeout, string, frame
+from broker_harness import running, Raw, advance, wait_for, pub_sub, Timeout, string, frame
 from umqtt3.broker import Broker
 from umqtt3.codec import PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP, PINGREQ, PINGRESP
 
@@ -155,6 +155,18 @@ def test_sys_topics():
         for k in (b"clients/connected", b"clients/total", b"messages/received",
                   b"messages/sent", b"messages/dropped", b"clients/maximum"):
             assert got[b"$SYS/broker/" + k].isdigit(), k
+
+
+def test_sys_topics_are_published_every_interval():
+    # again every sys_interval seconds, to an established subscription with
+    # RETAIN 0 [MQTT-3.3.1-9]
+    with running(sys_interval=1) as b, Raw(b) as c:
+        c.connect("sys")
+        assert wait_for(lambda: b"$SYS/broker/uptime" in b.retained)
+        c.subscribe(1, "$SYS/broker/uptime", 0)
+        assert c.messages(1)[0][1:4] == (b"0 seconds", 0, True)
+        advance(1100)
+        assert c.messages(1)[0][1:4] == (b"1 seconds", 0, False)
 
 
 def test_clients_cannot_publish_into_sys():
