@@ -156,7 +156,7 @@ def log_payloads(path):
 def test_ingest_killed_mid_stream_loses_nothing(umqtt3_broker, tmp_path, qos):
     # The ingest acknowledges only what its log made durable, so a SIGKILL
     # loses nothing. At QoS 2 the log itself answers "already held?" after
-    # the restart, so nothing is written twice [MQTT-4.3.3-9]; at QoS 1 the
+    # the restart, so nothing is written twice [MQTT-4.3.3-2]; at QoS 1 the
     # broker may send again what was written but not yet acknowledged.
     path = tmp_path / "log"
     p = ingest_proc(umqtt3_broker.port, path, qos)
