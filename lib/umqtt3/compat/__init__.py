@@ -2,7 +2,8 @@
 #
 # On MicroPython it re-exports the built-ins; on CPython it takes the
 # emulation from compat/cpython.py, kept apart so that a device never loads
-# it. Every other module imports platform things from here and nowhere else.
+# it. Every other module imports from here what differs between the two
+# Pythons; store.py's file layer uses os and vfs directly for what does not.
 import sys
 
 MICROPYTHON = sys.implementation.name == "micropython"
