@@ -22,6 +22,18 @@ class SkipTest(_SkipBase):
     """Raise inside a test to skip it."""
 
 
+async def collect():
+    """gc.collect() that has really run when it returns. The WebAssembly
+    MicroPython only marks a collection as due and runs it once control is
+    back in JavaScript, so an async test yields after asking."""
+    import gc
+    import asyncio
+    gc.collect()
+    await asyncio.sleep(0)
+    gc.collect()
+    await asyncio.sleep(0)
+
+
 def raises(exc_type, fn, *args, **kw):
     """Call fn(*args, **kw), which must raise exc_type; return the exception."""
     try:

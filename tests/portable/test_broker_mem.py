@@ -10,7 +10,7 @@
 import gc
 import sys
 
-from support import locked, answer_qos
+from support import locked, answer_qos, collect
 from umqtt3.broker import Broker
 from umqtt3.transport import Pipe, Conn
 from umqtt3.codec import (Packet, decode, encode_connect, encode_publish, encode_ack,
@@ -410,7 +410,7 @@ def test_forward_qos2_allocates_nothing():
     _check_zero_alloc(2)
 
 
-def test_ram_per_client():
+async def test_ram_per_client():
     # what one connected client costs the broker: connection buffers,
     # session, client id; and the in-flight ring a QoS 1/2 subscriber adds
     n = 8
@@ -422,7 +422,7 @@ def test_ram_per_client():
         links.append((a, e))
         conns.append(Conn(a, 256, 256))
     p = Packet(4)
-    gc.collect()
+    await collect()
     m0 = gc.mem_alloc() if MICROPYTHON else 0
     for i in range(n):
         b.attach(links[i][1])
@@ -432,7 +432,7 @@ def test_ram_per_client():
         c.flush()
     for _ in range(3):
         b.poll_once(0)
-    gc.collect()
+    await collect()
     m1 = gc.mem_alloc() if MICROPYTHON else 0
     assert b.connected == n
     # one QoS 1 message to each allocates each subscriber's ring
@@ -446,7 +446,7 @@ def test_ram_per_client():
         if k:
             decode(p, c.rx, 0, k)
             c.done()
-    gc.collect()
+    await collect()
     m2 = gc.mem_alloc() if MICROPYTHON else 0
     if MICROPYTHON:
         per = (m1 - m0) // n

@@ -176,6 +176,7 @@ class Runner:
             del sys.modules[mod_name]
             mod = None
             gc.collect()
+            yield None  # the driver's chance to let a deferred collection run
 
     def summary(self):
         rc = 1 if self.failed else 0
@@ -224,6 +225,8 @@ def _sync_driver(runner, gen):
         except StopIteration:
             return runner.summary()
         to_send = None
+        if coro is None:
+            continue
         try:
             import asyncio
 
@@ -244,6 +247,13 @@ async def _async_driver(runner, gen):
         except StopIteration:
             break
         to_send = None
+        if coro is None:
+            # The WebAssembly port's gc.collect() only marks a collection
+            # due; it runs once control is back in JavaScript.
+            import asyncio
+
+            await asyncio.sleep(0)
+            continue
         try:
             await coro
         except Exception as e:
