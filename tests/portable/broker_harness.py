@@ -24,9 +24,8 @@ try:
 except ImportError:  # some MicroPython builds have no os
     os = None
 
-from umqtt3 import broker as _bmod
 from umqtt3.broker import Broker
-from umqtt3.compat import ticks_add
+from umqtt3.compat import ticks_add, ticks_ms
 from umqtt3.transport import Pipe, Closed
 from umqtt3.codec import (Packet, decode, frame_len, encode_connect, encode_publish,
                           encode_ack, encode_subscribe, encode_unsubscribe, encode_simple,
@@ -112,8 +111,7 @@ class _MemLink:
 
 class Memory:
     """Broker and clients in one thread over pipes, on a clock that moves
-    only when advance() moves it (umqtt3.broker's ticks_ms is swapped for
-    the harness's while the broker runs)."""
+    only when advance() moves it (the broker's clock= is the harness's)."""
 
     name = "memory"
 
@@ -121,27 +119,19 @@ class Memory:
         self.pipe = pipe
         self.b = None
         self.t = 0
-        self.saved = None
 
     def now(self):
         return self.t
 
     def start(self, kw):
-        self.saved = _bmod.ticks_ms
-        self.t = self.saved()
-        _bmod.ticks_ms = self.now
-        try:
-            self.b = Broker(port=None, **kw)
-        except BaseException:
-            _bmod.ticks_ms = self.saved
-            raise
+        self.t = ticks_ms()
+        self.b = Broker(port=None, clock=self.now, **kw)
         return self.b
 
     def stop(self, b):
         try:
             b.close()
         finally:
-            _bmod.ticks_ms = self.saved
             self.b = None
 
     def open(self, b, rcvbuf):
