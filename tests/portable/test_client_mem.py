@@ -469,7 +469,6 @@ PARTS = ("publish qos0", "publish qos1", "publish qos2", "receive qos0",
 def test_steady_state_allocates_nothing():
     if not MICROPYTHON:
         raise SkipTest("needs micropython.heap_lock")
-    import micropython
     peer = Peer()
     peer.record = False
     c = _client(peer, keepalive=60)  # the keepalive checks run too
