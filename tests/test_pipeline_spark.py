@@ -112,7 +112,7 @@ def start_job(broker, tmp, *extra):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([LIB, TOOLS]), SPARK_LOCAL_IP="127.0.0.1")
     # --seconds: a job this test leaves behind (its pytest killed) ends by itself
     return subprocess.Popen([sys.executable, "-m", "umqtt3_pipeline.job", "--master", "local[2]",
-                             "--seconds", "300"] + job_args(broker, tmp, "killed", *extra),
+                             "--seconds", "300", "--drain", "0"] + job_args(broker, tmp, "killed", *extra),
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
 

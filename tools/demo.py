@@ -140,7 +140,8 @@ class Pipeline:
              "--broker", "127.0.0.1:%d" % port, "--topics", topics,
              "--client-id", "demo-pipeline", "--log", self.log, "--out", self.parquet,
              "--checkpoint", os.path.join(out, "checkpoint"), "--window", "%g seconds" % window,
-             "--watermark", "%g seconds" % (window / 2), "--trigger", "1", "--plot", self.png],
+             "--watermark", "%g seconds" % (window / 2), "--trigger", "1", "--plot", self.png,
+             "--drain", "90"],
             env=env, stdout=subprocess.PIPE, stderr=self.stderr, text=True,
             start_new_session=True)  # Ctrl-C goes to the demo, which stops the job itself
         self.said = []
@@ -165,8 +166,9 @@ class Pipeline:
         from umqtt3_pipeline.plot import load
         return load(self.parquet)
 
-    def stop(self, timeout=120):
-        """SIGTERM: the job stops its query, writes the plot and exits."""
+    def stop(self, timeout=150):
+        """SIGTERM: the job lets Spark process what the log holds (up to 90 s
+        on a slow machine), stops its query, writes the plot and exits."""
         if self.proc.poll() is None:
             self.proc.terminate()
         try:

@@ -133,6 +133,41 @@ def start(spark, a):
     return w.start()
 
 
+def _committed(q):
+    """The message number up to which the query has committed."""
+    import json
+    n = 0
+    for p in q.recentProgress:
+        for s in p["sources"]:
+            end = s.get("endOffset")
+            if isinstance(end, str):
+                end = json.loads(end)
+            if end:
+                n = max(n, end["n"])
+    return n
+
+
+def drain(q, log, seconds, settle=5.0):
+    """Before a stop: let the query commit everything the log holds now, and
+    one batch more if it comes within `settle` seconds (the no-data batch
+    that writes the windows the last watermark closed); at most `seconds`
+    in all. Returns True when it got there."""
+    from . import log as _log
+    if seconds <= 0 or not q.isActive:
+        return False
+    target = _log.count(log)
+    t_end = time.monotonic() + seconds
+    while q.isActive and _committed(q) < target:
+        if time.monotonic() > t_end:
+            return False
+        q.awaitTermination(0.2)
+    seen = len(q.recentProgress)
+    t_end = min(t_end, time.monotonic() + settle)
+    while q.isActive and len(q.recentProgress) <= seen and time.monotonic() < t_end:
+        q.awaitTermination(0.2)
+    return True
+
+
 def parser():
     ap = argparse.ArgumentParser(prog="python -m umqtt3_pipeline.job", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -152,6 +187,8 @@ def parser():
     ap.add_argument("--available-now", action="store_true",
                     help="process what the log holds, then stop")
     ap.add_argument("--seconds", type=float, default=0, help="stop after this long (0: never)")
+    ap.add_argument("--drain", type=float, default=60,
+                    help="on stop, up to this many seconds to process what the log holds")
     ap.add_argument("--plot", help="write each node's windowed series to this PNG at the end")
     ap.add_argument("--master", help="default: spark-submit's, else local[*]")
     ap.add_argument("--shuffle-partitions", type=int, default=2)
@@ -176,6 +213,7 @@ def main(argv=None):
             if t_end and time.monotonic() >= t_end:
                 break
             q.awaitTermination(0.5)
+        drain(q, a.log, a.drain, max(5.0, 4 * a.trigger))
     except KeyboardInterrupt:
         pass
     finally:
