@@ -75,9 +75,12 @@ def decode_header(b):
     return n + 4, first_n, held
 
 
+_MAX_HEADER = 14 + 2 * 65536 + 4
+
+
 def read_header(path, base):
     with open(os.path.join(path, seg_name(base)), "rb") as f:
-        return decode_header(f.read(14 + 2 * 65536 + 4)[:14 + 2 * 65536 + 4])
+        return decode_header(f.read(_MAX_HEADER))
 
 
 def encode_record(kind, flags, pid, t_ms, topic, payload):
@@ -122,7 +125,7 @@ def read_range(path, start, first_n, end=None):
         if end is not None and base >= end or (seg_end is not None and seg_end <= start):
             continue
         with open(os.path.join(path, seg_name(base)), "rb") as f:
-            hdr = decode_header(f.read(14 + 2 * 65536 + 4))
+            hdr = decode_header(f.read(_MAX_HEADER))
             if hdr is None:
                 raise IOError("segment %s: bad header" % seg_name(base))
             lo = max(start, base + hdr[0])
@@ -151,7 +154,7 @@ def advance(path, start, first_n, end, max_rows):
         if base >= end or (seg_end is not None and seg_end <= start):
             continue
         with open(os.path.join(path, seg_name(base)), "rb") as f:
-            hdr = decode_header(f.read(14 + 2 * 65536 + 4))
+            hdr = decode_header(f.read(_MAX_HEADER))
             lo = max(pos, base + hdr[0])
             f.seek(lo - base)
             stop = end if seg_end is None else min(end, seg_end)
@@ -179,7 +182,7 @@ def cuts_between(path, start, first_n, end, every):
         if base >= end or (seg_end is not None and seg_end <= start):
             continue
         with open(os.path.join(path, seg_name(base)), "rb") as f:
-            hdr = decode_header(f.read(14 + 2 * 65536 + 4))
+            hdr = decode_header(f.read(_MAX_HEADER))
             lo = max(start, base + hdr[0])
             f.seek(lo - base)
             stop = end if seg_end is None else min(end, seg_end)
