@@ -9,7 +9,7 @@ from .compat import (ticks_ms, ticks_add, ticks_diff, sleep_ms, socket, poll,
                      link, nodelay, POLLIN, POLLOUT, POLLERR, POLLHUP, MICROPYTHON)
 from .codec import (Packet, MQTTError, decode, encode_connect, encode_simple,
                     encode_subscribe, encode_unsubscribe, encode_disconnect,
-                    CONNACK, PUBLISH, PUBACK, PUBCOMP, SUBACK, UNSUBACK, PINGREQ,
+                    CONNACK, PUBLISH, PUBACK, PUBREL, PUBCOMP, SUBACK, UNSUBACK, PINGREQ,
                     PINGRESP, DISCONNECT)
 from .transport import Conn, Closed
 from .flow import Flow, Busy
@@ -85,9 +85,10 @@ class MQTTClient:
         self.raw = raw
 
     def set_sync(self, f):
-        """f() runs before any acknowledgement of a delivered message leaves:
-        a callback may buffer what it takes and f makes it durable, once for
-        a whole burst (group commit). None: acknowledge as soon as taken."""
+        """f() runs before any acknowledgement of a delivered message, and
+        before the PUBCOMP of a released QoS 2 id, leaves: a callback (or a
+        store) may buffer what it takes and f makes it durable, once for a
+        whole burst (group commit). None: acknowledge as soon as taken."""
         self.sync = f
 
     def set_last_will(self, topic, msg, retain=False, qos=0):
@@ -451,6 +452,8 @@ class MQTTClient:
             self.flow.on_publish(c, p)
         elif PUBACK <= t <= PUBCOMP:
             self.flow.on_ack(c, p)
+            if t == PUBREL:
+                self.unsynced = True  # a store's release is durable before PUBCOMP
         elif t == SUBACK or t == UNSUBACK:
             if p.pid == self.wait_pid:
                 self.answer = c.rx[p.payload_off] if t == SUBACK and p.payload_len else 0

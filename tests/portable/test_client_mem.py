@@ -312,15 +312,16 @@ def test_callback_that_raises_has_not_taken_the_message():
 
 def test_sync_runs_once_per_burst_before_the_acks_leave():
     # set_sync: a callback may buffer what it takes; the acks of a whole burst
-    # leave only after one sync() made it durable (group commit)
+    # leave only after one sync() made it durable (group commit), and a
+    # PUBREL's release is made durable before its PUBCOMP [MQTT-4.3.3-2]
     peer = Peer()
     c = _client(peer)
     taken = []
     durable = []
-    seen = []  # PUBACK+PUBREC the peer had when sync() ran
+    seen = []  # (PUBACK+PUBREC, PUBCOMP) the peer had when sync() ran
 
     def sync():
-        seen.append(peer.got[PUBACK] + peer.got[PUBREC])
+        seen.append((peer.got[PUBACK] + peer.got[PUBREC], peer.got[PUBCOMP]))
         durable.extend(taken)
         del taken[:]
 
@@ -333,13 +334,14 @@ def test_sync_runs_once_per_burst_before_the_acks_leave():
     co.tlen = encode_publish(co.tx, co.tlen, b"s", b"c", 2, 3)
     co.flush()
     c.check_msg()
-    assert seen == [0]  # one sync for the burst, before any ack left
+    assert seen == [(0, 0)]  # one sync for the burst, before any ack left
     assert durable == [b"a", b"b", b"c"]
     _settle(c, peer, PUBCOMP, 1)
     assert peer.got[PUBACK] == 2 and peer.got[PUBREC] == 1
-    c.ping()  # nothing new delivered: no sync for other traffic
+    assert seen == [(0, 0), (3, 0)]  # the PUBREL's sync, before its PUBCOMP
+    c.ping()  # nothing delivered or released: no sync for other traffic
     _settle(c, peer, PINGREQ, 1)
-    assert seen == [0]
+    assert len(seen) == 2
 
 
 def test_raw_callback():

@@ -33,7 +33,6 @@ class LogStore(MemoryStore):
     def __init__(self, log):
         super().__init__(1, 64, 0)
         self.log = log
-        self.client = None  # set by Ingest: a release must be synced before PUBCOMP
 
     def in_add(self, pid, buf, off, n):
         pass  # the message record itself holds the id (Log.append_msg)
@@ -45,18 +44,14 @@ class LogStore(MemoryStore):
         return pid in self.log.held
 
     def in_del(self, pid):
+        # durable before PUBCOMP: the client syncs after a PUBREL (set_sync)
         self.log.append_release(pid)
-        self._needs_sync()
 
     def in_clear(self):
+        # The broker kept no session, but it has one for us from now on and
+        # may send new QoS 2 messages with ids we still hold: durable at once.
         self.log.append_clear()
-        self._needs_sync()
-
-    def _needs_sync(self):
-        # the client syncs before acks only after a delivery; a release must
-        # be durable before its PUBCOMP too, in the same group commit
-        if self.client is not None and self.log.pending:
-            self.client.unsynced = True
+        self.log.sync()
 
 
 def parse_broker(s, default_port=1883):
@@ -97,7 +92,6 @@ class Ingest:
         c = MQTTClient(self.client_id, self.host, self.port, keepalive=self.keepalive,
                        reconnect=True, store=store, bufsize=self.bufsize,
                        backoff_ms=(200, 5000))
-        store.client = c
         c.set_callback(self._on_message, raw=True)
         c.set_sync(self.log.sync)
         self.client = c
