@@ -6,7 +6,9 @@
 #   make test-mp   MicroPython part only  (MP_TESTS="test_codec ..." to pick modules)
 #   make sizes     .py/.mpy bytes and import RAM (UMQTT_PEER=path/to/umqtt/simple.py to compare)
 #   make bench     every tools/bench/*.py
-#   make demo      broker + simulated sensor nodes + live view (tools/demo.py)
+#   make demo      broker + simulated sensor nodes + Spark pipeline + live view (tools/demo.py)
+#   make pipeline  the Spark telemetry job against a running broker (BROKER=, PIPELINE_ARGS=)
+#   make typecheck firmware/, boards/ and lib/ against MicroPython's esp32 and rp2 stubs
 #
 # On a board (docs/firmware.md; DRY_RUN=1 prints the plan and the commands only):
 #   make flash BOARD=esp32 FIRMWARE=img.bin [PORT=...]   erase + write MicroPython (esptool);
@@ -31,7 +33,7 @@ MP_TESTS ?=
 PYTEST_ARGS ?= $(if $(filter 1,$(MQ_FAST)),-m "not slow")
 
 .DEFAULT_GOAL := test
-.PHONY: setup test test-py test-mp sizes bench demo deploy flash selftest selftest-wasm simulate
+.PHONY: setup test test-py test-mp sizes bench demo pipeline typecheck deploy flash selftest selftest-wasm simulate
 
 # Device targets: the tools check every value, so an empty one gets a clear message.
 BOARD ?=
@@ -89,10 +91,24 @@ bench:
 	[ $$found -eq 1 ] || echo "no benchmarks in tools/bench yet"; \
 	exit $$status
 
-# The main job: a broker on 127.0.0.1, simulated sensor nodes, a live view.
-# DEMO_ARGS="--seconds 10" stops by itself; Ctrl-C stops it cleanly.
+# The main job: a broker on 127.0.0.1, simulated sensor nodes, the Spark pipeline
+# (Parquet + build/demo/telemetry.png), a live view. DEMO_ARGS="--seconds 60" stops by
+# itself; Ctrl-C stops it cleanly; "--no-spark" without Java; "--window 5" seconds.
 demo: build/.setup
 	$(PYTHON) tools/demo.py $(DEMO_ARGS)
+
+# The telemetry job (python -m umqtt3_pipeline.job --help) on local[*] against a
+# broker already running; log, checkpoint, Parquet and plot under build/pipeline.
+BROKER ?= 127.0.0.1:1883
+PIPELINE_ARGS ?=
+pipeline: build/.setup
+	PYTHONPATH=lib:tools $(PYTHON) -m umqtt3_pipeline.job --broker $(BROKER) \
+		--log build/pipeline/log --out build/pipeline/parquet \
+		--checkpoint build/pipeline/checkpoint --plot build/pipeline/telemetry.png $(PIPELINE_ARGS)
+
+# The type check alone (make test runs it too): docs/typecheck.md
+typecheck:
+	$(PYTHON) -m pytest -q tests/test_typecheck.py
 
 # ------------------------------------------------------------ devices
 deploy:

@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,79 +29,15 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# the library, the firmware's modules, the desktop stand-ins, boards/
-for _p in (ROOT, os.path.join(ROOT, "tools", "shim"), os.path.join(ROOT, "firmware"),
-           os.path.join(ROOT, "lib")):
-    sys.path.insert(0, _p)
-
 sys.path.insert(0, os.path.join(ROOT, "tools"))
+# the firmware on the desktop and its broker, shared with tools/simulate.py
+from sim import PREFIX, broker_kind, free_port, node_config, run_node, start_broker  # noqa: E402
 from umqtt3.client import MQTTClient  # noqa: E402
-import config as fw_config  # noqa: E402  firmware/config.py
-import node as fw_node  # noqa: E402  firmware/node.py
-
-PREFIX = "umqtt3"
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def wait_port(port, timeout=10.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit("broker did not start on port %d" % port)
-
-
-def start_broker(kind, port, tmp):
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "lib"))
-    if kind == "umqtt3":
-        cmd = [sys.executable, "-m", "umqtt3.broker", "--host", "127.0.0.1", "--port", str(port)]
-    else:
-        conf = os.path.join(tmp, "mosquitto.conf")
-        with open(conf, "w") as f:
-            f.write("listener %d 127.0.0.1\nallow_anonymous true\n" % port)
-        cmd = [shutil.which("mosquitto") or "mosquitto", "-c", conf]
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_port(port)
-    return p
-
-
-def broker_kind(requested):
-    if requested:
-        return requested
-    try:
-        import umqtt3.broker  # noqa: F401
-        return "umqtt3"
-    except ImportError:
-        return "mosquitto"
-
-
-def node_config(name, port, period, **kw):
-    """The config.json a simulated node gets."""
-    cfg = {"node_id": name, "prefix": PREFIX, "broker": "127.0.0.1", "port": port,
-           "period_s": period, "keepalive": 10, "qos": 1}
-    cfg.update(kw)
-    return cfg
 
 
 def node(name, port, stop, period, nodes):
     """One simulated sensor node: firmware/node.py's Node, until stop."""
-    n = fw_node.Node(node_config(name, port, period), fw_config.board("desktop"),
-                     {"ssid": "desktop"}, stop=stop.is_set)
-    nodes[name] = n
-    try:
-        n.run(0)
-    except Exception as e:  # shown, but the demo goes on with the others
-        print("%s stopped: %r" % (name, e), file=sys.stderr, flush=True)
+    run_node(name, node_config(name, port, period), stop, nodes)
 
 
 def spark_missing():

@@ -47,6 +47,19 @@ print(" ".join(re.findall(r"\"([^\"]+)\"", m.group(1))))')
 # shellcheck disable=SC2086  # one word per requirement
 "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore $spark_reqs
 
+# MicroPython's stubs for the type check (tests/test_typecheck.py), one
+# directory per board family: both packages define machine, network, time...
+echo "== MicroPython stubs (build/stubs/<family>)"
+sed -n 's/^#stubs //p' requirements-dev.txt | while read -r family reqs; do
+    dir="build/stubs/$family"
+    [ "$(cat "$dir/.requirements" 2>/dev/null)" = "$reqs" ] && continue
+    rm -rf "$dir"
+    # shellcheck disable=SC2086  # one word per requirement
+    "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
+        --target "$dir" $reqs
+    echo "$reqs" > "$dir/.requirements"
+done
+
 echo "== npm ci (WebAssembly MicroPython)"
 npm ci --no-audit --no-fund --loglevel=error || npm install --no-audit --no-fund --loglevel=error
 mkdir -p build && touch build/.setup
