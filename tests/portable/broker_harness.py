@@ -24,6 +24,7 @@ try:
 except ImportError:  # some MicroPython builds have no os
     os = None
 
+from support import tempdir, rmtree  # noqa: F401  (the broker tests take them from here)
 from umqtt3.broker import Broker
 from umqtt3.compat import ticks_add, ticks_ms
 from umqtt3.transport import Pipe, Closed
@@ -381,37 +382,6 @@ def junk(n, seed):
 
 
 # ---------------------------------------------------------------- store directories
-
-def tempdir(name):
-    """An empty directory for a broker store (MicroPython: /tmp/<name>)."""
-    if os is None:
-        from support import SkipTest
-        raise SkipTest("needs os")
-    if MICROPYTHON:
-        try:
-            os.mkdir("/tmp")
-        except OSError:
-            pass
-        d = "/tmp/" + name
-        rmtree(d)
-        return d
-    import tempfile
-    return tempfile.mkdtemp(prefix=name + "-")
-
-
-def rmtree(d):
-    try:
-        names = os.listdir(d)
-    except OSError:
-        return
-    for n in names:
-        p = d + "/" + n
-        try:
-            os.remove(p)
-        except OSError:
-            rmtree(p)
-    os.rmdir(d)
-
 
 def listdir(d):
     return sorted(os.listdir(d))

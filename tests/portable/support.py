@@ -61,6 +61,37 @@ def _isdir(p):
         return False
 
 
+def rmtree(d):
+    """Remove directory d and everything in it; nothing if it is not there."""
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return
+    for n in names:
+        p = d + "/" + n
+        try:
+            os.remove(p)
+        except OSError:
+            rmtree(p)
+    os.rmdir(d)
+
+
+def tempdir(name):
+    """An empty directory for one test's store (MicroPython: /tmp/<name>)."""
+    if os is None:
+        raise SkipTest("needs os")
+    if MICROPYTHON:
+        try:
+            os.mkdir("/tmp")
+        except OSError:
+            pass
+        d = "/tmp/" + name
+        rmtree(d)
+        return d
+    import tempfile
+    return tempfile.mkdtemp(prefix=name + "-")
+
+
 def _shared():
     # tools/mp/run.mjs copies ../shared to /shared inside the VM; elsewhere it
     # sits beside the checkout: <repo>/tests/portable/support.py -> <repo>/../shared

@@ -10,7 +10,7 @@
 import gc
 import sys
 
-from support import locked, answer_qos, collect
+from support import locked, answer_qos, collect, tempdir, rmtree
 from umqtt3.broker import Broker
 from umqtt3.transport import Pipe, Conn
 from umqtt3.codec import (Packet, decode, encode_connect, encode_publish, encode_ack,
@@ -267,41 +267,9 @@ def test_takeover_and_store():
     b2.close()
 
 
-def _store_dir(name):
-    try:
-        import os
-    except ImportError:
-        raise SkipTest("needs os")
-    if MICROPYTHON:
-        try:
-            os.mkdir("/tmp")
-        except OSError:
-            pass
-        d = "/tmp/" + name
-    else:
-        import tempfile
-        d = tempfile.mkdtemp()
-    return os, d
-
-
-def _rm_store(os, d):
-    try:
-        names = os.listdir(d)
-    except OSError:
-        return
-    for n in names:
-        p = d + "/" + n
-        try:
-            os.remove(p)
-        except OSError:
-            _rm_store(os, p)
-    os.rmdir(d)
-
-
 def test_store_written_before_the_ack():
     # no close(): what was acknowledged is on disk already, as after a crash
-    os, d = _store_dir("umqtt3-broker-crash")
-    _rm_store(os, d)
+    d = tempdir("umqtt3-broker-crash")
     b = _broker(store=d)
     sub = Peer(b)
     sub.connect("dev", clean=False)
@@ -324,7 +292,7 @@ def test_store_written_before_the_ack():
     run(b2, [two])
     assert [m[:3] for m in two.msgs] == [(b"cmd/a", b"q2", 2)], two.msgs
     b2.close()
-    _rm_store(os, d)
+    rmtree(d)
 
 
 # ---------------------------------------------------------------- memory
