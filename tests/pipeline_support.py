@@ -10,18 +10,11 @@ import sys
 import time
 
 import pytest
+from mosq import free_port  # tests/mosq.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIB = os.path.join(ROOT, "lib")
 TOOLS = os.path.join(ROOT, "tools")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class Broker:

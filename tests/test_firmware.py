@@ -28,17 +28,10 @@ import config as fw_config  # noqa: E402
 import node as fw_node  # noqa: E402
 import machine  # noqa: E402  tools/shim/machine.py
 import collector  # noqa: E402  tests/collector.py
+from mosq import free_port  # noqa: E402  tests/mosq.py
 
 PREFIX = "fwtest"
 DESKTOP = fw_config.board("desktop")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 @pytest.fixture
