@@ -6,7 +6,8 @@
 // Usage: node tools/mp/run.mjs [options] script.py [args...]
 //
 // Options (only before the script path; everything after it goes to sys.argv):
-//   --heap N          MicroPython GC heap, bytes with optional k/m suffix (default 2m)
+//   --heap N          MicroPython's first GC heap block, bytes with optional k/m suffix
+//                     (default 2m); this port grows the heap past it, so it is no limit
 //   --pystack N       Python stack, in words (default: the package's own, 2048)
 //   --tests DIR       host directory to put at /tests (default: tests/portable)
 //   --mount HOST=DEST copy a host file or directory into the VM at DEST (repeatable)
@@ -29,6 +30,10 @@
 // The package's own CLI (node micropython.mjs script.py) is not used because it
 // exits 0 when the script raises, and reads stdin instead of the script
 // whenever stdin is not a terminal (as under CI).
+//
+// Garbage collection: gc.collect() only marks a collection as due; it runs once
+// control is back in JavaScript. A figure read from gc.mem_alloc() needs an
+// `await asyncio.sleep(0)` after the collect (tools/sizes.py, support.collect).
 //
 // Async: the WebAssembly port has no asyncio.run(); its event loop is driven by
 // JavaScript. A script that needs to run a coroutine to completion stores it in
