@@ -67,7 +67,8 @@ def reading(node, metric, v, boot, seq, t=None, prefix="umqtt3"):
     d = {"v": v, "boot": boot, "seq": seq}
     if t is not None:
         d["t"] = t
-    return ("%s/%s/%s" % (prefix, node, metric)).encode(), json.dumps(d).encode()
+    return (("%s/%s/%s" % (prefix, node, metric)).encode(),
+            json.dumps(d, separators=(",", ":")).encode())  # compact, as the firmware's
 
 
 def publisher(port, client_id, qos=1):

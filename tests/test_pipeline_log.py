@@ -194,5 +194,25 @@ def test_parse_firmware_readings_and_dedup_keys():
     assert dedup_key(t, b'{"v":21.50,"boot":4712,"seq":17}') != dedup_key(t, p)
     for topic, payload in [(b"umqtt3/node1/status", b"online"), (b"temp", p),
                            (t, b'{"v":"warm","boot":1,"seq":1}'), (t, b'{"v":1,"seq":1}'),
-                           (t, b"{not json"), (t, b'{"v":true,"boot":1,"seq":1}')]:
+                           (t, b"{not json"), (t, b'{"v":true,"boot":1,"seq":1}'),
+                           (t, b'{"v":nan,"boot":1,"seq":1}'), (b"a/\xff/temp", p)]:
         assert parse(topic, payload) is None
+
+
+def test_parse_fast_path_agrees_with_json():
+    # the firmware's exact format is read without json; every variant must
+    # give what json.loads gives, and whatever the fast path misses falls back
+    import json
+    t = b"umqtt3/n7/temp"
+    for v in ("21.50", "-3.25", "0", "-17", "12345678901234567890", "1e3", "1.5E-2", "-0.00"):
+        for boot, seq in (("4711", "17"), ("-1", "0"), ("0", "99999999999")):
+            for sep in ((",", ":"), (", ", ": ")):
+                pl = ('{"v"%s%s%s"boot"%s%s%s"seq"%s%s}' % (sep[1], v, sep[0], sep[1], boot,
+                                                          sep[0], sep[1], seq)).encode()
+                d = json.loads(pl)
+                assert parse(t, pl) == ("n7", "temp", float(d["v"]), d["boot"], d["seq"], None)
+                assert type(parse(t, pl)[2]) is float
+    for pl in (b'{"v":1.,"boot":1,"seq":1}', b'{"v":01,"boot":1,"seq":1}',
+               b'{"v":1,"boot":1.5,"seq":1}', b'{"v":1,"boot":1,"seq":1}x',
+               b'{"v":1,"boot":1,"seq":1}\n{"v":2}'):
+        assert parse(t, pl) is None

@@ -4,11 +4,20 @@ optionally ``"t"``, the reading's own time in seconds since the epoch, for
 senders that have a clock. Status messages (``<prefix>/<node>/status``,
 plain text) and anything else parse to None."""
 import json
+import re
 
 # (node, boot, seq) names a reading: boot is random per boot of the node and
 # seq counts its readings, so a reading the node or the broker sends again
 # has the same key, and two different readings never do.
 DEDUP_KEY = ("node", "boot", "seq")
+
+
+# exactly what firmware/node.py sends ('{"v":%s,"boot":%d,"seq":%d}'), read
+# without the json module (a third of the reader's time per row); anything
+# else, spaces or "t" included, goes through json.loads
+_INT = rb"(-?(?:0|[1-9][0-9]*))"  # JSON's grammar: no leading zeros
+_FIRMWARE = re.compile(rb'\{"v":(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?),"boot":' + _INT
+                       + rb',"seq":' + _INT + rb"\}\Z")
 
 
 def parse(topic, payload):
@@ -18,6 +27,13 @@ def parse(topic, payload):
     parts = topic.split(b"/")
     if len(parts) < 3:
         return None
+    m = _FIRMWARE.match(payload)
+    if m is not None:
+        try:
+            return (parts[-2].decode(), parts[-1].decode(), float(m.group(1)),
+                    int(m.group(2)), int(m.group(3)), None)
+        except UnicodeDecodeError:
+            return None
     try:
         d = json.loads(payload)
         v = d["v"]
