@@ -18,9 +18,13 @@ reads the log as a batch, for re-processing history.
 
 Options: path (the log directory; required), broker (host:port), topics
 (comma-separated filters), qos (1 or 2), clientId (fixed: it names the
-persistent session), maxRowsPerBatch, keepalive, segmentBytes,
-trim ("false" keeps the history for the batch reader).
+persistent session), maxRowsPerBatch, minRowsPerBatch and maxTriggerDelay
+(seconds: a batch waits for that many rows, or that long), keepalive,
+segmentBytes, splitBytes, trim ("false" keeps the history for the batch
+reader).
 """
+import time
+
 from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
                                     InputPartition)
 from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows,
@@ -148,6 +152,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.path = options["path"]
         self.max_rows = int(options.get("maxrowsperbatch", 0) or 0)
+        # Kafka's minOffsetsPerTrigger and maxTriggerDelay: each batch costs
+        # Spark a fixed part, so under load fewer, larger batches go faster
+        self.min_rows = int(options.get("minrowsperbatch", 0) or 0)
+        self.max_delay = float(options.get("maxtriggerdelay", 5) or 0)
+        self._waiting = None  # (message number, when rows after it were first seen)
         self.trim = _bool(options.get("trim"), True)
         self.split_bytes = int(options.get("splitbytes", 1 << 20))
         self.target = None  # Trigger.AvailableNow: the end fixed at its start
@@ -183,9 +192,18 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start, limit):
         log = self._log()
         end, n = self.target or log.durable()
+        if self.target is None and 0 < n - start["n"] < self.min_rows and self._wait(start):
+            return start  # no batch yet: a larger one soon
         if isinstance(limit, ReadMaxRows) and n - start["n"] > limit.max_rows:
             end, n = _log.advance(self.path, start["pos"], start["n"], end, limit.max_rows)
         return {"pos": end, "n": n}
+
+    def _wait(self, start):
+        """True while the rows after start have waited less than max_delay."""
+        now = time.monotonic()
+        if self._waiting is None or self._waiting[0] != start["n"]:
+            self._waiting = (start["n"], now)
+        return now - self._waiting[1] < self.max_delay
 
     def reportLatestOffset(self):
         pos, n = self._log().durable()
