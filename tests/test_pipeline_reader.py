@@ -69,15 +69,19 @@ def test_offsets_limits_partitions_and_commit(umqtt3_broker, tmp_path):
                       ReadMaxRows)
     mid = r.latestOffset(start, ReadMaxRows(25))
     assert mid["n"] == 25 and start["pos"] < mid["pos"] < end["pos"]
-    # fewer, larger batches: below minRowsPerBatch no batch until the delay
-    # has passed (a delay of 0 has passed at once)
+    # fewer, larger batches: while the log grows (it synced just now), below
+    # minRowsPerBatch no batch until the delay has passed; a quiet log is
+    # read at once, as it is when the delay is 0
     slow = StreamReader(dict(r.options, minRowsPerBatch="61", maxTriggerDelay="3600"))
     assert (slow.min_rows, slow.max_delay) == (61, 3600)
-    r.min_rows, r.max_delay = 61, 3600
+    log = r._ingest.log
+    r.min_rows, r.max_delay, log.synced_at = 61, 3600, float("inf")
     assert r.latestOffset(start, ReadAllAvailable()) == start
     r.min_rows = 60
     assert r.latestOffset(start, ReadAllAvailable()) == end
     r.min_rows, r.max_delay = 61, 0
+    assert r.latestOffset(start, ReadAllAvailable()) == end
+    r.max_delay, log.synced_at = 3600, 0.0
     assert r.latestOffset(start, ReadAllAvailable()) == end
     r.min_rows = 0
     first = all_rows(r, start, mid)

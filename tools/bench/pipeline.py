@@ -39,9 +39,9 @@ from _common import dist_version, median, python_version  # noqa: E402
 from pipeline_support import Broker, publish_all, publisher, reading  # noqa: E402
 from umqtt3_pipeline.job import ensure_session  # noqa: E402
 
-def backlog(n, prefix):
-    return [reading("node%02d" % (i % 50), "temp", 20 + (i % 100) / 10, 7, i // 50, prefix=prefix)
-            for i in range(n)]
+def backlog(n, prefix, boot=7):
+    return [reading("node%02d" % (i % 50), "temp", 20 + (i % 100) / 10, boot, i // 50,
+                    prefix=prefix) for i in range(n)]
 
 
 def drop_session(broker, cid):
@@ -145,9 +145,35 @@ def _end_n(progress):
     return end["n"] if end else 0
 
 
-def spark_run(spark, broker, msgs, tmp, k, sink="job"):
+PHASES = ("latestOffset", "walCommit", "queryPlanning", "getBatch", "addBatch",
+          "commitOffsets", "triggerExecution")
+
+
+def show_progress(sink, t0, prog):
+    """Where a run's time went: per batch, Spark's durations (ms) by phase."""
+    from datetime import datetime, timezone
+    print("    %s: %s" % (sink, "  ".join(PHASES)))
+    if os.environ.get("PPJSON"):
+        with open(os.environ["PPJSON"] + sink, "w") as f:
+            json.dump([json.loads(p.json) for p in prog], f, indent=1)
+    for p in prog:
+        ts = datetime.strptime(p["timestamp"], "%Y-%m-%dT%H:%M:%S.%fZ")
+        ts = ts.replace(tzinfo=timezone.utc).timestamp()
+        d = p["durationMs"]
+        state = ["%d rows %d ms" % (s["numRowsTotal"], s.get("allUpdatesTimeMs", 0)
+                                      + s.get("allRemovalsTimeMs", 0) + s.get("commitTimeMs", 0))
+                 for s in p.get("stateOperators", [])]
+        print("    batch %d at %+.2f s: %d rows  %s  %s" % (
+            p["batchId"], ts - (time.time() - (time.perf_counter() - t0)), p["numInputRows"],
+            " ".join("%d" % d.get(k, 0) for k in PHASES), "; ".join(state)))
+
+
+def spark_run(spark, broker, msgs, tmp, k, sink="job", show=False, batch=()):
     """broker -> ingest log -> committed batch of the telemetry job (sink
-    "job"), or of the bare source into Spark's noop sink ("noop")."""
+    "job"), or of the bare source into Spark's noop sink ("noop"). The warm
+    run of the job stops the way the job does (job.drain: the no-data batch
+    that writes the windows its watermark closed runs before the stop), so
+    the restart does not begin with that batch."""
     from umqtt3_pipeline import job
     from umqtt3_pipeline import log as L
     cid = "bench-spark-%s-%d" % (sink, k)
@@ -159,12 +185,13 @@ def spark_run(spark, broker, msgs, tmp, k, sink="job"):
     a = job.parser().parse_args(["--broker", "127.0.0.1:%d" % broker.port, "--log", d + "/log",
                                  "--out", d + "/out", "--checkpoint", d + "/ckpt",
                                  "--client-id", cid, "--trigger", "0", "--max-rows", "0",
-                                 "--topics", topics])
+                                 "--topics", topics] + list(batch))
     def start():
         if sink == "job":
             return job.start(spark, a)
         job.ensure_session(a.broker, topics, 1, cid)
-        return (job.readings(spark, a.broker, topics, a.log, 1, cid).writeStream.format("noop")
+        return (job.readings(spark, a.broker, topics, a.log, 1, cid, min_rows=a.min_rows,
+                             max_delay=a.max_delay).writeStream.format("noop")
                 .option("checkpointLocation", a.checkpoint).trigger(processingTime="0 seconds")
                 .start())
 
@@ -187,9 +214,11 @@ def spark_run(spark, broker, msgs, tmp, k, sink="job"):
     q = start()
     try:
         c = publisher(broker.port, "bench-warm")
-        publish_all(c, backlog(warm, prefix), 1)
+        publish_all(c, backlog(warm, prefix, boot=6), 1)  # other keys than the backlog's
         c.disconnect()
         committed(warm)
+        if sink == "job":
+            job.drain(q, a.log, 10, settle=3)  # stopped as the job stops: see spark_run's doc
     finally:
         q.stop()
     join(publish(broker, n, prefix))
@@ -199,6 +228,8 @@ def spark_run(spark, broker, msgs, tmp, k, sink="job"):
         prog = committed(warm + n)
         dt = time.perf_counter() - t0
         batches = sum(1 for p in prog if p["numInputRows"])
+        if show:
+            show_progress(sink, t0, prog)
     finally:
         q.stop()
     drop_session(broker, cid)
@@ -211,6 +242,14 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--messages", type=int, default=40000)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--min-rows", type=int, help="the job's --min-rows for both Spark runs "
+                    "(default: the job's)")
+    ap.add_argument("--max-delay", type=float, help="the job's --max-delay (default: the job's)")
+    ap.add_argument("--progress", action="store_true",
+                    help="print Spark's durations per batch and phase for each Spark run")
+    ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="a Spark setting for the session (repeatable)")
+    ap.add_argument("--only", help="comma-separated subset of naive,ingest,noop,job")
     ap.add_argument("--publish", nargs=4, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.publish:
@@ -221,10 +260,11 @@ def main():
     broker = Broker(store=None).start()  # its offline queue holds up to 60,000
     try:
         import pyspark
-        from umqtt3_pipeline.job import session
-        spark = session("local[2]", app="umqtt3-bench", conf={
-            "spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
-            "spark.ui.showConsoleProgress": "false"})
+        from umqtt3_pipeline import job
+        from umqtt3_pipeline.job import session, spark_conf
+        conf = spark_conf()  # the job's
+        conf.update(kv.split("=", 1) for kv in a.conf)
+        spark = session("local[2]", app="umqtt3-bench", conf=conf)
         spark.sparkContext.setLogLevel("ERROR")
         msgs = backlog(a.messages, "bench")
         print("umqtt3 pipeline benchmark: our broker on 127.0.0.1:%d, a backlog of %d messages "
@@ -232,33 +272,47 @@ def main():
         print("  python: %s" % python_version())
         print("  pyspark %s (local[2]), paho-mqtt %s, %d cores"
               % (pyspark.__version__, dist_version("paho-mqtt"), os.cpu_count()))
-        rows = {"naive": [], "ingest": [], "noop": [], "spark": []}
+        batch = [] if a.min_rows is None else ["--min-rows", str(a.min_rows)]
+        batch += [] if a.max_delay is None else ["--max-delay", str(a.max_delay)]
+        ja = job.parser().parse_args(["--log", "-", "--out", "-", "--checkpoint", "-"] + batch)
+        print("  spark.sql.shuffle.partitions %s, batches of at least %d rows while the log "
+              "grows (at most %g s wait)" % (conf["spark.sql.shuffle.partitions"], ja.min_rows,
+                                            ja.max_delay))
+        only = set((a.only or "naive,ingest,noop,job").split(","))
+        rows = {"naive": [], "ingest": [], "noop": [], "job": []}
         per_sync = []
         for k in range(a.rounds):
-            rows["naive"].append(naive(broker, msgs, tmp))
-            r, ps = ingest(broker, msgs, tmp)
-            rows["ingest"].append(r)
-            per_sync.append(ps)
-            r, nb = spark_run(spark, broker, msgs, tmp, k, "noop")
-            rows["noop"].append(r)
-            r, batches = spark_run(spark, broker, msgs, tmp, k)
-            rows["spark"].append(r)
-            print("  round %d: naive %7.0f  ingest %7.0f  source+noop %7.0f (%d batches)  "
-                  "job %7.0f msg/s (%d batches)" % (k + 1, rows["naive"][-1], rows["ingest"][-1],
-                                                    rows["noop"][-1], nb, r, batches), flush=True)
-        med = {k: median(v) for k, v in rows.items()}
+            line, nb = [], {}
+            for key in ("naive", "ingest", "noop", "job"):
+                if key not in only:
+                    continue
+                if key == "naive":
+                    r = naive(broker, msgs, tmp)
+                elif key == "ingest":
+                    r, ps = ingest(broker, msgs, tmp)
+                    per_sync.append(ps)
+                else:
+                    r, nb[key] = spark_run(spark, broker, msgs, tmp, k, key, a.progress, batch)
+                rows[key].append(r)
+                line.append("%s %7.0f%s" % (key, r, " (%d batches)" % nb[key] if key in nb else ""))
+            print("  round %d: %s msg/s" % (k + 1, "  ".join(line)), flush=True)
+        med = {k: median(v) for k, v in rows.items() if v}
+        base = med.get("naive")
         print()
         print("  %-46s %10s %8s" % ("path", "msg/s", "x naive"))
         for key, label in (("naive", "naive: paho-mqtt, fsync per message"),
                            ("ingest", "umqtt3 ingest: broker -> durable log"),
                            ("noop", "-> committed batch, source only (noop sink)"),
-                           ("spark", "-> committed batch of the telemetry job")):
-            print("  %-46s %10.0f %7.1fx" % (label, med[key], med[key] / med["naive"]))
+                           ("job", "-> committed batch of the telemetry job")):
+            if key in med:
+                print("  %-46s %10.0f %8s" % (label, med[key],
+                                              "%.1fx" % (med[key] / base) if base else "-"))
         print()
-        print("  messages per fsync in the ingest log: %.1f (median)" % median(per_sync))
-        print("  goal: >= 10,000 msg/s to a committed batch: source only %s, telemetry job %s"
-              % ("met" if med["noop"] >= 10000 else "NOT met",
-                 "met" if med["spark"] >= 10000 else "NOT met"))
+        if per_sync:
+            print("  messages per fsync in the ingest log: %.1f (median)" % median(per_sync))
+        print("  goal: >= 10,000 msg/s to a committed batch: %s" % ", ".join(
+            "%s %s" % (label, "met" if med[key] >= 10000 else "NOT met")
+            for key, label in (("noop", "source only"), ("job", "telemetry job")) if key in med))
         print("  total run time %.1f s" % (time.perf_counter() - t_start))
         spark.stop()
     finally:

@@ -54,8 +54,20 @@ def session(master=None, app="umqtt3-telemetry", conf=None):
     return spark
 
 
+def spark_conf(shuffle_partitions=None, ui=False):
+    """The job's Spark settings. Its two stateful operators each keep a state
+    store per shuffle partition and commit them every batch, so on one
+    machine a single partition is cheaper (measured: docs/pipeline.md);
+    spark-submit's own spark.sql.shuffle.partitions is kept unless given."""
+    from pyspark import SparkConf
+    conf = {"spark.ui.showConsoleProgress": "false", "spark.ui.enabled": "true" if ui else "false"}
+    if shuffle_partitions or not SparkConf().contains("spark.sql.shuffle.partitions"):
+        conf["spark.sql.shuffle.partitions"] = str(shuffle_partitions or 1)
+    return conf
+
+
 def readings(spark, broker, topics, path, qos=1, client_id="umqtt3-telemetry", max_rows=0,
-             trim=True):
+             trim=True, min_rows=0, max_delay=1.0):
     """The stream of parsed readings (rows with a value)."""
     r = (spark.readStream.format("umqtt3")
          .option("broker", broker).option("topics", topics).option("qos", str(qos))
@@ -63,6 +75,8 @@ def readings(spark, broker, topics, path, qos=1, client_id="umqtt3-telemetry", m
          .option("trim", "true" if trim else "false"))
     if max_rows:
         r = r.option("maxRowsPerBatch", str(max_rows))
+    if min_rows:
+        r = r.option("minRowsPerBatch", str(min_rows)).option("maxTriggerDelay", str(max_delay))
     return r.load()
 
 
@@ -122,7 +136,7 @@ def start(spark, a):
     """Start the query for parsed arguments a; returns the StreamingQuery."""
     ensure_session(a.broker, a.topics, a.qos, a.client_id)
     df = readings(spark, a.broker, a.topics, a.log, a.qos, a.client_id, a.max_rows,
-                  not a.keep_log)
+                  not a.keep_log, a.min_rows, a.max_delay)
     w = (windows(df, a.window, a.watermark).writeStream.format("parquet")
          .option("path", a.out).option("checkpointLocation", a.checkpoint)
          .outputMode("append").queryName("umqtt3_telemetry"))
@@ -183,6 +197,10 @@ def parser():
     ap.add_argument("--watermark", default="10 seconds")
     ap.add_argument("--trigger", type=float, default=2.0, help="seconds between batches")
     ap.add_argument("--max-rows", type=int, default=100000, help="rows per batch at most (0: all)")
+    ap.add_argument("--min-rows", type=int, default=10000,
+                    help="while the log grows, a batch waits for this many rows (0: never)")
+    ap.add_argument("--max-delay", type=float, default=1.0,
+                    help="seconds a batch waits for --min-rows at most")
     ap.add_argument("--keep-log", action="store_true", help="do not trim the log after commits")
     ap.add_argument("--available-now", action="store_true",
                     help="process what the log holds, then stop")
@@ -191,7 +209,8 @@ def parser():
                     help="on stop, up to this many seconds to process what the log holds")
     ap.add_argument("--plot", help="write each node's windowed series to this PNG at the end")
     ap.add_argument("--master", help="default: spark-submit's, else local[*]")
-    ap.add_argument("--shuffle-partitions", type=int, default=2)
+    ap.add_argument("--shuffle-partitions", type=int,
+                    help="default: spark-submit's, else 1 (one machine)")
     ap.add_argument("--ui", action="store_true", help="start Spark's web UI")
     return ap
 
@@ -200,10 +219,7 @@ def main(argv=None):
     a = parser().parse_args(argv)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    conf = {"spark.sql.shuffle.partitions": str(a.shuffle_partitions),
-            "spark.ui.showConsoleProgress": "false",
-            "spark.ui.enabled": "true" if a.ui else "false"}
-    spark = session(a.master, conf=conf)
+    spark = session(a.master, conf=spark_conf(a.shuffle_partitions, a.ui))
     spark.sparkContext.setLogLevel("ERROR")
     q = start(spark, a)
     print("umqtt3 telemetry: %s -> %s (log %s)" % (a.broker, a.out, a.log), flush=True)

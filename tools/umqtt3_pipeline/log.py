@@ -256,6 +256,7 @@ class Log:
         self.pending_ops = []  # (pid, held?) for QoS 2 ids, applied to held_durable on sync
         self.held = set()  # inbound QoS 2 ids before PUBREL, including pending records
         self.syncs = 0
+        self.synced_at = 0.0  # time.monotonic() of the last sync that wrote records
         self._recover()
 
     # ------------------------------------------------------------ recovery
@@ -365,6 +366,7 @@ class Log:
         self.f.flush()
         os.fdatasync(self.f.fileno())
         self.syncs += 1
+        self.synced_at = time.monotonic()
         self.written += len(data)
         for pid, hold in self.pending_ops:
             if pid is None:

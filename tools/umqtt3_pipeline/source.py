@@ -19,7 +19,8 @@ reads the log as a batch, for re-processing history.
 Options: path (the log directory; required), broker (host:port), topics
 (comma-separated filters), qos (1 or 2), clientId (fixed: it names the
 persistent session), maxRowsPerBatch, minRowsPerBatch and maxTriggerDelay
-(seconds: a batch waits for that many rows, or that long), keepalive,
+(while the log keeps growing, a batch waits for that many rows, at most that
+many seconds), keepalive,
 segmentBytes, splitBytes, trim ("false" keeps the history for the batch
 reader).
 """
@@ -38,6 +39,7 @@ SCHEMA = ("topic string, payload binary, qos int, retain boolean, dup boolean, "
           "boot int, seq long, sent_at timestamp")
 
 _BATCH_ROWS = 8192
+QUIET = 0.1  # seconds without a sync after which the log is not growing
 
 
 def _arrow_schema():
@@ -192,14 +194,16 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start, limit):
         log = self._log()
         end, n = self.target or log.durable()
-        if self.target is None and 0 < n - start["n"] < self.min_rows and self._wait(start):
-            return start  # no batch yet: a larger one soon
+        if (self.target is None and 0 < n - start["n"] < self.min_rows
+                and time.monotonic() - log.synced_at < QUIET and self._wait(start)):
+            return start  # no batch yet: more rows are coming in
         if isinstance(limit, ReadMaxRows) and n - start["n"] > limit.max_rows:
             end, n = _log.advance(self.path, start["pos"], start["n"], end, limit.max_rows)
         return {"pos": end, "n": n}
 
     def _wait(self, start):
-        """True while the rows after start have waited less than max_delay."""
+        """True while the rows after start have waited less than max_delay
+        (asked only while the log grows: a quiet one is read at once)."""
         now = time.monotonic()
         if self._waiting is None or self._waiting[0] != start["n"]:
             self._waiting = (start["n"], now)
