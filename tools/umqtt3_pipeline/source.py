@@ -157,7 +157,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Kafka's minOffsetsPerTrigger and maxTriggerDelay: each batch costs
         # Spark a fixed part, so under load fewer, larger batches go faster
         self.min_rows = int(options.get("minrowsperbatch", 0) or 0)
-        self.max_delay = float(options.get("maxtriggerdelay", 5) or 0)
+        self.max_delay = float(options.get("maxtriggerdelay", 1) or 0)
         self._waiting = None  # (message number, when rows after it were first seen)
         self.trim = _bool(options.get("trim"), True)
         self.split_bytes = int(options.get("splitbytes", 1 << 20))
