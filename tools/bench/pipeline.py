@@ -2,7 +2,8 @@
 durable ingest log and through a committed Spark batch (local[2]), next to a
 naive peer measured in the same run.
 
-    python tools/bench/pipeline.py [--messages 40000] [--rounds 2]
+    python tools/bench/pipeline.py [--messages 40000] [--rounds 2] [--progress]
+        [--only naive,ingest,noop,job] [--min-rows N] [--max-delay S] [--conf KEY=VALUE]
 
 Every measurement is the same: two publisher processes put N firmware-format
 readings (50 nodes) at QoS 1 into our broker while the consumer's persistent
@@ -153,15 +154,14 @@ def show_progress(sink, t0, prog):
     """Where a run's time went: per batch, Spark's durations (ms) by phase."""
     from datetime import datetime, timezone
     print("    %s: %s" % (sink, "  ".join(PHASES)))
-    if os.environ.get("PPJSON"):
-        with open(os.environ["PPJSON"] + sink, "w") as f:
-            json.dump([json.loads(p.json) for p in prog], f, indent=1)
     for p in prog:
         ts = datetime.strptime(p["timestamp"], "%Y-%m-%dT%H:%M:%S.%fZ")
         ts = ts.replace(tzinfo=timezone.utc).timestamp()
         d = p["durationMs"]
-        state = ["%d rows %d ms" % (s["numRowsTotal"], s.get("allUpdatesTimeMs", 0)
-                                      + s.get("allRemovalsTimeMs", 0) + s.get("commitTimeMs", 0))
+        # per state store: rows held, ms spent on updates, removals and commit
+        state = ["%s %d rows %d ms" % (s["operatorName"], s["numRowsTotal"],
+                                       s.get("allUpdatesTimeMs", 0) + s.get("allRemovalsTimeMs", 0)
+                                       + s.get("commitTimeMs", 0))
                  for s in p.get("stateOperators", [])]
         print("    batch %d at %+.2f s: %d rows  %s  %s" % (
             p["batchId"], ts - (time.time() - (time.perf_counter() - t0)), p["numInputRows"],
