@@ -29,8 +29,9 @@ NODE ?= node
 # waste is caught by heap_lock and by the RAM figures, not by this size.
 MP_HEAP ?= 2m
 MP_TESTS ?=
-# MQ_FAST=1 skips the slow (Spark, long-running) tests; CI runs everything.
-PYTEST_ARGS ?= $(if $(filter 1,$(MQ_FAST)),-m "not slow")
+# The slow (Spark, long-running) tests: a plain `pytest` skips them (pyproject.toml);
+# make test and CI run everything, unless MQ_FAST=1.
+PYTEST_ARGS ?= $(if $(filter 1,$(MQ_FAST)),-m "not slow",-m "slow or not slow")
 
 .DEFAULT_GOAL := test
 .PHONY: setup test test-py test-mp sizes bench demo pipeline typecheck deploy flash selftest selftest-wasm simulate
