@@ -113,13 +113,11 @@ def decode_body(body):
     return kind, flags, pid, t_ms, bytes(body[o:o + tl]), bytes(body[o + tl:])
 
 
-def read_range(path, start, first_n, end=None):
-    """Yield (position, message number, flags, pid, received ms, topic,
-    payload) for the messages between positions start and end (None: every
-    whole record); first_n is the number of the first message at or after
-    start (from the offset)."""
+def _slices(path, start, end=None, strict=False):
+    """Yield (lo, stop, bytes) for the part of each segment between positions
+    start and end (None: every byte of the last segment's file). strict: a
+    segment that ends before `stop` is an error, not a torn tail."""
     bases = segments(path)
-    n = first_n
     for i, base in enumerate(bases):
         seg_end = bases[i + 1] if i + 1 < len(bases) else None
         if end is not None and base >= end or (seg_end is not None and seg_end <= start):
@@ -132,11 +130,22 @@ def read_range(path, start, first_n, end=None):
             f.seek(lo - base)
             if end is None and seg_end is None:
                 buf = f.read()
+                stop = lo + len(buf)
             else:
                 stop = seg_end if end is None else end if seg_end is None else min(end, seg_end)
                 buf = f.read(stop - lo)
-                if len(buf) < stop - lo:
+                if strict and len(buf) < stop - lo:
                     raise IOError("segment %s: ends before position %d" % (seg_name(base), stop))
+        yield lo, stop, buf
+
+
+def read_range(path, start, first_n, end=None):
+    """Yield (position, message number, flags, pid, received ms, topic,
+    payload) for the messages between positions start and end (None: every
+    whole record); first_n is the number of the first message at or after
+    start (from the offset)."""
+    n = first_n
+    for lo, _, buf in _slices(path, start, end, strict=True):
         for off, _, body in scan(buf):
             kind, flags, pid, t_ms, topic, payload = decode_body(body)
             if kind == MSG:
@@ -148,17 +157,7 @@ def advance(path, start, first_n, end, max_rows):
     """The (position, message number) after at most max_rows messages from
     start, not beyond end: where a batch limited to max_rows ends."""
     pos, n = start, first_n
-    bases = segments(path)
-    for i, base in enumerate(bases):
-        seg_end = bases[i + 1] if i + 1 < len(bases) else None
-        if base >= end or (seg_end is not None and seg_end <= start):
-            continue
-        with open(os.path.join(path, seg_name(base)), "rb") as f:
-            hdr = decode_header(f.read(_MAX_HEADER))
-            lo = max(pos, base + hdr[0])
-            f.seek(lo - base)
-            stop = end if seg_end is None else min(end, seg_end)
-            buf = f.read(stop - lo)
+    for lo, stop, buf in _slices(path, start, end):
         for off, nxt, body in scan(buf, check=False):
             if body[0] == MSG:
                 if n - first_n == max_rows:
@@ -166,7 +165,7 @@ def advance(path, start, first_n, end, max_rows):
                 n += 1
             pos = lo + nxt
         if pos < stop:
-            break
+            break  # a torn tail: nothing past it
         pos = stop
     return pos, n
 
@@ -176,17 +175,7 @@ def cuts_between(path, start, first_n, end, every):
     bytes between positions start and end (for partitions of a range the
     writer's index does not cover, e.g. after a restart)."""
     cuts, last, n = [], start, first_n
-    bases = segments(path)
-    for i, base in enumerate(bases):
-        seg_end = bases[i + 1] if i + 1 < len(bases) else None
-        if base >= end or (seg_end is not None and seg_end <= start):
-            continue
-        with open(os.path.join(path, seg_name(base)), "rb") as f:
-            hdr = decode_header(f.read(_MAX_HEADER))
-            lo = max(start, base + hdr[0])
-            f.seek(lo - base)
-            stop = end if seg_end is None else min(end, seg_end)
-            buf = f.read(stop - lo)
+    for lo, _, buf in _slices(path, start, end):
         for off, _, body in scan(buf, check=False):
             if lo + off - last >= every:
                 cuts.append((lo + off, n))
