@@ -244,21 +244,29 @@ def hot_rounds(h, k):
         k -= 1
 
 
-def locked(fn, h, k):
-    """fn(h, k) with the heap locked; True if the lock then still refuses an
-    allocation (so a pass cannot come from a lock that did nothing).
-    MemoryError from fn reaches the caller, after the unlock."""
+def locked(name, fn, h, k, steps):
+    """fn(h, k) with the heap locked. True if it allocated nothing and the
+    lock then still refuses an allocation (so a pass cannot come from a lock
+    that did nothing); else False, reported as a FAIL of `name` naming the
+    step (steps[h.step]) that allocated. MemoryError is caught only after
+    the unlock."""
     import micropython
     held = False
-    micropython.heap_lock()
     try:
-        fn(h, k)
+        micropython.heap_lock()
         try:
-            bytearray(8)
-        except MemoryError:
-            held = True
-    finally:
-        micropython.heap_unlock()
+            fn(h, k)
+            try:
+                bytearray(8)
+            except MemoryError:
+                held = True
+        finally:
+            micropython.heap_unlock()
+    except MemoryError:
+        report("FAIL", name, "allocated in: " + steps[h.step])
+        return False
+    if not held:
+        report("FAIL", name, "heap_lock did not stop an allocation")
     return held
 
 
@@ -276,14 +284,9 @@ def check_no_allocation(alloc=False):
     h.alloc = alloc
     one = h.n
     rounds = 20
-    try:
-        held = locked(hot_rounds, h, rounds)
-    except MemoryError:
-        report("FAIL", name, "allocated in: " + HOT_STEPS[h.step])
+    if not locked(name, hot_rounds, h, rounds, HOT_STEPS):
         return
-    if not held:
-        report("FAIL", name, "heap_lock did not stop an allocation")
-    elif h.n != one * (rounds + 1):
+    if h.n != one * (rounds + 1):
         report("FAIL", name, "rounds disagree: %d, want %d" % (h.n, one * (rounds + 1)))
     else:
         report("PASS", name, "%d rounds with the heap locked" % rounds)
@@ -444,14 +447,9 @@ def check_client():
             report("FAIL", name, "warm-up: " + counts(b))
             return
         rounds = 10
-        try:
-            held = locked(client_rounds, b, rounds)
-        except MemoryError:
-            report("FAIL", name, "allocated in: " + CLIENT_STEPS[b.step])
+        if not locked(name, client_rounds, b, rounds, CLIENT_STEPS):
             return
-        if not held:
-            report("FAIL", name, "heap_lock did not stop an allocation")
-        elif not settled(b, 2 + rounds):
+        if not settled(b, 2 + rounds):
             report("FAIL", name, counts(b))
         else:
             report("PASS", name, "%d rounds with the heap locked" % rounds)
