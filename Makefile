@@ -5,8 +5,8 @@
 #   make test-py   pytest only            (MQ_FAST=1 deselects tests marked slow)
 #   make test-mp   MicroPython part only  (MP_TESTS="test_codec ..." to pick modules)
 #   make sizes     .py/.mpy bytes and import RAM (UMQTT_PEER=path/to/umqtt/simple.py to compare)
-#   make bench     every tools/bench/*.py
-#   make demo      broker + simulated sensor nodes + Spark pipeline + live view (tools/demo.py)
+#   make bench     the benchmarks: tools/measure/{codec,client,broker}.py, pipeline/bench.py
+#   make demo      broker + simulated sensor nodes + Spark pipeline + live view (tools/desktop/demo.py)
 #   make pipeline  the Spark telemetry job against a running broker (BROKER=, PIPELINE_ARGS=)
 #   make typecheck firmware/, boards/ and lib/ against MicroPython's esp32 and rp2 stubs
 #
@@ -19,7 +19,7 @@
 #   make selftest BOARD=esp32 PORT=/dev/ttyUSB0          run firmware/selftest.py on the board
 #   make selftest-wasm                                   the same under the WebAssembly MicroPython
 #   make simulate NODES=3 [SIM_ARGS="--host H --port P"] sensor nodes on the desktop against a
-#                  broker (SIM_ARGS="--start-broker" runs our own); tools/simulate.py --help
+#                  broker (SIM_ARGS="--start-broker" runs our own); python -m tools.desktop.simulate --help
 #   BOARD: esp32, esp32s3, esp32c3, picow; ROLE: node or gateway (default: the config's, else
 #   node); PORT defaults to the only serial port plugged in.
 
@@ -65,45 +65,43 @@ build/.setup:
 test: build/.setup
 	@status=0; require=; \
 	echo "== mpy-cross: every module compiles"; \
-	$(PYTHON) tools/sizes.py --check || status=1; \
+	$(PYTHON) -m tools.measure.sizes --check || status=1; \
 	echo "== CPython: pytest"; \
 	$(PYTHON) -m pytest $(PYTEST_ARGS) || { rc=$$?; \
 		if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; require=--require-tests; \
 		else status=1; fi; }; \
 	echo "== MicroPython (WebAssembly): portable tests"; \
-	$(NODE) tools/mp/run.mjs --heap $(MP_HEAP) tools/mp/testrunner.py $$require $(MP_TESTS) || status=1; \
+	$(NODE) tests/mp/run.mjs --heap $(MP_HEAP) tests/mp/testrunner.py $$require $(MP_TESTS) || status=1; \
 	exit $$status
 
 test-py:
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
 
 test-mp:
-	$(NODE) tools/mp/run.mjs --heap $(MP_HEAP) tools/mp/testrunner.py $(MP_TESTS)
+	$(NODE) tests/mp/run.mjs --heap $(MP_HEAP) tests/mp/testrunner.py $(MP_TESTS)
 
 sizes:
-	$(PYTHON) tools/sizes.py
+	$(PYTHON) -m tools.measure.sizes
 
 bench:
-	@found=0; status=0; \
-	for f in tools/bench/*.py; do \
-		[ -f "$$f" ] || continue; found=1; \
-		echo "== $$f"; $(PYTHON) "$$f" || status=1; \
+	@status=0; \
+	for m in tools.measure.codec tools.measure.client tools.measure.broker pipeline.bench; do \
+		echo "== python -m $$m"; $(PYTHON) -m $$m || status=1; \
 	done; \
-	[ $$found -eq 1 ] || echo "no benchmarks in tools/bench yet"; \
 	exit $$status
 
 # The main job: a broker on 127.0.0.1, simulated sensor nodes, the Spark pipeline
 # (Parquet + build/demo/telemetry.png), a live view. DEMO_ARGS="--seconds 60" stops by
 # itself; Ctrl-C stops it cleanly; "--no-spark" without Java; "--window 5" seconds.
 demo: build/.setup
-	$(PYTHON) tools/demo.py $(DEMO_ARGS)
+	$(PYTHON) -m tools.desktop.demo $(DEMO_ARGS)
 
 # The telemetry job (python -m umqtt3_pipeline.job --help) on local[*] against a
 # broker already running; log, checkpoint, Parquet and plot under build/pipeline.
 BROKER ?= 127.0.0.1:1883
 PIPELINE_ARGS ?=
 pipeline: build/.setup
-	PYTHONPATH=lib:tools $(PYTHON) -m umqtt3_pipeline.job --broker $(BROKER) \
+	PYTHONPATH=lib:pipeline $(PYTHON) -m umqtt3_pipeline.job --broker $(BROKER) \
 		--log build/pipeline/log --out build/pipeline/parquet \
 		--checkpoint build/pipeline/checkpoint --plot build/pipeline/telemetry.png $(PIPELINE_ARGS)
 
@@ -113,19 +111,19 @@ typecheck:
 
 # ------------------------------------------------------------ devices
 deploy:
-	@$(PYTHON) tools/deploy.py --board "$(BOARD)" --port "$(PORT)" $(if $(ROLE),--role "$(ROLE)") \
+	@$(PYTHON) -m tools.device.deploy --board "$(BOARD)" --port "$(PORT)" $(if $(ROLE),--role "$(ROLE)") \
 		$(if $(CONFIG),--config "$(CONFIG)") $(if $(SECRETS),--secrets "$(SECRETS)") $(DEVICE_FLAGS)
 
 flash:
-	@$(PYTHON) tools/flash.py --board "$(BOARD)" --firmware "$(FIRMWARE)" --port "$(PORT)" \
+	@$(PYTHON) -m tools.device.flash --board "$(BOARD)" --firmware "$(FIRMWARE)" --port "$(PORT)" \
 		--drive "$(DRIVE)" $(DEVICE_FLAGS)
 
 # The script is sent to the board, not copied: deploy first (the library).
 selftest:
-	@$(PYTHON) tools/selftest.py --board "$(BOARD)" --port "$(PORT)" $(DEVICE_FLAGS)
+	@$(PYTHON) -m tools.device.selftest --board "$(BOARD)" --port "$(PORT)" $(DEVICE_FLAGS)
 
 selftest-wasm: build/.setup
-	@$(PYTHON) tools/selftest.py --wasm --node "$(NODE)" --heap $(MP_HEAP) $(DEVICE_FLAGS)
+	@$(PYTHON) -m tools.device.selftest --wasm --node "$(NODE)" --heap $(MP_HEAP) $(DEVICE_FLAGS)
 
 simulate: build/.setup
-	$(PYTHON) tools/simulate.py --nodes $(NODES) $(SIM_ARGS)
+	$(PYTHON) -m tools.desktop.simulate --nodes $(NODES) $(SIM_ARGS)

@@ -1,5 +1,5 @@
 # Board profile for simulation on CPython (tools/demo.py, tests): the real
-# firmware runs against the stand-ins in tools/shim/. Memory is not the limit
+# firmware runs against the stand-ins in tools/desktop/shim/. Memory is not the limit
 # here; the sizes match an ESP32-S3 so the code paths are the device's.
 NAME = "desktop"
 BUFSIZE = 1024
@@ -8,8 +8,8 @@ MAX_STORED = 64
 STORE_DIR = "mq"     # relative: the simulation gives each node its own dir
 LED_PIN = None
 WDT_MS = 30000       # the shim's WDT only records feeds
-TEMP = "esp32_mcu"   # tools/shim/esp32.py simulates a drifting temperature
-VBAT_PIN = 35        # tools/shim/machine.py's ADC simulates a battery
+TEMP = "esp32_mcu"   # tools/desktop/shim/esp32.py simulates a drifting temperature
+VBAT_PIN = 35        # tools/desktop/shim/machine.py's ADC simulates a battery
 VBAT_DIVIDER = 2.0
 SENSORS = ("temp", "vbat", "uptime", "mem")
 MAX_CLIENTS = 8

@@ -10,7 +10,7 @@
 # reset from the last reading the store took (nothing taken is sent twice
 # as new, nothing taken is lost). Downstream de-duplicates on (id, seq).
 #
-# Runs on MicroPython and, through tools/shim, on CPython (the same code).
+# Runs on MicroPython and, through tools/desktop/shim, on CPython (the same code).
 import random
 
 from umqtt3.compat import ticks_ms, ticks_add, ticks_diff, sleep_ms

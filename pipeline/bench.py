@@ -2,7 +2,7 @@
 durable ingest log and through a committed Spark batch (local[2]), next to a
 naive peer measured in the same run.
 
-    python tools/bench/pipeline.py [--messages 40000] [--rounds 2] [--progress]
+    python -m pipeline.bench [--messages 40000] [--rounds 2] [--progress]
         [--only naive,ingest,noop,job] [--min-rows N] [--max-delay S] [--conf KEY=VALUE]
 
 Every measurement is the same: two publisher processes put N firmware-format
@@ -30,15 +30,9 @@ import tempfile
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-for p in (os.path.join(REPO, "lib"), os.path.join(REPO, "tools"), os.path.join(REPO, "tests")):
-    if p not in sys.path:
-        sys.path.insert(0, p)
-
-from _common import dist_version, median, python_version  # noqa: E402
-from pipeline_support import Broker, publish_all, publisher, reading  # noqa: E402
-from umqtt3_pipeline.job import ensure_session  # noqa: E402
+from pipeline.tests.pipeline_support import Broker, publish_all, publisher, reading
+from tools.measure.common import dist_version, median, python_version
+from umqtt3_pipeline.job import ensure_session
 
 def backlog(n, prefix, boot=7):
     return [reading("node%02d" % (i % 50), "temp", 20 + (i % 100) / 10, boot, i // 50,
@@ -67,7 +61,7 @@ def publish(broker, n, prefix, procs=2):
     """Start the publisher processes; returns them (the clock starts now)."""
     import subprocess
     share = n // procs
-    return [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--publish",
+    return [subprocess.Popen([sys.executable, "-m", "pipeline.bench", "--publish",
                               str(broker.port), prefix, str(i * share),
                               str(share if i < procs - 1 else n - i * share)])
             for i in range(procs)]

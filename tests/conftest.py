@@ -1,11 +1,7 @@
 # Fixtures for the interop tests: a private mosquitto on a free loopback port.
-import os
-import sys
-
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mosq  # noqa: E402
+import mosq  # tests/mosq.py
 
 
 def _need_mosquitto():

@@ -9,9 +9,10 @@ Every wait has a deadline; kill() is the SIGKILL fallback used at teardown.
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
+
+from tools.procs import free_port, wait_port  # noqa: F401  (tests import them from here too)
 
 MOSQUITTO = shutil.which("mosquitto") or (
     "/usr/sbin/mosquitto" if os.path.exists("/usr/sbin/mosquitto") else None)
@@ -20,28 +21,6 @@ MOSQUITTO_SUB = shutil.which("mosquitto_sub")
 # mosquitto_sub's stdout is block-buffered into a pipe; stdbuf makes it
 # line-buffered so a test sees each message as it arrives
 LINEBUF = [shutil.which("stdbuf"), "-oL"] if shutil.which("stdbuf") else []
-
-
-def free_port():
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-    finally:
-        s.close()
-
-
-def wait_port(port, timeout=10.0, host="127.0.0.1"):
-    """Wait until host:port accepts a TCP connection; False on timeout."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection((host, port), timeout=0.5).close()
-            return True
-        except OSError:
-            time.sleep(0.02)
-    return False
 
 
 class Broker:

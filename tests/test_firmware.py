@@ -1,5 +1,5 @@
 """The sensor-node firmware (firmware/node.py) under CPython, through the
-desktop stand-ins in tools/shim/, against our broker (python -m umqtt3.broker
+desktop stand-ins in tools/desktop/shim/, against our broker (python -m umqtt3.broker
 on a free loopback port): birth and retained will, readings with sequence
 numbers and one boot id per boot, a node SIGKILLed and started again losing
 no QoS 1 reading it had accepted, deep-sleep cycles, and every firmware and
@@ -16,19 +16,14 @@ import time
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PATHS = [os.path.join(ROOT, "lib"), os.path.join(ROOT, "firmware"),
-         os.path.join(ROOT, "tools", "shim"), ROOT]
-for _p in reversed(PATHS):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+import collector  # tests/collector.py
+from tools import procs
+from tools.desktop.sim import fw  # firmware/ and the shims under their device names
+from tools.procs import free_port
+from umqtt3.client import MQTTClient
 
-from umqtt3.client import MQTTClient  # noqa: E402
-import config as fw_config  # noqa: E402
-import node as fw_node  # noqa: E402
-import machine  # noqa: E402  tools/shim/machine.py
-import collector  # noqa: E402  tests/collector.py
-from mosq import free_port  # noqa: E402  tests/mosq.py
+ROOT = procs.ROOT
+fw_config, fw_node, machine = fw["config"], fw["node"], fw["machine"]
 
 PREFIX = "fwtest"
 DESKTOP = fw_config.board("desktop")
@@ -37,21 +32,10 @@ DESKTOP = fw_config.board("desktop")
 @pytest.fixture
 def port():
     p = free_port()
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "lib"))
-    b = subprocess.Popen([sys.executable, "-m", "umqtt3.broker", "--host", "127.0.0.1",
-                          "--port", str(p), "--quiet"], env=env,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    end = time.monotonic() + 10
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", p), 0.2).close()
-            break
-        except OSError:
-            assert time.monotonic() < end, "broker did not start"
-            time.sleep(0.05)
+    b = procs.start(procs.umqtt3_broker_cmd(p, "--quiet"), p,
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     yield p
-    b.terminate()
-    b.wait(5)
+    procs.stop(b, 5)
 
 
 def Collector(port, name="collector"):
@@ -131,9 +115,7 @@ def test_user_sensor_hook_and_qos0(port):
 
 
 NODE_SCRIPT = r"""
-import sys
-sys.path[:0] = %r
-import config, node
+from tools.desktop.sim import fw_config as config, fw_node as node
 cfg = %r
 n = node.Node(cfg, config.board("desktop"), {"ssid": "lab"})
 print("boot", n.boot, flush=True)
@@ -143,8 +125,8 @@ n.run(0)
 
 def start_node(port, store_dir, name="k1"):
     c = cfg(name, port, qos=1, store="file", store_dir=store_dir, period_s=0.02)
-    return subprocess.Popen([sys.executable, "-c", NODE_SCRIPT % (PATHS, c)],
-                            stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen([sys.executable, "-c", NODE_SCRIPT % (c,)],
+                            stdout=subprocess.PIPE, text=True, cwd=ROOT, env=procs.python_env())
 
 
 def test_killed_node_loses_no_accepted_reading(port, tmp_path):
@@ -207,7 +189,7 @@ def test_deep_sleep_cycles(port, tmp_path):
 def test_wifi_needs_an_ssid():
     with pytest.raises(OSError):
         fw_node.wifi({})
-    import network
+    network = fw["network"]
     w = fw_node.wifi({"ssid": "lab", "password": "x"})
     assert isinstance(w, network.WLAN) and w.isconnected()
 
@@ -223,7 +205,7 @@ def test_config_defaults_and_store_choice():
 def test_board_profiles_are_complete():
     need = ("NAME", "BUFSIZE", "WINDOW", "MAX_STORED", "STORE_DIR", "LED_PIN", "WDT_MS",
             "TEMP", "VBAT_PIN", "SENSORS", "MAX_CLIENTS", "MAX_PACKET")
-    import sensors
+    sensors = fw["sensors"]
     for f in glob.glob(os.path.join(ROOT, "boards", "*.py")):
         name = os.path.basename(f)[:-3]
         b = fw_config.board(name)
@@ -250,7 +232,7 @@ def test_firmware_and_boards_compile_with_mpy_cross(tmp_path):
 
 
 def test_gateway_serves_a_node():
-    import gateway
+    gateway = fw["gateway"]
     p = free_port()
     stop = threading.Event()
     t = threading.Thread(target=gateway.run, args=({"port": p}, DESKTOP, {"ssid": "lab"}),
@@ -277,6 +259,6 @@ def test_gateway_serves_a_node():
 
 
 def test_gateway_access_point_mode():
-    import gateway
+    gateway = fw["gateway"]
     ap = gateway.access_point({"ap_ssid": "gw", "ap_password": "secret123"})
     assert ap.active() and ap.config("essid") == "gw"

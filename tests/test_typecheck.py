@@ -3,7 +3,7 @@
 # (esp32, rp2), so that a call a device does not have fails here instead of in
 # the field; and the desktop-only files (compat/cpython.py, broker_cli.py)
 # against CPython's typeshed. Probe files prove that the check reports a
-# missing device API, and that tools/shim (the desktop stand-ins for machine
+# missing device API, and that tools/desktop/shim (the desktop stand-ins for machine
 # and network) never takes the stubs' place.
 #
 # The stubs are pinned in requirements-dev.txt ("#stubs" lines) and installed
@@ -133,7 +133,7 @@ def test_missing_device_api_is_reported(family, tmp_path):
         "def run():\n"
         "    machine.Pin(2).nonexistent()\n"          # line 6
         "    %s.no_such_api()\n"                      # line 7
-        "    raise machine.DeepSleep(10)\n" % (port, port))  # line 8: tools/shim's only
+        "    raise machine.DeepSleep(10)\n" % (port, port))  # line 8: tools/desktop/shim's only
     good = tmp_path / "probe_good.py"
     good.write_text(
         "import machine\n"
@@ -146,9 +146,9 @@ def test_missing_device_api_is_reported(family, tmp_path):
         "    w.active(True)\n"
         "    machine.Pin(2, machine.Pin.OUT).value(1)\n"
         "    return %s, w.isconnected(), machine.freq()\n" % (port, call))
-    # the desktop stand-ins on the Python path, as tools/demo.py has them: the
+    # the desktop stand-ins on the Python path, as tools/desktop/sim.py loads them: the
     # check must still see the device's machine, not theirs
-    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "tools", "shim"))
+    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "tools", "desktop", "shim"))
     found, _ = mypy(family, [str(bad)], d, env)
     lines = sorted((k[1], n) for k in found for n in found[k])
     assert lines == [("attr-defined", 6), ("attr-defined", 7), ("attr-defined", 8)], found

@@ -36,7 +36,7 @@ echo "== pip install -r requirements-dev.txt"
     -r requirements-dev.txt
 
 # The spark extra's packages (pyproject.toml) for the pipeline in
-# tools/umqtt3_pipeline, without installing umqtt3 itself: the tests and tools
+# pipeline/umqtt3_pipeline, without installing umqtt3 itself: the tests and tools
 # import it from lib/ and tools/ of this tree.
 echo "== pip install the spark extra (PySpark pipeline)"
 spark_reqs=$("$PYTHON" -c '

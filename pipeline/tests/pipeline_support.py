@@ -4,17 +4,12 @@ Spark session (local[2], UI off, 2 shuffle partitions)."""
 import json
 import os
 import shutil
-import socket
 import subprocess
-import sys
 import time
 
 import pytest
-from mosq import free_port  # tests/mosq.py
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LIB = os.path.join(ROOT, "lib")
-TOOLS = os.path.join(ROOT, "tools")
+from tools import procs
 
 
 class Broker:
@@ -22,36 +17,20 @@ class Broker:
     and store directory."""
 
     def __init__(self, store=None, port=None):
-        self.port = port or free_port()
+        self.port = port or procs.free_port()
         self.store = store
         self.proc = None
 
     def start(self):
-        cmd = [sys.executable, "-m", "umqtt3.broker", "--host", "127.0.0.1", "--port",
-               str(self.port), "--max-queued", "60000"]
+        cmd = procs.umqtt3_broker_cmd(self.port, "--max-queued", "60000")
         if self.store:
             cmd += ["--store", str(self.store)]
-        env = dict(os.environ, PYTHONPATH=LIB)
-        out = open("/tmp/pl/broker.log", "a") if os.environ.get("PL_DEBUG") else subprocess.DEVNULL
-        self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=out)
-        end = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
-                return self
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > end:
-                    raise RuntimeError("broker did not start")
-                time.sleep(0.05)
+        self.proc = procs.start(cmd, self.port, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        return self
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()  # SIGTERM: saves the store, closes every connection
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        procs.stop(self.proc)  # SIGTERM: saves the store, closes every connection
         self.proc = None
 
 

@@ -1,4 +1,4 @@
-"""The ingest log on its own (tools/umqtt3_pipeline/log.py) and the firmware
+"""The ingest log on its own (pipeline/umqtt3_pipeline/log.py) and the firmware
 format's parsing: no broker, no Spark."""
 import os
 

@@ -12,7 +12,8 @@ import threading
 
 import pytest
 
-from pipeline_support import (LIB, TOOLS, publish_all, publisher, reading, umqtt3_broker,  # noqa: F401
+from tools import procs
+from pipeline_support import (publish_all, publisher, reading, umqtt3_broker,  # noqa: F401
                               wait_for)
 
 pytest.importorskip("pyspark", reason="pyspark is not installed (pip install .[spark])")
@@ -152,7 +153,7 @@ def test_batch_reader_reads_the_whole_log(umqtt3_broker, tmp_path):
 
 
 def ingest_proc(port, path, qos):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([LIB, TOOLS]))
+    env = procs.python_env()
     p = subprocess.Popen([sys.executable, "-m", "umqtt3_pipeline.ingest", "--log", str(path),
                           "--broker", "127.0.0.1:%d" % port, "--qos", str(qos),
                           "--client-id", "ingest-kill"],

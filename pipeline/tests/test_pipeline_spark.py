@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from pipeline_support import (LIB, TOOLS, Broker, have_spark, publish_all, publisher, reading,
+from tools import procs
+from pipeline_support import (Broker, have_spark, publish_all, publisher, reading,
                               spark_session, umqtt3_broker, wait_for)  # noqa: F401
 
 pytestmark = [pytest.mark.slow,
@@ -109,7 +110,7 @@ def test_window_aggregates_are_exact_and_duplicates_count_once(spark, umqtt3_bro
 
 
 def start_job(broker, tmp, *extra):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([LIB, TOOLS]), SPARK_LOCAL_IP="127.0.0.1")
+    env = dict(procs.python_env(), SPARK_LOCAL_IP="127.0.0.1")
     # --seconds: a job this test leaves behind (its pytest killed) ends by itself
     return subprocess.Popen([sys.executable, "-m", "umqtt3_pipeline.job", "--master", "local[2]",
                              "--seconds", "300", "--drain", "0"] + job_args(broker, tmp, "killed", *extra),

@@ -1,6 +1,6 @@
 """pytest plugin: run `async def test_*` functions with asyncio.run.
 
-The portable tests are plain functions so that tools/mp/testrunner.py can run
+The portable tests are plain functions so that tests/mp/testrunner.py can run
 them on MicroPython; it runs coroutine tests to completion, and this gives pytest
 the same behaviour without a third-party plugin (pytest fails async tests when
 none is installed). Loaded by addopts "-p pytest_async" in pyproject.toml.

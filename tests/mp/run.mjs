@@ -3,7 +3,7 @@
 // @micropython/micropython-webassembly-pyscript), so the library and the
 // portable tests are exercised by a real MicroPython VM on any machine with Node.
 //
-// Usage: node tools/mp/run.mjs [options] script.py [args...]
+// Usage: node tests/mp/run.mjs [options] script.py [args...]
 //
 // Options (only before the script path; everything after it goes to sys.argv):
 //   --heap N          MicroPython's first GC heap block, bytes with optional k/m suffix
@@ -33,12 +33,12 @@
 //
 // Garbage collection: gc.collect() only marks a collection as due; it runs once
 // control is back in JavaScript. A figure read from gc.mem_alloc() needs an
-// `await asyncio.sleep(0)` after the collect (tools/sizes.py, support.collect).
+// `await asyncio.sleep(0)` after the collect (tools/measure/sizes.py, support.collect).
 //
 // Async: the WebAssembly port has no asyncio.run(); its event loop is driven by
 // JavaScript. A script that needs to run a coroutine to completion stores it in
 // the global `mp_await` and this runner awaits it after the script returns
-// (tools/mp/testrunner.py does this for `async def test_*`).
+// (tests/mp/testrunner.py does this for `async def test_*`).
 
 import fs from "node:fs";
 import path from "node:path";
@@ -52,7 +52,7 @@ const PKG = path.join(
 
 function usage(msg) {
   if (msg) process.stderr.write(`run.mjs: ${msg}\n`);
-  process.stderr.write("usage: node tools/mp/run.mjs [--heap N] [--pystack N] [--tests DIR] " +
+  process.stderr.write("usage: node tests/mp/run.mjs [--heap N] [--pystack N] [--tests DIR] " +
     "[--mount HOST=DEST] [--no-shared] script.py [args...]\n");
   process.exit(2);
 }

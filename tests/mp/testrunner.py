@@ -1,9 +1,9 @@
 """Minimal test runner for the portable tests, for MicroPython and CPython.
 
 Under MicroPython (the normal case):
-    node tools/mp/run.mjs tools/mp/testrunner.py [--dir DIR] [--require-tests] [test_module ...]
+    node tests/mp/run.mjs tests/mp/testrunner.py [--dir DIR] [--require-tests] [test_module ...]
 Under CPython (to check the runner itself, or the tests without pytest):
-    python tools/mp/testrunner.py [--dir DIR] [--require-tests] [test_module ...]
+    python tests/mp/testrunner.py [--dir DIR] [--require-tests] [test_module ...]
 
 pytest cannot run on MicroPython, so this does the small part of its job the
 portable tests need: import each test_*.py module of the test directory (or the
@@ -98,7 +98,7 @@ def _isdir(p):
 
 
 def _default_dir():
-    if _isdir("/tests"):  # where tools/mp/run.mjs puts tests/portable
+    if _isdir("/tests"):  # where tests/mp/run.mjs puts tests/portable
         return "/tests"
     # CPython from a checkout: tests/portable relative to this file.
     here = __file__.rsplit("/", 1)[0] if "/" in __file__ else "."
@@ -236,7 +236,7 @@ def _sync_driver(runner, gen):
 
 
 async def _async_driver(runner, gen):
-    # WebAssembly MicroPython: no asyncio.run, so tools/mp/run.mjs awaits this.
+    # WebAssembly MicroPython: no asyncio.run, so tests/mp/run.mjs awaits this.
     to_send = None
     while True:
         try:
@@ -269,13 +269,11 @@ def main(argv):
     if os is None or not _isdir(test_dir):
         print("testrunner: no test directory %s" % test_dir)
         sys.exit(2)
+    # The test modules are imported by name, as pytest's rootdir insertion
+    # does (MicroPython has no importlib to load them by path). umqtt3 itself
+    # comes from /lib under MicroPython, from the installed package on CPython.
     if test_dir not in sys.path:
         sys.path.insert(0, test_dir)
-    if not MICROPYTHON:
-        # Let CPython import umqtt3 from the checkout's lib/ without installing.
-        lib = __file__.rsplit("/", 1)[0] + "/../../lib" if "/" in __file__ else "../../lib"
-        if _isdir(lib) and lib not in sys.path:
-            sys.path.insert(1, lib)
     if not mods:
         mods = _find_modules(test_dir)
         if not mods:
@@ -294,6 +292,6 @@ def main(argv):
 if __name__ == "__main__":
     rc = main(sys.argv[1:])
     if _is_coroutine(rc):
-        mp_await = rc  # picked up and awaited by tools/mp/run.mjs
+        mp_await = rc  # picked up and awaited by tests/mp/run.mjs
     elif rc:
         sys.exit(rc)

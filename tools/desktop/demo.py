@@ -2,15 +2,15 @@
 pipeline, and a live console view of what arrives. Each node is the real
 firmware (firmware/node.py) with the desktop board profile
 (boards/desktop.py), run in a thread against the CPython stand-ins for
-machine/network/esp32 in tools/shim/.
+machine/network/esp32 in tools/desktop/shim/.
 
-    python tools/demo.py [--nodes 3] [--seconds 0] [--port 0] [--broker umqtt3|mosquitto]
-                         [--no-spark] [--out build/demo] [--window 5]
+    python -m tools.desktop.demo [--nodes 3] [--seconds 0] [--port 0] [--broker umqtt3|mosquitto]
+                                     [--no-spark] [--out build/demo] [--window 5]
 
 --seconds 0 runs until Ctrl-C. The broker is umqtt3's own (python -m
 umqtt3.broker) when it is available, else Debian's mosquitto.
 
-The pipeline (tools/umqtt3_pipeline) runs as `python -m umqtt3_pipeline.job`
+The pipeline (pipeline/umqtt3_pipeline) runs as `python -m umqtt3_pipeline.job`
 on Spark local[2]: its ingest takes every reading into a durable log under
 --out, Spark de-duplicates them and writes per-node, per-metric windows to
 Parquet, and at the end each node's series goes to --out/telemetry.png. A
@@ -28,11 +28,12 @@ import tempfile
 import threading
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tools"))
-# the firmware on the desktop and its broker, shared with tools/simulate.py
-from sim import PREFIX, broker_kind, free_port, node_config, run_node, start_broker  # noqa: E402
-from umqtt3.client import MQTTClient  # noqa: E402
+from tools import procs
+# the firmware on the desktop and its broker, shared with tools/desktop/simulate.py
+from tools.desktop.sim import PREFIX, broker_kind, node_config, run_node, start_broker
+from umqtt3.client import MQTTClient
+
+ROOT = procs.ROOT
 
 
 def node(name, port, stop, period, nodes):
@@ -66,9 +67,7 @@ class Pipeline:
         # the session exists before the first reading: the broker keeps
         # everything for the ingest while Spark starts
         ensure_session("127.0.0.1:%d" % port, topics, 1, "demo-pipeline")
-        env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYTHONPATH=os.pathsep.join(
-            [os.path.join(ROOT, "lib"), os.path.join(ROOT, "tools")]
-            + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+        env = dict(procs.python_env(), SPARK_LOCAL_IP="127.0.0.1")
         self.stderr = open(os.path.join(out, "spark.log"), "w")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "umqtt3_pipeline.job", "--master", "local[2]",
@@ -178,7 +177,7 @@ def main():
                     help="the pipeline's log, checkpoint, Parquet and plot (emptied first)")
     ap.add_argument("--window", type=float, default=5, help="window length, seconds")
     a = ap.parse_args()
-    port = a.port or free_port()
+    port = a.port or procs.free_port()
     kind = broker_kind(a.broker)
     tmp = tempfile.mkdtemp(prefix="umqtt3-demo-")
     broker = start_broker(kind, port, tmp)

@@ -1,53 +1,52 @@
-"""The firmware on the desktop, shared by tools/demo.py and tools/simulate.py:
-the real sensor-node code (firmware/node.py) with a board profile from
-boards/, run under CPython through the stand-ins for machine, network, esp32
-and rp2 in tools/shim/, and a broker on a loopback port to run it against.
+"""The firmware on the desktop, shared by tools/desktop/demo.py and
+tools/desktop/simulate.py: the real sensor-node code (firmware/node.py) with a
+board profile from boards/, run under CPython through the stand-ins for
+machine, network, esp32 and rp2 in tools/desktop/shim/, and a broker on a
+loopback port to run it against.
 
-Importing this module puts lib/, firmware/, tools/shim/ and the repository
-root (for boards/) at the front of sys.path, as the firmware expects.
+On a board the firmware's modules are top-level (`import config`, `import
+machine`); load_firmware() loads them from their files under those names, so
+neither the firmware nor this checkout's sys.path changes. boards/ is the
+package `boards` of the repository root (tools run as `python -m tools...`
+from there).
 """
+import importlib.util
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-for _p in (ROOT, os.path.join(ROOT, "tools", "shim"), os.path.join(ROOT, "firmware"),
-           os.path.join(ROOT, "lib")):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+from tools import procs
 
-import config as fw_config  # noqa: E402  firmware/config.py
-import node as fw_node  # noqa: E402  firmware/node.py
+ROOT = procs.ROOT
+SHIM = os.path.join(ROOT, "tools", "desktop", "shim")
+FIRMWARE = os.path.join(ROOT, "firmware")
+# In import order: the shims first, then each firmware module after those it imports.
+MODULES = [(n, os.path.join(SHIM, n + ".py")) for n in ("machine", "network", "esp32", "rp2")] + [
+    (n, os.path.join(FIRMWARE, n + ".py")) for n in ("config", "sensors", "node", "gateway")]
 
 PREFIX = "umqtt3"
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+def load_firmware():
+    """The shims and firmware/ as the top-level modules a board has; returns
+    {name: module}. Modules already loaded stay as they are."""
+    for name, path in MODULES:
+        if name not in sys.modules:
+            spec = importlib.util.spec_from_file_location(name, path)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[name] = mod
+            try:
+                spec.loader.exec_module(mod)
+            except BaseException:
+                del sys.modules[name]
+                raise
+    return {name: sys.modules[name] for name, _ in MODULES}
 
 
-def reachable(host, port, timeout=0.2):
-    try:
-        socket.create_connection((host, port), timeout).close()
-        return True
-    except OSError:
-        return False
-
-
-def wait_port(port, timeout=10.0, host="127.0.0.1"):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if reachable(host, port):
-            return
-        time.sleep(0.05)
-    raise SystemExit("broker did not start on port %d" % port)
+fw = load_firmware()
+fw_config = fw["config"]
+fw_node = fw["node"]
 
 
 def broker_kind(requested):
@@ -63,23 +62,17 @@ def broker_kind(requested):
 
 def start_broker(kind, port, tmp):
     """A broker process on 127.0.0.1:port, once it accepts connections."""
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "lib"))
     if kind == "umqtt3":
-        cmd = [sys.executable, "-m", "umqtt3.broker", "--host", "127.0.0.1", "--port", str(port),
-               "--quiet"]
+        cmd = procs.umqtt3_broker_cmd(port, "--quiet")
     else:
         conf = os.path.join(tmp, "mosquitto.conf")
         with open(conf, "w") as f:
             f.write("listener %d 127.0.0.1\nallow_anonymous true\n" % port)
         cmd = [shutil.which("mosquitto") or "mosquitto", "-c", conf]
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_port(port)
-    except SystemExit:
-        p.kill()
-        p.wait()
-        raise
-    return p
+        return procs.start(cmd, port, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except RuntimeError as e:
+        raise SystemExit("broker: %s" % e)
 
 
 def node_config(name, port, period, host="127.0.0.1", prefix=PREFIX, **kw):

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Run N sensor nodes on the desktop against a broker: each one the real
-firmware/node.py under CPython (through tools/shim), in its own thread.
+firmware/node.py under CPython (through tools/desktop/shim), in its own thread.
 
-    python tools/simulate.py --nodes 5 --host 192.168.1.10 --port 1883
-    python tools/simulate.py --nodes 3 --start-broker --seconds 30
+    python -m tools.desktop.simulate --nodes 5 --host 192.168.1.10 --port 1883
+    python -m tools.desktop.simulate --nodes 3 --start-broker --seconds 30
     make simulate NODES=5 SIM_ARGS="--host 192.168.1.10"
 
 Without --start-broker the broker at --host:--port (default 127.0.0.1:1883)
@@ -25,8 +25,8 @@ import tempfile
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import sim  # noqa: E402
+from tools import procs
+from tools.desktop import sim
 
 
 def read_secrets(path):
@@ -68,10 +68,10 @@ def main(argv=None):
     broker = None
     host, port = a.host, a.port or 1883
     if a.start_broker:
-        host, port = "127.0.0.1", a.port or sim.free_port()
+        host, port = "127.0.0.1", a.port or procs.free_port()
         broker = sim.start_broker(a.start_broker, port, tmp)
         print("broker: %s on 127.0.0.1:%d" % (a.start_broker, port), flush=True)
-    elif not sim.reachable(host, port, 2.0):
+    elif not procs.reachable(host, port, 2.0):
         shutil.rmtree(tmp, ignore_errors=True)
         print("simulate: no broker at %s:%d: start one, or pass --start-broker" % (host, port),
               file=sys.stderr)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Put the firmware on a board that runs MicroPython: compile, copy, reset.
 
-    python tools/deploy.py --board esp32 --port /dev/ttyUSB0 --role node
+    python -m tools.device.deploy --board esp32 --port /dev/ttyUSB0 --role node
     make deploy BOARD=esp32 PORT=/dev/ttyUSB0 ROLE=node [CONFIG=...] [SECRETS=...]
 
 1. The file plan: what the role's apps import from lib/umqtt3 (nothing else),
@@ -26,9 +26,8 @@ import os
 import shutil
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import devices  # noqa: E402
-from devices import ROOT, LIB_DIR, FIRMWARE_DIR, fail  # noqa: E402
+from tools.device import devices
+from tools.device.devices import ROOT, LIB_DIR, FIRMWARE_DIR, fail
 
 ROLES = {
     # firmware/<app>.py each role imports (gateway.py uses node.wifi)

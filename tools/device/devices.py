@@ -15,7 +15,7 @@ import stat
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BOARDS_DIR = os.path.join(ROOT, "boards")
 LIB_DIR = os.path.join(ROOT, "lib")
 FIRMWARE_DIR = os.path.join(ROOT, "firmware")

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Write a MicroPython firmware image to a board.
 
-    python tools/flash.py --board esp32 --firmware ESP32_GENERIC.bin [--port /dev/ttyUSB0]
-    python tools/flash.py --board picow --firmware RPI_PICO_W.uf2 [--drive /media/me/RPI-RP2]
+    python -m tools.device.flash --board esp32 --firmware ESP32_GENERIC.bin [--port /dev/ttyUSB0]
+    python -m tools.device.flash --board picow --firmware RPI_PICO_W.uf2 [--drive /media/me/RPI-RP2]
     make flash BOARD=esp32 FIRMWARE=path.bin [PORT=...]     (DRIVE=... for the Pico W)
 
 ESP32, ESP32-S3, ESP32-C3: esptool erases the whole flash (the filesystem
@@ -21,9 +21,8 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import devices  # noqa: E402
-from devices import fail  # noqa: E402
+from tools.device import devices
+from tools.device.devices import fail
 
 # Where MicroPython's firmware image starts: after the ROM's second-stage
 # bootloader slot on the ESP32, at 0 on the newer chips.

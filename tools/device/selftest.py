@@ -2,33 +2,38 @@
 """Run the on-device self-test, firmware/selftest.py, on a board or under
 the WebAssembly MicroPython.
 
-    python tools/selftest.py --board esp32 --port /dev/ttyUSB0    (make selftest)
-    python tools/selftest.py --wasm                                 (make selftest-wasm)
+    python -m tools.device.selftest --board esp32 --port /dev/ttyUSB0    (make selftest)
+    python -m tools.device.selftest --wasm                                 (make selftest-wasm)
 
-On a board: `mpremote connect PORT run firmware/selftest.py`. The script is
-sent to the board, not copied; it imports the library the board already has,
-so deploy first (make deploy). Under WebAssembly: tools/mp/run.mjs, which puts
-lib/ at /lib (on sys.path, as /lib is on a board) and the script with its
-neighbours in firmware/ at /run.
+On a board: `mpremote connect PORT mount tests/portable run
+firmware/selftest.py`. The script is sent to the board, not copied, and runs
+the portable tests from the mounted directory; it imports the library the
+board already has, so deploy first (make deploy). Under WebAssembly:
+tests/mp/run.mjs, which puts lib/ at /lib (on sys.path, as /lib is on a
+board), tests/portable at /tests and the script with its neighbours in
+firmware/ at /run.
 """
 import argparse
 import os
 import shutil
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import devices  # noqa: E402
-from devices import ROOT, fail  # noqa: E402
+from tools.device import devices
+from tools.device.devices import ROOT, fail
 
 SCRIPT = os.path.join("firmware", "selftest.py")
 
 
+TESTS = os.path.join("tests", "portable")
+
+
 def device_command(port, script=SCRIPT):
-    return devices.tool("mpremote") + ["connect", port, "run", script]
+    # `mount` lends the board the portable tests for the run (the script imports them)
+    return devices.tool("mpremote") + ["connect", port, "mount", TESTS, "run", script]
 
 
 def wasm_command(node="node", heap="2m", script=SCRIPT):
-    return [node, os.path.join("tools", "mp", "run.mjs"), "--heap", heap, script]
+    return [node, os.path.join("tests", "mp", "run.mjs"), "--heap", heap, script]
 
 
 def main(argv=None):

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Broker throughput: umqtt3's broker (CPython) next to amqtt and mosquitto.
 
-    python tools/bench/broker.py            full run (about a minute)
-    python tools/bench/broker.py --quick    a few seconds per broker
-    python tools/bench/broker.py --only umqtt3,mosquitto
-    python tools/bench/broker.py --store --only umqtt3
+    python -m tools.measure.broker            full run (about a minute)
+    python -m tools.measure.broker --quick    a few seconds per broker
+    python -m tools.measure.broker --only umqtt3,mosquitto
+    python -m tools.measure.broker --store --only umqtt3
 
 Scenarios, each at QoS 0, 1 and 2:
   fan-in   8 publishers -> 1 subscriber
@@ -43,9 +43,8 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LIB = os.path.join(REPO, "lib")
-sys.path.insert(0, LIB)
 
-from umqtt3.codec import encode_connect, encode_subscribe, encode_publish  # noqa: E402
+from umqtt3.codec import encode_connect, encode_subscribe, encode_publish
 
 WINDOW = 400  # messages published but not yet delivered, over all subscribers
 PUB_WINDOW = 16  # unacknowledged QoS 1/2 messages per publisher
@@ -367,7 +366,7 @@ def mp_ram():
     node = shutil.which("node")
     if not node or not os.path.exists(os.path.join(REPO, "node_modules")):
         return None
-    r = subprocess.run([node, "tools/mp/run.mjs", "tools/mp/testrunner.py", "test_broker_mem"],
+    r = subprocess.run([node, "tests/mp/run.mjs", "tests/mp/testrunner.py", "test_broker_mem"],
                        cwd=REPO, capture_output=True, text=True, timeout=120)
     for line in r.stdout.splitlines():
         if line.startswith("RAM per connected client"):

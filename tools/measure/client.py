@@ -1,7 +1,7 @@
 """Benchmark: MQTT clients against mosquitto on loopback, on CPython.
 
-    python tools/bench/client.py            # about 40 s
-    python tools/bench/client.py --quick    # about 8 s
+    python -m tools.measure.client            # about 40 s
+    python -m tools.measure.client --quick    # about 8 s
 
 Starts its own mosquitto (Debian's binary) on 127.0.0.1 and a free port, then
 measures in one run, on one broker, for each client:
@@ -48,14 +48,10 @@ import subprocess
 import sys
 import time
 
-import _common
-
-_common.use_checkout()
-sys.path.insert(0, os.path.join(_common.REPO, "tests"))
-
-import mosq  # noqa: E402  (tests/mosq.py: start/stop mosquitto)
-from umqtt3.client import MQTTClient  # noqa: E402
-from umqtt3.flow import Busy  # noqa: E402
+from tests import mosq  # tests/mosq.py: start/stop mosquitto
+from tools.measure import common as _common
+from umqtt3.client import MQTTClient
+from umqtt3.flow import Busy
 
 HOST = "127.0.0.1"
 TOPIC = "bench/umqtt3/sensor/temperature"
@@ -101,7 +97,7 @@ class Counter:
     def __init__(self, port, topic, n):
         self.nbytes = n * packet_len(topic)
         self.p = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "--count-sub", str(port), topic,
+            [sys.executable, "-m", "tools.measure.client", "--count-sub", str(port), topic,
              str(self.nbytes)], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
         assert self._line(10) == "ready"
 
@@ -391,7 +387,7 @@ def worker_main(kind, port):
 class Worker:
     def __init__(self, kind, port):
         self.kind = kind
-        self.p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", kind,
+        self.p = subprocess.Popen([sys.executable, "-m", "tools.measure.client", "--worker", kind,
                                    str(port)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         assert self._answer(20) == "ready", kind
 

@@ -1,7 +1,7 @@
 """Benchmark: encode and decode one QoS 1 PUBLISH (16-byte payload) on CPython.
 
-    python tools/bench/codec.py            # about 20 s
-    python tools/bench/codec.py --quick    # about 2 s
+    python -m tools.measure.codec            # about 20 s
+    python -m tools.measure.codec --quick    # about 2 s
 
 umqtt3.codec is measured next to two peers in the same process and run, so
 the ratios compare like with like on this machine. What is timed, per
@@ -38,11 +38,8 @@ import argparse
 import sys
 import time
 
-import _common
-
-_common.use_checkout()
-
-from umqtt3 import codec  # noqa: E402
+from tools.measure import common as _common
+from umqtt3 import codec
 
 TOPIC = b"bench/umqtt3/sensor/temperature"
 PAYLOAD = bytes(range(0x41, 0x41 + 16))  # 16 bytes

@@ -1,4 +1,4 @@
-"""Shared helpers for the CPython benchmarks in tools/bench.
+"""Shared helpers for the CPython benchmarks in tools/measure.
 
 A benchmark is a function `run(n)` that performs n operations in a plain
 `for _ in range(n)` loop with everything it needs bound to locals beforehand,
@@ -8,20 +8,9 @@ returns operations per second for each.
 """
 
 import gc
-import os
 import platform
 import sys
 import time
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
-
-
-def use_checkout():
-    """Import umqtt3 from this checkout's lib/ (no install needed)."""
-    lib = os.path.join(REPO, "lib")
-    if lib not in sys.path:
-        sys.path.insert(0, lib)
 
 
 def python_version():

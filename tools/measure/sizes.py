@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
 """How big is umqtt3 on a device: flash (.py and .mpy bytes) and import RAM.
 
-    python tools/sizes.py                 readable table
-    python tools/sizes.py --markdown      the same as markdown tables (for the README)
-    python tools/sizes.py --check         only check that every module compiles with mpy-cross
-    python tools/sizes.py --peer PATH     compare with umqtt/simple.py at PATH
-    python tools/sizes.py --functions codec   .mpy bytes of each function and class
+    python -m tools.measure.sizes                 readable table
+    python -m tools.measure.sizes --markdown      the same as markdown tables (for the README)
+    python -m tools.measure.sizes --check         only check that every module compiles with mpy-cross
+    python -m tools.measure.sizes --peer PATH     compare with umqtt/simple.py at PATH
+    python -m tools.measure.sizes --functions codec   .mpy bytes of each function and class
                                               of one module, largest first
 
 Flash: every module of lib/umqtt3 (subpackages too) is compiled with
 mpy-cross into a temporary directory. RAM: each module is imported in a
-fresh WebAssembly MicroPython (tools/mp/run.mjs) and gc.mem_alloc() is read
+fresh WebAssembly MicroPython (tests/mp/run.mjs) and gc.mem_alloc() is read
 before and after, once importing from .py (compiled on the device, as when
 copied by hand) and once from .mpy (as installed by mip or deployed
 precompiled). A module's figure includes what it imports (compat, codec, ...),
@@ -39,8 +39,8 @@ import subprocess
 import sys
 import tempfile
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RUN_MJS = os.path.join(REPO, "tools", "mp", "run.mjs")
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RUN_MJS = os.path.join(REPO, "tests", "mp", "run.mjs")
 WASM_PKG = os.path.join(REPO, "node_modules", "@micropython", "micropython-webassembly-pyscript")
 
 # Listed bottom layer first (see docs); any other module found is appended.
@@ -142,7 +142,7 @@ mp_await = main()
 
 
 class Vm:
-    """Runs the probe under tools/mp/run.mjs, one fresh interpreter per call."""
+    """Runs the probe under tests/mp/run.mjs, one fresh interpreter per call."""
 
     def __init__(self, tmp, heap, peer_py, peer_mpy):
         node = shutil.which("node")

@@ -1,7 +1,7 @@
 """Desktop stand-in for MicroPython's `machine` module (CPython only).
 
-tools/demo.py and tests/test_firmware.py put tools/shim on sys.path so the
-firmware runs unchanged on the desktop. Only what firmware/ uses is here.
+tools/desktop/sim.py loads it as `machine` (for the demo, the simulation and
+the firmware tests) so the firmware runs unchanged on the desktop. Only what firmware/ uses is here.
 """
 import os
 import random

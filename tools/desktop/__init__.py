@@ -1,0 +1,1 @@
+"""The firmware on the desktop: python -m tools.desktop.demo | simulate."""

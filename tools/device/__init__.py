@@ -1,0 +1,1 @@
+"""Device tools: python -m tools.device.deploy | flash | selftest (docs/firmware.md)."""

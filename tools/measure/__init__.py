@@ -1,0 +1,1 @@
+"""Measurement: python -m tools.measure.sizes | codec | client | broker."""
