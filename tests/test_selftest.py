@@ -1,7 +1,8 @@
 # firmware/selftest.py, the on-device self-test, run where CI can run it: under
-# the WebAssembly MicroPython (tools/mp/run.mjs: lib/ at /lib, as a deploy puts
-# it on a board) and under CPython. Its hooks (--corrupt, --alloc, --dir) break
-# one check on purpose, to show that a broken check is reported as FAIL.
+# the WebAssembly MicroPython (tests/mp/run.mjs: lib/ at /lib, as a deploy puts
+# it on a board, tests/portable at /tests) and under CPython. It runs the
+# portable tests; a module of tests that fail on purpose shows that a broken
+# check is reported as FAIL and the report goes on.
 import os
 import re
 import shutil
@@ -12,7 +13,8 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SELFTEST = os.path.join(REPO, "firmware", "selftest.py")
-RUN_MJS = os.path.join(REPO, "tools", "mp", "run.mjs")
+PORTABLE = os.path.join(REPO, "tests", "portable")
+RUN_MJS = os.path.join(REPO, "tests", "mp", "run.mjs")
 WASM = os.path.join(REPO, "node_modules", "@micropython", "micropython-webassembly-pyscript",
                     "micropython.mjs")
 
@@ -22,17 +24,18 @@ HEAP = re.compile(r"^PASS  heap: free before import (\d+) B, after codec \+ clie
                   r"import used (\d+) B$", re.M)
 
 
-def mp(*args):
+def mp(*args, tests=None):
     if not (shutil.which("node") and os.path.isfile(WASM)):
         pytest.skip("the WebAssembly MicroPython is not installed (make setup)")
-    return subprocess.run(["node", RUN_MJS, "--heap", "2m", SELFTEST] + list(args),
-                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    where = ["--tests", str(tests)] if tests else []
+    return subprocess.run(["node", RUN_MJS, "--heap", "2m"] + where + [SELFTEST] + list(args),
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
 
 
-def cpython(*args):
-    env = dict(os.environ, PYTHONPATH=os.path.join(REPO, "lib"))
+def cpython(*args, tests=PORTABLE, cwd=REPO):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(REPO, "lib"), str(tests)]))
     return subprocess.run([sys.executable, SELFTEST] + list(args), capture_output=True,
-                          text=True, timeout=120, cwd=REPO, env=env)
+                          text=True, timeout=300, cwd=str(cwd), env=env)
 
 
 def lines(out, status):
@@ -46,12 +49,45 @@ def summary(p):
     return m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))
 
 
+def portable_with(tmp_path, name, text):
+    """A copy of tests/portable with one more test module."""
+    d = tmp_path / "portable"
+    shutil.copytree(PORTABLE, str(d), ignore=shutil.ignore_patterns("__pycache__"))
+    (d / (name + ".py")).write_text(text)
+    return d
+
+
+# A module of checks that must fail: a wrong byte, an allocation under the
+# heap lock (MicroPython), and a crash, with one that passes between them.
+BROKEN = """\
+from support import locked, MICROPYTHON, SkipTest
+
+
+def test_a_wrong_byte():
+    assert b"\\x30\\x12" == b"\\x30\\x13", "want 30 13"
+
+
+def test_b_allocates_under_the_lock():
+    if not MICROPYTHON:
+        raise SkipTest("heap_lock is MicroPython's")
+    locked(lambda: bytes(8))
+
+
+def test_c_passes():
+    pass
+
+
+def test_d_crashes():
+    return 1 // 0
+"""
+
+
 def test_passes_under_micropython_with_heap_figures():
     p = mp()
     assert p.returncode == 0, p.stdout + p.stderr
     status, passed, failed, skipped = summary(p)
-    assert (status, failed, skipped) == ("PASS", 0, 0), p.stdout
-    assert passed == len(lines(p.stdout, "PASS")) and passed >= 10
+    assert (status, failed) == ("PASS", 0), p.stdout
+    assert passed == len(lines(p.stdout, "PASS")) and passed >= 100
     # the heap figures: free before and after the import, and what it took
     m = HEAP.search(p.stdout)
     assert m, p.stdout
@@ -61,55 +97,40 @@ def test_passes_under_micropython_with_heap_figures():
     # few bytes would mean the import happened before the measurement
     assert used > 10000, used
     passed_lines = lines(p.stdout, "PASS")
-    assert any(ln.startswith("PASS  no allocation: PUBLISH") for ln in passed_lines)
-    assert any(ln.startswith("PASS  no allocation: client") for ln in passed_lines)
-    assert any(ln.startswith("PASS  store:") for ln in p.stdout.splitlines())
+    # the portable tests' own zero-allocation proofs ran on this interpreter
+    for name in ("test_codec.test_no_allocation_micropython",
+                 "test_topic.test_match_span_no_allocation",
+                 "test_client_mem.test_steady_state_allocates_nothing"):
+        assert "PASS  " + name in passed_lines, p.stdout
+    assert any(ln.startswith("PASS  test_store.test_file_") for ln in passed_lines)
 
 
-def test_corrupt_vector_is_reported():
-    p = mp("--corrupt")
+def test_failing_checks_are_reported_and_the_report_goes_on(tmp_path):
+    p = mp("test_broken", tests=portable_with(tmp_path, "test_broken", BROKEN))
     assert p.returncode == 1
     status, passed, failed, skipped = summary(p)
-    assert status == "FAIL" and failed == 1
+    assert (status, passed, failed) == ("FAIL", 2, 3), p.stdout  # heap and test_c pass
     bad = lines(p.stdout, "FAIL")
-    assert len(bad) == 1 and bad[0].startswith("FAIL  codec: PUBLISH QoS 0"), bad
-    assert "want 30 12 00 0c" in bad[0]
+    assert bad[0] == "FAIL  test_broken.test_a_wrong_byte: AssertionError: want 30 13", bad
+    assert bad[1].startswith("FAIL  test_broken.test_b_allocates_under_the_lock: MemoryError")
+    assert bad[2].startswith("FAIL  test_broken.test_d_crashes: ZeroDivisionError"), bad
     # an exception after the report: mpremote, like run.mjs, then exits 1
     assert p.stderr.rstrip().endswith("Failed: see the FAIL lines above"), p.stderr
 
 
-def test_allocation_under_heap_lock_is_reported():
-    p = mp("--alloc")
-    assert p.returncode == 1
-    bad = lines(p.stdout, "FAIL")
-    assert len(bad) == 1 and bad[0].endswith("allocated in: topic match"), p.stdout
-    assert summary(p)[0] == "FAIL"
-
-
-def test_store_refuses_a_directory_that_is_not_scratch():
-    # /lib exists in the VM (the library): the check must not use it, or
-    # remove it, and says so
-    p = mp("--dir", "/lib")
-    assert p.returncode == 1
-    bad = lines(p.stdout, "FAIL")
-    assert len(bad) == 1 and "/lib exists already" in bad[0], p.stdout
-
-
 def test_runs_under_cpython_with_heap_checks_skipped(tmp_path):
-    d = tmp_path / "mq"
-    p = cpython("--dir", str(d))
+    p = cpython(cwd=tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
     status, passed, failed, skipped = summary(p)
-    assert (status, failed, skipped) == ("PASS", 0, 3), p.stdout
+    assert (status, failed) == ("PASS", 0), p.stdout
     skips = lines(p.stdout, "SKIP")
     assert skips[0].startswith("SKIP  heap:")
-    assert all("needs micropython.heap_lock()" in ln for ln in skips[1:]), skips
-    assert not d.exists()  # nothing left behind
-    assert list(tmp_path.iterdir()) == []
+    assert all("heap_lock" in ln for ln in skips[1:]) and len(skips) >= 3, skips
+    assert list(tmp_path.iterdir()) == []  # nothing left behind
 
 
-def test_cpython_corrupt_vector_is_reported():
-    p = cpython("--corrupt")
+def test_cpython_failure_is_reported(tmp_path):
+    p = cpython("test_broken", tests=portable_with(tmp_path, "test_broken", BROKEN))
     assert p.returncode == 1
-    status, _, failed, _ = summary(p)
-    assert status == "FAIL" and failed == 1
+    status, passed, failed, skipped = summary(p)
+    assert (status, failed, skipped) == ("FAIL", 2, 2), p.stdout
