@@ -1,29 +1,51 @@
 # Build and test entry points. `make test` is the whole suite (what CI runs).
+# The lines starting with "#>" are what `make help` (and a bare `make`) prints.
 #
-#   make setup     install the CPython dev tools, umqtt3 (editable) and the WebAssembly MicroPython
-#   make test      mpy-cross check + pytest (CPython) + the portable tests under MicroPython
-#   make test-py   pytest only            (MQ_FAST=1 deselects tests marked slow)
-#   make test-mp   MicroPython part only  (MP_TESTS="test_codec ..." to pick modules)
-#   make sizes     .py/.mpy bytes and import RAM (UMQTT_PEER=path/to/umqtt/simple.py to compare)
-#   make bench     the benchmarks: tools/measure/{codec,client,broker}.py, pipeline/bench.py
-#   make demo      broker + simulated sensor nodes + Spark pipeline + live view (tools/desktop/demo.py)
-#   make pipeline  the Spark telemetry job against a running broker (BROKER=, PIPELINE_ARGS=)
-#   make typecheck firmware/, boards/ and lib/ against MicroPython's esp32 and rp2 stubs
-#
-# On a board (docs/firmware.md; DRY_RUN=1 prints the plan and the commands only):
-#   make flash BOARD=esp32 FIRMWARE=img.bin [PORT=...]   erase + write MicroPython (esptool);
-#                  BOARD=picow FIRMWARE=img.uf2 [DRIVE=...] copies it to the RPI-RP2 drive
-#   make deploy BOARD=esp32 PORT=/dev/ttyUSB0 ROLE=node  mpy-cross the library and apps into
-#                  build/<board>/, copy them with the profile, config.json and secrets.json
-#                  (CONFIG=, SECRETS= to pick other files), reset (mpremote)
-#   make selftest BOARD=esp32 PORT=/dev/ttyUSB0          run firmware/selftest.py on the board
-#   make selftest-wasm                                   the same under the WebAssembly MicroPython
-#   make simulate NODES=3 [SIM_ARGS="--host H --port P"] sensor nodes on the desktop against a
-#                  broker (SIM_ARGS="--start-broker" runs our own); python -m tools.desktop.simulate --help
-#   BOARD: esp32, esp32s3, esp32c3, picow; ROLE: node or gateway (default: the config's, else
-#   node); PORT defaults to the only serial port plugged in.
+#> Start here (a fresh clone on Debian 12; the first run sets up, as `make setup`):
+#>   make demo      broker + simulated sensor nodes + Spark pipeline + live view
+#>                  (DEMO_ARGS="--seconds 60", "--no-spark", "--nodes 5"; Ctrl-C stops it)
+#>   make test      the whole suite: mpy-cross check, pytest (CPython), portable tests
+#>                  under the WebAssembly MicroPython
+#>
+#> Set-up and parts:
+#>   make setup     apt packages (mosquitto, Java, Node.js, python3-venv), the virtual
+#>                  environment .venv/ with the dev tools, PySpark and umqtt3 (editable),
+#>                  MicroPython stubs, npm ci (tools/setup.sh; PYTHON=... to use another)
+#>   make test-py   pytest only            (MQ_FAST=1 deselects tests marked slow)
+#>   make test-mp   MicroPython part only  (MP_TESTS="test_codec ..." to pick modules)
+#>   make typecheck firmware/, boards/ and lib/ against MicroPython's esp32 and rp2 stubs
+#>   make sizes     .py/.mpy bytes and import RAM (UMQTT_PEER=path/to/umqtt/simple.py)
+#>   make packages  .py/.mpy bytes of each mip package (the README's table)
+#>   make bench     the benchmarks (codec, client, broker, pipeline; minutes)
+#>   make pipeline  the Spark telemetry job against a running broker (BROKER=, PIPELINE_ARGS=)
+#>   make simulate  NODES=3 sensor nodes on the desktop against a broker
+#>                  (SIM_ARGS="--host H --port P", or "--start-broker" for our own)
+#>
+#> On a board (docs/firmware.md; DRY_RUN=1 prints the plan and the commands only):
+#>   make flash BOARD=esp32 FIRMWARE=img.bin [PORT=...]   erase + write MicroPython (esptool);
+#>                  BOARD=picow FIRMWARE=img.uf2 [DRIVE=...] copies it to the RPI-RP2 drive
+#>   make deploy BOARD=esp32 PORT=/dev/ttyUSB0 ROLE=node  mpy-cross the library and apps into
+#>                  build/<board>/, copy them with the profile, config.json and secrets.json
+#>                  (CONFIG=, SECRETS= to pick other files), reset (mpremote)
+#>   make selftest BOARD=esp32 PORT=/dev/ttyUSB0          run firmware/selftest.py on the board
+#>   make selftest-wasm                                   the same under the WebAssembly MicroPython
+#>   BOARD: esp32, esp32s3, esp32c3, picow; ROLE: node or gateway (default: the config's, else
+#>   node); PORT defaults to the only serial port plugged in.
 
-PYTHON ?= python
+# The project's virtual environment, made by tools/setup.sh. PYTHON=... (on
+# the command line or in the environment) uses that interpreter instead: the
+# set-up then installs the requirements into it, and lib/ and pipeline/ come
+# from PYTHONPATH rather than from an install.
+VENV ?= .venv
+ifeq ($(origin PYTHON),undefined)
+PYTHON := $(VENV)/bin/python
+STAMP := $(VENV)/.umqtt3-setup
+SETUP_ENV := VENV="$(VENV)" STAMP="$(STAMP)"
+else
+STAMP := build/.setup
+SETUP_ENV := PYTHON="$(PYTHON)" STAMP="$(STAMP)"
+export PYTHONPATH := $(CURDIR)/lib:$(CURDIR)/pipeline$(if $(PYTHONPATH),:$(PYTHONPATH))
+endif
 NODE ?= node
 # First heap block for the portable tests. The WebAssembly heap grows past it;
 # waste is caught by heap_lock and by the RAM figures, not by this size.
@@ -33,8 +55,7 @@ MP_TESTS ?=
 # make test and CI run everything, unless MQ_FAST=1.
 PYTEST_ARGS ?= $(if $(filter 1,$(MQ_FAST)),-m "not slow",-m "slow or not slow")
 
-.DEFAULT_GOAL := test
-.PHONY: setup test test-py test-mp sizes bench demo pipeline typecheck deploy flash selftest selftest-wasm simulate
+.PHONY: help setup packages test test-py test-mp sizes bench demo pipeline typecheck deploy flash selftest selftest-wasm simulate
 
 # Device targets: the tools check every value, so an empty one gets a clear message.
 BOARD ?=
@@ -49,20 +70,23 @@ SIM_ARGS ?=
 DRY_RUN ?=
 DEVICE_FLAGS = $(if $(filter 1,$(DRY_RUN)),--dry-run)
 
-# tools/setup.sh installs apt packages (mosquitto, Java), pip requirements and
-# the npm MicroPython; build/.setup records that it ran, so `make demo` and
-# `make test` on a fresh machine set it up first.
-setup:
-	PYTHON=$(PYTHON) bash tools/setup.sh
+.DEFAULT_GOAL := help
+help:
+	@sed -n 's/^#> \{0,1\}//p' $(firstword $(MAKEFILE_LIST))
 
-build/.setup:
-	PYTHON=$(PYTHON) bash tools/setup.sh
+# The set-up runs by itself before the first demo or test, and again when
+# the requirements change; `make setup` runs it whenever asked.
+setup:
+	$(SETUP_ENV) bash tools/setup.sh
+
+$(STAMP): requirements-dev.txt pyproject.toml package-lock.json tools/setup.sh
+	$(SETUP_ENV) bash tools/setup.sh
 
 # All three parts run even when an earlier one fails, so one run shows every
 # failure. pytest's exit status 5 means it collected no tests: not a failure
 # as long as the MicroPython runner does run some (--require-tests).
 # The MicroPython runner goes last so its summary is the closing line.
-test: build/.setup
+test: $(STAMP)
 	@status=0; require=; \
 	echo "== mpy-cross: every module compiles"; \
 	$(PYTHON) -m tools.measure.sizes --check || status=1; \
@@ -74,16 +98,19 @@ test: build/.setup
 	$(NODE) tests/mp/run.mjs --heap $(MP_HEAP) tests/mp/testrunner.py $$require $(MP_TESTS) || status=1; \
 	exit $$status
 
-test-py:
+test-py: $(STAMP)
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
 
-test-mp:
+test-mp: $(STAMP)
 	$(NODE) tests/mp/run.mjs --heap $(MP_HEAP) tests/mp/testrunner.py $(MP_TESTS)
 
-sizes:
+sizes: $(STAMP)
 	$(PYTHON) -m tools.measure.sizes
 
-bench:
+packages: $(STAMP)
+	$(PYTHON) -m tools.measure.packages
+
+bench: $(STAMP)
 	@status=0; \
 	for m in tools.measure.codec tools.measure.client tools.measure.broker pipeline.bench; do \
 		echo "== python -m $$m"; $(PYTHON) -m $$m || status=1; \
@@ -93,20 +120,20 @@ bench:
 # The main job: a broker on 127.0.0.1, simulated sensor nodes, the Spark pipeline
 # (Parquet + build/demo/telemetry.png), a live view. DEMO_ARGS="--seconds 60" stops by
 # itself; Ctrl-C stops it cleanly; "--no-spark" without Java; "--window 5" seconds.
-demo: build/.setup
+demo: $(STAMP)
 	$(PYTHON) -m tools.desktop.demo $(DEMO_ARGS)
 
 # The telemetry job (python -m umqtt3_pipeline.job --help) on local[*] against a
 # broker already running; log, checkpoint, Parquet and plot under build/pipeline.
 BROKER ?= 127.0.0.1:1883
 PIPELINE_ARGS ?=
-pipeline: build/.setup
-	PYTHONPATH=lib:pipeline $(PYTHON) -m umqtt3_pipeline.job --broker $(BROKER) \
+pipeline: $(STAMP)
+	$(PYTHON) -m umqtt3_pipeline.job --broker $(BROKER) \
 		--log build/pipeline/log --out build/pipeline/parquet \
 		--checkpoint build/pipeline/checkpoint --plot build/pipeline/telemetry.png $(PIPELINE_ARGS)
 
 # The type check alone (make test runs it too): docs/typecheck.md
-typecheck:
+typecheck: $(STAMP)
 	$(PYTHON) -m pytest -q tests/test_typecheck.py
 
 # ------------------------------------------------------------ devices
@@ -122,8 +149,8 @@ flash:
 selftest:
 	@$(PYTHON) -m tools.device.selftest --board "$(BOARD)" --port "$(PORT)" $(DEVICE_FLAGS)
 
-selftest-wasm: build/.setup
+selftest-wasm: $(STAMP)
 	@$(PYTHON) -m tools.device.selftest --wasm --node "$(NODE)" --heap $(MP_HEAP) $(DEVICE_FLAGS)
 
-simulate: build/.setup
+simulate: $(STAMP)
 	$(PYTHON) -m tools.desktop.simulate --nodes $(NODES) $(SIM_ARGS)

@@ -1,25 +1,55 @@
 #!/usr/bin/env bash
-# Installs everything umqtt3's tests, tools and demo need on a Debian machine:
-# mosquitto and its clients (interop peers), a Java runtime (Spark), the
-# CPython dev requirements, the spark extra (PySpark, pandas<3, pyarrow,
-# matplotlib) and the WebAssembly MicroPython from npm.
-# Used by `make setup` and by .ci/run. Safe to run again.
+# The set-up behind `make setup` (and behind `make demo` and `make test` on a
+# fresh clone), for Debian and Ubuntu. Safe to run again. In order:
+#  1. apt (as root, else through sudo; only what is missing): mosquitto and its
+#     clients (interop peers), a Java runtime (Spark), Node.js and npm (the
+#     WebAssembly MicroPython), python3-venv (Debian leaves venv out of python3).
+#  2. A virtual environment, .venv/ (VENV=...), made with python3 (PYTHON3=...):
+#     Debian's python3 refuses `pip install` outside one (PEP 668). Into it go
+#     requirements-dev.txt, the spark extra (PySpark, pandas<3, pyarrow,
+#     matplotlib) and umqtt3 itself, editable (lib/ and pipeline/ of this
+#     checkout), with its console scripts.
+#     PYTHON=/path/to/python installs the requirements into that interpreter
+#     instead, and leaves umqtt3 itself out (the Makefile then puts lib/ and
+#     pipeline/ on PYTHONPATH).
+#  3. MicroPython's stubs for the type check, into build/stubs/<family>.
+#  4. npm ci: the WebAssembly MicroPython, pinned in package-lock.json.
+# STAMP=file is touched at the end (the Makefile's record that this ran).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
-PYTHON=${PYTHON:-$(command -v python || command -v python3)}
+VENV=${VENV:-.venv}
+PYTHON3=${PYTHON3:-python3}
+PYTHON=${PYTHON:-}
+STAMP=${STAMP:-build/.setup}
+PIP_FLAGS="-q --disable-pip-version-check --root-user-action=ignore"
 
+say() { echo "setup: $*"; }
+die() { echo "setup: $*" >&2; exit 1; }
+
+# ---------------------------------------------------------------- 1. apt
 pkgs=""
 dpkg -s mosquitto >/dev/null 2>&1 || pkgs="$pkgs mosquitto"
 dpkg -s mosquitto-clients >/dev/null 2>&1 || pkgs="$pkgs mosquitto-clients"
 command -v java >/dev/null 2>&1 || pkgs="$pkgs default-jre-headless"
 command -v make >/dev/null 2>&1 || pkgs="$pkgs make"
-command -v node >/dev/null 2>&1 || pkgs="$pkgs nodejs npm"
+command -v node >/dev/null 2>&1 || pkgs="$pkgs nodejs"
+command -v npm >/dev/null 2>&1 || pkgs="$pkgs npm"
 command -v openssl >/dev/null 2>&1 || pkgs="$pkgs openssl"
+command -v git >/dev/null 2>&1 || pkgs="$pkgs git"
+if [ -z "$PYTHON" ]; then
+    command -v "$PYTHON3" >/dev/null 2>&1 || die "no $PYTHON3 on PATH: install python3 (apt-get install python3)"
+    # Debian's python3 has venv but not ensurepip, which python3-venv adds
+    "$PYTHON3" -c 'import ensurepip, venv' >/dev/null 2>&1 || pkgs="$pkgs python3-venv"
+fi
 if [ -n "$pkgs" ]; then
     SUDO=""
-    [ "$(id -u)" = 0 ] || SUDO="sudo"
-    echo "== apt-get install$pkgs"
+    if [ "$(id -u)" != 0 ]; then
+        command -v sudo >/dev/null 2>&1 ||
+            die "missing Debian packages:$pkgs; as root run: apt-get install$pkgs"
+        SUDO="sudo"
+    fi
+    say "installing Debian packages:$pkgs (${SUDO:+sudo }apt-get install)"
     $SUDO apt-get update -qq
     $SUDO apt-get install -y -qq --no-install-recommends $pkgs </dev/null
 fi
@@ -31,35 +61,52 @@ if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
 fi
 service mosquitto stop >/dev/null 2>&1 || true
 
-echo "== pip install -r requirements-dev.txt"
-"$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
-    -r requirements-dev.txt
+# ---------------------------------------------------------------- 2. Python
+install_self=1
+if [ -n "$PYTHON" ]; then
+    install_self=""
+    say "PYTHON=$PYTHON given: installing the requirements into it (umqtt3 itself stays in lib/)"
+else
+    if [ ! -x "$VENV/bin/python" ]; then
+        say "making a virtual environment in $VENV with $(command -v "$PYTHON3") ($("$PYTHON3" -V 2>&1))"
+        "$PYTHON3" -m venv "$VENV"
+    fi
+    PYTHON="$VENV/bin/python"
+fi
+say "pip install -r requirements-dev.txt (test and device tools) into $PYTHON"
+"$PYTHON" -m pip install $PIP_FLAGS -r requirements-dev.txt
 
-# The spark extra's packages (pyproject.toml) for the pipeline in
-# pipeline/umqtt3_pipeline, without installing umqtt3 itself: the tests and tools
-# import it from lib/ and tools/ of this tree.
-echo "== pip install the spark extra (PySpark pipeline)"
+# The spark extra's requirements, read from pyproject.toml (one list).
 spark_reqs=$("$PYTHON" -c '
 import re
 text = open("pyproject.toml").read()
 m = re.search(r"^spark\s*=\s*\[(.*?)\]", text, re.M | re.S)
 print(" ".join(re.findall(r"\"([^\"]+)\"", m.group(1))))')
-# shellcheck disable=SC2086  # one word per requirement
-"$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore $spark_reqs
+if [ -n "$install_self" ]; then
+    say "pip install -e '.[spark]' (umqtt3, the pipeline, PySpark: a large first download)"
+    "$PYTHON" -m pip install $PIP_FLAGS -e '.[spark]'
+else
+    say "pip install the spark extra: $spark_reqs"
+    # shellcheck disable=SC2086  # one word per requirement
+    "$PYTHON" -m pip install $PIP_FLAGS $spark_reqs
+fi
 
+# ---------------------------------------------------------------- 3. stubs
 # MicroPython's stubs for the type check (tests/test_typecheck.py), one
 # directory per board family: both packages define machine, network, time...
-echo "== MicroPython stubs (build/stubs/<family>)"
 sed -n 's/^#stubs //p' requirements-dev.txt | while read -r family reqs; do
     dir="build/stubs/$family"
     [ "$(cat "$dir/.requirements" 2>/dev/null)" = "$reqs" ] && continue
+    say "MicroPython stubs for $family into $dir"
     rm -rf "$dir"
     # shellcheck disable=SC2086  # one word per requirement
-    "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
-        --target "$dir" $reqs
+    "$PYTHON" -m pip install $PIP_FLAGS --target "$dir" $reqs
     echo "$reqs" > "$dir/.requirements"
 done
 
-echo "== npm ci (WebAssembly MicroPython)"
+# ---------------------------------------------------------------- 4. npm
+say "npm ci (the WebAssembly MicroPython, into node_modules/)"
 npm ci --no-audit --no-fund --loglevel=error || npm install --no-audit --no-fund --loglevel=error
-mkdir -p build && touch build/.setup
+
+mkdir -p "$(dirname "$STAMP")" && touch "$STAMP"
+say "done; the commands use $PYTHON"
