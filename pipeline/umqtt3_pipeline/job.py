@@ -182,62 +182,152 @@ def drain(q, log, seconds, settle=5.0):
     return True
 
 
+class _Help(argparse.RawDescriptionHelpFormatter):
+    # the description as written; "(default: ...)" where a default says something
+    def _get_help_string(self, action):
+        h, d = action.help or "", action.default
+        if "default" in h or d in (None, False, "", argparse.SUPPRESS):
+            return h
+        return h + " (default: %(default)s)"
+
+
+class _Parser(argparse.ArgumentParser):
+    # a refused command line is one line, never argparse's usage block
+    def error(self, message):
+        self.exit(2, "umqtt3-pipeline: %s\n" % message)
+
+
+def _at_least(low, kind=float):
+    def check(text):
+        try:
+            x = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError("%r is not a number" % text)
+        if x < low:
+            raise argparse.ArgumentTypeError("%s is below %s" % (text, low))
+        return x
+    return check
+
+
+def _above_zero(text):
+    x = _at_least(0)(text)
+    if x == 0:
+        raise argparse.ArgumentTypeError("0 is not above 0")
+    return x
+
+
+def _broker(text):
+    """host:port, with a port in 1-65535 and a host that resolves."""
+    import socket
+    from .ingest import parse_broker
+    try:
+        host, port = parse_broker(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not host:port" % text)
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError("port %d is outside 1-65535" % port)
+    try:
+        socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        raise argparse.ArgumentTypeError("cannot resolve host %r" % host)
+    return text
+
+
+def _usable_dir(ap, option, path):
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        ap.error("%s %s: %s is not a directory" % (option, path, probe))
+    if not os.access(probe, os.W_OK | os.X_OK):
+        ap.error("%s %s: %s is not writable" % (option, path, probe))
+
+
 def parser():
-    ap = argparse.ArgumentParser(prog="python -m umqtt3_pipeline.job", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--broker", default="127.0.0.1:1883", help="host:port")
+    ap = _Parser(prog="python -m umqtt3_pipeline.job", description=__doc__, formatter_class=_Help)
+    ap.add_argument("--broker", type=_broker, default="127.0.0.1:1883", help="host:port")
     ap.add_argument("--topics", default="umqtt3/+/+", help="comma-separated filters")
-    ap.add_argument("--qos", type=int, default=1, choices=(1, 2))
+    ap.add_argument("--qos", type=int, default=1, choices=(1, 2), help="QoS of the subscription")
     ap.add_argument("--client-id", default="umqtt3-telemetry",
                     help="fixed: it names the broker's persistent session")
     ap.add_argument("--log", required=True, help="ingest log directory (shared storage on a cluster)")
     ap.add_argument("--out", required=True, help="Parquet output directory")
-    ap.add_argument("--checkpoint", required=True)
-    ap.add_argument("--window", default="10 seconds")
-    ap.add_argument("--watermark", default="10 seconds")
-    ap.add_argument("--trigger", type=float, default=2.0, help="seconds between batches")
-    ap.add_argument("--max-rows", type=int, default=100000, help="rows per batch at most (0: all)")
-    ap.add_argument("--min-rows", type=int, default=10000,
+    ap.add_argument("--checkpoint", required=True, help="Spark's checkpoint directory")
+    ap.add_argument("--window", default="10 seconds", help="window length")
+    ap.add_argument("--watermark", default="10 seconds", help="how late a reading may come")
+    ap.add_argument("--trigger", type=_above_zero, default=2.0, help="seconds between batches")
+    ap.add_argument("--max-rows", type=_at_least(0, int), default=100000,
+                    help="rows per batch at most (0: all)")
+    ap.add_argument("--min-rows", type=_at_least(0, int), default=10000,
                     help="while the log grows, a batch waits for this many rows (0: never)")
-    ap.add_argument("--max-delay", type=float, default=1.0,
+    ap.add_argument("--max-delay", type=_at_least(0), default=1.0,
                     help="seconds a batch waits for --min-rows at most")
     ap.add_argument("--keep-log", action="store_true", help="do not trim the log after commits")
     ap.add_argument("--available-now", action="store_true",
                     help="process what the log holds, then stop")
-    ap.add_argument("--seconds", type=float, default=0, help="stop after this long (0: never)")
-    ap.add_argument("--drain", type=float, default=60,
+    ap.add_argument("--seconds", type=_at_least(0), default=0,
+                    help="stop after this long (0: never)")
+    ap.add_argument("--drain", type=_at_least(0), default=60,
                     help="on stop, up to this many seconds to process what the log holds")
     ap.add_argument("--plot", help="write each node's windowed series to this PNG at the end")
     ap.add_argument("--master", help="default: spark-submit's, else local[*]")
-    ap.add_argument("--shuffle-partitions", type=int,
+    ap.add_argument("--shuffle-partitions", type=_at_least(1, int),
                     help="default: spark-submit's, else 1 (one machine)")
     ap.add_argument("--ui", action="store_true", help="start Spark's web UI")
     return ap
 
 
+def parse(argv=None):
+    """The checked arguments: one line and exit status 2 for anything
+    unusable, the broker that cannot be reached included."""
+    import socket
+    from .ingest import parse_broker
+    ap = parser()
+    a = ap.parse_args(argv)
+    for option in ("--log", "--out", "--checkpoint"):
+        _usable_dir(ap, option, getattr(a, option[2:]))
+    if a.plot:
+        _usable_dir(ap, "--plot", os.path.dirname(os.path.abspath(a.plot)))
+    try:
+        socket.create_connection(parse_broker(a.broker), 5).close()
+    except OSError as e:
+        ap.error("cannot reach the broker at %s: %s (start it first)" % (a.broker, e.strerror or e))
+    return a
+
+
 def main(argv=None):
-    a = parser().parse_args(argv)
+    a = parse(argv)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    spark = session(a.master, conf=spark_conf(a.shuffle_partitions, a.ui))
-    spark.sparkContext.setLogLevel("ERROR")
-    q = start(spark, a)
-    print("umqtt3 telemetry: %s -> %s (log %s)" % (a.broker, a.out, a.log), flush=True)
-    t_end = time.monotonic() + a.seconds if a.seconds else None
+    t0 = time.monotonic()
+    spark = q = None
     try:
+        spark = session(a.master, conf=spark_conf(a.shuffle_partitions, a.ui))
+        spark.sparkContext.setLogLevel("ERROR")
+        q = start(spark, a)
+        print("umqtt3 telemetry: %s -> %s (log %s)" % (a.broker, a.out, a.log), flush=True)
+        t_end = time.monotonic() + a.seconds if a.seconds else None
         while q.isActive and not stop.is_set():
             if t_end and time.monotonic() >= t_end:
                 break
             q.awaitTermination(0.5)
         drain(q, a.log, a.drain, max(5.0, 4 * a.trigger))
-    except KeyboardInterrupt:
-        pass
+    except KeyboardInterrupt:  # Ctrl-C: stop now (SIGTERM drains first)
+        print("interrupted: stopping without draining the log", file=sys.stderr, flush=True)
     finally:
-        if q.isActive:
-            q.stop()
+        try:
+            if q is not None and q.isActive:
+                q.stop()
+        except KeyboardInterrupt:  # a second Ctrl-C: leave Spark's shutdown to its JVM
+            print("interrupted again: stopping now", file=sys.stderr)
+            return 130
+    if q is None:
+        return 130
     if q.exception() is not None:
         print("query failed: %s" % q.exception(), file=sys.stderr)
         return 1
+    print("umqtt3 telemetry: stopped after %.0f s; %d readings committed to %s"
+          % (time.monotonic() - t0, _committed(q), a.out), flush=True)
     if a.plot:
         from .plot import plot
         n = plot(a.out, a.plot)

@@ -4,11 +4,10 @@ firmware (firmware/node.py) with the desktop board profile
 (boards/desktop.py), run in a thread against the CPython stand-ins for
 machine/network/esp32 in tools/desktop/shim/.
 
-    python -m tools.desktop.demo [--nodes 3] [--seconds 0] [--port 0] [--broker umqtt3|mosquitto]
-                                     [--no-spark] [--out build/demo] [--window 5]
-
---seconds 0 runs until Ctrl-C. The broker is umqtt3's own (python -m
-umqtt3.broker) when it is available, else Debian's mosquitto.
+`make demo` runs it (DEMO_ARGS="..." for the options below). The broker is
+umqtt3's own (python -m umqtt3.broker) when it is available, else Debian's
+mosquitto; the view prints the mosquitto_sub command that watches it from
+another terminal.
 
 The pipeline (pipeline/umqtt3_pipeline) runs as `python -m umqtt3_pipeline.job`
 on Spark local[2]: its ingest takes every reading into a durable log under
@@ -16,8 +15,13 @@ on Spark local[2]: its ingest takes every reading into a durable log under
 Parquet, and at the end each node's series goes to --out/telemetry.png. A
 window is written once the watermark has passed its end, so the last few
 seconds of a run stay unwritten. --no-spark leaves it out (no Java needed).
+
+Ctrl-C (or --seconds) stops it: the nodes, then the pipeline (Spark first
+processes what the log holds, up to 90 s; a second Ctrl-C cuts that short),
+then the broker, and a summary is printed. If the output goes to a pipe that
+closes (`make demo | head`), everything it started is stopped at once.
 """
-import argparse
+import collections
 import json
 import os
 import shutil
@@ -28,12 +32,36 @@ import tempfile
 import threading
 import time
 
-from tools import procs
+from tools import args, procs
 # the firmware on the desktop and its broker, shared with tools/desktop/simulate.py
 from tools.desktop.sim import PREFIX, broker_kind, node_config, run_node, start_broker
 from umqtt3.client import MQTTClient
 
-ROOT = procs.ROOT
+RATE_SPAN = 5.0  # seconds the live view's msg/s is measured over
+
+
+class Out:
+    """The demo's console. Once it is gone (`make demo | head` has read
+    enough, `| tee log` was stopped) say() stays silent and gone is set,
+    so the demo stops everything it started and exits quietly."""
+
+    def __init__(self):
+        self.gone = threading.Event()
+
+    def say(self, text, clear=False):
+        if self.gone.is_set():
+            return
+        try:
+            if clear:
+                sys.stdout.write("\x1b[H\x1b[2J")
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            self.gone.set()
+            # nothing more reaches the pipe, not even at interpreter exit
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            os.close(devnull)
 
 
 def node(name, port, stop, period, nodes):
@@ -79,6 +107,7 @@ class Pipeline:
             env=env, stdout=subprocess.PIPE, stderr=self.stderr, text=True,
             start_new_session=True)  # Ctrl-C goes to the demo, which stops the job itself
         self.said = []
+        self.t0 = time.monotonic()
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self):
@@ -93,12 +122,22 @@ class Pipeline:
             files = len(committed_files(self.parquet))
         except (OSError, ValueError):
             files = 0
-        state = "running" if self.proc.poll() is None else "exited %d" % self.proc.returncode
+        if self.proc.poll() is not None:
+            state = "exited %d (its log: %s)" % (self.proc.returncode, self.stderr.name)
+        elif not any(line.startswith("umqtt3 telemetry:") for line in self.said):
+            state = "starting Spark (a JVM, %ds so far; the log keeps every reading meanwhile)" % (
+                time.monotonic() - self.t0)
+        else:
+            state = "running"
         return "pipeline: %s; %d readings in the durable log; %d Parquet files" % (state, n, files)
 
     def windows(self):
         from umqtt3_pipeline.plot import load
-        return load(self.parquet)
+        try:
+            return load(self.parquet)
+        except (OSError, ValueError) as e:
+            print("pipeline: cannot read %s: %s" % (self.parquet, e), file=sys.stderr)
+            return load(os.path.join(self.out, "none"))
 
     def stop(self, timeout=150):
         """SIGTERM: the job lets Spark process what the log holds (up to 90 s
@@ -108,129 +147,188 @@ class Pipeline:
         try:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+            pass
+        finally:
+            self.kill()
         self.stderr.close()
         return self.proc.returncode
 
+    def kill(self):
+        """SIGKILL whatever is left of the job's process group (Spark's JVM)."""
+        procs.kill_group(self.proc)
+        self.proc.wait()
 
-def view(port, stop, seconds, nodes=None, pipeline=None, rows=None):
+
+def rates(history, counts, now):
+    """msg/s per node over the last RATE_SPAN seconds. history holds
+    (time, {node: count}) snapshots, the first one taken when the view
+    subscribed (every count 0), so the first frame's rates are right too."""
+    history.append((now, dict(counts)))
+    while len(history) > 2 and now - history[1][0] >= RATE_SPAN:
+        history.popleft()
+    t, then = history[0]
+    dt = max(now - t, 1e-3)
+    return {name: (n - then.get(name, 0)) / dt for name, n in counts.items()}
+
+
+def frame(rows, rate, nodes, pipeline, watch):
+    lines = [watch, "", "%-10s %-8s %8s %6s %8s %8s" % (
+        "node", "status", "temp", "seq", "msg/s", "inflight")]
+    for name in sorted(rows):
+        r = rows[name]
+        last = r["last"] or {}
+        n = (nodes or {}).get(name)
+        inflight = n.client.inflight() if n is not None and n.client else "-"
+        lines.append("%-10s %-8s %8s %6s %8.1f %8s" % (
+            name, r["status"], last.get("v", "-"), last.get("seq", "-"), rate.get(name, 0.0),
+            inflight))
+    if pipeline is not None:
+        lines.append("")
+        lines.append(pipeline.status())
+    return "\n".join(lines)
+
+
+def view(port, stop, seconds, out, nodes=None, pipeline=None, rows=None):
     """Subscribe to everything the nodes send; redraw a table once a second.
     rows: {node: what arrived}, filled as it goes (still there after Ctrl-C)."""
     rows = {} if rows is None else rows
+    counts = {}
     c = MQTTClient("demo-view", "127.0.0.1", port, keepalive=10)
 
     def on_msg(topic, msg):
         parts = topic.decode().split("/")
         if len(parts) != 3:
             return
-        r = rows.setdefault(parts[1], {"status": "?", "last": None, "n": 0, "t0": time.monotonic()})
+        r = rows.setdefault(parts[1], {"status": "?", "last": None, "n": 0})
         if parts[2] == "status":
             r["status"] = msg.decode()
         else:
             if parts[2] == "temp":
                 r["last"] = json.loads(msg)
             r["n"] += 1
+            counts[parts[1]] = r["n"]
 
     c.set_callback(on_msg)
     c.connect()
     c.subscribe(PREFIX + "/#", 1)
+    history = collections.deque([(time.monotonic(), {})])
+    watch = "watch the broker: mosquitto_sub -h 127.0.0.1 -p %d -t '#' -v" % port
     t_end = time.monotonic() + seconds if seconds else None
     next_draw = 0
-    while not stop.is_set():
+    while not stop.is_set() and not out.gone.is_set():
         c.poll(50)
         now = time.monotonic()
         if now >= next_draw:
             next_draw = now + 1
-            lines = ["%-10s %-8s %8s %6s %8s %8s" % ("node", "status", "temp", "seq", "msg/s",
-                                                     "inflight")]
-            for name in sorted(rows):
-                r = rows[name]
-                last = r["last"] or {}
-                rate = r["n"] / max(now - r["t0"], 1e-3)
-                n = (nodes or {}).get(name)
-                inflight = n.client.inflight() if n is not None and n.client else "-"
-                lines.append("%-10s %-8s %8s %6s %8.1f %8s" % (
-                    name, r["status"], last.get("v", "-"), last.get("seq", "-"), rate, inflight))
-            if pipeline is not None:
-                lines.append("")
-                lines.append(pipeline.status())
-            out = "\n".join(lines)
-            if sys.stdout.isatty():
-                sys.stdout.write("\x1b[H\x1b[2J")
-            print(out, flush=True)
+            out.say(frame(rows, rates(history, counts, now), nodes, pipeline, watch),
+                    clear=sys.stdout.isatty())
         if t_end and now >= t_end:
             stop.set()
     c.disconnect()
     return rows
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--nodes", type=int, default=3)
-    ap.add_argument("--seconds", type=float, default=0, help="stop after this long (0: until Ctrl-C)")
-    ap.add_argument("--period", type=float, default=0.5, help="seconds between readings")
-    ap.add_argument("--port", type=int, default=0)
-    ap.add_argument("--broker", choices=("umqtt3", "mosquitto"))
+def parser():
+    ap = args.parser("python -m tools.desktop.demo", __doc__)
+    ap.add_argument("--nodes", type=args.count, default=3, help="simulated sensor nodes")
+    ap.add_argument("--seconds", type=args.not_negative, default=0,
+                    help="stop after this long (0: until Ctrl-C)")
+    ap.add_argument("--period", type=args.positive, default=0.5, help="seconds between readings")
+    ap.add_argument("--port", type=args.port_or_zero, default=0,
+                    help="the broker's port on 127.0.0.1 (0: a free one)")
+    ap.add_argument("--broker", choices=("umqtt3", "mosquitto"),
+                    help="which broker (default: umqtt3's own, else mosquitto)")
     ap.add_argument("--no-spark", action="store_true", help="leave the Spark pipeline out")
-    ap.add_argument("--out", default=os.path.join(ROOT, "build", "demo"),
+    ap.add_argument("--out", default=os.path.join("build", "demo"),
                     help="the pipeline's log, checkpoint, Parquet and plot (emptied first)")
-    ap.add_argument("--window", type=float, default=5, help="window length, seconds")
-    a = ap.parse_args()
+    ap.add_argument("--window", type=args.positive, default=5, help="window length, seconds")
+    return ap
+
+
+def parse(argv=None):
+    ap = parser()
+    a = ap.parse_args(argv)
+    if a.port:
+        args.check_free(ap, a.port)
+    if not a.no_spark:
+        args.check_dir(ap, a.out, "--out")
+    if a.broker == "mosquitto" and not shutil.which("mosquitto"):
+        ap.error("--broker mosquitto: mosquitto is not installed (apt-get install mosquitto)")
+    return a
+
+
+def main(argv=None):
+    a = parse(argv)
+    out = Out()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda *_: stop.set())
     port = a.port or procs.free_port()
     kind = broker_kind(a.broker)
     tmp = tempfile.mkdtemp(prefix="umqtt3-demo-")
-    broker = start_broker(kind, port, tmp)
-    print("broker: %s on 127.0.0.1:%d; %d nodes" % (kind, port, a.nodes), flush=True)
-    pipeline = None
-    why = "--no-spark" if a.no_spark else spark_missing()
-    if why:
-        print("pipeline: off (%s)" % why, flush=True)
-    else:
-        pipeline = Pipeline(port, a.out, a.window)
-        print("pipeline: Spark local[2] -> %s" % a.out, flush=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    nodes = {}
-    threads = [threading.Thread(target=node, args=("node%d" % i, port, stop, a.period, nodes),
-                                daemon=True)
-               for i in range(1, a.nodes + 1)]
-    for t in threads:
-        t.start()
-    rows = {}
+    broker = pipeline = None
+    nodes, rows, threads = {}, {}, []
+    rc = None
     try:
-        view(port, stop, a.seconds, nodes, pipeline, rows)
+        broker = start_broker(kind, port, tmp)
+        out.say("broker: %s on 127.0.0.1:%d; %d nodes" % (kind, port, a.nodes))
+        out.say("watch the broker: mosquitto_sub -h 127.0.0.1 -p %d -t '#' -v" % port)
+        why = "--no-spark" if a.no_spark else spark_missing()
+        if why:
+            out.say("pipeline: off (%s)" % why)
+        else:
+            out.say("pipeline: starting Spark local[2] -> %s" % a.out)
+            pipeline = Pipeline(port, a.out, a.window)
+        threads = [threading.Thread(target=node, args=("node%d" % i, port, stop, a.period, nodes),
+                                    daemon=True)
+                   for i in range(1, a.nodes + 1)]
+        for t in threads:
+            t.start()
+        view(port, stop, a.seconds, out, nodes, pipeline, rows)
     except KeyboardInterrupt:
-        stop.set()
+        pass
+    except OSError as e:  # the view's connection to our own broker, a directory
+        print("demo: %s" % e, file=sys.stderr)
+        rc = 1
     finally:
         stop.set()
-        for t in threads:
-            t.join(5)
-        rc = None
-        if pipeline is not None:
-            print("stopping the pipeline ...", flush=True)
-            try:
-                rc = pipeline.stop()
-            except KeyboardInterrupt:
-                os.killpg(pipeline.proc.pid, signal.SIGKILL)
-        broker.terminate()
-        broker.wait(5)
-        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            for t in threads:
+                t.join(5)
+            if pipeline is not None:
+                if not out.gone.is_set():
+                    out.say("stopping: Spark processes what the log holds, then writes the plot "
+                            "(Ctrl-C again to cut it short) ...")
+                    prc = pipeline.stop()
+                else:
+                    pipeline.kill()  # nobody is reading: no reason to wait for Spark
+                    prc = None
+                rc = rc or (1 if prc else None)
+        except KeyboardInterrupt:
+            if pipeline is not None:
+                pipeline.kill()
+            out.say("stopped without waiting for the pipeline")
+        finally:
+            procs.stop(broker, 5)
+            shutil.rmtree(tmp, ignore_errors=True)
+    return summary(a, out, rows, pipeline, rc)
+
+
+def summary(a, out, rows, pipeline, rc):
     got = sum(r["n"] for r in rows.values())
-    print("readings received: %d from %d nodes" % (got, len(rows)))
-    ok = not a.seconds or got
-    if pipeline is not None:
+    out.say("readings received: %d from %d nodes" % (got, len(rows)))
+    ok = rc is None and (not a.seconds or got or out.gone.is_set())
+    if pipeline is not None and not out.gone.is_set():
         for line in pipeline.said:
-            print(line)
+            out.say(line)
         w = pipeline.windows()
-        print("windows in Parquet: %d from %d nodes (%s)" % (len(w), w["node"].nunique(),
-                                                             pipeline.parquet))
+        out.say("windows in Parquet: %d from %d nodes (%s)" % (len(w), w["node"].nunique(),
+                                                              pipeline.parquet))
         if os.path.exists(pipeline.png):
-            print("plot: %s" % pipeline.png)
-        if rc:
-            print("the pipeline failed (exit %s); its log: %s"
-                  % (rc, os.path.join(a.out, "spark.log")))
-            ok = False
+            out.say("plot: %s" % pipeline.png)
+        if pipeline.proc.returncode:
+            out.say("the pipeline failed (exit %s); its log: %s"
+                    % (pipeline.proc.returncode, os.path.join(a.out, "spark.log")))
     return 0 if ok else 1
 
 

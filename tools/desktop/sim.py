@@ -71,7 +71,7 @@ def start_broker(kind, port, tmp):
         cmd = [shutil.which("mosquitto") or "mosquitto", "-c", conf]
     try:
         return procs.start(cmd, port, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    except RuntimeError as e:
+    except (OSError, RuntimeError) as e:
         raise SystemExit("broker: %s" % e)
 
 

@@ -15,7 +15,6 @@ docs/firmware.md); watch them with mosquitto_sub -t '<prefix>/#' -v.
 --seconds 0 runs until Ctrl-C. At the end each node's readings accepted and
 dropped are printed; the exit status is 1 if a node accepted none.
 """
-import argparse
 import json
 import os
 import shutil
@@ -25,7 +24,7 @@ import tempfile
 import threading
 import time
 
-from tools import procs
+from tools import args, procs
 from tools.desktop import sim
 
 
@@ -40,28 +39,44 @@ def read_secrets(path):
         raise SystemExit("simulate: cannot read secrets %s: %s" % (path, e))
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--nodes", type=int, default=3, help="how many nodes (default 3)")
-    ap.add_argument("--host", default="127.0.0.1", help="the broker's host (default 127.0.0.1)")
-    ap.add_argument("--port", type=int, default=0, help="the broker's port (default 1883; with "
-                    "--start-broker a free one)")
+def parser():
+    ap = args.parser("python -m tools.desktop.simulate", __doc__)
+    ap.add_argument("--nodes", type=args.count, default=3, help="how many nodes")
+    ap.add_argument("--host", type=args.host, default="127.0.0.1", help="the broker's host")
+    ap.add_argument("--port", type=args.port_or_zero, default=0,
+                    help="the broker's port (default: 1883; with --start-broker a free one)")
     ap.add_argument("--start-broker", nargs="?", const="umqtt3", choices=("umqtt3", "mosquitto"),
                     help="start a broker on 127.0.0.1 for the simulation (default: umqtt3's)")
-    ap.add_argument("--seconds", type=float, default=0, help="stop after this long (0: Ctrl-C)")
-    ap.add_argument("--period", type=float, default=1.0, help="seconds between readings (1)")
-    ap.add_argument("--qos", type=int, default=1, choices=(0, 1, 2))
+    ap.add_argument("--seconds", type=args.not_negative, default=0,
+                    help="stop after this long (0: until Ctrl-C)")
+    ap.add_argument("--period", type=args.positive, default=1.0, help="seconds between readings")
+    ap.add_argument("--qos", type=int, default=1, choices=(0, 1, 2), help="QoS of the readings")
     ap.add_argument("--store", choices=("memory", "file"), default="",
                     help="where in-flight readings wait (default: file for QoS 2, else memory)")
-    ap.add_argument("--prefix", default=sim.PREFIX, help="first topic level (default %s)"
-                    % sim.PREFIX)
+    ap.add_argument("--prefix", default=sim.PREFIX, help="first topic level")
     ap.add_argument("--id-prefix", default="sim", help="node ids are <this>1..<this>N")
-    ap.add_argument("--board", default="desktop", help="board profile (default desktop)")
+    ap.add_argument("--board", default="desktop", help="board profile (boards/<name>.py)")
     ap.add_argument("--secrets", help="secrets.json with mqtt_user / mqtt_password")
     ap.add_argument("--verbose", action="store_true", help="print the nodes' own log lines")
+    return ap
+
+
+def parse(argv=None):
+    ap = parser()
     a = ap.parse_args(argv)
-    if a.nodes < 1:
-        ap.error("--nodes must be at least 1")
+    if a.start_broker and a.port:
+        args.check_free(ap, a.port)
+    if a.start_broker == "mosquitto" and not shutil.which("mosquitto"):
+        ap.error("--start-broker mosquitto: mosquitto is not installed (apt-get install mosquitto)")
+    boards = sorted(f[:-3] for f in os.listdir(os.path.join(procs.ROOT, "boards"))
+                    if f.endswith(".py"))
+    if a.board not in boards:
+        ap.error("--board %s: no such profile (one of %s)" % (a.board, ", ".join(boards)))
+    return a
+
+
+def main(argv=None):
+    a = parse(argv)
     secrets = read_secrets(a.secrets)
 
     tmp = tempfile.mkdtemp(prefix="umqtt3-sim-")
@@ -103,9 +118,7 @@ def main(argv=None):
         stop.set()
         for t in threads:
             t.join(10)
-        if broker:
-            broker.terminate()
-            broker.wait(5)
+        procs.stop(broker, 5)
         shutil.rmtree(tmp, ignore_errors=True)
     idle = []
     for name in names:

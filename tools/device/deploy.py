@@ -19,13 +19,13 @@
 for a firmware built with firmware/manifest.py: the library and the apps are
 in it, so only boot.py, main.py, the profile, config and secrets are copied.
 """
-import argparse
 import ast
 import json
 import os
 import shutil
 import sys
 
+from tools import args
 from tools.device import devices
 from tools.device.devices import ROOT, LIB_DIR, FIRMWARE_DIR, fail
 
@@ -251,8 +251,8 @@ def default_file(given, name):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog="boards: %s; roles: %s"
-                                 % (", ".join(devices.device_boards()), ", ".join(ROLES)))
+    ap = args.parser("python -m tools.device.deploy", __doc__)
+    ap.epilog = "boards: %s; roles: %s" % (", ".join(devices.device_boards()), ", ".join(ROLES))
     ap.add_argument("--board", default="", help="a profile in boards/")
     ap.add_argument("--port", default="",
                     help="serial port (default: the only one plugged in), or socket://host:port")
@@ -265,6 +265,8 @@ def main(argv=None):
     ap.add_argument("--build", default="", help="staging directory (default build/<board>)")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and the command only")
     a = ap.parse_args(argv)
+    if a.build:
+        args.check_dir(ap, a.build, "--build")
     try:
         board = devices.device_board(a.board)
         config = default_file(a.config, "config.json")
@@ -281,7 +283,10 @@ def main(argv=None):
                   "(broker 192.168.1.10); give --config or CONFIG=...")
         entries = plan(a.board, role, config, secrets, a.frozen)
         out_dir = a.build or os.path.join(ROOT, "build", a.board)
-        staged = stage(entries, out_dir, board.ARCH, role)
+        try:
+            staged = stage(entries, out_dir, board.ARCH, role)
+        except OSError as e:
+            fail("cannot stage the files in %s: %s" % (out_dir, e.strerror or e))
         print("%s, role %s: %d files staged in %s (mpy-cross -march=%s)"
               % (a.board, role, len(staged), out_dir[len(ROOT) + 1:]
                  if out_dir.startswith(ROOT + os.sep) else out_dir, board.ARCH))

@@ -17,10 +17,10 @@ the mounted RPI-RP2 drive is found in /proc/mounts.
 
 --dry-run prints the commands and touches no device.
 """
-import argparse
 import os
 import sys
 
+from tools import args
 from tools.device import devices
 from tools.device.devices import fail
 
@@ -91,14 +91,13 @@ def uf2_commands(firmware, drive):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                 epilog="boards: %s" % ", ".join(devices.device_boards()))
+    ap = args.parser("python -m tools.device.flash", __doc__)
+    ap.epilog = "boards: %s" % ", ".join(devices.device_boards())
     ap.add_argument("--board", default="", help="a profile in boards/")
     ap.add_argument("--firmware", default="", help="the MicroPython image (.bin, Pico W: .uf2)")
     ap.add_argument("--port", default="", help="ESP32s: serial port (default: the only one)")
     ap.add_argument("--drive", default="", help="Pico W: the mounted RPI-RP2 drive")
-    ap.add_argument("--baud", type=int, default=BAUD,
-                    help="ESP32s: write speed (default %d)" % BAUD)
+    ap.add_argument("--baud", type=args.count, default=BAUD, help="ESP32s: write speed")
     ap.add_argument("--no-erase", action="store_true",
                     help="ESP32s: keep the rest of the flash (and the filesystem)")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")

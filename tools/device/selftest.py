@@ -13,11 +13,11 @@ tests/mp/run.mjs, which puts lib/ at /lib (on sys.path, as /lib is on a
 board), tests/portable at /tests and the script with its neighbours in
 firmware/ at /run.
 """
-import argparse
 import os
 import shutil
 import sys
 
+from tools import args
 from tools.device import devices
 from tools.device.devices import ROOT, fail
 
@@ -37,13 +37,13 @@ def wasm_command(node="node", heap="2m", script=SCRIPT):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = args.parser("python -m tools.device.selftest", __doc__)
     ap.add_argument("--board", default="", help="the board's profile (checked, for the message)")
     ap.add_argument("--port", default="", help="serial port (default: the only one plugged in)")
     ap.add_argument("--wasm", action="store_true", help="run under the WebAssembly MicroPython")
-    ap.add_argument("--node", default="node", help="Node.js for --wasm (default: node)")
-    ap.add_argument("--heap", default="2m", help="MicroPython heap for --wasm (default 2m)")
-    ap.add_argument("--script", default=SCRIPT, help="the script (default %s)" % SCRIPT)
+    ap.add_argument("--node", default="node", help="Node.js for --wasm")
+    ap.add_argument("--heap", default="2m", help="MicroPython heap for --wasm")
+    ap.add_argument("--script", default=SCRIPT, help="the script")
     ap.add_argument("--dry-run", action="store_true", help="print the command only")
     a = ap.parse_args(argv)
     try:

@@ -1,0 +1,152 @@
+"""Every command-line tool refuses bad input in one line on stderr with a
+non-zero exit status naming what was wrong, never a traceback; and --help
+shows every default and the whole description. (The broker's own command
+line, umqtt3.broker_cli, has its tests beside the broker's.)"""
+import argparse
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from tools import procs
+from tools.desktop import demo, simulate
+
+ROOT = procs.ROOT
+
+
+def run(module, *argv, timeout=60):
+    return subprocess.run([sys.executable, "-m", module] + list(argv), capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT, env=procs.python_env(),
+                          stdin=subprocess.DEVNULL)
+
+
+def refused(module, argv, what, status=2):
+    """The one line `module` prints for argv; it must contain `what`."""
+    r = run(module, *argv)
+    err = r.stderr
+    assert "Traceback" not in err, err
+    assert r.returncode == status, (r.returncode, r.stdout, err)
+    assert err.endswith("\n") and err.count("\n") == 1, err
+    assert what in err, err
+    return err.strip()
+
+
+@pytest.fixture
+def busy_port():
+    """A port something listens on."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    yield s.getsockname()[1]
+    s.close()
+
+
+@pytest.fixture
+def a_file(tmp_path):
+    f = tmp_path / "plain-file"
+    f.write_text("x")
+    return str(f)
+
+
+DEMO = "tools.desktop.demo"
+SIMULATE = "tools.desktop.simulate"
+
+
+@pytest.mark.parametrize("argv,what", [
+    (["--port", "70000"], "port 70000 is outside 1-65535"),
+    (["--port", "-1"], "port -1 is outside 1-65535"),
+    (["--port", "http"], "'http' is not a port number"),
+    (["--nodes", "0"], "--nodes: 0 is not 1 or more"),
+    (["--period", "0"], "--period: 0 is not above 0"),
+    (["--seconds", "-5"], "--seconds: -5 is below 0"),
+    (["--window", "-1"], "--window: -1 is not above 0"),
+    (["--broker", "hivemq"], "invalid choice: 'hivemq'"),
+    (["--unknown"], "unrecognized arguments: --unknown"),
+])
+def test_demo_refuses(argv, what):
+    assert refused(DEMO, argv, what).startswith("demo: ")
+
+
+def test_demo_refuses_a_port_in_use(busy_port):
+    refused(DEMO, ["--port", str(busy_port)], "cannot listen on 127.0.0.1:%d" % busy_port)
+
+
+def test_demo_refuses_an_unusable_out_directory(a_file):
+    refused(DEMO, ["--out", os.path.join(a_file, "demo")], "%s is not a directory" % a_file)
+
+
+@pytest.mark.parametrize("argv,what", [
+    (["--host", "no-such-host.invalid"], "cannot resolve host 'no-such-host.invalid'"),
+    (["--port", "65536"], "port 65536 is outside 1-65535"),
+    (["--nodes", "-2"], "--nodes: -2 is not 1 or more"),
+    (["--period", "-1"], "--period: -1 is not above 0"),
+    (["--board", "esp8266"], "--board esp8266: no such profile"),
+    (["--qos", "3"], "invalid choice: 3"),
+])
+def test_simulate_refuses(argv, what):
+    assert refused(SIMULATE, argv, what).startswith("simulate: ")
+
+
+def test_simulate_refuses_a_port_in_use_for_its_broker(busy_port):
+    refused(SIMULATE, ["--start-broker", "--port", str(busy_port)],
+            "cannot listen on 127.0.0.1:%d" % busy_port)
+
+
+def test_simulate_refuses_a_broker_that_is_not_there():
+    closed = procs.free_port()
+    refused(SIMULATE, ["--port", str(closed)], "no broker at 127.0.0.1:%d" % closed)
+
+
+def test_simulate_refuses_unreadable_secrets(tmp_path):
+    refused(SIMULATE, ["--secrets", str(tmp_path / "none.json")], "cannot read secrets", 1)
+
+
+@pytest.mark.parametrize("module,argv,what", [
+    ("tools.device.deploy", ["--board", "esp32", "--port", "socket://127.0.0.1:1",
+                             "--build", "{file}/b", "--dry-run"], "is not a directory"),
+    ("tools.device.deploy", ["--board", "esp8266", "--dry-run"], "esp8266"),
+    ("tools.device.flash", ["--board", "esp32", "--firmware", "x.bin", "--baud", "0"],
+     "--baud: 0 is not 1 or more"),
+    ("tools.device.flash", ["--board", "esp32", "--firmware", "{file}"],
+     "esp32 takes a .bin image, not plain-file"),
+    ("tools.device.selftest", ["--wasm", "--script", "{file}/x.py"], "x.py"),
+    ("tools.device.selftest", ["--bogus"], "unrecognized arguments: --bogus"),
+])
+def test_device_tools_refuse(module, argv, what, a_file):
+    refused(module, [x.replace("{file}", a_file) for x in argv], what)
+
+
+# ------------------------------------------------------------------ --help
+def every_default_shown(ap):
+    """Each option whose default says something has it in its help line."""
+    text = " ".join(ap.format_help().split())
+    for action in ap._actions:
+        d = action.default
+        if not action.option_strings or d in (None, False, "", argparse.SUPPRESS):
+            continue
+        h = " ".join((action.help or "").split())
+        assert "default" in h or ("%s (default: %s)" % (h, d)) in text, (action.dest, h)
+
+
+@pytest.mark.parametrize("mod", [demo, simulate], ids=["demo", "simulate"])
+def test_help_shows_every_default_and_the_whole_description(mod):
+    ap = mod.parser()
+    every_default_shown(ap)
+    # the description is printed as written, not cut after its first line
+    assert " ".join(mod.__doc__.split()) in " ".join(ap.format_help().split())
+
+
+def test_job_help_shows_every_default_and_the_whole_description():
+    from umqtt3_pipeline import job
+    ap = job.parser()
+    every_default_shown(ap)
+    assert " ".join(job.__doc__.split()) in " ".join(ap.format_help().split())
+
+
+@pytest.mark.parametrize("module", [DEMO, SIMULATE, "tools.device.deploy", "tools.device.flash",
+                                    "tools.device.selftest", "umqtt3_pipeline.job"])
+def test_help_runs(module):
+    r = run(module, "--help")
+    assert r.returncode == 0 and r.stdout.startswith("usage: ") and not r.stderr, r.stderr
