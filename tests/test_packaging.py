@@ -1,39 +1,86 @@
-"""The three ways onto a machine: mip (package.json), freezing
-(firmware/manifest.py) and pip (pyproject.toml) must each carry the library."""
+"""The three ways onto a machine: mip (package.json, the client, and
+package-broker.json, the broker), freezing (firmware/manifest.py) and pip
+(pyproject.toml, with its console scripts and licence) must each carry the
+library."""
+import argparse
 import json
 import os
 import subprocess
 import sys
+import types
 import zipfile
+
+import pytest
+
+from tools.measure import packages
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIB = os.path.join(ROOT, "lib", "umqtt3")
 
 
-# CPython's half of compat: a device never imports it, so mip does not copy it.
-CPYTHON_ONLY = ["compat/cpython.py"]
-
-
 def lib_modules():
-    """Every module file of the package, relative to it ("compat/__init__.py")."""
-    found = []
-    for d, dirs, files in os.walk(LIB):
-        dirs[:] = [x for x in dirs if x != "__pycache__"]
-        rel = os.path.relpath(d, LIB).replace(os.sep, "/")
-        found += [f if rel == "." else rel + "/" + f for f in files if f.endswith(".py")]
-    return sorted(found)
+    return packages.lib_modules()
 
 
-def test_mip_package_json_lists_every_module():
-    with open(os.path.join(ROOT, "package.json")) as f:
-        pkg = json.load(f)
-    urls = dict(pkg["urls"])
-    for dest, src in urls.items():
-        assert os.path.exists(os.path.join(ROOT, src)), src
-        assert src.startswith("lib/umqtt3/") and dest == "umqtt3/" + src[len("lib/umqtt3/"):]
-    listed = sorted(d[len("umqtt3/"):] for d in urls)
-    assert listed == [m for m in lib_modules() if m not in CPYTHON_ONLY]
-    assert pkg["version"]
+def test_mip_packages_follow_the_import_graph():
+    # each package file lists the import closure of its entry modules; a
+    # module no package needs, or one a package lacks, is named here
+    assert packages.problems() == []
+
+
+def test_every_device_module_is_in_one_package_and_desktop_ones_in_none():
+    listed = []
+    for pfile in packages.PACKAGES:
+        with open(os.path.join(ROOT, pfile)) as f:
+            pkg = json.load(f)
+        assert pkg["version"]
+        for dest, src in pkg["urls"]:
+            assert os.path.exists(os.path.join(ROOT, src)), src
+            listed.append(src[len("lib/umqtt3/"):])
+    assert len(listed) == len(set(listed)), "a module in two packages"
+    assert sorted(listed) == [m for m in lib_modules() if m not in packages.DESKTOP_ONLY]
+    assert not set(listed) & set(packages.DESKTOP_ONLY)
+
+
+class Board:
+    """What mpremote's mip talks to: a board's filesystem, in a dict."""
+
+    def __init__(self):
+        self.files = {}
+
+    def fs_exists(self, path):
+        return path in self.files or any(p.startswith(path + "/") for p in self.files)
+
+    def fs_mkdir(self, path):
+        pass
+
+    def fs_writefile(self, path, data, progress_callback=None):
+        self.files[path] = data
+
+
+@pytest.mark.parametrize("pfile,entries", [
+    ("package.json", ["client.py", "aio.py", "codec.py", "store.py"]),
+    ("package-broker.json", ["client.py", "broker.py", "broker_session.py"]),
+])
+def test_mip_installs_from_a_clone(pfile, entries, monkeypatch):
+    # The README's device install, `mpremote mip install package.json` (a
+    # node) or `... package-broker.json` (a gateway: the client comes first,
+    # as its dependency), run from the clone's root by mpremote's own mip
+    # against a board stand-in.
+    mip = pytest.importorskip("mpremote.mip")
+    board = Board()
+    state = types.SimpleNamespace(transport=board, did_action=lambda: None,
+                                  ensure_raw_repl=lambda: None)
+    monkeypatch.chdir(ROOT)
+    mip.do_mip(state, argparse.Namespace(command=["install"], packages=[pfile], index=None,
+                                         target="/lib", mpy=False))
+    got = sorted(p[len("/lib/umqtt3/"):] for p in board.files)
+    want = sorted(set(m for f in ["package.json", pfile] for m in packages.listed(f)[1]))
+    assert got == want
+    assert all(e in got for e in entries)
+    assert not set(got) & set(packages.DESKTOP_ONLY)
+    with open(os.path.join(LIB, "client.py"), "rb") as f:
+        assert board.files["/lib/umqtt3/client.py"] == f.read()
 
 
 def test_freeze_manifest_packages_the_library():
@@ -58,6 +105,17 @@ def test_pip_wheel_contains_the_library(tmp_path):
                     "-q", "-w", str(tmp_path), ROOT], check=True, timeout=300)
     wheels = [f for f in os.listdir(tmp_path) if f.endswith(".whl")]
     assert len(wheels) == 1
-    names = zipfile.ZipFile(os.path.join(tmp_path, wheels[0])).namelist()
+    whl = zipfile.ZipFile(os.path.join(tmp_path, wheels[0]))
+    names = whl.namelist()
     for m in lib_modules():
         assert "umqtt3/" + m in names
+    assert "umqtt3_pipeline/job.py" in names
+    meta = [n for n in names if n.endswith(".dist-info/METADATA")][0]
+    text = whl.read(meta).decode()
+    assert "License-Expression: MIT" in text
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+    ep = whl.read([n for n in names if n.endswith("entry_points.txt")][0]).decode()
+    for script in ("umqtt3-broker = umqtt3.broker_cli:main",
+                   "umqtt3-passwd = umqtt3.broker_passwd:main",
+                   "umqtt3-pipeline = umqtt3_pipeline.job:main"):
+        assert script in ep

@@ -16,7 +16,7 @@ from tools import procs
 from pipeline_support import (publish_all, publisher, reading, umqtt3_broker,  # noqa: F401
                               wait_for)
 
-pytest.importorskip("pyspark", reason="pyspark is not installed (pip install .[spark])")
+pytest.importorskip("pyspark", reason="pyspark is not installed (pip install '.[spark]')")
 
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows  # noqa: E402
 

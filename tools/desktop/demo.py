@@ -74,7 +74,7 @@ def spark_missing():
     try:
         import pyspark  # noqa: F401
     except ImportError:
-        return "pyspark is not installed (pip install .[spark])"
+        return "pyspark is not installed (pip install '.[spark]')"
     if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
         return "no Java runtime"
     return None

