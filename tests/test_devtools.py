@@ -18,7 +18,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from collector import Collector  # tests/collector.py
-from tools import procs
+from tools import libgraph, procs
 from tools.desktop import sim
 from tools.device import deploy, devices, flash, selftest
 
@@ -43,7 +43,7 @@ def lib_py_files():
 
 
 def host_only_files():
-    return sorted(m[len("umqtt3."):].replace(".", "/") + ".py" for m in deploy.HOST_ONLY)
+    return sorted(m[len("umqtt3."):].replace(".", "/") + ".py" for m in libgraph.HOST_ONLY)
 
 
 def usage_error(fn, *args, **kw):

@@ -19,13 +19,12 @@
 for a firmware built with firmware/manifest.py: the library and the apps are
 in it, so only boot.py, main.py, the profile, config and secrets are copied.
 """
-import ast
 import json
 import os
 import shutil
 import sys
 
-from tools import args
+from tools import args, libgraph
 from tools.device import devices
 from tools.device.devices import ROOT, LIB_DIR, FIRMWARE_DIR, fail
 
@@ -36,63 +35,10 @@ ROLES = {
 }
 # MicroPython runs boot.py and main.py from source only.
 SOURCE_ONLY = ("boot.py", "main.py")
-# Library modules a device never loads: CPython's half of compat, and the
-# desktop command line `python -m umqtt3.broker`.
-HOST_ONLY = ("umqtt3.compat.cpython", "umqtt3.broker_cli")
 SECRETS_TEMPLATE = "firmware/secrets.example.json"
 
 
 # ------------------------------------------------------------------ the plan
-def module_file(name):
-    """lib/ path of a dotted module name, or None when it is not ours."""
-    base = os.path.join(LIB_DIR, *name.split("."))
-    for path in (base + ".py", os.path.join(base, "__init__.py")):
-        if os.path.isfile(path):
-            return path
-    return None
-
-
-def imports(path, name):
-    """Dotted names `path` (module `name`) imports, relative ones resolved;
-    `from p import m` also yields p.m, which may be a module."""
-    with open(path) as f:
-        tree = ast.parse(f.read(), path)
-    pkg = name if path.endswith("__init__.py") else name.rpartition(".")[0]
-    out = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out.extend(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = pkg.split(".")
-                parts = parts[:len(parts) - node.level + 1]
-                base = ".".join(parts + ([node.module] if node.module else []))
-            out.append(base)
-            out.extend(base + "." + a.name for a in node.names if a.name != "*")
-    return out
-
-
-def lib_closure(app_files):
-    """Every lib module the apps import, directly or not, with the packages
-    they sit in; sorted dotted names."""
-    seen = set()
-    todo = [(f, "") for f in app_files]
-    while todo:
-        path, name = todo.pop()
-        for imp in imports(path, name):
-            parts = imp.split(".")
-            for i in range(1, len(parts) + 1):  # a.b.c needs a and a.b
-                m = ".".join(parts[:i])
-                if m in seen or m in HOST_ONLY:
-                    continue
-                f = module_file(m)
-                if f:
-                    seen.add(m)
-                    todo.append((f, m))
-    return sorted(seen)
-
-
 def plan(board, role, config=None, secrets=None, frozen=False):
     """[(device path, source path, how)]: how is "mpy" (compile), "copy" or
     "config" (config.json written from `config` with the role)."""
@@ -101,8 +47,8 @@ def plan(board, role, config=None, secrets=None, frozen=False):
     apps = [os.path.join(FIRMWARE_DIR, a + ".py") for a in ROLES[role]]
     out = []
     if not frozen:
-        for m in lib_closure(apps + [os.path.join(FIRMWARE_DIR, f) for f in SOURCE_ONLY]):
-            src = module_file(m)
+        for m in libgraph.lib_closure(apps + [os.path.join(FIRMWARE_DIR, f) for f in SOURCE_ONLY]):
+            src = libgraph.module_file(m)
             rel = os.path.relpath(src, LIB_DIR).replace(os.sep, "/")
             out.append(("lib/" + rel[:-3] + ".mpy", src, "mpy"))
         for a, src in zip(ROLES[role], apps):

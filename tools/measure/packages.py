@@ -14,26 +14,25 @@ lib/umqtt3, so a new module lands in the package that imports it:
                                                 a package file's list is not the closure
     python -m tools.measure.packages --write    rewrite the lists in the package files
 """
-import ast
 import json
 import os
 import re
 import sys
 import tempfile
 
-from tools import args
+from tools import args, libgraph
 from tools.measure import sizes
 
 ROOT = sizes.REPO
 LIB = os.path.join(ROOT, "lib", "umqtt3")
 
 # Never copied to a device: CPython's half of compat and the desktop commands.
-DESKTOP_ONLY = ("compat/cpython.py", "broker_cli.py", "broker_passwd.py")
+DESKTOP_ONLY = tuple(m[len("umqtt3."):].replace(".", "/") + ".py" for m in libgraph.HOST_ONLY)
 
 # package file -> (name, its entry modules, the package files it depends on)
 PACKAGES = {
-    "package.json": ("umqtt3", ("__init__.py", "client.py", "aio.py"), ()),
-    "package-broker.json": ("umqtt3-broker", ("broker.py",), ("package.json",)),
+    "package.json": ("umqtt3", ("umqtt3", "umqtt3.client", "umqtt3.aio"), ()),
+    "package-broker.json": ("umqtt3-broker", ("umqtt3.broker",), ("package.json",)),
 }
 
 
@@ -47,66 +46,11 @@ def lib_modules():
     return sorted(found)
 
 
-def _module_file(dotted):
-    """"umqtt3.compat" -> "compat/__init__.py"; None outside the package."""
-    if dotted != "umqtt3" and not dotted.startswith("umqtt3."):
-        return None
-    rel = dotted[len("umqtt3."):].replace(".", "/") if dotted != "umqtt3" else ""
-    if rel and os.path.isfile(os.path.join(LIB, rel + ".py")):
-        return rel + ".py"
-    pkg = (rel + "/" if rel else "") + "__init__.py"
-    return pkg if os.path.isfile(os.path.join(LIB, pkg)) else None
-
-
-def _is_main_block(node):
-    t = node.test if isinstance(node, ast.If) else None
-    return (isinstance(t, ast.Compare) and isinstance(t.left, ast.Name)
-            and t.left.id == "__name__")
-
-
-def imports(mod):
-    """The lib/umqtt3 module files that mod imports, anywhere but in its
-    `if __name__ == "__main__":` block (a script's own command line)."""
-    here = "umqtt3" + ("." + os.path.dirname(mod).replace("/", ".") if "/" in mod else "")
-    with open(os.path.join(LIB, mod)) as f:
-        tree = ast.parse(f.read(), mod)
-    out = set()
-
-    def visit(node):
-        for child in ast.iter_child_nodes(node):
-            if _is_main_block(child):
-                continue
-            names = []
-            if isinstance(child, ast.Import):
-                names = [a.name for a in child.names]
-            elif isinstance(child, ast.ImportFrom):
-                base = child.module or ""
-                if child.level:
-                    parts = here.split(".")[:len(here.split(".")) - child.level + 1]
-                    base = ".".join(parts + ([base] if base else []))
-                names = [base] + [base + "." + a.name for a in child.names]
-            for n in names:
-                m = _module_file(n)
-                if m:
-                    out.add(m)
-                    if "/" in m:  # a subpackage's module: its __init__ is imported first
-                        out.add(m.split("/")[0] + "/__init__.py")
-            visit(child)
-    visit(tree)
-    out.discard(mod)
-    return out
-
-
 def closure(entries):
-    """entries and everything they import, less the desktop-only modules."""
-    todo, seen = list(entries), set()
-    while todo:
-        m = todo.pop()
-        if m in seen or m in DESKTOP_ONLY:
-            continue
-        seen.add(m)
-        todo += sorted(imports(m))
-    return seen
+    """The module files (relative to lib/umqtt3) of the entry modules and of
+    everything they import, less the desktop-only ones."""
+    return set(os.path.relpath(libgraph.module_file(m), LIB).replace(os.sep, "/")
+               for m in libgraph.lib_closure(modules=entries))
 
 
 def wanted():
