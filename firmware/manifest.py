@@ -13,7 +13,7 @@
 # device never imports. The manifest runs with firmware/ as its directory.
 import os
 
-HOST_ONLY = ("compat/cpython.py", "broker_cli.py")
+HOST_ONLY = ("compat/cpython.py", "broker_cli.py", "broker_passwd.py")  # tools/libgraph.py
 
 # The port's own manifest first, so its usual frozen modules stay.
 include("$(PORT_DIR)/boards/manifest.py")

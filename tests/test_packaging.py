@@ -83,20 +83,25 @@ def test_mip_installs_from_a_clone(pfile, entries, monkeypatch):
         assert board.files["/lib/umqtt3/client.py"] == f.read()
 
 
-def test_freeze_manifest_packages_the_library():
+def test_freeze_manifest_packages_the_library(monkeypatch):
     calls = []
     env = {
         "include": lambda path: calls.append(("include", path)),
-        "package": lambda name, files=None, base_path=".", opt=None: calls.append(("package", name, base_path)),
+        "package": lambda name, files=None, base_path=".", opt=None: calls.append(
+            ("package", name, base_path, files)),
         "module": lambda *a, **k: calls.append(("module",) + a),
     }
     path = os.path.join(ROOT, "firmware", "manifest.py")
+    monkeypatch.chdir(os.path.join(ROOT, "firmware"))  # as the firmware build runs it
     with open(path) as f:
         exec(compile(f.read(), path, "exec"), env)
     pkgs = [c for c in calls if c[0] == "package"]
     assert pkgs, "manifest freezes nothing"
-    for _, name, base in pkgs:
+    for _, name, base, files in pkgs:
         assert os.path.isdir(os.path.join(ROOT, "firmware", base, name))
+    # the library, less what only the desktop runs
+    frozen = [c[3] for c in pkgs if c[1] == "umqtt3"][0]
+    assert frozen == [m for m in lib_modules() if m not in packages.DESKTOP_ONLY]
     assert calls[0] == ("include", "$(PORT_DIR)/boards/manifest.py")
 
 
