@@ -4,6 +4,8 @@ shows every default and the whole description. (The broker's own command
 line, umqtt3.broker_cli, has its tests beside the broker's.)"""
 import argparse
 import os
+import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -150,3 +152,15 @@ def test_job_help_shows_every_default_and_the_whole_description():
 def test_help_runs(module):
     r = run(module, "--help")
     assert r.returncode == 0 and r.stdout.startswith("usage: ") and not r.stderr, r.stderr
+
+
+@pytest.mark.skipif(not shutil.which("make"), reason="needs make")
+def test_bare_make_lists_the_targets():
+    r = subprocess.run(["make", "-s"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("Start here")
+    for target in ("demo", "test", "setup", "test-py", "test-mp", "packages", "pipeline",
+                   "flash", "deploy", "selftest"):
+        assert re.search(r"^\s+make %s\b" % re.escape(target), r.stdout, re.M), target
+    assert subprocess.run(["make", "-s", "help"], capture_output=True, text=True, cwd=ROOT,
+                          timeout=60).stdout == r.stdout

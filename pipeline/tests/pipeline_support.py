@@ -3,13 +3,13 @@ loopback port, a publisher that sends firmware-format readings, and the one
 Spark session (local[2], UI off, 2 shuffle partitions)."""
 import json
 import os
-import shutil
 import subprocess
 import time
 
 import pytest
 
 from tools import procs
+from umqtt3_pipeline.job import spark_missing
 
 
 class Broker:
@@ -80,13 +80,8 @@ def publish_all(c, msgs, qos=1, timeout=60):
 
 
 def have_spark():
-    try:
-        import pyspark  # noqa: F401
-    except ImportError:
-        return "pyspark is not installed (pip install '.[spark]')"
-    if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
-        return "no Java runtime (tools/setup.sh installs one)"
-    return None
+    """Why Spark cannot run here, or None."""
+    return spark_missing()
 
 
 def spark_session():

@@ -36,6 +36,19 @@ def _worker_path():
     os.environ["PYTHONPATH"] = os.pathsep.join(parts)
 
 
+def spark_missing():
+    """Why Spark cannot run here, or None: PySpark (the spark extra) and a
+    Java runtime are needed."""
+    import shutil
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        return "pyspark is not installed (pip install '.[spark]')"
+    if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
+        return "no Java runtime (apt-get install default-jre-headless, or make setup)"
+    return None
+
+
 def session(master=None, app="umqtt3-telemetry", conf=None):
     """A SparkSession with the umqtt3 data source registered. master None:
     what spark-submit gave, else local[*]."""

@@ -36,6 +36,7 @@ from tools import args, procs
 # the firmware on the desktop and its broker, shared with tools/desktop/simulate.py
 from tools.desktop.sim import PREFIX, broker_kind, node_config, run_node, start_broker
 from umqtt3.client import MQTTClient
+from umqtt3_pipeline.job import spark_missing
 
 RATE_SPAN = 5.0  # seconds the live view's msg/s is measured over
 
@@ -67,17 +68,6 @@ class Out:
 def node(name, port, stop, period, nodes):
     """One simulated sensor node: firmware/node.py's Node, until stop."""
     run_node(name, node_config(name, port, period), stop, nodes)
-
-
-def spark_missing():
-    """Why the Spark pipeline cannot run here, or None."""
-    try:
-        import pyspark  # noqa: F401
-    except ImportError:
-        return "pyspark is not installed (pip install '.[spark]')"
-    if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
-        return "no Java runtime"
-    return None
 
 
 class Pipeline:
@@ -162,7 +152,8 @@ class Pipeline:
 def rates(history, counts, now):
     """msg/s per node over the last RATE_SPAN seconds. history holds
     (time, {node: count}) snapshots, the first one taken when the view
-    subscribed (every count 0), so the first frame's rates are right too."""
+    subscribed (every count 0), so the first frame's rates (a second after
+    that) are right too."""
     history.append((now, dict(counts)))
     while len(history) > 2 and now - history[1][0] >= RATE_SPAN:
         history.popleft()
@@ -214,7 +205,7 @@ def view(port, stop, seconds, out, nodes=None, pipeline=None, rows=None):
     history = collections.deque([(time.monotonic(), {})])
     watch = "watch the broker: mosquitto_sub -h 127.0.0.1 -p %d -t '#' -v" % port
     t_end = time.monotonic() + seconds if seconds else None
-    next_draw = 0
+    next_draw = history[0][0] + 1  # the first frame's rates cover a whole second
     while not stop.is_set() and not out.gone.is_set():
         c.poll(50)
         now = time.monotonic()
