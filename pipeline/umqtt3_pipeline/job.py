@@ -308,34 +308,58 @@ def parse(argv=None):
     return a
 
 
+def on_signals(stop, interrupted):
+    """SIGTERM sets stop (the job drains, then stops); the first Ctrl-C sets
+    interrupted and stop (it stops without draining), a second one raises
+    KeyboardInterrupt. Installed again once Spark is up: PySpark's own SIGINT
+    handler would cancel the jobs through the JVM from inside the signal and
+    print tracebacks."""
+    def on_int(*_):
+        if interrupted.is_set():
+            raise KeyboardInterrupt
+        interrupted.set()
+        stop.set()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, on_int)
+
+
 def main(argv=None):
     a = parse(argv)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    stop, interrupted = threading.Event(), threading.Event()
+    on_signals(stop, interrupted)
     t0 = time.monotonic()
     spark = q = None
     try:
         spark = session(a.master, conf=spark_conf(a.shuffle_partitions, a.ui))
+        on_signals(stop, interrupted)
         spark.sparkContext.setLogLevel("ERROR")
-        q = start(spark, a)
-        print("umqtt3 telemetry: %s -> %s (log %s)" % (a.broker, a.out, a.log), flush=True)
+        if not stop.is_set():
+            q = start(spark, a)
+            print("umqtt3 telemetry: %s -> %s (log %s)" % (a.broker, a.out, a.log), flush=True)
         t_end = time.monotonic() + a.seconds if a.seconds else None
-        while q.isActive and not stop.is_set():
+        while q is not None and q.isActive and not stop.is_set():
             if t_end and time.monotonic() >= t_end:
                 break
             q.awaitTermination(0.5)
-        drain(q, a.log, a.drain, max(5.0, 4 * a.trigger))
-    except KeyboardInterrupt:  # Ctrl-C: stop now (SIGTERM drains first)
-        print("interrupted: stopping without draining the log", file=sys.stderr, flush=True)
+        if interrupted.is_set():  # Ctrl-C: stop now (SIGTERM drains first)
+            print("interrupted: stopping without draining the log", file=sys.stderr, flush=True)
+        elif q is not None:
+            drain(q, a.log, a.drain, max(5.0, 4 * a.trigger))
+    except KeyboardInterrupt:
+        print("interrupted again: stopping now", file=sys.stderr, flush=True)
+        return 130
     finally:
         try:
             if q is not None and q.isActive:
+                if interrupted.is_set():
+                    # stopping interrupts the batch in flight; its JVM errors say only that
+                    spark.sparkContext.setLogLevel("OFF")
                 q.stop()
         except KeyboardInterrupt:  # a second Ctrl-C: leave Spark's shutdown to its JVM
             print("interrupted again: stopping now", file=sys.stderr)
             return 130
     if q is None:
-        return 130
+        return 130 if interrupted.is_set() else 1
     if q.exception() is not None:
         print("query failed: %s" % q.exception(), file=sys.stderr)
         return 1

@@ -1,0 +1,88 @@
+"""The telemetry job's command line (umqtt3-pipeline): bad input refused in
+one line with exit status 2 before Spark starts, and Ctrl-C stopping it with
+a summary and no traceback."""
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from pipeline_support import Broker, have_spark
+from tools import procs
+
+JOB = [sys.executable, "-m", "umqtt3_pipeline.job"]
+
+
+def job_args(tmp_path, *extra):
+    return ["--log", str(tmp_path / "log"), "--out", str(tmp_path / "out"),
+            "--checkpoint", str(tmp_path / "cp")] + list(extra)
+
+
+@pytest.mark.parametrize("extra,what", [
+    (["--broker", "127.0.0.1:70000"], "--broker: port 70000 is outside 1-65535"),
+    (["--broker", "127.0.0.1:0"], "--broker: port 0 is outside 1-65535"),
+    (["--broker", "no-such-host.invalid:1883"], "cannot resolve host 'no-such-host.invalid'"),
+    (["--broker", "127.0.0.1:mqtt"], "'127.0.0.1:mqtt' is not host:port"),
+    (["--trigger", "0"], "--trigger: 0 is not above 0"),
+    (["--max-rows", "-1"], "--max-rows: -1 is below 0"),
+    (["--min-rows", "-5"], "--min-rows: -5 is below 0"),
+    (["--max-delay", "-1"], "--max-delay: -1 is below 0"),
+    (["--seconds", "-1"], "--seconds: -1 is below 0"),
+    (["--shuffle-partitions", "0"], "--shuffle-partitions: 0 is below 1"),
+    (["--qos", "0"], "--qos: invalid choice: 0"),
+])
+def test_job_refuses(tmp_path, extra, what):
+    check_refused(JOB + job_args(tmp_path, *extra), what)
+
+
+def test_job_refuses_a_broker_it_cannot_reach(tmp_path):
+    closed = procs.free_port()
+    check_refused(JOB + job_args(tmp_path, "--broker", "127.0.0.1:%d" % closed),
+                  "cannot reach the broker at 127.0.0.1:%d" % closed)
+
+
+def test_job_refuses_unusable_directories(tmp_path):
+    f = tmp_path / "a-file"
+    f.write_text("x")
+    for option in ("--log", "--out", "--checkpoint"):
+        argv = job_args(tmp_path)
+        argv[argv.index(option) + 1] = str(f / "sub")
+        check_refused(JOB + argv, "%s %s/sub: %s is not a directory" % (option, f, f))
+
+
+def check_refused(cmd, what):
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=procs.python_env())
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("umqtt3-pipeline: "), r.stderr
+    assert what in r.stderr, r.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(have_spark() is not None, reason=have_spark() or "")
+def test_ctrl_c_stops_the_job_with_a_summary(tmp_path):
+    b = Broker().start()
+    try:
+        # as a terminal does: SIGINT to the job's whole process group
+        p = subprocess.Popen(JOB + job_args(tmp_path, "--broker", "127.0.0.1:%d" % b.port,
+                                            "--master", "local[1]", "--trigger", "0.5"),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=dict(procs.python_env(), SPARK_LOCAL_IP="127.0.0.1"),
+                             start_new_session=True)
+        try:
+            first = p.stdout.readline()
+            assert first.startswith("umqtt3 telemetry: "), first + p.stderr.read()
+            os.killpg(p.pid, signal.SIGINT)
+            out, err = p.communicate(timeout=120)
+        finally:
+            procs.stop(p, 5)
+    finally:
+        b.stop()
+    assert p.returncode == 0, err
+    assert re.search(r"^umqtt3 telemetry: stopped after \d+ s; \d+ readings committed", out,
+                     re.M), out
+    assert "interrupted: stopping without draining the log" in err
+    for bad in ("Traceback", "ERROR", "Exception"):
+        assert bad not in err, err
