@@ -287,9 +287,9 @@ def main(argv=None):
             for t in threads:
                 t.join(5)
             if pipeline is not None:
+                out.say("stopping: Spark processes what the log holds, then writes the plot "
+                        "(Ctrl-C again to cut it short) ...")
                 if not out.gone.is_set():
-                    out.say("stopping: Spark processes what the log holds, then writes the plot "
-                            "(Ctrl-C again to cut it short) ...")
                     prc = pipeline.stop()
                 else:
                     pipeline.kill()  # nobody is reading: no reason to wait for Spark
