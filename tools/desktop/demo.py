@@ -97,6 +97,7 @@ class Pipeline:
             env=env, stdout=subprocess.PIPE, stderr=self.stderr, text=True,
             start_new_session=True)  # Ctrl-C goes to the demo, which stops the job itself
         self.said = []
+        self.killed = False  # stopped without waiting: its exit status is ours
         self.t0 = time.monotonic()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -145,6 +146,7 @@ class Pipeline:
 
     def kill(self):
         """SIGKILL whatever is left of the job's process group (Spark's JVM)."""
+        self.killed = self.killed or self.proc.poll() is None
         procs.kill_group(self.proc)
         self.proc.wait()
 
@@ -317,7 +319,7 @@ def summary(a, out, rows, pipeline, rc):
                                                               pipeline.parquet))
         if os.path.exists(pipeline.png):
             out.say("plot: %s" % pipeline.png)
-        if pipeline.proc.returncode:
+        if pipeline.proc.returncode and not pipeline.killed:
             out.say("the pipeline failed (exit %s); its log: %s"
                     % (pipeline.proc.returncode, os.path.join(a.out, "spark.log")))
     return 0 if ok else 1
