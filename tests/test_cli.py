@@ -8,31 +8,14 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 
 import pytest
 
+from refusal import refused, run  # tests/refusal.py
 from tools import procs
 from tools.desktop import demo, simulate
 
 ROOT = procs.ROOT
-
-
-def run(module, *argv, timeout=60):
-    return subprocess.run([sys.executable, "-m", module] + list(argv), capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT, env=procs.python_env(),
-                          stdin=subprocess.DEVNULL)
-
-
-def refused(module, argv, what, status=2):
-    """The one line `module` prints for argv; it must contain `what`."""
-    r = run(module, *argv)
-    err = r.stderr
-    assert "Traceback" not in err, err
-    assert r.returncode == status, (r.returncode, r.stdout, err)
-    assert err.endswith("\n") and err.count("\n") == 1, err
-    assert what in err, err
-    return err.strip()
 
 
 @pytest.fixture
