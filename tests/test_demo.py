@@ -177,7 +177,7 @@ def test_readme_commands_in_a_fresh_clone_on_stock_debian(tmp_path):
     assert "externally-managed-environment" in sh.stderr, sh.stderr
 
     # 1. the demo: sets up first (.venv from python3), then runs
-    r = subprocess.run(["make", "demo", "DEMO_ARGS=--seconds 40 --period 0.3 --window 3"],
+    r = subprocess.run(["make", "demo", "DEMO_ARGS=--seconds 30 --period 0.3 --window 3"],
                        cwd=str(clone), env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     assert "setup: making a virtual environment in .venv with /usr/bin/python3" in r.stdout
