@@ -280,4 +280,4 @@ class Broker(Core):
 
 if __name__ == "__main__":
     from umqtt3.broker_cli import main
-    main()
+    raise SystemExit(main())
