@@ -195,6 +195,8 @@ class Broker(Core):
     # ------------------------------------------------------------ one connection
     def _read(self, c, now):
         """Read and hand over up to `burst` packets from one connection."""
+        if compat.LINK_BUFFERS and c.io is not None:
+            return self._read_ahead(c, now)
         conn = c.conn
         k = 0
         burst = self.limits.burst
@@ -203,11 +205,11 @@ class Broker(Core):
                 n = conn.recv()
                 if not n:
                     break
-                if not self.room(c, n):
+                if not self.room(c, conn.rx[0], n):
                     self._flush(c)
                     if c.state == CLOSED:
                         break
-                    if not self.room(c, n):
+                    if not self.room(c, conn.rx[0], n):
                         c.blocked = True  # the peer is not reading: wait
                         self._mask(c)
                         break
@@ -217,8 +219,33 @@ class Broker(Core):
             self.disconnect(c, "protocol error: " + e.reason, True)  # [MQTT-4.8.0-1]
         except OSError:
             self.disconnect(c, "connection lost", True)
-        if compat.LINK_BUFFERS and c.io is not None and c.state != CLOSED and not c.blocked \
-                and conn.link.held():
+        return k
+
+    def _read_ahead(self, c, now):
+        # CPython: gulps of the socket (compat.server_link) handed to the
+        # core in place, several packets per call
+        link = c.conn.link
+        k = 0
+        burst = self.limits.burst
+        try:
+            while k < burst and c.state != CLOSED:
+                if link.pos >= link.end and not link.fill():
+                    break
+                link.pos = self.consume(c, link.buf, link.pos, link.end, now, burst - k)
+                k += self.handled
+                if self.stalled:
+                    self._flush(c)
+                    if c.state == CLOSED:
+                        break
+                    link.pos = self.consume(c, link.buf, link.pos, link.end, now, 1)
+                    k += self.handled
+                    if self.stalled:
+                        c.blocked = True  # the peer is not reading: wait
+                        self._mask(c)
+                        break
+        except OSError:
+            self.disconnect(c, "connection lost", True)
+        if c.state != CLOSED and not c.blocked and link.pos < link.end:
             # bytes left in memory (burst limit): poll would not report them
             c.kick = True
             self._hot = True

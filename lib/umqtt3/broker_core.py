@@ -104,6 +104,9 @@ class Core(Stats):
         self.retained = self.ret.msgs  # topic bytes -> (qos, payload bytes)
         self.route = Route()
         self._pkt = Packet(4)
+        self._foff = 0  # where the packet in _pkt starts in its buffer
+        self.handled = 0  # what the last consume() did
+        self.stalled = False
         self._t_timer = now
         self._t_prev = now
         self._t_sys = now
@@ -140,23 +143,30 @@ class Core(Stats):
         lim = self.limits
         return len(self.clients) >= lim.max_clients + lim.max_pending
 
-    def room(self, c, n):
-        """True when c's send buffer can take the answers to the n-byte
-        packet in c.conn.rx: otherwise flush first (or stop reading)."""
-        need = n if c.conn.rx[0] >> 4 == SUBSCRIBE else 8
+    def room(self, c, first, n):
+        """True when c's send buffer can take the answers to an n-byte
+        packet whose first byte is `first`: otherwise flush first (or stop
+        reading)."""
+        need = n if first >> 4 == SUBSCRIBE else 8
         return c.conn.space() >= need
 
     def packet(self, c, n, now):
-        """Handle the whole packet c.conn.rx[0:n]. Anything malformed or
-        against the protocol closes c [MQTT-4.8.0-1]."""
-        conn = c.conn
+        """Handle the whole packet c.conn.rx[0:n] (a driver that reads each
+        packet into rx exactly, as on MicroPython)."""
+        self.packet_at(c, c.conn.rx, 0, n, now)
+        c.conn.done()
+
+    def packet_at(self, c, buf, off, n, now):
+        """Handle the whole packet buf[off:off+n], in place. Anything
+        malformed or against the protocol closes c [MQTT-4.8.0-1]."""
         p = self._pkt
         se = self.store_errors
         try:
             c.t_last = now
-            t = conn.rx[0] >> 4
+            t = buf[off] >> 4
             p.level = c.level
-            decode(p, conn.rx, 0, n)
+            decode(p, buf, off, off + n)
+            self._foff = off
             if c.state == WAITING:
                 if t != CONNECT:
                     self.disconnect(c, "first packet is not CONNECT", False)  # [MQTT-3.1.0-1]
@@ -165,7 +175,7 @@ class Core(Stats):
             else:
                 self._packet(c, p, t)
         except MQTTError as e:
-            if c.state == WAITING and e.code == BAD_PROTOCOL_VERSION and conn.rx[0] == 0x10:
+            if c.state == WAITING and e.code == BAD_PROTOCOL_VERSION and buf[off] == 0x10:
                 # unacceptable protocol level: CONNACK 1, then close [MQTT-3.1.2-2]
                 self._refuse(c, BAD_LEVEL, "unsupported protocol level")
             else:
@@ -174,43 +184,70 @@ class Core(Stats):
             # a store write that failed (counted) is not acknowledged: the
             # client sends again on its next connection
             self.disconnect(c, "store write failed" if self.store_errors != se
-                       else "connection lost", True)
+                            else "connection lost", True)
         except Exception as e:
             self.errors += 1
             self.disconnect(c, "internal error: %r" % (e,), True)
-        conn.done()
 
     def feed(self, c, data, now):
-        """Bytes received for c: handle every packet they complete; the
-        rest waits in c.conn.rx for the next call. Returns the packets
-        handled. (The drivers read into rx directly and call packet().)"""
+        """Bytes received for c: handle every packet they complete; a
+        partial one waits in c.conn.rx for the next call. Returns the
+        packets handled. The caller take()s what is due between calls."""
+        self.consume(c, data, 0, len(data), now, 0x7FFFFFFF, False)
+        return self.handled
+
+    def consume(self, c, buf, off, end, now, limit, careful=True):
+        """Handle up to `limit` packets from the bytes buf[off:end]: whole
+        ones where they lie, the rest of one begun earlier or cut by `end`
+        through c.conn.rx. Returns the offset reached; self.handled counts
+        the packets. careful: stop before a packet whose answers do not fit
+        the send buffer (self.stalled: the driver flushes and calls again)."""
         conn = c.conn
-        i = 0
+        mp = conn.max_packet
+        rx = conn.rx
         k = 0
-        end = len(data)
-        while c.state != CLOSED:
-            got = conn.got
-            need = 2
-            if got >= 2:
-                try:
-                    n = frame_len(conn.rx, 0, got, conn.max_packet)
-                except MQTTError as e:
-                    self.disconnect(c, "protocol error: " + e.reason, True)
+        self.stalled = False
+        try:
+            while k < limit and c.state != CLOSED:
+                got = conn.got
+                if got:
+                    n = frame_len(rx, 0, got, mp) if got >= 2 else 0
+                    if n and n == got:
+                        if careful and not self.room(c, rx[0], n):
+                            self.stalled = True
+                            break
+                        self.packet(c, n, now)
+                        k += 1
+                        continue
+                    if off >= end:
+                        break
+                    w = (n if n else (got + 1 if got >= 2 else 2)) - got
+                    if w > end - off:
+                        w = end - off
+                    copy(rx, got, buf, off, w)
+                    off += w
+                    conn.got = got + w
+                    continue
+                if off >= end:
                     break
-                if n and n == got:
-                    self.packet(c, n, now)
+                n = frame_len(buf, off, end, mp) if end - off >= 2 else 0
+                if n and off + n <= end:
+                    if careful and not self.room(c, buf[off], n):
+                        self.stalled = True
+                        break
+                    self.packet_at(c, buf, off, n, now)
+                    off += n
                     k += 1
                     continue
-                need = n if n else got + 1
-            if i >= end:
-                break
-            w = need - got
-            if w > end - i:
-                w = end - i
-            copy(conn.rx, got, data, i, w)
-            i += w
-            conn.got = got + w
-        return k
+                # a packet cut by `end`: rx keeps its start (n <= max_packet)
+                w = end - off
+                copy(rx, 0, buf, off, w)
+                conn.got = w
+                off = end
+        except MQTTError as e:
+            self.disconnect(c, "protocol error: " + e.reason, True)  # [MQTT-4.8.0-1]
+        self.handled = k
+        return off
 
     def wants_send(self, c):
         """c has bytes in its send buffer, or messages waiting for room."""
@@ -453,9 +490,11 @@ class Core(Stats):
         r.set(buf, toff, tn, buf, p.payload_off, p.payload_len, p.qos)
         if p.retain:
             self.ret.set(r)
-        r.frame = buf  # the frame is buf[0:p.end] (see Session._put)
-        r.flen = p.end
-        r.fpid = toff + tn
+        f = self._foff
+        r.frame = buf  # the frame is buf[f:p.end] (see Session._put)
+        r.foff = f
+        r.flen = p.end - f
+        r.fpid = toff + tn - f
         r.tag = tag
         self._route(r)
 

@@ -37,8 +37,8 @@ _QREL = const(0x62)
 class Route:
     """The message being routed, passed down to every session it goes to:
     its topic tsrc[toff:toff+tn], payload psrc[poff:poff+pn] and QoS; when
-    it comes from a client's PUBLISH, that frame (frame[0:flen], its packet
-    id at fpid), which a copy to a subscriber reuses; and the tag of a QoS 2
+    it comes from a client's PUBLISH, that frame (frame[foff:foff+flen], its packet
+    id fpid bytes into it), which a copy to a subscriber reuses; and the tag of a QoS 2
     routing that copies to persistent sessions carry (-1: none). The core
     owns one and fills it per message: routing allocates nothing."""
 
@@ -54,6 +54,7 @@ class Route:
         self.pn = pn
         self.qos = qos
         self.frame = None
+        self.foff = 0
         self.flen = 0
         self.fpid = 0
         self.tag = -1
@@ -149,7 +150,7 @@ class Session:
         # frame with a new first byte and packet id.
         fs = r.frame
         if fs is not None and r.flen == size:
-            copy(dst, off, fs, 0, size)
+            copy(dst, off, fs, r.foff, size)
             dst[off] = first
             if first & 6:
                 o = off + r.fpid
@@ -247,13 +248,14 @@ class Session:
                     self.unsent -= 1
                 i += 1
         q = self.q
+        tx = conn.tx
         while q:
             f = q[0]
             n = len(f)
             if not f[0] & 6:
-                if conn.space() < n:
+                if len(tx) - conn.tlen < n:
                     return
-                copy(conn.tx, conn.tlen, f, 0, n)
+                copy(tx, conn.tlen, f, 0, n)
                 conn.tlen += n
                 stats.sent += 1
                 q.pop(0)
@@ -269,7 +271,7 @@ class Session:
                 self.unsent += 1
                 if conn.space() < 4:
                     return
-                conn.tlen = encode_ack(conn.tx, conn.tlen, PUBREL, self.s_pid[k])
+                conn.tlen = encode_ack(tx, conn.tlen, PUBREL, self.s_pid[k])
                 self.s_st[k] = REL_SENT
                 self.unsent -= 1
                 continue
@@ -286,11 +288,11 @@ class Session:
             self.s_pid[k] = _frame_pid(f)
             copy(self.rbuf, self.s_off[k], f, 0, n)
             q.pop(0)
-            if conn.space() < n:
+            if len(tx) - conn.tlen < n:
                 self.s_st[k] = PUB
                 self.unsent += 1
                 return
-            copy(conn.tx, conn.tlen, f, 0, n)
+            copy(tx, conn.tlen, f, 0, n)
             conn.tlen += n
             self.s_st[k] = PUB_SENT
             stats.sent += 1

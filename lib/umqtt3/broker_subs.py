@@ -86,8 +86,9 @@ class Subs:
             m = len(fl)
             while j < m:
                 f = fl[j]
-                if fq[j] > best and match_span(f, 0, len(f), tsrc, toff, tn):
-                    best = fq[j]
+                g = fq[j]
+                if g > best and match_span(f, 0, len(f), tsrc, toff, tn):
+                    best = g
                 j += 1
             if best >= 0:
                 if k < len(hit):

@@ -167,10 +167,12 @@ LINK_BUFFERS = True  # server_link() reads ahead: poll does not see what it hold
 
 
 class server_link:
-    """A broker's socket link read in large gulps, handed out to the exact
-    reads of transport.Conn from memory. Saves the two recv calls per
-    packet that exact reads cost; a MicroPython broker reads the socket
-    directly and keeps the RAM. held(): bytes read and not handed out."""
+    """A broker's socket link read in large gulps: fill() reads up to 16 KB
+    into buf, and the broker core handles the whole packets in buf[pos:end]
+    where they lie (Core.consume); readinto() hands the bytes out to exact
+    reads too. Saves the two recv calls and the copy per packet that exact
+    reads cost; a MicroPython broker reads the socket directly and keeps the
+    RAM. held(): bytes read and not handed out."""
 
     def __init__(self, sock, size=16384):
         self.link = link(sock)
@@ -195,6 +197,18 @@ class server_link:
 
     def held(self):
         return self.end - self.pos
+
+    def fill(self):
+        """Read what the socket has into buf: True when it had something,
+        False when it would block; OSError when the peer closed."""
+        r = self.link.readinto(self.buf, len(self.buf))
+        if r is None:
+            return False
+        if not r:
+            raise OSError("closed by peer")
+        self.pos = 0
+        self.end = r
+        return True
 
     def write(self, buf, off=0, n=-1):
         return self.link.write(buf, off, n)
