@@ -22,6 +22,7 @@ LAYERS = (
     ("client", "broker_session"),
     ("aio", "broker_subs", "broker_retain", "broker_store"),
     ("broker_core",),
+    ("broker_bytes",),
     ("broker",),
     ("broker_cli", "broker_passwd"),
     ("__init__",),

@@ -224,6 +224,7 @@ class Broker(Core):
     def _read_ahead(self, c, now):
         # CPython: gulps of the socket (compat.server_link) handed to the
         # core in place, several packets per call
+        from .broker_bytes import consume  # CPython only: never on a device
         link = c.conn.link
         k = 0
         burst = self.limits.burst
@@ -231,15 +232,15 @@ class Broker(Core):
             while k < burst and c.state != CLOSED:
                 if link.pos >= link.end and not link.fill():
                     break
-                link.pos = self.consume(c, link.buf, link.pos, link.end, now, burst - k)
-                k += self.handled
-                if self.stalled:
+                link.pos, n, stalled = consume(self, c, link.buf, link.pos, link.end, now, burst - k)
+                k += n
+                if stalled:
                     self._flush(c)
                     if c.state == CLOSED:
                         break
-                    link.pos = self.consume(c, link.buf, link.pos, link.end, now, 1)
-                    k += self.handled
-                    if self.stalled:
+                    link.pos, n, stalled = consume(self, c, link.buf, link.pos, link.end, now, 1)
+                    k += n
+                    if stalled:
                         c.blocked = True  # the peer is not reading: wait
                         self._mask(c)
                         break

@@ -1,7 +1,7 @@
 # umqtt3.broker_cli -- `python -m umqtt3.broker` on the desktop.
 #
 # Flags for the listener, every limit of broker_limits (one flag each, its
-# default from the desktop profile), a users file (broker_passwd writes
+# default from the desktop profile below), a users file (broker_passwd writes
 # one) and a store directory; prints where it listens and logs connects,
 # disconnects and refusals. Bad input is refused in one line, exit status
 # 2 (usage) or 1 (the port, the file, the directory), never a traceback.
@@ -9,10 +9,32 @@
 # written before each ack). On a device, build a Broker in code instead.
 import sys
 
-from umqtt3.broker_limits import NAMES, ZERO_OK, desktop
+from umqtt3.broker_limits import zero_ok
 from umqtt3.broker_passwd import read_users
 
 PROG = "python -m umqtt3.broker"
+
+# The desktop profile: every limit of broker_limits.Limits (whose defaults
+# are a device's), in the order of the flags and of docs/broker.md.
+DESKTOP = (
+    ("max_clients", 100),
+    ("max_pending", 16),
+    ("max_packet", 65536),
+    ("txsize", 0),
+    ("max_subs", 64),
+    ("max_inflight", 32),
+    ("ring_size", 0),
+    ("max_qos2_in", 256),
+    ("max_queued", 1000),
+    ("max_retained", 10000),
+    ("max_sessions", 1000),
+    ("sndbuf", 0),
+    ("connect_timeout_ms", 10000),
+    ("sys_interval", 10),
+    ("backlog", 64),
+    ("burst", 64),
+)
+NAMES = tuple(name for name, _ in DESKTOP)
 
 # one line of help per limit; the default is added from the profile
 HELP = {
@@ -49,7 +71,7 @@ def _count(name):
             v = int(text)
         except ValueError:
             raise _argparse().ArgumentTypeError("%s wants a whole number, not %r" % (flag(name), text))
-        if v < 0 or (v == 0 and name not in ZERO_OK):
+        if v < 0 or (v == 0 and not zero_ok(name)):
             raise _argparse().ArgumentTypeError("%s must be above 0, not %d" % (flag(name), v))
         return v
     return parse
@@ -81,7 +103,7 @@ def parser():
     ap.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     ap.add_argument("--port", type=_port, default=1883,
                     help="TCP port, 1-65535; 0 picks a free one (default 1883)")
-    prof = desktop()
+    prof = dict(DESKTOP)
     for name in NAMES:
         ap.add_argument(flag(name), type=_count(name), default=prof[name], metavar="N",
                         help="%s (default %d)" % (HELP[name], prof[name]))

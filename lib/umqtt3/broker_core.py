@@ -2,9 +2,15 @@
 #
 #     core = Core(Limits())
 #     c = core.open(Conn(None, lim.max_packet, lim.tx), "peer", now)
-#     core.feed(c, data, now)       # or, a driver: core.packet(c, n, now)
-#     out = core.take(c)            # what to send; c.state == CLOSED: close it
+#     core.packet(c, n, now)        # the whole packet c.conn.rx[0:n]
+#     core.packet_at(c, buf, off, n, now)   # or one where it lies
+#     core.wants_send(c); core.refill(c)    # c.conn.tx holds what to send
+#     c.state == CLOSED             # the driver closes it, then forget(c)
 #     deadline = core.tick(now)     # timers; when to call tick() again
+#
+# broker_bytes.feed(core, c, data, now) and take(core, c) are the same as
+# plain bytes in and bytes out (the tests, and CPython's driver, which
+# reads a socket in gulps, use them).
 #
 # A connection is its buffers (a transport.Conn: rx holds the packet being
 # read, tx what is due) and its state (Connection). The core decodes each
@@ -23,14 +29,13 @@
 # subscriptions in broker_subs, flow control in Session.send.
 from .codec import (Packet, decode, MQTTError, encode_simple, BAD_PROTOCOL_VERSION,
                     CONNECT, PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP, SUBSCRIBE, UNSUBSCRIBE,
-                    PINGREQ, PINGRESP, DISCONNECT, frame_len)
+                    PINGREQ, PINGRESP, DISCONNECT)
 from .codec_server import encode_connack, encode_suback, encode_unsuback, read_filter
-from .compat import ticks_add, ticks_diff, const, mem_free, copy
+from .compat import ticks_add, ticks_diff, const, mem_free
 from .broker_limits import Limits
 from .broker_session import Session, Sessions, Route
 from .broker_subs import Subs
 from .broker_retain import Retained, is_sys
-from .broker_auth import password_ok
 
 VERSION = "umqtt3 0.1.0"
 
@@ -105,8 +110,6 @@ class Core(Stats):
         self.route = Route()
         self._pkt = Packet(4)
         self._foff = 0  # where the packet in _pkt starts in its buffer
-        self.handled = 0  # what the last consume() did
-        self.stalled = False
         self._t_timer = now
         self._t_prev = now
         self._t_sys = now
@@ -189,66 +192,6 @@ class Core(Stats):
             self.errors += 1
             self.disconnect(c, "internal error: %r" % (e,), True)
 
-    def feed(self, c, data, now):
-        """Bytes received for c: handle every packet they complete; a
-        partial one waits in c.conn.rx for the next call. Returns the
-        packets handled. The caller take()s what is due between calls."""
-        self.consume(c, data, 0, len(data), now, 0x7FFFFFFF, False)
-        return self.handled
-
-    def consume(self, c, buf, off, end, now, limit, careful=True):
-        """Handle up to `limit` packets from the bytes buf[off:end]: whole
-        ones where they lie, the rest of one begun earlier or cut by `end`
-        through c.conn.rx. Returns the offset reached; self.handled counts
-        the packets. careful: stop before a packet whose answers do not fit
-        the send buffer (self.stalled: the driver flushes and calls again)."""
-        conn = c.conn
-        mp = conn.max_packet
-        rx = conn.rx
-        k = 0
-        self.stalled = False
-        try:
-            while k < limit and c.state != CLOSED:
-                got = conn.got
-                if got:
-                    n = frame_len(rx, 0, got, mp) if got >= 2 else 0
-                    if n and n == got:
-                        if careful and not self.room(c, rx[0], n):
-                            self.stalled = True
-                            break
-                        self.packet(c, n, now)
-                        k += 1
-                        continue
-                    if off >= end:
-                        break
-                    w = (n if n else (got + 1 if got >= 2 else 2)) - got
-                    if w > end - off:
-                        w = end - off
-                    copy(rx, got, buf, off, w)
-                    off += w
-                    conn.got = got + w
-                    continue
-                if off >= end:
-                    break
-                n = frame_len(buf, off, end, mp) if end - off >= 2 else 0
-                if n and off + n <= end:
-                    if careful and not self.room(c, buf[off], n):
-                        self.stalled = True
-                        break
-                    self.packet_at(c, buf, off, n, now)
-                    off += n
-                    k += 1
-                    continue
-                # a packet cut by `end`: rx keeps its start (n <= max_packet)
-                w = end - off
-                copy(rx, 0, buf, off, w)
-                conn.got = w
-                off = end
-        except MQTTError as e:
-            self.disconnect(c, "protocol error: " + e.reason, True)  # [MQTT-4.8.0-1]
-        self.handled = k
-        return off
-
     def wants_send(self, c):
         """c has bytes in its send buffer, or messages waiting for room."""
         if c.conn.tlen:
@@ -264,17 +207,6 @@ class Core(Stats):
             return False
         s.pump()
         return c.conn.tlen > 0
-
-    def take(self, c):
-        """Everything c has to send, as bytes (the in-memory driver's
-        flush): the buffer, refilled until nothing waits."""
-        conn = c.conn
-        out = b""
-        while True:
-            out += bytes(conn.tx[conn.sent:conn.tlen])
-            conn.tlen = conn.sent = 0
-            if c.state == CLOSED or not self.refill(c):
-                return out
 
     # ------------------------------------------------------------ closing
     def disconnect(self, c, why, will):
@@ -414,6 +346,7 @@ class Core(Stats):
         if p.pw_off < 0:
             return 0 if not pw else BAD_AUTH
         given = bytes(buf[p.pw_off:p.pw_off + p.pw_len])
+        from .broker_auth import password_ok  # loaded by the first CONNECT with a user
         return 0 if password_ok(pw, given) else BAD_AUTH
 
     # ------------------------------------------------------------ packets

@@ -3,34 +3,16 @@
 #
 #     lim = Limits(max_clients=4, max_packet=2048)
 #
-# The class attributes are the defaults for a device; desktop() is the
-# profile `python -m umqtt3.broker` starts from. broker_cli.py makes one
-# option per name in NAMES, and tests/test_broker_cli.py checks
-# docs/broker.md's tables against both. A limit that is 0 or below is
-# refused unless it is in ZERO_OK, where 0 means "none" or "the default".
+# The class attributes are the defaults, sized for a device. The desktop
+# broker (broker_cli.py) has one flag per limit and starts from its own
+# profile (broker_cli.DESKTOP, kept there so that a device holds none of it);
+# tests/test_broker_cli.py checks that the profile names every limit and
+# that docs/broker.md's tables agree with both. A limit that is 0 or below
+# is refused unless zero_ok(), where 0 means "none" or "the default".
 
-# (name, desktop default); the order is the CLI's and the docs'
-_DESKTOP = (
-    ("max_clients", 100),
-    ("max_pending", 16),
-    ("max_packet", 65536),
-    ("txsize", 0),
-    ("max_subs", 64),
-    ("max_inflight", 32),
-    ("ring_size", 0),
-    ("max_qos2_in", 256),
-    ("max_queued", 1000),
-    ("max_retained", 10000),
-    ("max_sessions", 1000),
-    ("sndbuf", 0),
-    ("connect_timeout_ms", 10000),
-    ("sys_interval", 10),
-    ("backlog", 64),
-    ("burst", 64),
-)
-NAMES = tuple(e[0] for e in _DESKTOP)
 # 0: a size picked from max_packet, the OS's buffer, no timeout, no $SYS
-ZERO_OK = ("txsize", "ring_size", "sndbuf", "connect_timeout_ms", "sys_interval")
+def zero_ok(name):
+    return name in ("txsize", "ring_size", "sndbuf", "connect_timeout_ms", "sys_interval")
 
 
 class Limits:
@@ -58,9 +40,9 @@ class Limits:
             if k == "queue_qos0":
                 self.queue_qos0 = bool(v)
                 continue
-            if k not in NAMES:
+            if k[0] == "_" or not hasattr(Limits, k):
                 raise ValueError("unknown limit %s" % k)
-            if not isinstance(v, int) or v < 0 or (v == 0 and k not in ZERO_OK):
+            if not isinstance(v, int) or v < 0 or (v == 0 and not zero_ok(k)):
                 raise ValueError("%s must be a whole number above 0, not %r" % (k, v))
             setattr(self, k, v)
         # queued QoS 1/2 messages hold their packet ids too (Session.new_pid)
@@ -70,8 +52,3 @@ class Limits:
         self.tx = max(self.txsize, self.max_packet)
         self.ring = max(self.ring_size, self.max_packet)
         self.max_frame = min(self.tx, self.ring)  # the largest frame queued
-
-
-def desktop():
-    """The desktop profile's limits, as keywords for Limits."""
-    return dict(_DESKTOP)

@@ -1,6 +1,7 @@
 # broker_core.Core driven without sockets, pipes or sleeping: bytes in with
-# feed(), bytes out with take(), time passed in. Runs under MicroPython too.
+# broker_bytes.feed(), bytes out with take(), time passed in. Runs under MicroPython too.
 from umqtt3.broker_core import Core, CLOSED
+from umqtt3.broker_bytes import feed, take
 from umqtt3.broker_limits import Limits
 from umqtt3.transport import Conn
 from umqtt3 import qos_state as Q
@@ -21,8 +22,8 @@ def opened(b, now=0):
 
 def connected(b, cid, now=0, **kw):
     c = opened(b, now)
-    b.feed(c, connect_bytes(cid, **kw), now)
-    assert b.take(c) == b"\x20\x02\x00\x00"  # CONNACK, accepted [MQTT-3.2.2-1]
+    feed(b, c, connect_bytes(cid, **kw), now)
+    assert take(b, c) == b"\x20\x02\x00\x00"  # CONNACK, accepted [MQTT-3.2.2-1]
     return c
 
 
@@ -33,16 +34,16 @@ def pub(topic, payload, qos=0, pid=0, retain=False, dup=False):
 def test_connect_subscribe_publish_bytes_in_bytes_out():
     b = core()
     sub = connected(b, "sub")
-    b.feed(sub, build(encode_subscribe, 1, [("a/+", 1)]), 0)
-    assert b.take(sub) == b"\x90\x03\x00\x01\x01"  # SUBACK, granted 1 [MQTT-3.8.4-5]
+    feed(b, sub, build(encode_subscribe, 1, [("a/+", 1)]), 0)
+    assert take(b, sub) == b"\x90\x03\x00\x01\x01"  # SUBACK, granted 1 [MQTT-3.8.4-5]
     p = connected(b, "pub")
-    b.feed(p, pub("a/b", b"hi", 1, 7), 0)
-    assert b.take(p) == build(encode_ack, PUBACK, 7)
+    feed(b, p, pub("a/b", b"hi", 1, 7), 0)
+    assert take(b, p) == build(encode_ack, PUBACK, 7)
     # the subscriber's copy: its own packet id (1), QoS min(1, 1) [MQTT-3.3.5-1]
-    assert b.take(sub) == pub("a/b", b"hi", 1, 1)
-    b.feed(sub, build(encode_ack, PUBACK, 1), 0)
+    assert take(b, sub) == pub("a/b", b"hi", 1, 1)
+    feed(b, sub, build(encode_ack, PUBACK, 1), 0)
     assert b.sessions()[b"sub"].inflight() == 0
-    assert b.take(sub) == b""
+    assert take(b, sub) == b""
 
 
 def test_bytes_one_at_a_time_are_the_same_stream():
@@ -51,9 +52,9 @@ def test_bytes_one_at_a_time_are_the_same_stream():
     data = connect_bytes("x") + build(encode_simple, PINGREQ)
     n = 0
     for i in range(len(data)):
-        n += b.feed(c, data[i:i + 1], 0)
+        n += feed(b, c, data[i:i + 1], 0)
     assert n == 2
-    assert b.take(c) == b"\x20\x02\x00\x00\xd0\x00"  # CONNACK, PINGRESP
+    assert take(b, c) == b"\x20\x02\x00\x00\xd0\x00"  # CONNACK, PINGRESP
 
 
 def test_time_passed_in_runs_keepalive_and_will():
@@ -61,16 +62,16 @@ def test_time_passed_in_runs_keepalive_and_will():
     # [MQTT-3.1.2-24], and the will goes out [MQTT-3.1.2-8]
     b = core()
     w = connected(b, "w")
-    b.feed(w, build(encode_subscribe, 1, [("wills/#", 0)]), 0)
-    b.take(w)
+    feed(b, w, build(encode_subscribe, 1, [("wills/#", 0)]), 0)
+    take(b, w)
     dev = connected(b, "dev", keepalive=10, will_topic="wills/dev", will_msg=b"gone")
     assert b.tick(14000) == 14100  # the next check, 100 ms on
-    b.feed(w, build(encode_simple, PINGREQ), 14000)
-    b.take(w)
+    feed(b, w, build(encode_simple, PINGREQ), 14000)
+    take(b, w)
     assert dev.state != CLOSED
     b.tick(15001)
     assert dev.state == CLOSED and dev.why == "keepalive expired"
-    assert b.take(w) == pub("wills/dev", b"gone")
+    assert take(b, w) == pub("wills/dev", b"gone")
 
 
 def test_connect_timeout_from_the_time_given():
@@ -88,15 +89,15 @@ def test_routing_queues_when_the_send_buffer_is_full():
     # gets the message queued, in order, and take() refills as it drains
     b = core(max_packet=128)
     sub = connected(b, "sub")
-    b.feed(sub, build(encode_subscribe, 1, [("t", 0)]), 0)
-    b.take(sub)
+    feed(b, sub, build(encode_subscribe, 1, [("t", 0)]), 0)
+    take(b, sub)
     p = connected(b, "pub")
     frames = [pub("t", bytes([65 + i]) * 50) for i in range(5)]
     for f in frames:
-        b.feed(p, f, 0)
+        feed(b, p, f, 0)
     assert b.sessions()[b"sub"].backlog()  # 5 x 55 bytes > 128
     assert b.wants_send(sub)
-    assert b.take(sub) == b"".join(frames)
+    assert take(b, sub) == b"".join(frames)
     assert not b.wants_send(sub)
 
 
@@ -104,9 +105,9 @@ def test_protocol_error_closes_only_that_connection():
     b = core()
     good = connected(b, "good")
     bad = connected(b, "bad")
-    b.feed(bad, b"\xf0\x00", 0)  # reserved packet type [MQTT-4.8.0-1]
+    feed(b, bad, b"\xf0\x00", 0)  # reserved packet type [MQTT-4.8.0-1]
     assert bad.state == CLOSED and good.state != CLOSED
-    b.feed(good, build(encode_simple, DISCONNECT), 0)
+    feed(b, good, build(encode_simple, DISCONNECT), 0)
     assert good.state == CLOSED and good.why == "DISCONNECT"
 
 
@@ -124,8 +125,8 @@ class Watch:
 
     def step(self, c, data):
         before = _states(self.s)
-        self.b.feed(c, data, 0)
-        out = self.b.take(c)
+        feed(self.b, c, data, 0)
+        out = take(self.b, c)
         after = _states(self.s)
         for i in range(len(after)):
             if after[i] != before[i]:
@@ -139,8 +140,8 @@ def test_qos2_slot_transitions_are_all_allowed():
     # flows, a reconnect and a resend is one qos_state.allowed() accepts
     b = core()
     sub = connected(b, "sub", clean=False)
-    b.feed(sub, build(encode_subscribe, 1, [("t", 2)]), 0)
-    b.take(sub)
+    feed(b, sub, build(encode_subscribe, 1, [("t", 2)]), 0)
+    take(b, sub)
     w = Watch(b, b.sessions()[b"sub"])
     p = connected(b, "pub")
     w.step(p, pub("t", b"1", 2, 1))  # FREE -> PUB_SENT
