@@ -9,7 +9,7 @@
 # core each gulp without a copy per packet. A device's driver reads each
 # packet into the receive buffer exactly and calls Core.packet(), and never
 # loads this module.
-from .codec import frame_len, MQTTError
+from .codec import frame_len, MQTTError, SUBSCRIBE
 from .compat import copy
 from .broker_core import CLOSED
 
@@ -48,7 +48,8 @@ def consume(core, c, buf, off, end, now, limit, careful=True):
                 break
             n = frame_len(buf, off, end, mp) if end - off >= 2 else 0
             if n and off + n <= end:
-                if careful and not core.room(c, buf[off], n):
+                # Core.room(), inline: the answers fit the send buffer
+                if careful and len(conn.tx) - conn.tlen < (n if buf[off] >> 4 == SUBSCRIBE else 8):
                     return off, k, True
                 core.packet_at(c, buf, off, n, now)
                 off += n

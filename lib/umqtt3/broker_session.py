@@ -360,9 +360,18 @@ class Session:
             self.rcount -= 1
 
     def _find(self, pid):
-        if self.rbuf is None:
+        if self.rbuf is None or not self.rcount:
             return -1
         ns = len(self.s_st)
+        # Ids are handed out in sequence in the order slots are taken
+        # (_pid), so pid is usually as many slots past the oldest as its id
+        # is past the oldest's: one look, then the scan (restored slots).
+        h = self.rhead
+        d = (pid - self.s_pid[h]) % 65535
+        if d < self.rcount:
+            k = (h + d) % ns
+            if self.s_pid[k] == pid and self.s_st[k]:
+                return k
         i = 0
         while i < self.rcount:
             k = (self.rhead + i) % ns
