@@ -27,6 +27,8 @@ class Broker(Core):
     def __init__(self, host="127.0.0.1", port=1883, users=None, allow_anonymous=None,
                  store=None, log=None, files=None, allow_fat=False, clock=None,
                  limits=None, **kw):
+        if limits is not None and kw:
+            raise ValueError("limits given twice: as Limits and as keywords")
         lim = limits or Limits(**kw)
         # milliseconds in ticks_ms's range; a test passes a clock it moves itself
         self.ticks = clock or ticks_ms

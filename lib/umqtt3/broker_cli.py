@@ -7,6 +7,7 @@
 # 2 (usage) or 1 (the port, the file, the directory), never a traceback.
 # Ctrl-C (or SIGTERM) closes and exits; the store needs no saving (it is
 # written before each ack). On a device, build a Broker in code instead.
+import argparse
 import sys
 
 from umqtt3.broker_limits import zero_ok
@@ -70,9 +71,9 @@ def _count(name):
         try:
             v = int(text)
         except ValueError:
-            raise _argparse().ArgumentTypeError("%s wants a whole number, not %r" % (flag(name), text))
+            raise argparse.ArgumentTypeError("%s wants a whole number, not %r" % (flag(name), text))
         if v < 0 or (v == 0 and not zero_ok(name)):
-            raise _argparse().ArgumentTypeError("%s must be above 0, not %d" % (flag(name), v))
+            raise argparse.ArgumentTypeError("%s must be above 0, not %d" % (flag(name), v))
         return v
     return parse
 
@@ -83,18 +84,11 @@ def _port(text):
     except ValueError:
         v = -1
     if not 0 <= v <= 65535:
-        raise _argparse().ArgumentTypeError("--port wants 1-65535 (0: any free port), not %r" % text)
+        raise argparse.ArgumentTypeError("--port wants 1-65535 (0: any free port), not %r" % text)
     return v
 
 
-def _argparse():
-    import argparse
-    return argparse
-
-
 def parser():
-    argparse = _argparse()
-
     class Parser(argparse.ArgumentParser):
         def error(self, message):  # one line, not the usage block
             self.exit(2, "%s: %s\n" % (PROG, message))

@@ -43,10 +43,13 @@ def entry(password, rounds=ROUNDS, salt=None):
 
 
 def _lines(path, create):
-    if create or not os.path.exists(path):
+    if create:
         return []
-    with open(path) as f:
-        return f.read().splitlines()
+    try:
+        with open(path) as f:
+            return f.read().splitlines()
+    except FileNotFoundError:
+        return []  # a new file
 
 
 def update(path, user, password=None, create=False, rounds=ROUNDS):
@@ -75,7 +78,8 @@ def update(path, user, password=None, create=False, rounds=ROUNDS):
 
 
 def parser():
-    import argparse
+    # desktop only, like broker_cli (the device type check has no argparse)
+    import argparse  # type: ignore[import-not-found, unused-ignore]
 
     class Parser(argparse.ArgumentParser):
         def error(self, message):  # one line, not the usage block
@@ -114,7 +118,7 @@ def main(argv=None):
             return 0
         pw = a.password
         if pw is None:
-            import getpass
+            import getpass  # type: ignore[import-not-found, unused-ignore]
             pw = getpass.getpass("Password: ")
             if getpass.getpass("Again: ") != pw:
                 print("%s: the passwords differ" % PROG, file=sys.stderr)
