@@ -45,11 +45,11 @@ CONNECTED = const(1)
 CLOSED = const(2)  # the driver closes it and drops it (reap)
 
 # CONNACK return codes (3.1.1 table 3.1)
-BAD_LEVEL = const(1)
-BAD_ID = const(2)
-UNAVAILABLE = const(3)
-BAD_AUTH = const(4)
-NOT_AUTHORIZED = const(5)
+_BAD_LEVEL = const(1)
+_BAD_ID = const(2)
+_UNAVAILABLE = const(3)
+_BAD_AUTH = const(4)
+_NOT_AUTHORIZED = const(5)
 
 TIMER_MS = const(100)  # how often keepalives and connect timeouts are checked
 
@@ -180,7 +180,7 @@ class Core(Stats):
         except MQTTError as e:
             if c.state == WAITING and e.code == BAD_PROTOCOL_VERSION and buf[off] == 0x10:
                 # unacceptable protocol level: CONNACK 1, then close [MQTT-3.1.2-2]
-                self._refuse(c, BAD_LEVEL, "unsupported protocol level")
+                self._refuse(c, _BAD_LEVEL, "unsupported protocol level")
             else:
                 self.disconnect(c, "protocol error: " + e.reason, True)  # [MQTT-4.8.0-1]
         except OSError:
@@ -283,7 +283,7 @@ class Core(Stats):
         cid = bytes(buf[p.cid_off:p.cid_off + p.cid_len])
         if not cid:
             if not p.clean or p.level == 3:
-                self._refuse(c, BAD_ID, "empty client id")  # [MQTT-3.1.3-8]
+                self._refuse(c, _BAD_ID, "empty client id")  # [MQTT-3.1.3-8]
                 return
             cid = reg.new_id()  # [MQTT-3.1.3-6]
         rc = self._auth(p)
@@ -295,7 +295,7 @@ class Core(Stats):
             # the id is in use: the older connection goes [MQTT-3.1.4-2]
             self.disconnect(old.client, "taken over", True)
         elif self.connected >= self.limits.max_clients:
-            self._refuse(c, UNAVAILABLE, "max clients reached")
+            self._refuse(c, _UNAVAILABLE, "max clients reached")
             return
         old = reg.by_id.get(cid)
         present = False
@@ -310,7 +310,7 @@ class Core(Stats):
             s = self._new_session(cid, p.clean)
             if not p.clean:
                 if reg.npersist >= self.limits.max_sessions:
-                    self._refuse(c, UNAVAILABLE, "max sessions reached")
+                    self._refuse(c, _UNAVAILABLE, "max sessions reached")
                     return
                 if self.disk is not None:
                     self.disk.add_session(s)  # [MQTT-3.1.2-4], before CONNACK
@@ -336,18 +336,18 @@ class Core(Stats):
         """CONNACK return code for the credentials: 0 when accepted."""
         buf = p.buf
         if p.user_off < 0:
-            return 0 if self.allow_anonymous else NOT_AUTHORIZED
+            return 0 if self.allow_anonymous else _NOT_AUTHORIZED
         users = self.users
         if users is None:
             return 0
         pw = users.get(bytes(buf[p.user_off:p.user_off + p.user_len]))
         if pw is None:
-            return BAD_AUTH
+            return _BAD_AUTH
         if p.pw_off < 0:
-            return 0 if not pw else BAD_AUTH
+            return 0 if not pw else _BAD_AUTH
         given = bytes(buf[p.pw_off:p.pw_off + p.pw_len])
         from .broker_auth import password_ok  # loaded by the first CONNECT with a user
-        return 0 if password_ok(pw, given) else BAD_AUTH
+        return 0 if password_ok(pw, given) else _BAD_AUTH
 
     # ------------------------------------------------------------ packets
     def _packet(self, c, p, t):
