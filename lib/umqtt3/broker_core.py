@@ -1,4 +1,4 @@
-# umqtt3.broker_core -- the broker without I/O: bytes in, bytes out.
+# umqtt3.broker_core -- the broker without I/O: packets and the time in, bytes out.
 #
 #     core = Core(Limits())
 #     c = core.open(Conn(None, lim.max_packet, lim.tx), "peer", now)
