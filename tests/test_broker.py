@@ -52,14 +52,14 @@ def test_flood_of_connects():
                     socks.append(s)
                 except OSError:
                     pass
-            assert wait_for(lambda: len(b._clients) <= 12, timeout=10)
+            assert wait_for(lambda: len(b.clients) <= 12, timeout=10)
             assert b.connected <= 8
         finally:
             for s in socks:
                 s.close()
         # the backlog may still hold flood connections the broker accepts,
         # finds closed and drops
-        assert wait_for(lambda: b.connected == 0 and not b._clients, timeout=10)
+        assert wait_for(lambda: b.connected == 0 and not b.clients, timeout=10)
         # the broker recovers: a new client is served once the flood is gone
         # (it may still be draining flood connections from the listen backlog,
         # and refusing past max_pending meanwhile is right, so try a few times)
@@ -96,7 +96,7 @@ def test_poll_once_in_a_user_loop():
 
 
 def test_packets_left_over_by_the_burst_limit_are_not_stranded():
-    # CPython only: socket links are read in large gulps (broker._Buffered),
+    # CPython only: socket links are read in large gulps (compat.server_link),
     # so packets can wait in memory where poll cannot see them. The broker
     # reads at most `burst` packets per connection per step.
     b = Broker(port=0, sys_interval=0, burst=1)

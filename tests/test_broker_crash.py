@@ -173,7 +173,7 @@ class BrokerWorld:
         return self.offline and self.subscribed and not self._tx_done()
 
     def _done(self, b):
-        s = b._sess.get(b"s")
+        s = b.sessions().get(b"s")
         return (self._tx_done() and b"s" in self._conns and s is not None
                 and not (s.inflight() or s.q) and not self.rx.held
                 and self.r_next == len(ROPS) and self.r_flight is None)

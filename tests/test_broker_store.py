@@ -245,11 +245,11 @@ def test_tags_wrap_past_live_copies(tmp_path):
     p.ack(PUBREL, 1)
     sess = b.sessions()[b"s"]
     assert [e[2] for e in sess.fs.out.values()] == [1]
-    b.ntag = broker_store._TAG_END - 1
+    b.disk.ntag = broker_store._TAG_END - 1
     p.publish(b"t", b"second", 2, 2)
     tags = sorted(e[2] for e in sess.fs.out.values())
     assert tags == [1, 2], tags
-    assert b.ntag == 2
+    assert b.disk.ntag == 2
 
 
 # ---------------------------------------------------------------- 3. a failing disk

@@ -1,79 +1,187 @@
 # umqtt3.broker_cli -- `python -m umqtt3.broker` on the desktop.
 #
-# Flags for the listener, the limits, a users file (`user:password` lines,
-# '#' comments) and a store directory; prints where it listens and logs
-# connects, disconnects and refusals. Ctrl-C (or SIGTERM) closes and
-# exits; the store needs no saving (it is written before each ack). On a device, build a Broker in code instead.
+# Flags for the listener, every limit of broker_limits (one flag each, its
+# default from the desktop profile below), a users file (broker_passwd writes
+# one) and a store directory; prints where it listens and logs connects,
+# disconnects and refusals. Bad input is refused in one line, exit status
+# 2 (usage) or 1 (the port, the file, the directory), never a traceback.
+# Ctrl-C (or SIGTERM) closes and exits; the store needs no saving (it is
+# written before each ack). On a device, build a Broker in code instead.
+import argparse
 import sys
 
+from umqtt3.broker_limits import zero_ok
+from umqtt3.broker_passwd import read_users
 
-def load_users(path):
-    users = {}
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            user, sep, pw = line.partition(":")
-            if not sep:
-                raise ValueError("%s: want user:password lines, got %r" % (path, line))
-            users[user.encode()] = pw.encode()
-    return users
+PROG = "python -m umqtt3.broker"
+
+# The desktop profile: every limit of broker_limits.Limits (whose defaults
+# are a device's), in the order of the flags and of docs/broker.md.
+DESKTOP = (
+    ("max_clients", 100),
+    ("max_pending", 16),
+    ("max_packet", 65536),
+    ("txsize", 0),
+    ("max_subs", 64),
+    ("max_inflight", 32),
+    ("ring_size", 0),
+    ("max_qos2_in", 256),
+    ("max_queued", 1000),
+    ("max_retained", 10000),
+    ("max_sessions", 1000),
+    ("sndbuf", 0),
+    ("connect_timeout_ms", 10000),
+    ("sys_interval", 10),
+    ("backlog", 64),
+    ("burst", 64),
+)
+NAMES = tuple(name for name, _ in DESKTOP)
+
+# one line of help per limit; the default is added from the profile
+HELP = {
+    "max_clients": "connected clients (CONNACK 3 beyond)",
+    "max_pending": "connections still to send CONNECT, on top of --max-clients",
+    "max_packet": "largest packet accepted, bytes; larger ones close the connection",
+    "txsize": "send buffer per client, bytes (0: max packet)",
+    "max_subs": "subscriptions per client (SUBACK 0x80 beyond)",
+    "max_inflight": "outbound QoS 1/2 messages awaiting acknowledgement per client",
+    "ring_size": "in-flight bytes per client (0: max packet)",
+    "max_qos2_in": "inbound QoS 2 packet ids held until PUBREL per client (beyond: closed)",
+    "max_queued": "messages queued per client (offline or slow); oldest QoS 0 dropped first",
+    "max_retained": "retained topics kept",
+    "max_sessions": "persistent sessions kept; one more gets CONNACK 3",
+    "sndbuf": "kernel send buffer per client socket, bytes (0: the OS's, autotuned)",
+    "connect_timeout_ms": "milliseconds to wait for CONNECT (0: for ever)",
+    "sys_interval": "seconds between $SYS updates (0: none)",
+    "backlog": "connections the listening socket queues",
+    "burst": "packets read from one connection per step",
+}
+
+
+class Refused(Exception):
+    """Bad input: the message is the one line printed."""
+
+
+def flag(name):
+    return "--" + name.replace("_", "-")
+
+
+def _count(name):
+    def parse(text):
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError("%s wants a whole number, not %r" % (flag(name), text))
+        if v < 0 or (v == 0 and not zero_ok(name)):
+            raise argparse.ArgumentTypeError("%s must be above 0, not %d" % (flag(name), v))
+        return v
+    return parse
+
+
+def _port(text):
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if not 0 <= v <= 65535:
+        raise argparse.ArgumentTypeError("--port wants 1-65535 (0: any free port), not %r" % text)
+    return v
 
 
 def parser():
-    import argparse
-    ap = argparse.ArgumentParser(prog="python -m umqtt3.broker",
-                                 description="The umqtt3 tiny MQTT 3.1/3.1.1 broker.")
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):  # one line, not the usage block
+            self.exit(2, "%s: %s\n" % (PROG, message))
+
+    ap = Parser(prog=PROG, description="The umqtt3 tiny MQTT 3.1/3.1.1 broker.")
     ap.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    ap.add_argument("--port", type=int, default=1883, help="TCP port (default 1883; 0 picks a free one)")
-    ap.add_argument("--max-clients", type=int, default=100, help="connected clients (CONNACK 3 beyond)")
-    ap.add_argument("--max-pending", type=int, default=16,
-                    help="connections still to send CONNECT, on top of --max-clients")
-    ap.add_argument("--max-packet", type=int, default=65536,
-                    help="largest packet accepted, bytes; larger ones close the connection")
-    ap.add_argument("--max-subs", type=int, default=64, help="subscriptions per client (SUBACK 0x80 beyond)")
-    ap.add_argument("--max-inflight", type=int, default=32,
-                    help="outbound QoS 1/2 messages awaiting acknowledgement per client")
-    ap.add_argument("--max-qos2-in", type=int, default=256,
-                    help="inbound QoS 2 packet ids held until PUBREL per client (beyond: closed)")
-    ap.add_argument("--max-queued", type=int, default=1000,
-                    help="messages queued per client (offline or slow); oldest QoS 0 dropped first")
+    ap.add_argument("--port", type=_port, default=1883,
+                    help="TCP port, 1-65535; 0 picks a free one (default 1883)")
+    prof = dict(DESKTOP)
+    for name in NAMES:
+        ap.add_argument(flag(name), type=_count(name), default=prof[name], metavar="N",
+                        help="%s (default %d)" % (HELP[name], prof[name]))
+    ap.add_argument("--connect-timeout", type=float, metavar="SECONDS",
+                    help="the same as --connect-timeout-ms, in seconds")
     ap.add_argument("--queue-qos0", action="store_true",
-                    help="also queue QoS 0 messages for offline persistent sessions")
-    ap.add_argument("--max-retained", type=int, default=10000, help="retained topics kept")
-    ap.add_argument("--txsize", type=int, default=0, help="send buffer per client (default: max packet)")
-    ap.add_argument("--ring-size", type=int, default=0,
-                    help="in-flight bytes per client (default: max packet)")
-    ap.add_argument("--sndbuf", type=int, default=0,
-                    help="kernel send buffer per client socket, bytes (default: the OS's, autotuned)")
-    ap.add_argument("--users", metavar="FILE", help="user:password lines; anonymous clients are then refused")
-    ap.add_argument("--allow-anonymous", action="store_true", help="with --users, still accept clients without one")
-    ap.add_argument("--store", metavar="DIR", help="keep retained messages and persistent sessions here")
-    ap.add_argument("--max-sessions", type=int, default=1000,
-                    help="persistent sessions kept; one more gets CONNACK 3")
-    ap.add_argument("--connect-timeout", type=float, default=10.0, help="seconds to wait for CONNECT")
-    ap.add_argument("--sys-interval", type=int, default=10, help="seconds between $SYS updates (0: none)")
-    ap.add_argument("--quiet", action="store_true", help="do not log connects and refusals")
+                    help="also queue QoS 0 messages for offline persistent sessions (default off)")
+    ap.add_argument("--users", metavar="FILE",
+                    help="user:password lines (python -m umqtt3.broker_passwd writes them); "
+                         "anonymous clients are then refused (default none)")
+    ap.add_argument("--allow-anonymous", action="store_true",
+                    help="with --users, still accept clients without one (default off)")
+    ap.add_argument("--store", metavar="DIR",
+                    help="keep retained messages and persistent sessions here (default none)")
+    ap.add_argument("--quiet", action="store_true",
+                    help="do not log connects and refusals (default off)")
     return ap
 
 
-def main(argv=None):
+def limits(a):
+    """The Limits the parsed arguments ask for."""
+    from umqtt3.broker_limits import Limits
+    kw = {name: getattr(a, name) for name in NAMES}
+    if a.connect_timeout is not None:
+        if a.connect_timeout < 0:
+            raise Refused("--connect-timeout must be 0 or more seconds, not %s" % a.connect_timeout)
+        kw["connect_timeout_ms"] = int(a.connect_timeout * 1000)
+    kw["queue_qos0"] = a.queue_qos0
+    try:
+        return Limits(**kw)
+    except ValueError as e:
+        raise Refused(str(e))
+
+
+def start(a, log):
+    """The Broker the arguments describe, listening; Refused when it cannot."""
     from umqtt3.broker import Broker
+    lim = limits(a)
+    users = None
+    if a.users:
+        try:
+            users = read_users(a.users)
+        except OSError as e:
+            raise Refused("--users %s: %s" % (a.users, e.strerror or e))
+        except ValueError as e:
+            raise Refused("--users %s" % e)
+    if a.store:
+        import os
+        if os.path.exists(a.store) and not os.path.isdir(a.store):
+            raise Refused("--store %s: not a directory" % a.store)
+    try:
+        return Broker(host=a.host, port=a.port, limits=lim, users=users,
+                      allow_anonymous=True if a.allow_anonymous else None, store=a.store,
+                      log=log)
+    except OSError as e:
+        import errno
+        what = "--store %s" % a.store if a.store and getattr(e, "filename", None) else None
+        if what:
+            raise Refused("%s: %s" % (what, e.strerror or e))
+        if e.errno == errno.EADDRINUSE:
+            raise Refused("port %d on %s is in use" % (a.port, a.host))
+        import socket
+        if isinstance(e, socket.gaierror):
+            raise Refused("--host %s: unknown host (%s)" % (a.host, e.strerror or e))
+        if e.errno == errno.EADDRNOTAVAIL:
+            raise Refused("--host %s: not an address of this machine" % a.host)
+        raise Refused("cannot listen on %s:%d: %s" % (a.host, a.port, e.strerror or e))
+    except UnicodeError:
+        raise Refused("--host %s: not a host name" % a.host)
+    except ValueError as e:
+        raise Refused("--store %s: %s" % (a.store, e) if a.store else str(e))
+
+
+def main(argv=None):
     a = parser().parse_args(argv)
-    users = load_users(a.users) if a.users else None
 
     def log(msg):
         print(msg, flush=True)
 
-    b = Broker(host=a.host, port=a.port, max_clients=a.max_clients, max_pending=a.max_pending,
-               max_packet=a.max_packet, max_subs=a.max_subs, max_inflight=a.max_inflight,
-               max_qos2_in=a.max_qos2_in, max_queued=a.max_queued, queue_qos0=a.queue_qos0, max_retained=a.max_retained,
-               txsize=a.txsize, ring_size=a.ring_size, users=users,
-               allow_anonymous=True if a.allow_anonymous else None, store=a.store,
-               max_sessions=a.max_sessions,
-               connect_timeout_ms=int(a.connect_timeout * 1000), sys_interval=a.sys_interval,
-               log=None if a.quiet else log, backlog=64, burst=64, sndbuf=a.sndbuf)
+    try:
+        b = start(a, None if a.quiet else log)
+    except Refused as e:
+        print("%s: %s" % (PROG, e), file=sys.stderr, flush=True)
+        return 1
     print("umqtt3 broker listening on %s:%d" % (a.host, b.port), flush=True)
     try:
         import signal

@@ -1,37 +1,63 @@
-# umqtt3.broker_session -- one client session inside the broker.
+# umqtt3.broker_session -- one client session inside the broker, and the
+# registry of all of them.
 #
 # A session outlives its network connection when the client asked for a
 # persistent one (CleanSession 0). It holds:
-#   - the subscriptions: parallel lists of filters (bytes) and granted QoS;
+#   - its subscriptions: parallel lists of filters (bytes) and granted QoS,
+#     kept by broker_subs.Subs, saved by broker_store;
 #   - the outbound QoS 1/2 messages in flight, in a byte ring allocated once
 #     (on the first QoS 1/2 delivery) with a fixed number of slots. A slot is
 #     a PUBLISH frame exactly as it goes on the wire, its packet id and its
-#     state, so a resend after a reconnect is a copy with DUP set;
+#     state (qos_state), so a resend after a reconnect is a copy with DUP set;
 #   - a queue of frames that could not go out yet (client offline, send
 #     buffer full, or no free in-flight slot). Bounded; see _enqueue();
 #   - the packet ids of inbound QoS 2 messages waiting for PUBREL;
+#   - its own flow.Flow, the client's QoS machine, over the session as its
+#     store (store.py's interface); the Flow hands each inbound PUBLISH to
+#     deliver(), which passes it to the router (the broker core);
 #   - for a persistent session of a broker with a store, a store.FileStore
 #     (self.fs) that every QoS 1/2 step is written to first (broker_store.py).
 #
-# The session is the store umqtt3.flow works on (store.py's interface): the
-# broker's QoS flows are the client's state machine.
-#
-# Forwarding a QoS 0 or 1 message to a connected subscriber that keeps up
-# writes the frame straight into the connection's send buffer (and the ring)
-# with codec.put_varint and compat.copy: no heap allocation.
+# Sending never touches a socket: the session writes into its connection's
+# send buffer when there is room and queues otherwise; the driver flushes
+# and calls pump() as the buffer drains. Forwarding a QoS 0 or 1 message to
+# a connected subscriber that keeps up writes the frame straight into the
+# send buffer (and the ring) with codec.put_varint and compat.copy: no heap
+# allocation.
 from .codec import put_varint, varint_size, encode_ack, PUBREL, MQTTError
 from .compat import copy, const
-from .flow import send_stored
+from .flow import Flow, send_stored
+from .qos_state import FREE, PUB, PUB_SENT, REL, REL_SENT, from_stored
 
-# slot states
-_FREE = const(0)
-_PUB = const(1)  # PUBLISH not yet written (new, or to resend after resume)
-_PUB_SENT = const(2)  # PUBLISH written, waiting for PUBACK / PUBREC
-_REL = const(3)  # PUBREL not yet written
-_REL_SENT = const(4)  # PUBREL written, waiting for PUBCOMP
 # first byte of a queued frame whose next packet is PUBREL: a record that
 # came back from the store after PUBREC and found no room in the ring
 _QREL = const(0x62)
+
+
+class Route:
+    """The message being routed, passed down to every session it goes to:
+    its topic tsrc[toff:toff+tn], payload psrc[poff:poff+pn] and QoS; when
+    it comes from a client's PUBLISH, that frame (frame[foff:foff+flen], its packet
+    id fpid bytes into it), which a copy to a subscriber reuses; and the tag of a QoS 2
+    routing that copies to persistent sessions carry (-1: none). The core
+    owns one and fills it per message: routing allocates nothing."""
+
+    def __init__(self):
+        self.set(None, 0, 0, None, 0, 0, 0)
+
+    def set(self, tsrc, toff, tn, psrc, poff, pn, qos):
+        self.tsrc = tsrc
+        self.toff = toff
+        self.tn = tn
+        self.psrc = psrc
+        self.poff = poff
+        self.pn = pn
+        self.qos = qos
+        self.frame = None
+        self.foff = 0
+        self.flen = 0
+        self.fpid = 0
+        self.tag = -1
 
 
 def publish_size(tn, pn, qos):
@@ -75,181 +101,163 @@ def pid_offset(f, off):
 
 
 class Session:
-    def __init__(self, broker, cid, clean):
-        self.b = broker
+    def __init__(self, cid, clean, limits, stats, router):
         self.cid = cid
         self.clean = clean
-        self.client = None  # the connected broker client, or None
-        self.filters = []
+        self.lim = limits  # broker_limits.Limits, shared
+        self.stats = stats  # counters, shared (sent, dropped)
+        self.router = router  # has route_in(pkt, tag): inbound PUBLISHes go there
+        self.client = None  # the connected broker_core.Connection, or None
+        self.filters = []  # broker_subs.Subs keeps these two
         self.fqos = []
-        self.q = []  # frames waiting, oldest first (pid not yet assigned)
+        self.q = []  # frames waiting, oldest first
         # in-flight ring, allocated by _ring() on first use
         self.rbuf = None
         self.s_pid = None
         self.s_off = None
         self.s_len = None
-        self.s_st = None
+        self.s_st = None  # qos_state per slot
         self.rhead = 0  # oldest slot
         self.rcount = 0  # slots from rhead on that are in use (gaps included)
-        self.unsent = 0  # slots in state _PUB or _REL
+        self.unsent = 0  # slots in state PUB or REL
         self.npid = 0
         self.ipids = None  # inbound QoS 2 ids waiting for PUBREL
         self.nipids = 0
+        self.tag = -1  # the tag of this client's QoS 2 routing under way
         self.fs = None  # a persistent session's FileStore (broker_store.py)
+        self.new_tag = None  # and the store's tag source, with it
         self.slot = -1  # its number in the store directory
+        # the client's QoS machine, on this session as its store; its
+        # application is deliver() below
+        self.flow = Flow(self, self)
 
-    # ------------------------------------------------------------ subscriptions
-    def subscribe(self, buf, off, n, qos):
-        """Add or replace [MQTT-3.8.4-3] a subscription; return the granted
-        QoS, or 0x80 when the per-client limit is reached."""
-        i = self.find_filter(buf, off, n)
-        if i >= 0:
-            self.fqos[i] = qos
-            return qos
-        if len(self.filters) >= self.b.max_subs:
-            return 0x80
-        self.filters.append(bytes(buf[off:off + n]))
-        self.fqos.append(qos)
-        return qos
+    def bind_store(self, fs, new_tag, slot):
+        """Write every QoS 1/2 step to fs first (broker_store.Disk)."""
+        self.fs = fs
+        self.new_tag = new_tag
+        self.slot = slot
 
-    def unsubscribe(self, buf, off, n):
-        i = self.find_filter(buf, off, n)
-        if i >= 0:
-            del self.filters[i]
-            del self.fqos[i]
-            return True
-        return False
-
-    def find_filter(self, buf, off, n):
-        fl = self.filters
-        k = 0
-        while k < len(fl):
-            f = fl[k]
-            if len(f) == n:
-                j = 0
-                while j < n and f[j] == buf[off + j]:
-                    j += 1
-                if j == n:
-                    return k
-            k += 1
-        return -1
+    # ------------------------------------------------------------ inbound
+    def deliver(self, p, redelivered):
+        """Flow hands over each inbound PUBLISH once (a QoS 2 resend before
+        PUBREL is answered, not routed again): the router routes it."""
+        self.router.route_in(p, self.tag)
 
     # ------------------------------------------------------------ delivery
-    def _put(self, dst, off, first, size, tsrc, toff, tn, pid, psrc, poff, pn):
+    def _put(self, dst, off, first, size, r, pid):
         # A message routed straight from a client's PUBLISH whose frame has
         # the size of ours (same packet-id presence) is one copy of that
         # frame with a new first byte and packet id.
-        b = self.b
-        fs = b.fsrc
-        if fs is not None and b.flen == size:
-            copy(dst, off, fs, 0, size)
+        fs = r.frame
+        if fs is not None and r.flen == size:
+            copy(dst, off, fs, r.foff, size)
             dst[off] = first
             if first & 6:
-                o = off + b.fpid
+                o = off + r.fpid
                 dst[o] = pid >> 8
                 dst[o + 1] = pid & 255
             return off + size
-        return put_publish(dst, off, first, tsrc, toff, tn, pid, psrc, poff, pn)
+        return put_publish(dst, off, first, r.tsrc, r.toff, r.tn, pid, r.psrc, r.poff, r.pn)
 
-    def deliver(self, tsrc, toff, tn, psrc, poff, pn, qos, retain):
-        """One message for this session at `qos` (already min(published,
-        granted)); retain is 1 only for a delivery caused by a new
-        subscription [MQTT-3.3.1-8, MQTT-3.3.1-9]. A QoS 1/2 message of a
-        persistent session is on disk when this returns (send_stored or
-        _enqueue), so before the publisher gets its PUBACK or PUBREC."""
-        b = self.b
+    def send(self, r, qos, retain):
+        """The message of route r for this session at `qos` (already
+        min(published, granted)); retain is 1 only for a delivery caused by
+        a new subscription [MQTT-3.3.1-8, MQTT-3.3.1-9]. Written into the
+        connection's send buffer when it has room, else queued. A QoS 1/2
+        message of a persistent session is on disk when this returns
+        (send_stored or _enqueue), so before the publisher gets its PUBACK
+        or PUBREC."""
         first = 0x30 | (qos << 1) | retain
         c = self.client
         if c is None:
             # offline persistent session: QoS 1/2 queued [MQTT-3.1.2-5],
             # QoS 0 only when the broker is told to
-            if qos or b.queue_qos0:
-                self._enqueue(first, tsrc, toff, tn, psrc, poff, pn)
+            if qos or self.lim.queue_qos0:
+                self._enqueue(first, r)
             return
         if self.q or self.unsent:
             # older messages are still waiting: keep the order
-            self._enqueue(first, tsrc, toff, tn, psrc, poff, pn)
+            self._enqueue(first, r)
             return
         conn = c.conn
-        size = publish_size(tn, pn, qos)
-        if conn.space() < size:
-            b.flush(c)
+        size = publish_size(r.tn, r.pn, qos)
         if conn.space() < size or (qos and self._fit(size) < 0):
-            self._enqueue(first, tsrc, toff, tn, psrc, poff, pn)
+            self._enqueue(first, r)  # pump() writes it as the buffer drains
             return
         start = conn.tlen
         if not qos:
-            conn.tlen = self._put(conn.tx, start, first, size, tsrc, toff, tn, 0, psrc, poff, pn)
+            conn.tlen = self._put(conn.tx, start, first, size, r, 0)
         else:
             pid = self._pid()
-            end = self._put(conn.tx, start, first, size, tsrc, toff, tn, pid, psrc, poff, pn)
-            send_stored(self, conn, start, end, pid, b.rtag)  # the client's rule 1
-        b.sent += 1
+            end = self._put(conn.tx, start, first, size, r, pid)
+            send_stored(self, conn, start, end, pid, r.tag)  # the client's rule 1
+        self.stats.sent += 1
 
-    def _enqueue(self, first, tsrc, toff, tn, psrc, poff, pn):
-        # Bounded by broker.max_queued. When full, the oldest queued QoS 0
-        # message makes room; with none to drop, the new message is dropped.
-        # A QoS 1/2 message gets its packet id here, so that the record a
+    def _enqueue(self, first, r):
+        # Bounded by max_queued. When full, the oldest queued QoS 0 message
+        # makes room; with none to drop, the new message is dropped. A QoS
+        # 1/2 message gets its packet id here, so that the record a
         # persistent session keeps of it is the frame that will be sent.
-        b = self.b
         q = self.q
+        lim = self.lim
         qos = (first >> 1) & 3
-        size = publish_size(tn, pn, qos)
-        if size > b.max_frame:
-            b.dropped += 1
+        size = publish_size(r.tn, r.pn, qos)
+        if size > lim.max_frame:
+            self.stats.dropped += 1
             return
-        if len(q) >= b.max_queued:
+        if len(q) >= lim.max_queued:
             i = 0
             while i < len(q) and q[i][0] & 6:
                 i += 1
-            b.dropped += 1
+            self.stats.dropped += 1
             if i == len(q):
                 return
             del q[i]
         f = bytearray(size)
         pid = self._pid() if qos else 0
-        put_publish(f, 0, first, tsrc, toff, tn, pid, psrc, poff, pn)
+        self._put(f, 0, first, size, r, pid)
         if qos and self.fs is not None:
-            self.fs.out_add(pid, b.rtag, f, 0, size)  # durable before any ack
+            self.fs.out_add(pid, r.tag, f, 0, size)  # durable before any ack
         q.append(f)
 
     def pump(self):
         """Move what waits (unsent ring slots, then the queue) into the send
         buffer while it has room, in order."""
         conn = self.client.conn
-        b = self.b
+        stats = self.stats
         if self.unsent:
             ns = len(self.s_st)
             i = 0
             while i < self.rcount and self.unsent:
                 k = (self.rhead + i) % ns
                 st = self.s_st[k]
-                if st == _PUB:
+                if st == PUB:
                     n = self.s_len[k]
                     if conn.space() < n:
                         return
                     copy(conn.tx, conn.tlen, self.rbuf, self.s_off[k], n)
                     conn.tlen += n
-                    self.s_st[k] = _PUB_SENT
+                    self.s_st[k] = PUB_SENT
                     self.unsent -= 1
-                    b.sent += 1
-                elif st == _REL:
+                    stats.sent += 1
+                elif st == REL:
                     if conn.space() < 4:
                         return
                     conn.tlen = encode_ack(conn.tx, conn.tlen, PUBREL, self.s_pid[k])
-                    self.s_st[k] = _REL_SENT
+                    self.s_st[k] = REL_SENT
                     self.unsent -= 1
                 i += 1
         q = self.q
+        tx = conn.tx
         while q:
             f = q[0]
             n = len(f)
             if not f[0] & 6:
-                if conn.space() < n:
+                if len(tx) - conn.tlen < n:
                     return
-                copy(conn.tx, conn.tlen, f, 0, n)
+                copy(tx, conn.tlen, f, 0, n)
                 conn.tlen += n
-                b.sent += 1
+                stats.sent += 1
                 q.pop(0)
                 continue
             if f[0] == _QREL:
@@ -259,17 +267,17 @@ class Session:
                     return
                 self.s_pid[k] = _frame_pid(f)
                 q.pop(0)
-                self.s_st[k] = _REL
+                self.s_st[k] = REL
                 self.unsent += 1
                 if conn.space() < 4:
                     return
-                conn.tlen = encode_ack(conn.tx, conn.tlen, PUBREL, self.s_pid[k])
-                self.s_st[k] = _REL_SENT
+                conn.tlen = encode_ack(tx, conn.tlen, PUBREL, self.s_pid[k])
+                self.s_st[k] = REL_SENT
                 self.unsent -= 1
                 continue
-            if n > b.max_frame:
+            if n > self.lim.max_frame:
                 q.pop(0)
-                b.dropped += 1
+                stats.dropped += 1
                 if self.fs is not None:
                     self.fs.out_del(_frame_pid(f))
                 continue
@@ -280,23 +288,22 @@ class Session:
             self.s_pid[k] = _frame_pid(f)
             copy(self.rbuf, self.s_off[k], f, 0, n)
             q.pop(0)
-            if conn.space() < n:
-                self.s_st[k] = _PUB
+            if len(tx) - conn.tlen < n:
+                self.s_st[k] = PUB
                 self.unsent += 1
                 return
-            copy(conn.tx, conn.tlen, f, 0, n)
+            copy(tx, conn.tlen, f, 0, n)
             conn.tlen += n
-            self.s_st[k] = _PUB_SENT
-            b.sent += 1
+            self.s_st[k] = PUB_SENT
+            stats.sent += 1
 
     def backlog(self):
         return self.unsent or len(self.q)
 
     # ------------------------------------------------------------ in-flight ring
     def _ring(self):
-        b = self.b
-        ns = b.max_inflight
-        self.rbuf = bytearray(b.ring_size)
+        ns = self.lim.max_inflight
+        self.rbuf = bytearray(self.lim.ring)
         self.s_pid = [0] * ns
         self.s_off = [0] * ns
         self.s_len = [0] * ns
@@ -346,16 +353,25 @@ class Session:
         return k
 
     def _free(self, k):
-        self.s_st[k] = _FREE
+        self.s_st[k] = FREE
         ns = len(self.s_st)
         while self.rcount and not self.s_st[self.rhead]:
             self.rhead = (self.rhead + 1) % ns
             self.rcount -= 1
 
     def _find(self, pid):
-        if self.rbuf is None:
+        if self.rbuf is None or not self.rcount:
             return -1
         ns = len(self.s_st)
+        # Ids are handed out in sequence in the order slots are taken
+        # (_pid), so pid is usually as many slots past the oldest as its id
+        # is past the oldest's: one look, then the scan (restored slots).
+        h = self.rhead
+        d = (pid - self.s_pid[h]) % 65535
+        if d < self.rcount:
+            k = (h + d) % ns
+            if self.s_pid[k] == pid and self.s_st[k]:
+                return k
         i = 0
         while i < self.rcount:
             k = (self.rhead + i) % ns
@@ -389,7 +405,7 @@ class Session:
         k = self._alloc(n)
         self.s_pid[k] = pid
         copy(self.rbuf, self.s_off[k], buf, off, n)
-        self.s_st[k] = _PUB_SENT
+        self.s_st[k] = PUB_SENT
 
     def out_has(self, pid):
         return self._find(pid) >= 0
@@ -403,18 +419,18 @@ class Session:
         written, so PUBREL is written after them by pump()."""
         k = self._find(pid)
         st = self.s_st[k]
-        if st == _REL:
+        if st == REL:
             return True  # its PUBREL is already waiting
-        if st <= _PUB_SENT:
+        if st <= PUB_SENT:
             if self.fs is not None:
                 self.fs.out_rel(pid)  # durable before PUBREL [MQTT-4.3.3-1]
-            if st == _PUB:
+            if st == PUB:
                 self.unsent -= 1
         if self.unsent:
-            self.s_st[k] = _REL
+            self.s_st[k] = REL
             self.unsent += 1
             return True
-        self.s_st[k] = _REL_SENT
+        self.s_st[k] = REL_SENT
         return False
 
     def out_del(self, pid):
@@ -423,7 +439,7 @@ class Session:
         st = self.s_st[k]
         if self.fs is not None:
             self.fs.out_del(pid)
-        if st == _PUB or st == _REL:
+        if st == PUB or st == REL:
             self.unsent -= 1
         self._free(k)
 
@@ -452,11 +468,11 @@ class Session:
         while i < self.rcount:
             k = (self.rhead + i) % ns
             st = self.s_st[k]
-            if st == _PUB_SENT:
+            if st == PUB_SENT:
                 self.rbuf[self.s_off[k]] |= 8
-                st = _PUB
-            elif st == _REL_SENT:
-                st = _REL
+                st = PUB
+            elif st == REL_SENT:
+                st = REL
             if st:
                 self.s_st[k] = st
                 self.unsent += 1
@@ -478,7 +494,7 @@ class Session:
         """Hold pid until PUBREL; False when max_qos2_in ids are held."""
         ids = self.ipids
         if ids is None:
-            ids = self.ipids = [0] * self.b.max_qos2_in
+            ids = self.ipids = [0] * self.lim.max_qos2_in
         n = self.nipids
         if n >= len(ids):
             return False
@@ -502,7 +518,7 @@ class Session:
     # The inbound half of the store interface: the broker receives with
     # Flow.on_publish / on_ack, the client's exactly-once machine. A
     # persistent session keeps each held id in a record i<pid>.u tagged with
-    # a number unique in the broker (Broker.rtag); every copy routed to a
+    # a number unique in the broker (Disk.tag, kept in self.tag); every copy routed to a
     # persistent subscriber carries that tag, and the record becomes .d once
     # routing is over, before PUBREC. A .u found at start-up is a routing a
     # crash cut short: broker_store removes the copies with its tag and the
@@ -510,19 +526,18 @@ class Session:
     in_has = ipid_has
 
     def in_add(self, pid, buf, off, n):
-        b = self.b
-        if self.nipids >= b.max_qos2_in:
+        if self.nipids >= self.lim.max_qos2_in:
             raise MQTTError("too many QoS 2 messages in flight", 0x93)
         if self.fs is not None:
-            t = b.disk.tag()
+            t = self.new_tag()
             self.fs.in_add(pid, buf, off, 0, t)  # the id and its tag
-            b.rtag = t
+            self.tag = t
         self.ipid_add(pid)
 
     def in_done(self, pid):
         # routing is over whatever the disk says next: no later copy may
         # carry this tag, or a restart would take it back
-        self.b.rtag = -1
+        self.tag = -1
         if self.fs is not None:
             try:
                 self.fs.in_done(pid)  # routed: a resend is answered, not routed
@@ -537,21 +552,21 @@ class Session:
         # RAM first: when the disk fails, PUBCOMP is not sent, and an id
         # left on disk only makes a PUBREL after a restart find it
         self.ipid_del(pid)
-        self.b.rtag = -1
+        self.tag = -1
         if self.fs is not None:
             self.fs.in_del(pid)  # removed durably before PUBCOMP
 
     # ------------------------------------------------------------ persistence
     def restore_slot(self, st, pid, frame):
         """Put a stored message back (at load, before any client
-        attaches); st is 1 for a PUBLISH, 3 for a PUBREL."""
+        attaches); st is its record state (qos_state.STORED_*)."""
         n = len(frame)
         k = self._alloc(n)
         if k < 0:
             return False
         self.s_pid[k] = pid
         copy(self.rbuf, self.s_off[k], frame, 0, n)
-        self.s_st[k] = _PUB_SENT if st == _PUB else _REL_SENT  # attach() resends
+        self.s_st[k] = from_stored(st)  # attach() resends
         self.npid = pid  # slots come back oldest first: the last is the newest
         return True
 
@@ -564,3 +579,34 @@ class Session:
             f[0] = _QREL
         self.q.append(f)
         self.npid = pid
+
+
+class Sessions:
+    """Every session by client id, clean ones while connected and the
+    persistent ones for good (bounded by max_sessions)."""
+
+    def __init__(self):
+        self.by_id = {}  # client id -> Session
+        self.all = []  # the same, for iteration
+        self.npersist = 0
+        self.nauto = 0  # ids handed out for empty client ids
+
+    def add(self, s):
+        self.by_id[s.cid] = s
+        self.all.append(s)
+        if not s.clean:
+            self.npersist += 1
+
+    def remove(self, s):
+        del self.by_id[s.cid]
+        self.all.remove(s)
+        if not s.clean:
+            self.npersist -= 1
+
+    def new_id(self):
+        """A client id no session has [MQTT-3.1.3-6]."""
+        while True:
+            self.nauto += 1
+            cid = ("umqtt3-%d" % self.nauto).encode()
+            if cid not in self.by_id:
+                return cid

@@ -22,8 +22,8 @@
 # k is a small number reused when freed, so there are at most max_retained
 # r files, and max_sessions s<k> directories of at most max_inflight +
 # max_queued + max_qos2_in + 1 files each.
-from .store import FileStore, OSFiles, _frame, _unframe, _refuse_fat
-from .broker_session import Session
+from .store import FileStore, OSFiles, frame_record, unframe_record, refuse_fat
+from .qos_state import STORED_PUB, STORED_REL, HELD
 
 _TAG_END = 0x3FFFFFFF  # tags stay small ints on MicroPython, and fit a record
 
@@ -34,12 +34,12 @@ def _u16(b, i):
 
 class _Counted:
     """The file layer, counting every change that fails in
-    Broker.store_errors: the broker's own records and the sessions'
+    stats.store_errors: the broker's own records and the sessions'
     FileStores all write through it."""
 
-    def __init__(self, files, broker):
+    def __init__(self, files, stats):
         self.f = files
-        self.b = broker
+        self.stats = stats
         self.read = files.read
         self.listdir = files.listdir
         self.mkdir = files.mkdir
@@ -48,7 +48,7 @@ class _Counted:
         try:
             return fn(a) if b is None else fn(a, b)
         except OSError:
-            self.b.store_errors += 1
+            self.stats.store_errors += 1
             raise
 
     def write(self, path, data):
@@ -65,13 +65,15 @@ class _Counted:
 
 
 class Disk:
-    def __init__(self, broker, path, files=None, allow_fat=False):
-        self.b = broker
+    def __init__(self, path, limits, stats, files=None, allow_fat=False):
+        self.lim = limits
         self.dir = path.rstrip("/") or "/"
-        self.fs = _Counted(files or OSFiles(), broker)
+        self.fs = _Counted(files or OSFiles(), stats)
         self.fs.mkdir(self.dir)  # OSFiles syncs the parent of a new directory
         if not allow_fat:
-            _refuse_fat(self.dir)
+            refuse_fat(self.dir)
+        self.sessions = None  # broker_session.Sessions, given to load()
+        self.ntag = 0  # the last tag given to a QoS 2 routing
         self.rslot = {}  # retained topic -> k of its r<k> file
         self.rfree = []
         self.rnext = 0
@@ -87,12 +89,11 @@ class Disk:
         """A new routing's tag: one that no live record carries. After 2**30
         routings the numbers start again from 1, skipping the tags of copies
         still waiting (an offline session's queue can hold one for ever)."""
-        b = self.b
-        t = b.ntag + 1
+        t = self.ntag + 1
         if t >= _TAG_END:
             t = 1
             tk = []  # type: list
-            for s in b._slist:
+            for s in self.sessions.all:
                 if s.fs is not None:
                     for e in s.fs.out.values():
                         tk.append(e[2])
@@ -104,7 +105,7 @@ class Disk:
                 t += 1
             if not tk or t > tk[-1]:
                 self.taken = None
-        b.ntag = t
+        self.ntag = t
         return t
 
     # ------------------------------------------------------------ retained
@@ -120,7 +121,7 @@ class Disk:
         body[1] = n & 255
         body[2:2 + n] = topic
         body[2 + n:] = payload
-        rec = _frame(0, qos, body)
+        rec = frame_record(0, qos, body)
         k = self.rslot.get(topic)
         if k is None:
             k = self.rfree.pop() if self.rfree else self._new_r()
@@ -168,11 +169,11 @@ class Disk:
             b[i + 2] = len(f) & 255
             b[i + 3:i + 3 + len(f)] = f
             i += 3 + len(f)
-        return _frame(0, 0, b)
+        return frame_record(0, 0, b)
 
     def _store(self, d):
-        b = self.b
-        return FileStore(d, self.fs, b.max_inflight + b.max_queued + b.max_qos2_in,
+        lim = self.lim
+        return FileStore(d, self.fs, lim.max_inflight + lim.max_queued + lim.max_qos2_in,
                          True, False)
 
     def add_session(self, s):
@@ -183,17 +184,15 @@ class Disk:
         k = self.sfree.pop() if self.sfree else self.snext
         if k == self.snext:
             self.snext += 1
-        s.slot = k
-        d = self._sdir(s)
+        d = self._p("s%d" % k)
         try:
             self.fs.mkdir(d)  # OSFiles syncs DIR: the new s<k> is durable
             self.fs.write(d + "/sess", self._sess_rec(s))
             self.fs.sync_dir(d)
-            s.fs = self._store(d)
         except OSError:
-            s.slot = -1
             self.sfree.append(k)
             raise
+        s.bind_store(self._store(d), self.tag, k)
 
     def save_session(self, s):
         """Its subscriptions changed: durable before SUBACK / UNSUBACK."""
@@ -218,8 +217,7 @@ class Disk:
         self.fs.sync_dir(d)
         self._wipe(d)
         self.sfree.append(s.slot)
-        s.slot = -1
-        s.fs = None
+        s.bind_store(None, None, -1)
 
     def _wipe(self, d):
         fs = self.fs
@@ -228,10 +226,13 @@ class Disk:
         fs.sync_dir(d)
 
     # ------------------------------------------------------------ start-up
-    def load(self):
-        """Fill the broker from the directory, then undo what a crash cut
-        short: a QoS 2 routing whose inbound record is still .u."""
-        b = self.b
+    def load(self, sessions, retained, subs, new_session):
+        """Fill sessions (broker_session.Sessions), retained
+        (broker_retain.Retained) and subs (broker_subs.Subs) from the
+        directory, making sessions with new_session(cid, clean); then undo
+        what a crash cut short: a QoS 2 routing whose inbound record is
+        still .u."""
+        self.sessions = sessions
         fs = self.fs
         rused = []  # type: list
         sused = []  # type: list
@@ -241,10 +242,10 @@ class Disk:
             if name[:1] == "r" and name[-2:] == ".t" and name[1:-2].isdigit():
                 fs.remove(path)  # a replacement that never took place
             elif name[:1] == "r" and name[1:].isdigit():
-                self._load_r(path, int(name[1:]), rused)
+                self._load_r(path, int(name[1:]), rused, retained)
             elif name[:1] == "s" and name[1:].isdigit():
                 k = int(name[1:])
-                s = self._load_s(path, k)
+                s = self._load_s(path, k, sessions, subs, new_session)
                 if s is None:
                     self._wipe(path)  # an unfinished start or end of a session
                     self.sfree.append(k)
@@ -259,9 +260,9 @@ class Disk:
         cut = []
         for s, recs in found:
             for pid, st, key, body in recs:
-                if key > b.ntag:
-                    b.ntag = key
-                if st == "u":
+                if key > self.ntag:
+                    self.ntag = key
+                if st == HELD:
                     cut.append(key)
         # Undo the routings cut short, across all sessions at once: every
         # copy first, then the .u records, each durable before the next. A
@@ -272,7 +273,7 @@ class Disk:
         self._undo(found, cut)
         for s, recs in found:
             for pid, st, key, body in recs:
-                if st == "u":
+                if st == HELD:
                     s.fs.in_del(pid)  # the publisher will send it again
         for s, recs in found:
             self._restore(s, recs, cut)
@@ -280,47 +281,42 @@ class Disk:
     def _undo(self, found, cut):
         for s, recs in found:
             for pid, st, key, body in recs:
-                if st == "p" and key in cut:
+                if st == STORED_PUB and key in cut:
                     s.fs.out_del(pid)  # routed by a PUBLISH that got no PUBREC
 
-    def _load_r(self, path, k, used):
-        rec = _unframe(self.fs.read(path))
+    def _load_r(self, path, k, used, retained):
+        rec = unframe_record(self.fs.read(path))
         if rec is None:
             self.fs.remove(path)  # torn: its PUBLISH was never acknowledged
             return
         qos, body = rec[1], rec[2]
         n = _u16(body, 0)
         topic = bytes(body[2:2 + n])
-        self.b.retained[topic] = (qos, bytes(body[2 + n:]))
+        retained.load(topic, qos, bytes(body[2 + n:]))
         self.rslot[topic] = k
         used.append(k)
 
-    def _load_s(self, d, k):
+    def _load_s(self, d, k, sessions, subs, new_session):
         fs = self.fs
         names = fs.listdir(d)
         if "sess.t" in names:
             fs.remove(d + "/sess.t")
         rec = None
         if "sess" in names:
-            rec = _unframe(fs.read(d + "/sess"))
+            rec = unframe_record(fs.read(d + "/sess"))
         if rec is None:
             return None
         body = rec[2]
         n = _u16(body, 0)
         cid = bytes(body[2:2 + n])
-        b = self.b
-        s = Session(b, cid, False)
-        s.slot = k
+        s = new_session(cid, False)
         i = 2 + n
         while i + 3 <= len(body):
             m = _u16(body, i + 1)
-            s.filters.append(bytes(body[i + 3:i + 3 + m]))
-            s.fqos.append(body[i])
+            subs.restore(s, bytes(body[i + 3:i + 3 + m]), body[i])
             i += 3 + m
-        s.fs = self._store(d)
-        b._sess[cid] = s
-        b._slist.append(s)
-        b._npersist += 1
+        s.bind_store(self._store(d), self.tag, k)
+        sessions.add(s)
         return s
 
     def _restore(self, s, recs, cut):
@@ -329,15 +325,15 @@ class Disk:
         # and records beyond the ring wait in the queue in order, PUBRELs
         # included (Session.restore_queued).
         f = s.fs
-        if len(f.inb) > self.b.max_qos2_in:
+        if len(f.inb) > self.lim.max_qos2_in:
             s.ipids = [0] * len(f.inb)
         for pid in f.inb:
             s.ipid_add(pid)  # routed, PUBREC may have gone: held [MQTT-4.3.3-2]
         full = False
         for pid, st, key, body in recs:
-            if st == "u" or (st == "p" and key in cut):
+            if st == HELD or (st == STORED_PUB and key in cut):
                 continue
-            if not full and s.restore_slot(1 if st == "p" else 3, pid, body):
+            if not full and s.restore_slot(st, pid, body):
                 continue
             full = True  # the rest waits in the queue, in order
-            s.restore_queued(st == "r", pid, body)
+            s.restore_queued(st == STORED_REL, pid, body)

@@ -631,3 +631,12 @@ def _dec_publish(pkt, buf, i, end, fl, v5):
     pkt.payload_off = i
     pkt.payload_len = end - i
     return PUBLISH
+
+# The wire primitives codec_server.py and props.py build on, by public name.
+fail = _err
+check_str = _str
+check_bin = _bin
+read_pid = _pid
+check_pid = _pid_ok
+put_header = _header
+v5_module = _v5

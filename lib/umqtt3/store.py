@@ -428,3 +428,9 @@ def _refuse_fat(path):
             best = (fs, mp)
     if best and type(best[0]).__name__ == "VfsFat":
         raise OSError("FileStore on FAT is not power-loss safe; use littlefs or allow_fat=True")
+
+# The record layer under a public name, for the broker's own records
+# (broker_store.py).
+frame_record = _frame
+unframe_record = _unframe
+refuse_fat = _refuse_fat

@@ -8,6 +8,7 @@
 # The same bodies run over pipes with the broker in this thread (pytest and
 # tools/mp/testrunner.py under MicroPython) and over real sockets
 # (tests/test_broker.py); tests/portable/broker_harness.py is the harness.
+from umqtt3.broker_auth import digest
 from broker_harness import running, Raw, advance, wait_for, connect_bytes, build, string, frame
 from umqtt3.codec import encode_publish, CONNACK, PUBACK, PINGREQ, PINGRESP, DISCONNECT
 
@@ -374,3 +375,16 @@ def test_retained_messages_outlive_the_session():
             c.connect("s")
             c.subscribe(1, "keep/#", 0)
             assert c.messages(1)[0][:4] == (b"keep/me", b"v", 0, True)
+
+
+def test_hashed_password_from_broker_passwd():
+    # an entry broker_passwd writes ($sha256$rounds$salt$hex) is checked
+    # with hashlib on the device too; only the right password passes
+    entry = b"$sha256$3$73616c74$" + digest(3, b"salt", b"secret")
+    with running(users={b"alice": entry}) as b:
+        with Raw(b) as c:
+            assert c.connect("a", user="alice", password="secret").rc == 0
+        with Raw(b) as c:
+            assert c.connect("a", user="alice", password="secreT").rc == 4
+        with Raw(b) as c:
+            assert c.connect("a", user="alice", password=entry.decode()).rc == 4

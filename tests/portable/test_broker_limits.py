@@ -129,7 +129,7 @@ def test_slow_consumer_does_not_stall_others():
                     pub.expect(PUBACK)
             s = b.sessions()[b"slow"]
             assert len(s.q) <= 50
-            assert s.inflight() <= b.max_inflight
+            assert s.inflight() <= b.limits.max_inflight
             assert b.dropped > 0
             assert wait_for(lambda: b.connected == 3)
 

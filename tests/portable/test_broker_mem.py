@@ -360,7 +360,7 @@ def _check_zero_alloc(qos):
     assert sub.got[PUBLISH] - before == 200 * (2 if MICROPYTHON else 1), sub.got[PUBLISH]
     if qos:
         assert pub.got[PUBACK if qos == 1 else PUBCOMP] >= 200
-        assert b._sess[b"sub"].inflight() == 0 and not b._sess[b"pub"].nipids
+        assert b.sessions()[b"sub"].inflight() == 0 and not b.sessions()[b"pub"].nipids
     assert b.errors == 0 and b.dropped == 0
 
 

@@ -103,6 +103,24 @@ if MICROPYTHON:
         except Exception:
             pass  # not every port has TCP_NODELAY
 
+    # ------------------------------------------------------------ the broker's
+    # platform differences (broker.py, broker_core.py)
+    def mem_free():
+        import gc
+        return gc.mem_free()
+
+    def sndbuf(sock, n):
+        # not every port has SO_SNDBUF: the lwIP default stays
+        so = getattr(socket, "SO_SNDBUF", None)
+        if so is not None:
+            sock.setsockopt(socket.SOL_SOCKET, so, n)
+
+    LINK_BUFFERS = False
+
+    def server_link(sock):
+        # read exactly what each packet needs, straight from the socket
+        return sock
+
 else:
     # the emulation lives in its own module, which MicroPython never loads
     from .cpython import *  # noqa: F401,F403

@@ -148,3 +148,70 @@ class link:
 
 def nodelay(sock):
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+# ---------------------------------------------------------------- the broker's
+# platform differences (broker.py, broker_core.py)
+
+def mem_free():
+    return None  # no fixed heap to report in $SYS
+
+
+def sndbuf(sock, n):
+    """SO_SNDBUF of a client socket: bounds what a reader that stalls
+    holds in the kernel too."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, n)
+
+
+LINK_BUFFERS = True  # server_link() reads ahead: poll does not see what it holds
+
+
+class server_link:
+    """A broker's socket link read in large gulps: fill() reads up to 16 KB
+    into buf, and the broker core handles the whole packets in buf[pos:end]
+    where they lie (Core.consume); readinto() hands the bytes out to exact
+    reads too. Saves the two recv calls and the copy per packet that exact
+    reads cost; a MicroPython broker reads the socket directly and keeps the
+    RAM. held(): bytes read and not handed out."""
+
+    def __init__(self, sock, size=16384):
+        self.link = link(sock)
+        self.buf = bytearray(size)
+        self.mv = memoryview(self.buf)
+        self.pos = 0
+        self.end = 0
+
+    def readinto(self, buf, n):
+        if self.pos >= self.end:
+            r = self.link.readinto(self.buf, len(self.buf))
+            if not r:
+                return r
+            self.pos = 0
+            self.end = r
+        k = self.end - self.pos
+        if k > n:
+            k = n
+        buf[:k] = self.mv[self.pos:self.pos + k]
+        self.pos += k
+        return k
+
+    def held(self):
+        return self.end - self.pos
+
+    def fill(self):
+        """Read what the socket has into buf: True when it had something,
+        False when it would block; OSError when the peer closed."""
+        r = self.link.readinto(self.buf, len(self.buf))
+        if r is None:
+            return False
+        if not r:
+            raise OSError("closed by peer")
+        self.pos = 0
+        self.end = r
+        return True
+
+    def write(self, buf, off=0, n=-1):
+        return self.link.write(buf, off, n)
+
+    def close(self):
+        self.link.close()

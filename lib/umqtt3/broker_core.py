@@ -1,0 +1,524 @@
+# umqtt3.broker_core -- the broker without I/O: packets and the time in, bytes out.
+#
+#     core = Core(Limits())
+#     c = core.open(Conn(None, lim.max_packet, lim.tx), "peer", now)
+#     core.packet(c, n, now)        # the whole packet c.conn.rx[0:n]
+#     core.packet_at(c, buf, off, n, now)   # or one where it lies
+#     core.wants_send(c); core.refill(c)    # c.conn.tx holds what to send
+#     c.state == CLOSED             # the driver closes it, then forget(c)
+#     deadline = core.tick(now)     # timers; when to call tick() again
+#
+# broker_bytes.feed(core, c, data, now) and take(core, c) are the same as
+# plain bytes in and bytes out (the tests, and CPython's driver, which
+# reads a socket in gulps, use them).
+#
+# A connection is its buffers (a transport.Conn: rx holds the packet being
+# read, tx what is due) and its state (Connection). The core decodes each
+# whole packet into one shared codec.Packet and answers by encoding into
+# the connection's tx; routing writes into the subscribers' tx, or queues
+# when there is no room. It never reads a clock, a socket or a poller: the
+# time comes with each call, and a driver (broker.py) reads, writes, flushes
+# and closes. The driver asks wants_send(c) for what to flush, refill(c)
+# as tx drains, and closes each connection whose state is CLOSED.
+#
+# Concerns live apart: broker_subs (who gets a topic), broker_retain
+# (retained messages), broker_session (sessions, their in-flight ring and
+# queue, their QoS machine, the registry), broker_store (the disk),
+# broker_limits (every limit). MQTT 5 fits here: CONNECT properties and
+# reason codes in _connect/_refuse, topic aliases per Connection, shared
+# subscriptions in broker_subs, flow control in Session.send.
+from .codec import (Packet, decode, MQTTError, encode_simple, BAD_PROTOCOL_VERSION,
+                    CONNECT, PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP, SUBSCRIBE, UNSUBSCRIBE,
+                    PINGREQ, PINGRESP, DISCONNECT)
+from .codec_server import encode_connack, encode_suback, encode_unsuback, read_filter
+from .compat import ticks_add, ticks_diff, const, mem_free
+from .broker_limits import Limits
+from .broker_session import Session, Sessions, Route
+from .broker_subs import Subs
+from .broker_retain import Retained, is_sys
+
+VERSION = "umqtt3 0.1.0"
+
+# connection states
+WAITING = const(0)  # accepted, no CONNECT yet
+CONNECTED = const(1)
+CLOSED = const(2)  # the driver closes it and drops it (reap)
+
+# CONNACK return codes (3.1.1 table 3.1)
+_BAD_LEVEL = const(1)
+_BAD_ID = const(2)
+_UNAVAILABLE = const(3)
+_BAD_AUTH = const(4)
+_NOT_AUTHORIZED = const(5)
+
+TIMER_MS = const(100)  # how often keepalives and connect timeouts are checked
+
+
+class Stats:
+    """The figures $SYS publishes; the sessions and the store count here."""
+
+    def __init__(self):
+        self.received = 0
+        self.sent = 0
+        self.dropped = 0
+        self.refused = 0
+        self.errors = 0  # internal errors (a bug): the connection was closed
+        self.store_errors = 0  # store writes that failed (nothing was acknowledged)
+        self.connected = 0
+
+
+class Connection:
+    """One network connection as the core sees it."""
+
+    def __init__(self, conn, peer, now):
+        self.conn = conn  # transport.Conn: the buffers
+        self.peer = peer
+        self.state = WAITING
+        self.why = None  # the reason it was closed
+        self.sess = None
+        self.level = 4
+        self.cid = None
+        self.t_last = now  # last complete packet (or the accept)
+        self.ka = 0  # keepalive limit in ms, 0 = none
+        self.will_t = None
+        self.will_m = None
+        self.will_q = 0
+        self.will_r = False
+        # the driver's: its socket (None for a link), poll mask, and
+        # whether reading waits for the send buffer to drain, or is due
+        # without poll
+        self.io = None
+        self.mask = 0
+        self.blocked = False
+        self.kick = False
+
+
+class Core(Stats):
+    def __init__(self, limits=None, users=None, allow_anonymous=None, log=None,
+                 store=None, files=None, allow_fat=False, now=0):
+        Stats.__init__(self)
+        lim = self.limits = limits or Limits()
+        self.users = users  # {user bytes: password bytes or a broker_passwd hash} or None
+        self.allow_anonymous = (users is None) if allow_anonymous is None else allow_anonymous
+        self.log = log  # callable(str) or None
+        self.clients = []  # Connection, in accept order
+        self.ndead = 0  # of which CLOSED, waiting for the driver
+        self.sess = Sessions()
+        self.subs = Subs(lim.max_subs)
+        self.ret = Retained(lim, self, log)
+        self.retained = self.ret.msgs  # topic bytes -> (qos, payload bytes)
+        self.route = Route()
+        self._pkt = Packet(4)
+        self._foff = 0  # where the packet in _pkt starts in its buffer
+        self._t_timer = now
+        self._t_prev = now
+        self._t_sys = now
+        self._up_s = 0
+        self._up_ms = 0
+        self.disk = None  # broker_store.Disk, with a store directory
+        if store:
+            from .broker_store import Disk  # only a broker with a store loads it
+            self.disk = self.ret.disk = Disk(store, lim, self, files, allow_fat)
+            self.disk.load(self.sess, self.ret, self.subs, self._new_session)
+
+    def _new_session(self, cid, clean):
+        return Session(cid, clean, self.limits, self, self)
+
+    def sessions(self):
+        return self.sess.by_id
+
+    def _log(self, fmt, arg):
+        if self.log is not None:
+            try:
+                self.log(fmt % arg)
+            except Exception:
+                pass
+
+    # ------------------------------------------------------------ connections
+    def open(self, conn, peer, now):
+        """A new connection with buffers conn (transport.Conn)."""
+        c = Connection(conn, peer, now)
+        self.clients.append(c)
+        return c
+
+    def full(self):
+        """No room for one more connection: close it before any buffer."""
+        lim = self.limits
+        return len(self.clients) >= lim.max_clients + lim.max_pending
+
+    def room(self, c, first, n):
+        """True when c's send buffer can take the answers to an n-byte
+        packet whose first byte is `first`: otherwise flush first (or stop
+        reading)."""
+        need = n if first >> 4 == SUBSCRIBE else 8
+        return c.conn.space() >= need
+
+    def packet(self, c, n, now):
+        """Handle the whole packet c.conn.rx[0:n] (a driver that reads each
+        packet into rx exactly, as on MicroPython)."""
+        self.packet_at(c, c.conn.rx, 0, n, now)
+        c.conn.done()
+
+    def packet_at(self, c, buf, off, n, now):
+        """Handle the whole packet buf[off:off+n], in place. Anything
+        malformed or against the protocol closes c [MQTT-4.8.0-1]."""
+        p = self._pkt
+        se = self.store_errors
+        try:
+            c.t_last = now
+            t = buf[off] >> 4
+            p.level = c.level
+            decode(p, buf, off, off + n)
+            self._foff = off
+            if c.state == WAITING:
+                if t != CONNECT:
+                    self.disconnect(c, "first packet is not CONNECT", False)  # [MQTT-3.1.0-1]
+                else:
+                    self._connect(c, p)
+            else:
+                self._packet(c, p, t)
+        except MQTTError as e:
+            if c.state == WAITING and e.code == BAD_PROTOCOL_VERSION and buf[off] == 0x10:
+                # unacceptable protocol level: CONNACK 1, then close [MQTT-3.1.2-2]
+                self._refuse(c, _BAD_LEVEL, "unsupported protocol level")
+            else:
+                self.disconnect(c, "protocol error: " + e.reason, True)  # [MQTT-4.8.0-1]
+        except OSError:
+            # a store write that failed (counted) is not acknowledged: the
+            # client sends again on its next connection
+            self.disconnect(c, "store write failed" if self.store_errors != se
+                            else "connection lost", True)
+        except Exception as e:
+            self.errors += 1
+            self.disconnect(c, "internal error: %r" % (e,), True)
+
+    def wants_send(self, c):
+        """c has bytes in its send buffer, or messages waiting for room."""
+        if c.conn.tlen:
+            return True
+        s = c.sess
+        return s is not None and s.client is c and s.backlog()
+
+    def refill(self, c):
+        """c's send buffer drained: move what waits into it. True when it
+        now holds bytes."""
+        s = c.sess
+        if s is None or s.client is not c or not s.backlog():
+            return False
+        s.pump()
+        return c.conn.tlen > 0
+
+    # ------------------------------------------------------------ closing
+    def disconnect(self, c, why, will):
+        """Close a connection; publish its will when `will` and it has one
+        [MQTT-3.1.2-8]. The driver releases it."""
+        if c.state == CLOSED:
+            return
+        was = c.state
+        c.state = CLOSED
+        c.why = why
+        self.ndead += 1
+        wt = c.will_t
+        c.will_t = None
+        if was == CONNECTED:
+            self.connected -= 1
+            s = c.sess
+            if s is not None and s.client is c:
+                s.client = None
+                if s.clean:
+                    self._drop(s)  # [MQTT-3.1.2-6]
+            if self.log is not None:
+                self._log("disconnect %s: %s", (c.cid.decode(), why))
+            if will and wt is not None:
+                self.publish(wt, c.will_m, c.will_q, c.will_r)
+        elif self.log is not None:
+            self._log("closed %s: %s", (c.peer, why))
+
+    def forget(self, c):
+        """The driver released c."""
+        self.clients.remove(c)
+        self.ndead -= 1
+
+    def close_all(self):
+        for c in self.clients:
+            if c.state != CLOSED:
+                c.state = CLOSED
+                if c.sess is not None and c.sess.client is c:
+                    c.sess.client = None
+                self.ndead += 1
+        self.connected = 0
+
+    def end_clean(self):
+        """At shutdown: clean sessions go (their connections are gone)."""
+        for s in self.sess.all[:]:
+            if s.clean:
+                self._drop(s)
+
+    def _refuse(self, c, rc, why):
+        conn = c.conn
+        if conn.space() >= 4:
+            conn.tlen = encode_connack(conn.tx, conn.tlen, False, rc)
+        self.refused += 1
+        if self.log is not None:
+            why = "refused (CONNACK %d): %s" % (rc, why)
+        self.disconnect(c, why, False)
+
+    def _drop(self, s):
+        if not s.clean and self.disk is not None:
+            self.disk.drop_session(s)  # gone from disk before CONNACK
+        self.subs.drop(s)
+        self.sess.remove(s)
+
+    # ------------------------------------------------------------ CONNECT
+    def _connect(self, c, p):
+        conn = c.conn
+        buf = p.buf
+        c.level = p.level
+        if p.level == 5:
+            conn.tlen = encode_connack(conn.tx, conn.tlen, False, BAD_PROTOCOL_VERSION, 5)
+            self.refused += 1
+            self.disconnect(c, "MQTT 5 is not supported yet", False)
+            return
+        reg = self.sess
+        cid = bytes(buf[p.cid_off:p.cid_off + p.cid_len])
+        if not cid:
+            if not p.clean or p.level == 3:
+                self._refuse(c, _BAD_ID, "empty client id")  # [MQTT-3.1.3-8]
+                return
+            cid = reg.new_id()  # [MQTT-3.1.3-6]
+        rc = self._auth(p)
+        if rc:
+            self._refuse(c, rc, "authentication")
+            return
+        old = reg.by_id.get(cid)
+        if old is not None and old.client is not None:
+            # the id is in use: the older connection goes [MQTT-3.1.4-2]
+            self.disconnect(old.client, "taken over", True)
+        elif self.connected >= self.limits.max_clients:
+            self._refuse(c, _UNAVAILABLE, "max clients reached")
+            return
+        old = reg.by_id.get(cid)
+        present = False
+        if p.clean:
+            if old is not None:
+                self._drop(old)  # [MQTT-3.1.2-6]
+            s = None
+        else:
+            s = old
+            present = s is not None  # [MQTT-3.2.2-2]
+        if s is None:
+            s = self._new_session(cid, p.clean)
+            if not p.clean:
+                if reg.npersist >= self.limits.max_sessions:
+                    self._refuse(c, _UNAVAILABLE, "max sessions reached")
+                    return
+                if self.disk is not None:
+                    self.disk.add_session(s)  # [MQTT-3.1.2-4], before CONNACK
+            reg.add(s)
+        c.cid = cid
+        c.sess = s
+        c.state = CONNECTED
+        self.connected += 1
+        c.ka = p.keepalive * 1500  # [MQTT-3.1.2-24]
+        if p.will:
+            c.will_t = bytes(buf[p.topic_off:p.topic_off + p.topic_len])
+            c.will_m = bytes(buf[p.payload_off:p.payload_off + p.payload_len])
+            c.will_q = p.qos
+            c.will_r = p.retain
+        # session present only for 3.1.1 [MQTT-3.2.2-1..3]
+        conn.tlen = encode_connack(conn.tx, conn.tlen, present and p.level == 4, 0)
+        s.attach(c)  # resend what was in flight [MQTT-4.4.0-1]
+        if self.log is not None:
+            self._log("connect %s from %s (clean %d, keepalive %d)",
+                      (cid.decode(), c.peer, p.clean, p.keepalive))
+
+    def _auth(self, p):
+        """CONNACK return code for the credentials: 0 when accepted."""
+        buf = p.buf
+        if p.user_off < 0:
+            return 0 if self.allow_anonymous else _NOT_AUTHORIZED
+        users = self.users
+        if users is None:
+            return 0
+        pw = users.get(bytes(buf[p.user_off:p.user_off + p.user_len]))
+        if pw is None:
+            return _BAD_AUTH
+        if p.pw_off < 0:
+            return 0 if not pw else _BAD_AUTH
+        given = bytes(buf[p.pw_off:p.pw_off + p.pw_len])
+        from .broker_auth import password_ok  # loaded by the first CONNECT with a user
+        return 0 if password_ok(pw, given) else _BAD_AUTH
+
+    # ------------------------------------------------------------ packets
+    def _packet(self, c, p, t):
+        conn = c.conn
+        s = c.sess
+        if t == PUBLISH:
+            self.received += 1
+            s.flow.on_publish(conn, p)  # routes through s.deliver -> route_in
+        elif t == PUBACK or t == PUBREC or t == PUBCOMP or t == PUBREL:
+            # the client's machine on both sides: outbound acks change the
+            # session's ring (and its records), PUBREL forgets an inbound id,
+            # each durably before PUBREL / PUBCOMP is written
+            s.flow.on_ack(conn, p)
+        elif t == PINGREQ:
+            conn.tlen = encode_simple(conn.tx, conn.tlen, PINGRESP)
+        elif t == SUBSCRIBE:
+            self._subscribe(c, p)
+        elif t == UNSUBSCRIBE:
+            i = p.payload_off
+            end = i + p.payload_len
+            while i < end:
+                i = read_filter(p, i)
+                self.subs.remove(s, p.buf, p.f_off, p.f_len)
+            if self.disk is not None:
+                self.disk.save_session(s)  # durable before UNSUBACK
+            conn.tlen = encode_unsuback(conn.tx, conn.tlen, p.pid)  # [MQTT-3.10.4-4]
+        elif t == DISCONNECT:
+            self.disconnect(c, "DISCONNECT", False)  # will discarded [MQTT-3.14.4-3]
+        elif t == CONNECT:
+            self.disconnect(c, "second CONNECT", True)  # [MQTT-3.1.0-2]
+        else:
+            self.disconnect(c, "unexpected packet type %d" % t, True)
+
+    def _subscribe(self, c, p):
+        conn = c.conn
+        s = c.sess
+        codes = bytearray()
+        i = p.payload_off
+        end = i + p.payload_len
+        while i < end:
+            i = read_filter(p, i)
+            codes.append(self.subs.add(s, p.buf, p.f_off, p.f_len, p.opts & 3))
+        if self.disk is not None:
+            self.disk.save_session(s)  # durable before SUBACK
+        # one return code per filter, in order [MQTT-3.8.4-5]
+        conn.tlen = encode_suback(conn.tx, conn.tlen, p.pid, codes)
+        # then the retained messages of each granted filter [MQTT-3.3.1-6]
+        i = p.payload_off
+        k = 0
+        ret = self.retained
+        r = self.route
+        while i < end:
+            i = read_filter(p, i)
+            g = codes[k]
+            k += 1
+            if g == 0x80 or not ret:
+                continue
+            for topic in self.ret.matching(p.buf, p.f_off, p.f_len):
+                q, pl = ret[topic]
+                r.set(topic, 0, len(topic), pl, 0, len(pl), q if q < g else g)
+                s.send(r, r.qos, 1)
+
+    # ------------------------------------------------------------ routing
+    def route_in(self, p, tag):
+        """A client's PUBLISH, handed over once by its session's Flow:
+        retain it and route it. tag: its QoS 2 routing's (Session.in_add)."""
+        buf = p.buf
+        toff = p.topic_off
+        tn = p.topic_len
+        if is_sys(buf, toff, tn):
+            return  # clients do not publish into $SYS
+        r = self.route
+        r.set(buf, toff, tn, buf, p.payload_off, p.payload_len, p.qos)
+        if p.retain:
+            self.ret.set(r)
+        f = self._foff
+        r.frame = buf  # the frame is buf[f:p.end] (see Session._put)
+        r.foff = f
+        r.flen = p.end - f
+        r.fpid = toff + tn - f
+        r.tag = tag
+        self._route(r)
+
+    def _route(self, r):
+        """Send r to every session with a matching subscription, once per
+        session at the highest granted QoS [MQTT-3.3.5-1], capped by the
+        published QoS."""
+        subs = self.subs
+        n = subs.match(r.tsrc, r.toff, r.tn)
+        hit = subs.hit
+        hq = subs.hq
+        qos = r.qos
+        err = None
+        i = 0
+        while i < n:
+            g = hq[i]
+            try:
+                hit[i].send(r, qos if qos < g else g, 0)
+            except OSError as e:
+                err = e  # a store write failed (counted): the others still get theirs
+            i += 1
+        subs.release(n)
+        if err is not None:
+            raise err  # not acknowledged: the publisher sends it again
+
+    def publish(self, topic, payload, qos=0, retain=False):
+        """Publish from the broker itself (wills, $SYS, an application)."""
+        topic = topic.encode() if isinstance(topic, str) else topic
+        payload = payload.encode() if isinstance(payload, str) else payload
+        r = self.route
+        r.set(topic, 0, len(topic), payload, 0, len(payload), qos)
+        # nobody waits for an acknowledgement here (a will, say, from a
+        # timer or a lost connection): a failed store write is counted in
+        # store_errors and the broker goes on
+        if retain:
+            try:
+                self.ret.set(r)
+            except OSError:
+                pass
+        try:
+            self._route(r)
+        except OSError:
+            pass
+
+    # ------------------------------------------------------------ timers
+    def tick(self, now):
+        """Run the timers that are due at `now`; return when to call again."""
+        if ticks_diff(now, self._t_timer) < 0:
+            return self._t_timer
+        self._t_timer = ticks_add(now, TIMER_MS)
+        d = ticks_diff(now, self._t_prev)
+        self._t_prev = now
+        if d > 0:
+            ms = self._up_ms + d
+            self._up_s += ms // 1000
+            self._up_ms = ms % 1000
+        ct = self.limits.connect_timeout_ms
+        cl = self.clients
+        i = 0
+        while i < len(cl):
+            c = cl[i]
+            i += 1
+            if c.state == WAITING:
+                if ct and ticks_diff(now, c.t_last) > ct:
+                    self.disconnect(c, "no CONNECT in time", False)
+            elif c.state == CONNECTED and c.ka and ticks_diff(now, c.t_last) > c.ka:
+                self.disconnect(c, "keepalive expired", True)  # [MQTT-3.1.2-24]
+        si = self.limits.sys_interval
+        if si and ticks_diff(now, self._t_sys) >= 0:
+            self._t_sys = ticks_add(now, si * 1000)
+            self._sys()
+        return self._t_timer
+
+    def _sys(self):
+        # retained, so a new subscriber sees the figures at once
+        pub = self._sys_pub
+        pub("version", VERSION)
+        pub("uptime", "%d seconds" % self._up_s)
+        pub("clients/connected", self.connected)
+        pub("clients/total", len(self.sess.all))
+        pub("clients/maximum", self.limits.max_clients)
+        pub("messages/received", self.received)
+        pub("messages/sent", self.sent)
+        pub("messages/dropped", self.dropped)
+        pub("retained messages/count", len(self.retained))
+        if self.disk is not None:
+            pub("store/errors", self.store_errors)
+        mf = mem_free()
+        if mf is not None:
+            pub("heap/free", mf)
+
+    def _sys_pub(self, name, value):
+        self.publish("$SYS/broker/" + name, str(value), 0, True)
+

@@ -1,0 +1,54 @@
+# umqtt3.broker_limits -- every limit of the broker, with its default, in
+# one place.
+#
+#     lim = Limits(max_clients=4, max_packet=2048)
+#
+# The class attributes are the defaults, sized for a device. The desktop
+# broker (broker_cli.py) has one flag per limit and starts from its own
+# profile (broker_cli.DESKTOP, kept there so that a device holds none of it);
+# tests/test_broker_cli.py checks that the profile names every limit and
+# that docs/broker.md's tables agree with both. A limit that is 0 or below
+# is refused unless zero_ok(), where 0 means "none" or "the default".
+
+# 0: a size picked from max_packet, the OS's buffer, no timeout, no $SYS
+def zero_ok(name):
+    return name in ("txsize", "ring_size", "sndbuf", "connect_timeout_ms", "sys_interval")
+
+
+class Limits:
+    max_clients = 8  # connected clients; one more gets CONNACK 3
+    max_pending = 4  # connections yet to send CONNECT, on top of max_clients
+    max_packet = 1024  # largest packet accepted; also each receive buffer
+    txsize = 0  # send buffer per connection (at least max_packet)
+    max_subs = 16  # subscriptions per client
+    max_inflight = 8  # outbound QoS 1/2 messages awaiting an ack, per client
+    ring_size = 0  # bytes that hold those (at least max_packet)
+    max_qos2_in = 32  # inbound QoS 2 ids held until PUBREL, per client
+    max_queued = 32  # messages queued per client, offline or slow
+    max_retained = 128  # retained topics kept
+    max_sessions = 16  # persistent sessions kept
+    sndbuf = 0  # SO_SNDBUF of client sockets; 0: the OS default
+    connect_timeout_ms = 10000
+    sys_interval = 10  # seconds between $SYS updates
+    backlog = 4  # listen() backlog
+    burst = 16  # packets read from one connection per step
+    queue_qos0 = False  # queue QoS 0 for offline persistent sessions too
+
+    def __init__(self, **kw):
+        for k in kw:
+            v = kw[k]
+            if k == "queue_qos0":
+                self.queue_qos0 = bool(v)
+                continue
+            if k[0] == "_" or not hasattr(Limits, k):
+                raise ValueError("unknown limit %s" % k)
+            if not isinstance(v, int) or v < 0 or (v == 0 and not zero_ok(k)):
+                raise ValueError("%s must be a whole number above 0, not %r" % (k, v))
+            setattr(self, k, v)
+        # queued QoS 1/2 messages hold their packet ids too (Session.new_pid)
+        if self.max_inflight + self.max_queued >= 65535:
+            raise ValueError("max_inflight + max_queued must stay below 65535")
+        # derived: what a connection and a session allocate
+        self.tx = max(self.txsize, self.max_packet)
+        self.ring = max(self.ring_size, self.max_packet)
+        self.max_frame = min(self.tx, self.ring)  # the largest frame queued

@@ -1,0 +1,140 @@
+# umqtt3.broker_passwd -- the broker's users file, in the spirit of
+# mosquitto_passwd (desktop only).
+#
+#     python -m umqtt3.broker_passwd FILE USER            asks for the password
+#     python -m umqtt3.broker_passwd -b FILE USER PASS    takes it from the line
+#     python -m umqtt3.broker_passwd -D FILE USER         deletes the user
+#     python -m umqtt3.broker_passwd -c ...               starts a new file
+#
+# One `user:entry` per line, '#' comments and blank lines kept. The entry is
+# a salted, iterated SHA-256 (broker_auth.py, which the broker checks it
+# with, on MicroPython too); a plain password is still accepted from a file
+# written by hand. The file is replaced atomically.
+import binascii
+import os
+import sys
+
+from umqtt3.broker_auth import PREFIX, digest
+
+PROG = "python -m umqtt3.broker_passwd"
+ROUNDS = 1000
+
+
+def read_users(path):
+    """{user bytes: entry bytes} from a users file; ValueError names the
+    first bad line."""
+    users = {}
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            user, sep, pw = line.partition(":")
+            if not sep or not user:
+                raise ValueError("%s:%d: want user:password, got %r" % (path, n, line))
+            users[user.encode()] = pw.encode()
+    return users
+
+
+def entry(password, rounds=ROUNDS, salt=None):
+    """The users-file entry for password (bytes)."""
+    salt = salt if salt is not None else os.urandom(12)
+    return PREFIX + b"%d$%s$%s" % (rounds, binascii.hexlify(salt), digest(rounds, salt, password))
+
+
+def _lines(path, create):
+    if create:
+        return []
+    try:
+        with open(path) as f:
+            return f.read().splitlines()
+    except FileNotFoundError:
+        return []  # a new file
+
+
+def update(path, user, password=None, create=False, rounds=ROUNDS):
+    """Add or replace user (password given), or delete it (None). Returns
+    False when deleting a user the file does not have."""
+    lines = _lines(path, create and password is not None)
+    out = []
+    found = False
+    for line in lines:
+        u, sep, _ = line.strip().partition(":")
+        if sep and u == user and not line.strip().startswith("#"):
+            found = True
+            if password is None:
+                continue
+            line = "%s:%s" % (user, entry(password, rounds).decode())
+        out.append(line)
+    if password is not None and not found:
+        out.append("%s:%s" % (user, entry(password, rounds).decode()))
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write("".join(line + "\n" for line in out))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return found or password is not None
+
+
+def parser():
+    # desktop only, like broker_cli (the device type check has no argparse)
+    import argparse  # type: ignore[import-not-found, unused-ignore]
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):  # one line, not the usage block
+            self.exit(2, "%s: %s\n" % (PROG, message))
+
+    ap = Parser(prog=PROG, description="Add, update or delete a user of the umqtt3 broker's "
+                                       "users file (python -m umqtt3.broker --users FILE).")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("-b", action="store_true", help="batch: the password is the last argument")
+    mode.add_argument("-D", action="store_true", help="delete the user")
+    ap.add_argument("-c", action="store_true", help="create the file (replaces an existing one)")
+    ap.add_argument("--rounds", type=int, default=ROUNDS,
+                    help="SHA-256 rounds per check (default %d)" % ROUNDS)
+    ap.add_argument("file")
+    ap.add_argument("user")
+    ap.add_argument("password", nargs="?")
+    return ap
+
+
+def main(argv=None):
+    ap = parser()
+    a = ap.parse_args(argv)
+    if (a.password is not None) != a.b:
+        ap.error("a password on the line goes with -b, and -b wants one")
+    if ":" in a.user or not a.user or a.user.strip() != a.user or a.user.startswith("#"):
+        ap.error("user %r: no ':', no leading '#' or spaces, not empty" % a.user)
+    if a.rounds < 1:
+        ap.error("--rounds must be 1 or more, not %d" % a.rounds)
+    if a.D and a.c:
+        ap.error("-c and -D do not go together")
+    try:
+        if a.D:
+            if not update(a.file, a.user, None):
+                print("%s: %s has no user %s" % (PROG, a.file, a.user), file=sys.stderr)
+                return 1
+            return 0
+        pw = a.password
+        if pw is None:
+            import getpass  # type: ignore[import-not-found, unused-ignore]
+            pw = getpass.getpass("Password: ")
+            if getpass.getpass("Again: ") != pw:
+                print("%s: the passwords differ" % PROG, file=sys.stderr)
+                return 1
+        if not pw:
+            print("%s: the password is empty" % PROG, file=sys.stderr)
+            return 1
+        update(a.file, a.user, pw.encode(), a.c, a.rounds)
+    except OSError as e:
+        print("%s: %s: %s" % (PROG, a.file, e.strerror or e), file=sys.stderr)
+        return 1
+    except (EOFError, KeyboardInterrupt):
+        print("%s: no password given" % PROG, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+# umqtt3.broker_retain -- the retained messages: one per topic.
+#
+# msgs maps topic bytes to (qos, payload bytes). A store (broker_store.Disk)
+# given as `disk` has each change on disk before set() returns, so before
+# the publisher's PUBACK / PUBREC. The broker's own $SYS/ topics are kept
+# here too, outside max_retained and never written. matching() answers a
+# new subscription; like broker_subs it is a scan an index can replace.
+from .topic import match_span
+from .broker_session import publish_size
+
+
+def is_sys(tsrc, toff, tn):
+    """The topic starts with "$SYS/"."""
+    return tn >= 5 and tsrc[toff] == 36 and tsrc[toff + 1] == 83 and tsrc[toff + 2] == 89 \
+        and tsrc[toff + 3] == 83 and tsrc[toff + 4] == 47
+
+
+class Retained:
+    def __init__(self, limits, stats, log):
+        self.lim = limits
+        self.stats = stats  # dropped counts a message not kept
+        self.log = log  # callable(str) or None
+        self.msgs = {}
+        self.nsys = 0  # how many of msgs are $SYS/ topics (not limited)
+        self.disk = None  # broker_store.Disk, when there is a store
+
+    def set(self, r):
+        """Route r (broker_session.Route) is a retained message: keep it,
+        replacing the topic's [MQTT-3.3.1-5], or clear the topic when the
+        payload is empty [MQTT-3.3.1-10, MQTT-3.3.1-11]."""
+        key = bytes(r.tsrc[r.toff:r.toff + r.tn])
+        msgs = self.msgs
+        sysk = is_sys(key, 0, len(key))  # the broker's own: not limited, not saved
+        if not r.pn:
+            if msgs.pop(key, None) is not None:
+                if sysk:
+                    self.nsys -= 1
+                elif self.disk is not None:
+                    self.disk.unretain(key)  # before the PUBACK / PUBREC
+            return
+        new = key not in msgs
+        if new and not sysk and len(msgs) - self.nsys >= self.lim.max_retained:
+            self.stats.dropped += 1
+            if self.log is not None:
+                self.log("retained message on %s not kept: max retained reached" % key.decode())
+            return
+        if publish_size(r.tn, r.pn, r.qos) > self.lim.max_frame:
+            return  # it could never be sent whole
+        pl = bytes(r.psrc[r.poff:r.poff + r.pn])
+        if not sysk and self.disk is not None:
+            self.disk.retain(key, r.qos, pl)  # before the PUBACK / PUBREC
+        msgs[key] = (r.qos, pl)
+        if sysk and new:
+            self.nsys += 1
+
+    def load(self, topic, qos, payload):
+        """A retained message back from the store."""
+        self.msgs[topic] = (qos, payload)
+
+    def matching(self, fb, fo, fn):
+        """The topics filter fb[fo:fo+fn] matches, as a list."""
+        out = []
+        for topic in self.msgs:
+            if match_span(fb, fo, fn, topic, 0, len(topic)):
+                out.append(topic)
+        return out

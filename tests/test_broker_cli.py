@@ -1,0 +1,217 @@
+# The broker's command line and its users-file tool, as a user meets them:
+# each bad input is refused in one line with a non-zero status and no
+# traceback; --help shows every default; docs/broker.md's tables agree with
+# broker_limits; a file broker_passwd writes lets exactly its users in.
+import os
+import re
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from umqtt3 import broker_cli
+from umqtt3.broker_limits import Limits
+from umqtt3.broker_passwd import read_users, update
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NAMES = broker_cli.NAMES
+
+
+def desktop():
+    return dict(broker_cli.DESKTOP)
+
+
+ENV = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "lib"))
+
+
+def run(module, *args, timeout=20):
+    return subprocess.run([sys.executable, "-m", module] + list(args), capture_output=True,
+                          text=True, env=ENV, timeout=timeout)
+
+
+def refused(r, words):
+    assert r.returncode != 0, r
+    assert "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert words in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def busy_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    yield s.getsockname()[1]
+    s.close()
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--port", "70000"], "--port"),
+    (["--port", "-1"], "--port"),
+    (["--port", "http"], "--port"),
+    (["--host", "bad..host", "--port", "0"], "--host bad..host"),
+    (["--host", "nosuch.invalid", "--port", "0"], "--host nosuch.invalid"),
+    (["--host", "192.0.2.1", "--port", "0"], "--host 192.0.2.1"),
+    (["--max-clients", "0"], "--max-clients"),
+    (["--max-queued", "-5"], "--max-queued"),
+    (["--max-packet", "big"], "--max-packet"),
+    (["--connect-timeout", "-1", "--port", "0"], "--connect-timeout"),
+    (["--users", "/nonexistent/users", "--port", "0"], "--users /nonexistent/users"),
+    (["--no-such-flag"], "--no-such-flag"),
+])
+def test_bad_input_refused_in_one_line(args, words):
+    refused(run("umqtt3.broker", *args), words)
+
+
+def test_port_in_use(busy_port):
+    refused(run("umqtt3.broker", "--port", str(busy_port)), "port %d" % busy_port)
+
+
+def test_users_file_unreadable_or_malformed(tmp_path):
+    bad = tmp_path / "users"
+    bad.write_text("alice:x\njust-a-name\n")
+    refused(run("umqtt3.broker", "--users", str(bad), "--port", "0"), "users:2")
+    refused(run("umqtt3.broker", "--users", str(tmp_path), "--port", "0"), "--users")
+
+
+def test_store_unusable(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("")
+    refused(run("umqtt3.broker", "--store", str(f), "--port", "0"), "--store")
+    refused(run("umqtt3.broker", "--store", str(f / "sub"), "--port", "0"), "--store")
+
+
+def test_limits_sum_refused():
+    refused(run("umqtt3.broker", "--max-inflight", "60000", "--max-queued", "6000",
+                "--port", "0"), "max_inflight + max_queued")
+
+
+def test_help_shows_every_default():
+    r = run("umqtt3.broker", "--help")
+    assert r.returncode == 0
+    text = " ".join(r.stdout.split())
+    for name in NAMES:
+        assert re.search(r"%s N .*?\(default %d\)" % (broker_cli.flag(name), desktop()[name]),
+                         text), name
+    for f in ("--host", "--port", "--users", "--store", "--queue-qos0", "--allow-anonymous"):
+        assert f in text
+
+
+def test_every_limit_is_a_flag_with_help():
+    limits = sorted(k for k in dir(Limits) if not k.startswith("_") and k != "queue_qos0")
+    assert sorted(NAMES) == limits  # the profile names every limit, once
+    assert sorted(broker_cli.HELP) == limits
+    a = broker_cli.parser().parse_args([])
+    lim = broker_cli.limits(a)
+    for name in NAMES:
+        assert getattr(lim, name) == desktop()[name]
+    assert Limits().max_clients != lim.max_clients  # the device profile is its own
+
+
+def _table(doc, first_col):
+    rows = {}
+    for line in open(os.path.join(ROOT, "docs", doc)).read().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(cells) >= 2:
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_docs_flag_table_matches_limits():
+    # docs/broker.md, "Running it": `--flag` | desktop default | meaning
+    rows = _table("broker.md", "flag")
+    prof = desktop()
+    for name in NAMES:
+        key = "`%s`" % broker_cli.flag(name)
+        assert key in rows, key
+        assert rows[key][0] == str(prof[name]), (key, rows[key][0], prof[name])
+
+
+def test_docs_limits_table_matches_device_defaults():
+    # docs/broker.md, "Limits": `name` | device default | when it is hit
+    rows = _table("broker.md", "limit")
+    for name in NAMES:
+        key = "`%s`" % name
+        assert key in rows, key
+        assert rows[key][0] == str(getattr(Limits, name)), (key, rows[key][0])
+
+
+def test_limits_refuse_zero_and_unknown():
+    with pytest.raises(ValueError):
+        Limits(max_clients=0)
+    with pytest.raises(ValueError):
+        Limits(max_client=3)
+    assert Limits(txsize=0, max_packet=2048).tx == 2048
+
+
+# ---------------------------------------------------------------- broker_passwd
+
+def test_passwd_add_update_delete(tmp_path):
+    f = str(tmp_path / "users")
+    assert run("umqtt3.broker_passwd", "-b", f, "alice", "one").returncode == 0
+    assert run("umqtt3.broker_passwd", "-b", f, "bob", "two").returncode == 0
+    first = read_users(f)[b"alice"]
+    assert first.startswith(b"$sha256$") and b"one" not in first
+    assert run("umqtt3.broker_passwd", "-b", f, "alice", "three").returncode == 0
+    users = read_users(f)
+    assert sorted(users) == [b"alice", b"bob"] and users[b"alice"] != first
+    assert run("umqtt3.broker_passwd", "-D", f, "bob").returncode == 0
+    assert sorted(read_users(f)) == [b"alice"]
+    refused(run("umqtt3.broker_passwd", "-D", f, "bob"), "no user bob")
+
+
+def test_passwd_keeps_comments_and_plain_entries(tmp_path):
+    f = tmp_path / "users"
+    f.write_text("# gateway users\nnode:plain\n")
+    update(str(f), "alice", b"pw", rounds=2)
+    text = f.read_text()
+    assert text.startswith("# gateway users\nnode:plain\nalice:$sha256$2$")
+
+
+@pytest.mark.parametrize("args, words", [
+    (["-b", "F", "alice"], "-b"),
+    (["F", "alice", "pw"], "-b"),
+    (["-b", "F", "a:b", "pw"], "user"),
+    (["-b", "F", "", "pw"], "user"),
+    (["-b", "--rounds", "0", "F", "alice", "pw"], "--rounds"),
+    (["-b", "/nonexistent/dir/users", "alice", "pw"], "/nonexistent/dir/users"),
+    (["-b", "F", "alice", ""], "empty"),
+    (["-D", "/nonexistent/users", "alice"], "/nonexistent/users"),
+    ([], "required"),
+])
+def test_passwd_refusals(tmp_path, args, words):
+    args = [str(tmp_path / "users") if a == "F" else a for a in args]
+    refused(run("umqtt3.broker_passwd", *args), words)
+
+
+def test_broker_lets_in_exactly_the_users_of_the_file(tmp_path):
+    from umqtt3.broker import Broker
+    f = str(tmp_path / "users")
+    assert run("umqtt3.broker_passwd", "-b", f, "alice", "s3cret").returncode == 0
+    b = Broker(port=None, users=read_users(f), sys_interval=0)
+    try:
+        ok = _connect(b, "alice", "s3cret")
+        bad = _connect(b, "alice", "wrong")
+        assert (ok, bad) == (0, 4)
+    finally:
+        b.close()
+
+
+def _connect(b, user, pw):
+    from umqtt3.transport import Pipe
+    from umqtt3.codec import encode_connect, Packet, decode
+    a, end = Pipe.pair()
+    b.attach(end)
+    buf = bytearray(128)
+    n = encode_connect(buf, 0, b"c", 4, True, 0, user=user, password=pw)
+    a.write(buf, 0, n)
+    for _ in range(5):
+        b.poll_once(0)
+    got = bytearray(4)
+    a.readinto(got, 4)
+    p = Packet(4)
+    decode(p, got, 0, 4)
+    return p.rc
