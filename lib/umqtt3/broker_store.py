@@ -22,7 +22,8 @@
 # k is a small number reused when freed, so there are at most max_retained
 # r files, and max_sessions s<k> directories of at most max_inflight +
 # max_queued + max_qos2_in + 1 files each.
-from .store import FileStore, OSFiles, _frame, _unframe, _refuse_fat
+from .store import (FileStore, OSFiles, frame as _frame, unframe as _unframe,
+                    refuse_fat as _refuse_fat)
 from .broker_session import Session
 
 _TAG_END = 0x3FFFFFFF  # tags stay small ints on MicroPython, and fit a record

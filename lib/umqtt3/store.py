@@ -26,7 +26,7 @@
 # implement the same interface over their in-flight ring, and a persistent
 # session writes through to a FileStore of its own (broker_store.py).
 #
-# The file layer (OSFiles, _refuse_fat) uses os and vfs directly: they are
+# The file layer (OSFiles, refuse_fat) uses os and vfs directly: they are
 # the same modules on MicroPython and CPython; only fsync and rename differ,
 # and those come from compat.
 from .compat import copy, fsync, fsync_dir, replace
@@ -163,7 +163,8 @@ _MAGIC = 0x55  # 'U'
 _KEY_MAX = 0xFFFFFFFE  # stored as key + 1 in 32 bits; -1 ("no key") stores 0
 
 
-def _frame(seq, key, body):
+def frame(seq, key, body):
+    # one record (public: the broker's store frames its records the same way)
     # magic, 4-byte seq, 4-byte key (+1, so -1 "no key" stores 0), body, CRC-32
     import binascii
     if key < -1 or key > _KEY_MAX:
@@ -181,7 +182,7 @@ def _frame(seq, key, body):
     return b
 
 
-def _unframe(b):
+def unframe(b):
     """(seq, key, body) or None for a torn or corrupt record."""
     import binascii
     if len(b) < 13 or b[0] != _MAGIC:
@@ -248,7 +249,7 @@ class FileStore:
         self.keep_last = keep_last
         self.fs.mkdir(path)
         if not allow_fat:
-            _refuse_fat(path)
+            refuse_fat(path)
         self.out = {}  # pid -> [seq, state, key]
         self.inb = {}  # pid -> state ('u' or 'd')
         self.nseq = 0
@@ -277,9 +278,9 @@ class FileStore:
         if len(self.out) + len(self.inb) >= self.max:
             raise StoreFull()
         k = -1 if key is None else key
-        self._next_seq()  # a key out of range: _frame raises, nothing written
+        self._next_seq()  # a key out of range: frame raises, nothing written
         self.fs.write(self._p(self._oname(self.nseq, "p")),
-                      _frame(self.nseq, k, bytes(buf[off:off + n])))
+                      frame(self.nseq, k, bytes(buf[off:off + n])))
         self.fs.sync_dir(self.dir)
         self.out[pid] = [self.nseq, "p", k]
         if k > self.last_key:
@@ -313,7 +314,7 @@ class FileStore:
         if len(self.out) + len(self.inb) >= self.max:
             raise StoreFull()
         self._next_seq()  # arrival order, for handing them over again
-        self.fs.write(self._p("i%05d.u" % pid), _frame(self.nseq, key, bytes(buf[off:off + n])))
+        self.fs.write(self._p("i%05d.u" % pid), frame(self.nseq, key, bytes(buf[off:off + n])))
         self.fs.sync_dir(self.dir)
         self.inb[pid] = "u"
 
@@ -356,7 +357,7 @@ class FileStore:
                 data = self.fs.read(path)
             except OSError:
                 continue  # unreadable now: not proof of a torn write
-            rec = _unframe(data)
+            rec = unframe(data)
             if rec is None:
                 self.fs.remove(path)  # torn by a reset mid-write: never sent
                 continue
@@ -410,7 +411,7 @@ def _publish_pid(pkt):
     return (pkt[i] << 8) | pkt[i + 1]
 
 
-def _refuse_fat(path):
+def refuse_fat(path):
     # FAT is not power-loss safe: a reset during a write can corrupt the
     # directory. Refuse unless the caller opts in (allow_fat=True).
     try:

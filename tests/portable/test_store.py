@@ -230,7 +230,7 @@ def test_file_out_lifecycle():
         assert _files(d) == ["last"]
         assert not s.out_has(3) and s.out_count() == 0
         assert s.accepted(0) and not s.accepted(1)
-        rec = store_mod._unframe(_read(d + "/last"))
+        rec = store_mod.unframe(_read(d + "/last"))
         assert rec == (1, 0, p)
     finally:
         _cleanup(d)
@@ -447,7 +447,7 @@ def test_file_recover_drops_torn_and_corrupt():
         full = _read(d + "/o00000002.p")
         for cut in range(len(full)):
             _write(d + "/o00000002.p", full[:cut])
-            assert store_mod._unframe(full[:cut]) is None
+            assert store_mod.unframe(full[:cut]) is None
         bad = bytearray(_read(d + "/o00000003.p"))
         bad[12] ^= 0x20
         _write(d + "/o00000003.p", bad)
@@ -493,13 +493,13 @@ def test_file_v5_publish_pid():
 
 def test_frame_roundtrip():
     for key in (-1, 0, 1, 0x7FFFFFFE):
-        b = store_mod._frame(0x01020304, key, b"body")
+        b = store_mod.frame(0x01020304, key, b"body")
         assert len(b) == 9 + 4 + 4
-        assert store_mod._unframe(b) == (0x01020304, key, b"body")
-    assert store_mod._unframe(b"") is None
-    b = bytearray(store_mod._frame(1, 1, b"x"))
+        assert store_mod.unframe(b) == (0x01020304, key, b"body")
+    assert store_mod.unframe(b"") is None
+    b = bytearray(store_mod.frame(1, 1, b"x"))
     b[0] = 0
-    assert store_mod._unframe(b) is None
+    assert store_mod.unframe(b) is None
 
 
 class _FakeVfs:
@@ -513,7 +513,7 @@ class _FakeVfs:
 
 def test_file_refuses_fat():
     d = _tmpdir()
-    fat = type("VfsFat", (), {})()  # _refuse_fat goes by the class name
+    fat = type("VfsFat", (), {})()  # refuse_fat goes by the class name
     old = sys.modules.get("vfs")
     sys.modules["vfs"] = _FakeVfs(fat)
     try:
