@@ -54,11 +54,11 @@ RUN_MJS = os.path.join(REPO, "tools", "mp", "run.mjs")
 WASM_PKG = os.path.join(REPO, "node_modules", "@micropython", "micropython-webassembly-pyscript")
 
 # Listed bottom layer first (see docs); any other module found is appended.
-ORDER = ["compat", "codec", "topic", "props", "flow", "store", "transport",
-         "client", "aio", "broker", "__init__"]
+ORDER = ["compat", "codec", "topic", "props", "flow", "memstore", "store", "conn",
+         "transport", "client", "aio", "broker", "__init__"]
 # What a sensor node needs to talk MQTT: the fair comparison with umqtt.simple.
-# what `from umqtt3.client import MQTTClient` loads (MemoryStore lives in store.py)
-CLIENT_SET = ["compat", "codec", "topic", "flow", "store", "transport", "client"]
+# what `from umqtt3.client import MQTTClient` and its default MemoryStore load
+CLIENT_SET = ["compat", "codec", "topic", "flow", "memstore", "conn", "client"]
 # CPython's half of compat: compiled (so --check covers it) but never imported
 # on a device, so it has no import RAM and is left out of the sets.
 CPYTHON_ONLY = ["compat/cpython"]
@@ -303,8 +303,8 @@ async def main():
             from umqtt3.client import MQTTClient
             if store == "file":
                 from umqtt3.store import FileStore
-            elif store == "none":
-                from umqtt3.store import MemoryStore
+            else:
+                from umqtt3.memstore import MemoryStore
         elif kind == "simple":
             from umqtt.simple import MQTTClient
         else:
@@ -318,8 +318,6 @@ async def main():
             kw = {}
             if store == "file":
                 kw["store"] = FileStore("/mq")
-            elif store == "none":
-                kw["store"] = MemoryStore(0, 0, 0)
             c = MQTTClient("node1", "peer", keepalive=60, level=level, connect_link=link, **kw)
         else:
             c = MQTTClient("node1", "peer", keepalive=60)
@@ -484,12 +482,10 @@ def function_sizes(cmd, path, name, tmp):
 
 # (label, kind, protocol level, store, the umqtt3 modules it loads)
 CONFIGS = [
-    ("umqtt3, QoS 0/1/2, MemoryStore (default)", "umqtt3", 4, "memory",
-     ["compat", "codec", "topic", "flow", "store", "transport", "client"]),
+    ("umqtt3, QoS 0/1/2, MemoryStore (default)", "umqtt3", 4, "memory", CLIENT_SET),
     ("umqtt3, QoS 2, FileStore", "umqtt3", 4, "file",
-     ["compat", "codec", "topic", "flow", "store", "transport", "client"]),
-    ("umqtt3, MQTT 5, MemoryStore", "umqtt3", 5, "memory",
-     ["compat", "codec", "topic", "flow", "store", "transport", "client", "props"]),
+     ["compat", "codec", "topic", "flow", "store", "conn", "client"]),
+    ("umqtt3, MQTT 5, MemoryStore", "umqtt3", 5, "memory", CLIENT_SET + ["props"]),
 ]
 
 

@@ -11,9 +11,8 @@ from .codec import (Packet, MQTTError, decode, encode_connect, encode_simple,
                     encode_subscribe, encode_unsubscribe, encode_disconnect,
                     CONNACK, PUBLISH, PUBACK, PUBREL, PUBCOMP, SUBACK, UNSUBACK, PINGREQ,
                     PINGRESP, DISCONNECT)
-from .transport import Conn, Closed
+from .conn import Conn, Closed
 from .flow import Flow, Busy
-from .store import MemoryStore
 
 _DOWN = 0
 _CONNACK = 1
@@ -34,9 +33,14 @@ class MQTTClient:
         self.ssl = ssl
         self.ssl_params = ssl_params or {}
         self.level = level
-        # inbound: room for the QoS 2 messages a broker sends before our
-        # PUBRECs reach it (mosquitto's default limit is 20 per client)
-        self.store = store or MemoryStore(window, bufsize, 32)
+        if store is None:
+            # loaded only when used: a FileStore client never loads it.
+            # A pool of 2 KB for the window; inbound: room for the QoS 2
+            # messages a broker sends before our PUBRECs reach it
+            # (mosquitto's default limit is 20 per client)
+            from .memstore import MemoryStore
+            store = MemoryStore(window, 2048 // window, 32)
+        self.store = store
         self.flow = Flow(self.store, self, window, level)
         self.bufsize = bufsize
         self.reconnect = reconnect

@@ -1,7 +1,7 @@
 # umqtt3.flow -- QoS 1 and 2 for one side of a connection, free of I/O.
 #
 # MQTT's PUBLISH flows are symmetric, so the client and each broker session
-# use the same machine: it encodes what must be sent into a transport.Conn's
+# use the same machine: it encodes what must be sent into a conn.Conn's
 # tx buffer and keeps what must survive a reset in a store (umqtt3.store).
 # The ordering rules are the store's contract: a QoS 1/2 PUBLISH is stored
 # before its first send, PUBREC is recorded before PUBREL goes out, an
@@ -26,6 +26,14 @@ class Busy(MQTTError):
 
     def __init__(self, reason):
         super().__init__(reason, 0x97)
+
+
+class StoreFull(MQTTError):
+    """Refused: the store has no room. Nothing already stored is lost.
+    (Raised by the stores, MemoryStore and FileStore.)"""
+
+    def __init__(self):
+        super().__init__("store full", 0x97)
 
 
 def send_stored(store, conn, start, end, pid, key=None):

@@ -18,9 +18,10 @@
 #   accepted(key)                   was a publish with this key ever stored?
 #                                   (keys increase: sequence numbers)
 #
-# MemoryStore holds preallocated slots (no allocation per message, nothing
-# survives a reset). FileStore keeps one small CRC-framed file per message, as
-# littlefs handles small files and atomic renames well (docs/store.md).
+# MemoryStore (umqtt3.memstore, the client's default) holds one preallocated
+# pool (no allocation per message, nothing survives a reset). FileStore keeps
+# one small CRC-framed file per message, as littlefs handles small files and
+# atomic renames well (docs/store.md).
 #
 # Both are made for one client. The broker's sessions (broker_session.py)
 # implement the same interface over their in-flight ring, and a persistent
@@ -29,130 +30,8 @@
 # The file layer (OSFiles, refuse_fat) uses os and vfs directly: they are
 # the same modules on MicroPython and CPython; only fsync and rename differ,
 # and those come from compat.
-from .compat import copy, fsync, fsync_dir, replace
-from .codec import MQTTError
-
-
-class StoreFull(MQTTError):
-    """Refused: the store has no room. Nothing already stored is lost."""
-
-    def __init__(self):
-        super().__init__("store full", 0x97)
-
-
-class MemoryStore:
-    def __init__(self, slots=8, slot_size=256, inbound=8):
-        self.size = slot_size
-        self.data = bytearray(slots * slot_size)
-        self.pid = [0] * slots  # 0: free
-        self.len = [0] * slots
-        self.state = bytearray(slots)  # 'p' or 'r'
-        self.seq = [0] * slots
-        self.key = [0] * slots
-        self.nseq = 0
-        self.last_key = -1
-        self.inpid = [0] * inbound
-
-    def _slot(self, pid):
-        p = self.pid
-        for i in range(len(p)):
-            if p[i] == pid:
-                return i
-        return -1
-
-    def out_add(self, pid, key, buf, off, n):
-        i = self._slot(0)
-        if i < 0 or n > self.size:
-            raise StoreFull()
-        copy(self.data, i * self.size, buf, off, n)
-        self.pid[i] = pid
-        self.len[i] = n
-        self.state[i] = 0x70  # 'p'
-        self.nseq += 1
-        if self.nseq >= 0x20000000:
-            self._renumber()  # stay a small int: no allocation per message
-        self.seq[i] = self.nseq
-        if key is None:
-            self.key[i] = -1  # not the key of the slot's previous message
-        else:
-            self.key[i] = key
-            if key > self.last_key:
-                self.last_key = key
-
-    def _renumber(self):
-        # once per 2**29 messages: the live slots keep their order from 1 up
-        live = sorted((self.seq[i], i) for i in range(len(self.pid)) if self.pid[i])
-        for n, (_, i) in enumerate(live):
-            self.seq[i] = n + 1
-        self.nseq = len(live) + 1
-
-    def out_rel(self, pid):
-        i = self._slot(pid)
-        if i >= 0:
-            self.state[i] = 0x72  # 'r'
-
-    def out_del(self, pid):
-        i = self._slot(pid)
-        if i >= 0:
-            self.pid[i] = 0
-
-    def out_has(self, pid):
-        return self._slot(pid) >= 0
-
-    def out_count(self):
-        n = 0
-        for p in self.pid:
-            if p:
-                n += 1
-        return n
-
-    def out_get(self, pid):
-        """(state, offset, length) of pid's packet in self.data; allocates a
-        tuple, used on resend only."""
-        i = self._slot(pid)
-        return self.state[i], i * self.size, self.len[i]
-
-    def in_add(self, pid, buf, off, n):
-        p = self.inpid
-        for i in range(len(p)):
-            if not p[i]:
-                p[i] = pid
-                return
-        raise StoreFull()
-
-    def in_done(self, pid):
-        pass  # delivered at once; nothing survives a reset anyway
-
-    def in_has(self, pid):
-        for p in self.inpid:
-            if p == pid:
-                return True
-        return False
-
-    def in_del(self, pid):
-        p = self.inpid
-        for i in range(len(p)):
-            if p[i] == pid:
-                p[i] = 0
-
-    def in_clear(self):
-        # the broker lost the session: held inbound ids mean nothing now
-        p = self.inpid
-        for i in range(len(p)):
-            p[i] = 0
-
-    def recover(self):
-        r = []
-        for i in range(len(self.pid)):
-            if self.pid[i]:
-                o = i * self.size
-                r.append((self.seq[i], self.pid[i], chr(self.state[i]), self.key[i],
-                          bytes(self.data[o:o + self.len[i]])))
-        r.sort()
-        return [x[1:] for x in r]
-
-    def accepted(self, key):
-        return key <= self.last_key
+from .compat import fsync, fsync_dir, replace
+from .flow import StoreFull
 
 
 # ----------------------------------------------------------------- on flash

@@ -13,7 +13,8 @@ except ImportError:
     os = None
 
 from umqtt3 import store as store_mod
-from umqtt3.store import MemoryStore, FileStore, StoreFull
+from umqtt3.memstore import MemoryStore
+from umqtt3.store import FileStore, StoreFull
 from umqtt3.codec import encode_publish, MQTTError
 
 try:
@@ -160,6 +161,20 @@ def test_memory_message_larger_than_a_slot():
     s = MemoryStore(slots=2, slot_size=16)
     _raises(StoreFull, _add, s, 1, None, b"x" * 40)
     assert s.out_count() == 0
+
+
+def test_memory_pool_takes_any_size_that_fits():
+    # one pool of slots * slot_size bytes: a message larger than a slot fits
+    # while the pool has room, and the room comes back when it is acked
+    s = MemoryStore(slots=4, slot_size=32)  # 128 bytes
+    big = _add(s, 1, key=0, msg=b"x" * 60)
+    small = _add(s, 2, key=1, msg=b"y")
+    _raises(StoreFull, _add, s, 3, 2, b"z" * 60)  # 60 more do not fit
+    s.out_del(1)  # the first one goes: the second moves down
+    third = _add(s, 3, key=2, msg=b"z" * 60)
+    r = s.recover()
+    assert [x[0] for x in r] == [2, 3] and r[0][3] == small and r[1][3] == third, r
+    assert len(big) > 32
 
 
 def test_memory_recover_in_send_order():
