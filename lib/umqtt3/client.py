@@ -396,7 +396,11 @@ class MQTTClient:
             sleep_ms(1)
 
     def _io(self, timeout_ms):
+        # Handles what arrives until timeout_ms has passed, at least one
+        # packet when one is there; a peer that keeps sending cannot hold
+        # poll() longer: the rest waits in the socket for the next call.
         c = self.conn
+        start = ticks_ms()
         if self.poller is not None and timeout_ms:
             for obj, ev in self.poller.ipoll(timeout_ms):
                 if ev & (POLLERR | POLLHUP) and not ev & POLLIN:
@@ -426,6 +430,8 @@ class MQTTClient:
                 return handled
             if c.tlen > len(c.tx) >> 1:
                 self._send()  # acks pile up while a long burst is read
+            if ticks_diff(ticks_ms(), start) > timeout_ms:
+                break
             n = c.recv()
         if c.tlen:
             self._send()
