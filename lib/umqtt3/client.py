@@ -5,8 +5,8 @@
 # is queued, send PINGREQ when idle, notice a dead link and reconnect when
 # the backoff allows. The blocking calls (connect, publish at QoS 1/2,
 # subscribe, wait_msg) loop on poll() until their answer or a timeout.
-from .compat import (ticks_ms, ticks_add, ticks_diff, sleep_ms, socket, poll,
-                     link, nodelay, POLLIN, POLLOUT, POLLERR, POLLHUP, MICROPYTHON)
+from .compat import (ticks_ms, ticks_add, ticks_diff, sleep_ms, poll, link, dial,
+                     POLLIN, POLLOUT, POLLERR, POLLHUP)
 from .codec import (Packet, MQTTError, decode, encode_connect, encode_simple,
                     encode_subscribe, encode_unsubscribe, encode_disconnect,
                     CONNACK, PUBLISH, PUBACK, PUBREL, PUBCOMP, SUBACK, UNSUBACK, PINGREQ,
@@ -105,17 +105,52 @@ class MQTTClient:
         self._wait(_UP, timeout_ms)
         return self.session_present
 
-    def connect_start(self, clean_session=True):
-        """Open the connection and send CONNECT; poll() takes it from there
-        (is_connected() once CONNACK accepted it). Used by connect() and aio."""
+    def connect_start(self, clean_session=True, sock=None):
+        """Open the connection (on sock, when the caller connected one) and
+        send CONNECT; poll() takes it from there (is_connected() once
+        CONNACK accepted it). Used by connect() and aio."""
         self.clean = clean_session
         self.tries = 0
         self.reconnect = self.auto
         try:
-            self._open()
+            self._open(sock)
         except Exception:
             self._close()  # no half-open socket left behind
             raise
+
+    # For a driver that dials by itself (umqtt3.aio): what poll() would do
+    # when the connection is down, in steps.
+    def is_open(self):
+        """A connection exists (CONNACK may still be awaited)."""
+        return self.state != _DOWN
+
+    def reopen(self, sock):
+        """A reconnect attempt on sock, connected by the caller."""
+        try:
+            self._open(sock)
+        except OSError:
+            self._lost()
+
+    def dropped(self):
+        """A reconnect attempt failed before reopen(): back off."""
+        self._lost()
+
+    def next_deadline(self):
+        """Milliseconds until poll() has something to do even if nothing
+        arrives: a reconnect attempt, the CONNACK timeout, a PINGREQ or the
+        PINGRESP limit; 60000 when nothing is due."""
+        now = ticks_ms()
+        st = self.state
+        if st == _DOWN:
+            t = ticks_diff(self.retry_at, now) if self.reconnect else 60000
+        elif st == _CONNACK:
+            t = self.timeout_ms - ticks_diff(now, self.connect_started)
+        elif self.keepalive:
+            t = self.keepalive * 1000 - ticks_diff(now, self.last_tx if self.ping_at is None
+                                                   else self.ping_at) + 1
+        else:
+            t = 60000
+        return max(0, min(t, 60000))
 
     def disconnect(self):
         self.reconnect = False
@@ -294,21 +329,15 @@ class MQTTClient:
             raise OSError(107, "not connected")
         return self.conn
 
-    def _open(self):
+    def _open(self, sock=None):
+        # a new connection: sock already connected (the asyncio driver dials
+        # its own), else dialled here, blocking
         self._close()
         if self.connect_link:
             lk = self.connect_link()
         else:
-            ai = socket.getaddrinfo(self.server, self.port, 0, socket.SOCK_STREAM)[0]
-            s = socket.socket(ai[0], socket.SOCK_STREAM, ai[2])
+            s = sock or dial(self.server, self.port, self.ssl, self.ssl_params, self.timeout_ms)
             self.sock = s
-            if not MICROPYTHON:
-                s.settimeout(self.timeout_ms / 1000)
-            s.connect(ai[-1])
-            nodelay(s)  # one write per packet, no Nagle stall on QoS 1
-            if self.ssl:
-                s = self._tls(s)
-                self.sock = s
             s.setblocking(False)
             lk = link(s)
             self.poller = poll()
@@ -327,18 +356,6 @@ class MQTTClient:
         self.pkt.level = self.level
         self._send()
         self.connect_started = ticks_ms()
-
-    def _tls(self, s):
-        ctx = self.ssl
-        if ctx is True:
-            import ssl
-            if MICROPYTHON:
-                ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-                # documented for MicroPython's SSLContext, missing from its stubs
-                ctx.verify_mode = ssl.CERT_NONE  # type: ignore[attr-defined]
-            else:
-                ctx = ssl.create_default_context()
-        return ctx.wrap_socket(s, server_hostname=self.server, **self.ssl_params)
 
     def _close(self):
         c = self.conn
