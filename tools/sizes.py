@@ -485,7 +485,7 @@ CONFIGS = [
     ("umqtt3, QoS 0/1/2, MemoryStore (default)", "umqtt3", 4, "memory", CLIENT_SET),
     ("umqtt3, QoS 2, FileStore", "umqtt3", 4, "file",
      ["compat", "codec", "topic", "flow", "store", "conn", "client"]),
-    ("umqtt3, MQTT 5, MemoryStore", "umqtt3", 5, "memory", CLIENT_SET + ["props"]),
+    ("umqtt3, MQTT 5, MemoryStore", "umqtt3", 5, "memory", CLIENT_SET + ["props", "client5"]),
 ]
 
 

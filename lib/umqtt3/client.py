@@ -10,7 +10,7 @@ from .compat import (ticks_ms, ticks_add, ticks_diff, sleep_ms, poll, link, dial
 from .codec import (Packet, MQTTError, decode, encode_connect, encode_simple,
                     encode_subscribe, encode_unsubscribe, encode_disconnect,
                     CONNACK, PUBLISH, PUBACK, PUBREL, PUBCOMP, SUBACK, UNSUBACK, PINGREQ,
-                    PINGRESP, DISCONNECT)
+                    PINGRESP, DISCONNECT, AUTH)
 from .conn import Conn, Closed
 from .flow import Flow, Busy
 
@@ -23,7 +23,8 @@ class MQTTClient:
     def __init__(self, client_id, server, port=0, user=None, password=None,
                  keepalive=0, ssl=None, ssl_params=None, level=4, store=None,
                  window=8, bufsize=1024, reconnect=False, timeout_ms=5000,
-                 backoff_ms=(500, 30000), connect_link=None):
+                 backoff_ms=(500, 30000), connect_link=None, session_expiry=None,
+                 auth=None):
         self.client_id = client_id
         self.server = server
         self.port = port or (8883 if ssl else 1883)
@@ -33,6 +34,8 @@ class MQTTClient:
         self.ssl = ssl
         self.ssl_params = ssl_params or {}
         self.level = level
+        self.session_expiry = session_expiry  # MQTT 5: seconds, None: see client5
+        self.auth = auth  # MQTT 5: (method, data, f(data) -> reply data) or None
         if store is None:
             # loaded only when used: a FileStore client never loads it.
             # A pool of 2 KB for the window; inbound: room for the QoS 2
@@ -53,6 +56,12 @@ class MQTTClient:
         self.sync = None  # () -> None, made durable what deliver() took
         self.unsynced = False
         self.lw = None
+        self.on_ack = None  # f(pid, reason code) when a QoS 1/2 publish completes
+        self.ack_pid = self.ack_rc = 0  # the last completed publish
+        self.disconnect_rc = None  # MQTT 5: the reason code of a server's DISCONNECT
+        self.cur = None  # the packet being handed to the callback
+        self.aliases = None  # MQTT 5: topic -> Topic Alias property, per connection
+        self.answer_hook = None  # umqtt3.client5.request() waiting for its answer
         self.pkt = Packet(level)
         # one connection object for the client's life: buffers allocated once
         self.conn = Conn(None, bufsize, bufsize)
@@ -95,9 +104,17 @@ class MQTTClient:
         whole burst (group commit). None: acknowledge as soon as taken."""
         self.sync = f
 
-    def set_last_will(self, topic, msg, retain=False, qos=0):
+    def set_last_will(self, topic, msg, retain=False, qos=0, props=None):
+        """props (MQTT 5): the will's properties, e.g. {0x18: 30} for a Will
+        Delay Interval of 30 s."""
         assert 0 <= qos <= 2 and topic
-        self.lw = (topic, msg, qos, retain)
+        self.lw = (topic, msg, qos, retain, props)
+
+    def set_ack_callback(self, f):
+        """f(pid, reason_code) when a QoS 1/2 publish completes (PUBACK,
+        PUBCOMP) or is refused (MQTT 5: reason code 0x80 or more in PUBACK
+        or PUBREC). With wait=True a refusal raises MQTTError instead."""
+        self.on_ack = f
 
     def connect(self, clean_session=True, timeout_ms=None):
         """Connect and wait for CONNACK; returns the session-present flag."""
@@ -189,6 +206,16 @@ class MQTTClient:
             if up and not sent and c.space() < len(msg) + 64:
                 raise Busy("send buffer full")
         start = c.tlen
+        al = self.aliases
+        if al is not None and not qos and props is None:
+            # MQTT 5 topic alias: the topic once, then two bytes [MQTT-3.3.2-12]
+            # (QoS 0 only: a stored message may be resent on a connection
+            # that knows no alias)
+            props = al.get(topic)
+            if props is not None:
+                topic = b""
+            elif len(al) < self.flow.alias_max and len(al) < 8:
+                props = al[topic] = bytes((0x23, 0, len(al) + 1))
         try:
             pid = self.flow.publish(c, topic, msg, qos, retain, key, props)
         except MQTTError as e:
@@ -207,27 +234,40 @@ class MQTTClient:
             c.tlen = start  # stored: it goes out when the connection is back
         if qos and wait and not self.depth:
             self._wait_done(pid)
+            if self.ack_pid == pid and self.ack_rc >= 0x80:
+                raise MQTTError("publish refused", self.ack_rc)  # MQTT 5
         return pid
 
-    def subscribe(self, topic, qos=0):
-        """Subscribe and wait for SUBACK; returns the granted QoS."""
-        pid = self.subscribe_start(topic, qos)
+    def subscribe(self, topic, qos=0, no_local=False, retain_as_published=False,
+                  retain_handling=0, props=None):
+        """Subscribe and wait for SUBACK; returns the granted QoS. MQTT 5's
+        subscription options: no_local, retain_as_published, retain_handling
+        (0: send retained messages, 1: only for a new subscription, 2: not);
+        props, e.g. {0x0B: 7} for Subscription Identifier 7."""
+        pid = self.subscribe_start(topic, qos | no_local << 2 | retain_as_published << 3 |
+                                   retain_handling << 4, props)
         if self._request(pid) is None:
             return None  # from a callback: not waited for
         return self.subscribe_end(topic)
 
     def unsubscribe(self, topic):
-        self._request(self.unsubscribe_start(topic))
+        """MQTT 5: returns UNSUBACK's reason code (0x11: there was no such
+        subscription); raises MQTTError for a refusal."""
+        rc = self._request(self.unsubscribe_start(topic))
+        if rc is not None and rc >= 0x80:
+            raise MQTTError("unsubscribe refused", rc)
+        return rc
 
     # The halves of subscribe/unsubscribe, for callers that wait their own
     # way (umqtt3.aio): *_start sends and returns the packet id; the answer
     # has come when wait_pid no longer equals it.
-    def subscribe_start(self, topic, qos=0):
+    def subscribe_start(self, topic, qos=0, props=None):
+        # qos: the options byte (MQTT 5's options above bit 1)
         # as umqtt.simple: messages would have nowhere to go
         assert self.cb is not None, "set_callback() before subscribe()"
         c = self._up()
         pid = self.flow.new_pid()
-        c.tlen = encode_subscribe(c.tx, c.tlen, pid, topic, qos, self.level)
+        c.tlen = encode_subscribe(c.tx, c.tlen, pid, topic, qos, self.level, props)
         self.subs[topic] = qos
         self.req = topic  # asked again, same id, if the link drops first
         self.wait_pid = pid
@@ -242,6 +282,22 @@ class MQTTClient:
             del self.subs[topic]
             raise MQTTError("subscription refused", rc)
         return rc
+
+    def msg_props(self):
+        """MQTT 5: the properties of the message the callback is handling,
+        as a dict {id: value} (allocates; see umqtt3.client5.value_at for
+        reading them from a raw callback without allocating)."""
+        from .client5 import props_of
+        return props_of(self.cur)
+
+    def wait_for(self, done, timeout_ms=None):
+        """Run poll() until done() is true; OSError(110) after timeout_ms."""
+        t = self.timeout_ms if timeout_ms is None else timeout_ms
+        start = ticks_ms()
+        while not done():
+            if ticks_diff(ticks_ms(), start) > t:
+                raise OSError(110, "timed out")
+            self.poll(10)
 
     def unsubscribe_start(self, topic):
         c = self._up()
@@ -285,9 +341,14 @@ class MQTTClient:
             return
         # While the callback runs nothing is read (see _io): a nested read
         # would overwrite the packet being handled before it is acknowledged.
+        if self.answer_hook is not None:
+            from .client5 import take_answer
+            if take_answer(self, pkt):
+                return  # the answer request() waits for
         self.depth += 1
         self.redelivery = redelivered
         self.unsynced = True
+        self.cur = pkt
         try:
             if self.raw:
                 f(pkt, redelivered)
@@ -345,13 +406,14 @@ class MQTTClient:
             self.wmask = False
         c = self.conn
         c.link = lk
-        lw = self.lw or (None, b"", 0, False)
-        # MQTT 5 keeps a session only as long as Session Expiry says (absent:
-        # 0, none); a persistent session asks for "never expires"
-        props = b"\x11\xff\xff\xff\xff" if self.level == 5 and not self.clean else None
+        lw = self.lw or (None, b"", 0, False, None)
+        props = None
+        if self.level == 5:
+            from .client5 import connect_props
+            props = connect_props(self)
         c.tlen = encode_connect(c.tx, 0, self.client_id, self.level, self.clean,
                                 self.keepalive, self.user, self.pswd, lw[0], lw[1],
-                                lw[2], lw[3], props)
+                                lw[2], lw[3], props, lw[4])
         self.state = _CONNACK
         self.pkt.level = self.level
         self._send()
@@ -460,6 +522,10 @@ class MQTTClient:
         t = p.type
         c = self.conn
         if self.state == _CONNACK:
+            if t == AUTH and self.level == 5:
+                from .client5 import on_auth
+                on_auth(self, p)  # enhanced authentication before CONNACK
+                return
             if t != CONNACK:
                 raise MQTTError("expected CONNACK", 0x82)
             if p.rc:
@@ -469,8 +535,10 @@ class MQTTClient:
                 raise MQTTError("connection refused", p.rc)
             self.state = _UP
             self.tries = 0
-            if p.props_len:
-                self._connack_props(p)
+            if self.level == 5:
+                from .client5 import on_connack
+                on_connack(self, p)
+                self.aliases = {} if self.flow.alias_max else None
             self.ping_at = None
             self.session_present = p.session_present
             self._resume()
@@ -478,30 +546,32 @@ class MQTTClient:
         if t == PUBLISH:
             self.flow.on_publish(c, p)
         elif PUBACK <= t <= PUBCOMP:
-            self.flow.on_ack(c, p)
+            f = self.flow
+            f.on_ack(c, p)
             if t == PUBREL:
                 self.unsynced = True  # a store's release is durable before PUBCOMP
+            elif f.last_done == p.pid:
+                # a publish completed, or (MQTT 5) was refused
+                f.last_done = 0
+                self.ack_pid = p.pid
+                self.ack_rc = p.rc
+                if self.on_ack is not None:
+                    self.on_ack(p.pid, p.rc)
         elif t == SUBACK or t == UNSUBACK:
             if p.pid == self.wait_pid:
-                self.answer = c.rx[p.payload_off] if t == SUBACK and p.payload_len else 0
+                # SUBACK: the granted QoS or a refusal; MQTT 5 UNSUBACK too
+                self.answer = c.rx[p.payload_off] if t == SUBACK or self.level == 5 else 0
                 self.wait_pid = 0
         elif t == PINGRESP:
             self.ping_at = None
         elif t == DISCONNECT:
+            self.disconnect_rc = p.rc  # MQTT 5: why the server closes
             raise Closed("server sent DISCONNECT")
+        elif t == AUTH:
+            from .client5 import on_auth
+            on_auth(self, p)
         else:
             raise MQTTError("unexpected packet", 0x82)
-
-    def _connack_props(self, p):
-        # MQTT 5 CONNACK: the server's limits bind the client
-        from .props import get
-        b, o, n = p.buf, p.props_off, p.props_len
-        rm = get(b, o, n, 0x21)  # Receive Maximum [MQTT-3.3.4-7]
-        if rm and rm < self.flow.window:
-            self.flow.window = rm
-        ka = get(b, o, n, 0x13)  # Server Keep Alive [MQTT-3.2.2-21]
-        if ka is not None:
-            self.keepalive = ka
 
     def _resume(self):
         # A new connection: resend in-flight messages [MQTT-4.4.0-1],

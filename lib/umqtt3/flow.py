@@ -55,6 +55,9 @@ class Flow:
         self.max_pid = max_pid  # smaller only in tests, to make ids wrap
         self.pid = 0
         self.last_done = 0  # packet id whose flow completed last
+        # MQTT 5 limits the server set in CONNACK (the client's flow only)
+        self.max_packet = 0  # Maximum Packet Size, 0: none [MQTT-3.1.2-24]
+        self.alias_max = 0  # Topic Alias Maximum
 
     def new_pid(self):
         p = self.pid
@@ -77,6 +80,9 @@ class Flow:
         start = conn.tlen
         end = encode_publish(conn.tx, start, topic, msg, qos, pid, retain, False,
                              self.level, props)
+        if self.max_packet and end - start > self.max_packet:
+            # never sent to a server that would close on it [MQTT-3.1.2-24]
+            raise MQTTError("larger than the server's maximum packet size", 0x95)
         if len(conn.tx) - end < _RESERVE:
             # the last bytes are for acks and PINGREQ, which must always fit;
             # nothing is stored or queued yet
