@@ -121,6 +121,15 @@ def dotted(mod):
 # The WebAssembly port's gc.collect() only marks a collection as due: it runs
 # once control is back in JavaScript. So the probe is a coroutine the runner
 # awaits (mp_await), and every collect is followed by a yield.
+# A collection that has really run (see above), for both probes.
+COLLECT = """\
+async def collect():
+    gc.collect()
+    await asyncio.sleep(0)
+    gc.collect()
+    await asyncio.sleep(0)
+"""
+
 PROBE = """\
 import sys, gc, asyncio
 which = sys.argv[1]
@@ -129,12 +138,7 @@ if which.startswith("peer"):
     sys.path += ["/stubs", "/probe"]
     import usocket, machine, network, uasyncio
 
-async def collect():
-    gc.collect()
-    await asyncio.sleep(0)
-    gc.collect()
-    await asyncio.sleep(0)
-
+""" + COLLECT + """
 async def main():
     await collect()
     before = gc.mem_alloc()
@@ -269,7 +273,7 @@ STUBS = {
 }
 
 # Runs inside MicroPython. argv: kind (umqtt3, simple, mqtt_async), protocol
-# level, store (memory, file, none), the directory to import from. Prints
+# level, store (memory, file), the directory to import from. Prints
 # "RAM <import> <connected>": heap in use after the imports, and after
 # constructing, connecting, subscribing (QoS 1) and one QoS 1 publish.
 CONNECTED_PROBE = """\
@@ -289,12 +293,7 @@ def cb(topic, msg):
 def link():
     return peer
 
-async def collect():
-    gc.collect()
-    await asyncio.sleep(0)
-    gc.collect()
-    await asyncio.sleep(0)
-
+""" + COLLECT + """
 async def main():
     await collect()
     base = gc.mem_alloc()

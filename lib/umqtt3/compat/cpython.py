@@ -158,22 +158,6 @@ def tls_context(ctx):
     return ctx
 
 
-def dial(host, port, ctx, params, timeout_ms):
-    """Blocking TCP connect (+ TLS handshake), within timeout_ms."""
-    ai = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)[0]
-    s = socket.socket(ai[0], socket.SOCK_STREAM, ai[2])
-    try:
-        s.settimeout(timeout_ms / 1000)
-        s.connect(ai[-1])
-        nodelay(s)
-        if ctx:
-            s = tls_context(ctx).wrap_socket(s, server_hostname=host, **params)
-    except BaseException:
-        s.close()
-        raise
-    return s
-
-
 async def wait_io(sock, write, timeout_ms):
     """True once sock is readable (writable), False when timeout_ms has
     passed first; other tasks run meanwhile."""
