@@ -58,6 +58,7 @@ class MQTTClient:
         self.lw = None
         self.on_ack = None  # f(pid, reason code) when a QoS 1/2 publish completes
         self.ack_pid = self.ack_rc = 0  # the last completed publish
+        self.want = -1  # the packet id a waiting publish() waits for
         self.disconnect_rc = None  # MQTT 5: the reason code of a server's DISCONNECT
         self.cur = None  # the packet being handed to the callback
         self.aliases = None  # MQTT 5: topic -> Topic Alias property, per connection
@@ -509,7 +510,11 @@ class MQTTClient:
                 return handled
             if c.tlen > len(c.tx) >> 1:
                 self._send()  # acks pile up while a long burst is read
-            if ticks_diff(ticks_ms(), start) > timeout_ms:
+            if ticks_diff(ticks_ms(), start) > timeout_ms or \
+                    (self.ack_pid == self.want and not self.ssl):
+                # time is up, or the acknowledgement a waiting publish wants
+                # came: it returns without a read that would find nothing
+                # (on TLS a record may hold more, which poll() cannot see)
                 break
             n = c.recv()
         if c.tlen:
@@ -650,10 +655,14 @@ class MQTTClient:
 
     def _wait_done(self, pid):
         start = ticks_ms()
-        while self.store.out_has(pid):
-            if ticks_diff(ticks_ms(), start) > self.timeout_ms:
-                raise OSError(110, "no acknowledgement")
-            self.poll(10)
+        self.want = pid
+        try:
+            while self.store.out_has(pid):
+                if ticks_diff(ticks_ms(), start) > self.timeout_ms:
+                    raise OSError(110, "no acknowledgement")
+                self.poll(10)
+        finally:
+            self.want = -1
 
     def _request(self, pid):
         # SUBSCRIBE/UNSUBSCRIBE pid is sent (see *_start): wait for the answer
