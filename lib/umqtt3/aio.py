@@ -13,13 +13,46 @@ from .client import MQTTClient
 from .flow import Busy
 
 
+class Driven(MQTTClient):
+    """MQTTClient with the steps a driver that dials by itself needs: what
+    poll() does when the connection is down, and when it must run next.
+    Only the asyncio client loads them."""
+
+    def reopen(self, sock):
+        """A reconnect attempt on sock, connected by the caller."""
+        try:
+            self._open(sock)
+        except OSError:
+            self._lost()
+
+    def dropped(self):
+        """A reconnect attempt failed before reopen(): back off."""
+        self._lost()
+
+    def next_deadline(self):
+        """Milliseconds until poll() has something to do even if nothing
+        arrives: a reconnect attempt, the CONNACK timeout, a PINGREQ or the
+        PINGRESP limit; 60000 when nothing is due."""
+        now = ticks_ms()
+        if not self.is_open():
+            t = ticks_diff(self.retry_at, now) if self.reconnect else 60000
+        elif not self.is_connected():
+            t = self.timeout_ms - ticks_diff(now, self.connect_started)
+        elif self.keepalive:
+            t = self.keepalive * 1000 - ticks_diff(now, self.last_tx if self.ping_at is None
+                                                   else self.ping_at) + 1
+        else:
+            t = 60000
+        return max(0, min(t, 60000))
+
+
 class AsyncClient:
     """MQTTClient's constructor arguments; every network call is awaitable.
     `interval_ms`: how often to look while the link has no socket to wait
     on (connect_link, e.g. an in-memory pipe)."""
 
     def __init__(self, client_id, server, interval_ms=5, **kw):
-        self.c = MQTTClient(client_id, server, **kw)
+        self.c = Driven(client_id, server, **kw)
         self.interval = interval_ms
         self.runner = None  # the task in run(), woken by disconnect()
         self.stopping = False

@@ -136,39 +136,9 @@ class MQTTClient:
             self._close()  # no half-open socket left behind
             raise
 
-    # For a driver that dials by itself (umqtt3.aio): what poll() would do
-    # when the connection is down, in steps.
     def is_open(self):
         """A connection exists (CONNACK may still be awaited)."""
         return self.state != _DOWN
-
-    def reopen(self, sock):
-        """A reconnect attempt on sock, connected by the caller."""
-        try:
-            self._open(sock)
-        except OSError:
-            self._lost()
-
-    def dropped(self):
-        """A reconnect attempt failed before reopen(): back off."""
-        self._lost()
-
-    def next_deadline(self):
-        """Milliseconds until poll() has something to do even if nothing
-        arrives: a reconnect attempt, the CONNACK timeout, a PINGREQ or the
-        PINGRESP limit; 60000 when nothing is due."""
-        now = ticks_ms()
-        st = self.state
-        if st == _DOWN:
-            t = ticks_diff(self.retry_at, now) if self.reconnect else 60000
-        elif st == _CONNACK:
-            t = self.timeout_ms - ticks_diff(now, self.connect_started)
-        elif self.keepalive:
-            t = self.keepalive * 1000 - ticks_diff(now, self.last_tx if self.ping_at is None
-                                                   else self.ping_at) + 1
-        else:
-            t = 60000
-        return max(0, min(t, 60000))
 
     def disconnect(self):
         self.reconnect = False
@@ -236,7 +206,7 @@ class MQTTClient:
         if qos and wait and not self.depth:
             self._wait_done(pid)
             if self.ack_pid == pid and self.ack_rc >= 0x80:
-                raise MQTTError("publish refused", self.ack_rc)  # MQTT 5
+                raise MQTTError("refused", self.ack_rc)  # MQTT 5
         return pid
 
     def subscribe(self, topic, qos=0, no_local=False, retain_as_published=False,
@@ -256,7 +226,7 @@ class MQTTClient:
         subscription); raises MQTTError for a refusal."""
         rc = self._request(self.unsubscribe_start(topic))
         if rc is not None and rc >= 0x80:
-            raise MQTTError("unsubscribe refused", rc)
+            raise MQTTError("refused", rc)
         return rc
 
     # The halves of subscribe/unsubscribe, for callers that wait their own
@@ -266,22 +236,16 @@ class MQTTClient:
         # qos: the options byte (MQTT 5's options above bit 1)
         # as umqtt.simple: messages would have nowhere to go
         assert self.cb is not None, "set_callback() before subscribe()"
-        c = self._up()
-        pid = self.flow.new_pid()
-        c.tlen = encode_subscribe(c.tx, c.tlen, pid, topic, qos, self.level, props)
+        self._up()
         self.subs[topic] = qos
-        self.req = topic  # asked again, same id, if the link drops first
-        self.wait_pid = pid
-        self.answer = -1
-        self._send()
-        return pid
+        return self._start(topic, props)
 
     def subscribe_end(self, topic):
         """The granted QoS; raises if the broker refused the filter."""
         rc = self.answer
         if rc >= 0x80:
             del self.subs[topic]
-            raise MQTTError("subscription refused", rc)
+            raise MQTTError("refused", rc)
         return rc
 
     def msg_props(self):
@@ -291,25 +255,30 @@ class MQTTClient:
         from .client5 import props_of
         return props_of(self.cur)
 
-    def wait_for(self, done, timeout_ms=None):
-        """Run poll() until done() is true; OSError(110) after timeout_ms."""
-        t = self.timeout_ms if timeout_ms is None else timeout_ms
-        start = ticks_ms()
-        while not done():
-            if ticks_diff(ticks_ms(), start) > t:
-                raise OSError(110, "timed out")
-            self.poll(10)
-
     def unsubscribe_start(self, topic):
-        c = self._up()
-        pid = self.flow.new_pid()
-        c.tlen = encode_unsubscribe(c.tx, c.tlen, pid, topic, self.level)
+        self._up()
         self.subs.pop(topic, None)
-        self.req = topic
+        return self._start(topic, None)
+
+    def _start(self, topic, props):
+        pid = self.flow.new_pid()
+        self._ask(pid, topic, props)
+        self.req = topic  # asked again, same id, if the link drops first
         self.wait_pid = pid
         self.answer = -1
         self._send()
         return pid
+
+    def _ask(self, pid, topic, props=None):
+        # SUBSCRIBE for a filter in subs (with its options), else UNSUBSCRIBE
+        c = self.conn
+        if c.space() < len(topic) + 16:
+            self._drain()
+        if topic in self.subs:
+            c.tlen = encode_subscribe(c.tx, c.tlen, pid, topic, self.subs[topic], self.level,
+                                      props)
+        else:
+            c.tlen = encode_unsubscribe(c.tx, c.tlen, pid, topic, self.level)
 
     def check_msg(self):
         """Handle whatever has arrived, without waiting (umqtt.simple)."""
@@ -322,7 +291,7 @@ class MQTTClient:
         start = ticks_ms()
         while not self.poll(10):
             if timeout_ms is not None and ticks_diff(ticks_ms(), start) > timeout_ms:
-                raise OSError(110, "no message")
+                raise OSError(110, "timed out")
 
     # ---------------------------------------------------------- extras
     def accepted(self, key):
@@ -465,7 +434,7 @@ class MQTTClient:
         start = ticks_ms()
         while not self._send():
             if ticks_diff(ticks_ms(), start) > timeout_ms:
-                raise OSError(110, "send timed out")
+                raise OSError(110, "timed out")
             self._wait_io(10)
 
     def _wait_io(self, timeout_ms):
@@ -537,7 +506,7 @@ class MQTTClient:
                 # server unavailable / busy / quota / rate: try again later;
                 # any other refusal (version, id, credentials) is final
                 self.reconnect = self.reconnect and p.rc in (3, 0x88, 0x89, 0x97, 0x9F)
-                raise MQTTError("connection refused", p.rc)
+                raise MQTTError("refused", p.rc)
             self.state = _UP
             self.tries = 0
             if self.level == 5:
@@ -590,21 +559,11 @@ class MQTTClient:
         if pending is not None:
             # a SUBSCRIBE/UNSUBSCRIBE the old link cut off: ask again with
             # the same id, so the caller waiting on it gets its answer
-            if c.space() < len(pending) + 16:
-                self._drain()
-            if pending in self.subs:
-                c.tlen = encode_subscribe(c.tx, c.tlen, self.wait_pid, pending,
-                                          self.subs[pending], self.level)
-            else:
-                c.tlen = encode_unsubscribe(c.tx, c.tlen, self.wait_pid, pending, self.level)
+            self._ask(self.wait_pid, pending)
         if not sp:
             for topic in self.subs:
-                if topic == pending:
-                    continue
-                if c.space() < len(topic) + 16:
-                    self._drain()
-                c.tlen = encode_subscribe(c.tx, c.tlen, self.flow.new_pid(), topic,
-                                          self.subs[topic], self.level)
+                if topic != pending:
+                    self._ask(self.flow.new_pid(), topic)
         self._send()
         while self.redelivered:
             pid, body = self.redelivered[0]
@@ -659,7 +618,7 @@ class MQTTClient:
         try:
             while self.store.out_has(pid):
                 if ticks_diff(ticks_ms(), start) > self.timeout_ms:
-                    raise OSError(110, "no acknowledgement")
+                    raise OSError(110, "timed out")
                 self.poll(10)
         finally:
             self.want = -1
@@ -672,6 +631,6 @@ class MQTTClient:
         while self.wait_pid == pid:
             if ticks_diff(ticks_ms(), start) > self.timeout_ms:
                 self.wait_pid = 0
-                raise OSError(110, "no answer")
+                raise OSError(110, "timed out")
             self.poll(10)
         return self.answer

@@ -7,6 +7,7 @@
 # raw callback without allocating, with value_at() and props.get(); and
 # asks with request() for the answer to a request (response topic and
 # correlation data).
+from .compat import ticks_ms, ticks_diff
 from .props import TYPES, get, parse, encode, encode_auth, varint_end
 
 # property ids (MQTT 5.0 section 2.2.2.2)
@@ -132,7 +133,12 @@ def request(c, topic, msg, response_topic, timeout_ms=None, qos=1, corr=None):
     try:
         c.publish(topic, msg, qos=qos, props={_RESPONSE_TOPIC: response_topic,
                                               _CORRELATION: corr})
-        c.wait_for(lambda: ans.msg is not None, timeout_ms)
+        t = c.timeout_ms if timeout_ms is None else timeout_ms
+        start = ticks_ms()
+        while ans.msg is None:
+            if ticks_diff(ticks_ms(), start) > t:
+                raise OSError(110, "timed out")
+            c.poll(10)
     finally:
         c.answer_hook = None
     return ans.msg
