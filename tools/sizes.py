@@ -6,6 +6,7 @@
     python tools/sizes.py --check         only check that every module compiles with mpy-cross
     python tools/sizes.py --peer PATH     compare with umqtt/simple.py at PATH
     python tools/sizes.py --mqtt-as PATH  compare with mqtt_as.py / mqtt_async.py at PATH
+    python tools/sizes.py --no-source-lines   the same for .mpy files without line numbers
     python tools/sizes.py --functions codec   .mpy bytes of each function and class
                                               of one module, largest first
 
@@ -517,6 +518,9 @@ def main():
     ap.add_argument("--mqtt-as", metavar="PATH",
                     help="mqtt_as.py (or PyPI micropython-mqtt's mqtt_async.py) to compare with")
     ap.add_argument("--no-ram", action="store_true", help="skip the import RAM measurement")
+    ap.add_argument("--no-source-lines", action="store_true",
+                    help="compile without line numbers (mpy-cross -X no-source-lines), "
+                         "ours and the peers'")
     ap.add_argument("--functions", metavar="MODULE",
                     help="list the .mpy bytes of MODULE's functions and classes (e.g. codec)")
     ap.add_argument("--heap", default="2m", help="MicroPython heap for the RAM probe (default 2m)")
@@ -525,6 +529,8 @@ def main():
     args = ap.parse_args()
 
     cmd = mpy_cross_cmd()
+    if args.no_source_lines:
+        cmd += ["-X", "no-source-lines"]
     lib = args.lib
     mods = find_modules(lib)
     PACKAGES.update(m for m in mods if os.path.isfile(os.path.join(lib, m, "__init__.py")))
