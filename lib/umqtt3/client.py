@@ -178,6 +178,7 @@ class MQTTClient:
                 raise Busy("send buffer full")
         start = c.tlen
         al = self.aliases
+        new = None
         if al is not None and not qos and props is None:
             # MQTT 5 topic alias: the topic once, then two bytes [MQTT-3.3.2-12]
             # (QoS 0 only: a stored message may be resent on a connection
@@ -186,13 +187,15 @@ class MQTTClient:
             if props is not None:
                 topic = b""
             elif len(al) < self.flow.alias_max and len(al) < 8:
-                props = al[topic] = bytes((0x23, 0, len(al) + 1))
+                props = new = bytes((0x23, 0, len(al) + 1))
         try:
             pid = self.flow.publish(c, topic, msg, qos, retain, key, props)
         except MQTTError as e:
             if e.code == 0x95 and start:
                 raise Busy("send buffer full")
             raise  # larger than the whole buffer: retrying cannot help
+        if new is not None:
+            al[topic] = new  # known to the server once this PUBLISH is queued
         if up:
             try:
                 self._send()

@@ -142,6 +142,24 @@ def test_connack_limits_and_assigned_id():
     assert s.topics == [3, 0, 3, 3, 3, 0], s.topics
 
 
+def test_alias_not_kept_for_a_refused_publish():
+    # an alias is the server's only once the PUBLISH that sets it is queued:
+    # after one refused (here: larger than the send buffer) the next PUBLISH
+    # on that topic must still carry the topic
+    s = Server(connack_props=bytes([0x22, 0, 4]))
+    c = _client(s)
+    c.connect()
+    e = _raises(MQTTError, c.publish, b"t/new", b"y" * 2000)
+    assert e.code == 0x95
+    c.publish(b"t/new", b"z")
+    c.publish(b"t/new", b"z")
+    for _ in range(10):
+        if s.published == 2:
+            break
+        c.poll(0)
+    assert s.topics == [5, 0], s.topics  # the topic (setting the alias), then the alias
+
+
 class RawProps:
     """A raw callback that reads Correlation Data and Subscription
     Identifier without allocating."""
