@@ -125,3 +125,41 @@ def test_run_waits_on_the_socket_instead_of_polling(broker):
 
     idle = asyncio.run(asyncio.wait_for(main(), 10))
     assert idle <= 3, idle  # a 5 ms polling loop made about 100
+
+
+def test_reconnect_through_a_broker_restart(broker_factory):
+    # run() notices the dead link, backs off while connections are refused
+    # (dialling without blocking the loop), reconnects and resends: a QoS 1
+    # message published while the broker was away arrives after the restart
+    b = broker_factory(persistence=True)
+    got = []
+
+    async def main():
+        sub = AsyncClient("aio-rsub", "127.0.0.1", port=b.port, reconnect=True,
+                          backoff_ms=(50, 200))
+        sub.set_callback(lambda t, m: got.append(m))
+        await sub.connect(clean_session=False)
+        await sub.subscribe(b"aio/r", 1)
+        pub = AsyncClient("aio-rpub", "127.0.0.1", port=b.port, reconnect=True,
+                          backoff_ms=(50, 200))
+        await pub.connect(clean_session=False)
+        tasks = [asyncio.ensure_future(sub.run()), asyncio.ensure_future(pub.run())]
+        b.stop(5)
+        for _ in range(100):  # both notice the broker is gone
+            if not sub.is_connected() and not pub.is_connected():
+                break
+            await asyncio.sleep(0.02)
+        assert not sub.is_connected() and not pub.is_connected()
+        pub.c.publish(b"aio/r", b"while away", qos=1, wait=False)  # stored
+        await asyncio.sleep(0.3)  # a few refused attempts
+        b.start()
+        for _ in range(500):
+            if got and pub.inflight() == 0:
+                break
+            await asyncio.sleep(0.02)
+        await pub.disconnect()
+        await sub.disconnect()
+        await asyncio.wait_for(asyncio.gather(*tasks), 2)
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+    assert got == [b"while away"]
