@@ -309,15 +309,15 @@ class MQTTClient:
 
     def deliver(self, pkt, redelivered):
         # called by Flow for every inbound message, exactly once per message
+        if self.answer_hook is not None:
+            from .client5 import take_answer
+            if take_answer(self, pkt):
+                return  # the answer request() waits for
         f = self.cb
         if f is None:
             return
         # While the callback runs nothing is read (see _io): a nested read
         # would overwrite the packet being handled before it is acknowledged.
-        if self.answer_hook is not None:
-            from .client5 import take_answer
-            if take_answer(self, pkt):
-                return  # the answer request() waits for
         self.depth += 1
         self.redelivery = redelivered
         self.unsynced = True
