@@ -16,7 +16,8 @@ import random
 from umqtt3.compat import ticks_ms, ticks_add, ticks_diff, sleep_ms
 from umqtt3.client import MQTTClient
 from umqtt3.flow import Busy
-from umqtt3.store import MemoryStore, FileStore
+from umqtt3.memstore import MemoryStore
+from umqtt3.store import FileStore
 
 import config as _config
 import sensors as _sensors

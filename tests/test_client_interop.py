@@ -30,7 +30,8 @@ for _p in (HERE, LIB):
 import mosq  # noqa: E402
 from umqtt3.client import MQTTClient  # noqa: E402
 from umqtt3.flow import Busy  # noqa: E402
-from umqtt3.store import FileStore, MemoryStore  # noqa: E402
+from umqtt3.store import FileStore  # noqa: E402
+from umqtt3.memstore import MemoryStore  # noqa: E402
 
 HOST = "127.0.0.1"
 

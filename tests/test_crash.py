@@ -356,7 +356,7 @@ def test_teeth(rule, world, kw, expect, monkeypatch):
     kw = dict(kw)
     unframe = kw.pop("unframe", None)
     if unframe is not None:
-        monkeypatch.setattr(store_mod, "_unframe", unframe)
+        monkeypatch.setattr(store_mod, "unframe", unframe)
     st = explore(world, Config(**kw), (1, 2, 3), cs.MARGIN, stop=True)
     assert st.failures, "breaking '%s' went unnoticed (%d runs)" % (rule, st.runs)
     seed, crashes, problems = st.failures[0]

@@ -76,8 +76,8 @@ def test_plan_per_board_and_role(board):
         # library, apps and profile compiled; boot.py and main.py source, last
         assert dests[-2:] == ["boot.py", "main.py"]
         assert "board.mpy" in dests and "config.json" in dests
-        for m in ("__init__", "compat/__init__", "codec", "client", "store", "flow",
-                  "transport", "topic"):
+        for m in ("__init__", "compat/__init__", "codec", "client", "store", "memstore", "flow",
+                  "conn", "topic"):
             assert "lib/umqtt3/%s.mpy" % m in dests or (
                 m == "compat/__init__" and "lib/umqtt3/compat.mpy" in dests)
         assert not [d for d in dests if "cpython" in d or "broker_cli" in d]

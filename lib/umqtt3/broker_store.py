@@ -22,7 +22,7 @@
 # k is a small number reused when freed, so there are at most max_retained
 # r files, and max_sessions s<k> directories of at most max_inflight +
 # max_queued + max_qos2_in + 1 files each.
-from .store import FileStore, OSFiles, frame_record, unframe_record, refuse_fat
+from .store import FileStore, OSFiles, frame, unframe, refuse_fat
 from .qos_state import STORED_PUB, STORED_REL, HELD
 
 _TAG_END = 0x3FFFFFFF  # tags stay small ints on MicroPython, and fit a record
@@ -121,7 +121,7 @@ class Disk:
         body[1] = n & 255
         body[2:2 + n] = topic
         body[2 + n:] = payload
-        rec = frame_record(0, qos, body)
+        rec = frame(0, qos, body)
         k = self.rslot.get(topic)
         if k is None:
             k = self.rfree.pop() if self.rfree else self._new_r()
@@ -169,7 +169,7 @@ class Disk:
             b[i + 2] = len(f) & 255
             b[i + 3:i + 3 + len(f)] = f
             i += 3 + len(f)
-        return frame_record(0, 0, b)
+        return frame(0, 0, b)
 
     def _store(self, d):
         lim = self.lim
@@ -285,7 +285,7 @@ class Disk:
                     s.fs.out_del(pid)  # routed by a PUBLISH that got no PUBREC
 
     def _load_r(self, path, k, used, retained):
-        rec = unframe_record(self.fs.read(path))
+        rec = unframe(self.fs.read(path))
         if rec is None:
             self.fs.remove(path)  # torn: its PUBLISH was never acknowledged
             return
@@ -303,7 +303,7 @@ class Disk:
             fs.remove(d + "/sess.t")
         rec = None
         if "sess" in names:
-            rec = unframe_record(fs.read(d + "/sess"))
+            rec = unframe(fs.read(d + "/sess"))
         if rec is None:
             return None
         body = rec[2]

@@ -5,15 +5,14 @@
 # is queued, send PINGREQ when idle, notice a dead link and reconnect when
 # the backoff allows. The blocking calls (connect, publish at QoS 1/2,
 # subscribe, wait_msg) loop on poll() until their answer or a timeout.
-from .compat import (ticks_ms, ticks_add, ticks_diff, sleep_ms, socket, poll,
-                     link, nodelay, POLLIN, POLLOUT, POLLERR, POLLHUP, MICROPYTHON)
+from .compat import (ticks_ms, ticks_add, ticks_diff, sleep_ms, poll, link, dial,
+                     POLLIN, POLLOUT, POLLERR, POLLHUP)
 from .codec import (Packet, MQTTError, decode, encode_connect, encode_simple,
                     encode_subscribe, encode_unsubscribe, encode_disconnect,
                     CONNACK, PUBLISH, PUBACK, PUBREL, PUBCOMP, SUBACK, UNSUBACK, PINGREQ,
-                    PINGRESP, DISCONNECT)
-from .transport import Conn, Closed
+                    PINGRESP, DISCONNECT, AUTH)
+from .conn import Conn, Closed
 from .flow import Flow, Busy
-from .store import MemoryStore
 
 _DOWN = 0
 _CONNACK = 1
@@ -24,7 +23,8 @@ class MQTTClient:
     def __init__(self, client_id, server, port=0, user=None, password=None,
                  keepalive=0, ssl=None, ssl_params=None, level=4, store=None,
                  window=8, bufsize=1024, reconnect=False, timeout_ms=5000,
-                 backoff_ms=(500, 30000), connect_link=None):
+                 backoff_ms=(500, 30000), connect_link=None, session_expiry=None,
+                 auth=None):
         self.client_id = client_id
         self.server = server
         self.port = port or (8883 if ssl else 1883)
@@ -34,9 +34,16 @@ class MQTTClient:
         self.ssl = ssl
         self.ssl_params = ssl_params or {}
         self.level = level
-        # inbound: room for the QoS 2 messages a broker sends before our
-        # PUBRECs reach it (mosquitto's default limit is 20 per client)
-        self.store = store or MemoryStore(window, bufsize, 32)
+        self.session_expiry = session_expiry  # MQTT 5: seconds, None: see client5
+        self.auth = auth  # MQTT 5: (method, data, f(data) -> reply data) or None
+        if store is None:
+            # loaded only when used: a FileStore client never loads it.
+            # A pool of 2 KB for the window; inbound: room for the QoS 2
+            # messages a broker sends before our PUBRECs reach it
+            # (mosquitto's default limit is 20 per client)
+            from .memstore import MemoryStore
+            store = MemoryStore(window, 2048 // window, 32)
+        self.store = store
         self.flow = Flow(self.store, self, window, level)
         self.bufsize = bufsize
         self.reconnect = reconnect
@@ -49,6 +56,13 @@ class MQTTClient:
         self.sync = None  # () -> None, made durable what deliver() took
         self.unsynced = False
         self.lw = None
+        self.on_ack = None  # f(pid, reason code) when a QoS 1/2 publish completes
+        self.ack_pid = self.ack_rc = 0  # the last completed publish
+        self.want = -1  # the packet id a waiting publish() waits for
+        self.disconnect_rc = None  # MQTT 5: the reason code of a server's DISCONNECT
+        self.cur = None  # the packet being handed to the callback
+        self.aliases = None  # MQTT 5: topic -> Topic Alias property, per connection
+        self.answer_hook = None  # umqtt3.client5.request() waiting for its answer
         self.pkt = Packet(level)
         # one connection object for the client's life: buffers allocated once
         self.conn = Conn(None, bufsize, bufsize)
@@ -91,9 +105,17 @@ class MQTTClient:
         whole burst (group commit). None: acknowledge as soon as taken."""
         self.sync = f
 
-    def set_last_will(self, topic, msg, retain=False, qos=0):
+    def set_last_will(self, topic, msg, retain=False, qos=0, props=None):
+        """props (MQTT 5): the will's properties, e.g. {0x18: 30} for a Will
+        Delay Interval of 30 s."""
         assert 0 <= qos <= 2 and topic
-        self.lw = (topic, msg, qos, retain)
+        self.lw = (topic, msg, qos, retain, props)
+
+    def set_ack_callback(self, f):
+        """f(pid, reason_code) when a QoS 1/2 publish completes (PUBACK,
+        PUBCOMP) or is refused (MQTT 5: reason code 0x80 or more in PUBACK
+        or PUBREC). With wait=True a refusal raises MQTTError instead."""
+        self.on_ack = f
 
     def connect(self, clean_session=True, timeout_ms=None):
         """Connect and wait for CONNACK; returns the session-present flag."""
@@ -101,17 +123,22 @@ class MQTTClient:
         self._wait(_UP, timeout_ms)
         return self.session_present
 
-    def connect_start(self, clean_session=True):
-        """Open the connection and send CONNECT; poll() takes it from there
-        (is_connected() once CONNACK accepted it). Used by connect() and aio."""
+    def connect_start(self, clean_session=True, sock=None):
+        """Open the connection (on sock, when the caller connected one) and
+        send CONNECT; poll() takes it from there (is_connected() once
+        CONNACK accepted it). Used by connect() and aio."""
         self.clean = clean_session
         self.tries = 0
         self.reconnect = self.auto
         try:
-            self._open()
+            self._open(sock)
         except Exception:
             self._close()  # no half-open socket left behind
             raise
+
+    def is_open(self):
+        """A connection exists (CONNACK may still be awaited)."""
+        return self.state != _DOWN
 
     def disconnect(self):
         self.reconnect = False
@@ -150,12 +177,25 @@ class MQTTClient:
             if up and not sent and c.space() < len(msg) + 64:
                 raise Busy("send buffer full")
         start = c.tlen
+        al = self.aliases
+        new = None
+        if al is not None and not qos and props is None:
+            # MQTT 5 topic alias: the topic once, then two bytes [MQTT-3.3.2-12]
+            # (QoS 0 only: a stored message may be resent on a connection
+            # that knows no alias)
+            props = al.get(topic)
+            if props is not None:
+                topic = b""
+            elif len(al) < self.flow.alias_max and len(al) < 8:
+                props = new = bytes((0x23, 0, len(al) + 1))
         try:
             pid = self.flow.publish(c, topic, msg, qos, retain, key, props)
         except MQTTError as e:
             if e.code == 0x95 and start:
                 raise Busy("send buffer full")
             raise  # larger than the whole buffer: retrying cannot help
+        if new is not None:
+            al[topic] = new  # known to the server once this PUBLISH is queued
         if up:
             try:
                 self._send()
@@ -168,52 +208,80 @@ class MQTTClient:
             c.tlen = start  # stored: it goes out when the connection is back
         if qos and wait and not self.depth:
             self._wait_done(pid)
+            if self.ack_pid == pid and self.ack_rc >= 0x80:
+                raise MQTTError("refused", self.ack_rc)  # MQTT 5
         return pid
 
-    def subscribe(self, topic, qos=0):
-        """Subscribe and wait for SUBACK; returns the granted QoS."""
-        pid = self.subscribe_start(topic, qos)
+    def subscribe(self, topic, qos=0, no_local=False, retain_as_published=False,
+                  retain_handling=0, props=None):
+        """Subscribe and wait for SUBACK; returns the granted QoS. MQTT 5's
+        subscription options: no_local, retain_as_published, retain_handling
+        (0: send retained messages, 1: only for a new subscription, 2: not);
+        props, e.g. {0x0B: 7} for Subscription Identifier 7."""
+        pid = self.subscribe_start(topic, qos | no_local << 2 | retain_as_published << 3 |
+                                   retain_handling << 4, props)
         if self._request(pid) is None:
             return None  # from a callback: not waited for
         return self.subscribe_end(topic)
 
     def unsubscribe(self, topic):
-        self._request(self.unsubscribe_start(topic))
+        """MQTT 5: returns UNSUBACK's reason code (0x11: there was no such
+        subscription); raises MQTTError for a refusal."""
+        rc = self._request(self.unsubscribe_start(topic))
+        if rc is not None and rc >= 0x80:
+            raise MQTTError("refused", rc)
+        return rc
 
     # The halves of subscribe/unsubscribe, for callers that wait their own
     # way (umqtt3.aio): *_start sends and returns the packet id; the answer
     # has come when wait_pid no longer equals it.
-    def subscribe_start(self, topic, qos=0):
+    def subscribe_start(self, topic, qos=0, props=None):
+        # qos: the options byte (MQTT 5's options above bit 1)
         # as umqtt.simple: messages would have nowhere to go
         assert self.cb is not None, "set_callback() before subscribe()"
-        c = self._up()
-        pid = self.flow.new_pid()
-        c.tlen = encode_subscribe(c.tx, c.tlen, pid, topic, qos, self.level)
+        self._up()
         self.subs[topic] = qos
-        self.req = topic  # asked again, same id, if the link drops first
-        self.wait_pid = pid
-        self.answer = -1
-        self._send()
-        return pid
+        return self._start(topic, props)
 
     def subscribe_end(self, topic):
         """The granted QoS; raises if the broker refused the filter."""
         rc = self.answer
         if rc >= 0x80:
             del self.subs[topic]
-            raise MQTTError("subscription refused", rc)
+            raise MQTTError("refused", rc)
         return rc
 
+    def msg_props(self):
+        """MQTT 5: the properties of the message the callback is handling,
+        as a dict {id: value} (allocates; see umqtt3.client5.value_at for
+        reading them from a raw callback without allocating)."""
+        from .client5 import props_of
+        return props_of(self.cur)
+
     def unsubscribe_start(self, topic):
-        c = self._up()
-        pid = self.flow.new_pid()
-        c.tlen = encode_unsubscribe(c.tx, c.tlen, pid, topic, self.level)
+        self._up()
         self.subs.pop(topic, None)
-        self.req = topic
+        return self._start(topic, None)
+
+    def _start(self, topic, props):
+        pid = self.flow.new_pid()
+        self._ask(pid, topic, props)
+        self.req = topic  # asked again, same id, if the link drops first
         self.wait_pid = pid
         self.answer = -1
         self._send()
         return pid
+
+    def _ask(self, pid, topic, props=None):
+        # SUBSCRIBE for a filter in subs (with its options), else UNSUBSCRIBE
+        c = self.conn
+        if c.space() < len(topic) + 16:
+            self._drain()
+        if topic in self.subs:
+            c.tlen = encode_subscribe(c.tx, c.tlen, pid, topic, self.subs[topic], self.level,
+                                      props)
+        else:
+            c.tlen = encode_unsubscribe(c.tx, c.tlen, pid, topic, self.level)
 
     def check_msg(self):
         """Handle whatever has arrived, without waiting (umqtt.simple)."""
@@ -226,7 +294,7 @@ class MQTTClient:
         start = ticks_ms()
         while not self.poll(10):
             if timeout_ms is not None and ticks_diff(ticks_ms(), start) > timeout_ms:
-                raise OSError(110, "no message")
+                raise OSError(110, "timed out")
 
     # ---------------------------------------------------------- extras
     def accepted(self, key):
@@ -241,6 +309,10 @@ class MQTTClient:
 
     def deliver(self, pkt, redelivered):
         # called by Flow for every inbound message, exactly once per message
+        if self.answer_hook is not None:
+            from .client5 import take_answer
+            if take_answer(self, pkt):
+                return  # the answer request() waits for
         f = self.cb
         if f is None:
             return
@@ -249,6 +321,7 @@ class MQTTClient:
         self.depth += 1
         self.redelivery = redelivered
         self.unsynced = True
+        self.cur = pkt
         try:
             if self.raw:
                 f(pkt, redelivered)
@@ -290,21 +363,15 @@ class MQTTClient:
             raise OSError(107, "not connected")
         return self.conn
 
-    def _open(self):
+    def _open(self, sock=None):
+        # a new connection: sock already connected (the asyncio driver dials
+        # its own), else dialled here, blocking
         self._close()
         if self.connect_link:
             lk = self.connect_link()
         else:
-            ai = socket.getaddrinfo(self.server, self.port, 0, socket.SOCK_STREAM)[0]
-            s = socket.socket(ai[0], socket.SOCK_STREAM, ai[2])
+            s = sock or dial(self.server, self.port, self.ssl, self.ssl_params, self.timeout_ms)
             self.sock = s
-            if not MICROPYTHON:
-                s.settimeout(self.timeout_ms / 1000)
-            s.connect(ai[-1])
-            nodelay(s)  # one write per packet, no Nagle stall on QoS 1
-            if self.ssl:
-                s = self._tls(s)
-                self.sock = s
             s.setblocking(False)
             lk = link(s)
             self.poller = poll()
@@ -312,29 +379,18 @@ class MQTTClient:
             self.wmask = False
         c = self.conn
         c.link = lk
-        lw = self.lw or (None, b"", 0, False)
-        # MQTT 5 keeps a session only as long as Session Expiry says (absent:
-        # 0, none); a persistent session asks for "never expires"
-        props = b"\x11\xff\xff\xff\xff" if self.level == 5 and not self.clean else None
+        lw = self.lw or (None, b"", 0, False, None)
+        props = None
+        if self.level == 5:
+            from .client5 import connect_props
+            props = connect_props(self)
         c.tlen = encode_connect(c.tx, 0, self.client_id, self.level, self.clean,
                                 self.keepalive, self.user, self.pswd, lw[0], lw[1],
-                                lw[2], lw[3], props)
+                                lw[2], lw[3], props, lw[4])
         self.state = _CONNACK
         self.pkt.level = self.level
         self._send()
         self.connect_started = ticks_ms()
-
-    def _tls(self, s):
-        ctx = self.ssl
-        if ctx is True:
-            import ssl
-            if MICROPYTHON:
-                ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-                # documented for MicroPython's SSLContext, missing from its stubs
-                ctx.verify_mode = ssl.CERT_NONE  # type: ignore[attr-defined]
-            else:
-                ctx = ssl.create_default_context()
-        return ctx.wrap_socket(s, server_hostname=self.server, **self.ssl_params)
 
     def _close(self):
         c = self.conn
@@ -381,7 +437,7 @@ class MQTTClient:
         start = ticks_ms()
         while not self._send():
             if ticks_diff(ticks_ms(), start) > timeout_ms:
-                raise OSError(110, "send timed out")
+                raise OSError(110, "timed out")
             self._wait_io(10)
 
     def _wait_io(self, timeout_ms):
@@ -392,7 +448,11 @@ class MQTTClient:
             sleep_ms(1)
 
     def _io(self, timeout_ms):
+        # Handles what arrives until timeout_ms has passed, at least one
+        # packet when one is there; a peer that keeps sending cannot hold
+        # poll() longer: the rest waits in the socket for the next call.
         c = self.conn
+        start = ticks_ms()
         if self.poller is not None and timeout_ms:
             for obj, ev in self.poller.ipoll(timeout_ms):
                 if ev & (POLLERR | POLLHUP) and not ev & POLLIN:
@@ -422,6 +482,12 @@ class MQTTClient:
                 return handled
             if c.tlen > len(c.tx) >> 1:
                 self._send()  # acks pile up while a long burst is read
+            if ticks_diff(ticks_ms(), start) > timeout_ms or \
+                    (self.ack_pid == self.want and not self.ssl):
+                # time is up, or the acknowledgement a waiting publish wants
+                # came: it returns without a read that would find nothing
+                # (on TLS a record may hold more, which poll() cannot see)
+                break
             n = c.recv()
         if c.tlen:
             self._send()
@@ -433,17 +499,23 @@ class MQTTClient:
         t = p.type
         c = self.conn
         if self.state == _CONNACK:
+            if t == AUTH and self.level == 5:
+                from .client5 import on_auth
+                on_auth(self, p)  # enhanced authentication before CONNACK
+                return
             if t != CONNACK:
                 raise MQTTError("expected CONNACK", 0x82)
             if p.rc:
                 # server unavailable / busy / quota / rate: try again later;
                 # any other refusal (version, id, credentials) is final
                 self.reconnect = self.reconnect and p.rc in (3, 0x88, 0x89, 0x97, 0x9F)
-                raise MQTTError("connection refused", p.rc)
+                raise MQTTError("refused", p.rc)
             self.state = _UP
             self.tries = 0
-            if p.props_len:
-                self._connack_props(p)
+            if self.level == 5:
+                from .client5 import on_connack
+                on_connack(self, p)
+                self.aliases = {} if self.flow.alias_max else None
             self.ping_at = None
             self.session_present = p.session_present
             self._resume()
@@ -451,30 +523,32 @@ class MQTTClient:
         if t == PUBLISH:
             self.flow.on_publish(c, p)
         elif PUBACK <= t <= PUBCOMP:
-            self.flow.on_ack(c, p)
+            f = self.flow
+            f.on_ack(c, p)
             if t == PUBREL:
                 self.unsynced = True  # a store's release is durable before PUBCOMP
+            elif f.last_done == p.pid:
+                # a publish completed, or (MQTT 5) was refused
+                f.last_done = 0
+                self.ack_pid = p.pid
+                self.ack_rc = p.rc
+                if self.on_ack is not None:
+                    self.on_ack(p.pid, p.rc)
         elif t == SUBACK or t == UNSUBACK:
             if p.pid == self.wait_pid:
-                self.answer = c.rx[p.payload_off] if t == SUBACK and p.payload_len else 0
+                # SUBACK: the granted QoS or a refusal; MQTT 5 UNSUBACK too
+                self.answer = c.rx[p.payload_off] if t == SUBACK or self.level == 5 else 0
                 self.wait_pid = 0
         elif t == PINGRESP:
             self.ping_at = None
         elif t == DISCONNECT:
+            self.disconnect_rc = p.rc  # MQTT 5: why the server closes
             raise Closed("server sent DISCONNECT")
+        elif t == AUTH:
+            from .client5 import on_auth
+            on_auth(self, p)
         else:
             raise MQTTError("unexpected packet", 0x82)
-
-    def _connack_props(self, p):
-        # MQTT 5 CONNACK: the server's limits bind the client
-        from .props import get
-        b, o, n = p.buf, p.props_off, p.props_len
-        rm = get(b, o, n, 0x21)  # Receive Maximum [MQTT-3.3.4-7]
-        if rm and rm < self.flow.window:
-            self.flow.window = rm
-        ka = get(b, o, n, 0x13)  # Server Keep Alive [MQTT-3.2.2-21]
-        if ka is not None:
-            self.keepalive = ka
 
     def _resume(self):
         # A new connection: resend in-flight messages [MQTT-4.4.0-1],
@@ -488,21 +562,11 @@ class MQTTClient:
         if pending is not None:
             # a SUBSCRIBE/UNSUBSCRIBE the old link cut off: ask again with
             # the same id, so the caller waiting on it gets its answer
-            if c.space() < len(pending) + 16:
-                self._drain()
-            if pending in self.subs:
-                c.tlen = encode_subscribe(c.tx, c.tlen, self.wait_pid, pending,
-                                          self.subs[pending], self.level)
-            else:
-                c.tlen = encode_unsubscribe(c.tx, c.tlen, self.wait_pid, pending, self.level)
+            self._ask(self.wait_pid, pending)
         if not sp:
             for topic in self.subs:
-                if topic == pending:
-                    continue
-                if c.space() < len(topic) + 16:
-                    self._drain()
-                c.tlen = encode_subscribe(c.tx, c.tlen, self.flow.new_pid(), topic,
-                                          self.subs[topic], self.level)
+                if topic != pending:
+                    self._ask(self.flow.new_pid(), topic)
         self._send()
         while self.redelivered:
             pid, body = self.redelivered[0]
@@ -553,10 +617,14 @@ class MQTTClient:
 
     def _wait_done(self, pid):
         start = ticks_ms()
-        while self.store.out_has(pid):
-            if ticks_diff(ticks_ms(), start) > self.timeout_ms:
-                raise OSError(110, "no acknowledgement")
-            self.poll(10)
+        self.want = pid
+        try:
+            while self.store.out_has(pid):
+                if ticks_diff(ticks_ms(), start) > self.timeout_ms:
+                    raise OSError(110, "timed out")
+                self.poll(10)
+        finally:
+            self.want = -1
 
     def _request(self, pid):
         # SUBSCRIBE/UNSUBSCRIBE pid is sent (see *_start): wait for the answer
@@ -566,6 +634,6 @@ class MQTTClient:
         while self.wait_pid == pid:
             if ticks_diff(ticks_ms(), start) > self.timeout_ms:
                 self.wait_pid = 0
-                raise OSError(110, "no answer")
+                raise OSError(110, "timed out")
             self.poll(10)
         return self.answer

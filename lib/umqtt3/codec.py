@@ -32,7 +32,7 @@ PROTOCOL_ERROR = const(0x82)
 BAD_PROTOCOL_VERSION = const(0x84)
 TOO_LARGE = const(0x95)
 
-# Why a packet is refused or cannot be encoded: _err(_E_...) raises
+# Why a packet is refused or cannot be encoded: fail(_E_...) raises
 # MQTTError with the text at that index of umqtt3.codec_errors, imported only
 # then, so the texts take no RAM until something goes wrong (as qstrs they
 # took about 1.5 KB). codec_server.py numbers its refusals the same way.
@@ -86,13 +86,17 @@ class MQTTError(Exception):
         self.code = code
 
 
-def _err(e, code=MALFORMED):
-    # e: one of the _E_ numbers above
+def fail(e, code=MALFORMED):
+    # e: one of the _E_ numbers above (codec_server and props number theirs
+    # in the same table)
     from .codec_errors import TEXT
     raise MQTTError(TEXT[e], code)
 
 
 # ---------------------------------------------------------------- framing
+# The wire primitives below (fail, varint_size, put_varint, put_header,
+# put_str, check_pid, head_pid, str_end, bin_end, read_pid, mqtt5) are public:
+# codec_server, props and the broker build on them.
 
 def varint_size(n):
     if n < 128:
@@ -103,7 +107,7 @@ def varint_size(n):
         return 3
     if n <= MAX_REMAINING:
         return 4
-    _err(_E_LENGTH_TOO_LARGE, TOO_LARGE)
+    fail(_E_LENGTH_TOO_LARGE, TOO_LARGE)
 
 
 def put_varint(buf, off, n):
@@ -129,25 +133,25 @@ def frame_len(buf, off, end, max_size=0):
         if not b & 0x80:
             # a multi-byte length whose last byte is 0 is not minimal [MQTT-1.5.5-1]
             if b == 0 and i - off > 2:
-                _err(_E_LENGTH_NOT_MINIMAL)
+                fail(_E_LENGTH_NOT_MINIMAL)
             n += i - off
             if max_size and n > max_size:
-                _err(_E_OVER_MAXIMUM, TOO_LARGE)
+                fail(_E_OVER_MAXIMUM, TOO_LARGE)
             return n
         shift += 7
         if shift == 28:
-            _err(_E_LENGTH_OVER_4)
+            fail(_E_LENGTH_OVER_4)
     return 0
 
 
-def _header(buf, off, first, rl):
+def put_header(buf, off, first, rl):
     if off + 1 + varint_size(rl) + rl > len(buf):
-        _err(_E_BUFFER, TOO_LARGE)
+        fail(_E_BUFFER, TOO_LARGE)
     buf[off] = first
     return put_varint(buf, off + 1, rl)
 
 
-def _put_str(buf, off, s):
+def put_str(buf, off, s):
     # s is bytes-like (as_bytes applied); 2-byte length then the bytes
     n = len(s)
     buf[off] = n >> 8
@@ -160,7 +164,7 @@ def _put_str(buf, off, s):
 def _str_len(s):
     n = len(s)
     if n > 65535:
-        _err(_E_STRING_TOO_LONG, PROTOCOL_ERROR)
+        fail(_E_STRING_TOO_LONG, PROTOCOL_ERROR)
     return n + 2
 
 
@@ -168,15 +172,15 @@ def _filter_len(f, opts, level):
     # a valid filter [MQTT-4.7.1-2, MQTT-4.7.1-3] with valid options
     # [MQTT-3.8.3-4]: its encoded length
     if not valid_filter(f, 0, len(f)):
-        _err(_E_FILTER, PROTOCOL_ERROR)
+        fail(_E_FILTER, PROTOCOL_ERROR)
     if (opts & 3) == 3 or opts & (0xC0 if level == 5 else 0xFC) or (opts & 0x30) == 0x30:
-        _err(_E_SUB_OPTIONS, PROTOCOL_ERROR)
+        fail(_E_SUB_OPTIONS, PROTOCOL_ERROR)
     return _str_len(f)
 
 
-def _pid_ok(pid):
+def check_pid(pid):
     if not 0 < pid < 65536:
-        _err(_E_PID_RANGE, PROTOCOL_ERROR)  # [MQTT-2.3.1-1]
+        fail(_E_PID_RANGE, PROTOCOL_ERROR)  # [MQTT-2.3.1-1]
 
 
 # v5 properties: None (none), a pre-encoded bytes-like (copied as is: the
@@ -196,7 +200,7 @@ def _srv():
     return _S
 
 
-def _v5():
+def mqtt5():
     # umqtt3.props, imported on first use of protocol level 5
     global _P
     if _P is None:
@@ -209,10 +213,10 @@ def head_pid(buf, off, first, rl, pid, level, props):
     """Fixed header, packet id and (v5) properties: the start SUBSCRIBE,
     UNSUBSCRIBE, SUBACK and UNSUBACK share. rl counts what follows them."""
     if level == 5:
-        p5 = _v5()
+        p5 = mqtt5()
         props = p5.encoded(props)
         rl += p5.size(props)
-    off = _header(buf, off, first, rl + 2)
+    off = put_header(buf, off, first, rl + 2)
     buf[off] = pid >> 8
     buf[off + 1] = pid & 0xFF
     if level == 5:
@@ -226,22 +230,22 @@ def encode_connect(buf, off, client_id, level=4, clean=True, keepalive=0,
                    user=None, password=None, will_topic=None, will_msg=b"",
                    will_qos=0, will_retain=False, props=None, will_props=None):
     if not 3 <= level <= 5:
-        _err(_E_LEVEL, BAD_PROTOCOL_VERSION)
+        fail(_E_LEVEL, BAD_PROTOCOL_VERSION)
     cid = as_bytes(client_id)
     if not cid and (level == 3 or (level == 4 and not clean)):
         # 3.1 wants 1..23 characters; 3.1.1 an empty id only with a clean
         # session [MQTT-3.1.3-7]; 5.0 lets the server assign one
-        _err(_E_EMPTY_ID, PROTOCOL_ERROR)
+        fail(_E_EMPTY_ID, PROTOCOL_ERROR)
     name = b"MQIsdp" if level == 3 else b"MQTT"
     flags = 2 if clean else 0
     rl = len(name) + 2 + 4 + _str_len(cid)
     if level == 5:
-        p5 = _v5()
+        p5 = mqtt5()
         props = p5.encoded(props)
         rl += p5.size(props)
     if will_topic is not None:
         if will_qos > 2:
-            _err(_E_WILL_QOS, PROTOCOL_ERROR)  # [MQTT-3.1.2-14] (5.0: MQTT-3.1.2-12)
+            fail(_E_WILL_QOS, PROTOCOL_ERROR)  # [MQTT-3.1.2-14] (5.0: MQTT-3.1.2-12)
         will_topic = as_bytes(will_topic)
         will_msg = as_bytes(will_msg)
         flags |= 4 | (will_qos << 3) | (32 if will_retain else 0)
@@ -255,14 +259,14 @@ def encode_connect(buf, off, client_id, level=4, clean=True, keepalive=0,
         rl += _str_len(user)
     if password is not None:
         if user is None and level < 5:
-            _err(_E_PASSWORD, PROTOCOL_ERROR)  # [MQTT-3.1.2-22]
+            fail(_E_PASSWORD, PROTOCOL_ERROR)  # [MQTT-3.1.2-22]
         password = as_bytes(password)
         flags |= 64
         rl += _str_len(password)
     if not 0 <= keepalive < 65536:
-        _err(_E_KEEPALIVE, PROTOCOL_ERROR)
-    off = _header(buf, off, 0x10, rl)
-    off = _put_str(buf, off, name)
+        fail(_E_KEEPALIVE, PROTOCOL_ERROR)
+    off = put_header(buf, off, 0x10, rl)
+    off = put_str(buf, off, name)
     buf[off] = level
     buf[off + 1] = flags
     buf[off + 2] = keepalive >> 8
@@ -270,16 +274,16 @@ def encode_connect(buf, off, client_id, level=4, clean=True, keepalive=0,
     off += 4
     if level == 5:
         off = p5.put(buf, off, props)
-    off = _put_str(buf, off, cid)
+    off = put_str(buf, off, cid)
     if will_topic is not None:
         if level == 5:
             off = p5.put(buf, off, will_props)
-        off = _put_str(buf, off, will_topic)
-        off = _put_str(buf, off, will_msg)
+        off = put_str(buf, off, will_topic)
+        off = put_str(buf, off, will_msg)
     if user is not None:
-        off = _put_str(buf, off, user)
+        off = put_str(buf, off, user)
     if password is not None:
-        off = _put_str(buf, off, password)
+        off = put_str(buf, off, password)
     return off
 
 
@@ -288,16 +292,16 @@ def encode_publish(buf, off, topic, payload, qos=0, pid=0, retain=False,
     topic = as_bytes(topic)
     payload = as_bytes(payload)
     if qos > 2:
-        _err(_E_QOS, MALFORMED)  # [MQTT-3.3.1-4]
+        fail(_E_QOS, MALFORMED)  # [MQTT-3.3.1-4]
     if not (valid_name(topic, 0, len(topic)) or (level == 5 and not topic)):
         # refused before the flows store it: a broker would close on it,
         # and a stored one would be resent after every reconnect
-        _err(_E_TOPIC, PROTOCOL_ERROR)  # [MQTT-3.3.2-2, MQTT-4.7.3-1]
+        fail(_E_TOPIC, PROTOCOL_ERROR)  # [MQTT-3.3.2-2, MQTT-4.7.3-1]
     pl = len(payload)
     rl = _str_len(topic) + pl
     first = 0x30 | (qos << 1)
     if qos:
-        _pid_ok(pid)
+        check_pid(pid)
         rl += 2
         if dup:
             first |= 8
@@ -305,11 +309,11 @@ def encode_publish(buf, off, topic, payload, qos=0, pid=0, retain=False,
     if retain:
         first |= 1
     if level == 5:
-        p5 = _v5()
+        p5 = mqtt5()
         props = p5.encoded(props)
         rl += p5.size(props)
-    off = _header(buf, off, first, rl)
-    off = _put_str(buf, off, topic)
+    off = put_header(buf, off, first, rl)
+    off = put_str(buf, off, topic)
     if qos:
         buf[off] = pid >> 8
         buf[off + 1] = pid & 0xFF
@@ -324,13 +328,13 @@ def encode_ack(buf, off, ptype, pid, rc=None, level=4, props=None):
     """PUBACK, PUBREC, PUBREL, PUBCOMP (and v3/v4 UNSUBACK). For MQTT 5 the
     reason code and properties are omitted when rc is None and props is None
     (remaining length 2); props=b"" writes an explicit empty property list."""
-    _pid_ok(pid)
+    check_pid(pid)
     rl = 2
     if level == 5 and (rc is not None or props is not None):
-        p5 = _v5()
+        p5 = mqtt5()
         props = p5.encoded(props)
         rl = 3 if props is None else 3 + p5.size(props)
-    off = _header(buf, off, (ptype << 4) | (2 if ptype == PUBREL else 0), rl)
+    off = put_header(buf, off, (ptype << 4) | (2 if ptype == PUBREL else 0), rl)
     buf[off] = pid >> 8
     buf[off + 1] = pid & 0xFF
     off += 2
@@ -346,10 +350,10 @@ def encode_subscribe(buf, off, pid, topics, qos=0, level=4, props=None):
     """topics: one filter (str/bytes) with `qos`, or a list of (filter,
     options) pairs; options is the QoS for v3/v4 and the v5 subscription
     options byte."""
-    _pid_ok(pid)
+    check_pid(pid)
     many = isinstance(topics, list)
     if many and not topics:
-        _err(_E_SUB_NO_FILTERS, PROTOCOL_ERROR)  # [MQTT-3.8.3-3]
+        fail(_E_SUB_NO_FILTERS, PROTOCOL_ERROR)  # [MQTT-3.8.3-3]
     rl = 0
     if many:
         for t, o in topics:
@@ -359,11 +363,11 @@ def encode_subscribe(buf, off, pid, topics, qos=0, level=4, props=None):
         rl += _filter_len(topics, qos, level) + 1
     off = head_pid(buf, off, 0x82, rl, pid, level, props)
     if not many:
-        off = _put_str(buf, off, topics)
+        off = put_str(buf, off, topics)
         buf[off] = qos
         return off + 1
     for t, o in topics:
-        off = _put_str(buf, off, as_bytes(t))
+        off = put_str(buf, off, as_bytes(t))
         buf[off] = o
         off += 1
     return off
@@ -371,23 +375,23 @@ def encode_subscribe(buf, off, pid, topics, qos=0, level=4, props=None):
 
 def encode_unsubscribe(buf, off, pid, topics, level=4, props=None):
     """topics: one filter or a list of filters."""
-    _pid_ok(pid)
+    check_pid(pid)
     if not isinstance(topics, list):
         topics = [topics]
     if not topics:
-        _err(_E_UNSUB_NO_FILTERS, PROTOCOL_ERROR)  # [MQTT-3.10.3-2]
+        fail(_E_UNSUB_NO_FILTERS, PROTOCOL_ERROR)  # [MQTT-3.10.3-2]
     rl = 0
     for t in topics:
         rl += _filter_len(as_bytes(t), 0, level)
     off = head_pid(buf, off, 0xA2, rl, pid, level, props)
     for t in topics:
-        off = _put_str(buf, off, as_bytes(t))
+        off = put_str(buf, off, as_bytes(t))
     return off
 
 
 def encode_simple(buf, off, ptype):
     """PINGREQ, PINGRESP and v3/v4 DISCONNECT: two bytes."""
-    off = _header(buf, off, ptype << 4, 0)
+    off = put_header(buf, off, ptype << 4, 0)
     return off
 
 
@@ -395,8 +399,8 @@ def encode_disconnect(buf, off, rc=None, level=4, props=None):
     """DISCONNECT. With rc None and no props the v5 form is two bytes
     (reason 0x00 implied); AUTH is umqtt3.props.encode_auth."""
     if level == 5 and (rc is not None or props is not None):
-        return _v5().encode_rc(buf, off, 0xE0, rc, props)
-    return _header(buf, off, 0xE0, 0)
+        return mqtt5().encode_rc(buf, off, 0xE0, rc, props)
+    return put_header(buf, off, 0xE0, 0)
 
 
 # ---------------------------------------------------------------- decoding
@@ -489,34 +493,34 @@ def _utf8_ok(buf, off, n):
 _utf8 = valid_utf8 or _utf8_ok
 
 
-def _str(buf, off, end):
+def str_end(buf, off, end):
     """Check a length-prefixed UTF-8 string at off; return its end offset."""
     if off + 2 > end:
-        _err(_E_STRING_TRUNCATED)
+        fail(_E_STRING_TRUNCATED)
     n = (buf[off] << 8) | buf[off + 1]
     off += 2
     if off + n > end:
-        _err(_E_STRING_PAST_END)
+        fail(_E_STRING_PAST_END)
     if not _utf8(buf, off, n):
-        _err(_E_UTF8)  # [MQTT-1.5.3-1, MQTT-1.5.3-2]
+        fail(_E_UTF8)  # [MQTT-1.5.3-1, MQTT-1.5.3-2]
     return off + n
 
 
-def _bin(buf, off, end):
+def bin_end(buf, off, end):
     if off + 2 > end:
-        _err(_E_BINARY_TRUNCATED)
+        fail(_E_BINARY_TRUNCATED)
     off += 2 + ((buf[off] << 8) | buf[off + 1])
     if off > end:
-        _err(_E_BINARY_PAST_END)
+        fail(_E_BINARY_PAST_END)
     return off
 
 
-def _pid(pkt, buf, off, end):
+def read_pid(pkt, buf, off, end):
     if off + 2 > end:
-        _err(_E_TRUNCATED)
+        fail(_E_TRUNCATED)
     pid = (buf[off] << 8) | buf[off + 1]
     if not pid:
-        _err(_E_PID_0, PROTOCOL_ERROR)  # [MQTT-2.3.1-1]
+        fail(_E_PID_0, PROTOCOL_ERROR)  # [MQTT-2.3.1-1]
     pkt.pid = pid
     return off + 2
 
@@ -530,7 +534,7 @@ def decode(pkt, buf, off, end, max_size=0):
     Raises MQTTError for anything malformed; returns pkt.type."""
     total = frame_len(buf, off, end, max_size)
     if not total or off + total != end:
-        _err(_E_LENGTH_DISAGREES)
+        fail(_E_LENGTH_DISAGREES)
     first = buf[off]
     t = first >> 4
     fl = first & 15
@@ -549,51 +553,51 @@ def decode(pkt, buf, off, end, max_size=0):
     if t == PUBLISH:
         return _dec_publish(pkt, buf, i, end, fl, v5)
     if t == 0 or (t == AUTH and not v5):
-        _err(_E_RESERVED_TYPE)
+        fail(_E_RESERVED_TYPE)
     # MQTT 3.1 marks these bits unused (a 3.1 sender sets DUP on a resent
     # SUBSCRIBE), so only 3.1.1 and 5.0 insist on them
     if fl != _FLAGS[t] and level > 3:
-        _err(_E_RESERVED_FLAGS)
+        fail(_E_RESERVED_FLAGS)
     n = end - i
     if PUBACK <= t <= PUBCOMP or (t == UNSUBACK and not v5):
         if n < 2 or (n != 2 and not v5):
-            _err(_E_LENGTH)
-        i = _pid(pkt, buf, i, end)
-        return _v5().tail(pkt, buf, i, end, t) if i < end else t
+            fail(_E_LENGTH)
+        i = read_pid(pkt, buf, i, end)
+        return mqtt5().tail(pkt, buf, i, end, t) if i < end else t
     if t == PINGREQ or t == PINGRESP:
         if n:
-            _err(_E_LENGTH)
+            fail(_E_LENGTH)
         return t
     if t == DISCONNECT or t == AUTH:
         if n and not v5:
-            _err(_E_LENGTH)
-        return _v5().tail(pkt, buf, i, end, t) if n else t
+            fail(_E_LENGTH)
+        return mqtt5().tail(pkt, buf, i, end, t) if n else t
     if t == CONNACK:
         if n < 2 or (n != 2 and not v5):
-            _err(_E_LENGTH)
+            fail(_E_LENGTH)
         if buf[i] & 0xFE:
-            _err(_E_CONNACK_BITS)  # (5.0: MQTT-3.2.2-1; unnumbered in 3.1.1)
+            fail(_E_CONNACK_BITS)  # (5.0: MQTT-3.2.2-1; unnumbered in 3.1.1)
         pkt.session_present = buf[i] == 1
         if not v5:
             pkt.rc = buf[i + 1]
             return t
         if n < 3:
-            _err(_E_LENGTH)  # 5.0 always has reason code and properties
-        return _v5().tail(pkt, buf, i + 1, end, t)
+            fail(_E_LENGTH)  # 5.0 always has reason code and properties
+        return mqtt5().tail(pkt, buf, i + 1, end, t)
     if t == SUBSCRIBE or t == UNSUBSCRIBE:
         return _srv().decode_filters(pkt, buf, i, end, v5)
     if t == SUBACK or t == UNSUBACK:
-        i = _pid(pkt, buf, i, end)
+        i = read_pid(pkt, buf, i, end)
         if v5:
-            i = _v5().read(pkt, buf, i, end, t)
+            i = mqtt5().read(pkt, buf, i, end, t)
         pkt.payload_off = i
         pkt.payload_len = end - i
         if i == end:
-            _err(_E_NO_CODES)  # one per filter, and there is at least one
+            fail(_E_NO_CODES)  # one per filter, and there is at least one
         while i < end:
             c = buf[i]
-            if not (_v5().reason_ok(t, c) if v5 else c < 3 or c == 0x80):
-                _err(_E_RETURN_CODE)  # [MQTT-3.9.3-2]
+            if not (mqtt5().reason_ok(t, c) if v5 else c < 3 or c == 0x80):
+                fail(_E_RETURN_CODE)  # [MQTT-3.9.3-2]
             i += 1
         return t
     return _srv().decode_connect(pkt, buf, i, end)
@@ -602,15 +606,15 @@ def decode(pkt, buf, off, end, max_size=0):
 def _dec_publish(pkt, buf, i, end, fl, v5):
     qos = (fl >> 1) & 3
     if qos == 3:
-        _err(_E_QOS)  # [MQTT-3.3.1-4]
+        fail(_E_QOS)  # [MQTT-3.3.1-4]
     dup = fl & 8
     if dup and not qos:
-        _err(_E_DUP_QOS0)  # [MQTT-3.3.1-2]
+        fail(_E_DUP_QOS0)  # [MQTT-3.3.1-2]
     pkt.qos = qos
     pkt.dup = dup != 0
     pkt.retain = fl & 1 == 1
     t0 = i + 2
-    i = _str(buf, i, end)
+    i = str_end(buf, i, end)
     tn = i - t0
     pkt.topic_off = t0
     pkt.topic_len = tn
@@ -618,25 +622,16 @@ def _dec_publish(pkt, buf, i, end, fl, v5):
     while j < i:
         c = buf[j]
         if c == 0x23 or c == 0x2B:
-            _err(_E_WILDCARD)  # [MQTT-3.3.2-2]
+            fail(_E_WILDCARD)  # [MQTT-3.3.2-2]
         j += 1
     if qos:
-        i = _pid(pkt, buf, i, end)
+        i = read_pid(pkt, buf, i, end)
     else:
         pkt.pid = 0
     if v5:
-        i = _v5().read(pkt, buf, i, end, PUBLISH)
+        i = mqtt5().read(pkt, buf, i, end, PUBLISH)
     elif not tn:
-        _err(_E_EMPTY_TOPIC)  # [MQTT-4.7.3-1]
+        fail(_E_EMPTY_TOPIC)  # [MQTT-4.7.3-1]
     pkt.payload_off = i
     pkt.payload_len = end - i
     return PUBLISH
-
-# The wire primitives codec_server.py and props.py build on, by public name.
-fail = _err
-check_str = _str
-check_bin = _bin
-read_pid = _pid
-check_pid = _pid_ok
-put_header = _header
-v5_module = _v5

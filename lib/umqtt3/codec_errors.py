@@ -1,7 +1,7 @@
 # umqtt3.codec_errors -- why the codec refused a packet, as text.
 #
 # codec.py, codec_server.py and props.py raise with a number (their _E_
-# constants), and codec._err() imports this module to turn it into
+# constants), and codec.fail() imports this module to turn it into
 # MQTTError.reason: the texts cost a device no RAM until the first refusal.
 # Keep the order: the constants are indexes into TEXT.
 TEXT = (

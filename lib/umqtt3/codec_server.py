@@ -3,8 +3,8 @@
 # codec.decode() loads this module the first time it meets a CONNECT,
 # SUBSCRIBE or UNSUBSCRIBE, so a device that only runs the client never pays
 # for it. The rules and the Packet fields are codec.py's.
-from .codec import (fail as _err, check_str as _str, check_bin as _bin, read_pid as _pid,
-                    check_pid as _pid_ok, put_header as _header, v5_module as _v5, head_pid,
+from .codec import (fail as _err, str_end as _str, bin_end as _bin, read_pid as _pid,
+                    check_pid as _pid_ok, put_header as _header, mqtt5 as _v5, head_pid,
                     PROTOCOL_ERROR, BAD_PROTOCOL_VERSION, SUBSCRIBE, UNSUBACK,
                     CONNECT, encode_ack)
 from .compat import const

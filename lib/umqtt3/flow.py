@@ -1,7 +1,7 @@
 # umqtt3.flow -- QoS 1 and 2 for one side of a connection, free of I/O.
 #
 # MQTT's PUBLISH flows are symmetric, so the client and each broker session
-# use the same machine: it encodes what must be sent into a transport.Conn's
+# use the same machine: it encodes what must be sent into a conn.Conn's
 # tx buffer and keeps what must survive a reset in a store (umqtt3.store).
 # The ordering rules are the store's contract: a QoS 1/2 PUBLISH is stored
 # before its first send, PUBREC is recorded before PUBREL goes out, an
@@ -28,6 +28,14 @@ class Busy(MQTTError):
         super().__init__(reason, 0x97)
 
 
+class StoreFull(MQTTError):
+    """Refused: the store has no room. Nothing already stored is lost.
+    (Raised by the stores, MemoryStore and FileStore.)"""
+
+    def __init__(self):
+        super().__init__("store full", 0x97)
+
+
 def send_stored(store, conn, start, end, pid, key=None):
     """The QoS 1/2 PUBLISH with packet id pid encoded at conn.tx[start:end]
     goes out: stored first (durable before its first send), then queued for
@@ -47,6 +55,9 @@ class Flow:
         self.max_pid = max_pid  # smaller only in tests, to make ids wrap
         self.pid = 0
         self.last_done = 0  # packet id whose flow completed last
+        # MQTT 5 limits the server set in CONNACK (the client's flow only)
+        self.max_packet = 0  # Maximum Packet Size, 0: none [MQTT-3.1.2-24]
+        self.alias_max = 0  # Topic Alias Maximum
 
     def new_pid(self):
         p = self.pid
@@ -69,6 +80,9 @@ class Flow:
         start = conn.tlen
         end = encode_publish(conn.tx, start, topic, msg, qos, pid, retain, False,
                              self.level, props)
+        if self.max_packet and end - start > self.max_packet:
+            # never sent to a server that would close on it [MQTT-3.1.2-24]
+            raise MQTTError("larger than the server's maximum packet size", 0x95)
         if len(conn.tx) - end < _RESERVE:
             # the last bytes are for acks and PINGREQ, which must always fit;
             # nothing is stored or queued yet

@@ -8,7 +8,7 @@ from .compat import const, as_bytes
 # Not circular: codec imports this module lazily. Importing here, not inside
 # the functions, keeps check() free of a per-call import (which allocates on
 # MicroPython).
-from .codec import (fail as _err, check_str as _str, check_bin as _bin, put_header as _header,
+from .codec import (fail as _err, str_end as _str, bin_end as _bin, put_header as _header,
                     varint_size, put_varint)
 
 # indexes into umqtt3.codec_errors, as in codec.py

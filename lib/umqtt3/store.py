@@ -18,141 +18,20 @@
 #   accepted(key)                   was a publish with this key ever stored?
 #                                   (keys increase: sequence numbers)
 #
-# MemoryStore holds preallocated slots (no allocation per message, nothing
-# survives a reset). FileStore keeps one small CRC-framed file per message, as
-# littlefs handles small files and atomic renames well (docs/store.md).
+# MemoryStore (umqtt3.memstore, the client's default) holds one preallocated
+# pool (no allocation per message, nothing survives a reset). FileStore keeps
+# one small CRC-framed file per message, as littlefs handles small files and
+# atomic renames well (docs/store.md).
 #
 # Both are made for one client. The broker's sessions (broker_session.py)
 # implement the same interface over their in-flight ring, and a persistent
 # session writes through to a FileStore of its own (broker_store.py).
 #
-# The file layer (OSFiles, _refuse_fat) uses os and vfs directly: they are
+# The file layer (OSFiles, refuse_fat) uses os and vfs directly: they are
 # the same modules on MicroPython and CPython; only fsync and rename differ,
 # and those come from compat.
-from .compat import copy, fsync, fsync_dir, replace
-from .codec import MQTTError
-
-
-class StoreFull(MQTTError):
-    """Refused: the store has no room. Nothing already stored is lost."""
-
-    def __init__(self):
-        super().__init__("store full", 0x97)
-
-
-class MemoryStore:
-    def __init__(self, slots=8, slot_size=256, inbound=8):
-        self.size = slot_size
-        self.data = bytearray(slots * slot_size)
-        self.pid = [0] * slots  # 0: free
-        self.len = [0] * slots
-        self.state = bytearray(slots)  # 'p' or 'r'
-        self.seq = [0] * slots
-        self.key = [0] * slots
-        self.nseq = 0
-        self.last_key = -1
-        self.inpid = [0] * inbound
-
-    def _slot(self, pid):
-        p = self.pid
-        for i in range(len(p)):
-            if p[i] == pid:
-                return i
-        return -1
-
-    def out_add(self, pid, key, buf, off, n):
-        i = self._slot(0)
-        if i < 0 or n > self.size:
-            raise StoreFull()
-        copy(self.data, i * self.size, buf, off, n)
-        self.pid[i] = pid
-        self.len[i] = n
-        self.state[i] = 0x70  # 'p'
-        self.nseq += 1
-        if self.nseq >= 0x20000000:
-            self._renumber()  # stay a small int: no allocation per message
-        self.seq[i] = self.nseq
-        if key is None:
-            self.key[i] = -1  # not the key of the slot's previous message
-        else:
-            self.key[i] = key
-            if key > self.last_key:
-                self.last_key = key
-
-    def _renumber(self):
-        # once per 2**29 messages: the live slots keep their order from 1 up
-        live = sorted((self.seq[i], i) for i in range(len(self.pid)) if self.pid[i])
-        for n, (_, i) in enumerate(live):
-            self.seq[i] = n + 1
-        self.nseq = len(live) + 1
-
-    def out_rel(self, pid):
-        i = self._slot(pid)
-        if i >= 0:
-            self.state[i] = 0x72  # 'r'
-
-    def out_del(self, pid):
-        i = self._slot(pid)
-        if i >= 0:
-            self.pid[i] = 0
-
-    def out_has(self, pid):
-        return self._slot(pid) >= 0
-
-    def out_count(self):
-        n = 0
-        for p in self.pid:
-            if p:
-                n += 1
-        return n
-
-    def out_get(self, pid):
-        """(state, offset, length) of pid's packet in self.data; allocates a
-        tuple, used on resend only."""
-        i = self._slot(pid)
-        return self.state[i], i * self.size, self.len[i]
-
-    def in_add(self, pid, buf, off, n):
-        p = self.inpid
-        for i in range(len(p)):
-            if not p[i]:
-                p[i] = pid
-                return
-        raise StoreFull()
-
-    def in_done(self, pid):
-        pass  # delivered at once; nothing survives a reset anyway
-
-    def in_has(self, pid):
-        for p in self.inpid:
-            if p == pid:
-                return True
-        return False
-
-    def in_del(self, pid):
-        p = self.inpid
-        for i in range(len(p)):
-            if p[i] == pid:
-                p[i] = 0
-
-    def in_clear(self):
-        # the broker lost the session: held inbound ids mean nothing now
-        p = self.inpid
-        for i in range(len(p)):
-            p[i] = 0
-
-    def recover(self):
-        r = []
-        for i in range(len(self.pid)):
-            if self.pid[i]:
-                o = i * self.size
-                r.append((self.seq[i], self.pid[i], chr(self.state[i]), self.key[i],
-                          bytes(self.data[o:o + self.len[i]])))
-        r.sort()
-        return [x[1:] for x in r]
-
-    def accepted(self, key):
-        return key <= self.last_key
+from .compat import fsync, fsync_dir, replace
+from .flow import StoreFull
 
 
 # ----------------------------------------------------------------- on flash
@@ -163,7 +42,8 @@ _MAGIC = 0x55  # 'U'
 _KEY_MAX = 0xFFFFFFFE  # stored as key + 1 in 32 bits; -1 ("no key") stores 0
 
 
-def _frame(seq, key, body):
+def frame(seq, key, body):
+    # one record (public: the broker's store frames its records the same way)
     # magic, 4-byte seq, 4-byte key (+1, so -1 "no key" stores 0), body, CRC-32
     import binascii
     if key < -1 or key > _KEY_MAX:
@@ -181,7 +61,7 @@ def _frame(seq, key, body):
     return b
 
 
-def _unframe(b):
+def unframe(b):
     """(seq, key, body) or None for a torn or corrupt record."""
     import binascii
     if len(b) < 13 or b[0] != _MAGIC:
@@ -248,7 +128,7 @@ class FileStore:
         self.keep_last = keep_last
         self.fs.mkdir(path)
         if not allow_fat:
-            _refuse_fat(path)
+            refuse_fat(path)
         self.out = {}  # pid -> [seq, state, key]
         self.inb = {}  # pid -> state ('u' or 'd')
         self.nseq = 0
@@ -277,9 +157,9 @@ class FileStore:
         if len(self.out) + len(self.inb) >= self.max:
             raise StoreFull()
         k = -1 if key is None else key
-        self._next_seq()  # a key out of range: _frame raises, nothing written
+        self._next_seq()  # a key out of range: frame raises, nothing written
         self.fs.write(self._p(self._oname(self.nseq, "p")),
-                      _frame(self.nseq, k, bytes(buf[off:off + n])))
+                      frame(self.nseq, k, bytes(buf[off:off + n])))
         self.fs.sync_dir(self.dir)
         self.out[pid] = [self.nseq, "p", k]
         if k > self.last_key:
@@ -313,7 +193,7 @@ class FileStore:
         if len(self.out) + len(self.inb) >= self.max:
             raise StoreFull()
         self._next_seq()  # arrival order, for handing them over again
-        self.fs.write(self._p("i%05d.u" % pid), _frame(self.nseq, key, bytes(buf[off:off + n])))
+        self.fs.write(self._p("i%05d.u" % pid), frame(self.nseq, key, bytes(buf[off:off + n])))
         self.fs.sync_dir(self.dir)
         self.inb[pid] = "u"
 
@@ -356,7 +236,7 @@ class FileStore:
                 data = self.fs.read(path)
             except OSError:
                 continue  # unreadable now: not proof of a torn write
-            rec = _unframe(data)
+            rec = unframe(data)
             if rec is None:
                 self.fs.remove(path)  # torn by a reset mid-write: never sent
                 continue
@@ -410,7 +290,7 @@ def _publish_pid(pkt):
     return (pkt[i] << 8) | pkt[i + 1]
 
 
-def _refuse_fat(path):
+def refuse_fat(path):
     # FAT is not power-loss safe: a reset during a write can corrupt the
     # directory. Refuse unless the caller opts in (allow_fat=True).
     try:
@@ -428,9 +308,3 @@ def _refuse_fat(path):
             best = (fs, mp)
     if best and type(best[0]).__name__ == "VfsFat":
         raise OSError("FileStore on FAT is not power-loss safe; use littlefs or allow_fat=True")
-
-# The record layer under a public name, for the broker's own records
-# (broker_store.py).
-frame_record = _frame
-unframe_record = _unframe
-refuse_fat = _refuse_fat

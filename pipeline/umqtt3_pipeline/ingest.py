@@ -21,7 +21,7 @@ import threading
 import time
 
 from umqtt3.client import MQTTClient
-from umqtt3.store import MemoryStore
+from umqtt3.memstore import MemoryStore
 
 from .log import Log
 

@@ -13,7 +13,8 @@ except ImportError:
     os = None
 
 from umqtt3 import store as store_mod
-from umqtt3.store import MemoryStore, FileStore, StoreFull
+from umqtt3.memstore import MemoryStore
+from umqtt3.store import FileStore, StoreFull
 from umqtt3.codec import encode_publish, MQTTError
 
 try:
@@ -162,6 +163,20 @@ def test_memory_message_larger_than_a_slot():
     assert s.out_count() == 0
 
 
+def test_memory_pool_takes_any_size_that_fits():
+    # one pool of slots * slot_size bytes: a message larger than a slot fits
+    # while the pool has room, and the room comes back when it is acked
+    s = MemoryStore(slots=4, slot_size=32)  # 128 bytes
+    big = _add(s, 1, key=0, msg=b"x" * 60)
+    small = _add(s, 2, key=1, msg=b"y")
+    _raises(StoreFull, _add, s, 3, 2, b"z" * 60)  # 60 more do not fit
+    s.out_del(1)  # the first one goes: the second moves down
+    third = _add(s, 3, key=2, msg=b"z" * 60)
+    r = s.recover()
+    assert [x[0] for x in r] == [2, 3] and r[0][3] == small and r[1][3] == third, r
+    assert len(big) > 32
+
+
 def test_memory_recover_in_send_order():
     s = MemoryStore(slots=4, slot_size=64)
     _add(s, 9, key=0, msg=b"first")
@@ -230,7 +245,7 @@ def test_file_out_lifecycle():
         assert _files(d) == ["last"]
         assert not s.out_has(3) and s.out_count() == 0
         assert s.accepted(0) and not s.accepted(1)
-        rec = store_mod._unframe(_read(d + "/last"))
+        rec = store_mod.unframe(_read(d + "/last"))
         assert rec == (1, 0, p)
     finally:
         _cleanup(d)
@@ -447,7 +462,7 @@ def test_file_recover_drops_torn_and_corrupt():
         full = _read(d + "/o00000002.p")
         for cut in range(len(full)):
             _write(d + "/o00000002.p", full[:cut])
-            assert store_mod._unframe(full[:cut]) is None
+            assert store_mod.unframe(full[:cut]) is None
         bad = bytearray(_read(d + "/o00000003.p"))
         bad[12] ^= 0x20
         _write(d + "/o00000003.p", bad)
@@ -493,13 +508,13 @@ def test_file_v5_publish_pid():
 
 def test_frame_roundtrip():
     for key in (-1, 0, 1, 0x7FFFFFFE):
-        b = store_mod._frame(0x01020304, key, b"body")
+        b = store_mod.frame(0x01020304, key, b"body")
         assert len(b) == 9 + 4 + 4
-        assert store_mod._unframe(b) == (0x01020304, key, b"body")
-    assert store_mod._unframe(b"") is None
-    b = bytearray(store_mod._frame(1, 1, b"x"))
+        assert store_mod.unframe(b) == (0x01020304, key, b"body")
+    assert store_mod.unframe(b"") is None
+    b = bytearray(store_mod.frame(1, 1, b"x"))
     b[0] = 0
-    assert store_mod._unframe(b) is None
+    assert store_mod.unframe(b) is None
 
 
 class _FakeVfs:
@@ -513,7 +528,7 @@ class _FakeVfs:
 
 def test_file_refuses_fat():
     d = _tmpdir()
-    fat = type("VfsFat", (), {})()  # _refuse_fat goes by the class name
+    fat = type("VfsFat", (), {})()  # refuse_fat goes by the class name
     old = sys.modules.get("vfs")
     sys.modules["vfs"] = _FakeVfs(fat)
     try:

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""How big is umqtt3 on a device: flash (.py and .mpy bytes) and import RAM.
+"""How big is umqtt3 on a device: flash (.py and .mpy bytes), import RAM, connected RAM.
 
     python -m tools.measure.sizes                 readable table
     python -m tools.measure.sizes --markdown      the same as markdown tables (for the README)
     python -m tools.measure.sizes --check         only check that every module compiles with mpy-cross
     python -m tools.measure.sizes --peer PATH     compare with umqtt/simple.py at PATH
+    python -m tools.measure.sizes --mqtt-as PATH  compare with mqtt_as.py / mqtt_async.py at PATH
+    python -m tools.measure.sizes --no-source-lines   the same for .mpy files without line numbers
     python -m tools.measure.sizes --functions codec   .mpy bytes of each function and class
                                               of one module, largest first
 
@@ -19,12 +21,21 @@ importing those modules together. compat/cpython.py, CPython's half of
 compat, is compiled but never imported on a device, so it has no RAM figure
 and is in neither set.
 
-The peer is micropython-lib's umqtt.simple, the usual small MQTT client. Its
-PyPI upload (micropython-umqtt.simple) has no setup.py and cannot be installed
-by pip, and nothing may be downloaded here, so give the file with --peer (or the
-UMQTT_PEER environment variable); without it the comparison is left out. It
-imports usocket, which the WebAssembly build lacks, so an empty stand-in module
-is imported before the measurement starts.
+Connected client: per configuration (the default MemoryStore, a FileStore,
+MQTT 5), the heap in use after import, constructing the client, connect,
+subscribe at QoS 1 and one QoS 1 publish, against a scripted broker inside
+the same VM (plain Python: it loads nothing of umqtt3), from .mpy.
+
+The peers are micropython-lib's umqtt.simple (PyPI micropython-umqtt.simple)
+and PyPI's micropython-mqtt (mqtt_async.py, a fork of mqtt_as; a file called
+mqtt_as.py is taken too), measured in the same run. Their PyPI uploads are
+sdists without setup.py, so pip cannot install them: unpack them under
+build/peers/ (found there), or give the files with --peer / --mqtt-as (or
+UMQTT_PEER / MQTT_AS_PEER); a peer not found is left out. Stand-ins for
+what they import and the WebAssembly build lacks (usocket, machine, network,
+uasyncio) are imported before the first reading; usocket's socket() is the
+scripted broker. mqtt_async connects through asyncio streams, which the
+WebAssembly build lacks, so only its import is measured.
 
 Modules that do not exist yet are skipped. Exit status: 1 if a module does not
 compile (or cannot be imported when measuring RAM), 2 if a tool is missing.
@@ -44,11 +55,11 @@ RUN_MJS = os.path.join(REPO, "tests", "mp", "run.mjs")
 WASM_PKG = os.path.join(REPO, "node_modules", "@micropython", "micropython-webassembly-pyscript")
 
 # Listed bottom layer first (see docs); any other module found is appended.
-ORDER = ["compat", "codec", "topic", "props", "flow", "store", "transport",
-         "client", "aio", "broker", "__init__"]
+ORDER = ["compat", "codec", "topic", "props", "flow", "memstore", "store", "conn",
+         "transport", "client", "aio", "broker", "__init__"]
 # What a sensor node needs to talk MQTT: the fair comparison with umqtt.simple.
-# what `from umqtt3.client import MQTTClient` loads (MemoryStore lives in store.py)
-CLIENT_SET = ["compat", "codec", "topic", "flow", "store", "transport", "client"]
+# what `from umqtt3.client import MQTTClient` and its default MemoryStore load
+CLIENT_SET = ["compat", "codec", "topic", "flow", "memstore", "conn", "client"]
 # CPython's half of compat: compiled (so --check covers it) but never imported
 # on a device, so it has no import RAM and is left out of the sets.
 CPYTHON_ONLY = ["compat/cpython"]
@@ -111,20 +122,24 @@ def dotted(mod):
 # The WebAssembly port's gc.collect() only marks a collection as due: it runs
 # once control is back in JavaScript. So the probe is a coroutine the runner
 # awaits (mp_await), and every collect is followed by a yield.
-PROBE = """\
-import sys, gc, asyncio
-which = sys.argv[1]
-sys.path[:] = ["/" + which]
-if which.startswith("peer"):
-    sys.path.append("/stubs")
-    import usocket
-
+# A collection that has really run (see above), for both probes.
+COLLECT = """\
 async def collect():
     gc.collect()
     await asyncio.sleep(0)
     gc.collect()
     await asyncio.sleep(0)
+"""
 
+PROBE = """\
+import sys, gc, asyncio
+which = sys.argv[1]
+sys.path[:] = ["/" + which]
+if which.startswith("peer"):
+    sys.path += ["/stubs", "/probe"]
+    import usocket, machine, network, uasyncio
+
+""" + COLLECT + """
 async def main():
     await collect()
     before = gc.mem_alloc()
@@ -141,55 +156,248 @@ mp_await = main()
 """
 
 
+# A scripted broker for the connected-client figures, in plain Python so that
+# it loads nothing of umqtt3: it answers CONNECT, SUBSCRIBE, a QoS 1/2 PUBLISH,
+# PUBREL and PINGREQ as soon as they are written. It is a link for umqtt3
+# (readinto/write with offsets) and a blocking socket for umqtt.simple
+# (read/write(buf, n)); fakepeer.PEER is what the stub socket() returns.
+FAKE_PEER = """\
+PEER = None
+
+class Peer:
+    def __init__(self, level=4):
+        self.v5 = level == 5
+        self.inb = bytearray(1024)
+        self.ni = 0
+        self.out = bytearray(256)
+        self.no = 0
+        self.ro = 0
+
+    def readinto(self, buf, n=-1):
+        avail = self.no - self.ro
+        if not avail:
+            return None
+        if n < 0 or n > avail:
+            n = avail
+        for i in range(n):
+            buf[i] = self.out[self.ro + i]
+        self.ro += n
+        if self.ro == self.no:
+            self.ro = self.no = 0
+        return n
+
+    def read(self, n):
+        b = bytearray(n)
+        r = self.readinto(b, n)
+        return None if r is None else bytes(b[:r])
+
+    def write(self, buf, a=-1, b=-1):
+        off, n = (0, a) if b < 0 else (a, b)
+        if isinstance(buf, str):
+            buf = buf.encode()  # a device's socket takes str as its bytes
+        if n < 0:
+            n = len(buf) - off
+        for i in range(n):
+            self.inb[self.ni + i] = buf[off + i]
+        self.ni += n
+        while self.step():
+            pass
+        return n
+
+    def put(self, *bs):
+        for x in bs:
+            self.out[self.no] = x
+            self.no += 1
+
+    def step(self):
+        b = self.inb
+        rl = 0
+        sh = 0
+        i = 1
+        while True:
+            if i >= self.ni:
+                return False
+            x = b[i]
+            rl |= (x & 127) << sh
+            sh += 7
+            i += 1
+            if not x & 128:
+                break
+        total = i + rl
+        if self.ni < total:
+            return False
+        t = b[0] >> 4
+        q = (b[0] >> 1) & 3
+        if t == 1:
+            self.put(0x20, 3, 0, 0, 0) if self.v5 else self.put(0x20, 2, 0, 0)
+        elif t == 8:
+            if self.v5:
+                self.put(0x90, 4, b[i], b[i + 1], 0, b[total - 1] & 3)
+            else:
+                self.put(0x90, 3, b[i], b[i + 1], b[total - 1] & 3)
+        elif t == 3 and q:
+            j = i + 2 + ((b[i] << 8) | b[i + 1])
+            self.put(0x40 if q == 1 else 0x50, 2, b[j], b[j + 1])
+        elif t == 6:
+            self.put(0x70, 2, b[i], b[i + 1])
+        elif t == 12:
+            self.put(0xD0, 0)
+        for k in range(total, self.ni):
+            b[k - total] = b[k]
+        self.ni -= total
+        return True
+
+    def connect(self, addr):
+        pass
+
+    def setblocking(self, flag):
+        pass
+
+    def settimeout(self, t):
+        pass
+
+    def close(self):
+        pass
+"""
+
+# Stand-ins the peers import and the WebAssembly port lacks; imported before
+# the first reading, so they count for nobody.
+STUBS = {
+    "usocket.py": "import fakepeer\n"
+                  "def socket(*a):\n    return fakepeer.PEER\n"
+                  "def getaddrinfo(host, port, *a):\n    return [(2, 1, 0, '', (host, port))]\n",
+    "socket.py": "from usocket import *\n",
+    "machine.py": "def unique_id():\n    return b'\\x01\\x02\\x03\\x04'\n",
+    "network.py": "STA_IF = 0\nclass WLAN:\n    def __init__(self, i):\n        pass\n"
+                  "    def isconnected(self):\n        return True\n",
+    "uasyncio.py": "from asyncio import *\n",
+}
+
+# Runs inside MicroPython. argv: kind (umqtt3, simple, mqtt_async), protocol
+# level, store (memory, file), the directory to import from. Prints
+# "RAM <import> <connected>": heap in use after the imports, and after
+# constructing, connecting, subscribing (QoS 1) and one QoS 1 publish.
+CONNECTED_PROBE = """\
+import sys, gc, asyncio
+kind, level, store, root = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+sys.path[:] = ["/" + root, "/probe"]
+if kind != "umqtt3":
+    sys.path.append("/stubs")
+    import usocket, ustruct, ubinascii, machine, network, uasyncio
+import fakepeer
+peer = fakepeer.Peer(level)
+fakepeer.PEER = peer
+
+def cb(topic, msg):
+    pass
+
+def link():
+    return peer
+
+""" + COLLECT + """
+async def main():
+    await collect()
+    base = gc.mem_alloc()
+    try:
+        if kind == "umqtt3":
+            from umqtt3.client import MQTTClient
+            if store == "file":
+                from umqtt3.store import FileStore
+            else:
+                from umqtt3.memstore import MemoryStore
+        elif kind == "simple":
+            from umqtt.simple import MQTTClient
+        else:
+            __import__(kind)
+            await collect()
+            print("RAM", gc.mem_alloc() - base, "-")
+            return
+        await collect()
+        imported = gc.mem_alloc() - base
+        if kind == "umqtt3":
+            kw = {}
+            if store == "file":
+                kw["store"] = FileStore("/mq")
+            c = MQTTClient("node1", "peer", keepalive=60, level=level, connect_link=link, **kw)
+        else:
+            c = MQTTClient("node1", "peer", keepalive=60)
+        c.set_callback(cb)
+        c.connect()
+        c.subscribe(b"nodes/node1/cmd", 1)
+        c.publish(b"nodes/node1/temp", b"21.5", qos=1)
+        await collect()
+        print("RAM", imported, gc.mem_alloc() - base)
+    except Exception as e:
+        print("ERR %s: %s" % (type(e).__name__, e))
+
+mp_await = main()
+"""
+
+
 class Vm:
     """Runs the probe under tests/mp/run.mjs, one fresh interpreter per call."""
 
-    def __init__(self, tmp, heap, peer_py, peer_mpy):
+    def __init__(self, tmp, heap, peer_dirs):
         node = shutil.which("node")
         if not node:
             die("node not found; install Node.js 18 or newer, then run npm ci")
         if not os.path.isfile(os.path.join(WASM_PKG, "micropython.mjs")):
             die("%s is missing; run 'npm ci' (or 'make setup')" % WASM_PKG)
         self.errors = []
-        self.probe = os.path.join(tmp, "probe", "probe.py")
-        os.makedirs(os.path.dirname(self.probe))
-        with open(self.probe, "w") as f:
-            f.write(PROBE)
+        probe_dir = os.path.join(tmp, "probe")
+        os.makedirs(probe_dir)
+        self.probe = os.path.join(probe_dir, "probe.py")
+        self.connected_probe = os.path.join(probe_dir, "connected.py")
+        for path, text in ((self.probe, PROBE), (self.connected_probe, CONNECTED_PROBE),
+                           (os.path.join(probe_dir, "fakepeer.py"), FAKE_PEER)):
+            with open(path, "w") as f:
+                f.write(text)
         stubs = os.path.join(tmp, "stubs")
         os.makedirs(stubs)
-        with open(os.path.join(stubs, "usocket.py"), "w") as f:
-            f.write("# empty stand-in: the WebAssembly MicroPython has no socket module\n")
-        self.cmd = [node, RUN_MJS, "--heap", heap, "--no-shared", "--mount", stubs + "=/stubs"]
+        for name, text in STUBS.items():
+            with open(os.path.join(stubs, name), "w") as f:
+                f.write(text)
+        self.cmd = [node, RUN_MJS, "--heap", heap, "--no-shared", "--mount", stubs + "=/stubs",
+                    "--mount", probe_dir + "=/probe"]
         for which in ("py", "mpy"):
             self.cmd += ["--mount", os.path.join(tmp, which) + "=/" + which]
-        if peer_py:
-            self.cmd += ["--mount", os.path.dirname(os.path.dirname(peer_py)) + "=/peer_py",
-                         "--mount", os.path.dirname(os.path.dirname(peer_mpy)) + "=/peer_mpy"]
+        for which, d in peer_dirs.items():
+            self.cmd += ["--mount", d + "=/" + which]
+
+    def run(self, script, args, what):
+        """The probe's "RAM" figures as ints ("-" stays "-"), or None on error."""
+        p = subprocess.run(self.cmd + [script] + args, capture_output=True, text=True, timeout=120)
+        m = re.search(r"^RAM ([\d -]+)$", p.stdout, re.M)
+        if m and p.returncode == 0:
+            return [int(x) if x.isdigit() else x for x in m.group(1).split()]
+        text = (p.stdout + p.stderr).strip().splitlines()
+        self.errors.append("%s: %s" % (what, text[-1] if text else "exit %d" % p.returncode))
+        return None
+
+    def connected(self, kind, level, store, which):
+        """(import RAM, heap in use once connected) of one configuration."""
+        r = self.run(self.connected_probe, [kind, str(level), store, which],
+                     "%s level %d store %s" % (kind, level, store))
+        return tuple(r) if r else ("error", "error")
 
     def import_ram(self, which, names):
         """Bytes of heap still in use after importing names, or an error string."""
-        p = subprocess.run(self.cmd + [self.probe, which] + names,
-                           capture_output=True, text=True, timeout=120)
-        m = re.search(r"^RAM (\d+)$", p.stdout, re.M)
-        if m and p.returncode == 0:
-            return int(m.group(1))
-        text = (p.stdout + p.stderr).strip().splitlines()
-        self.errors.append("importing %s: %s" % (" ".join(names),
-                                                text[-1] if text else "exit %d" % p.returncode))
-        return "error"
+        r = self.run(self.probe, [which] + names, "importing " + " ".join(names))
+        return r[0] if r else "error"
 
 
-def find_peer(arg):
-    path = arg or os.environ.get("UMQTT_PEER")
+def find_peer(arg, env, patterns):
+    """The peer's file: the option, the environment variable, or the first
+    match of patterns under build/peers (where the PyPI sdists are unpacked)."""
+    path = arg or os.environ.get(env)
     if not path:
-        # Usable if someone put micropython-lib's umqtt package on sys.path.
-        try:
-            import importlib.util
+        import glob
 
-            spec = importlib.util.find_spec("umqtt.simple")
-            path = spec.origin if spec else None
-        except Exception:
-            path = None
+        for pat in patterns:
+            hits = sorted(glob.glob(os.path.join(REPO, "build", "peers", pat)))
+            if hits:
+                path = hits[-1]
+                break
     if path and not os.path.isfile(path):
         die("peer file %s does not exist" % path)
     return path
@@ -272,13 +480,47 @@ def function_sizes(cmd, path, name, tmp):
     return whole, out
 
 
+# (label, kind, protocol level, store, the umqtt3 modules it loads)
+CONFIGS = [
+    ("umqtt3, QoS 0/1/2, MemoryStore (default)", "umqtt3", 4, "memory", CLIENT_SET),
+    ("umqtt3, QoS 2, FileStore", "umqtt3", 4, "file",
+     ["compat", "codec", "topic", "flow", "store", "conn", "client"]),
+    ("umqtt3, MQTT 5, MemoryStore", "umqtt3", 5, "memory", CLIENT_SET + ["props", "client5"]),
+]
+
+
+def connected_table(vm, sizes, peers, markdown):
+    """Import RAM and the heap in use once connected, subscribed and one
+    QoS 1 message published, per configuration, from .mpy, next to the peers
+    [(label, kind, .mpy path)]."""
+    rows = []
+    for label, kind, level, store, loads in CONFIGS:
+        loads = [m for m in loads if m in sizes]
+        mpy = sum(sizes[m][1] or 0 for m in loads)
+        imp, run = vm.connected(kind, level, store, "mpy")
+        rows.append([label, mpy, imp, run])
+    for label, kind, mpy in peers:
+        imp, run = vm.connected(kind, 4, "-", "peer_mpy")
+        rows.append([label, os.path.getsize(mpy), imp, run])
+    print_table(["connected client (from .mpy)", ".mpy bytes", "import RAM", "heap in use"],
+                rows, markdown)
+    print()
+    print("heap in use: gc.mem_alloc() growth after import, construct, connect, subscribe "
+          "(QoS 1) and one QoS 1 publish, against a scripted broker in the same VM")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--markdown", action="store_true", help="print markdown tables")
     ap.add_argument("--check", action="store_true",
                     help="only check that every module compiles with mpy-cross")
     ap.add_argument("--peer", metavar="PATH", help="umqtt/simple.py to compare with")
+    ap.add_argument("--mqtt-as", metavar="PATH",
+                    help="mqtt_as.py (or PyPI micropython-mqtt's mqtt_async.py) to compare with")
     ap.add_argument("--no-ram", action="store_true", help="skip the import RAM measurement")
+    ap.add_argument("--no-source-lines", action="store_true",
+                    help="compile without line numbers (mpy-cross -X no-source-lines), "
+                         "ours and the peers'")
     ap.add_argument("--functions", metavar="MODULE",
                     help="list the .mpy bytes of MODULE's functions and classes (e.g. codec)")
     ap.add_argument("--heap", default="2m", help="MicroPython heap for the RAM probe (default 2m)")
@@ -287,6 +529,8 @@ def main():
     args = ap.parse_args()
 
     cmd = mpy_cross_cmd()
+    if args.no_source_lines:
+        cmd += ["-X", "no-source-lines"]
     lib = args.lib
     mods = find_modules(lib)
     PACKAGES.update(m for m in mods if os.path.isfile(os.path.join(lib, m, "__init__.py")))
@@ -337,21 +581,35 @@ def main():
                   % (len(mods) - len(errors), len(mods)))
             return 1 if errors else 0
 
-        peer = find_peer(args.peer)
+        peer = find_peer(args.peer, "UMQTT_PEER", ["*/umqtt/simple.py"])
+        mqtt_as = find_peer(args.mqtt_as, "MQTT_AS_PEER", ["*/mqtt_as.py", "*/mqtt_async.py"])
         peer_py = peer_mpy = None
-        if peer:
-            peer_py = os.path.join(tmp, "peer_py", "umqtt", "simple.py")
-            peer_mpy = os.path.join(tmp, "peer_mpy", "umqtt", "simple.mpy")
-            os.makedirs(os.path.dirname(peer_py))
-            shutil.copyfile(peer, peer_py)
-            err = compile_mpy(cmd, peer_py, peer_mpy, "umqtt/simple.py")
+        peer_dirs = {}
+        peers = []  # (label, probe kind, .mpy path) for the connected table
+        for f, rel in ((peer, "umqtt/simple.py"),
+                       (mqtt_as, mqtt_as and os.path.basename(mqtt_as))):
+            if not f:
+                continue
+            py = os.path.join(tmp, "peer_py", rel)
+            mpy = os.path.join(tmp, "peer_mpy", rel[:-3] + ".mpy")
+            os.makedirs(os.path.dirname(py), exist_ok=True)
+            shutil.copyfile(f, py)
+            err = compile_mpy(cmd, py, mpy, rel)
             if err:
-                die("peer %s does not compile: %s" % (peer, err), 1)
+                die("peer %s does not compile: %s" % (f, err), 1)
+            peer_dirs["peer_py"] = os.path.join(tmp, "peer_py")
+            peer_dirs["peer_mpy"] = os.path.join(tmp, "peer_mpy")
+            if f is peer:
+                peer_py, peer_mpy = py, mpy
+                peers.append(("umqtt.simple (QoS 0/1, no reconnect)", "simple", mpy))
+            else:
+                name = rel[:-3]
+                peers.append((name + " (asyncio; import only)", name, mpy))
 
         ram = {}
         vm = None
         if not args.no_ram:
-            vm = Vm(tmp, args.heap, peer_py, peer_mpy)
+            vm = Vm(tmp, args.heap, peer_dirs)
             for m in mods:
                 if m in CPYTHON_ONLY:
                     ram[m] = ("CPython only", "CPython only")
@@ -411,6 +669,10 @@ def main():
             print("peer: %s" % peer)
         else:
             print("peer: not measured (give --peer PATH/TO/umqtt/simple.py or set UMQTT_PEER)")
+
+        if vm:
+            print()
+            connected_table(vm, sizes, peers, args.markdown)
 
         sys.stdout.flush()
         for e in (vm.errors if vm else []):

@@ -121,9 +121,37 @@ if MICROPYTHON:
         # read exactly what each packet needs, straight from the socket
         return sock
 
+    # -- opening a connection (the client's drivers): TLS and timeouts
+    def tls_context(ctx):
+        # ssl=True: a context that encrypts but, with no CA bundle on the
+        # device, cannot authenticate the broker (docs/client.md)
+        if ctx is True:
+            import ssl
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+
 else:
     # the emulation lives in its own module, which MicroPython never loads
     from .cpython import *  # noqa: F401,F403
+
+
+def dial(host, port, ctx, params, timeout_ms):
+    # blocking TCP connect (+ TLS handshake) for the blocking client; on
+    # MicroPython the network stack's own timeout applies
+    ai = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)[0]
+    s = socket.socket(ai[0], socket.SOCK_STREAM, ai[2])
+    try:
+        if not MICROPYTHON:
+            s.settimeout(timeout_ms / 1000)
+        s.connect(ai[-1])
+        nodelay(s)  # one write per packet, no Nagle stall on QoS 1
+        if ctx:
+            s = tls_context(ctx).wrap_socket(s, server_hostname=host, **params)
+    except BaseException:
+        s.close()
+        raise
+    return s
 
 
 POLLIN = 1

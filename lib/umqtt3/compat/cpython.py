@@ -215,3 +215,72 @@ class server_link:
 
     def close(self):
         self.link.close()
+
+# -- opening a connection (the client's drivers): TLS and timeouts
+def tls_context(ctx):
+    # ssl=True: CPython's default context, which verifies the broker
+    if ctx is True:
+        ctx = _ssl.create_default_context()
+    return ctx
+
+
+async def wait_io(sock, write, timeout_ms):
+    """True once sock is readable (writable), False when timeout_ms has
+    passed first; other tasks run meanwhile."""
+    import asyncio
+    loop = asyncio.get_running_loop()
+    fut = loop.create_future()
+    fd = sock.fileno()
+
+    def ready():
+        if not fut.done():
+            fut.set_result(None)
+
+    (loop.add_writer if write else loop.add_reader)(fd, ready)
+    try:
+        await asyncio.wait_for(fut, max(0, timeout_ms) / 1000)
+    except asyncio.TimeoutError:
+        return False
+    finally:
+        (loop.remove_writer if write else loop.remove_reader)(fd)
+    return True
+
+
+async def dial_async(host, port, ctx, params, timeout_ms):
+    """TCP connect, name lookup and TLS handshake without blocking the event
+    loop; OSError(110) after timeout_ms."""
+    import asyncio
+    loop = asyncio.get_running_loop()
+
+    async def go():
+        ai = (await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM))[0]
+        s = socket.socket(ai[0], socket.SOCK_STREAM, ai[2])
+        s.setblocking(False)
+        try:
+            await loop.sock_connect(s, ai[-1])
+            nodelay(s)
+            if ctx:
+                s = tls_context(ctx).wrap_socket(s, server_hostname=host,
+                                                 do_handshake_on_connect=False, **params)
+                while True:
+                    try:
+                        s.do_handshake()
+                        break
+                    except _ssl.SSLWantReadError:
+                        await wait_io(s, False, timeout_ms)
+                    except _ssl.SSLWantWriteError:
+                        await wait_io(s, True, timeout_ms)  # (wait_for bounds them all)
+        except BaseException:
+            s.close()
+            raise
+        return s
+
+    try:
+        return await asyncio.wait_for(go(), timeout_ms / 1000)
+    except asyncio.TimeoutError:
+        raise OSError(110, "connect timed out")
+
+
+def current_task():
+    import asyncio
+    return asyncio.current_task()

@@ -1,0 +1,128 @@
+# umqtt3.memstore -- the client's default store: in-flight messages in RAM.
+#
+# The store contract is described in umqtt3.store (FileStore keeps the same
+# records on flash). MemoryStore allocates everything at construction and
+# nothing per message; nothing survives a reset.
+#
+# Outbound messages share one byte pool of slots * slot_size bytes, kept in
+# send order: a message of any size up to the whole pool fits while there
+# is room, so a small pool serves both many small readings and a few large
+# messages. An acknowledgement removes its message and moves the ones sent
+# after it down (acks mostly come in order, so usually the first one goes).
+from .compat import copy
+from .flow import StoreFull
+
+
+class MemoryStore:
+    def __init__(self, slots=8, slot_size=256, inbound=8):
+        self.data = bytearray(slots * slot_size)
+        self.used = 0  # pool bytes in use
+        self.n = 0  # messages held, in send order at index 0..n-1
+        self.pid = [0] * slots
+        self.len = [0] * slots
+        self.state = bytearray(slots)  # 'p' or 'r'
+        self.key = [0] * slots
+        self.last_key = -1
+        self.inpid = [0] * inbound
+
+    def _find(self, pid):
+        p = self.pid
+        for i in range(self.n):
+            if p[i] == pid:
+                return i
+        return -1
+
+    def _off(self, i):
+        o = 0
+        for j in range(i):
+            o += self.len[j]
+        return o
+
+    def out_add(self, pid, key, buf, off, n):
+        i = self.n
+        if i == len(self.pid) or self.used + n > len(self.data):
+            raise StoreFull()
+        copy(self.data, self.used, buf, off, n)
+        self.used += n
+        self.pid[i] = pid
+        self.len[i] = n
+        self.state[i] = 0x70  # 'p'
+        self.key[i] = -1 if key is None else key
+        if key is not None and key > self.last_key:
+            self.last_key = key
+        self.n = i + 1
+
+    def out_rel(self, pid):
+        i = self._find(pid)
+        if i >= 0:
+            self.state[i] = 0x72  # 'r'
+
+    def out_del(self, pid):
+        i = self._find(pid)
+        if i < 0:
+            return
+        o = self._off(i)
+        k = self.len[i]
+        copy(self.data, o, self.data, o + k, self.used - o - k)
+        self.used -= k
+        n = self.n - 1
+        for j in range(i, n):
+            self.pid[j] = self.pid[j + 1]
+            self.len[j] = self.len[j + 1]
+            self.state[j] = self.state[j + 1]
+            self.key[j] = self.key[j + 1]
+        self.pid[n] = 0
+        self.n = n
+
+    def out_has(self, pid):
+        return self._find(pid) >= 0
+
+    def out_count(self):
+        return self.n
+
+    def out_get(self, pid):
+        """(state, offset, length) of pid's packet in self.data, valid until
+        the next change; allocates a tuple."""
+        i = self._find(pid)
+        return self.state[i], self._off(i), self.len[i]
+
+    def in_add(self, pid, buf, off, n):
+        p = self.inpid
+        for i in range(len(p)):
+            if not p[i]:
+                p[i] = pid
+                return
+        raise StoreFull()
+
+    def in_done(self, pid):
+        pass  # delivered at once; nothing survives a reset anyway
+
+    def in_has(self, pid):
+        for p in self.inpid:
+            if p == pid:
+                return True
+        return False
+
+    def in_del(self, pid):
+        p = self.inpid
+        for i in range(len(p)):
+            if p[i] == pid:
+                p[i] = 0
+
+    def in_clear(self):
+        # the broker lost the session: held inbound ids mean nothing now
+        p = self.inpid
+        for i in range(len(p)):
+            p[i] = 0
+
+    def recover(self):
+        r = []
+        o = 0
+        for i in range(self.n):
+            k = self.len[i]
+            r.append((self.pid[i], chr(self.state[i]), self.key[i], bytes(self.data[o:o + k])))
+            o += k
+        return r
+
+    def accepted(self, key):
+        return key <= self.last_key
