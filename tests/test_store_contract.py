@@ -16,7 +16,8 @@ from umqtt3.broker_core import Stats
 from umqtt3.broker_limits import Limits
 from umqtt3.broker_session import Session
 from umqtt3.codec import encode_publish
-from umqtt3.store import MemoryStore, FileStore
+from umqtt3.memstore import MemoryStore
+from umqtt3.store import FileStore
 
 
 def publish(pid, payload=b"x"):
