@@ -21,7 +21,7 @@ LAYERS = (
     ("transport", "store", "flow", "qos_state", "broker_limits", "broker_auth"),
     ("client", "broker_session"),
     ("aio", "broker_subs", "broker_retain", "broker_store"),
-    ("broker_core",),
+    ("broker_core", "broker5"),
     ("broker_bytes",),
     ("broker",),
     ("broker_cli", "broker_passwd"),

@@ -218,7 +218,7 @@ class Broker(Core):
                 self.packet(c, n, now)
                 k += 1
         except MQTTError as e:
-            self.disconnect(c, "protocol error: " + e.reason, True)  # [MQTT-4.8.0-1]
+            self.fail(c, e)  # [MQTT-4.8.0-1]
         except OSError:
             self.disconnect(c, "connection lost", True)
         return k

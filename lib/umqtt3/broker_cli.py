@@ -34,6 +34,8 @@ DESKTOP = (
     ("sys_interval", 10),
     ("backlog", 64),
     ("burst", 64),
+    ("max_aliases", 64),
+    ("max_keepalive", 0),
 )
 NAMES = tuple(name for name, _ in DESKTOP)
 
@@ -55,6 +57,8 @@ HELP = {
     "sys_interval": "seconds between $SYS updates (0: none)",
     "backlog": "connections the listening socket queues",
     "burst": "packets read from one connection per step",
+    "max_aliases": "MQTT 5 topic aliases per client (0: none; beyond: DISCONNECT 0x94)",
+    "max_keepalive": "MQTT 5: longest keep alive, seconds, imposed as server keep alive (0: none)",
 }
 
 

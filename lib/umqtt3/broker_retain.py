@@ -23,6 +23,7 @@ class Retained:
         self.msgs = {}
         self.nsys = 0  # how many of msgs are $SYS/ topics (not limited)
         self.disk = None  # broker_store.Disk, when there is a store
+        self.props = {}  # topic -> MQTT 5 property bytes, for those that have some
 
     def set(self, r):
         """Route r (broker_session.Route) is a retained message: keep it,
@@ -32,6 +33,7 @@ class Retained:
         msgs = self.msgs
         sysk = is_sys(key, 0, len(key))  # the broker's own: not limited, not saved
         if not r.pn:
+            self.props.pop(key, None)
             if msgs.pop(key, None) is not None:
                 if sysk:
                     self.nsys -= 1
@@ -44,12 +46,17 @@ class Retained:
             if self.log is not None:
                 self.log("retained message on %s not kept: max retained reached" % key.decode())
             return
-        if publish_size(r.tn, r.pn, r.qos) > self.lim.max_frame:
+        prn = r.prn if r.prs is not None else -1
+        if publish_size(r.tn, r.pn, r.qos, prn) > self.lim.max_frame:
             return  # it could never be sent whole
         pl = bytes(r.psrc[r.poff:r.poff + r.pn])
         if not sysk and self.disk is not None:
             self.disk.retain(key, r.qos, pl)  # before the PUBACK / PUBREC
         msgs[key] = (r.qos, pl)
+        if prn > 0:
+            self.props[key] = bytes(r.prs[r.pro:r.pro + prn])  # kept with it [MQTT-3.3.1-? (5.0)]
+        else:
+            self.props.pop(key, None)
         if sysk and new:
             self.nsys += 1
 

@@ -39,8 +39,10 @@ class Route:
     its topic tsrc[toff:toff+tn], payload psrc[poff:poff+pn] and QoS; when
     it comes from a client's PUBLISH, that frame (frame[foff:foff+flen], its packet
     id fpid bytes into it), which a copy to a subscriber reuses; and the tag of a QoS 2
-    routing that copies to persistent sessions carry (-1: none). The core
-    owns one and fills it per message: routing allocates nothing."""
+    routing that copies to persistent sessions carry (-1: none). At MQTT
+    5 its property list is prs[pro:pro+prn] (prs None: no properties), and
+    the frame is of protocol level flevel. The core owns one and fills it
+    per message: routing allocates nothing."""
 
     def __init__(self):
         self.set(None, 0, 0, None, 0, 0, 0)
@@ -58,19 +60,32 @@ class Route:
         self.flen = 0
         self.fpid = 0
         self.tag = -1
+        self.prs = None
+        self.pro = 0
+        self.prn = 0
+        self.flevel = 0
+        self.retain = False  # its RETAIN flag, for retain as published
+        self.src = None  # the publisher's session, for no local
 
 
-def publish_size(tn, pn, qos):
+def publish_size(tn, pn, qos, prn=-1):
+    """Bytes of a PUBLISH; prn: its property list's length at MQTT 5, -1
+    below (no list)."""
     rl = 2 + tn + pn + (2 if qos else 0)
+    if prn >= 0:
+        rl += varint_size(prn) + prn
     return 1 + varint_size(rl) + rl
 
 
-def put_publish(dst, off, first, tsrc, toff, tn, pid, psrc, poff, pn):
+def put_publish(dst, off, first, tsrc, toff, tn, pid, psrc, poff, pn, prs=None, pro=0, prn=-1):
     """Write a PUBLISH with first byte `first` whose topic is
     tsrc[toff:toff+tn] and payload psrc[poff:poff+pn] at dst[off]; return
-    the end offset. The caller checked the room (publish_size)."""
+    the end offset. The caller checked the room (publish_size). prn >= 0:
+    MQTT 5, with the property list prs[pro:pro+prn]."""
     q = first & 6
     rl = 2 + tn + pn + (2 if q else 0)
+    if prn >= 0:
+        rl += varint_size(prn) + prn
     dst[off] = first
     off = put_varint(dst, off + 1, rl)
     dst[off] = tn >> 8
@@ -82,6 +97,11 @@ def put_publish(dst, off, first, tsrc, toff, tn, pid, psrc, poff, pn):
         dst[off] = pid >> 8
         dst[off + 1] = pid & 255
         off += 2
+    if prn >= 0:
+        off = put_varint(dst, off, prn)
+        if prn:
+            copy(dst, off, prs, pro, prn)
+            off += prn
     copy(dst, off, psrc, poff, pn)
     return off + pn
 
@@ -127,6 +147,14 @@ class Session:
         self.fs = None  # a persistent session's FileStore (broker_store.py)
         self.new_tag = None  # and the store's tag source, with it
         self.slot = -1  # its number in the store directory
+        # the protocol level frames are built for, and what the client
+        # allows at MQTT 5: its largest packet (0: any) and in-flight
+        # window (receive maximum); set by attach()
+        self.level = 4
+        self.maxpkt = 0
+        self.rmax = limits.max_inflight
+        self.expiry = 0  # MQTT 5 session expiry interval, seconds
+        self.exp_at = -1  # broker uptime (s) at which it ends; -1: never
         # the client's QoS machine, on this session as its store; its
         # application is deliver() below
         self.flow = Flow(self, self)
@@ -149,7 +177,7 @@ class Session:
         # the size of ours (same packet-id presence) is one copy of that
         # frame with a new first byte and packet id.
         fs = r.frame
-        if fs is not None and r.flen == size:
+        if fs is not None and r.flen == size and r.flevel == self.level:
             copy(dst, off, fs, r.foff, size)
             dst[off] = first
             if first & 6:
@@ -157,7 +185,17 @@ class Session:
                 dst[o] = pid >> 8
                 dst[o + 1] = pid & 255
             return off + size
-        return put_publish(dst, off, first, r.tsrc, r.toff, r.tn, pid, r.psrc, r.poff, r.pn)
+        return put_publish(dst, off, first, r.tsrc, r.toff, r.tn, pid, r.psrc, r.poff, r.pn,
+                           r.prs, r.pro, self._prn(r))
+
+    def _prn(self, r):
+        # the property list's length in this session's frames: -1 below 5
+        if self.level < 5:
+            return -1
+        return r.prn if r.prs is not None else 0
+
+    def _size(self, r, qos):
+        return publish_size(r.tn, r.pn, qos, self._prn(r))
 
     def send(self, r, qos, retain):
         """The message of route r for this session at `qos` (already
@@ -180,7 +218,10 @@ class Session:
             self._enqueue(first, r)
             return
         conn = c.conn
-        size = publish_size(r.tn, r.pn, qos)
+        size = self._size(r, qos)
+        if self.maxpkt and size > self.maxpkt:
+            self.stats.dropped += 1  # never more than the client takes [MQTT-3.1.2-25]
+            return
         if conn.space() < size or (qos and self._fit(size) < 0):
             self._enqueue(first, r)  # pump() writes it as the buffer drains
             return
@@ -201,8 +242,8 @@ class Session:
         q = self.q
         lim = self.lim
         qos = (first >> 1) & 3
-        size = publish_size(r.tn, r.pn, qos)
-        if size > lim.max_frame:
+        size = self._size(r, qos)
+        if size > lim.max_frame or (self.maxpkt and size > self.maxpkt):
             self.stats.dropped += 1
             return
         if len(q) >= lim.max_queued:
@@ -253,6 +294,10 @@ class Session:
             f = q[0]
             n = len(f)
             if not f[0] & 6:
+                if self.maxpkt and n > self.maxpkt:
+                    q.pop(0)  # [MQTT-3.1.2-25]
+                    stats.dropped += 1
+                    continue
                 if len(tx) - conn.tlen < n:
                     return
                 copy(tx, conn.tlen, f, 0, n)
@@ -275,7 +320,7 @@ class Session:
                 self.s_st[k] = REL_SENT
                 self.unsent -= 1
                 continue
-            if n > self.lim.max_frame:
+            if n > self.lim.max_frame or (self.maxpkt and n > self.maxpkt):
                 q.pop(0)
                 stats.dropped += 1
                 if self.fs is not None:
@@ -315,7 +360,7 @@ class Session:
             self._ring()
         ns = len(self.s_st)
         cnt = self.rcount
-        if cnt >= ns:
+        if cnt >= ns or cnt >= self.rmax:  # the client's receive maximum [MQTT-3.3.4-9]
             return -1
         size = len(self.rbuf)
         if not cnt:
@@ -460,6 +505,12 @@ class Session:
         """The client (re)connects to this session: what was written and not
         acknowledged is due again, PUBLISH with DUP=1 [MQTT-4.4.0-1]."""
         self.client = client
+        self.level = client.level
+        self.exp_at = -1
+        m = self.lim.max_inflight
+        v = client.v5
+        self.maxpkt = v.maxpkt if v is not None else 0
+        self.rmax = v.rmax if v is not None and v.rmax < m else m
         if self.rbuf is None:
             return
         ns = len(self.s_st)

@@ -1,7 +1,9 @@
 # umqtt3.broker_subs -- who is subscribed to what, and who gets a topic.
 #
 # Each session keeps its own filters (Session.filters / fqos, in the order
-# they were made: the store saves them so). Subs changes them and answers
+# they were made: the store saves them so). fqos holds each subscription's
+# options byte: its QoS, and at MQTT 5 no local (4), retain as published
+# (8) and retain handling (0x30). Subs changes them and answers
 # match(): the sessions a topic goes to, each once at its highest granted
 # QoS [MQTT-3.3.5-1]. Today match() scans the sessions that have a
 # subscription and their filters; an index (a topic tree, say) can replace
@@ -32,18 +34,22 @@ class Subs:
         # what the last match() found: hit[i] gets topic at QoS hq[i]
         self.hit = []
         self.hq = bytearray(8)
+        self.added = False  # whether the last add() made a new subscription
 
-    def add(self, s, buf, off, n, qos):
-        """Add or replace [MQTT-3.8.4-3] a subscription of s; return the
-        granted QoS, or 0x80 when the per-client limit is reached."""
+    def add(self, s, buf, off, n, opts):
+        """Add or replace [MQTT-3.8.4-3] a subscription of s with options
+        byte opts; return the granted QoS, or 0x80 when the per-client limit
+        is reached."""
         i = find_filter(s, buf, off, n)
+        self.added = False
         if i >= 0:
-            s.fqos[i] = qos
-            return qos
+            s.fqos[i] = opts
+            return opts & 3
         if len(s.filters) >= self.max_subs:
             return 0x80
-        self.restore(s, bytes(buf[off:off + n]), qos)
-        return qos
+        self.restore(s, bytes(buf[off:off + n]), opts)
+        self.added = True
+        return opts & 3
 
     def restore(self, s, f, qos):
         """A filter back from the store (no limit: it was granted)."""
@@ -67,9 +73,12 @@ class Subs:
         if s.filters:
             self.subscribers.remove(s)
 
-    def match(self, tsrc, toff, tn):
+    def match(self, tsrc, toff, tn, src=None):
         """Fill hit/hq with the sessions topic tsrc[toff:toff+tn] goes to;
-        return how many. Allocates nothing once hit has grown to the
+        return how many. hq[i] is the highest granted QoS, plus 8 when a
+        matching subscription retains as published. A subscription with no
+        local does not get what its own session (src) published
+        [MQTT-3.8.3-3 (5.0)]. Allocates nothing once hit has grown to the
         largest number of subscribers seen."""
         sl = self.subscribers
         hit = self.hit
@@ -82,13 +91,18 @@ class Subs:
             fl = s.filters
             fq = s.fqos
             best = -1
+            rap = 0
             j = 0
             m = len(fl)
             while j < m:
                 f = fl[j]
-                g = fq[j]
-                if g > best and match_span(f, 0, len(f), tsrc, toff, tn):
-                    best = g
+                o = fq[j]
+                g = o & 3
+                if (g > best or (o & 8 and not rap)) and not (o & 4 and s is src) \
+                        and match_span(f, 0, len(f), tsrc, toff, tn):
+                    if g > best:
+                        best = g
+                    rap |= o & 8
                 j += 1
             if best >= 0:
                 if k < len(hit):
@@ -97,7 +111,7 @@ class Subs:
                     hit.append(s)
                 if k >= len(hq):
                     self.hq = hq = hq + bytearray(len(hq))
-                hq[k] = best
+                hq[k] = best | rap
                 k += 1
         return k
 
