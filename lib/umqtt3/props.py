@@ -188,7 +188,7 @@ def check(buf, off, end, ptype):
         if pid == MAXIMUM_QOS and buf[v0] > 1:
             _err(_E_PROP_MAX_QOS, 0x82)
         if (pid == RECEIVE_MAXIMUM or pid == TOPIC_ALIAS) and not (buf[v0] | buf[v0 + 1]):
-            _err(_E_PROP_ZERO, 0x82)
+            _err(_E_PROP_ZERO, 0x94 if pid == TOPIC_ALIAS else 0x82)  # [MQTT-3.3.2-8]
         if pid == MAXIMUM_PACKET_SIZE and not (buf[v0] | buf[v0 + 1] | buf[v0 + 2] | buf[v0 + 3]):
             _err(_E_PROP_MAX_PACKET_0, 0x82)
         if pid == SUBSCRIPTION_ID and buf[v0] == 0:
