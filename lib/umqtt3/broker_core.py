@@ -126,6 +126,9 @@ class Core(Stats):
             from .broker_store import Disk  # only a broker with a store loads it
             self.disk = self.ret.disk = Disk(store, lim, self, files, allow_fat)
             self.disk.load(self.sess, self.ret, self.subs, self._new_session)
+            for x in self.sess.all:
+                if x.expiry and x.expiry != 0xFFFFFFFF:
+                    x.exp_at = x.expiry  # the broker's time is lost: from start-up
 
     def _new_session(self, cid, clean):
         return Session(cid, clean, self.limits, self, self)
@@ -304,8 +307,11 @@ class Core(Stats):
         return b5
 
     def set_expiry(self, s, sx):
-        """A level-5 client's DISCONNECT changed its session expiry interval."""
+        """A session's expiry interval changed (a CONNECT that resumes it, a
+        DISCONNECT): on disk with it, counted from start-up after a restart."""
         s.expiry = sx
+        if not s.clean and self.disk is not None:
+            self.disk.save_session(s)
 
     def _drop(self, s):
         if not s.clean and self.disk is not None:
@@ -365,8 +371,10 @@ class Core(Stats):
             reg.remove(s)
             s.clean = True
             reg.add(s)
+        sx = c.v5.sx if lv == 5 else 0
         if s is None:
             s = self._new_session(cid, not keep)
+            s.expiry = sx
             if keep:
                 if reg.npersist >= self.limits.max_sessions:
                     self._refuse(c, _UNAVAILABLE, "max sessions reached")
@@ -374,6 +382,8 @@ class Core(Stats):
                 if self.disk is not None:
                     self.disk.add_session(s)  # [MQTT-3.1.2-4], before CONNACK
             reg.add(s)
+        elif s.expiry != sx:
+            self.set_expiry(s, sx)
         c.cid = cid
         c.sess = s
         c.state = CONNECTED
@@ -384,7 +394,6 @@ class Core(Stats):
         if lv == 5 and mk and (not ka or ka > mk):
             ka = ska = mk  # the server keep alive [MQTT-3.1.2-21 (5.0)]
         c.ka = ka * 1500  # [MQTT-3.1.2-24]
-        s.expiry = c.v5.sx if lv == 5 else 0
         if p.will:
             c.will_t = bytes(buf[p.topic_off:p.topic_off + p.topic_len])
             c.will_m = bytes(buf[p.payload_off:p.payload_off + p.payload_len])

@@ -50,19 +50,25 @@ class Retained:
         if publish_size(r.tn, r.pn, r.qos, prn) > self.lim.max_frame:
             return  # it could never be sent whole
         pl = bytes(r.psrc[r.poff:r.poff + r.pn])
+        pr = bytes(r.prs[r.pro:r.pro + prn]) if prn > 0 else b""
         if not sysk and self.disk is not None:
-            self.disk.retain(key, r.qos, pl)  # before the PUBACK / PUBREC
+            self.disk.retain(key, r.qos, pl, pr)  # before the PUBACK / PUBREC
         msgs[key] = (r.qos, pl)
-        if prn > 0:
-            self.props[key] = bytes(r.prs[r.pro:r.pro + prn])  # kept with it [MQTT-3.3.1-? (5.0)]
-        else:
-            self.props.pop(key, None)
+        self._props(key, pr)
         if sysk and new:
             self.nsys += 1
 
-    def load(self, topic, qos, payload):
+    def _props(self, key, pr):
+        # a retained message keeps its MQTT 5 properties [MQTT-3.3.1-5 (5.0)]
+        if pr:
+            self.props[key] = pr
+        else:
+            self.props.pop(key, None)
+
+    def load(self, topic, qos, payload, props=b""):
         """A retained message back from the store."""
         self.msgs[topic] = (qos, payload)
+        self._props(topic, props)
 
     def matching(self, fb, fo, fn):
         """The topics filter fb[fo:fo+fn] matches, as a list."""

@@ -258,3 +258,42 @@ def test_will_delay_sent_after_the_delay():
         m = next_publish(watcher)
         assert bytes(m.payload) == b"bye"
         assert P.WILL_DELAY not in props_of(m)
+
+
+def test_session_expiry_kept_through_a_restart():
+    # [MQTT-3.1.2-23 (5.0)] with a store: the interval is on disk; after a
+    # restart the session is counted from start-up, then ends
+    from broker_harness import tempdir, rmtree
+    d = tempdir("b5exp")
+    try:
+        with running(store=d) as b, Raw(b) as c:
+            connect5(c, "dur", clean=False, props={P.SESSION_EXPIRY: 3})
+            sub5(c, 1, [("t", 1)])
+            disconnect5(c)
+        with running(store=d) as b:
+            s = b.sessions()[b"dur"]
+            assert s.expiry == 3 and s.filters == [b"t"]
+            advance(3500)
+            assert b"dur" not in b.sessions()
+        with running(store=d) as b:
+            assert b"dur" not in b.sessions()
+    finally:
+        rmtree(d)
+
+
+def test_retained_properties_kept_through_a_restart():
+    # the retained message, properties included, comes back from the store
+    from broker_harness import tempdir, rmtree
+    d = tempdir("b5ret")
+    try:
+        with running(store=d) as b, Raw(b) as c:
+            connect5(c, "p")
+            pub5(c, "r", b"v", 1, 1, retain=True, props={P.CONTENT_TYPE: "t/p"})
+            c.expect(PUBACK, 1)
+        with running(store=d) as b, Raw(b) as c:
+            connect5(c, "s")
+            sub5(c, 1, [("r", 0)])
+            m = next_publish(c)
+            assert bytes(m.payload) == b"v" and props_of(m) == {P.CONTENT_TYPE: "t/p"}
+    finally:
+        rmtree(d)
