@@ -82,7 +82,6 @@ def test_paho5_properties_reason_codes_and_aliases():
         assert sub.rc.value == 0
         assert sub.props.ReceiveMaximum == b.limits.max_qos2_in
         assert sub.sub("p/#", qos=1) == [1]
-        assert sub.sub("$share/g/p/#", qos=1) == [0x9E]
         pub = paho5(c, b, "p5")
         pp = Properties(PacketTypes.PUBLISH)
         pp.ContentType = "text/plain"
@@ -133,6 +132,23 @@ def test_paho5_will_delay_not_sent_on_resume():
         with pytest.raises(queue.Empty):
             w.get(timeout=0.5)
         assert not b.wills
+
+
+def test_paho5_shared_subscription_and_ids():
+    with env() as (b, c):
+        m1 = paho5(c, b, "m1")
+        m2 = paho5(c, b, "m2")
+        p1 = Properties(PacketTypes.SUBSCRIBE)
+        p1.SubscriptionIdentifier = 42
+        m1.c.subscribe("$share/g/w/#", options=mqtt.SubscribeOptions(qos=1), properties=p1)
+        assert m1.subbed.get(timeout=TIMEOUT) == [1]
+        assert m2.sub("$share/g/w/#", qos=1) == [1]
+        pub = paho5(c, b, "pw")
+        for i in range(4):
+            pub.pub("w/x", b"%d" % i, 1)
+        got = [m1.get(), m1.get(), m2.get(), m2.get()]
+        assert sorted(m.payload for m in got) == [b"0", b"1", b"2", b"3"]
+        assert got[0].properties.SubscriptionIdentifier == [42]
 
 
 @need_mosq

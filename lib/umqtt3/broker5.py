@@ -13,7 +13,7 @@ from .compat import const, valid_utf8
 from .props import (get, encode, TYPES, SESSION_EXPIRY, RECEIVE_MAXIMUM, MAXIMUM_PACKET_SIZE,
                     TOPIC_ALIAS_MAXIMUM, TOPIC_ALIAS, REQUEST_PROBLEM_INFO, AUTH_METHOD,
                     AUTH_DATA, ASSIGNED_CLIENT_ID, SERVER_KEEPALIVE, REASON_STRING,
-                    SUB_ID_AVAILABLE, SHARED_SUB_AVAILABLE, PAYLOAD_FORMAT, WILL_DELAY,
+                    PAYLOAD_FORMAT, WILL_DELAY,
                     SUBSCRIPTION_ID)
 
 NEVER = const(0xFFFFFFFF)  # a session expiry interval that never ends
@@ -81,12 +81,13 @@ def connect(core, c, p):
 
 def connack(core, c, present, assigned, ka):
     """CONNACK 0x00 with what the broker allows [MQTT-3.2.2-*]: its receive
-    maximum, maximum packet size, topic alias maximum, the features it
-    lacks, an assigned client id and the keep alive it imposes."""
+    maximum, maximum packet size, topic alias maximum, an assigned client
+    id and the keep alive it imposes. Retain, wildcards, subscription
+    identifiers, shared subscriptions and QoS 2 are all available: the
+    defaults, not sent."""
     lim = core.limits
     d = {RECEIVE_MAXIMUM: lim.max_qos2_in if lim.max_qos2_in < 65535 else 65535,
-         MAXIMUM_PACKET_SIZE: lim.max_packet,
-         SUB_ID_AVAILABLE: 0, SHARED_SUB_AVAILABLE: 0}
+         MAXIMUM_PACKET_SIZE: lim.max_packet}
     if lim.max_aliases:
         d[TOPIC_ALIAS_MAXIMUM] = lim.max_aliases
     if assigned is not None:
@@ -228,9 +229,18 @@ def will_props(c):
     return without(pr, 0, len(pr), WILL_DELAY) if v.wdelay else pr
 
 
-def subscribe_check(p):
-    """A level-5 SUBSCRIBE may not carry a subscription identifier here
-    (CONNACK says they are not available) [MQTT-3.8.2-*, 0xA1]."""
-    if get(p.buf, p.props_off, p.props_len, SUBSCRIPTION_ID) is not None:
-        raise MQTTError("subscription identifiers are not supported", 0xA1)
+def subscription_id(p):
+    """A level-5 SUBSCRIBE's subscription identifier, 0 for none."""
+    return get(p.buf, p.props_off, p.props_len, SUBSCRIPTION_ID, 0)
+
+
+def with_ids(r, ids):
+    """Route r's properties followed by a subscription identifier per id
+    [MQTT-3.3.4-3 (5.0)], as bytes."""
+    out = bytearray()
+    if r.prs is not None:
+        out += r.prs[r.pro:r.pro + r.prn]
+    for i in ids:
+        out += encode({SUBSCRIPTION_ID: i})
+    return bytes(out)
 

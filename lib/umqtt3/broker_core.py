@@ -33,7 +33,7 @@ from .codec_server import encode_connack, encode_suback, encode_unsuback, read_f
 from .compat import ticks_add, ticks_diff, const, mem_free
 from .broker_limits import Limits
 from .broker_session import Session, Sessions, Route
-from .broker_subs import Subs
+from .broker_subs import Subs, shared_at
 from .broker_retain import Retained, is_sys
 
 VERSION = "umqtt3 0.1.0"
@@ -485,26 +485,37 @@ class Core(Stats):
         conn = c.conn
         s = c.sess
         v5 = c.v5 is not None
-        if v5:
-            self.b5.subscribe_check(p)
+        sid = self.b5.subscription_id(p) if v5 else 0
         codes = bytearray()
         new = 0  # bit k: filter k is a new subscription (retain handling 1)
+        shared = 0  # bit k: filter k is shared: no retained messages [4.8.2 (5.0)]
         i = p.payload_off
         end = i + p.payload_len
         k = 0
         subs = self.subs
         while i < end:
             i = read_filter(p, i)
-            if v5 and p.f_len > 7 and bytes(p.buf[p.f_off:p.f_off + 7]) == b"$share/":
-                g = 0x9E  # shared subscriptions not supported (CONNACK says so)
+            sh = 0
+            if p.buf[p.f_off] == 36:
+                sh = shared_at(p.buf[p.f_off:p.f_off + p.f_len])
+            if sh < 0:
+                g = 0x8F if v5 else 0x80  # a shared subscription without group or filter
             else:
+                if sh and p.opts & 4:
+                    raise MQTTError("no local on a shared subscription", 0x82)  # [MQTT-3.8.3-4]
                 # the options byte is kept whole: QoS, and at 5.0 no local,
                 # retain as published, retain handling [MQTT-3.8.3-*]
-                g = subs.add(s, p.buf, p.f_off, p.f_len, p.opts if v5 else p.opts & 3)
+                g = subs.add(s, p.buf, p.f_off, p.f_len, p.opts if v5 else p.opts & 3, sid)
                 if g == 0x80 and v5:
                     g = 0x97  # quota exceeded
                 if subs.added:
                     new |= 1 << k
+                if sh:
+                    new &= ~(1 << k)
+                    codes.append(g)
+                    k += 1
+                    shared |= 1 << (k - 1)
+                    continue
             codes.append(g)
             k += 1
         if self.disk is not None:
@@ -520,7 +531,7 @@ class Core(Stats):
             i = read_filter(p, i)
             g = codes[k]
             k += 1
-            if g >= 0x80 or not ret:
+            if g >= 0x80 or not ret or shared >> (k - 1) & 1:
                 continue
             rh = p.opts >> 4 & 3 if v5 else 0
             if rh == 2 or (rh == 1 and not new >> (k - 1) & 1):
@@ -590,14 +601,35 @@ class Core(Stats):
             g = hq[i]
             ra = rf if g & 8 else 0  # retain as published [MQTT-3.3.1-12 (5.0)]
             g &= 3
+            s = hit[i]
             try:
-                hit[i].send(r, qos if qos < g else g, ra)
+                if s.fsid is not None and s.level == 5:
+                    self._send_ids(s, r, qos if qos < g else g, ra)
+                else:
+                    s.send(r, qos if qos < g else g, ra)
             except OSError as e:
                 err = e  # a store write failed (counted): the others still get theirs
             i += 1
         subs.release(n)
         if err is not None:
             raise err  # not acknowledged: the publisher sends it again
+
+    def _send_ids(self, s, r, q, ra):
+        # r with the identifiers of s's matching subscriptions added to its
+        # properties [MQTT-3.3.4-3 (5.0)]; r is as before for the next session
+        ids = self.subs.ids(s, r.tsrc, r.toff, r.tn)
+        if not ids:
+            s.send(r, q, ra)
+            return
+        prs, pro, prn, fr = r.prs, r.pro, r.prn, r.frame
+        r.prs = self.b5.with_ids(r, ids)
+        r.pro = 0
+        r.prn = len(r.prs)
+        r.frame = None
+        try:
+            s.send(r, q, ra)
+        finally:
+            r.prs, r.pro, r.prn, r.frame = prs, pro, prn, fr
 
     def publish(self, topic, payload, qos=0, retain=False, props=None):
         """Publish from the broker itself (wills, $SYS, an application);

@@ -130,6 +130,7 @@ class Session:
         self.client = None  # the connected broker_core.Connection, or None
         self.filters = []  # broker_subs.Subs keeps these two
         self.fqos = []
+        self.fsid = None  # MQTT 5 subscription identifiers, with them once one is given
         self.q = []  # frames waiting, oldest first
         # in-flight ring, allocated by _ring() on first use
         self.rbuf = None

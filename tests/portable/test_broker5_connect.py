@@ -46,8 +46,7 @@ def next_publish(c):
 
 def test_connack_says_what_the_broker_allows():
     # [MQTT-3.2.2-*]: receive maximum, maximum packet size, topic alias
-    # maximum, and the features it lacks (subscription identifiers,
-    # shared subscriptions) so that the client does not use them
+    # maximum; every feature is available (the default: not sent)
     with running(max_qos2_in=5, max_packet=2048, max_aliases=3) as b, Raw(b) as c:
         p = connect5(c, "caps")
         assert p.rc == 0 and not p.session_present
@@ -55,7 +54,9 @@ def test_connack_says_what_the_broker_allows():
         assert d[P.RECEIVE_MAXIMUM] == 5
         assert d[P.MAXIMUM_PACKET_SIZE] == 2048
         assert d[P.TOPIC_ALIAS_MAXIMUM] == 3
-        assert d[P.SUB_ID_AVAILABLE] == 0 and d[P.SHARED_SUB_AVAILABLE] == 0
+        for f in (P.SUB_ID_AVAILABLE, P.SHARED_SUB_AVAILABLE, P.RETAIN_AVAILABLE,
+                  P.WILDCARD_SUB_AVAILABLE, P.MAXIMUM_QOS):
+            assert f not in d
         assert P.ASSIGNED_CLIENT_ID not in d
 
 

@@ -8,7 +8,7 @@
 from broker_harness import running, Raw
 from test_broker5_connect import props_of, connect5, sub5, pub5, next_publish
 from umqtt3 import props as P
-from umqtt3.codec import encode_unsubscribe, encode_ack, UNSUBACK, PUBACK, PUBREC, DISCONNECT
+from umqtt3.codec import encode_subscribe, encode_unsubscribe, encode_ack, UNSUBACK, PUBACK, PUBREC, DISCONNECT
 
 # every property a PUBLISH may carry to a subscriber, user properties twice
 # to see that their order is kept [MQTT-3.3.2-18]
@@ -168,20 +168,59 @@ def test_unsuback_reason_codes():
         assert bytes(p.payload) == b"\x00\x11"
 
 
-def test_shared_subscription_refused_0x9e():
-    # [MQTT-3.2.2-? shared subscriptions available 0]: refused in SUBACK
-    with running() as b, Raw(b) as c:
-        connect5(c, "sh")
-        assert sub5(c, 1, [("$share/g/t", 0), ("t", 1)]) == b"\x9e\x01"
+def test_shared_subscription_one_delivery_per_group_spread():
+    # [MQTT-4.8.2-3 (5.0)]: one member of each group gets each message, in
+    # turn; a plain subscription gets its own copy
+    with running() as b, Raw(b) as m1, Raw(b) as m2, Raw(b) as other, Raw(b) as pub:
+        for c, cid in ((m1, "m1"), (m2, "m2")):
+            connect5(c, cid)
+            assert sub5(c, 1, [("$share/g/s/#", 1)]) == b"\x01"
+        connect5(other, "o")
+        sub5(other, 1, [("s/#", 0)])
+        connect5(pub, "p")
+        for i in range(4):
+            pub5(pub, "s/x", b"%d" % i)
+        got1 = [bytes(next_publish(m1).payload) for _ in range(2)]
+        got2 = [bytes(next_publish(m2).payload) for _ in range(2)]
+        assert sorted(got1 + got2) == [b"0", b"1", b"2", b"3"]
+        assert [bytes(next_publish(other).payload) for _ in range(4)] == [b"0", b"1", b"2", b"3"]
+        assert m1.nothing() and m2.nothing()
 
 
-def test_subscription_identifier_refused_0xa1():
-    # 3.8.2.1.2: not available, so a SUBSCRIBE that carries one is refused
+def test_shared_subscription_gets_no_retained_and_bad_ones_refused():
+    # 4.8.2: no retained messages for a new shared subscription; a group
+    # with a wildcard or no filter is refused [MQTT-4.8.2-1, MQTT-4.8.2-2]
+    with running() as b, Raw(b) as pub, Raw(b) as c:
+        connect5(pub, "p")
+        pub5(pub, "r", b"kept", retain=True)
+        connect5(c, "s")
+        assert sub5(c, 1, [("$share/g/r", 0), ("$share/+/r", 0), ("$share/g", 0)]) == \
+            b"\x00\x8f\x8f"
+        assert c.nothing()
+
+
+def test_no_local_on_shared_subscription_is_a_protocol_error():
+    # [MQTT-3.8.3-4]
     with running() as b, Raw(b) as c:
-        connect5(c, "sid")
-        from umqtt3.codec import encode_subscribe
-        c.put(encode_subscribe, 1, [("t", 0)], 0, 5, {P.SUBSCRIPTION_ID: 7})
-        assert c.expect(DISCONNECT).rc == 0xA1
+        connect5(c, "nl")
+        c.put(encode_subscribe, 1, [("$share/g/t", 0x04)], 0, 5)
+        assert c.expect(DISCONNECT).rc == 0x82
+
+
+def test_subscription_identifiers_of_every_matching_subscription():
+    # [MQTT-3.3.4-3] [MQTT-3.3.4-4] (5.0): the identifiers of each matching
+    # subscription go with the message; none for a subscription without one
+    with running() as b, Raw(b) as c, Raw(b) as pub:
+        connect5(c, "ids")
+        sub5(c, 1, [("a/#", 0)], {P.SUBSCRIPTION_ID: 7})
+        sub5(c, 2, [("a/+", 1)], {P.SUBSCRIPTION_ID: 300})
+        sub5(c, 3, [("a/b", 0)])
+        connect5(pub, "p")
+        pub5(pub, "a/b", b"x", props={P.CONTENT_TYPE: "c"})
+        d = props_of(next_publish(c))
+        assert d[P.CONTENT_TYPE] == "c" and sorted(d[P.SUBSCRIPTION_ID]) == [7, 300]
+        pub5(pub, "a/b/c", b"y")
+        assert props_of(next_publish(c))[P.SUBSCRIPTION_ID] == [7]
 
 
 def test_client_receive_maximum_honoured():
