@@ -69,6 +69,9 @@ class Stats:
 class Connection:
     """One network connection as the core sees it."""
 
+    v5 = None  # broker5.V5 at MQTT 5 (what the client asked for); a class
+    # attribute, so a 3.1.1 connection holds no slot for it
+
     def __init__(self, conn, peer, now):
         self.conn = conn  # transport.Conn: the buffers
         self.peer = peer
@@ -83,7 +86,6 @@ class Connection:
         self.will_m = None
         self.will_q = 0
         self.will_r = False
-        self.v5 = None  # broker5.V5 at MQTT 5: what the client asked for
         # the driver's: its socket (None for a link), poll mask, and
         # whether reading waits for the send buffer to drain, or is due
         # without poll
@@ -374,7 +376,8 @@ class Core(Stats):
         sx = c.v5.sx if lv == 5 else 0
         if s is None:
             s = self._new_session(cid, not keep)
-            s.expiry = sx
+            if sx:
+                s.expiry = sx
             if keep:
                 if reg.npersist >= self.limits.max_sessions:
                     self._refuse(c, _UNAVAILABLE, "max sessions reached")

@@ -121,6 +121,20 @@ def pid_offset(f, off):
 
 
 class Session:
+    # What MQTT 5 adds, as class attributes: an instance holds its own only
+    # once they differ, so a 3.1.1 session costs no RAM for them. level:
+    # the protocol level frames are built for; maxpkt and rmax: the
+    # client's maximum packet size (0: any) and receive maximum; expiry:
+    # the session expiry interval (s), exp_at: the broker uptime (s) at
+    # which it ends (-1: never); fsid: subscription identifiers, with
+    # filters once one is given.
+    level = 4
+    maxpkt = 0
+    rmax = 65535
+    expiry = 0
+    exp_at = -1
+    fsid = None
+
     def __init__(self, cid, clean, limits, stats, router):
         self.cid = cid
         self.clean = clean
@@ -130,7 +144,6 @@ class Session:
         self.client = None  # the connected broker_core.Connection, or None
         self.filters = []  # broker_subs.Subs keeps these two
         self.fqos = []
-        self.fsid = None  # MQTT 5 subscription identifiers, with them once one is given
         self.q = []  # frames waiting, oldest first
         # in-flight ring, allocated by _ring() on first use
         self.rbuf = None
@@ -148,14 +161,6 @@ class Session:
         self.fs = None  # a persistent session's FileStore (broker_store.py)
         self.new_tag = None  # and the store's tag source, with it
         self.slot = -1  # its number in the store directory
-        # the protocol level frames are built for, and what the client
-        # allows at MQTT 5: its largest packet (0: any) and in-flight
-        # window (receive maximum); set by attach()
-        self.level = 4
-        self.maxpkt = 0
-        self.rmax = limits.max_inflight
-        self.expiry = 0  # MQTT 5 session expiry interval, seconds
-        self.exp_at = -1  # broker uptime (s) at which it ends; -1: never
         # the client's QoS machine, on this session as its store; its
         # application is deliver() below
         self.flow = Flow(self, self)
@@ -506,12 +511,13 @@ class Session:
         """The client (re)connects to this session: what was written and not
         acknowledged is due again, PUBLISH with DUP=1 [MQTT-4.4.0-1]."""
         self.client = client
-        self.level = client.level
-        self.exp_at = -1
-        m = self.lim.max_inflight
+        if self.exp_at >= 0:
+            self.exp_at = -1
         v = client.v5
-        self.maxpkt = v.maxpkt if v is not None else 0
-        self.rmax = v.rmax if v is not None and v.rmax < m else m
+        if v is not None or self.level == 5:
+            self.level = 4 if v is None else 5
+            self.maxpkt = 0 if v is None else v.maxpkt
+            self.rmax = 65535 if v is None else v.rmax
         if self.rbuf is None:
             return
         ns = len(self.s_st)
