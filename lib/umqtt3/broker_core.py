@@ -121,7 +121,7 @@ class Core(Stats):
         self._t_timer = now
         self._t_prev = now
         self._t_sys = now
-        self._up_s = 0
+        self.up_s = 0  # seconds since start-up: session expiry, will delay, message expiry
         self._up_ms = 0
         self.disk = None  # broker_store.Disk, with a store directory
         if store:
@@ -251,7 +251,7 @@ class Core(Stats):
                     ended = True
                 elif s.expiry:
                     if s.expiry != 0xFFFFFFFF:
-                        s.exp_at = self._up_s + s.expiry  # [MQTT-3.1.2-23 (5.0)]
+                        s.exp_at = self.up_s + s.expiry  # [MQTT-3.1.2-23 (5.0)]
                 elif c.v5 is not None:
                     self._drop(s)  # expiry 0, set at DISCONNECT
                     ended = True
@@ -263,7 +263,7 @@ class Core(Stats):
                 if v is not None and v.wdelay and not ended:
                     # later, unless the session resumes first [MQTT-3.1.3-9]
                     d = v.wdelay if v.wdelay < s.expiry else s.expiry
-                    self.wills.append([self._up_s + d, c.cid, wt, c.will_m, c.will_q,
+                    self.wills.append([self.up_s + d, c.cid, wt, c.will_m, c.will_q,
                                        c.will_r, pr])
                 else:
                     self.publish(wt, c.will_m, c.will_q, c.will_r, pr)
@@ -540,9 +540,11 @@ class Core(Stats):
             if rh == 2 or (rh == 1 and not new >> (k - 1) & 1):
                 continue  # retain handling 2, or 1 on an existing subscription
             for topic in self.ret.matching(p.buf, p.f_off, p.f_len):
+                pr = self.ret.aged(topic) if self.ret.props else None
+                if pr == b"":
+                    continue  # its message expiry interval has passed
                 q, pl = ret[topic]
                 r.set(topic, 0, len(topic), pl, 0, len(pl), q if q < g else g)
-                pr = self.ret.props.get(topic)
                 if pr is not None:
                     r.prs = pr
                     r.prn = len(pr)
@@ -669,7 +671,7 @@ class Core(Stats):
         self._t_prev = now
         if d > 0:
             ms = self._up_ms + d
-            self._up_s += ms // 1000
+            self.up_s += ms // 1000
             self._up_ms = ms % 1000
         ct = self.limits.connect_timeout_ms
         cl = self.clients
@@ -693,7 +695,7 @@ class Core(Stats):
     def _expire(self):
         """Once a second: delayed wills that are due, and MQTT 5 sessions
         whose expiry interval has passed with no client [MQTT-3.1.2-23 (5.0)]."""
-        up = self._up_s
+        up = self.up_s
         w = self.wills
         i = len(w) - 1
         while i >= 0:
@@ -715,7 +717,7 @@ class Core(Stats):
         # retained, so a new subscriber sees the figures at once
         pub = self._sys_pub
         pub("version", VERSION)
-        pub("uptime", "%d seconds" % self._up_s)
+        pub("uptime", "%d seconds" % self.up_s)
         pub("clients/connected", self.connected)
         pub("clients/total", len(self.sess.all))
         pub("clients/maximum", self.limits.max_clients)

@@ -106,6 +106,38 @@ def put_publish(dst, off, first, tsrc, toff, tn, pid, psrc, poff, pn, prs=None, 
     return off + pn
 
 
+def props_at(f):
+    """Offset of the property list's length in the level-5 PUBLISH frame f."""
+    i = 1
+    while f[i] & 0x80:
+        i += 1
+    i += 1
+    i += 2 + ((f[i] << 8) | f[i + 1])
+    return i + 2 if f[0] & 6 else i
+
+
+def expiry_at(f):
+    """Offset of the message expiry interval's 4 bytes in the level-5
+    PUBLISH frame f, or -1."""
+    from .props import find, read_varint, varint_end, MESSAGE_EXPIRY
+    i = props_at(f)
+    n = read_varint(f, i, len(f))
+    i = varint_end(f, i)
+    k = find(f, i, n, MESSAGE_EXPIRY)
+    return k
+
+
+def _u32(f, k):
+    return (f[k] << 24) | (f[k + 1] << 16) | (f[k + 2] << 8) | f[k + 3]
+
+
+def _put_u32(f, k, v):
+    f[k] = (v >> 24) & 255
+    f[k + 1] = (v >> 16) & 255
+    f[k + 2] = (v >> 8) & 255
+    f[k + 3] = v & 255
+
+
 def _frame_pid(f):
     o = pid_offset(f, 0)
     return (f[o] << 8) | f[o + 1]
@@ -263,6 +295,12 @@ class Session:
         f = bytearray(size)
         pid = self._pid() if qos else 0
         self._put(f, 0, first, size, r, pid)
+        if self.level == 5 and r.prn:
+            k = expiry_at(f)
+            if k >= 0:
+                # while it waits, the frame holds the broker uptime at
+                # which it expires; pump() writes what is left back
+                _put_u32(f, k, _u32(f, k) + self.stats.up_s)
         if qos and self.fs is not None:
             self.fs.out_add(pid, r.tag, f, 0, size)  # durable before any ack
         q.append(f)
@@ -299,6 +337,12 @@ class Session:
         while q:
             f = q[0]
             n = len(f)
+            if self.level == 5 and f[0] != _QREL and self._expired(f):
+                q.pop(0)  # expired while it waited [MQTT-3.3.2-5 (5.0)]
+                stats.dropped += 1
+                if f[0] & 6 and self.fs is not None:
+                    self.fs.out_del(_frame_pid(f))
+                continue
             if not f[0] & 6:
                 if self.maxpkt and n > self.maxpkt:
                     q.pop(0)  # [MQTT-3.1.2-25]
@@ -306,6 +350,8 @@ class Session:
                     continue
                 if len(tx) - conn.tlen < n:
                     return
+                if self.level == 5:
+                    self._age(f)
                 copy(tx, conn.tlen, f, 0, n)
                 conn.tlen += n
                 stats.sent += 1
@@ -335,6 +381,8 @@ class Session:
             k = self._alloc(n)
             if k < 0:
                 return
+            if self.level == 5:
+                self._age(f)
             # its id came with it from _enqueue, and so did its record
             self.s_pid[k] = _frame_pid(f)
             copy(self.rbuf, self.s_off[k], f, 0, n)
@@ -347,6 +395,18 @@ class Session:
             conn.tlen += n
             self.s_st[k] = PUB_SENT
             stats.sent += 1
+
+    def _expired(self, f):
+        """A queued level-5 frame whose message expiry interval has passed."""
+        k = expiry_at(f)
+        return k >= 0 and _u32(f, k) <= self.stats.up_s
+
+    def _age(self, f):
+        # the queued frame f goes out now: what is left of its message
+        # expiry interval, the time it waited taken off [MQTT-3.3.2-6 (5.0)]
+        k = expiry_at(f)
+        if k >= 0:
+            _put_u32(f, k, _u32(f, k) - self.stats.up_s)
 
     def backlog(self):
         return self.unsent or len(self.q)

@@ -248,6 +248,18 @@ def get(buf, off, n, want, default=None):
     return default
 
 
+def find(buf, off, n, want):
+    """Offset of the value of property `want` (the first) in the checked
+    list buf[off:off+n], or -1. No allocation."""
+    end = off + n
+    while off < end:
+        pid = buf[off]
+        if pid == want:
+            return off + 1
+        off = _value_end(buf, off + 1, end, TYPES[pid])
+    return -1
+
+
 def _int_at(buf, i, t):
     if t == _BYTE:
         return buf[i]

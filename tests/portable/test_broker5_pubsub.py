@@ -5,8 +5,8 @@
 #
 # The same bodies run over pipes (pytest, and tests/mp/testrunner.py under
 # the WebAssembly MicroPython) and over sockets (tests/test_broker5.py).
-from broker_harness import running, Raw
-from test_broker5_connect import props_of, connect5, sub5, pub5, next_publish
+from broker_harness import running, Raw, advance
+from test_broker5_connect import props_of, connect5, sub5, pub5, next_publish, disconnect5
 from umqtt3 import props as P
 from umqtt3.codec import encode_subscribe, encode_unsubscribe, encode_ack, UNSUBACK, PUBACK, PUBREC, DISCONNECT
 
@@ -263,3 +263,47 @@ def test_client_maximum_packet_size_honoured():
         m = next_publish(sub)
         assert bytes(m.payload) == b"fits"
         assert b.dropped == 1
+
+
+def test_message_expiry_decremented_and_expired_dropped_from_the_queue():
+    # [MQTT-3.3.2-5] [MQTT-3.3.2-6] (5.0): a queued message goes out with
+    # what is left of its interval, or not at all once it has passed
+    with running() as b:
+        with Raw(b) as s:
+            connect5(s, "off", clean=False, props={P.SESSION_EXPIRY: 600})
+            sub5(s, 1, [("e/#", 1)])
+            disconnect5(s)
+        with Raw(b) as pub:
+            connect5(pub, "p")
+            pub5(pub, "e/short", b"s", 1, 1, props={P.MESSAGE_EXPIRY: 2})
+            pub5(pub, "e/long", b"l", 1, 2, props={P.MESSAGE_EXPIRY: 100})
+            pub.expect(PUBACK, 1)
+            pub.expect(PUBACK, 2)
+        advance(5000)
+        with Raw(b) as s:
+            connect5(s, "off", clean=False, props={P.SESSION_EXPIRY: 600})
+            m = next_publish(s)
+            assert bytes(m.topic) == b"e/long"
+            left = props_of(m)[P.MESSAGE_EXPIRY]
+            assert 94 <= left <= 96, left
+            s.put(encode_ack, PUBACK, m.pid)
+            assert s.nothing()
+        assert b.dropped == 1
+
+
+def test_message_expiry_of_a_retained_message():
+    # [MQTT-3.3.2-5] (5.0): a retained message whose interval has passed
+    # is no longer sent, and is gone
+    with running() as b, Raw(b) as pub:
+        connect5(pub, "p")
+        pub5(pub, "r/a", b"a", retain=True, props={P.MESSAGE_EXPIRY: 2})
+        pub5(pub, "r/b", b"b", retain=True, props={P.MESSAGE_EXPIRY: 50})
+        advance(3000)
+        with Raw(b) as s:
+            connect5(s, "s")
+            sub5(s, 1, [("r/#", 0)])
+            m = next_publish(s)
+            assert bytes(m.topic) == b"r/b"
+            assert 46 <= props_of(m)[P.MESSAGE_EXPIRY] <= 48
+            assert s.nothing()
+        assert b"r/a" not in b.retained
