@@ -36,6 +36,7 @@ DESKTOP = (
     ("burst", 64),
     ("max_aliases", 64),
     ("max_keepalive", 0),
+    ("max_levels", 0),
 )
 NAMES = tuple(name for name, _ in DESKTOP)
 
@@ -59,6 +60,7 @@ HELP = {
     "burst": "packets read from one connection per step",
     "max_aliases": "MQTT 5 topic aliases per client (0: none; beyond: DISCONNECT 0x94)",
     "max_keepalive": "MQTT 5: longest keep alive, seconds, imposed as server keep alive (0: none)",
+    "max_levels": "levels in a topic name or filter (0: any); beyond closes the connection",
 }
 
 

@@ -334,7 +334,15 @@ class Core(Stats):
                 self._refuse(c, rc, "CONNECT refused")
                 return
         reg = self.sess
+        self._name_ok(buf, p.cid_off, p.cid_len, 2)
+        if p.user_off >= 0:
+            self._name_ok(buf, p.user_off, p.user_len, 2)
+        if p.will:
+            self._name_ok(buf, p.topic_off, p.topic_len, 0)
         cid = bytes(buf[p.cid_off:p.cid_off + p.cid_len])
+        if lv == 3 and len(cid) > 23:
+            self._refuse(c, _BAD_ID, "client id over 23 characters")  # MQTT 3.1, 3.1
+            return
         assigned = None
         if not cid:
             if lv == 3 or (lv == 4 and not p.clean):
@@ -426,6 +434,25 @@ class Core(Stats):
                     self.publish(e[2], e[3], e[4], e[5], e[6])
             i -= 1
 
+    def _name_ok(self, buf, off, n, flt):
+        """A topic name (flt 0) or filter (1), client id or user name (2)
+        without control characters (U+0001-U+001F, U+007F-U+009F), which
+        [MQTT-1.5.3-2] lets the broker refuse, and within max_levels levels
+        (names and filters). Raises MQTTError to close the connection."""
+        ml = self.limits.max_levels if flt < 2 else 0
+        lv = 1
+        i = off
+        end = off + n
+        while i < end:
+            b = buf[i]
+            if b < 0x20 or b == 0x7F or (b == 0xC2 and i + 1 < end and buf[i + 1] < 0xA0):
+                raise MQTTError("control character", 0x81)
+            if b == 47:
+                lv += 1
+            i += 1
+        if ml and lv > ml:
+            raise MQTTError("too many topic levels", 0x90 if not flt else 0x8F)
+
     def _auth(self, p):
         """CONNACK return code for the credentials: 0 when accepted."""
         buf = p.buf
@@ -449,13 +476,17 @@ class Core(Stats):
         s = c.sess
         if t == PUBLISH:
             self.received += 1
+            self._name_ok(p.buf, p.topic_off, p.topic_len, 0)
             if c.v5 is not None and self.b5.publish_in(self, c, p):
                 return  # refused with a reason code
             s.flow.on_publish(conn, p)  # routes through s.deliver -> route_in
         elif t == PUBACK or t == PUBREC or t == PUBCOMP or t == PUBREL:
             # the client's machine on both sides: outbound acks change the
             # session's ring (and its records), PUBREL forgets an inbound id,
-            # each durably before PUBREL / PUBCOMP is written
+            # each durably before PUBREL / PUBCOMP is written. An ack that
+            # does not fit the flow of its id is a protocol error.
+            if t != PUBREL and not s.ack_fits(t, p.pid):
+                raise MQTTError("acknowledgement out of its flow", 0x82)
             s.flow.on_ack(conn, p)
         elif t == PINGREQ:
             conn.tlen = encode_simple(conn.tx, conn.tlen, PINGRESP)
@@ -467,6 +498,7 @@ class Core(Stats):
             codes = bytearray() if c.v5 is not None else None
             while i < end:
                 i = read_filter(p, i)
+                self._name_ok(p.buf, p.f_off, p.f_len, 1)
                 ok = self.subs.remove(s, p.buf, p.f_off, p.f_len)
                 if codes is not None:
                     codes.append(0 if ok else 0x11)  # 0x11: no subscription existed
@@ -498,6 +530,7 @@ class Core(Stats):
         subs = self.subs
         while i < end:
             i = read_filter(p, i)
+            self._name_ok(p.buf, p.f_off, p.f_len, 1)
             sh = 0
             if p.buf[p.f_off] == 36:
                 sh = shared_at(p.buf[p.f_off:p.f_off + p.f_len])

@@ -518,6 +518,22 @@ class Session:
         copy(self.rbuf, self.s_off[k], buf, off, n)
         self.s_st[k] = PUB_SENT
 
+    def ack_fits(self, t, pid):
+        """Does a PUBACK (4), PUBREC (5) or PUBCOMP (7) for pid fit the flow
+        of that id? PUBACK only for QoS 1, PUBREC only for QoS 2 before
+        its PUBCOMP, PUBCOMP only after PUBREL, nothing for an id not in
+        flight [MQTT-4.3.2-*, MQTT-4.3.3-*]."""
+        k = self._find(pid)
+        if k < 0:
+            return False
+        st = self.s_st[k]
+        if st == REL or st == REL_SENT:
+            return t != 4  # PUBCOMP; a PUBREC again is answered with PUBREL again
+        if t == 7:
+            return False  # PUBCOMP before PUBREL
+        q = (self.rbuf[self.s_off[k]] >> 1) & 3
+        return q == (1 if t == 4 else 2)
+
     def out_has(self, pid):
         return self._find(pid) >= 0
 
