@@ -26,7 +26,7 @@
 # queue, their QoS machine, the registry), broker_store (the disk),
 # broker_limits (every limit), broker5 (what only MQTT 5 has, imported on
 # the first level-5 CONNECT: a broker serving 3.1.1 only never loads it).
-from .codec import (Packet, decode, MQTTError, encode_simple, BAD_PROTOCOL_VERSION,
+from .codec import (Packet, decode, MQTTError, encode_simple, encode_ack, BAD_PROTOCOL_VERSION,
                     CONNECT, PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP, SUBSCRIBE, UNSUBSCRIBE,
                     PINGREQ, PINGRESP, DISCONNECT)
 from .codec_server import encode_connack, encode_suback, encode_unsuback, read_filter
@@ -71,6 +71,7 @@ class Connection:
 
     v5 = None  # broker5.V5 at MQTT 5 (what the client asked for); a class
     # attribute, so a 3.1.1 connection holds no slot for it
+    grants = None  # broker_acl.Grants, when the broker has an ACL
 
     def __init__(self, conn, peer, now):
         self.conn = conn  # transport.Conn: the buffers
@@ -114,6 +115,7 @@ class Core(Stats):
         self.cur = None  # the connection whose packet is being handled
         self.atopic = None  # a level-5 PUBLISH's topic and properties after
         self.aprops = None  # its topic alias (broker5.publish_in)
+        self.acl = None  # broker_acl.Acl: topic access per user (None: all allowed)
         self.auth_methods = {}  # MQTT 5 enhanced authentication: name -> hook(data) -> rc
         self.wills = []  # delayed wills: [due (uptime s), cid, topic, msg, qos, retain, props]
         self._pkt = Packet(4)
@@ -131,6 +133,12 @@ class Core(Stats):
             for x in self.sess.all:
                 if x.expiry and x.expiry != 0xFFFFFFFF:
                     x.exp_at = x.expiry  # the broker's time is lost: from start-up
+
+    def set_acl(self, text):
+        """Topic access per user from the text of an ACL file (broker_acl,
+        loaded here); None: everything allowed. ValueError names a bad line."""
+        from .broker_acl import parse
+        self.acl = None if text is None else parse(text)
 
     def _new_session(self, cid, clean):
         return Session(cid, clean, self.limits, self, self)
@@ -353,6 +361,13 @@ class Core(Stats):
         if rc:
             self._refuse(c, rc, "authentication")
             return
+        if self.acl is not None:
+            u = p.user_off
+            c.grants = g = self.acl.grants(
+                None if u < 0 else bytes(buf[u:u + p.user_len]).decode(), cid.decode())
+            if p.will and not g.may_write(buf, p.topic_off, p.topic_len):
+                self._refuse(c, _NOT_AUTHORIZED, "will topic not allowed by the ACL")
+                return
         old = reg.by_id.get(cid)
         if old is not None and old.client is not None:
             # the id is in use: the older connection goes [MQTT-3.1.4-2]
@@ -479,6 +494,13 @@ class Core(Stats):
             self._name_ok(p.buf, p.topic_off, p.topic_len, 0)
             if c.v5 is not None and self.b5.publish_in(self, c, p):
                 return  # refused with a reason code
+            g = c.grants
+            if g is not None:
+                at = self.atopic if c.v5 is not None else None
+                if not (g.may_write(at, 0, len(at)) if at is not None else
+                        g.may_write(p.buf, p.topic_off, p.topic_len)):
+                    self._denied(c, p)
+                    return
             s.flow.on_publish(conn, p)  # routes through s.deliver -> route_in
         elif t == PUBACK or t == PUBREC or t == PUBCOMP or t == PUBREL:
             # the client's machine on both sides: outbound acks change the
@@ -516,6 +538,16 @@ class Core(Stats):
         else:
             self.disconnect(c, "unexpected packet type %d" % t, True)
 
+    def _denied(self, c, p):
+        # a PUBLISH the ACL does not allow: dropped, and acknowledged so
+        # that the client does not send it again; at MQTT 5 with 0x87
+        self.dropped += 1
+        if c.v5 is not None:
+            self.b5.ack_refuse(c, p, 0x87)
+        elif p.qos:
+            conn = c.conn
+            conn.tlen = encode_ack(conn.tx, conn.tlen, PUBACK if p.qos == 1 else PUBREC, p.pid)
+
     def _subscribe(self, c, p):
         conn = c.conn
         s = c.sess
@@ -536,6 +568,9 @@ class Core(Stats):
                 sh = shared_at(p.buf[p.f_off:p.f_off + p.f_len])
             if sh < 0:
                 g = 0x8F if v5 else 0x80  # a shared subscription without group or filter
+            elif c.grants is not None and not c.grants.may_read(
+                    bytes(p.buf[p.f_off + sh:p.f_off + p.f_len])):
+                g = 0x87 if v5 else 0x80  # not authorized by the ACL
             else:
                 if sh and p.opts & 4:
                     raise MQTTError("no local on a shared subscription", 0x82)  # [MQTT-3.8.3-4]
