@@ -129,15 +129,16 @@ def send_disconnect(c, rc, why):
 
 
 def on_disconnect(core, c, p):
-    """The client's DISCONNECT: its reason code says whether the will goes
-    (0x04) [MQTT-3.14.4-3], and it may change the session expiry interval,
+    """The client's DISCONNECT: the will goes unless its reason code is
+    0x00 [MQTT-3.14.4-3] (0x04 asks for it; an error code ends the
+    connection abnormally), and it may change the session expiry interval,
     but not from 0 to more [MQTT-3.14.2-2]."""
     sx = get(p.buf, p.props_off, p.props_len, SESSION_EXPIRY, -1)
     if sx >= 0:
         if not c.v5.sx and sx:
             raise MQTTError("session expiry set at DISCONNECT", 0x82)
         core.set_expiry(c.sess, sx)
-    core.disconnect(c, "DISCONNECT 0x%02x" % p.rc, p.rc == 0x04)
+    core.disconnect(c, "DISCONNECT 0x%02x" % p.rc, p.rc != 0)
 
 
 def publish_in(core, c, p):

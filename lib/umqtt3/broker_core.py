@@ -28,7 +28,7 @@
 # the first level-5 CONNECT: a broker serving 3.1.1 only never loads it).
 from .codec import (Packet, decode, MQTTError, encode_simple, encode_ack, BAD_PROTOCOL_VERSION,
                     CONNECT, PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP, SUBSCRIBE, UNSUBSCRIBE,
-                    PINGREQ, PINGRESP, DISCONNECT)
+                    PINGREQ, PINGRESP, DISCONNECT, AUTH)
 from .codec_server import encode_connack, encode_suback, encode_unsuback, read_filter
 from .compat import ticks_add, ticks_diff, const, mem_free
 from .broker_limits import Limits
@@ -535,6 +535,10 @@ class Core(Stats):
                 self.disconnect(c, "DISCONNECT", False)  # will discarded [MQTT-3.14.4-3]
         elif t == CONNECT:
             self.disconnect(c, "second CONNECT", True)  # [MQTT-3.1.0-2]
+        elif t == AUTH:
+            # no method was agreed at CONNECT (the hook is one step): a
+            # protocol error [MQTT-4.12.0-*]
+            raise MQTTError("AUTH without an authentication exchange", 0x82)
         else:
             self.disconnect(c, "unexpected packet type %d" % t, True)
 

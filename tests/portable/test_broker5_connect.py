@@ -298,3 +298,26 @@ def test_retained_properties_kept_through_a_restart():
             assert bytes(m.payload) == b"v" and props_of(m) == {P.CONTENT_TYPE: "t/p"}
     finally:
         rmtree(d)
+
+
+def test_will_sent_on_disconnect_with_an_error_code():
+    # [MQTT-3.14.4-3]: only 0x00 discards the will
+    with running() as b, Raw(b) as watcher, Raw(b) as c, Raw(b) as ok:
+        connect5(watcher, "w")
+        sub5(watcher, 1, [("will/#", 0)])
+        connect5(ok, "fine", will_topic="will/ok", will_msg=b"no")
+        disconnect5(ok, 0x00)
+        connect5(c, "err", will_topic="will/err", will_msg=b"yes")
+        disconnect5(c, 0x83)
+        m = next_publish(watcher)
+        assert bytes(m.topic) == b"will/err"
+        assert watcher.nothing()
+
+
+def test_auth_packet_without_a_method_is_a_protocol_error():
+    # 4.12: AUTH only within an authentication exchange begun at CONNECT
+    from umqtt3.props import encode_auth
+    with running() as b, Raw(b) as c:
+        connect5(c, "a")
+        c.put(encode_auth, 0x19)
+        assert c.expect(DISCONNECT).rc == 0x82
