@@ -108,11 +108,7 @@ def put_publish(dst, off, first, tsrc, toff, tn, pid, psrc, poff, pn, prs=None, 
 
 def props_at(f):
     """Offset of the property list's length in the level-5 PUBLISH frame f."""
-    i = 1
-    while f[i] & 0x80:
-        i += 1
-    i += 1
-    i += 2 + ((f[i] << 8) | f[i + 1])
+    i = pid_offset(f, 0)  # just past the topic
     return i + 2 if f[0] & 6 else i
 
 

@@ -36,6 +36,15 @@ def disconnect5(c, rc=None, props=None):
     c.put(encode_disconnect, rc, 5, props)
 
 
+def leave(b, cid, expiry, filters):
+    """A level-5 session with an expiry interval and subscriptions, whose
+    client has gone (DISCONNECT)."""
+    with Raw(b) as c:
+        connect5(c, cid, clean=False, props={P.SESSION_EXPIRY: expiry})
+        sub5(c, 1, filters)
+        disconnect5(c)
+
+
 def next_publish(c):
     while True:
         p = c.recv()
@@ -88,10 +97,7 @@ def test_session_kept_for_its_expiry_interval_then_ends():
     # [MQTT-3.1.2-23 (5.0)] [MQTT-3.2.2-2]: resumed within the interval,
     # with what was queued; gone after it
     with running() as b:
-        with Raw(b) as c:
-            connect5(c, "exp", clean=False, props={P.SESSION_EXPIRY: 10})
-            sub5(c, 1, [("t", 1)])
-            disconnect5(c)
+        leave(b, "exp", 10, [("t", 1)])
         with Raw(b) as pub:
             pub.connect("pub")
             pub.publish("t", b"while away", 1, pid=1)
@@ -230,35 +236,40 @@ def test_will_sent_on_disconnect_with_will_reason():
         assert props_of(m)[P.CONTENT_TYPE] == "text/plain"
 
 
+def _will_watched(b, cid, delay):
+    """A watcher subscribed to will/#, and a client cid that vanished (no
+    DISCONNECT) leaving a session of 60 s and a will with a delay."""
+    w = Raw(b)
+    connect5(w, "w")
+    sub5(w, 1, [("will/#", 0)])
+    with Raw(b) as c:
+        connect5(c, cid, clean=False, props={P.SESSION_EXPIRY: 60},
+                 will_topic="will/" + cid, will_msg=b"bye", will_props={P.WILL_DELAY: delay})
+    return w
+
+
 def test_will_delay_not_sent_when_the_session_resumes():
     # [MQTT-3.1.3-9]: reconnected within the will delay: no will
-    with running() as b, Raw(b) as watcher:
-        connect5(watcher, "w")
-        sub5(watcher, 1, [("will/#", 0)])
-        with Raw(b) as c:
-            connect5(c, "flaky", clean=False, props={P.SESSION_EXPIRY: 60},
-                     will_topic="will/f", will_msg=b"gone", will_props={P.WILL_DELAY: 5})
-        advance(2000)
-        with Raw(b) as c:
-            assert connect5(c, "flaky", clean=False, props={P.SESSION_EXPIRY: 60}).session_present
-            advance(6000)
-            assert watcher.nothing()
+    with running() as b:
+        with _will_watched(b, "flaky", 5) as watcher:
+            advance(2000)
+            with Raw(b) as c:
+                assert connect5(c, "flaky", clean=False,
+                                props={P.SESSION_EXPIRY: 60}).session_present
+                advance(6000)
+                assert watcher.nothing()
 
 
 def test_will_delay_sent_after_the_delay():
     # 3.1.3.2.2: the will goes when the delay has passed
-    with running() as b, Raw(b) as watcher:
-        connect5(watcher, "w")
-        sub5(watcher, 1, [("will/#", 0)])
-        with Raw(b) as c:
-            connect5(c, "gone", clean=False, props={P.SESSION_EXPIRY: 60},
-                     will_topic="will/g", will_msg=b"bye", will_props={P.WILL_DELAY: 3})
-        advance(1000)
-        assert watcher.nothing()
-        advance(3000)
-        m = next_publish(watcher)
-        assert bytes(m.payload) == b"bye"
-        assert P.WILL_DELAY not in props_of(m)
+    with running() as b:
+        with _will_watched(b, "gone", 3) as watcher:
+            advance(1000)
+            assert watcher.nothing()
+            advance(3000)
+            m = next_publish(watcher)
+            assert bytes(m.payload) == b"bye"
+            assert P.WILL_DELAY not in props_of(m)
 
 
 def test_session_expiry_kept_through_a_restart():
@@ -267,10 +278,8 @@ def test_session_expiry_kept_through_a_restart():
     from broker_harness import tempdir, rmtree
     d = tempdir("b5exp")
     try:
-        with running(store=d) as b, Raw(b) as c:
-            connect5(c, "dur", clean=False, props={P.SESSION_EXPIRY: 3})
-            sub5(c, 1, [("t", 1)])
-            disconnect5(c)
+        with running(store=d) as b:
+            leave(b, "dur", 3, [("t", 1)])
         with running(store=d) as b:
             s = b.sessions()[b"dur"]
             assert s.expiry == 3 and s.filters == [b"t"]

@@ -6,7 +6,7 @@
 # The same bodies run over pipes (pytest, and tests/mp/testrunner.py under
 # the WebAssembly MicroPython) and over sockets (tests/test_broker5.py).
 from broker_harness import running, Raw, advance
-from test_broker5_connect import props_of, connect5, sub5, pub5, next_publish, disconnect5
+from test_broker5_connect import props_of, connect5, sub5, pub5, next_publish, leave
 from umqtt3 import props as P
 from umqtt3.codec import encode_subscribe, encode_unsubscribe, encode_ack, UNSUBACK, PUBACK, PUBREC, DISCONNECT
 
@@ -269,10 +269,7 @@ def test_message_expiry_decremented_and_expired_dropped_from_the_queue():
     # [MQTT-3.3.2-5] [MQTT-3.3.2-6] (5.0): a queued message goes out with
     # what is left of its interval, or not at all once it has passed
     with running() as b:
-        with Raw(b) as s:
-            connect5(s, "off", clean=False, props={P.SESSION_EXPIRY: 600})
-            sub5(s, 1, [("e/#", 1)])
-            disconnect5(s)
+        leave(b, "off", 600, [("e/#", 1)])
         with Raw(b) as pub:
             connect5(pub, "p")
             pub5(pub, "e/short", b"s", 1, 1, props={P.MESSAGE_EXPIRY: 2})
