@@ -77,6 +77,14 @@ def test_users_file_unreadable_or_malformed(tmp_path):
     refused(run("umqtt3.broker", "--users", str(tmp_path), "--port", "0"), "--users")
 
 
+def test_acl_file_unreadable_or_malformed(tmp_path):
+    bad = tmp_path / "acl"
+    bad.write_text("user alice\ntopik read x\n")
+    refused(run("umqtt3.broker", "--acl-file", str(bad), "--port", "0"), "line 2")
+    refused(run("umqtt3.broker", "--acl-file", str(tmp_path / "none"), "--port", "0"),
+            "--acl-file")
+
+
 def test_store_unusable(tmp_path):
     f = tmp_path / "file"
     f.write_text("")

@@ -18,10 +18,11 @@ LAYERS = (
     ("compat", "compat.cpython", "compat.aio"),
     ("codec_errors", "topic"),
     ("codec", "codec_server", "props"),  # codec loads the other two on demand
-    ("transport", "conn", "store", "flow", "memstore", "qos_state", "broker_limits", "broker_auth"),
+    ("transport", "conn", "store", "flow", "memstore", "qos_state", "broker_limits", "broker_auth",
+     "broker_acl"),
     ("client", "client5", "broker_session"),
     ("aio", "broker_subs", "broker_retain", "broker_store"),
-    ("broker_core",),
+    ("broker_core", "broker5"),
     ("broker_bytes",),
     ("broker",),
     ("broker_cli", "broker_passwd"),

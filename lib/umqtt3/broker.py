@@ -218,7 +218,7 @@ class Broker(Core):
                 self.packet(c, n, now)
                 k += 1
         except MQTTError as e:
-            self.disconnect(c, "protocol error: " + e.reason, True)  # [MQTT-4.8.0-1]
+            self.fail(c, e)  # [MQTT-4.8.0-1]
         except OSError:
             self.disconnect(c, "connection lost", True)
         return k
@@ -283,6 +283,24 @@ class Broker(Core):
             c.mask = m
             self._poller.modify(c.io, m)
 
+    def _linger(self, c):
+        """Close c's socket cleanly: FIN after what was sent, and what the
+        client sent that is still unread read away first, so that the
+        kernel does not answer with a reset that can overtake the reason
+        (a CONNACK or DISCONNECT) on its way to the client."""
+        try:
+            c.io.shutdown(1)  # SHUT_WR
+        except Exception:
+            pass  # a port without shutdown(): close() alone
+        link = c.conn.link
+        rx = c.conn.rx
+        try:
+            for _ in range(16):
+                if not link.readinto(rx, len(rx)):
+                    break
+        except Exception:
+            pass
+
     def _reap(self):
         cl = self.clients
         i = len(cl) - 1
@@ -293,10 +311,11 @@ class Broker(Core):
                 continue
             conn = c.conn
             try:
-                conn.flush()  # a refusal's CONNACK
+                conn.flush()  # a refusal's CONNACK, a DISCONNECT's reason code
             except Exception:
                 pass
             if c.io is not None:
+                self._linger(c)
                 try:
                     self._poller.unregister(c.io)
                 except Exception:

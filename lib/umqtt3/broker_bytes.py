@@ -61,7 +61,7 @@ def consume(core, c, buf, off, end, now, limit, careful=True):
             conn.got = w
             off = end
     except MQTTError as e:
-        core.disconnect(c, "protocol error: " + e.reason, True)  # [MQTT-4.8.0-1]
+        core.fail(c, e)  # [MQTT-4.8.0-1]
     return off, k, False
 
 

@@ -34,6 +34,9 @@ DESKTOP = (
     ("sys_interval", 10),
     ("backlog", 64),
     ("burst", 64),
+    ("max_aliases", 64),
+    ("max_keepalive", 0),
+    ("max_levels", 0),
 )
 NAMES = tuple(name for name, _ in DESKTOP)
 
@@ -55,6 +58,9 @@ HELP = {
     "sys_interval": "seconds between $SYS updates (0: none)",
     "backlog": "connections the listening socket queues",
     "burst": "packets read from one connection per step",
+    "max_aliases": "MQTT 5 topic aliases per client (0: none; beyond: DISCONNECT 0x94)",
+    "max_keepalive": "MQTT 5: longest keep alive, seconds, imposed as server keep alive (0: none)",
+    "max_levels": "levels in a topic name or filter (0: any); beyond closes the connection",
 }
 
 
@@ -93,7 +99,7 @@ def parser():
         def error(self, message):  # one line, not the usage block
             self.exit(2, "%s: %s\n" % (PROG, message))
 
-    ap = Parser(prog=PROG, description="The umqtt3 tiny MQTT 3.1/3.1.1 broker.")
+    ap = Parser(prog=PROG, description="The umqtt3 tiny MQTT 3.1/3.1.1/5.0 broker.")
     ap.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     ap.add_argument("--port", type=_port, default=1883,
                     help="TCP port, 1-65535; 0 picks a free one (default 1883)")
@@ -110,6 +116,9 @@ def parser():
                          "anonymous clients are then refused (default none)")
     ap.add_argument("--allow-anonymous", action="store_true",
                     help="with --users, still accept clients without one (default off)")
+    ap.add_argument("--acl-file", metavar="FILE",
+                    help="topic access per user, as mosquitto's acl_file (user, topic, pattern "
+                         "lines); what it does not grant is refused (default none: all allowed)")
     ap.add_argument("--store", metavar="DIR",
                     help="keep retained messages and persistent sessions here (default none)")
     ap.add_argument("--quiet", action="store_true",
@@ -144,14 +153,26 @@ def start(a, log):
             raise Refused("--users %s: %s" % (a.users, e.strerror or e))
         except ValueError as e:
             raise Refused("--users %s" % e)
+    acl = None
+    if a.acl_file:
+        from umqtt3.broker_acl import parse
+        try:
+            with open(a.acl_file) as f:
+                acl = f.read()
+            parse(acl)
+        except OSError as e:
+            raise Refused("--acl-file %s: %s" % (a.acl_file, e.strerror or e))
+        except (ValueError, UnicodeError) as e:
+            raise Refused("--acl-file %s: %s" % (a.acl_file, e))
     if a.store:
         import os
         if os.path.exists(a.store) and not os.path.isdir(a.store):
             raise Refused("--store %s: not a directory" % a.store)
     try:
-        return Broker(host=a.host, port=a.port, limits=lim, users=users,
-                      allow_anonymous=True if a.allow_anonymous else None, store=a.store,
-                      log=log)
+        b = Broker(host=a.host, port=a.port, limits=lim, users=users,
+                   allow_anonymous=True if a.allow_anonymous else None, store=a.store, log=log)
+        b.set_acl(acl)
+        return b
     except OSError as e:
         import errno
         what = "--store %s" % a.store if a.store and getattr(e, "filename", None) else None

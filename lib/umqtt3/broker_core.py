@@ -24,17 +24,16 @@
 # Concerns live apart: broker_subs (who gets a topic), broker_retain
 # (retained messages), broker_session (sessions, their in-flight ring and
 # queue, their QoS machine, the registry), broker_store (the disk),
-# broker_limits (every limit). MQTT 5 fits here: CONNECT properties and
-# reason codes in _connect/_refuse, topic aliases per Connection, shared
-# subscriptions in broker_subs, flow control in Session.send.
-from .codec import (Packet, decode, MQTTError, encode_simple, BAD_PROTOCOL_VERSION,
+# broker_limits (every limit), broker5 (what only MQTT 5 has, imported on
+# the first level-5 CONNECT: a broker serving 3.1.1 only never loads it).
+from .codec import (Packet, decode, MQTTError, encode_simple, encode_ack, BAD_PROTOCOL_VERSION,
                     CONNECT, PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP, SUBSCRIBE, UNSUBSCRIBE,
-                    PINGREQ, PINGRESP, DISCONNECT)
+                    PINGREQ, PINGRESP, DISCONNECT, AUTH)
 from .codec_server import encode_connack, encode_suback, encode_unsuback, read_filter
 from .compat import ticks_add, ticks_diff, const, mem_free
 from .broker_limits import Limits
 from .broker_session import Session, Sessions, Route
-from .broker_subs import Subs
+from .broker_subs import Subs, shared_at
 from .broker_retain import Retained, is_sys
 
 VERSION = "umqtt3 0.1.0"
@@ -69,6 +68,10 @@ class Stats:
 
 class Connection:
     """One network connection as the core sees it."""
+
+    v5 = None  # broker5.V5 at MQTT 5 (what the client asked for); a class
+    # attribute, so a 3.1.1 connection holds no slot for it
+    grants = None  # broker_acl.Grants, when the broker has an ACL
 
     def __init__(self, conn, peer, now):
         self.conn = conn  # transport.Conn: the buffers
@@ -108,18 +111,34 @@ class Core(Stats):
         self.ret = Retained(lim, self, log)
         self.retained = self.ret.msgs  # topic bytes -> (qos, payload bytes)
         self.route = Route()
+        self.b5 = None  # the broker5 module, from the first level-5 CONNECT
+        self.cur = None  # the connection whose packet is being handled
+        self.atopic = None  # a level-5 PUBLISH's topic and properties after
+        self.aprops = None  # its topic alias (broker5.publish_in)
+        self.acl = None  # broker_acl.Acl: topic access per user (None: all allowed)
+        self.auth_methods = {}  # MQTT 5 enhanced authentication: name -> hook(data) -> rc
+        self.wills = []  # delayed wills: [due (uptime s), cid, topic, msg, qos, retain, props]
         self._pkt = Packet(4)
         self._foff = 0  # where the packet in _pkt starts in its buffer
         self._t_timer = now
         self._t_prev = now
         self._t_sys = now
-        self._up_s = 0
+        self.up_s = 0  # seconds since start-up: session expiry, will delay, message expiry
         self._up_ms = 0
         self.disk = None  # broker_store.Disk, with a store directory
         if store:
             from .broker_store import Disk  # only a broker with a store loads it
             self.disk = self.ret.disk = Disk(store, lim, self, files, allow_fat)
             self.disk.load(self.sess, self.ret, self.subs, self._new_session)
+            for x in self.sess.all:
+                if x.expiry and x.expiry != 0xFFFFFFFF:
+                    x.exp_at = x.expiry  # the broker's time is lost: from start-up
+
+    def set_acl(self, text):
+        """Topic access per user from the text of an ACL file (broker_acl,
+        loaded here); None: everything allowed. ValueError names a bad line."""
+        from .broker_acl import parse
+        self.acl = None if text is None else parse(text)
 
     def _new_session(self, cid, clean):
         return Session(cid, clean, self.limits, self, self)
@@ -166,6 +185,7 @@ class Core(Stats):
         se = self.store_errors
         try:
             c.t_last = now
+            self.cur = c
             t = buf[off] >> 4
             p.level = c.level
             decode(p, buf, off, off + n)
@@ -182,7 +202,7 @@ class Core(Stats):
                 # unacceptable protocol level: CONNACK 1, then close [MQTT-3.1.2-2]
                 self._refuse(c, _BAD_LEVEL, "unsupported protocol level")
             else:
-                self.disconnect(c, "protocol error: " + e.reason, True)  # [MQTT-4.8.0-1]
+                self.fail(c, e)
         except OSError:
             # a store write that failed (counted) is not acknowledged: the
             # client sends again on its next connection
@@ -209,12 +229,20 @@ class Core(Stats):
         return c.conn.tlen > 0
 
     # ------------------------------------------------------------ closing
-    def disconnect(self, c, why, will):
+    def fail(self, c, e):
+        """c broke the protocol (e: the codec's MQTTError): closed, with a
+        DISCONNECT carrying e's reason code at MQTT 5 [MQTT-4.13.1-1]."""
+        self.disconnect(c, "protocol error: " + e.reason, True, e.code)  # [MQTT-4.8.0-1]
+
+    def disconnect(self, c, why, will, rc=0):
         """Close a connection; publish its will when `will` and it has one
-        [MQTT-3.1.2-8]. The driver releases it."""
+        [MQTT-3.1.2-8]. At MQTT 5 a reason code rc goes to the client in a
+        DISCONNECT first. The driver releases it."""
         if c.state == CLOSED:
             return
         was = c.state
+        if rc and c.v5 is not None and was == CONNECTED:
+            self.b5.send_disconnect(c, rc, why)
         c.state = CLOSED
         c.why = why
         self.ndead += 1
@@ -223,14 +251,30 @@ class Core(Stats):
         if was == CONNECTED:
             self.connected -= 1
             s = c.sess
+            ended = False
             if s is not None and s.client is c:
                 s.client = None
                 if s.clean:
                     self._drop(s)  # [MQTT-3.1.2-6]
+                    ended = True
+                elif s.expiry:
+                    if s.expiry != 0xFFFFFFFF:
+                        s.exp_at = self.up_s + s.expiry  # [MQTT-3.1.2-23 (5.0)]
+                elif c.v5 is not None:
+                    self._drop(s)  # expiry 0, set at DISCONNECT
+                    ended = True
             if self.log is not None:
                 self._log("disconnect %s: %s", (c.cid.decode(), why))
             if will and wt is not None:
-                self.publish(wt, c.will_m, c.will_q, c.will_r)
+                v = c.v5
+                pr = None if v is None else self.b5.will_props(c)
+                if v is not None and v.wdelay and not ended:
+                    # later, unless the session resumes first [MQTT-3.1.3-9]
+                    d = v.wdelay if v.wdelay < s.expiry else s.expiry
+                    self.wills.append([self.up_s + d, c.cid, wt, c.will_m, c.will_q,
+                                       c.will_r, pr])
+                else:
+                    self.publish(wt, c.will_m, c.will_q, c.will_r, pr)
         elif self.log is not None:
             self._log("closed %s: %s", (c.peer, why))
 
@@ -256,12 +300,28 @@ class Core(Stats):
 
     def _refuse(self, c, rc, why):
         conn = c.conn
-        if conn.space() >= 4:
+        if c.level == 5:
+            self._b5().refuse(c, rc, why)
+        elif conn.space() >= 4:
             conn.tlen = encode_connack(conn.tx, conn.tlen, False, rc)
         self.refused += 1
         if self.log is not None:
             why = "refused (CONNACK %d): %s" % (rc, why)
         self.disconnect(c, why, False)
+
+    def _b5(self):
+        b5 = self.b5
+        if b5 is None:
+            from . import broker5  # the first level-5 CONNECT loads MQTT 5
+            b5 = self.b5 = broker5
+        return b5
+
+    def set_expiry(self, s, sx):
+        """A session's expiry interval changed (a CONNECT that resumes it, a
+        DISCONNECT): on disk with it, counted from start-up after a restart."""
+        s.expiry = sx
+        if not s.clean and self.disk is not None:
+            self.disk.save_session(s)
 
     def _drop(self, s):
         if not s.clean and self.disk is not None:
@@ -273,32 +333,55 @@ class Core(Stats):
     def _connect(self, c, p):
         conn = c.conn
         buf = p.buf
-        c.level = p.level
-        if p.level == 5:
-            conn.tlen = encode_connack(conn.tx, conn.tlen, False, BAD_PROTOCOL_VERSION, 5)
-            self.refused += 1
-            self.disconnect(c, "MQTT 5 is not supported yet", False)
-            return
+        c.level = lv = p.level
+        b5 = None
+        if lv == 5:
+            b5 = self._b5()
+            rc = b5.connect(self, c, p)
+            if rc:
+                self._refuse(c, rc, "CONNECT refused")
+                return
         reg = self.sess
+        self._name_ok(buf, p.cid_off, p.cid_len, 2)
+        if p.user_off >= 0:
+            self._name_ok(buf, p.user_off, p.user_len, 2)
+        if p.will:
+            self._name_ok(buf, p.topic_off, p.topic_len, 0)
         cid = bytes(buf[p.cid_off:p.cid_off + p.cid_len])
+        if lv == 3 and len(cid) > 23:
+            self._refuse(c, _BAD_ID, "client id over 23 characters")  # MQTT 3.1, 3.1
+            return
+        assigned = None
         if not cid:
-            if not p.clean or p.level == 3:
+            if lv == 3 or (lv == 4 and not p.clean):
                 self._refuse(c, _BAD_ID, "empty client id")  # [MQTT-3.1.3-8]
                 return
-            cid = reg.new_id()  # [MQTT-3.1.3-6]
+            cid = assigned = reg.new_id()  # [MQTT-3.1.3-6]
         rc = self._auth(p)
         if rc:
             self._refuse(c, rc, "authentication")
             return
+        if self.acl is not None:
+            u = p.user_off
+            c.grants = g = self.acl.grants(
+                None if u < 0 else bytes(buf[u:u + p.user_len]).decode(), cid.decode())
+            if p.will and not g.may_write(buf, p.topic_off, p.topic_len):
+                self._refuse(c, _NOT_AUTHORIZED, "will topic not allowed by the ACL")
+                return
         old = reg.by_id.get(cid)
         if old is not None and old.client is not None:
             # the id is in use: the older connection goes [MQTT-3.1.4-2]
-            self.disconnect(old.client, "taken over", True)
+            self.disconnect(old.client, "taken over", True, 0x8E)
         elif self.connected >= self.limits.max_clients:
             self._refuse(c, _UNAVAILABLE, "max clients reached")
             return
+        if self.wills:
+            self._will_resumed(cid, p.clean)
         old = reg.by_id.get(cid)
         present = False
+        # a session outlives the connection: CleanSession 0 at 3.1.1, a
+        # session expiry interval above 0 at 5.0 [MQTT-3.1.2-23 (5.0)]
+        keep = c.v5.sx > 0 if lv == 5 else not p.clean
         if p.clean:
             if old is not None:
                 self._drop(old)  # [MQTT-3.1.2-6]
@@ -306,31 +389,84 @@ class Core(Stats):
         else:
             s = old
             present = s is not None  # [MQTT-3.2.2-2]
+        if s is not None and not keep:
+            # resumed, but it ends with this connection now (expiry 0)
+            if self.disk is not None:
+                self.disk.drop_session(s)
+            reg.remove(s)
+            s.clean = True
+            reg.add(s)
+        sx = c.v5.sx if lv == 5 else 0
         if s is None:
-            s = self._new_session(cid, p.clean)
-            if not p.clean:
+            s = self._new_session(cid, not keep)
+            if sx:
+                s.expiry = sx
+            if keep:
                 if reg.npersist >= self.limits.max_sessions:
                     self._refuse(c, _UNAVAILABLE, "max sessions reached")
                     return
                 if self.disk is not None:
                     self.disk.add_session(s)  # [MQTT-3.1.2-4], before CONNACK
             reg.add(s)
+        elif s.expiry != sx:
+            self.set_expiry(s, sx)
         c.cid = cid
         c.sess = s
         c.state = CONNECTED
         self.connected += 1
-        c.ka = p.keepalive * 1500  # [MQTT-3.1.2-24]
+        ka = p.keepalive
+        ska = -1
+        mk = self.limits.max_keepalive
+        if lv == 5 and mk and (not ka or ka > mk):
+            ka = ska = mk  # the server keep alive [MQTT-3.1.2-21 (5.0)]
+        c.ka = ka * 1500  # [MQTT-3.1.2-24]
         if p.will:
             c.will_t = bytes(buf[p.topic_off:p.topic_off + p.topic_len])
             c.will_m = bytes(buf[p.payload_off:p.payload_off + p.payload_len])
             c.will_q = p.qos
             c.will_r = p.retain
-        # session present only for 3.1.1 [MQTT-3.2.2-1..3]
-        conn.tlen = encode_connack(conn.tx, conn.tlen, present and p.level == 4, 0)
+        if lv == 5:
+            b5.connack(self, c, present, assigned, ska)  # [MQTT-3.2.2-2]
+        else:
+            # session present only for 3.1.1 [MQTT-3.2.2-1..3]
+            conn.tlen = encode_connack(conn.tx, conn.tlen, present and lv == 4, 0)
         s.attach(c)  # resend what was in flight [MQTT-4.4.0-1]
         if self.log is not None:
             self._log("connect %s from %s (clean %d, keepalive %d)",
                       (cid.decode(), c.peer, p.clean, p.keepalive))
+
+    def _will_resumed(self, cid, clean):
+        """A client connects with the id of a delayed will: the session
+        resumes and the will is not sent [MQTT-3.1.3-9], or it starts
+        anew, which ends the old one, and the will goes now."""
+        w = self.wills
+        i = len(w) - 1
+        while i >= 0:
+            e = w[i]
+            if e[1] == cid:
+                del w[i]
+                if clean:
+                    self.publish(e[2], e[3], e[4], e[5], e[6])
+            i -= 1
+
+    def _name_ok(self, buf, off, n, flt):
+        """A topic name (flt 0) or filter (1), client id or user name (2)
+        without control characters (U+0001-U+001F, U+007F-U+009F), which
+        [MQTT-1.5.3-2] lets the broker refuse, and within max_levels levels
+        (names and filters). Raises MQTTError to close the connection."""
+        ml = self.limits.max_levels if flt < 2 else 0
+        lv = 1
+        i = off
+        end = off + n
+        while i < end:
+            b = buf[i]
+            if b < 0x20 or b == 0x7F or (b == 0xC2 and i + 1 < end and buf[i + 1] < 0xA0):
+                raise MQTTError("control character", 0x81)
+            if b == 47:
+                lv += 1
+            i += 1
+        if ml and lv > ml:
+            raise MQTTError("too many topic levels", 0x90 if not flt else 0x8F)
 
     def _auth(self, p):
         """CONNACK return code for the credentials: 0 when accepted."""
@@ -355,11 +491,24 @@ class Core(Stats):
         s = c.sess
         if t == PUBLISH:
             self.received += 1
+            self._name_ok(p.buf, p.topic_off, p.topic_len, 0)
+            if c.v5 is not None and self.b5.publish_in(self, c, p):
+                return  # refused with a reason code
+            g = c.grants
+            if g is not None:
+                at = self.atopic if c.v5 is not None else None
+                if not (g.may_write(at, 0, len(at)) if at is not None else
+                        g.may_write(p.buf, p.topic_off, p.topic_len)):
+                    self._denied(c, p)
+                    return
             s.flow.on_publish(conn, p)  # routes through s.deliver -> route_in
         elif t == PUBACK or t == PUBREC or t == PUBCOMP or t == PUBREL:
             # the client's machine on both sides: outbound acks change the
             # session's ring (and its records), PUBREL forgets an inbound id,
-            # each durably before PUBREL / PUBCOMP is written
+            # each durably before PUBREL / PUBCOMP is written. An ack that
+            # does not fit the flow of its id is a protocol error.
+            if t != PUBREL and not s.ack_fits(t, p.pid):
+                raise MQTTError("acknowledgement out of its flow", 0x82)
             s.flow.on_ack(conn, p)
         elif t == PINGREQ:
             conn.tlen = encode_simple(conn.tx, conn.tlen, PINGRESP)
@@ -368,32 +517,86 @@ class Core(Stats):
         elif t == UNSUBSCRIBE:
             i = p.payload_off
             end = i + p.payload_len
+            codes = bytearray() if c.v5 is not None else None
             while i < end:
                 i = read_filter(p, i)
-                self.subs.remove(s, p.buf, p.f_off, p.f_len)
+                self._name_ok(p.buf, p.f_off, p.f_len, 1)
+                ok = self.subs.remove(s, p.buf, p.f_off, p.f_len)
+                if codes is not None:
+                    codes.append(0 if ok else 0x11)  # 0x11: no subscription existed
             if self.disk is not None:
                 self.disk.save_session(s)  # durable before UNSUBACK
-            conn.tlen = encode_unsuback(conn.tx, conn.tlen, p.pid)  # [MQTT-3.10.4-4]
+            # [MQTT-3.10.4-4]; at 5.0 one reason code per filter [MQTT-3.11.3-1]
+            conn.tlen = encode_unsuback(conn.tx, conn.tlen, p.pid, codes, c.level)
         elif t == DISCONNECT:
-            self.disconnect(c, "DISCONNECT", False)  # will discarded [MQTT-3.14.4-3]
+            if c.v5 is not None:
+                self.b5.on_disconnect(self, c, p)
+            else:
+                self.disconnect(c, "DISCONNECT", False)  # will discarded [MQTT-3.14.4-3]
         elif t == CONNECT:
             self.disconnect(c, "second CONNECT", True)  # [MQTT-3.1.0-2]
+        elif t == AUTH:
+            # no method was agreed at CONNECT (the hook is one step): a
+            # protocol error [MQTT-4.12.0-*]
+            raise MQTTError("AUTH without an authentication exchange", 0x82)
         else:
             self.disconnect(c, "unexpected packet type %d" % t, True)
+
+    def _denied(self, c, p):
+        # a PUBLISH the ACL does not allow: dropped, and acknowledged so
+        # that the client does not send it again; at MQTT 5 with 0x87
+        self.dropped += 1
+        if c.v5 is not None:
+            self.b5.ack_refuse(c, p, 0x87)
+        elif p.qos:
+            conn = c.conn
+            conn.tlen = encode_ack(conn.tx, conn.tlen, PUBACK if p.qos == 1 else PUBREC, p.pid)
 
     def _subscribe(self, c, p):
         conn = c.conn
         s = c.sess
+        v5 = c.v5 is not None
+        sid = self.b5.subscription_id(p) if v5 else 0
         codes = bytearray()
+        new = 0  # bit k: filter k is a new subscription (retain handling 1)
+        shared = 0  # bit k: filter k is shared: no retained messages [4.8.2 (5.0)]
         i = p.payload_off
         end = i + p.payload_len
+        k = 0
+        subs = self.subs
         while i < end:
             i = read_filter(p, i)
-            codes.append(self.subs.add(s, p.buf, p.f_off, p.f_len, p.opts & 3))
+            self._name_ok(p.buf, p.f_off, p.f_len, 1)
+            sh = 0
+            if p.buf[p.f_off] == 36:
+                sh = shared_at(p.buf[p.f_off:p.f_off + p.f_len])
+            if sh < 0:
+                g = 0x8F if v5 else 0x80  # a shared subscription without group or filter
+            elif c.grants is not None and not c.grants.may_read(
+                    bytes(p.buf[p.f_off + sh:p.f_off + p.f_len])):
+                g = 0x87 if v5 else 0x80  # not authorized by the ACL
+            else:
+                if sh and p.opts & 4:
+                    raise MQTTError("no local on a shared subscription", 0x82)  # [MQTT-3.8.3-4]
+                # the options byte is kept whole: QoS, and at 5.0 no local,
+                # retain as published, retain handling [MQTT-3.8.3-*]
+                g = subs.add(s, p.buf, p.f_off, p.f_len, p.opts if v5 else p.opts & 3, sid)
+                if g == 0x80 and v5:
+                    g = 0x97  # quota exceeded
+                if subs.added:
+                    new |= 1 << k
+                if sh:
+                    new &= ~(1 << k)
+                    codes.append(g)
+                    k += 1
+                    shared |= 1 << (k - 1)
+                    continue
+            codes.append(g)
+            k += 1
         if self.disk is not None:
             self.disk.save_session(s)  # durable before SUBACK
         # one return code per filter, in order [MQTT-3.8.4-5]
-        conn.tlen = encode_suback(conn.tx, conn.tlen, p.pid, codes)
+        conn.tlen = encode_suback(conn.tx, conn.tlen, p.pid, codes, c.level)
         # then the retained messages of each granted filter [MQTT-3.3.1-6]
         i = p.payload_off
         k = 0
@@ -403,11 +606,20 @@ class Core(Stats):
             i = read_filter(p, i)
             g = codes[k]
             k += 1
-            if g == 0x80 or not ret:
+            if g >= 0x80 or not ret or shared >> (k - 1) & 1:
                 continue
+            rh = p.opts >> 4 & 3 if v5 else 0
+            if rh == 2 or (rh == 1 and not new >> (k - 1) & 1):
+                continue  # retain handling 2, or 1 on an existing subscription
             for topic in self.ret.matching(p.buf, p.f_off, p.f_len):
+                pr = self.ret.aged(topic) if self.ret.props else None
+                if pr == b"":
+                    continue  # its message expiry interval has passed
                 q, pl = ret[topic]
                 r.set(topic, 0, len(topic), pl, 0, len(pl), q if q < g else g)
+                if pr is not None:
+                    r.prs = pr
+                    r.prn = len(pr)
                 s.send(r, r.qos, 1)
 
     # ------------------------------------------------------------ routing
@@ -421,13 +633,32 @@ class Core(Stats):
             return  # clients do not publish into $SYS
         r = self.route
         r.set(buf, toff, tn, buf, p.payload_off, p.payload_len, p.qos)
+        r.retain = p.retain
+        r.src = self.cur.sess
+        at = None
+        if self.cur.v5 is not None:
+            r.flevel = 5
+            r.prs = buf
+            r.pro = p.props_off
+            r.prn = p.props_len
+            at = self.atopic
+            if at is not None:  # a topic alias: its topic, its properties less the alias
+                r.tsrc = at
+                r.toff = 0
+                r.tn = len(at)
+                r.prs = ap = self.aprops
+                r.pro = 0
+                r.prn = len(ap)
+        else:
+            r.flevel = 4
         if p.retain:
             self.ret.set(r)
-        f = self._foff
-        r.frame = buf  # the frame is buf[f:p.end] (see Session._put)
-        r.foff = f
-        r.flen = p.end - f
-        r.fpid = toff + tn - f
+        if at is None:
+            f = self._foff
+            r.frame = buf  # the frame is buf[f:p.end] (see Session._put)
+            r.foff = f
+            r.flen = p.end - f
+            r.fpid = toff + tn - f
         r.tag = tag
         self._route(r)
 
@@ -436,16 +667,23 @@ class Core(Stats):
         session at the highest granted QoS [MQTT-3.3.5-1], capped by the
         published QoS."""
         subs = self.subs
-        n = subs.match(r.tsrc, r.toff, r.tn)
+        n = subs.match(r.tsrc, r.toff, r.tn, r.src)
         hit = subs.hit
         hq = subs.hq
         qos = r.qos
+        rf = 1 if r.retain else 0
         err = None
         i = 0
         while i < n:
             g = hq[i]
+            ra = rf if g & 8 else 0  # retain as published [MQTT-3.3.1-12 (5.0)]
+            g &= 3
+            s = hit[i]
             try:
-                hit[i].send(r, qos if qos < g else g, 0)
+                if s.fsid is not None and s.level == 5:
+                    self._send_ids(s, r, qos if qos < g else g, ra)
+                else:
+                    s.send(r, qos if qos < g else g, ra)
             except OSError as e:
                 err = e  # a store write failed (counted): the others still get theirs
             i += 1
@@ -453,12 +691,35 @@ class Core(Stats):
         if err is not None:
             raise err  # not acknowledged: the publisher sends it again
 
-    def publish(self, topic, payload, qos=0, retain=False):
-        """Publish from the broker itself (wills, $SYS, an application)."""
+    def _send_ids(self, s, r, q, ra):
+        # r with the identifiers of s's matching subscriptions added to its
+        # properties [MQTT-3.3.4-3 (5.0)]; r is as before for the next session
+        ids = self.subs.ids(s, r.tsrc, r.toff, r.tn)
+        if not ids:
+            s.send(r, q, ra)
+            return
+        prs, pro, prn, fr = r.prs, r.pro, r.prn, r.frame
+        r.prs = self.b5.with_ids(r, ids)
+        r.pro = 0
+        r.prn = len(r.prs)
+        r.frame = None
+        try:
+            s.send(r, q, ra)
+        finally:
+            r.prs, r.pro, r.prn, r.frame = prs, pro, prn, fr
+
+    def publish(self, topic, payload, qos=0, retain=False, props=None):
+        """Publish from the broker itself (wills, $SYS, an application);
+        props: MQTT 5 property bytes (what props.encode gives) that level-5
+        subscribers get."""
         topic = topic.encode() if isinstance(topic, str) else topic
         payload = payload.encode() if isinstance(payload, str) else payload
         r = self.route
         r.set(topic, 0, len(topic), payload, 0, len(payload), qos)
+        r.retain = retain
+        if props:
+            r.prs = props
+            r.prn = len(props)
         # nobody waits for an acknowledgement here (a will, say, from a
         # timer or a lost connection): a failed store write is counted in
         # store_errors and the broker goes on
@@ -482,7 +743,7 @@ class Core(Stats):
         self._t_prev = now
         if d > 0:
             ms = self._up_ms + d
-            self._up_s += ms // 1000
+            self.up_s += ms // 1000
             self._up_ms = ms % 1000
         ct = self.limits.connect_timeout_ms
         cl = self.clients
@@ -494,18 +755,41 @@ class Core(Stats):
                 if ct and ticks_diff(now, c.t_last) > ct:
                     self.disconnect(c, "no CONNECT in time", False)
             elif c.state == CONNECTED and c.ka and ticks_diff(now, c.t_last) > c.ka:
-                self.disconnect(c, "keepalive expired", True)  # [MQTT-3.1.2-24]
+                self.disconnect(c, "keepalive expired", True, 0x8D)  # [MQTT-3.1.2-24]
+        if d > 0 and ms >= 1000:
+            self._expire()
         si = self.limits.sys_interval
         if si and ticks_diff(now, self._t_sys) >= 0:
             self._t_sys = ticks_add(now, si * 1000)
             self._sys()
         return self._t_timer
 
+    def _expire(self):
+        """Once a second: delayed wills that are due, and MQTT 5 sessions
+        whose expiry interval has passed with no client [MQTT-3.1.2-23 (5.0)]."""
+        up = self.up_s
+        w = self.wills
+        i = len(w) - 1
+        while i >= 0:
+            e = w[i]
+            if up >= e[0]:
+                del w[i]
+                self.publish(e[2], e[3], e[4], e[5], e[6])
+            i -= 1
+        al = self.sess.all
+        i = len(al) - 1
+        while i >= 0:
+            s = al[i]
+            if s.client is None and s.exp_at >= 0 and up >= s.exp_at:
+                self._log("session %s expired", s.cid.decode())
+                self._drop(s)
+            i -= 1
+
     def _sys(self):
         # retained, so a new subscriber sees the figures at once
         pub = self._sys_pub
         pub("version", VERSION)
-        pub("uptime", "%d seconds" % self._up_s)
+        pub("uptime", "%d seconds" % self.up_s)
         pub("clients/connected", self.connected)
         pub("clients/total", len(self.sess.all))
         pub("clients/maximum", self.limits.max_clients)

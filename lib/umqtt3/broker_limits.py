@@ -12,7 +12,8 @@
 
 # 0: a size picked from max_packet, the OS's buffer, no timeout, no $SYS
 def zero_ok(name):
-    return name in ("txsize", "ring_size", "sndbuf", "connect_timeout_ms", "sys_interval")
+    return name in ("txsize", "ring_size", "sndbuf", "connect_timeout_ms", "sys_interval",
+                    "max_aliases", "max_keepalive", "max_levels")
 
 
 class Limits:
@@ -32,6 +33,9 @@ class Limits:
     sys_interval = 10  # seconds between $SYS updates
     backlog = 4  # listen() backlog
     burst = 16  # packets read from one connection per step
+    max_aliases = 8  # MQTT 5 topic aliases a client may set (0: none)
+    max_keepalive = 0  # MQTT 5: longest keep alive, seconds, imposed in CONNACK (0: the client's)
+    max_levels = 0  # levels in a topic name or filter (0: any); beyond closes
     queue_qos0 = False  # queue QoS 0 for offline persistent sessions too
 
     def __init__(self, **kw):

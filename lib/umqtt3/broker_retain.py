@@ -9,6 +9,11 @@ from .topic import match_span
 from .broker_session import publish_size
 
 
+def _expiry_at(pr):
+    from .props import find, MESSAGE_EXPIRY  # MQTT 5 only
+    return find(pr, 0, len(pr), MESSAGE_EXPIRY)
+
+
 def is_sys(tsrc, toff, tn):
     """The topic starts with "$SYS/"."""
     return tn >= 5 and tsrc[toff] == 36 and tsrc[toff + 1] == 83 and tsrc[toff + 2] == 89 \
@@ -23,6 +28,8 @@ class Retained:
         self.msgs = {}
         self.nsys = 0  # how many of msgs are $SYS/ topics (not limited)
         self.disk = None  # broker_store.Disk, when there is a store
+        self.props = {}  # topic -> MQTT 5 property bytes, for those that have some
+        self.t_in = {}  # topic -> broker uptime (s) it came, for those with a message expiry
 
     def set(self, r):
         """Route r (broker_session.Route) is a retained message: keep it,
@@ -32,6 +39,8 @@ class Retained:
         msgs = self.msgs
         sysk = is_sys(key, 0, len(key))  # the broker's own: not limited, not saved
         if not r.pn:
+            self.props.pop(key, None)
+            self.t_in.pop(key, None)
             if msgs.pop(key, None) is not None:
                 if sysk:
                     self.nsys -= 1
@@ -44,18 +53,64 @@ class Retained:
             if self.log is not None:
                 self.log("retained message on %s not kept: max retained reached" % key.decode())
             return
-        if publish_size(r.tn, r.pn, r.qos) > self.lim.max_frame:
+        prn = r.prn if r.prs is not None else -1
+        if publish_size(r.tn, r.pn, r.qos, prn) > self.lim.max_frame:
             return  # it could never be sent whole
         pl = bytes(r.psrc[r.poff:r.poff + r.pn])
+        pr = bytes(r.prs[r.pro:r.pro + prn]) if prn > 0 else b""
         if not sysk and self.disk is not None:
-            self.disk.retain(key, r.qos, pl)  # before the PUBACK / PUBREC
+            self.disk.retain(key, r.qos, pl, pr)  # before the PUBACK / PUBREC
         msgs[key] = (r.qos, pl)
+        self._props(key, pr)
         if sysk and new:
             self.nsys += 1
 
-    def load(self, topic, qos, payload):
+    def _props(self, key, pr):
+        # a retained message keeps its MQTT 5 properties [MQTT-3.3.1-5 (5.0)]
+        self.t_in.pop(key, None)
+        if pr:
+            self.props[key] = pr
+            if _expiry_at(pr) >= 0:
+                self.t_in[key] = self.stats.up_s
+        else:
+            self.props.pop(key, None)
+
+    def aged(self, topic):
+        """The properties topic's retained message goes out with: its
+        message expiry interval less the time it was kept [MQTT-3.3.2-6
+        (5.0)]; None when it has none; b"" when it has expired, and is
+        gone [MQTT-3.3.2-5 (5.0)]. (After a restart, kept counts from
+        start-up.)"""
+        pr = self.props.get(topic)
+        if pr is None:
+            return None
+        k = _expiry_at(pr)
+        if k < 0:
+            return pr
+        left = ((pr[k] << 24) | (pr[k + 1] << 16) | (pr[k + 2] << 8) | pr[k + 3]) - \
+            (self.stats.up_s - self.t_in.get(topic, 0))
+        if left <= 0:
+            self.msgs.pop(topic, None)
+            self.props.pop(topic, None)
+            self.t_in.pop(topic, None)
+            self.stats.dropped += 1
+            if self.disk is not None:
+                try:
+                    self.disk.unretain(topic)
+                except OSError:
+                    pass  # it comes back after a restart, and expires again
+            return b""
+        out = bytearray(pr)
+        out[k] = (left >> 24) & 255
+        out[k + 1] = (left >> 16) & 255
+        out[k + 2] = (left >> 8) & 255
+        out[k + 3] = left & 255
+        return bytes(out)
+
+    def load(self, topic, qos, payload, props=b""):
         """A retained message back from the store."""
         self.msgs[topic] = (qos, payload)
+        self._props(topic, props)
 
     def matching(self, fb, fo, fn):
         """The topics filter fb[fo:fo+fn] matches, as a list."""

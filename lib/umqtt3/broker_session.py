@@ -39,8 +39,10 @@ class Route:
     its topic tsrc[toff:toff+tn], payload psrc[poff:poff+pn] and QoS; when
     it comes from a client's PUBLISH, that frame (frame[foff:foff+flen], its packet
     id fpid bytes into it), which a copy to a subscriber reuses; and the tag of a QoS 2
-    routing that copies to persistent sessions carry (-1: none). The core
-    owns one and fills it per message: routing allocates nothing."""
+    routing that copies to persistent sessions carry (-1: none). At MQTT
+    5 its property list is prs[pro:pro+prn] (prs None: no properties), and
+    the frame is of protocol level flevel. The core owns one and fills it
+    per message: routing allocates nothing."""
 
     def __init__(self):
         self.set(None, 0, 0, None, 0, 0, 0)
@@ -58,19 +60,32 @@ class Route:
         self.flen = 0
         self.fpid = 0
         self.tag = -1
+        self.prs = None
+        self.pro = 0
+        self.prn = 0
+        self.flevel = 0
+        self.retain = False  # its RETAIN flag, for retain as published
+        self.src = None  # the publisher's session, for no local
 
 
-def publish_size(tn, pn, qos):
+def publish_size(tn, pn, qos, prn=-1):
+    """Bytes of a PUBLISH; prn: its property list's length at MQTT 5, -1
+    below (no list)."""
     rl = 2 + tn + pn + (2 if qos else 0)
+    if prn >= 0:
+        rl += varint_size(prn) + prn
     return 1 + varint_size(rl) + rl
 
 
-def put_publish(dst, off, first, tsrc, toff, tn, pid, psrc, poff, pn):
+def put_publish(dst, off, first, tsrc, toff, tn, pid, psrc, poff, pn, prs=None, pro=0, prn=-1):
     """Write a PUBLISH with first byte `first` whose topic is
     tsrc[toff:toff+tn] and payload psrc[poff:poff+pn] at dst[off]; return
-    the end offset. The caller checked the room (publish_size)."""
+    the end offset. The caller checked the room (publish_size). prn >= 0:
+    MQTT 5, with the property list prs[pro:pro+prn]."""
     q = first & 6
     rl = 2 + tn + pn + (2 if q else 0)
+    if prn >= 0:
+        rl += varint_size(prn) + prn
     dst[off] = first
     off = put_varint(dst, off + 1, rl)
     dst[off] = tn >> 8
@@ -82,8 +97,41 @@ def put_publish(dst, off, first, tsrc, toff, tn, pid, psrc, poff, pn):
         dst[off] = pid >> 8
         dst[off + 1] = pid & 255
         off += 2
+    if prn >= 0:
+        off = put_varint(dst, off, prn)
+        if prn:
+            copy(dst, off, prs, pro, prn)
+            off += prn
     copy(dst, off, psrc, poff, pn)
     return off + pn
+
+
+def props_at(f):
+    """Offset of the property list's length in the level-5 PUBLISH frame f."""
+    i = pid_offset(f, 0)  # just past the topic
+    return i + 2 if f[0] & 6 else i
+
+
+def expiry_at(f):
+    """Offset of the message expiry interval's 4 bytes in the level-5
+    PUBLISH frame f, or -1."""
+    from .props import find, read_varint, varint_end, MESSAGE_EXPIRY
+    i = props_at(f)
+    n = read_varint(f, i, len(f))
+    i = varint_end(f, i)
+    k = find(f, i, n, MESSAGE_EXPIRY)
+    return k
+
+
+def _u32(f, k):
+    return (f[k] << 24) | (f[k + 1] << 16) | (f[k + 2] << 8) | f[k + 3]
+
+
+def _put_u32(f, k, v):
+    f[k] = (v >> 24) & 255
+    f[k + 1] = (v >> 16) & 255
+    f[k + 2] = (v >> 8) & 255
+    f[k + 3] = v & 255
 
 
 def _frame_pid(f):
@@ -101,6 +149,20 @@ def pid_offset(f, off):
 
 
 class Session:
+    # What MQTT 5 adds, as class attributes: an instance holds its own only
+    # once they differ, so a 3.1.1 session costs no RAM for them. level:
+    # the protocol level frames are built for; maxpkt and rmax: the
+    # client's maximum packet size (0: any) and receive maximum; expiry:
+    # the session expiry interval (s), exp_at: the broker uptime (s) at
+    # which it ends (-1: never); fsid: subscription identifiers, with
+    # filters once one is given.
+    level = 4
+    maxpkt = 0
+    rmax = 65535
+    expiry = 0
+    exp_at = -1
+    fsid = None
+
     def __init__(self, cid, clean, limits, stats, router):
         self.cid = cid
         self.clean = clean
@@ -149,7 +211,7 @@ class Session:
         # the size of ours (same packet-id presence) is one copy of that
         # frame with a new first byte and packet id.
         fs = r.frame
-        if fs is not None and r.flen == size:
+        if fs is not None and r.flen == size and r.flevel == self.level:
             copy(dst, off, fs, r.foff, size)
             dst[off] = first
             if first & 6:
@@ -157,7 +219,17 @@ class Session:
                 dst[o] = pid >> 8
                 dst[o + 1] = pid & 255
             return off + size
-        return put_publish(dst, off, first, r.tsrc, r.toff, r.tn, pid, r.psrc, r.poff, r.pn)
+        return put_publish(dst, off, first, r.tsrc, r.toff, r.tn, pid, r.psrc, r.poff, r.pn,
+                           r.prs, r.pro, self._prn(r))
+
+    def _prn(self, r):
+        # the property list's length in this session's frames: -1 below 5
+        if self.level < 5:
+            return -1
+        return r.prn if r.prs is not None else 0
+
+    def _size(self, r, qos):
+        return publish_size(r.tn, r.pn, qos, self._prn(r))
 
     def send(self, r, qos, retain):
         """The message of route r for this session at `qos` (already
@@ -180,7 +252,10 @@ class Session:
             self._enqueue(first, r)
             return
         conn = c.conn
-        size = publish_size(r.tn, r.pn, qos)
+        size = self._size(r, qos)
+        if self.maxpkt and size > self.maxpkt:
+            self.stats.dropped += 1  # never more than the client takes [MQTT-3.1.2-25]
+            return
         if conn.space() < size or (qos and self._fit(size) < 0):
             self._enqueue(first, r)  # pump() writes it as the buffer drains
             return
@@ -201,8 +276,8 @@ class Session:
         q = self.q
         lim = self.lim
         qos = (first >> 1) & 3
-        size = publish_size(r.tn, r.pn, qos)
-        if size > lim.max_frame:
+        size = self._size(r, qos)
+        if size > lim.max_frame or (self.maxpkt and size > self.maxpkt):
             self.stats.dropped += 1
             return
         if len(q) >= lim.max_queued:
@@ -216,6 +291,12 @@ class Session:
         f = bytearray(size)
         pid = self._pid() if qos else 0
         self._put(f, 0, first, size, r, pid)
+        if self.level == 5 and r.prn:
+            k = expiry_at(f)
+            if k >= 0:
+                # while it waits, the frame holds the broker uptime at
+                # which it expires; pump() writes what is left back
+                _put_u32(f, k, _u32(f, k) + self.stats.up_s)
         if qos and self.fs is not None:
             self.fs.out_add(pid, r.tag, f, 0, size)  # durable before any ack
         q.append(f)
@@ -252,9 +333,21 @@ class Session:
         while q:
             f = q[0]
             n = len(f)
+            if self.level == 5 and f[0] != _QREL and self._expired(f):
+                q.pop(0)  # expired while it waited [MQTT-3.3.2-5 (5.0)]
+                stats.dropped += 1
+                if f[0] & 6 and self.fs is not None:
+                    self.fs.out_del(_frame_pid(f))
+                continue
             if not f[0] & 6:
+                if self.maxpkt and n > self.maxpkt:
+                    q.pop(0)  # [MQTT-3.1.2-25]
+                    stats.dropped += 1
+                    continue
                 if len(tx) - conn.tlen < n:
                     return
+                if self.level == 5:
+                    self._age(f)
                 copy(tx, conn.tlen, f, 0, n)
                 conn.tlen += n
                 stats.sent += 1
@@ -275,7 +368,7 @@ class Session:
                 self.s_st[k] = REL_SENT
                 self.unsent -= 1
                 continue
-            if n > self.lim.max_frame:
+            if n > self.lim.max_frame or (self.maxpkt and n > self.maxpkt):
                 q.pop(0)
                 stats.dropped += 1
                 if self.fs is not None:
@@ -284,6 +377,8 @@ class Session:
             k = self._alloc(n)
             if k < 0:
                 return
+            if self.level == 5:
+                self._age(f)
             # its id came with it from _enqueue, and so did its record
             self.s_pid[k] = _frame_pid(f)
             copy(self.rbuf, self.s_off[k], f, 0, n)
@@ -296,6 +391,18 @@ class Session:
             conn.tlen += n
             self.s_st[k] = PUB_SENT
             stats.sent += 1
+
+    def _expired(self, f):
+        """A queued level-5 frame whose message expiry interval has passed."""
+        k = expiry_at(f)
+        return k >= 0 and _u32(f, k) <= self.stats.up_s
+
+    def _age(self, f):
+        # the queued frame f goes out now: what is left of its message
+        # expiry interval, the time it waited taken off [MQTT-3.3.2-6 (5.0)]
+        k = expiry_at(f)
+        if k >= 0:
+            _put_u32(f, k, _u32(f, k) - self.stats.up_s)
 
     def backlog(self):
         return self.unsent or len(self.q)
@@ -315,7 +422,7 @@ class Session:
             self._ring()
         ns = len(self.s_st)
         cnt = self.rcount
-        if cnt >= ns:
+        if cnt >= ns or cnt >= self.rmax:  # the client's receive maximum [MQTT-3.3.4-9]
             return -1
         size = len(self.rbuf)
         if not cnt:
@@ -407,6 +514,22 @@ class Session:
         copy(self.rbuf, self.s_off[k], buf, off, n)
         self.s_st[k] = PUB_SENT
 
+    def ack_fits(self, t, pid):
+        """Does a PUBACK (4), PUBREC (5) or PUBCOMP (7) for pid fit the flow
+        of that id? PUBACK only for QoS 1, PUBREC only for QoS 2 before
+        its PUBCOMP, PUBCOMP only after PUBREL, nothing for an id not in
+        flight [MQTT-4.3.2-*, MQTT-4.3.3-*]."""
+        k = self._find(pid)
+        if k < 0:
+            return False
+        st = self.s_st[k]
+        if st == REL or st == REL_SENT:
+            return t != 4  # PUBCOMP; a PUBREC again is answered with PUBREL again
+        if t == 7:
+            return False  # PUBCOMP before PUBREL
+        q = (self.rbuf[self.s_off[k]] >> 1) & 3
+        return q == (1 if t == 4 else 2)
+
     def out_has(self, pid):
         return self._find(pid) >= 0
 
@@ -460,6 +583,13 @@ class Session:
         """The client (re)connects to this session: what was written and not
         acknowledged is due again, PUBLISH with DUP=1 [MQTT-4.4.0-1]."""
         self.client = client
+        if self.exp_at >= 0:
+            self.exp_at = -1
+        v = client.v5
+        if v is not None or self.level == 5:
+            self.level = 4 if v is None else 5
+            self.maxpkt = 0 if v is None else v.maxpkt
+            self.rmax = 65535 if v is None else v.rmax
         if self.rbuf is None:
             return
         ns = len(self.s_st)

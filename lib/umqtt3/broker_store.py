@@ -8,10 +8,14 @@
 # before the call returns; a torn or corrupt record was never acted on.
 #
 #   r<k>        one retained topic: key field = QoS, body = topic length
-#               (2 bytes), topic, payload. Replaced through r<k>.t and an
+#               (2 bytes), topic, MQTT 5 properties (as many bytes as the
+#               seq field says, 0 for none), payload. Replaced through r<k>.t and an
 #               atomic rename; cleared by removing it.
-#   s<k>/sess   one persistent session: body = client id length (2), client
-#               id, then per subscription QoS (1), filter length (2), filter.
+#   s<k>/sess   one persistent session: seq field = MQTT 5 session expiry
+#               interval (0 at 3.1.1: none), body = client id length (2), client
+#               id, then per subscription options (1: QoS, and at 5.0 no
+#               local, retain as published, retain handling), filter length
+#               (2), filter.
 #               Written before CONNACK; replaced through sess.t and a rename
 #               before SUBACK / UNSUBACK; removed first when the session ends.
 #   s<k>/...    the session's messages: a store.FileStore (keep_last=False)
@@ -109,19 +113,23 @@ class Disk:
         return t
 
     # ------------------------------------------------------------ retained
-    def retain(self, topic, qos, payload):
+    def retain(self, topic, qos, payload, props=b""):
         """topic now holds payload: durable when this returns."""
-        self._retain(topic, qos, payload)
+        self._retain(topic, qos, payload, props)
 
-    def _retain(self, topic, qos, payload):
+    def _retain(self, topic, qos, payload, props=b""):
+        # MQTT 5 properties go between topic and payload, their length in
+        # the record's seq field (0 in records without any)
         fs = self.fs
         n = len(topic)
-        body = bytearray(2 + n + len(payload))
+        m = len(props)
+        body = bytearray(2 + n + m + len(payload))
         body[0] = n >> 8
         body[1] = n & 255
         body[2:2 + n] = topic
-        body[2 + n:] = payload
-        rec = frame(0, qos, body)
+        body[2 + n:2 + n + m] = props
+        body[2 + n + m:] = payload
+        rec = frame(m, qos, body)
         k = self.rslot.get(topic)
         if k is None:
             k = self.rfree.pop() if self.rfree else self._new_r()
@@ -169,7 +177,7 @@ class Disk:
             b[i + 2] = len(f) & 255
             b[i + 3:i + 3 + len(f)] = f
             i += 3 + len(f)
-        return frame(0, 0, b)
+        return frame(s.expiry, 0, b)  # seq field: the MQTT 5 session expiry
 
     def _store(self, d):
         lim = self.lim
@@ -289,10 +297,10 @@ class Disk:
         if rec is None:
             self.fs.remove(path)  # torn: its PUBLISH was never acknowledged
             return
-        qos, body = rec[1], rec[2]
+        m, qos, body = rec
         n = _u16(body, 0)
         topic = bytes(body[2:2 + n])
-        retained.load(topic, qos, bytes(body[2 + n:]))
+        retained.load(topic, qos, bytes(body[2 + n + m:]), bytes(body[2 + n:2 + n + m]))
         self.rslot[topic] = k
         used.append(k)
 
@@ -310,6 +318,7 @@ class Disk:
         n = _u16(body, 0)
         cid = bytes(body[2:2 + n])
         s = new_session(cid, False)
+        s.expiry = rec[0]
         i = 2 + n
         while i + 3 <= len(body):
             m = _u16(body, i + 1)

@@ -1,12 +1,31 @@
 # umqtt3.broker_subs -- who is subscribed to what, and who gets a topic.
 #
 # Each session keeps its own filters (Session.filters / fqos, in the order
-# they were made: the store saves them so). Subs changes them and answers
+# they were made: the store saves them so). fqos holds each subscription's
+# options byte: its QoS, and at MQTT 5 no local (4), retain as published
+# (8) and retain handling (0x30). Subs changes them and answers
 # match(): the sessions a topic goes to, each once at its highest granted
 # QoS [MQTT-3.3.5-1]. Today match() scans the sessions that have a
 # subscription and their filters; an index (a topic tree, say) can replace
 # the scan behind the same three calls without the core noticing.
 from .topic import match_span
+
+
+def shared_at(f):
+    """Where the filter of a shared subscription "$share/group/filter"
+    starts in f, 0 for any other filter, -1 for a malformed one (no
+    group, a wildcard in it, or no filter) [MQTT-4.8.2-1, MQTT-4.8.2-2]."""
+    n = len(f)
+    if n < 7 or f[0] != 36 or bytes(f[:7]) != b"$share/":
+        return 0
+    i = 7
+    while i < n and f[i] != 47:
+        if f[i] == 43 or f[i] == 35:
+            return -1
+        i += 1
+    if i == 7 or i + 1 >= n:
+        return -1
+    return i + 1
 
 
 def find_filter(s, buf, off, n):
@@ -32,44 +51,101 @@ class Subs:
         # what the last match() found: hit[i] gets topic at QoS hq[i]
         self.hit = []
         self.hq = bytearray(8)
+        self.added = False  # whether the last add() made a new subscription
+        # shared subscriptions: [filter "$share/g/f", where f starts, member
+        # sessions, the next to get one] per group and filter
+        self.groups = []
 
-    def add(self, s, buf, off, n, qos):
-        """Add or replace [MQTT-3.8.4-3] a subscription of s; return the
-        granted QoS, or 0x80 when the per-client limit is reached."""
+    def add(self, s, buf, off, n, opts, sid=0):
+        """Add or replace [MQTT-3.8.4-3] a subscription of s with options
+        byte opts (and MQTT 5 subscription identifier sid, 0: none); return
+        the granted QoS, or 0x80 when the per-client limit is reached."""
         i = find_filter(s, buf, off, n)
+        self.added = False
         if i >= 0:
-            s.fqos[i] = qos
-            return qos
+            s.fqos[i] = opts
+            if sid or s.fsid is not None:
+                self._sid(s)[i] = sid
+            return opts & 3
         if len(s.filters) >= self.max_subs:
             return 0x80
-        self.restore(s, bytes(buf[off:off + n]), qos)
-        return qos
+        self.restore(s, bytes(buf[off:off + n]), opts, sid)
+        self.added = True
+        return opts & 3
 
-    def restore(self, s, f, qos):
+    def _sid(self, s):
+        # the session's subscription identifiers, made on first use
+        if s.fsid is None:
+            s.fsid = [0] * len(s.filters)
+        return s.fsid
+
+    def restore(self, s, f, qos, sid=0):
         """A filter back from the store (no limit: it was granted)."""
         if not s.filters:
             self.subscribers.append(s)
+        if sid or s.fsid is not None:
+            self._sid(s).append(sid)
         s.filters.append(f)
         s.fqos.append(qos)
+        k = shared_at(f)
+        if k > 0:
+            for g in self.groups:
+                if g[0] == f:
+                    g[2].append(s)
+                    return
+            self.groups.append([f, k, [s], 0])
 
     def remove(self, s, buf, off, n):
         i = find_filter(s, buf, off, n)
         if i < 0:
             return False
+        self._leave(s, s.filters[i])
         del s.filters[i]
         del s.fqos[i]
+        if s.fsid is not None:
+            del s.fsid[i]
         if not s.filters:
             self.subscribers.remove(s)
         return True
+
+    def _leave(self, s, f):
+        if shared_at(f) <= 0:
+            return
+        gs = self.groups
+        for i in range(len(gs)):
+            g = gs[i]
+            if g[0] == f:
+                g[2].remove(s)
+                if not g[2]:
+                    del gs[i]
+                return
 
     def drop(self, s):
         """The session ended: its subscriptions go with it."""
         if s.filters:
             self.subscribers.remove(s)
+            for f in s.filters:
+                self._leave(s, f)
 
-    def match(self, tsrc, toff, tn):
+    def ids(self, s, tsrc, toff, tn):
+        """The subscription identifiers of s's subscriptions that match the
+        topic, in order [MQTT-3.3.4-3 (5.0)] (allocates: only sessions that
+        gave some)."""
+        out = []
+        fl = s.filters
+        for j in range(len(fl)):
+            f = fl[j]
+            k = shared_at(f)
+            if s.fsid[j] and k >= 0 and match_span(f, k, len(f) - k, tsrc, toff, tn):
+                out.append(s.fsid[j])
+        return out
+
+    def match(self, tsrc, toff, tn, src=None):
         """Fill hit/hq with the sessions topic tsrc[toff:toff+tn] goes to;
-        return how many. Allocates nothing once hit has grown to the
+        return how many. hq[i] is the highest granted QoS, plus 8 when a
+        matching subscription retains as published. A subscription with no
+        local does not get what its own session (src) published
+        [MQTT-3.8.3-3 (5.0)]. Allocates nothing once hit has grown to the
         largest number of subscribers seen."""
         sl = self.subscribers
         hit = self.hit
@@ -82,13 +158,21 @@ class Subs:
             fl = s.filters
             fq = s.fqos
             best = -1
+            rap = 0
             j = 0
             m = len(fl)
             while j < m:
                 f = fl[j]
-                g = fq[j]
-                if g > best and match_span(f, 0, len(f), tsrc, toff, tn):
-                    best = g
+                o = fq[j]
+                g = o & 3
+                if f[0] == 36 and len(f) > 7 and f[1] == 115 and shared_at(f) > 0:
+                    j += 1
+                    continue  # a shared subscription: its group's turn, below
+                if (g > best or (o & 8 and not rap)) and not (o & 4 and s is src) \
+                        and match_span(f, 0, len(f), tsrc, toff, tn):
+                    if g > best:
+                        best = g
+                    rap |= o & 8
                 j += 1
             if best >= 0:
                 if k < len(hit):
@@ -97,9 +181,37 @@ class Subs:
                     hit.append(s)
                 if k >= len(hq):
                     self.hq = hq = hq + bytearray(len(hq))
-                hq[k] = best
+                hq[k] = best | rap
                 k += 1
+        for g in self.groups:
+            f = g[0]
+            fo = g[1]
+            if match_span(f, fo, len(f) - fo, tsrc, toff, tn):
+                k = self._one(g, k)
         return k
+
+    def _one(self, g, k):
+        # one member of a shared subscription's group gets it, in turn,
+        # a connected one first [MQTT-4.8.2-3 (5.0): one delivery per group]
+        m = g[2]
+        n = len(m)
+        i = g[3]
+        j = 0
+        while j < n and m[(i + j) % n].client is None:
+            j += 1
+        s = m[(i + (j if j < n else 0)) % n]
+        g[3] = (i + j + 1) % n
+        f = g[0]
+        o = s.fqos[find_filter(s, f, 0, len(f))]
+        hit = self.hit
+        if k < len(hit):
+            hit[k] = s
+        else:
+            hit.append(s)
+        if k >= len(self.hq):
+            self.hq = self.hq + bytearray(len(self.hq))
+        self.hq[k] = o & 11  # QoS and retain as published
+        return k + 1
 
     def release(self, n):
         """Forget the first n hits (no session is kept alive by them)."""

@@ -117,8 +117,8 @@ def decode_connect(pkt, buf, i, end):
         _err(_E_PROTOCOL_LEVEL, BAD_PROTOCOL_VERSION)
     pkt.level = level
     fl = buf[i + 1]
-    if fl & 1:
-        _err(_E_CONNECT_FLAG)  # [MQTT-3.1.2-3]
+    if fl & 1 and level > 3:
+        _err(_E_CONNECT_FLAG)  # [MQTT-3.1.2-3]; MQTT 3.1 leaves the bit unused
     will = fl & 4
     wq = (fl >> 3) & 3
     if not will and (wq or fl & 32):

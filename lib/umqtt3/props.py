@@ -188,7 +188,7 @@ def check(buf, off, end, ptype):
         if pid == MAXIMUM_QOS and buf[v0] > 1:
             _err(_E_PROP_MAX_QOS, 0x82)
         if (pid == RECEIVE_MAXIMUM or pid == TOPIC_ALIAS) and not (buf[v0] | buf[v0 + 1]):
-            _err(_E_PROP_ZERO, 0x82)
+            _err(_E_PROP_ZERO, 0x94 if pid == TOPIC_ALIAS else 0x82)  # [MQTT-3.3.2-8]
         if pid == MAXIMUM_PACKET_SIZE and not (buf[v0] | buf[v0 + 1] | buf[v0 + 2] | buf[v0 + 3]):
             _err(_E_PROP_MAX_PACKET_0, 0x82)
         if pid == SUBSCRIPTION_ID and buf[v0] == 0:
@@ -246,6 +246,18 @@ def get(buf, off, n, want, default=None):
             return _read(buf, off + 1, t)[0] if t > _VARINT else _int_at(buf, off + 1, t)
         off = _value_end(buf, off + 1, end, t)
     return default
+
+
+def find(buf, off, n, want):
+    """Offset of the value of property `want` (the first) in the checked
+    list buf[off:off+n], or -1. No allocation."""
+    end = off + n
+    while off < end:
+        pid = buf[off]
+        if pid == want:
+            return off + 1
+        off = _value_end(buf, off + 1, end, TYPES[pid])
+    return -1
 
 
 def _int_at(buf, i, t):

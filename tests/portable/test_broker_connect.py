@@ -69,17 +69,6 @@ def test_mqtt31_level3_accepted():
         assert c.subscribe(1, "x/y", 1) == b"\x01"
 
 
-def test_mqtt5_refused_cleanly():
-    # level 5 is not served yet: a 5.0 CONNACK with 0x84, then close
-    with running() as b, Raw(b) as c:
-        c.connect("v5", level=5, expect=False)
-        c.level = 5
-        p = c.expect(CONNACK)
-        assert p.rc == 0x84
-        assert c.closed()
-        assert b.connected == 0
-
-
 def test_reserved_connect_flag_closes():
     # [MQTT-3.1.2-3] the reserved flag must be 0
     with running() as b, Raw(b) as c:

@@ -338,8 +338,10 @@ class _Steady:
             k -= 1
 
 
-def _check_zero_alloc(qos):
-    st = _Steady(qos)
+def _check_zero_alloc(qos, steady=None):
+    """steady: the _Steady (or a subclass) to move the messages; the
+    publisher's and subscriber's level are its."""
+    st = steady or _Steady(qos)
     st.go(20)  # warm up: the in-flight ring, lists at their size
     b = st.b
     sub = st.sub
@@ -378,28 +380,38 @@ def test_forward_qos2_allocates_nothing():
     _check_zero_alloc(2)
 
 
-async def test_ram_per_client():
-    # what one connected client costs the broker: connection buffers,
-    # session, client id; and the in-flight ring a QoS 1/2 subscriber adds
-    n = 8
-    b = _broker(max_clients=n, max_packet=1024, max_inflight=8)
+async def clients_ram(b, n, level):
+    """Attach n clients at protocol level `level`, each connected and
+    subscribed at QoS 1 to its own topic; (heap each took on MicroPython,
+    their Conns)."""
     links = []
     conns = []
     for _ in range(n):
         a, e = Pipe.pair(512)
         links.append((a, e))
         conns.append(Conn(a, 256, 256))
-    p = Packet(4)
     await collect()
     m0 = gc.mem_alloc() if MICROPYTHON else 0
     for i in range(n):
         b.attach(links[i][1])
         c = conns[i]
-        c.tlen = encode_connect(c.tx, 0, "node%02d" % i, 4, True, 60)
-        c.tlen = encode_subscribe(c.tx, c.tlen, 1, "cmd/node%02d" % i, 1)
+        c.tlen = encode_connect(c.tx, 0, "node%02d" % i, level, True, 60)
+        c.tlen = encode_subscribe(c.tx, c.tlen, 1, "cmd/node%02d" % i, 1, level)
         c.flush()
     for _ in range(3):
         b.poll_once(0)
+    await collect()
+    m1 = gc.mem_alloc() if MICROPYTHON else 0
+    return (m1 - m0) // n, conns
+
+
+async def test_ram_per_client():
+    # what one connected client costs the broker: connection buffers,
+    # session, client id; and the in-flight ring a QoS 1/2 subscriber adds
+    n = 8
+    b = _broker(max_clients=n, max_packet=1024, max_inflight=8)
+    p = Packet(4)
+    per, conns = await clients_ram(b, n, 4)
     await collect()
     m1 = gc.mem_alloc() if MICROPYTHON else 0
     assert b.connected == n
@@ -417,7 +429,6 @@ async def test_ram_per_client():
     await collect()
     m2 = gc.mem_alloc() if MICROPYTHON else 0
     if MICROPYTHON:
-        per = (m1 - m0) // n
         ring = (m2 - m1) // n
         print("RAM per connected client (MicroPython, max_packet=1024, tx=1024): %d bytes;"
               " + %d bytes once it receives QoS 1/2 (in-flight ring of 1024 bytes, 8 slots)"

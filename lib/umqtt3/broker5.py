@@ -1,0 +1,247 @@
+# umqtt3.broker5 -- what only MQTT 5.0 asks of the broker: CONNECT and
+# CONNACK properties, reason codes and DISCONNECT both ways, topic aliases
+# from clients, the checks of an inbound PUBLISH.
+#
+# broker_core imports this module on the first level-5 CONNECT, so a
+# broker serving only 3.1 / 3.1.1 clients never loads it (nor props.py).
+# Each level-5 connection holds one V5 (Connection.v5): what its client
+# asked for and allows. Forwarding itself is the core's and the sessions'
+# (broker_session.put_publish writes the property list).
+from .codec import encode_ack, encode_disconnect, MQTTError, PUBACK, PUBREC
+from .codec_server import encode_connack
+from .compat import const, valid_utf8
+from .props import (get, encode, TYPES, SESSION_EXPIRY, RECEIVE_MAXIMUM, MAXIMUM_PACKET_SIZE,
+                    TOPIC_ALIAS_MAXIMUM, TOPIC_ALIAS, REQUEST_PROBLEM_INFO, AUTH_METHOD,
+                    AUTH_DATA, ASSIGNED_CLIENT_ID, SERVER_KEEPALIVE, REASON_STRING,
+                    PAYLOAD_FORMAT, WILL_DELAY,
+                    SUBSCRIPTION_ID)
+
+NEVER = const(0xFFFFFFFF)  # a session expiry interval that never ends
+
+# CONNACK reason codes for the 3.1.1 return codes broker_core refuses with
+# (index: the 3.1.1 code): unsupported version, client id not valid,
+# server unavailable, bad user name or password, not authorized
+_CONNACK5 = b"\x00\x84\x85\x88\x86\x87"
+
+
+class V5:
+    """One level-5 connection: what its CONNECT asked for and allows."""
+
+    def __init__(self):
+        self.rmax = 65535  # the client's receive maximum [MQTT-3.1.2-19]
+        self.maxpkt = 0  # the client's maximum packet size, 0: none given
+        self.problem = True  # request problem information
+        self.sx = 0  # session expiry interval at CONNECT
+        self.aliases = None  # inbound topic aliases: alias -> topic bytes
+        self.wprops = None  # the will's properties, as received
+        self.wdelay = 0  # will delay interval, seconds
+
+
+def _utf8(buf, off, n):
+    # a payload the publisher says is UTF-8 [MQTT-3.3.2-4 (5.0)]
+    if valid_utf8 is not None:
+        return valid_utf8(buf, off, n)
+    try:
+        t = str(bytes(buf[off:off + n]), "utf-8")
+    except UnicodeError:
+        return False
+    return "\x00" not in t
+
+
+def refuse_code(rc):
+    """The CONNACK reason code for a 3.1.1 return code."""
+    return _CONNACK5[rc] if rc < len(_CONNACK5) else rc
+
+
+def connect(core, c, p):
+    """Read a level-5 CONNECT's properties into c.v5. Returns 0, or the
+    CONNACK reason code that refuses it."""
+    v = c.v5 = V5()
+    buf = p.buf
+    po = p.props_off
+    pn = p.props_len
+    v.sx = get(buf, po, pn, SESSION_EXPIRY, 0)
+    v.rmax = get(buf, po, pn, RECEIVE_MAXIMUM, 65535)
+    v.maxpkt = get(buf, po, pn, MAXIMUM_PACKET_SIZE, 0)
+    v.problem = get(buf, po, pn, REQUEST_PROBLEM_INFO, 1) == 1
+    if p.will and p.wprops_len:
+        v.wprops = bytes(buf[p.wprops_off:p.wprops_off + p.wprops_len])
+        v.wdelay = get(buf, p.wprops_off, p.wprops_len, WILL_DELAY, 0)
+        if get(buf, p.wprops_off, p.wprops_len, PAYLOAD_FORMAT, 0) == 1 and \
+                not _utf8(buf, p.payload_off, p.payload_len):
+            return 0x99  # payload format invalid [MQTT-3.1.3-11 (will payload)]
+    method = get(buf, po, pn, AUTH_METHOD)
+    if method is not None:
+        hook = core.auth_methods.get(method)
+        if hook is None:
+            return 0x8C  # bad authentication method
+        return hook(get(buf, po, pn, AUTH_DATA))
+    return 0
+
+
+def connack(core, c, present, assigned, ka):
+    """CONNACK 0x00 with what the broker allows [MQTT-3.2.2-*]: its receive
+    maximum, maximum packet size, topic alias maximum, an assigned client
+    id and the keep alive it imposes. Retain, wildcards, subscription
+    identifiers, shared subscriptions and QoS 2 are all available: the
+    defaults, not sent."""
+    lim = core.limits
+    d = {RECEIVE_MAXIMUM: lim.max_qos2_in if lim.max_qos2_in < 65535 else 65535,
+         MAXIMUM_PACKET_SIZE: lim.max_packet}
+    if lim.max_aliases:
+        d[TOPIC_ALIAS_MAXIMUM] = lim.max_aliases
+    if assigned is not None:
+        d[ASSIGNED_CLIENT_ID] = assigned  # [MQTT-3.2.2-16]
+    if ka >= 0:
+        d[SERVER_KEEPALIVE] = ka  # the client uses this one [MQTT-3.2.2-21]
+    conn = c.conn
+    conn.tlen = encode_connack(conn.tx, conn.tlen, present, 0, 5, encode(d))
+
+
+def refuse(c, rc, why):
+    """CONNACK with a reason code of 0x80 or above; a reason string only
+    when the client asked for problem information."""
+    conn = c.conn
+    pr = _reason(c, why, 8)
+    if conn.space() >= 8 + (len(pr) if pr else 0):
+        conn.tlen = encode_connack(conn.tx, conn.tlen, False, refuse_code(rc), 5, pr)
+
+
+def _reason(c, why, size):
+    # a reason string property, when asked for and when the packet stays
+    # within the client's maximum packet size [MQTT-3.1.2-29, MQTT-3.2.2-19]
+    v = c.v5
+    if v is None or not v.problem or not why:
+        return None
+    pr = encode({REASON_STRING: why})
+    if v.maxpkt and size + len(pr) > v.maxpkt:
+        return None
+    return pr
+
+
+def send_disconnect(c, rc, why):
+    """The broker's DISCONNECT with reason code rc [MQTT-3.14.2-1]; the
+    driver closes the connection after it."""
+    conn = c.conn
+    pr = _reason(c, why, 8)
+    if conn.space() >= 8 + (len(pr) if pr else 0):
+        conn.tlen = encode_disconnect(conn.tx, conn.tlen, rc, 5, pr)
+
+
+def on_disconnect(core, c, p):
+    """The client's DISCONNECT: the will goes unless its reason code is
+    0x00 [MQTT-3.14.4-3] (0x04 asks for it; an error code ends the
+    connection abnormally), and it may change the session expiry interval,
+    but not from 0 to more [MQTT-3.14.2-2]."""
+    sx = get(p.buf, p.props_off, p.props_len, SESSION_EXPIRY, -1)
+    if sx >= 0:
+        if not c.v5.sx and sx:
+            raise MQTTError("session expiry set at DISCONNECT", 0x82)
+        core.set_expiry(c.sess, sx)
+    core.disconnect(c, "DISCONNECT 0x%02x" % p.rc, p.rc != 0)
+
+
+def publish_in(core, c, p):
+    """Check a level-5 PUBLISH and resolve its topic alias
+    [MQTT-3.3.2-7..12]. Returns True when it is refused (answered, or the
+    connection closed); otherwise core.atopic / core.aprops are the
+    topic and properties to route with when the alias changed them (None
+    when the packet's own serve)."""
+    core.atopic = None
+    core.aprops = None
+    buf = p.buf
+    po = p.props_off
+    pn = p.props_len
+    if pn:
+        a = get(buf, po, pn, TOPIC_ALIAS, 0)
+        if get(buf, po, pn, SUBSCRIPTION_ID) is not None:
+            raise MQTTError("subscription identifier in PUBLISH", 0x82)  # [MQTT-3.3.4-6]
+        if a:
+            if a > core.limits.max_aliases:
+                raise MQTTError("topic alias out of range", 0x94)  # [MQTT-3.3.2-9, MQTT-3.3.2-10]
+            v = c.v5
+            if v.aliases is None:
+                v.aliases = {}
+            if p.topic_len:
+                t = bytes(buf[p.topic_off:p.topic_off + p.topic_len])
+                v.aliases[a] = t  # [MQTT-3.3.2-12]
+            else:
+                t = v.aliases.get(a)
+                if t is None:
+                    raise MQTTError("unknown topic alias", 0x82)
+            core.atopic = t
+            core.aprops = without(buf, po, pn, TOPIC_ALIAS)  # not forwarded [MQTT-3.3.2-*]
+        if get(buf, po, pn, PAYLOAD_FORMAT, 0) == 1 and \
+                not _utf8(buf, p.payload_off, p.payload_len):
+            return ack_refuse(c, p, 0x99)  # payload format invalid
+    if not p.topic_len and core.atopic is None:
+        raise MQTTError("empty topic without alias", 0x82)  # [MQTT-3.3.2-8 (5.0: 3.3.4)]
+    return False
+
+
+def ack_refuse(c, p, rc):
+    """Refuse a PUBLISH with reason code rc in its PUBACK / PUBREC (QoS 0:
+    dropped) [MQTT-3.3.4-8 ... see 3.4.2.1]; nothing is routed."""
+    if p.qos:
+        conn = c.conn
+        conn.tlen = encode_ack(conn.tx, conn.tlen, PUBACK if p.qos == 1 else PUBREC, p.pid, rc, 5)
+    return True
+
+
+def without(buf, off, n, drop):
+    """The property list buf[off:off+n] without property `drop`, as bytes
+    (the list was checked by the codec). Allocates: topic aliases only."""
+    out = bytearray()
+    end = off + n
+    while off < end:
+        pid = buf[off]
+        j = _next(buf, off + 1, TYPES[pid])
+        if pid != drop:
+            out += buf[off:j]
+        off = j
+    return bytes(out)
+
+
+def _next(buf, i, t):
+    # the end of a property value of type t at i (props.TYPES numbering)
+    if t == 1:
+        return i + 1
+    if t == 2:
+        return i + 2
+    if t == 3:
+        return i + 4
+    if t == 4:
+        while buf[i] & 0x80:
+            i += 1
+        return i + 1
+    i += 2 + ((buf[i] << 8) | buf[i + 1])
+    if t == 7:
+        i += 2 + ((buf[i] << 8) | buf[i + 1])
+    return i
+
+
+def will_props(c):
+    """The will's properties to publish it with (the will delay is the
+    broker's, not the subscribers')."""
+    v = c.v5
+    if v is None or v.wprops is None:
+        return None
+    pr = v.wprops
+    return without(pr, 0, len(pr), WILL_DELAY) if v.wdelay else pr
+
+
+def subscription_id(p):
+    """A level-5 SUBSCRIBE's subscription identifier, 0 for none."""
+    return get(p.buf, p.props_off, p.props_len, SUBSCRIPTION_ID, 0)
+
+
+def with_ids(r, ids):
+    """Route r's properties followed by a subscription identifier per id
+    [MQTT-3.3.4-3 (5.0)], as bytes."""
+    out = bytearray()
+    if r.prs is not None:
+        out += r.prs[r.pro:r.pro + r.prn]
+    for i in ids:
+        out += encode({SUBSCRIPTION_ID: i})
+    return bytes(out)
+

@@ -1,0 +1,133 @@
+# umqtt3.broker_acl -- who may publish and subscribe to what: a topic ACL
+# as mosquitto's acl_file writes it.
+#
+#     # before any user line: anonymous clients
+#     topic read $SYS/#
+#     user alice
+#     topic readwrite home/#
+#     topic deny home/secret
+#     pattern write devices/%u/%c/#     # every user; %u user name, %c client id
+#
+# b.set_acl(text) (broker_core) parses it and loads this module. At CONNECT the core asks
+# acl.grants(user, cid) for one client's Grants, its patterns with %u and
+# %c filled in, so that checking a PUBLISH (may_write) scans byte patterns
+# with topic.match_span and allocates nothing. A SUBSCRIBE is granted when a
+# read pattern covers the whole filter (may_read); a deny pattern wins over
+# both. No ACL: everything is allowed.
+from .topic import match_span
+
+READ = 1
+WRITE = 2
+DENY = 4
+_ACCESS = {"read": READ, "write": WRITE, "readwrite": READ | WRITE, "deny": DENY}
+
+
+def parse(text):
+    """An Acl from the text of an ACL file; ValueError names the line."""
+    rules = []  # (user name or None, is a pattern, access, pattern)
+    user = None
+    n = 0
+    for line in text.split("\n"):
+        n += 1
+        line = line.strip()
+        if not line or line[0] == "#":
+            continue
+        words = line.split(None, 1)
+        kw = words[0]
+        rest = words[1].strip() if len(words) > 1 else ""
+        if not rest:
+            raise ValueError("line %d: %s without an argument" % (n, kw))
+        if kw == "user":
+            user = rest
+            continue
+        if kw != "topic" and kw != "pattern":
+            raise ValueError("line %d: %r is not user, topic or pattern" % (n, kw))
+        access = READ | WRITE
+        parts = rest.split(None, 1)
+        if parts[0] in _ACCESS:
+            if len(parts) < 2:
+                raise ValueError("line %d: %s %s without a topic" % (n, kw, parts[0]))
+            access = _ACCESS[parts[0]]
+            rest = parts[1].strip()
+        rules.append((user, kw == "pattern", access, rest))
+    return Acl(rules)
+
+
+class Grants:
+    """One client's patterns, as bytes: read, write, deny."""
+
+    def __init__(self):
+        self.read = []
+        self.write = []
+        self.deny = []
+
+    def may_write(self, buf, off, n):
+        """May the client publish to the topic buf[off:off+n]?"""
+        for p in self.deny:
+            if match_span(p, 0, len(p), buf, off, n):
+                return False
+        for p in self.write:
+            if match_span(p, 0, len(p), buf, off, n):
+                return True
+        return False
+
+    def may_read(self, f):
+        """May the client subscribe to filter f (bytes): a read pattern
+        covers every topic it matches, and no deny pattern meets it."""
+        for p in self.deny:
+            if covers(p, f) or covers(f, p):
+                return False
+        for p in self.read:
+            if covers(p, f):
+                return True
+        return False
+
+
+class Acl:
+    def __init__(self, rules):
+        self.rules = rules
+
+    def grants(self, user, cid):
+        """The Grants of a client with user name `user` (str or None) and
+        client id `cid` (str). topic lines apply to their user (those before
+        any user line to anonymous clients), pattern lines to everyone; a
+        pattern naming %u does not apply to an anonymous client."""
+        g = Grants()
+        for u, pat, access, t in self.rules:
+            if pat:
+                if "%u" in t:
+                    if user is None:
+                        continue
+                    t = t.replace("%u", user)
+                t = t.replace("%c", cid)
+            elif u != user:
+                continue
+            b = t.encode()
+            if access & DENY:
+                g.deny.append(b)
+            if access & READ:
+                g.read.append(b)
+            if access & WRITE:
+                g.write.append(b)
+        return g
+
+
+def covers(p, f):
+    """Does filter p match every topic filter f matches?"""
+    pl = p.split(b"/")
+    fl = f.split(b"/")
+    i = 0
+    while i < len(pl):
+        a = pl[i]
+        if a == b"#":
+            return True
+        if i >= len(fl):
+            return False
+        b = fl[i]
+        if b == b"#":
+            return False
+        if a != b"+" and (b == b"+" or a != b):
+            return False
+        i += 1
+    return len(fl) == len(pl)
+

@@ -1,0 +1,332 @@
+# MQTT 5.0 conformance of umqtt3's broker: CONNECT and CONNACK properties,
+# session expiry, DISCONNECT with reason codes both ways, keep alive, wills
+# with a delay, enhanced authentication (sections 3.1, 3.2, 3.14, 4.13 of
+# the OASIS MQTT 5.0 text). One test per normative statement, cited as
+# [MQTT-x.x.x-y] (5.0 numbering).
+#
+# The same bodies run over pipes (pytest, and tests/mp/testrunner.py under
+# the WebAssembly MicroPython) and over sockets (tests/test_broker5.py).
+from broker_harness import running, Raw, advance, wait_for
+from umqtt3 import props as P
+from umqtt3.codec import (encode_disconnect, encode_subscribe, encode_publish, encode_ack,
+                          CONNACK, DISCONNECT, SUBACK, PUBLISH, PUBACK, PINGREQ)
+
+
+def props_of(p):
+    return P.parse(p.buf, p.props_off, p.props_len)
+
+
+def connect5(c, cid, clean=True, keepalive=0, props=None, **kw):
+    p = c.connect(cid, clean, keepalive, level=5, props=props, **kw)
+    return p
+
+
+def sub5(c, pid, filters, props=None):
+    """SUBSCRIBE at level 5 with (filter, options byte) pairs; the codes."""
+    c.put(encode_subscribe, pid, filters, 0, 5, props)
+    p = c.expect(SUBACK, pid)
+    return bytes(p.payload)
+
+
+def pub5(c, topic, payload, qos=0, pid=0, retain=False, props=None):
+    return c.put(encode_publish, topic, payload, qos, pid, retain, False, 5, props)
+
+
+def disconnect5(c, rc=None, props=None):
+    c.put(encode_disconnect, rc, 5, props)
+
+
+def leave(b, cid, expiry, filters):
+    """A level-5 session with an expiry interval and subscriptions, whose
+    client has gone (DISCONNECT)."""
+    with Raw(b) as c:
+        connect5(c, cid, clean=False, props={P.SESSION_EXPIRY: expiry})
+        sub5(c, 1, filters)
+        disconnect5(c)
+
+
+def next_publish(c):
+    while True:
+        p = c.recv()
+        assert p is not None, "closed"
+        if p.type == PUBLISH:
+            return p
+
+
+def test_connack_says_what_the_broker_allows():
+    # [MQTT-3.2.2-*]: receive maximum, maximum packet size, topic alias
+    # maximum; every feature is available (the default: not sent)
+    with running(max_qos2_in=5, max_packet=2048, max_aliases=3) as b, Raw(b) as c:
+        p = connect5(c, "caps")
+        assert p.rc == 0 and not p.session_present
+        d = props_of(p)
+        assert d[P.RECEIVE_MAXIMUM] == 5
+        assert d[P.MAXIMUM_PACKET_SIZE] == 2048
+        assert d[P.TOPIC_ALIAS_MAXIMUM] == 3
+        for f in (P.SUB_ID_AVAILABLE, P.SHARED_SUB_AVAILABLE, P.RETAIN_AVAILABLE,
+                  P.WILDCARD_SUB_AVAILABLE, P.MAXIMUM_QOS):
+            assert f not in d
+        assert P.ASSIGNED_CLIENT_ID not in d
+
+
+def test_empty_client_id_is_assigned():
+    # [MQTT-3.1.3-6] [MQTT-3.2.2-16]: an empty id gets one, in CONNACK, even
+    # with Clean Start 0 (5.0 allows it)
+    with running() as b, Raw(b) as c:
+        p = connect5(c, "", clean=False, props={P.SESSION_EXPIRY: 30})
+        assert p.rc == 0
+        cid = props_of(p)[P.ASSIGNED_CLIENT_ID]
+        assert cid and cid.encode() in b.sessions()
+
+
+def test_session_expiry_zero_ends_with_the_connection():
+    # [MQTT-3.1.2-23 (5.0)]: no session expiry interval: the session ends
+    # when the connection closes, even with Clean Start 0
+    with running() as b:
+        with Raw(b) as c:
+            connect5(c, "short", clean=False)
+            sub5(c, 1, [("t", 1)])
+            disconnect5(c)
+            assert c.closed()
+        assert wait_for(lambda: b"short" not in b.sessions())
+        with Raw(b) as c:
+            assert not connect5(c, "short", clean=False).session_present
+
+
+def test_session_kept_for_its_expiry_interval_then_ends():
+    # [MQTT-3.1.2-23 (5.0)] [MQTT-3.2.2-2]: resumed within the interval,
+    # with what was queued; gone after it
+    with running() as b:
+        leave(b, "exp", 10, [("t", 1)])
+        with Raw(b) as pub:
+            pub.connect("pub")
+            pub.publish("t", b"while away", 1, pid=1)
+            pub.expect(PUBACK, 1)
+        advance(5000)
+        with Raw(b) as c:
+            p = connect5(c, "exp", clean=False, props={P.SESSION_EXPIRY: 2})
+            assert p.session_present
+            m = next_publish(c)
+            assert bytes(m.payload) == b"while away"
+            c.put(encode_ack, PUBACK, m.pid)
+            disconnect5(c)
+        advance(3500)
+        assert b"exp" not in b.sessions()
+        with Raw(b) as c:
+            assert not connect5(c, "exp", clean=False).session_present
+
+
+def test_session_expiry_zero_at_disconnect_ends_it():
+    # 3.14.2.2.2: DISCONNECT may set the interval to 0: the session ends
+    with running() as b:
+        with Raw(b) as c:
+            connect5(c, "bye", clean=False, props={P.SESSION_EXPIRY: 100})
+            disconnect5(c, 0, {P.SESSION_EXPIRY: 0})
+            assert c.closed()
+        assert wait_for(lambda: b"bye" not in b.sessions())
+
+
+def test_session_expiry_from_zero_at_disconnect_is_a_protocol_error():
+    # [MQTT-3.14.2-2]: 0 at CONNECT, more at DISCONNECT: protocol error,
+    # the broker's DISCONNECT says 0x82
+    with running() as b, Raw(b) as c:
+        connect5(c, "sneaky")
+        disconnect5(c, 0, {P.SESSION_EXPIRY: 60})
+        p = c.expect(DISCONNECT)
+        assert p.rc == 0x82
+        assert c.closed()
+
+
+def test_take_over_gets_disconnect_0x8e():
+    # [MQTT-3.1.4-3]: the older connection is closed with 0x8E (session
+    # taken over) [MQTT-4.13.1-1]
+    with running() as b, Raw(b) as old, Raw(b) as new:
+        connect5(old, "twin")
+        connect5(new, "twin")
+        p = old.expect(DISCONNECT)
+        assert p.rc == 0x8E
+        assert old.closed()
+
+
+def test_keep_alive_timeout_gets_disconnect_0x8d():
+    # [MQTT-3.1.2-22 (5.0)]: one and a half keep alives of silence
+    with running() as b, Raw(b) as c:
+        connect5(c, "sleepy", keepalive=2)
+        advance(3100)
+        p = c.expect(DISCONNECT)
+        assert p.rc == 0x8D
+
+
+def test_server_keep_alive_is_imposed():
+    # [MQTT-3.2.2-21]: CONNACK's server keep alive is the one the client
+    # must use, and the broker holds it to it
+    with running(max_keepalive=2) as b, Raw(b) as c:
+        p = connect5(c, "lazy", keepalive=600)
+        assert props_of(p)[P.SERVER_KEEPALIVE] == 2
+        advance(2000)
+        c.simple(PINGREQ)
+        c.recv()
+        advance(3100)
+        assert c.expect(DISCONNECT).rc == 0x8D
+
+
+def test_reason_string_only_when_problem_information_requested():
+    # [MQTT-3.1.2-29]: request problem information 0: no reason string
+    with running() as b, Raw(b) as quiet, Raw(b) as chatty:
+        connect5(quiet, "q", props={P.REQUEST_PROBLEM_INFO: 0})
+        connect5(chatty, "c")
+        for c in (quiet, chatty):
+            disconnect5(c, 0, {P.SESSION_EXPIRY: 5})
+        assert P.REASON_STRING not in props_of(quiet.expect(DISCONNECT))
+        assert P.REASON_STRING in props_of(chatty.expect(DISCONNECT))
+
+
+def test_malformed_packet_gets_disconnect_0x81():
+    # [MQTT-4.13.1-1]: a malformed packet: DISCONNECT 0x81, then close
+    with running() as b, Raw(b) as c:
+        connect5(c, "bad")
+        c.send(b"\x30\x03\x00\x05a")  # topic longer than the packet
+        assert c.expect(DISCONNECT).rc == 0x81
+        assert c.closed()
+
+
+def test_packet_too_large_gets_disconnect_0x95():
+    # [MQTT-3.2.2-15 ... 4.13]: larger than CONNACK's maximum packet size
+    with running(max_packet=256) as b, Raw(b) as c:
+        connect5(c, "big")
+        pub5(c, "t", b"x" * 400)
+        assert c.expect(DISCONNECT).rc == 0x95
+        assert c.closed()
+
+
+def test_unsupported_authentication_method_gets_0x8c():
+    # 4.12: an authentication method the broker does not know
+    with running() as b, Raw(b) as c:
+        p = connect5(c, "a", props={P.AUTH_METHOD: "SCRAM-SHA-1"})
+        assert p.rc == 0x8C
+        assert c.closed()
+
+
+def test_authentication_hook_accepts():
+    # 4.12: a method the application registered decides
+    with running() as b, Raw(b) as good, Raw(b) as bad:
+        b.auth_methods["token"] = lambda data: 0 if data == b"s3cret" else 0x87
+        assert connect5(good, "g", props={P.AUTH_METHOD: "token", P.AUTH_DATA: b"s3cret"}).rc == 0
+        assert connect5(bad, "b", props={P.AUTH_METHOD: "token", P.AUTH_DATA: b"guess"}).rc == 0x87
+
+
+def test_bad_password_gets_0x86():
+    # 3.2.2.2: the 5.0 reason code for a bad user name or password
+    from umqtt3.broker_auth import digest  # noqa: F401  (the users file form)
+    with running(users={b"u": b"pw"}) as b, Raw(b) as c:
+        p = connect5(c, "x", user="u", password=b"no")
+        assert p.rc == 0x86
+
+
+def test_will_sent_on_disconnect_with_will_reason():
+    # [MQTT-3.14.4-3] and 3.14.2.1: DISCONNECT 0x04 publishes the will
+    with running() as b, Raw(b) as watcher, Raw(b) as c:
+        connect5(watcher, "w")
+        sub5(watcher, 1, [("will/#", 0)])
+        connect5(c, "dying", will_topic="will/x", will_msg=b"gone",
+                 will_props={P.CONTENT_TYPE: "text/plain"})
+        disconnect5(c, 0x04)
+        m = next_publish(watcher)
+        assert bytes(m.topic) == b"will/x" and bytes(m.payload) == b"gone"
+        assert props_of(m)[P.CONTENT_TYPE] == "text/plain"
+
+
+def _will_watched(b, cid, delay):
+    """A watcher subscribed to will/#, and a client cid that vanished (no
+    DISCONNECT) leaving a session of 60 s and a will with a delay."""
+    w = Raw(b)
+    connect5(w, "w")
+    sub5(w, 1, [("will/#", 0)])
+    with Raw(b) as c:
+        connect5(c, cid, clean=False, props={P.SESSION_EXPIRY: 60},
+                 will_topic="will/" + cid, will_msg=b"bye", will_props={P.WILL_DELAY: delay})
+    return w
+
+
+def test_will_delay_not_sent_when_the_session_resumes():
+    # [MQTT-3.1.3-9]: reconnected within the will delay: no will
+    with running() as b:
+        with _will_watched(b, "flaky", 5) as watcher:
+            advance(2000)
+            with Raw(b) as c:
+                assert connect5(c, "flaky", clean=False,
+                                props={P.SESSION_EXPIRY: 60}).session_present
+                advance(6000)
+                assert watcher.nothing()
+
+
+def test_will_delay_sent_after_the_delay():
+    # 3.1.3.2.2: the will goes when the delay has passed
+    with running() as b:
+        with _will_watched(b, "gone", 3) as watcher:
+            advance(1000)
+            assert watcher.nothing()
+            advance(3000)
+            m = next_publish(watcher)
+            assert bytes(m.payload) == b"bye"
+            assert P.WILL_DELAY not in props_of(m)
+
+
+def test_session_expiry_kept_through_a_restart():
+    # [MQTT-3.1.2-23 (5.0)] with a store: the interval is on disk; after a
+    # restart the session is counted from start-up, then ends
+    from broker_harness import tempdir, rmtree
+    d = tempdir("b5exp")
+    try:
+        with running(store=d) as b:
+            leave(b, "dur", 3, [("t", 1)])
+        with running(store=d) as b:
+            s = b.sessions()[b"dur"]
+            assert s.expiry == 3 and s.filters == [b"t"]
+            advance(3500)
+            assert b"dur" not in b.sessions()
+        with running(store=d) as b:
+            assert b"dur" not in b.sessions()
+    finally:
+        rmtree(d)
+
+
+def test_retained_properties_kept_through_a_restart():
+    # the retained message, properties included, comes back from the store
+    from broker_harness import tempdir, rmtree
+    d = tempdir("b5ret")
+    try:
+        with running(store=d) as b, Raw(b) as c:
+            connect5(c, "p")
+            pub5(c, "r", b"v", 1, 1, retain=True, props={P.CONTENT_TYPE: "t/p"})
+            c.expect(PUBACK, 1)
+        with running(store=d) as b, Raw(b) as c:
+            connect5(c, "s")
+            sub5(c, 1, [("r", 0)])
+            m = next_publish(c)
+            assert bytes(m.payload) == b"v" and props_of(m) == {P.CONTENT_TYPE: "t/p"}
+    finally:
+        rmtree(d)
+
+
+def test_will_sent_on_disconnect_with_an_error_code():
+    # [MQTT-3.14.4-3]: only 0x00 discards the will
+    with running() as b, Raw(b) as watcher, Raw(b) as c, Raw(b) as ok:
+        connect5(watcher, "w")
+        sub5(watcher, 1, [("will/#", 0)])
+        connect5(ok, "fine", will_topic="will/ok", will_msg=b"no")
+        disconnect5(ok, 0x00)
+        connect5(c, "err", will_topic="will/err", will_msg=b"yes")
+        disconnect5(c, 0x83)
+        m = next_publish(watcher)
+        assert bytes(m.topic) == b"will/err"
+        assert watcher.nothing()
+
+
+def test_auth_packet_without_a_method_is_a_protocol_error():
+    # 4.12: AUTH only within an authentication exchange begun at CONNECT
+    from umqtt3.props import encode_auth
+    with running() as b, Raw(b) as c:
+        connect5(c, "a")
+        c.put(encode_auth, 0x19)
+        assert c.expect(DISCONNECT).rc == 0x82

@@ -1,0 +1,306 @@
+# MQTT 5.0 conformance of umqtt3's broker: PUBLISH properties, topic
+# aliases, subscription options, flow control, maximum packet size,
+# SUBACK / UNSUBACK reason codes (sections 3.3, 3.8-3.11, 4.9 of the OASIS
+# MQTT 5.0 text). One test per normative statement, cited [MQTT-x.x.x-y].
+#
+# The same bodies run over pipes (pytest, and tests/mp/testrunner.py under
+# the WebAssembly MicroPython) and over sockets (tests/test_broker5.py).
+from broker_harness import running, Raw, advance
+from test_broker5_connect import props_of, connect5, sub5, pub5, next_publish, leave
+from umqtt3 import props as P
+from umqtt3.codec import encode_subscribe, encode_unsubscribe, encode_ack, UNSUBACK, PUBACK, PUBREC, DISCONNECT
+
+# every property a PUBLISH may carry to a subscriber, user properties twice
+# to see that their order is kept [MQTT-3.3.2-18]
+ALL = {P.PAYLOAD_FORMAT: 1, P.CONTENT_TYPE: "application/json",
+       P.RESPONSE_TOPIC: "reply/here", P.CORRELATION_DATA: b"\x00\x01id",
+       P.USER_PROPERTY: [("a", "1"), ("b", "2"), ("a", "3")]}
+
+
+def test_properties_forwarded_intact_and_in_order():
+    # [MQTT-3.3.2-17] [MQTT-3.3.2-18] [MQTT-3.3.2-19] [MQTT-3.3.2-20]: the
+    # broker passes every property on unchanged, in the same order
+    with running() as b, Raw(b) as sub, Raw(b) as pub:
+        connect5(sub, "s")
+        sub5(sub, 1, [("t/#", 1)])
+        connect5(pub, "p")
+        raw = P.encode(ALL)
+        pub5(pub, "t/1", b'{"v": 1}', 1, 1, props=raw)
+        pub.expect(PUBACK, 1)
+        m = next_publish(sub)
+        assert bytes(m.buf[m.props_off:m.props_off + m.props_len]) == raw
+        assert bytes(m.payload) == b'{"v": 1}'
+
+
+def test_v311_subscriber_gets_no_properties_and_v5_gets_an_empty_list():
+    # a 3.1.1 subscriber of a 5.0 publisher gets a 3.1.1 PUBLISH, and the
+    # other way round an empty property list
+    with running() as b, Raw(b) as old, Raw(b) as new, Raw(b) as p5, Raw(b) as p4:
+        old.connect("old")
+        old.subscribe(1, [("t", 0)])
+        connect5(new, "new")
+        sub5(new, 1, [("t", 0)])
+        connect5(p5, "p5")
+        p4.connect("p4")
+        pub5(p5, "t", b"from5", props={P.CONTENT_TYPE: "x"})
+        assert old.messages(1)[0][:2] == (b"t", b"from5")
+        assert props_of(next_publish(new)) == {P.CONTENT_TYPE: "x"}
+        p4.publish("t", b"from4")
+        m = next_publish(new)
+        assert bytes(m.payload) == b"from4" and m.props_len == 0
+
+
+def test_retained_message_keeps_its_properties():
+    # [MQTT-3.3.1-5 (5.0)] the retained message is the PUBLISH as sent,
+    # its properties too
+    with running() as b, Raw(b) as pub, Raw(b) as sub:
+        connect5(pub, "p")
+        pub5(pub, "r", b"kept", retain=True, props={P.USER_PROPERTY: [("k", "v")]})
+        connect5(sub, "s")
+        sub5(sub, 1, [("r", 0)])
+        m = next_publish(sub)
+        assert m.retain and props_of(m) == {P.USER_PROPERTY: [("k", "v")]}
+
+
+def test_topic_alias_from_client():
+    # [MQTT-3.3.2-12]: an alias set with a topic stands for it later; the
+    # alias is the sender's, not forwarded
+    with running() as b, Raw(b) as sub, Raw(b) as pub:
+        connect5(sub, "s")
+        sub5(sub, 1, [("long/topic/name", 0)])
+        connect5(pub, "p")
+        pub5(pub, "long/topic/name", b"1", props={P.TOPIC_ALIAS: 1, P.CONTENT_TYPE: "c"})
+        pub5(pub, "", b"2", props={P.TOPIC_ALIAS: 1})
+        for want in (b"1", b"2"):
+            m = next_publish(sub)
+            assert bytes(m.topic) == b"long/topic/name" and bytes(m.payload) == want
+            assert P.TOPIC_ALIAS not in props_of(m)
+
+
+def test_topic_alias_above_maximum_gets_0x94():
+    # [MQTT-3.3.2-8] [MQTT-3.3.2-9] [MQTT-3.3.2-10]: 0, or above CONNACK's
+    # maximum: DISCONNECT 0x94
+    for alias in (0, 3):
+        with running(max_aliases=2) as b, Raw(b) as c:
+            connect5(c, "a")
+            raw = bytearray(P.encode({P.TOPIC_ALIAS: 1}))
+            raw[2] = alias  # the encoder refuses 0: by hand
+            pub5(c, "t", b"x", props=bytes(raw))
+            assert c.expect(DISCONNECT).rc == 0x94
+            assert c.closed()
+
+
+def test_unknown_topic_alias_is_a_protocol_error():
+    # 3.3.2.3.4: an empty topic with an alias never set
+    with running() as b, Raw(b) as c:
+        connect5(c, "a")
+        pub5(c, "", b"x", props={P.TOPIC_ALIAS: 1})
+        assert c.expect(DISCONNECT).rc == 0x82
+
+
+def test_payload_format_utf8_checked():
+    # [MQTT-3.3.2-4 (5.0)]: payload format 1 and not UTF-8: PUBACK 0x99,
+    # not forwarded
+    with running() as b, Raw(b) as sub, Raw(b) as pub:
+        connect5(sub, "s")
+        sub5(sub, 1, [("t", 1)])
+        connect5(pub, "p")
+        pub5(pub, "t", b"\xff\xfe", 1, 1, props={P.PAYLOAD_FORMAT: 1})
+        assert pub.expect(PUBACK, 1).rc == 0x99
+        pub5(pub, "t", b"fine", 2, 2, props={P.PAYLOAD_FORMAT: 1})
+        assert pub.expect(PUBREC, 2).rc == 0
+        m = next_publish(sub)
+        assert bytes(m.payload) == b"fine"
+
+
+def test_no_local():
+    # [MQTT-3.8.3-3]: no local: not sent to the connection that published
+    with running() as b, Raw(b) as c, Raw(b) as other:
+        connect5(c, "self")
+        sub5(c, 1, [("t", 0x04)])
+        connect5(other, "o")
+        pub5(c, "t", b"mine")
+        pub5(other, "t", b"theirs")
+        assert bytes(next_publish(c).payload) == b"theirs"
+
+
+def test_retain_as_published():
+    # [MQTT-3.3.1-12] [MQTT-3.3.1-13]: RETAIN forwarded as published only
+    # for a subscription that asked for it
+    with running() as b, Raw(b) as rap, Raw(b) as plain, Raw(b) as pub:
+        connect5(rap, "rap")
+        sub5(rap, 1, [("t", 0x08)])
+        connect5(plain, "plain")
+        sub5(plain, 1, [("t", 0)])
+        connect5(pub, "p")
+        pub5(pub, "t", b"r", retain=True)
+        assert next_publish(rap).retain
+        assert not next_publish(plain).retain
+
+
+def test_retain_handling():
+    # [MQTT-3.3.1-9] [MQTT-3.3.1-10] [MQTT-3.3.1-11]: 0 always, 1 only for a
+    # new subscription, 2 never
+    with running() as b, Raw(b) as pub, Raw(b) as c:
+        connect5(pub, "p")
+        pub5(pub, "r", b"kept", retain=True)
+        connect5(c, "s")
+        sub5(c, 1, [("r", 0x20)])  # 2: none
+        sub5(c, 2, [("q", 0x10)])
+        assert c.nothing()
+        sub5(c, 3, [("r", 0x10)])  # 1 on an existing one: none
+        assert c.nothing()
+        c.put(encode_unsubscribe, 4, ["r"], 5)
+        c.expect(UNSUBACK, 4)
+        sub5(c, 5, [("r", 0x10)])  # 1, new: sent
+        assert bytes(next_publish(c).payload) == b"kept"
+        sub5(c, 6, [("r", 0x00)])  # 0: sent again
+        assert bytes(next_publish(c).payload) == b"kept"
+
+
+def test_unsuback_reason_codes():
+    # [MQTT-3.11.3-1] [MQTT-3.11.3-2]: one per filter, 0x11 where none existed
+    with running() as b, Raw(b) as c:
+        connect5(c, "u")
+        sub5(c, 1, [("a", 0)])
+        c.put(encode_unsubscribe, 2, ["a", "b"], 5)
+        p = c.expect(UNSUBACK, 2)
+        assert bytes(p.payload) == b"\x00\x11"
+
+
+def test_shared_subscription_one_delivery_per_group_spread():
+    # [MQTT-4.8.2-3 (5.0)]: one member of each group gets each message, in
+    # turn; a plain subscription gets its own copy
+    with running() as b, Raw(b) as m1, Raw(b) as m2, Raw(b) as other, Raw(b) as pub:
+        for c, cid in ((m1, "m1"), (m2, "m2")):
+            connect5(c, cid)
+            assert sub5(c, 1, [("$share/g/s/#", 1)]) == b"\x01"
+        connect5(other, "o")
+        sub5(other, 1, [("s/#", 0)])
+        connect5(pub, "p")
+        for i in range(4):
+            pub5(pub, "s/x", b"%d" % i)
+        got1 = [bytes(next_publish(m1).payload) for _ in range(2)]
+        got2 = [bytes(next_publish(m2).payload) for _ in range(2)]
+        assert sorted(got1 + got2) == [b"0", b"1", b"2", b"3"]
+        assert [bytes(next_publish(other).payload) for _ in range(4)] == [b"0", b"1", b"2", b"3"]
+        assert m1.nothing() and m2.nothing()
+
+
+def test_shared_subscription_gets_no_retained_and_bad_ones_refused():
+    # 4.8.2: no retained messages for a new shared subscription; a group
+    # with a wildcard or no filter is refused [MQTT-4.8.2-1, MQTT-4.8.2-2]
+    with running() as b, Raw(b) as pub, Raw(b) as c:
+        connect5(pub, "p")
+        pub5(pub, "r", b"kept", retain=True)
+        connect5(c, "s")
+        assert sub5(c, 1, [("$share/g/r", 0), ("$share/+/r", 0), ("$share/g", 0)]) == \
+            b"\x00\x8f\x8f"
+        assert c.nothing()
+
+
+def test_no_local_on_shared_subscription_is_a_protocol_error():
+    # [MQTT-3.8.3-4]
+    with running() as b, Raw(b) as c:
+        connect5(c, "nl")
+        c.put(encode_subscribe, 1, [("$share/g/t", 0x04)], 0, 5)
+        assert c.expect(DISCONNECT).rc == 0x82
+
+
+def test_subscription_identifiers_of_every_matching_subscription():
+    # [MQTT-3.3.4-3] [MQTT-3.3.4-4] (5.0): the identifiers of each matching
+    # subscription go with the message; none for a subscription without one
+    with running() as b, Raw(b) as c, Raw(b) as pub:
+        connect5(c, "ids")
+        sub5(c, 1, [("a/#", 0)], {P.SUBSCRIPTION_ID: 7})
+        sub5(c, 2, [("a/+", 1)], {P.SUBSCRIPTION_ID: 300})
+        sub5(c, 3, [("a/b", 0)])
+        connect5(pub, "p")
+        pub5(pub, "a/b", b"x", props={P.CONTENT_TYPE: "c"})
+        d = props_of(next_publish(c))
+        assert d[P.CONTENT_TYPE] == "c" and sorted(d[P.SUBSCRIPTION_ID]) == [7, 300]
+        pub5(pub, "a/b/c", b"y")
+        assert props_of(next_publish(c))[P.SUBSCRIPTION_ID] == [7]
+
+
+def test_client_receive_maximum_honoured():
+    # [MQTT-3.3.4-9]: no more unacknowledged QoS 1/2 PUBLISHes than the
+    # client's receive maximum; the next goes after an ack
+    with running() as b, Raw(b) as sub, Raw(b) as pub:
+        connect5(sub, "s", props={P.RECEIVE_MAXIMUM: 1})
+        sub5(sub, 1, [("t", 1)])
+        connect5(pub, "p")
+        pub5(pub, "t", b"1", 1, 1)
+        pub5(pub, "t", b"2", 1, 2)
+        m = next_publish(sub)
+        assert bytes(m.payload) == b"1"
+        assert sub.nothing()
+        sub.put(encode_ack, PUBACK, m.pid)
+        assert bytes(next_publish(sub).payload) == b"2"
+
+
+def test_broker_receive_maximum_enforced_0x93():
+    # [MQTT-3.3.4-7] 4.9: more QoS 2 in flight than CONNACK's receive
+    # maximum: DISCONNECT 0x93
+    with running(max_qos2_in=2) as b, Raw(b) as c:
+        connect5(c, "greedy")
+        for pid in (1, 2, 3):
+            pub5(c, "t", b"x", 2, pid)
+        c.expect(PUBREC, 1)
+        c.expect(PUBREC, 2)
+        assert c.expect(DISCONNECT).rc == 0x93
+
+
+def test_client_maximum_packet_size_honoured():
+    # [MQTT-3.1.2-25]: a message larger than the client takes is dropped
+    # for it (not sent), the next one that fits is
+    with running() as b, Raw(b) as sub, Raw(b) as pub:
+        connect5(sub, "small", props={P.MAXIMUM_PACKET_SIZE: 64})
+        sub5(sub, 1, [("t", 1)])
+        connect5(pub, "p")
+        pub5(pub, "t", b"x" * 100, 1, 1)
+        pub5(pub, "t", b"fits", 1, 2)
+        m = next_publish(sub)
+        assert bytes(m.payload) == b"fits"
+        assert b.dropped == 1
+
+
+def test_message_expiry_decremented_and_expired_dropped_from_the_queue():
+    # [MQTT-3.3.2-5] [MQTT-3.3.2-6] (5.0): a queued message goes out with
+    # what is left of its interval, or not at all once it has passed
+    with running() as b:
+        leave(b, "off", 600, [("e/#", 1)])
+        with Raw(b) as pub:
+            connect5(pub, "p")
+            pub5(pub, "e/short", b"s", 1, 1, props={P.MESSAGE_EXPIRY: 2})
+            pub5(pub, "e/long", b"l", 1, 2, props={P.MESSAGE_EXPIRY: 100})
+            pub.expect(PUBACK, 1)
+            pub.expect(PUBACK, 2)
+        advance(5000)
+        with Raw(b) as s:
+            connect5(s, "off", clean=False, props={P.SESSION_EXPIRY: 600})
+            m = next_publish(s)
+            assert bytes(m.topic) == b"e/long"
+            left = props_of(m)[P.MESSAGE_EXPIRY]
+            assert 94 <= left <= 96, left
+            s.put(encode_ack, PUBACK, m.pid)
+            assert s.nothing()
+        assert b.dropped == 1
+
+
+def test_message_expiry_of_a_retained_message():
+    # [MQTT-3.3.2-5] (5.0): a retained message whose interval has passed
+    # is no longer sent, and is gone
+    with running() as b, Raw(b) as pub:
+        connect5(pub, "p")
+        pub5(pub, "r/a", b"a", retain=True, props={P.MESSAGE_EXPIRY: 2})
+        pub5(pub, "r/b", b"b", retain=True, props={P.MESSAGE_EXPIRY: 50})
+        advance(3000)
+        with Raw(b) as s:
+            connect5(s, "s")
+            sub5(s, 1, [("r/#", 0)])
+            m = next_publish(s)
+            assert bytes(m.topic) == b"r/b"
+            assert 46 <= props_of(m)[P.MESSAGE_EXPIRY] <= 48
+            assert s.nothing()
+        assert b"r/a" not in b.retained
