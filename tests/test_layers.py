@@ -18,7 +18,7 @@ LAYERS = (
     ("compat", "compat.cpython"),
     ("codec_errors", "topic"),
     ("codec", "codec_server", "props"),  # codec loads the other two on demand
-    ("transport", "store", "flow", "qos_state", "broker_limits", "broker_auth"),
+    ("transport", "store", "flow", "qos_state", "broker_limits", "broker_auth", "broker_log"),
     ("client", "broker_session"),
     ("aio", "broker_subs", "broker_retain", "broker_store"),
     ("broker_core",),
