@@ -2,44 +2,22 @@
 # CPython under /tmp, on MicroPython under / (the WebAssembly port keeps its
 # files in memory). Plain functions and assert, as every portable test.
 # Power loss at every byte is tests/test_broker_crash.py's job.
-import sys
+import os
 
-try:
-    import os
-except ImportError:
-    os = None
-
+from support import tempdir, rmtree
 from umqtt3.broker_log import LogFiles, AppendFiles, replay, layout
-
-try:
-    from unittest import SkipTest  # pytest reports it as a skip
-except ImportError:
-    class SkipTest(Exception):
-        pass
 
 _n = [0]
 
 
 def _dir():
-    if os is None:
-        raise SkipTest("no os module")
     _n[0] += 1
-    if sys.implementation.name == "micropython":
-        d = "/umqtt3-test-log-%d" % _n[0]
-    else:
-        d = "/tmp/umqtt3-test-log-%d-%d" % (os.getpid(), _n[0])
+    d = tempdir("umqtt3-test-log-%d" % _n[0])
     try:
         os.mkdir(d)
     except OSError:
-        for name in os.listdir(d):
-            os.remove(d + "/" + name)
+        pass  # made already (CPython's tempdir)
     return d
-
-
-def _clean(d):
-    for name in os.listdir(d):
-        os.remove(d + "/" + name)
-    os.rmdir(d)
 
 
 def test_changes_come_back_after_a_commit():
@@ -58,7 +36,7 @@ def test_changes_come_back_after_a_commit():
     assert again.files == {d + "/s0/b": b"one"}
     assert again.listdir(d) == ["s0"] and again.listdir(d + "/s0") == ["b"]
     assert sorted(os.listdir(d)) == ["log"]  # the layout: one file
-    _clean(d)
+    rmtree(d)
 
 
 def test_a_torn_tail_reads_as_the_changes_before_it():
@@ -75,7 +53,7 @@ def test_a_torn_tail_reads_as_the_changes_before_it():
     for j in range(len(whole), len(data)):
         assert replay(data[:j])[0] == {d + "/a": b"one"}
     assert replay(data)[0] == {d + "/a": b"one", d + "/b": b"two"}
-    _clean(d)
+    rmtree(d)
 
 
 def test_the_broker_keeps_a_session_in_the_log():
@@ -108,4 +86,4 @@ def test_the_broker_keeps_a_session_in_the_log():
     c, out = session(b2, b"s")
     assert b"kept" in out
     b2.close()
-    _clean(d)
+    rmtree(d)

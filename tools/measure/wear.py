@@ -164,12 +164,10 @@ def gateway(n, block_size, blocks):
 
 def _pid(pkt):
     # the packet id of the one QoS 2 PUBLISH in pkt
-    i = 1
-    while pkt[i] & 0x80:
-        i += 1
-    i += 1
-    i += 2 + ((pkt[i] << 8) | pkt[i + 1])
-    return (pkt[i] << 8) | pkt[i + 1]
+    from umqtt3.codec import Packet, decode
+    p = Packet(4)
+    decode(p, pkt, 0, len(pkt))
+    return p.pid
 
 
 def main(argv=None):
