@@ -327,6 +327,19 @@ def test_power_loss_at_every_step(world):
     assert not st.failures, st.failures[:3]
 
 
+@pytest.mark.slow
+def test_power_loss_while_the_log_is_rewritten(monkeypatch):
+    # a log that may carry 300 bytes of dead records is rewritten again and
+    # again (log.t written, renamed over log): the power goes at every byte
+    # of that too
+    from umqtt3 import broker_log
+    monkeypatch.setattr(broker_log, "COMPACT", 300)
+    st = explore(BrokerWorld, None, (1,), margin=0, double=False)
+    print("broker crash points with log rewrites: %d single, interrupted: %r" % (st.single, st.kinds))
+    assert st.kinds.get("torn write", 0) > 1000 and st.kinds.get("rename", 0) > 2
+    assert not st.failures, st.failures[:3]
+
+
 def _caught(monkeypatch, obj, name, fn):
     monkeypatch.setattr(obj, name, fn)
     st = explore(BrokerWorld, None, (1,), margin=0, double=False, stop=True)

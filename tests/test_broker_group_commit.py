@@ -46,6 +46,8 @@ def test_every_prefix_replays_to_a_prefix_of_the_changes():
         assert good <= j
     assert seen == set(range(len(states)))  # every state is some prefix
     assert replay(data)[0] == states[-1]
+    # what a snapshot would take, kept as the files change, is what it takes
+    assert log.live == LogFiles("/b", SimFiles(dict(sim.files))).live
 
 
 def test_a_corrupt_record_ends_the_replay():

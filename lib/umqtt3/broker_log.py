@@ -86,6 +86,10 @@ def replay(b):
     return files, i
 
 
+def _cost(path, data):
+    return 12 + len(path) + len(data)  # its record: header, path, data, CRC
+
+
 class AppendFiles(OSFiles):
     """store.OSFiles that can also append to a file and sync it: with
     fdatasync where the os module has it (the size, which reading the bytes
@@ -141,13 +145,20 @@ class LogFiles:
             base.remove(self.tmp)  # a rewrite that never took place
         data = base.read(self.log) if "log" in names else b""
         self.files, good = replay(data)
+        self.live = 0  # bytes a snapshot of the files would take
+        for k in self.files:
+            self.live += _cost(k, self.files[k])
         self.size = good
         if good != len(data) or "log" not in names:
             self._rewrite()  # a torn tail would hide what is appended after it
 
     # the files layer
     def write(self, path, data):
-        self.files[path] = bytes(data)
+        f = self.files
+        if path in f:
+            self.live -= _cost(path, f[path])
+        f[path] = bytes(data)
+        self.live += _cost(path, data)
         _record(self.buf, 0x57, path, data)
 
     def read(self, path):
@@ -160,13 +171,17 @@ class LogFiles:
         f = self.files
         if a not in f:
             raise OSError(2, "no such file: " + a)
-        f[b] = f.pop(a)
+        if b in f:
+            self.live -= _cost(b, f[b])
+        data = f.pop(a)
+        f[b] = data
+        self.live += _cost(b, data) - _cost(a, data)
         _record(self.buf, 0x52, a, b.encode())
 
     def remove(self, path):
         if path not in self.files:
             raise OSError(2, "no such file: " + path)
-        del self.files[path]
+        self.live -= _cost(path, self.files.pop(path))
         _record(self.buf, 0x44, path, b"")
 
     def listdir(self, path):
@@ -197,11 +212,7 @@ class LogFiles:
         which rewrites the log."""
         if not self.buf and not self.broken:
             return
-        live = 0
-        if not self.broken and self.size + len(self.buf) > COMPACT:
-            for k in self.files:
-                live += len(self.files[k]) + len(k) + 12
-        if self.broken or (live and self.size + len(self.buf) > 2 * live + COMPACT):
+        if self.broken or self.size + len(self.buf) > 2 * self.live + COMPACT:
             self._rewrite()
         else:
             try:
@@ -225,5 +236,5 @@ class LogFiles:
             self.broken = True
             raise
         self.broken = False
-        self.size = len(snap)
+        self.size = self.live = len(snap)
         self.buf = bytearray()
