@@ -78,13 +78,14 @@ class Disk:
         self.lim = limits
         self.dir = path.rstrip("/") or "/"
         base = files or AppendFiles()
-        self.fs = _Counted(base, stats)
-        self.fs.mkdir(self.dir)  # OSFiles syncs the parent of a new directory
+        counted = _Counted(base, stats)
+        counted.mkdir(self.dir)  # OSFiles syncs the parent of a new directory
         if not allow_fat:
             refuse_fat(self.dir)
         self.log = None  # LogFiles: the layout with one sync per commit()
+        self.fs = counted  # type: _Counted | LogFiles
         if layout(self.dir, base) == "log":
-            self.log = self.fs = LogFiles(self.dir, self.fs)
+            self.log = self.fs = LogFiles(self.dir, counted)
         self.sessions = None  # broker_session.Sessions, given to load()
         self.ntag = 0  # the last tag given to a QoS 2 routing
         self.rslot = {}  # retained topic -> k of its r<k> file
