@@ -6,6 +6,9 @@
 #
 #   write(path, data)  len(data)+1 steps: the power goes with j = 0..len bytes
 #                      of the new file durable (j = 0: an empty file exists)
+#   append(path, data) len(data)+1 steps, the same for bytes added to a file
+#                      (a SimFiles has it, so the broker's store takes the log
+#                      layout; FileSimFiles hides it: one file per record)
 #   rename(a, b)       1 step: the power goes before the rename took effect
 #   remove(path)       1 step: the power goes before the file was removed
 #   point()            1 step, taken by the harness before every effect the
@@ -83,6 +86,23 @@ class SimFiles:
         self.files[path] = bytes(data)
         self.step = s + n + 1
 
+    def append(self, path, data):
+        """The log layout's one write per step (broker_log): len(data)+1
+        steps, a prefix of data appended when the power goes."""
+        if self.dead:
+            raise PowerLoss()
+        old = self.files.get(path, b"")
+        n = len(data)
+        s = self.step
+        c = self.crash_at
+        if c and c <= s + n + 1:
+            j = c - s - 1
+            self.files[path] = old + bytes(data[:j])  # torn: a prefix
+            self.step = c
+            self._die("torn append" if j < n else "whole append")
+        self.files[path] = old + bytes(data)
+        self.step = s + n + 1
+
     def rename(self, a, b):
         self.point("rename")
         f = self.files
@@ -127,6 +147,12 @@ class SimFiles:
     def sync_dir(self, path):
         if self.dead:
             raise PowerLoss()
+
+
+class FileSimFiles(SimFiles):
+    """SimFiles as littlefs is to the broker's store: no append, so one file
+    per record (broker_log.layout)."""
+    append = None
 
 
 class TxConn:

@@ -6,7 +6,7 @@
 # step of whole runs is tests/test_broker_crash.py's job.
 import os
 
-from crashsim import SimFiles, PowerLoss
+from crashsim import SimFiles, FileSimFiles, PowerLoss
 from umqtt3 import broker_store
 from umqtt3.broker import Broker
 from umqtt3.compat import cpython
@@ -71,6 +71,9 @@ class Raw:
             self.b.poll_once(0)
 
 
+# Tests that look at the directory pass files=OSFiles(): a files layer that
+# cannot append gets one file per record (broker_log.layout), as on
+# littlefs; the appending log has tests of its own (tests/test_broker_group_commit.py).
 def _broker(store, **kw):
     kw.setdefault("sys_interval", 0)
     return Broker(port=None, store=store, **kw)
@@ -107,7 +110,7 @@ class Failing(OSFiles):
 
 # ---------------------------------------------------------------- 1. rollback
 
-class _CutAtMark(SimFiles):
+class _CutAtMark(FileSimFiles):
     """The power goes as the routing is marked over (.u -> .d)."""
 
     def rename(self, a, b):
@@ -301,7 +304,7 @@ def test_restore_into_a_smaller_ring_keeps_every_pubrel(tmp_path):
     # Two messages PUBREC'd (records .r), then a restart with one in-flight
     # slot: both PUBRELs still go out, in order, one at a time, and each
     # record goes with its PUBCOMP [MQTT-4.4.0-1, MQTT-4.6.0-1].
-    b = _broker(str(tmp_path), max_inflight=2)
+    b = _broker(str(tmp_path), files=OSFiles(), max_inflight=2)
     s = Raw(b, b"s")
     s.send(encode_subscribe, 1, [(b"t", 2)])
     p = Raw(b, b"p", clean=True)
@@ -313,7 +316,7 @@ def test_restore_into_a_smaller_ring_keeps_every_pubrel(tmp_path):
         s.ack(PUBREC, pid)
     assert [x[0] for x in s.packets()] == [PUBREL, PUBREL]
     s.lost()
-    b2 = _broker(str(tmp_path), max_inflight=1)
+    b2 = _broker(str(tmp_path), files=OSFiles(), max_inflight=1)
     s2 = Raw(b2, b"s")
     assert s2.packets()[1:] == [(PUBREL, pids[0], None)]
     s2.ack(PUBCOMP, pids[0])
@@ -325,7 +328,7 @@ def test_restore_into_a_smaller_ring_keeps_every_pubrel(tmp_path):
 def test_restore_into_a_smaller_ring_keeps_the_order(tmp_path):
     # PUBLISH and PUBREL records that no longer fit the ring wait in the
     # queue, in their order, and go out as slots free [MQTT-4.6.0-1]
-    b = _broker(str(tmp_path), max_inflight=3)
+    b = _broker(str(tmp_path), files=OSFiles(), max_inflight=3)
     s = Raw(b, b"s")
     s.send(encode_subscribe, 1, [(b"t", 2)])
     p = Raw(b, b"p", clean=True)
@@ -334,7 +337,7 @@ def test_restore_into_a_smaller_ring_keeps_the_order(tmp_path):
     pids = [pid for pid, pl in _publishes(s.packets())]
     s.ack(PUBREC, pids[1])  # only the second one: .p .r .p
     s.lost()
-    b2 = _broker(str(tmp_path), max_inflight=1)
+    b2 = _broker(str(tmp_path), files=OSFiles(), max_inflight=1)
     s2 = Raw(b2, b"s")
     seen = []
     for _ in range(6):
@@ -354,7 +357,7 @@ def test_restore_holds_every_inbound_id(tmp_path):
     # Three QoS 2 ids held (PUBREC sent, no PUBREL yet), then a restart
     # with max_qos2_in=1: all three are still held, so the resends get
     # PUBREC and are not routed again [MQTT-4.3.3-2].
-    b = _broker(str(tmp_path))
+    b = _broker(str(tmp_path), files=OSFiles())
     s = Raw(b, b"s", clean=False)
     s.send(encode_subscribe, 1, [(b"t", 0)])
     p = Raw(b, b"p")
@@ -362,7 +365,7 @@ def test_restore_holds_every_inbound_id(tmp_path):
         p.publish(b"t", b"m%d" % i, 2, i)
     assert [x for x in p.packets() if x[0] == PUBREC] == [(PUBREC, i, None) for i in (1, 2, 3)]
     assert len(_publishes(s.packets())) == 3
-    b2 = _broker(str(tmp_path), max_qos2_in=1)
+    b2 = _broker(str(tmp_path), files=OSFiles(), max_qos2_in=1)
     s2 = Raw(b2, b"s")
     s2.packets()
     p2 = Raw(b2, b"p")
@@ -412,7 +415,7 @@ def test_new_directories_are_synced_into_their_parent(tmp_path, monkeypatch):
         real(path)
     monkeypatch.setattr(store_mod, "fsync_dir", fsync_dir)
     root = str(tmp_path / "store")
-    b = _broker(root)
+    b = _broker(root, files=OSFiles())
     assert synced[0] == str(tmp_path), synced
     synced[:] = []
     Raw(b, b"s")

@@ -161,6 +161,10 @@ class Broker(Core):
                     self._flush(c)
             i += 1
         self._deadline = self.tick(self.ticks())
+        if not work:
+            # what no byte answered (the removal of a completed message, a
+            # timer's routing): at the first idle step, not one sync each
+            self.commit()
         if self.ndead:
             self._reap()
         return work
@@ -185,6 +189,7 @@ class Broker(Core):
         """Close every connection and the listening socket. The store needs
         no saving: it was written before each acknowledgement."""
         self.close_all()
+        self.commit()
         self._reap()
         self.end_clean()
         if self._sock is not None:
@@ -256,7 +261,11 @@ class Broker(Core):
 
     def _flush(self, c):
         """Write what is queued for c; move waiting messages into its send
-        buffer as it drains. Never blocks; a failed write closes c."""
+        buffer as it drains. Never blocks; a failed write closes c. What the
+        store was handed is made durable first (Core.commit)."""
+        self.commit()
+        if c.state == CLOSED:
+            return
         conn = c.conn
         try:
             while True:

@@ -75,6 +75,7 @@ def feed(core, c, data, now):
 def take(core, c):
     """Everything c has to send, as bytes: the send buffer, refilled from
     the session until nothing waits."""
+    core.commit()  # nothing leaves before the store holds it
     conn = c.conn
     out = b""
     while True:

@@ -219,6 +219,21 @@ class Core(Stats):
         s = c.sess
         return s is not None and s.client is c and s.backlog()
 
+    def commit(self):
+        """Make durable what the store was handed since the last commit
+        (broker_store.Disk.commit): the driver calls it before any byte
+        leaves, so a step's acknowledgements and deliveries follow the one
+        sync of everything the step accepted. When the disk fails, every
+        connection is closed with what it had to send unsent: the clients
+        send again, the broker keeps what it held."""
+        d = self.disk
+        if d is None or d.commit():
+            return
+        for c in self.clients:
+            if c.state != CLOSED:
+                c.conn.tlen = c.conn.sent = 0
+                self.disconnect(c, "store write failed", True)
+
     def refill(self, c):
         """c's send buffer drained: move what waits into it. True when it
         now holds bytes."""

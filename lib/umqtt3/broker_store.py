@@ -23,11 +23,17 @@
 #               towards it and i<pid>.u|d for each inbound QoS 2 id it holds
 #               (broker_session.py says when each is written).
 #
+# On a desktop file system these files live in one appending log instead
+# (broker_log.LogFiles: every change of a step made durable by one sync in
+# commit(), which the driver calls before the step's bytes leave); on
+# littlefs, one file each, every change synced as it is made.
+#
 # k is a small number reused when freed, so there are at most max_retained
 # r files, and max_sessions s<k> directories of at most max_inflight +
 # max_queued + max_qos2_in + 1 files each.
-from .store import FileStore, OSFiles, frame, unframe, refuse_fat
+from .store import FileStore, frame, unframe, refuse_fat
 from .qos_state import STORED_PUB, STORED_REL, HELD
+from .broker_log import AppendFiles, LogFiles, layout
 
 _TAG_END = 0x3FFFFFFF  # tags stay small ints on MicroPython, and fit a record
 
@@ -67,15 +73,23 @@ class _Counted:
     def sync_dir(self, path):
         self._do(self.f.sync_dir, path)
 
+    def append(self, path, data):
+        self._do(self.f.append, path, data)
+
 
 class Disk:
     def __init__(self, path, limits, stats, files=None, allow_fat=False):
         self.lim = limits
         self.dir = path.rstrip("/") or "/"
-        self.fs = _Counted(files or OSFiles(), stats)
-        self.fs.mkdir(self.dir)  # OSFiles syncs the parent of a new directory
+        base = files or AppendFiles()
+        counted = _Counted(base, stats)
+        counted.mkdir(self.dir)  # OSFiles syncs the parent of a new directory
         if not allow_fat:
             refuse_fat(self.dir)
+        self.log = None  # LogFiles: the layout with one sync per commit()
+        self.fs = counted  # type: _Counted | LogFiles
+        if layout(self.dir, base) == "log":
+            self.log = self.fs = LogFiles(self.dir, counted)
         self.sessions = None  # broker_session.Sessions, given to load()
         self.ntag = 0  # the last tag given to a QoS 2 routing
         self.rslot = {}  # retained topic -> k of its r<k> file
@@ -88,6 +102,18 @@ class Disk:
 
     def _p(self, name):
         return self.dir + "/" + name
+
+    def commit(self):
+        """Make every change so far durable (one sync with the log layout;
+        nothing to do with one file per record). False when the disk failed
+        (counted in store_errors): what the changes answer must not leave."""
+        if self.log is None:
+            return True
+        try:
+            self.log.commit()
+        except OSError:
+            return False
+        return True
 
     def tag(self):
         """A new routing's tag: one that no live record carries. After 2**30

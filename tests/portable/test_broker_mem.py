@@ -269,8 +269,10 @@ def test_takeover_and_store():
 
 def test_store_written_before_the_ack():
     # no close(): what was acknowledged is on disk already, as after a crash
+    # (one file per record, as on littlefs: a files layer that cannot append)
+    from umqtt3.store import OSFiles
     d = tempdir("umqtt3-broker-crash")
-    b = _broker(store=d)
+    b = _broker(store=d, files=OSFiles())
     sub = Peer(b)
     sub.connect("dev", clean=False)
     sub.subscribe(1, [("cmd/#", 2)])

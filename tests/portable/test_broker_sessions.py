@@ -8,6 +8,7 @@
 # tools/mp/testrunner.py under MicroPython, on its own filesystem) and over
 # real sockets (tests/test_broker.py); tests/portable/broker_harness.py is
 # the harness.
+from umqtt3.store import OSFiles  # one file per record, as on littlefs: these tests read the files
 from broker_harness import (running, Raw, wait_for, pub_sub, tempdir, rmtree, listdir,
                             read_file, write_file, os)
 from umqtt3.broker import Broker
@@ -16,7 +17,7 @@ from umqtt3.codec import PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP, DISCONNECT
 
 def _broker_on(store):
     # a second broker on the same store, to see what is on disk
-    b = Broker(port=None, store=store, sys_interval=0)
+    b = Broker(port=None, store=store, sys_interval=0, files=OSFiles())
     b.close()
     return b
 
@@ -132,7 +133,7 @@ def test_store_survives_restart():
     # retained messages, the session, its subscription and its queued QoS 1
     # message are on disk before the acks [MQTT-3.1.2-4, MQTT-3.1.2-5]
     store = tempdir("umqtt3-conf-restart")
-    with running(store=store) as b:
+    with running(store=store, files=OSFiles()) as b:
         with Raw(b) as c:
             c.connect("dev", clean=False)
             c.subscribe(1, [("cmd/#", 1)])
@@ -147,7 +148,7 @@ def test_store_survives_restart():
         names = listdir(store + "/s0")
         assert names[-1] == "sess" and names[0].endswith(".p")
         assert listdir(store).count("r0") == 1
-    with running(store=store) as b:
+    with running(store=store, files=OSFiles()) as b:
         assert b"cfg/rate" in b.retained
         with Raw(b) as c:
             assert c.connect("dev", clean=False).session_present
@@ -161,7 +162,7 @@ def test_store_clean_session_removes_it_from_disk():
     # CleanSession 1 discards the old session [MQTT-3.1.2-6], on disk too,
     # before CONNACK; a restart then finds none [MQTT-3.2.2-1]
     store = tempdir("umqtt3-conf-clean")
-    with running(store=store) as b:
+    with running(store=store, files=OSFiles()) as b:
         with Raw(b) as c:
             c.connect("dev", clean=False)
             c.subscribe(1, [("a", 1)])
@@ -176,7 +177,7 @@ def test_store_retained_clear_is_durable():
     # an empty retained payload clears the topic [MQTT-3.3.1-10]: the file
     # goes before PUBACK, and the slot is reused
     store = tempdir("umqtt3-conf-clear")
-    with running(store=store) as b, Raw(b) as c:
+    with running(store=store, files=OSFiles()) as b, Raw(b) as c:
         c.connect("p")
         c.publish("r/a", b"1", 1, pid=1, retain=True)
         c.expect(PUBACK, 1)
@@ -195,7 +196,7 @@ def test_store_retained_clear_is_durable():
 
 def test_store_ignores_a_torn_file():
     store = tempdir("umqtt3-conf-torn")
-    with running(store=store) as b, Raw(b) as c:
+    with running(store=store, files=OSFiles()) as b, Raw(b) as c:
         c.connect("p")
         for i in range(3):
             c.publish("r/%d" % i, b"v%d" % i, 1, pid=i + 1, retain=True)

@@ -1,0 +1,240 @@
+# umqtt3.broker_log -- the broker store's files as one appending log: group
+# commit for desktop file systems.
+#
+# LogFiles has the file interface broker_store.Disk and store.FileStore
+# write through (write, read, rename, remove, listdir, mkdir, sync_dir) and
+# keeps the files in RAM. Each change becomes a record appended to a buffer;
+# commit() appends the buffer to DIR/log and syncs it once. The driver
+# commits before any byte of a step leaves (broker.py), so what one step
+# accepted is durable together, with one sync, before its acknowledgements.
+#
+# A power loss keeps a prefix of the log: start-up replays the records up
+# to the first torn or corrupt one, which is the state after a prefix of the
+# changes, in order -- what the one-file-per-record layout gives too, so
+# Disk's rules for a crash half way hold unchanged. Record:
+#
+#   0x4C  op ('W' write, 'R' rename, 'D' remove)  path length (2)
+#   data length (4)  path  data (W: the bytes, R: the new path)  CRC-32 (4)
+#
+# The log is rewritten as a snapshot of the live files (to log.t, synced,
+# renamed over log) when it has grown past twice what is live plus
+# COMPACT bytes, and at start-up when its tail was torn; a crash before the
+# rename leaves the old log whole.
+#
+# littlefs rewrites a block for each append to a file, so on flash one small
+# file per record (store.OSFiles) is the layout: Disk picks this one only
+# for a new directory, with a files layer that can append (AppendFiles), on
+# a file system that is not littlefs; a directory keeps its layout (layout()).
+from .store import OSFiles
+from .compat import fsync
+
+_MAGIC = 0x4C
+COMPACT = 1 << 20  # bytes of dead records the log may carry
+
+
+def _record(out, op, path, data):
+    p = path.encode()
+    n = len(p)
+    m = len(data)
+    i = len(out)
+    out.extend(b"\x4c\x00\x00\x00\x00\x00\x00\x00")
+    out[i + 1] = op
+    out[i + 2] = n >> 8
+    out[i + 3] = n & 255
+    for k in range(4):
+        out[i + 4 + k] = (m >> (24 - 8 * k)) & 255
+    out.extend(p)
+    out.extend(data)
+    c = _crc_from(out, i)
+    out.extend(bytes(((c >> 24) & 255, (c >> 16) & 255, (c >> 8) & 255, c & 255)))
+
+
+def _crc_from(out, i):
+    import binascii
+    return binascii.crc32(memoryview(out)[i:]) & 0xFFFFFFFF
+
+
+def replay(b):
+    """(files {path: bytes}, bytes of whole records) from a log's bytes."""
+    import binascii
+    files = {}
+    i = 0
+    end = len(b)
+    mv = memoryview(b)
+    while i + 12 <= end and b[i] == _MAGIC:
+        n = (b[i + 2] << 8) | b[i + 3]
+        m = (b[i + 4] << 24) | (b[i + 5] << 16) | (b[i + 6] << 8) | b[i + 7]
+        j = i + 8 + n + m
+        if j + 4 > end:
+            break
+        c = (b[j] << 24) | (b[j + 1] << 16) | (b[j + 2] << 8) | b[j + 3]
+        if binascii.crc32(mv[i:j]) & 0xFFFFFFFF != c:
+            break
+        op = b[i + 1]
+        path = bytes(mv[i + 8:i + 8 + n]).decode()
+        data = bytes(mv[i + 8 + n:j])
+        if op == 0x57:  # W
+            files[path] = data
+        elif op == 0x52:  # R
+            if path in files:
+                files[data.decode()] = files.pop(path)
+        elif op == 0x44:  # D
+            files.pop(path, None)
+        else:
+            break
+        i = j + 4
+    return files, i
+
+
+def _cost(path, data):
+    return 12 + len(path) + len(data)  # its record: header, path, data, CRC
+
+
+class AppendFiles(OSFiles):
+    """store.OSFiles that can also append to a file and sync it: with
+    fdatasync where the os module has it (the size, which reading the bytes
+    back needs, is synced with them; the times are not)."""
+
+    def append(self, path, data):
+        import os
+        with open(path, "ab") as f:
+            f.write(data)
+            sync = getattr(os, "fdatasync", None)
+            if sync is None:
+                fsync(f)
+            else:
+                f.flush()
+                sync(f.fileno())
+
+
+def layout(path, files):
+    """'log' or 'files': the layout the directory already holds, else the
+    log for a files layer that can append, on a file system that is not
+    littlefs."""
+    names = files.listdir(path)
+    if "log" in names:
+        return "log"
+    if names or getattr(files, "append", None) is None:
+        return "files"
+    try:
+        import vfs
+        mounts = vfs.mount()
+    except (ImportError, TypeError, AttributeError):
+        return "log"  # CPython, or a port that cannot list its mounts
+    best = None
+    for fs, mp in mounts:
+        if mp == "/" or path == mp or path.startswith(mp.rstrip("/") + "/"):
+            if best is None or len(mp) > len(best[1]):
+                best = (fs, mp)
+    if best and type(best[0]).__name__.startswith("VfsLfs"):
+        return "files"
+    return "log"
+
+
+class LogFiles:
+    def __init__(self, path, base):
+        self.base = base  # the real files: append, write, rename, sync_dir
+        self.dir = path
+        self.log = path + "/log"
+        self.tmp = path + "/log.t"
+        self.dirs = {}  # directories made, also when empty
+        self.buf = bytearray()  # records not yet committed
+        self.broken = False  # a commit failed: the next one rewrites the log
+        names = base.listdir(path)
+        if "log.t" in names:
+            base.remove(self.tmp)  # a rewrite that never took place
+        data = base.read(self.log) if "log" in names else b""
+        self.files, good = replay(data)
+        self.live = 0  # bytes a snapshot of the files would take
+        for k in self.files:
+            self.live += _cost(k, self.files[k])
+        self.size = good
+        if good != len(data) or "log" not in names:
+            self._rewrite()  # a torn tail would hide what is appended after it
+
+    # the files layer
+    def write(self, path, data):
+        f = self.files
+        if path in f:
+            self.live -= _cost(path, f[path])
+        f[path] = bytes(data)
+        self.live += _cost(path, data)
+        _record(self.buf, 0x57, path, data)
+
+    def read(self, path):
+        try:
+            return self.files[path]
+        except KeyError:
+            raise OSError(2, "no such file: " + path)
+
+    def rename(self, a, b):
+        f = self.files
+        if a not in f:
+            raise OSError(2, "no such file: " + a)
+        if b in f:
+            self.live -= _cost(b, f[b])
+        data = f.pop(a)
+        f[b] = data
+        self.live += _cost(b, data) - _cost(a, data)
+        _record(self.buf, 0x52, a, b.encode())
+
+    def remove(self, path):
+        if path not in self.files:
+            raise OSError(2, "no such file: " + path)
+        self.live -= _cost(path, self.files.pop(path))
+        _record(self.buf, 0x44, path, b"")
+
+    def listdir(self, path):
+        p = path.rstrip("/") + "/"
+        n = len(p)
+        names = {}
+        for k in self.files:
+            if k.startswith(p):
+                names[k[n:].split("/")[0]] = 1
+        for k in self.dirs:
+            if k.startswith(p) and "/" not in k[n:]:
+                names[k[n:]] = 1
+        return list(names)
+
+    def mkdir(self, path):
+        self.dirs[path.rstrip("/")] = 1
+
+    def sync_dir(self, path):
+        pass  # commit() makes it durable
+
+    # group commit
+    def pending(self):
+        return len(self.buf) > 0
+
+    def commit(self):
+        """Make every change so far durable, with one sync. Raises OSError
+        when the disk fails; the changes then wait for the next commit,
+        which rewrites the log."""
+        if not self.buf and not self.broken:
+            return
+        if self.broken or self.size + len(self.buf) > 2 * self.live + COMPACT:
+            self._rewrite()
+        else:
+            try:
+                self.base.append(self.log, self.buf)
+            except OSError:
+                self.broken = True  # a torn append may sit at the end now
+                raise
+            self.size += len(self.buf)
+        self.buf = bytearray()
+
+    def _rewrite(self):
+        snap = bytearray()
+        for k in self.files:
+            _record(snap, 0x57, k, self.files[k])
+        b = self.base
+        try:
+            b.write(self.tmp, snap)
+            b.rename(self.tmp, self.log)
+            b.sync_dir(self.dir)
+        except OSError:
+            self.broken = True
+            raise
+        self.broken = False
+        self.size = self.live = len(snap)
+        self.buf = bytearray()
