@@ -4,7 +4,11 @@
 # Topics (prefix and node id from the config):
 #   <prefix>/<id>/status   "online" (retained birth), "offline" (retained will,
 #                          and on a clean stop), "asleep" before a deep sleep
-#   <prefix>/<id>/<metric> {"v": value, "boot": boot_id, "seq": n}
+#   <prefix>/<id>/<metric> {"v": value, "boot": boot_id, "seq": n, "t": time}
+# "t" is the reading's time in whole seconds since 1970 from the board's RTC,
+# set over NTP at every boot (a wake from deep sleep is a boot); it is left
+# out while the node does not know the time (no NTP answer and an RTC that
+# was never set), and the pipeline then takes the arrival time instead.
 # boot_id is random (16 bits) per boot; seq numbers every accepted reading of
 # this node and is the publish key, so with a FileStore it carries on after a
 # reset from the last reading the store took (nothing taken is sent twice
@@ -53,10 +57,48 @@ def wifi(secrets, timeout_s=20, feed=None, clock=ticks_ms, sleep=sleep_ms):
     return w
 
 
+# seconds from 1970 to 2000: ports whose time.time() counts from 2000
+# (ESP32, RP2040 before MicroPython 1.23) are moved to the Unix epoch
+EPOCH_2000 = 946684800
+# an RTC that reads earlier than this was never set (it starts at 2000 or 2021)
+KNOWN_FROM = 1735689600  # 2025-01-01
+
+
+def unix_time():
+    """The RTC's time in whole seconds since 1970, or None while it was never
+    set."""
+    import time
+    t = int(time.time())
+    if time.gmtime(0)[0] == 2000:
+        t += EPOCH_2000
+    return t if t >= KNOWN_FROM else None
+
+
+def sync_clock(host=""):
+    """Set the RTC over NTP (MicroPython's ntptime); False when it cannot
+    (no ntptime on this port, no answer): the RTC keeps what it had."""
+    try:
+        import ntptime
+        if host:
+            ntptime.host = host
+        ntptime.settime()
+        return True
+    except Exception:  # OSError on a timeout, ImportError without ntptime, ...
+        return False
+
+
 def fmt(v):
     if isinstance(v, float):
         return "%.2f" % v
     return "%d" % v
+
+
+def reading(value, boot, seq, t=None):
+    """The payload of a reading; t (seconds since 1970) when the node knows it."""
+    msg = '{"v":%s,"boot":%d,"seq":%d' % (fmt(value), boot, seq)
+    if t is None:
+        return msg + "}"
+    return msg + ',"t":%d}' % t
 
 
 def next_seq(accepted):
@@ -104,6 +146,7 @@ class Node:
         self.led = None
         self.client = None
         self.seq = 0
+        self.synced = False  # the RTC was set over NTP this boot
         self.sent = 0     # readings accepted this boot
         self.skipped = 0  # readings dropped: window full for a whole period
 
@@ -131,6 +174,9 @@ class Node:
             import machine
             self.led = machine.Pin(pin, machine.Pin.OUT)
         wifi(self.secrets, c["wifi_timeout_s"], self.feed, self.clock, self.sleep)
+        if c.get("ntp", True):
+            self.synced = sync_clock(c.get("ntp_host", ""))
+            self.feed()
         # one expression, so that a type checker accepts either store class
         store = (FileStore(c["store_dir"] or getattr(b, "STORE_DIR", "/mq"),
                            max_messages=getattr(b, "MAX_STORED", 32),
@@ -148,7 +194,10 @@ class Node:
         self.client = cl
         self.seq = next_seq(cl.accepted)
         cl.publish(status, b"online", retain=True, qos=1, wait=False)
-        self._log("%s: boot %d, first seq %d" % (self.id, self.boot, self.seq))
+        self._log("%s: boot %d, first seq %d, %s" % (
+            self.id, self.boot, self.seq,
+            "time synced" if self.synced else
+            "time from the RTC" if unix_time() else "time unknown: readings carry no \"t\""))
 
     # ------------------------------------------------------------ readings
     def publish(self, metric, value, deadline):
@@ -159,7 +208,7 @@ class Node:
         qos = self.cfg["qos"]
         while qos and cl.accepted(self.seq):
             self.seq += 1  # taken before a reset: never publish it again
-        msg = '{"v":%s,"boot":%d,"seq":%d}' % (fmt(value), self.boot, self.seq)
+        msg = reading(value, self.boot, self.seq, unix_time())
         while True:
             try:
                 if qos:

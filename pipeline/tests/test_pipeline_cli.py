@@ -1,6 +1,6 @@
 """The telemetry job's command line (umqtt3-pipeline): bad input refused in
 one line with exit status 2 before Spark starts, and Ctrl-C stopping it with
-a summary and no traceback."""
+a summary and no traceback once it has written its windows."""
 import os
 import re
 import signal
@@ -33,6 +33,9 @@ def job_args(tmp_path, *extra):
     (["--seconds", "-1"], "--seconds: -1 is below 0"),
     (["--shuffle-partitions", "0"], "--shuffle-partitions: 0 is below 1"),
     (["--qos", "0"], "--qos: invalid choice: 0"),
+    (["--window", "10"], "--window: '10' is not '<number> seconds|minutes|hours|days'"),
+    (["--watermark", "0 seconds"], "--watermark: '0 seconds' is not above 0"),
+    (["--max-early", "-1"], "--max-early: -1 is below 0"),
 ])
 def test_job_refuses(tmp_path, extra, what):
     assert refused(JOB, job_args(tmp_path, *extra), what).startswith("umqtt3-pipeline: ")
@@ -76,6 +79,6 @@ def test_ctrl_c_stops_the_job_with_a_summary(tmp_path):
     assert p.returncode == 0, err
     assert re.search(r"^umqtt3 telemetry: stopped after \d+ s; \d+ readings committed", out,
                      re.M), out
-    assert "interrupted: stopping without draining the log" in err
+    assert "stopping: writing every window first" in err
     for bad in ("Traceback", "ERROR", "Exception"):
         assert bad not in err, err

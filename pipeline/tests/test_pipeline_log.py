@@ -212,6 +212,15 @@ def test_parse_fast_path_agrees_with_json():
                 d = json.loads(pl)
                 assert parse(t, pl) == ("n7", "temp", float(d["v"]), d["boot"], d["seq"], None)
                 assert type(parse(t, pl)[2]) is float
+                # with the node's own time, as the firmware adds it when it knows it
+                for tt in ("1700000000", "1700000000.25", "0", "-5", "017", "1e9"):
+                    plt = pl[:-1] + (',"t"%s%s}' % (sep[1], tt)).encode()
+                    want = json.loads(plt)["t"] if tt not in ("017",) else None
+                    got = parse(t, plt)
+                    if tt == "017":  # not JSON: refused by both paths
+                        assert got is None
+                    else:
+                        assert got == ("n7", "temp", float(d["v"]), d["boot"], d["seq"], want)
     for pl in (b'{"v":1.,"boot":1,"seq":1}', b'{"v":01,"boot":1,"seq":1}',
                b'{"v":1,"boot":1.5,"seq":1}', b'{"v":1,"boot":1,"seq":1}x',
                b'{"v":1,"boot":1,"seq":1}\n{"v":2}'):

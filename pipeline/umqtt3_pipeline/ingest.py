@@ -67,7 +67,8 @@ class Ingest:
     stop(). topics: [filter, ...], all subscribed at qos."""
 
     def __init__(self, path, broker="127.0.0.1:1883", topics=("#",), client_id="umqtt3-spark",
-                 qos=1, keepalive=30, segment_bytes=64 << 20, bufsize=65536, clock=time.time):
+                 qos=1, keepalive=30, segment_bytes=64 << 20, bufsize=65536, clock=time.time,
+                 level=4):
         assert qos in (1, 2), "the ingest acknowledges after the log: QoS 1 or 2"
         self.path = path
         self.host, self.port = parse_broker(broker)
@@ -78,6 +79,7 @@ class Ingest:
         self.segment_bytes = segment_bytes
         self.bufsize = bufsize
         self.clock = clock
+        self.level = level  # 5 for MQTT 5 (a shared subscription: $share/<group>/<filter>)
         self.log = None
         self.client = None
         self.thread = None
@@ -91,7 +93,7 @@ class Ingest:
         store = LogStore(self.log)
         c = MQTTClient(self.client_id, self.host, self.port, keepalive=self.keepalive,
                        reconnect=True, store=store, bufsize=self.bufsize,
-                       backoff_ms=(200, 5000))
+                       backoff_ms=(200, 5000), level=self.level)
         c.set_callback(self._on_message, raw=True)
         c.set_sync(self.log.sync)
         self.client = c
@@ -130,8 +132,9 @@ class Ingest:
         if self.error is not None:
             raise RuntimeError("umqtt3 ingest stopped: %r" % (self.error,))
 
-    def stop(self):
-        """Stop receiving; the session stays, so the broker queues for us."""
+    def pause(self):
+        """Stop receiving and keep the log open for reading; the session
+        stays, so the broker queues for us from now on."""
         self.stopping.set()
         if self.thread is not None:
             self.thread.join(10)
@@ -140,27 +143,53 @@ class Ingest:
                 self.client.disconnect()
             except OSError:
                 pass
+
+    def stop(self):
+        """Stop receiving and close the log."""
+        self.pause()
         if self.log is not None:
             self.log.close()
             self.log = None
 
 
+def shared(topics, group):
+    """The filters as one MQTT 5 shared subscription of group [MQTT-4.8.2-1]."""
+    return ["$share/%s/%s" % (group, t) for t in topics]
+
+
 def main(argv=None):
     """Run the ingest alone (no Spark): fill the log until SIGTERM/Ctrl-C.
-    A Spark job can read the log later with the batch reader."""
-    import argparse
+    With --share several of them, on one host or several, split the
+    messages of one MQTT 5 shared subscription, each into its own log
+    (--log ROOT/NAME); the job reads them all with --ingest external --log
+    ROOT, or the batch reader later."""
     import signal
-    ap = argparse.ArgumentParser(prog="python -m umqtt3_pipeline.ingest", description=main.__doc__)
+    from .cli import Help, Parser
+    ap = Parser(prog="python -m umqtt3_pipeline.ingest", description=main.__doc__,
+                formatter_class=Help)
     ap.add_argument("--log", required=True)
     ap.add_argument("--broker", default="127.0.0.1:1883")
     ap.add_argument("--topics", default="umqtt3/+/+")
     ap.add_argument("--qos", type=int, default=1, choices=(1, 2))
-    ap.add_argument("--client-id", default="umqtt3-ingest")
+    ap.add_argument("--client-id", default="umqtt3-ingest",
+                    help="fixed and different for each ingest: it names the broker session")
+    ap.add_argument("--share", metavar="GROUP",
+                    help="subscribe as a member of the shared subscription $share/GROUP/... "
+                    "(MQTT 5)")
+    ap.add_argument("--level", type=int, choices=(4, 5), help="MQTT 3.1.1 (4) or 5 "
+                    "(default: 5 with --share, else 4)")
     a = ap.parse_args(argv)
+    if a.share is not None and (not a.share or "/" in a.share or "+" in a.share or "#" in a.share):
+        ap.error("--share %r: a group name has no '/', '+' or '#' [MQTT-4.8.2-2]" % a.share)
+    level = a.level or (5 if a.share else 4)
+    if a.share and level != 5:
+        ap.error("--share needs MQTT 5 (--level 5)")
+    topics = [t for t in a.topics.split(",") if t]
+    if a.share:
+        topics = shared(topics, a.share)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    ing = Ingest(a.log, a.broker, [t for t in a.topics.split(",") if t], a.client_id,
-                 a.qos).start()
+    ing = Ingest(a.log, a.broker, topics, a.client_id, a.qos, level=level).start()
     try:
         while not stop.is_set() and ing.error is None:
             if ing.connected.is_set():

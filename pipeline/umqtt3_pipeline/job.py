@@ -1,16 +1,21 @@
 """The telemetry job: readings from the nodes, per node and metric, in
-tumbling windows (count, min, max, mean), written to Parquet.
+tumbling windows (count, min, max, mean), written to Parquet by day
+(output.py: a file per batch, folded into one per day).
 
     python -m umqtt3_pipeline.job --broker 127.0.0.1:1883 --log /data/ingest \\
         --out /data/telemetry --checkpoint /data/checkpoint [--plot telemetry.png]
 
-Event time is the reading's own time when it carries one ("t"), else when the
-ingest received it. A reading sent again (a node's resend after a reset, the
+Event time is the reading's own time when it carries one ("t") and that time
+is not ahead of its arrival by more than --max-early (a clock that is ahead),
+else when the ingest received it. A reading sent again (a node's resend after a reset, the
 broker's resend to the ingest after a crash) has the same (node, boot, seq)
 and is dropped if it comes within the watermark delay of the first one. A
 window is written once the watermark has passed its end (append mode), and
 the checkpoint together with the log makes every batch replayable after a
-crash: Spark's file sink commits each batch once.
+crash: a replayed batch writes the same files again (output.py). A bounded run (--seconds,
+SIGTERM, Ctrl-C) closes before it exits: the ingest stops, Spark processes
+what the log holds, and a close row moves the watermark past every window
+the run saw, so they are all written.
 
 On a cluster the same module runs under spark-submit (docs/pipeline.md):
 the log directory must then be shared storage that every executor mounts.
@@ -21,6 +26,8 @@ import signal
 import sys
 import threading
 import time
+
+from .cli import Help, Parser
 
 
 def _worker_path():
@@ -80,9 +87,13 @@ def spark_conf(shuffle_partitions=None, ui=False):
 
 
 def readings(spark, broker, topics, path, qos=1, client_id="umqtt3-telemetry", max_rows=0,
-             trim=True, min_rows=0, max_delay=1.0):
-    """The stream of parsed readings (rows with a value)."""
-    r = (spark.readStream.format("umqtt3")
+             trim=True, min_rows=0, max_delay=1.0, external=False):
+    """The stream of parsed readings (rows with a value). external: the
+    logs under path are written by ingest processes of their own."""
+    r = spark.readStream.format("umqtt3")
+    if external:
+        return r.option("path", path).option("ingest", "external").load()
+    r = (r
          .option("broker", broker).option("topics", topics).option("qos", str(qos))
          .option("clientId", client_id).option("path", path)
          .option("trim", "true" if trim else "false"))
@@ -93,21 +104,69 @@ def readings(spark, broker, topics, path, qos=1, client_id="umqtt3-telemetry", m
     return r.load()
 
 
-def windows(df, window="10 seconds", watermark="10 seconds"):
+_UNITS = {"s": 1, "sec": 1, "second": 1, "seconds": 1, "m": 60, "min": 60, "minute": 60,
+          "minutes": 60, "h": 3600, "hour": 3600, "hours": 3600, "d": 86400, "day": 86400,
+          "days": 86400}
+
+
+def seconds(text):
+    """'10 seconds', '2 minutes', '1 hour' (Spark's interval words) in
+    seconds; ValueError for anything else."""
+    parts = text.split()
+    if len(parts) != 2 or parts[1].lower() not in _UNITS:
+        raise ValueError("%r is not '<number> seconds|minutes|hours|days'" % text)
+    x = float(parts[0]) * _UNITS[parts[1].lower()]
+    if not x > 0:
+        raise ValueError("%r is not above 0" % text)
+    return x
+
+
+def event_time(window="10 seconds", watermark="10 seconds", max_early=5.0):
+    """The event time column: the reading's own time "t" unless it is more
+    than max_early seconds ahead of its arrival (a clock that is wrong), else
+    the arrival. For the close row of a bounded run: an event time whose
+    watermark passes the end of the window holding its arrival plus
+    max_early, so every window a reading of the run could be in is closed."""
+    from pyspark.sql import functions as F
+    from .source import CLOSE_TOPIC
+    w, delay = seconds(window), seconds(watermark)
+    arrival = F.unix_micros("received_at") / 1e6
+    trusted = F.col("sent_at").isNotNull() & (
+        F.unix_micros("sent_at") / 1e6 <= arrival + F.lit(max_early))
+    closes = F.timestamp_seconds(F.ceil((arrival + F.lit(max_early)) / w) * w + F.lit(delay))
+    return (F.when(F.col("topic") == CLOSE_TOPIC, closes)
+            .when(trusted, F.col("sent_at")).otherwise(F.col("received_at")))
+
+
+def windows(df, window="10 seconds", watermark="10 seconds", max_early=5.0):
     """Per node, metric and tumbling window: count, min, max, mean of the
     de-duplicated readings."""
     from pyspark.sql import functions as F
+    from .source import CLOSE_TOPIC
     from .telemetry import DEDUP_KEY
-    r = (df.where(F.col("value").isNotNull())
-         .withColumn("event_time", F.coalesce("sent_at", "received_at"))
+    r = (df.where(F.col("value").isNotNull() | (F.col("topic") == CLOSE_TOPIC))
+         .withColumn("event_time", event_time(window, watermark, max_early))
          .withWatermark("event_time", watermark)
-         .dropDuplicatesWithinWatermark(list(DEDUP_KEY)))
+         # the close row only moves the watermark. The optimizer pushes a
+         # condition that does not name the event time below the watermark,
+         # where it would hide the close row from it: this one (a single
+         # term, event_time is never null) stays above.
+         .where(F.col("value").isNotNull() | F.col("event_time").isNull()))
+    # a batch (history()) sees every copy at once: plain dropDuplicates
+    r = (r.dropDuplicatesWithinWatermark if df.isStreaming else r.dropDuplicates)(list(DEDUP_KEY))
     return (r.groupBy(F.window("event_time", window), "node", "metric")
             .agg(F.count(F.lit(1)).alias("count"), F.min("value").alias("min"),
                  F.max("value").alias("max"), F.avg("value").alias("mean"))
             .select(F.col("window.start").alias("window_start"),
                     F.col("window.end").alias("window_end"),
                     "node", "metric", "count", "min", "max", "mean"))
+
+
+def history(spark, log, window="10 seconds", watermark="10 seconds", max_early=5.0):
+    """The windows of everything the log retains (--keep-log), as a batch:
+    a bounded run's output again, for re-processing."""
+    df = spark.read.format("umqtt3").option("path", log).load()
+    return windows(df, window, watermark, max_early)
 
 
 class _Queued(Exception):
@@ -147,11 +206,21 @@ def ensure_session(broker, topics, qos, client_id):
 
 def start(spark, a):
     """Start the query for parsed arguments a; returns the StreamingQuery."""
-    ensure_session(a.broker, a.topics, a.qos, a.client_id)
+    from .source import cancel_close
+    external = a.ingest == "external"
+    if not external:
+        ensure_session(a.broker, a.topics, a.qos, a.client_id)
+    if os.path.isdir(a.log):
+        cancel_close(a.log)  # a close asked by a run that died before it
     df = readings(spark, a.broker, a.topics, a.log, a.qos, a.client_id, a.max_rows,
-                  not a.keep_log, a.min_rows, a.max_delay)
-    w = (windows(df, a.window, a.watermark).writeStream.format("parquet")
-         .option("path", a.out).option("checkpointLocation", a.checkpoint)
+                  not a.keep_log, a.min_rows, a.max_delay, external)
+    out, fold_every = a.out, a.fold_every
+
+    def write(batch, batch_id):  # on the driver; a replayed batch writes the same files
+        from .output import write_batch
+        write_batch(out, batch.toArrow(), batch_id, fold_every)
+    w = (windows(df, a.window, a.watermark, a.max_early).writeStream.foreachBatch(write)
+         .option("checkpointLocation", a.checkpoint)
          .outputMode("append").queryName("umqtt3_telemetry"))
     if a.available_now:
         w = w.trigger(availableNow=True)
@@ -160,54 +229,59 @@ def start(spark, a):
     return w.start()
 
 
-def _committed(q):
-    """The message number up to which the query has committed."""
+def _ends(q):
+    """The end offsets of the batches the query has committed."""
     import json
-    n = 0
     for p in q.recentProgress:
         for s in p["sources"]:
             end = s.get("endOffset")
             if isinstance(end, str):
                 end = json.loads(end)
             if end:
-                n = max(n, end["n"])
-    return n
+                yield end
 
 
-def drain(q, log, seconds, settle=5.0):
-    """Before a stop: let the query commit everything the log holds now, and
-    one batch more if it comes within `settle` seconds (the no-data batch
-    that writes the windows the last watermark closed); at most `seconds`
-    in all. Returns True when it got there."""
+def _committed(q):
+    """The message number up to which the query has committed."""
+    return max((e["n"] for e in _ends(q)), default=0)
+
+
+def _closed(q):
+    """The time (ms) of the last close the query has committed, or 0."""
+    return max((e.get("close", 0) for e in _ends(q)), default=0)
+
+
+def drain(q, log, seconds, settle=5.0, close=True, interrupted=None):
+    """Before a stop: close (source.request_close: the ingest stops and the
+    stream ends with the close row once it has everything the log holds),
+    then one batch more if it comes within `settle` seconds (the no-data
+    batch that writes the windows the close's watermark closed); at most
+    `seconds` in all (or until `interrupted`, an Event, is set). Without
+    close, commit what the log holds now. Returns True when it got there."""
     from . import log as _log
+    from .source import request_close
     if seconds <= 0 or not q.isActive:
         return False
-    target = _log.count(log)
+    if not os.path.isdir(log):
+        return True  # the ingest never started: nothing came in
     t_end = time.monotonic() + seconds
-    while q.isActive and _committed(q) < target:
+    if close:
+        asked = request_close(log)
+        done = lambda: _closed(q) >= asked  # noqa: E731
+    else:
+        target = _log.count(log)
+        done = lambda: _committed(q) >= target  # noqa: E731
+    def going():
+        return q.isActive and not (interrupted is not None and interrupted.is_set())
+    while going() and not done():
         if time.monotonic() > t_end:
             return False
         q.awaitTermination(0.2)
     seen = len(q.recentProgress)
     t_end = min(t_end, time.monotonic() + settle)
-    while q.isActive and len(q.recentProgress) <= seen and time.monotonic() < t_end:
+    while going() and len(q.recentProgress) <= seen and time.monotonic() < t_end:
         q.awaitTermination(0.2)
-    return True
-
-
-class _Help(argparse.RawDescriptionHelpFormatter):
-    # the description as written; "(default: ...)" where a default says something
-    def _get_help_string(self, action):
-        h, d = action.help or "", action.default
-        if "default" in h or d in (None, False, "", argparse.SUPPRESS):
-            return h
-        return h + " (default: %(default)s)"
-
-
-class _Parser(argparse.ArgumentParser):
-    # a refused command line is one line, never argparse's usage block
-    def error(self, message):
-        self.exit(2, "umqtt3-pipeline: %s\n" % message)
+    return done()
 
 
 def _at_least(low, kind=float):
@@ -227,6 +301,14 @@ def _above_zero(text):
     if x == 0:
         raise argparse.ArgumentTypeError("0 is not above 0")
     return x
+
+
+def _duration(text):
+    try:
+        seconds(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
+    return text
 
 
 def _broker(text):
@@ -257,7 +339,7 @@ def _usable_dir(ap, option, path):
 
 
 def parser():
-    ap = _Parser(prog="python -m umqtt3_pipeline.job", description=__doc__, formatter_class=_Help)
+    ap = Parser(prog="python -m umqtt3_pipeline.job", description=__doc__, formatter_class=Help)
     ap.add_argument("--broker", type=_broker, default="127.0.0.1:1883", help="host:port")
     ap.add_argument("--topics", default="umqtt3/+/+", help="comma-separated filters")
     ap.add_argument("--qos", type=int, default=1, choices=(1, 2), help="QoS of the subscription")
@@ -266,8 +348,12 @@ def parser():
     ap.add_argument("--log", required=True, help="ingest log directory (shared storage on a cluster)")
     ap.add_argument("--out", required=True, help="Parquet output directory")
     ap.add_argument("--checkpoint", required=True, help="Spark's checkpoint directory")
-    ap.add_argument("--window", default="10 seconds", help="window length")
-    ap.add_argument("--watermark", default="10 seconds", help="how late a reading may come")
+    ap.add_argument("--window", type=_duration, default="10 seconds", help="window length")
+    ap.add_argument("--watermark", type=_duration, default="10 seconds",
+                    help="how late a reading may come")
+    ap.add_argument("--max-early", type=_at_least(0), default=5.0,
+                    help="seconds a reading's own time may be ahead of its arrival; "
+                    "a reading further ahead takes its arrival time (default: 5)")
     ap.add_argument("--trigger", type=_above_zero, default=2.0, help="seconds between batches")
     ap.add_argument("--max-rows", type=_at_least(0, int), default=100000,
                     help="rows per batch at most (0: all)")
@@ -275,13 +361,21 @@ def parser():
                     help="while the log grows, a batch waits for this many rows (0: never)")
     ap.add_argument("--max-delay", type=_at_least(0), default=1.0,
                     help="seconds a batch waits for --min-rows at most")
+    ap.add_argument("--fold-every", type=_at_least(2, int), default=360,
+                    help="fold a day's batch files into one once there are this many "
+                    "(a finished day is always folded into one file)")
+    ap.add_argument("--ingest", choices=("driver", "external"), default="driver",
+                    help="driver: the job runs the ingest; external: --log holds one log per "
+                    "sub-directory, each written by its own python -m umqtt3_pipeline.ingest "
+                    "(scale-out under a shared subscription)")
     ap.add_argument("--keep-log", action="store_true", help="do not trim the log after commits")
     ap.add_argument("--available-now", action="store_true",
                     help="process what the log holds, then stop")
     ap.add_argument("--seconds", type=_at_least(0), default=0,
                     help="stop after this long (0: never)")
     ap.add_argument("--drain", type=_at_least(0), default=60,
-                    help="on stop, up to this many seconds to process what the log holds")
+                    help="on stop, up to this many seconds to close: process what the log "
+                    "holds and write every window (0: stop at once)")
     ap.add_argument("--plot", help="write each node's windowed series to this PNG at the end")
     ap.add_argument("--master", help="default: spark-submit's, else local[*]")
     ap.add_argument("--shuffle-partitions", type=_at_least(1, int),
@@ -302,22 +396,29 @@ def parse(argv=None):
     if a.plot:
         _usable_dir(ap, "--plot", os.path.dirname(os.path.abspath(a.plot)))
     try:
-        socket.create_connection(parse_broker(a.broker), 5).close()
+        if a.ingest == "driver":
+            socket.create_connection(parse_broker(a.broker), 5).close()
     except OSError as e:
         ap.error("cannot reach the broker at %s: %s (start it first)" % (a.broker, e.strerror or e))
     return a
 
 
 def on_signals(stop, interrupted):
-    """SIGTERM sets stop (the job drains, then stops); the first Ctrl-C sets
-    interrupted and stop (it stops without draining), a second one raises
-    KeyboardInterrupt. Installed again once Spark is up: PySpark's own SIGINT
-    handler would cancel the jobs through the JVM from inside the signal and
-    print tracebacks."""
+    """SIGTERM and the first Ctrl-C set stop (the job closes: every window
+    written, then stops); a second Ctrl-C sets interrupted (stop without
+    closing), a third one raises KeyboardInterrupt. Installed again once
+    Spark is up: PySpark's own SIGINT handler would cancel the jobs through
+    the JVM from inside the signal and print tracebacks."""
     def on_int(*_):
         if interrupted.is_set():
             raise KeyboardInterrupt
-        interrupted.set()
+        if stop.is_set():
+            interrupted.set()
+            print("interrupted: stopping without writing the open windows",
+                  file=sys.stderr, flush=True)
+        else:
+            print("stopping: writing every window first (Ctrl-C again: stop now)",
+                  file=sys.stderr, flush=True)
         stop.set()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, on_int)
@@ -341,10 +442,8 @@ def main(argv=None):
             if t_end and time.monotonic() >= t_end:
                 break
             q.awaitTermination(0.5)
-        if interrupted.is_set():  # Ctrl-C: stop now (SIGTERM drains first)
-            print("interrupted: stopping without draining the log", file=sys.stderr, flush=True)
-        elif q is not None:
-            drain(q, a.log, a.drain, max(5.0, 4 * a.trigger))
+        if q is not None and not interrupted.is_set():
+            drain(q, a.log, a.drain, max(5.0, 4 * a.trigger), interrupted=interrupted)
     except KeyboardInterrupt:
         print("interrupted again: stopping now", file=sys.stderr, flush=True)
         return 130

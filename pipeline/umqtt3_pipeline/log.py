@@ -170,6 +170,30 @@ def advance(path, start, first_n, end, max_rows):
     return pos, n
 
 
+def tail(path, start, first_n):
+    """The (position, message number) after the last whole, intact record
+    from start on: how far a reader in another process than the writer may
+    read (the writer appends whole groups; a torn or half-written tail is
+    not read)."""
+    pos, n = start, first_n
+    for lo, stop, buf in _slices(path, start):
+        for _, nxt, body in scan(buf):
+            if body[0] == MSG:
+                n += 1
+            pos = lo + nxt
+        if pos < stop:
+            break  # the writer's tail: nothing past it yet
+        pos = stop
+    return pos, n
+
+
+def first(path):
+    """(position, message number) of the log's first record, or None."""
+    bases = segments(path)
+    hdr = read_header(path, bases[0]) if bases else None
+    return None if hdr is None else (bases[0] + hdr[0], hdr[1])
+
+
 def cuts_between(path, start, first_n, end, every):
     """Record boundaries [(position, message number)] about every `every`
     bytes between positions start and end (for partitions of a range the

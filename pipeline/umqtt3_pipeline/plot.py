@@ -1,70 +1,66 @@
 """Each node's windowed series from the job's Parquet output, as one PNG: a
-panel per metric, a line per node (the window mean, shaded from min to max).
+title with the span, a panel per metric with its unit, a line per node (the
+window mean, shaded from min to max) and a legend that says so.
 
     python -m umqtt3_pipeline.plot OUT_DIR telemetry.png
 """
-import json
-import os
 import sys
-from urllib.parse import unquote, urlparse
-
-
-def committed_files(out):
-    """The Parquet files of the batches the file sink committed, from its
-    _spark_metadata log (files of a batch still being written, or of one that
-    a crash cut short, are not in it)."""
-    meta = os.path.join(out, "_spark_metadata")
-    if not os.path.isdir(meta):
-        return []
-    files = {}
-    for name in os.listdir(meta):
-        if name.startswith(".") or name.endswith(".tmp") or name.endswith(".crc"):
-            continue
-        with open(os.path.join(meta, name)) as f:
-            for line in f.read().splitlines()[1:]:
-                e = json.loads(line)
-                if e.get("action", "add") == "delete":
-                    files.pop(e["path"], None)
-                else:
-                    files[e["path"]] = e
-    out = []
-    for p in sorted(files):
-        u = urlparse(p)
-        out.append(unquote(u.path) if u.scheme in ("file", "") else p)
-    return out
 
 
 def load(out):
-    """The windows committed so far, as a pandas DataFrame (empty if none)."""
-    import pandas as pd
-    import pyarrow.parquet as pq
-    files = committed_files(out)
-    if not files:
-        return pd.DataFrame(columns=["window_start", "window_end", "node", "metric", "count",
-                                     "min", "max", "mean"])
-    return pd.concat([pq.read_table(f).to_pandas() for f in files], ignore_index=True)
+    """The windows written so far, as a pandas DataFrame (empty if none)."""
+    from .output import load as _load
+    return _load(out)
 
 
-def plot(out, png):
-    """Write the PNG; returns the number of windows plotted."""
+# the unit of each built-in metric of firmware/sensors.py; plot(units=...)
+# adds or overrides (a node's own sensor)
+UNITS = {"temp": "°C", "vbat": "V", "uptime": "s", "mem": "bytes"}
+
+
+def title(df):
+    """What the figure shows: nodes, window length and the time span."""
+    if not len(df):
+        return "umqtt3 telemetry: no windows yet"
+    width = (df["window_end"] - df["window_start"]).min().total_seconds()
+    return "umqtt3 telemetry: %d node(s), %g s windows, %s to %s UTC" % (
+        df["node"].nunique(), width, df["window_start"].min().strftime("%Y-%m-%d %H:%M:%S"),
+        df["window_end"].max().strftime("%H:%M:%S"))
+
+
+def plot(out, png, units=None):
+    """Write the PNG; returns the number of windows plotted. units:
+    {metric: unit} on top of UNITS."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    u = dict(UNITS, **(units or {}))
     df = load(out)
     metrics = sorted(df["metric"].unique()) or ["(no windows yet)"]
-    fig, axes = plt.subplots(len(metrics), 1, figsize=(9, 2.6 * len(metrics)), squeeze=False,
-                             sharex=True)
+    fig, axes = plt.subplots(len(metrics), 1, figsize=(9, 2.6 * len(metrics) + 0.6),
+                             squeeze=False, sharex=True)
+    fig.suptitle(title(df), fontsize=11)
+    # one colour per node in every panel, one legend for the figure
+    nodes = sorted(df["node"].unique())
+    colours = {n: "C%d" % (i % 10) for i, n in enumerate(nodes)}
     for ax, metric in zip(axes[:, 0], metrics):
         ax.set_title(metric, fontsize=10, loc="left")
+        ax.set_ylabel(u.get(metric, ""))
         m = df[df["metric"] == metric]
         for node in sorted(m["node"].unique()):
             s = m[m["node"] == node].sort_values("window_start")
-            ax.plot(s["window_start"], s["mean"], marker=".", label=node)
-            ax.fill_between(s["window_start"], s["min"], s["max"], alpha=0.2)
-        if len(m):
-            ax.legend(fontsize=8, loc="upper left")
+            mid = s["window_start"] + (s["window_end"] - s["window_start"]) / 2
+            ax.plot(mid, s["mean"], marker=".", color=colours[node])
+            ax.fill_between(mid, s["min"], s["max"], alpha=0.2, color=colours[node])
         ax.grid(alpha=0.3)
-    axes[-1, 0].set_xlabel("window start (UTC)")
+    if nodes:
+        handles = [Line2D([], [], marker=".", color=colours[n], label=n) for n in nodes]
+        handles.append(Patch(color="grey", alpha=0.3, label="min to max of a window"))
+        axes[0, 0].legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1),
+                          title="line: window mean", title_fontsize=8)
+    axes[-1, 0].set_xlabel("window middle (UTC)")
     fig.tight_layout()
     fig.savefig(png, dpi=80)
     plt.close(fig)

@@ -22,8 +22,11 @@ persistent session), maxRowsPerBatch, minRowsPerBatch and maxTriggerDelay
 (while the log keeps growing, a batch waits for that many rows, at most that
 many seconds), keepalive,
 segmentBytes, splitBytes, trim ("false" keeps the history for the batch
-reader).
+reader), ingest ("external": no ingest here; path holds one log per
+sub-directory, each written by its own ``python -m umqtt3_pipeline.ingest``,
+for instance under one MQTT 5 shared subscription; offsets per log).
 """
+import os
 import time
 
 from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
@@ -33,6 +36,12 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows,
 
 from . import log as _log
 from .telemetry import parse
+
+# The row a bounded run's close adds to the stream (request_close()): its
+# received_at is when the ingest stopped, and the job turns it into an event
+# time that moves the watermark past every window the run saw.
+CLOSE_TOPIC = "$close"
+CLOSE_FILE = "CLOSE"
 
 SCHEMA = ("topic string, payload binary, qos int, retain boolean, dup boolean, "
           "offset long, received_at timestamp, node string, metric string, value double, "
@@ -53,15 +62,17 @@ def _arrow_schema():
 
 
 class LogRange(InputPartition):
-    """Messages from position start (message number n) to position end."""
+    """Messages from position start (message number n) to position end, of
+    the log in the sub-directory part (None: the log is the path itself)."""
 
-    def __init__(self, start, n, end):
+    def __init__(self, start, n, end, part=None):
         self.start = start
         self.n = n
         self.end = end
+        self.part = part
 
     def __repr__(self):
-        return "LogRange(%d, %d, %d)" % (self.start, self.n, self.end)
+        return "LogRange(%d, %d, %d, %r)" % (self.start, self.n, self.end, self.part)
 
 
 def rows(path, part):
@@ -105,14 +116,81 @@ def rows(path, part):
                                          schema=schema)
 
 
-def split(start, n, end, cuts):
+class CloseMark(InputPartition):
+    """The one row of a close: at (ms since 1970) is when the ingest stopped."""
+
+    def __init__(self, at):
+        self.at = at
+
+
+def close_row(at_ms):
+    """The close as an Arrow record batch in SCHEMA's columns."""
+    import pyarrow as pa
+    schema = _arrow_schema()
+    cols = [[None] for _ in schema]
+    cols[0] = [CLOSE_TOPIC]
+    cols[6] = [at_ms * 1000]
+    return pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(cols, schema)],
+                                      schema=schema)
+
+
+def request_close(path, clock=time.time):
+    """Ask the stream reader of the log at path to close: at its next
+    latestOffset() it stops the ingest (the broker keeps what comes next for
+    the session) and ends its stream with the close row once the batch
+    reaches the end of the log. Returns the request's time in ms: every
+    offset whose "close" is at least that has closed."""
+    at = int(clock() * 1000)
+    tmp = os.path.join(path, CLOSE_FILE + ".tmp")
+    with open(tmp, "w") as f:
+        f.write("%d\n" % at)
+    os.replace(tmp, os.path.join(path, CLOSE_FILE))
+    return at
+
+
+def cancel_close(path):
+    """Forget a close request a previous run left behind."""
+    try:
+        os.remove(os.path.join(path, CLOSE_FILE))
+    except FileNotFoundError:
+        pass
+
+
+def _close_requested(path):
+    try:
+        with open(os.path.join(path, CLOSE_FILE)) as f:
+            return int(f.read().strip() or 0)
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def split(start, n, end, cuts, part=None):
     """LogRanges covering [start, end), cut at the given (position, number)."""
     parts = []
     for pos, m in cuts:
-        parts.append(LogRange(start, n, pos))
+        parts.append(LogRange(start, n, pos, part))
         start, n = pos, m
-    parts.append(LogRange(start, n, end))
+    parts.append(LogRange(start, n, end, part))
     return parts
+
+
+def log_parts(path):
+    """The logs under path that separate ingest processes write (one
+    sub-directory each, python -m umqtt3_pipeline.ingest --log path/NAME):
+    their names, sorted."""
+    if not os.path.isdir(path):
+        return []
+    return sorted(d for d in os.listdir(path)
+                  if os.path.isdir(os.path.join(path, d)) and _log.segments(os.path.join(path, d)))
+
+
+def _offset(pos, n, closed):
+    """An offset; "close" (the last close, ms) only once there was one, so
+    offsets of runs that never closed read as before."""
+    o = {"pos": pos, "n": n}
+    if closed:
+        o["close"] = closed
+    return o
 
 
 def _lower(options):
@@ -162,6 +240,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.trim = _bool(options.get("trim"), True)
         self.split_bytes = int(options.get("splitbytes", 1 << 20))
         self.target = None  # Trigger.AvailableNow: the end fixed at its start
+        # "external": the logs are written by ingest processes of their own,
+        # one sub-directory each (scale-out over a shared subscription)
+        self.external = options.get("ingest", "") == "external"
+        self.target_parts = None  # the same for those: {name: (position, number)}
         self._ingest = None
 
     def __getstate__(self):
@@ -182,24 +264,67 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._ingest.log
 
     def initialOffset(self):
+        if self.external:
+            return {"parts": {}}
         pos, n = self._log().first()
         return {"pos": pos, "n": n}
+
+    def _external_end(self, start):
+        """Each partition's end of whole records, from start on; a partition
+        that appeared since starts at its first record."""
+        parts = dict(start.get("parts", {}))
+        for name in log_parts(self.path):
+            d = os.path.join(self.path, name)
+            at = parts.get(name)
+            if at is None:
+                first = _log.first(d)
+                if first is None:
+                    continue
+                at = {"pos": first[0], "n": first[1]}
+            if self.target_parts is not None:
+                pos, n = self.target_parts.get(name, (at["pos"], at["n"]))
+            else:
+                pos, n = _log.tail(d, at["pos"], at["n"])
+            parts[name] = {"pos": pos, "n": n}
+        return parts
 
     def getDefaultReadLimit(self):
         return ReadMaxRows(self.max_rows) if self.max_rows > 0 else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self):
+        if self.external:
+            ends = self._external_end({"parts": {}})
+            self.target_parts = {k: (v["pos"], v["n"]) for k, v in ends.items()}
+            return
         self.target = self._log().durable()
 
     def latestOffset(self, start, limit):
+        if self.external:
+            # the ingests run apart and never wait for Spark: no read limits
+            closed = start.get("close", 0)
+            asked = _close_requested(self.path)
+            if asked > closed:
+                closed = max(asked, int(time.time() * 1000))
+            end = {"parts": self._external_end(start)}
+            if closed:
+                end["close"] = closed
+            return end
         log = self._log()
+        closed = start.get("close", 0)
+        asked = _close_requested(self.path)
+        if asked > closed:
+            self._ingest.pause()  # nothing enters the log after the close
         end, n = self.target or log.durable()
-        if (self.target is None and 0 < n - start["n"] < self.min_rows
+        if (self.target is None and asked <= closed and 0 < n - start["n"] < self.min_rows
                 and time.monotonic() - log.synced_at < QUIET and self._wait(start)):
             return start  # no batch yet: more rows are coming in
         if isinstance(limit, ReadMaxRows) and n - start["n"] > limit.max_rows:
             end, n = _log.advance(self.path, start["pos"], start["n"], end, limit.max_rows)
-        return {"pos": end, "n": n}
+        elif asked > closed:
+            # the close comes after every row of the log: a later row would
+            # be behind the watermark it moves
+            closed = max(asked, int(time.time() * 1000))
+        return _offset(end, n, closed)
 
     def _wait(self, start):
         """True while the rows after start have waited less than max_delay
@@ -210,14 +335,29 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return now - self._waiting[1] < self.max_delay
 
     def reportLatestOffset(self):
+        if self.external:
+            return {"parts": self._external_end({"parts": {}})}
         pos, n = self._log().durable()
         return {"pos": pos, "n": n}
 
     def partitions(self, start, end):
+        parts = []
+        if end.get("close", 0) > start.get("close", 0):
+            parts.append(CloseMark(end["close"]))
+        if self.external:
+            for name, e in sorted(end["parts"].items()):
+                d = os.path.join(self.path, name)
+                s = start.get("parts", {}).get(name)
+                if s is None:
+                    first = _log.first(d)
+                    s = {"pos": first[0], "n": first[1]}
+                if e["pos"] > s["pos"]:
+                    cuts = _log.cuts_between(d, s["pos"], s["n"], e["pos"], self.split_bytes)
+                    parts.extend(split(s["pos"], s["n"], e["pos"], cuts, name))
+            return parts
         log = self._log()
         if end["pos"] <= start["pos"]:
-            return []
-        parts = []
+            return parts
         for p in split(start["pos"], start["n"], end["pos"],
                        log.cut_points(start["pos"], end["pos"])):
             if p.end - p.start > 2 * self.split_bytes:
@@ -229,9 +369,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return parts
 
     def read(self, partition):
-        return rows(self.path, partition)
+        if isinstance(partition, CloseMark):
+            return iter([close_row(partition.at)])
+        return rows(_part_path(self.path, partition), partition)
 
     def commit(self, end):
+        if self.external:
+            return  # the ingests own their logs; the history stays for the batch reader
         log = self._log()
         if self.trim:
             log.trim(end["pos"])
@@ -242,25 +386,34 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._ingest = None
 
 
+def _part_path(path, partition):
+    return path if partition.part is None else os.path.join(path, partition.part)
+
+
 class BatchReader(DataSourceReader):
-    """The whole retained log, one partition per split_bytes of it."""
+    """The whole retained log (or every partition's, with ingest=external),
+    one partition per split_bytes of it."""
 
     def __init__(self, options):
         options = _lower(options)
         self.path = options["path"]
         self.split_bytes = int(options.get("splitbytes", 16 << 20))
+        self.external = options.get("ingest", "") == "external"
 
     def partitions(self):
         parts = []
-        bases = _log.segments(self.path)
-        for i, base in enumerate(bases):
-            hdr = _log.read_header(self.path, base)
-            if hdr is None:
-                continue
-            end = bases[i + 1] if i + 1 < len(bases) else None
-            cuts, stop = _log.boundaries(self.path, base, hdr[0], hdr[1], self.split_bytes)
-            parts.extend(split(base + hdr[0], hdr[1], end if end is not None else stop, cuts))
+        for name in log_parts(self.path) if self.external else [None]:
+            d = self.path if name is None else os.path.join(self.path, name)
+            bases = _log.segments(d)
+            for i, base in enumerate(bases):
+                hdr = _log.read_header(d, base)
+                if hdr is None:
+                    continue
+                end = bases[i + 1] if i + 1 < len(bases) else None
+                cuts, stop = _log.boundaries(d, base, hdr[0], hdr[1], self.split_bytes)
+                parts.extend(split(base + hdr[0], hdr[1], end if end is not None else stop, cuts,
+                                   name))
         return parts or [LogRange(0, 0, 0)]
 
     def read(self, partition):
-        return rows(self.path, partition)
+        return rows(_part_path(self.path, partition), partition)

@@ -1,7 +1,8 @@
 """The firmware's message format, parsed: topic ``<prefix>/<node>/<metric>``,
-payload ``{"v": value, "boot": boot_id, "seq": n}`` (firmware/node.py), and
-optionally ``"t"``, the reading's own time in seconds since the epoch, for
-senders that have a clock. Status messages (``<prefix>/<node>/status``,
+payload ``{"v": value, "boot": boot_id, "seq": n, "t": time}`` (firmware/node.py)
+where ``"t"``, the reading's own time in seconds since 1970, is there only when
+the node knows the time (its clock synced over NTP); readings without it are
+valid and fall back to their arrival time downstream. Status messages (``<prefix>/<node>/status``,
 plain text) and anything else parse to None."""
 import json
 import re
@@ -12,12 +13,13 @@ import re
 DEDUP_KEY = ("node", "boot", "seq")
 
 
-# exactly what firmware/node.py sends ('{"v":%s,"boot":%d,"seq":%d}'), read
-# without the json module (a third of the reader's time per row); anything
-# else, spaces or "t" included, goes through json.loads
+# exactly what firmware/node.py sends ('{"v":%s,"boot":%d,"seq":%d}', then
+# ',"t":%d' when it knows the time), read without the json module (a third of
+# the reader's time per row); anything else, spaces included, goes through
+# json.loads
 _INT = rb"(-?(?:0|[1-9][0-9]*))"  # JSON's grammar: no leading zeros
 _FIRMWARE = re.compile(rb'\{"v":(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?),"boot":' + _INT
-                       + rb',"seq":' + _INT + rb"\}\Z")
+                       + rb',"seq":' + _INT + rb'(?:,"t":((?:0|[1-9][0-9]*)(?:\.[0-9]+)?))?\}\Z')
 
 
 def parse(topic, payload):
@@ -30,8 +32,9 @@ def parse(topic, payload):
     m = _FIRMWARE.match(payload)
     if m is not None:
         try:
+            t = m.group(4)
             return (parts[-2].decode(), parts[-1].decode(), float(m.group(1)),
-                    int(m.group(2)), int(m.group(3)), None)
+                    int(m.group(2)), int(m.group(3)), None if t is None else float(t))
         except UnicodeDecodeError:
             return None
     try:

@@ -107,10 +107,10 @@ class Pipeline:
 
     def status(self):
         from umqtt3_pipeline import log as L
-        from umqtt3_pipeline.plot import committed_files
+        from umqtt3_pipeline.output import files as parquet_files
         n = L.count(self.log) if os.path.isdir(self.log) else 0
         try:
-            files = len(committed_files(self.parquet))
+            files = len(parquet_files(self.parquet))
         except (OSError, ValueError):
             files = 0
         if self.proc.poll() is not None:

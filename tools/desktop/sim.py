@@ -22,7 +22,7 @@ ROOT = procs.ROOT
 SHIM = os.path.join(ROOT, "tools", "desktop", "shim")
 FIRMWARE = os.path.join(ROOT, "firmware")
 # In import order: the shims first, then each firmware module after those it imports.
-MODULES = [(n, os.path.join(SHIM, n + ".py")) for n in ("machine", "network", "esp32", "rp2")] + [
+MODULES = [(n, os.path.join(SHIM, n + ".py")) for n in ("machine", "network", "esp32", "rp2", "ntptime")] + [
     (n, os.path.join(FIRMWARE, n + ".py")) for n in ("config", "sensors", "node", "gateway")]
 
 PREFIX = "umqtt3"
