@@ -72,7 +72,7 @@ class MQTTClient:
         self.wmask = False  # POLLOUT registered
         self.clean = True
         self.session_present = False
-        self.subs = {}  # filter -> qos, re-subscribed when the session is gone
+        self.subs = {}  # filter -> (options, props), re-subscribed when the session is gone
         self.tries = 0
         self.retry_at = ticks_ms()
         self.last_tx = self.last_rx = ticks_ms()
@@ -240,8 +240,8 @@ class MQTTClient:
         # as umqtt.simple: messages would have nowhere to go
         assert self.cb is not None, "set_callback() before subscribe()"
         self._up()
-        self.subs[topic] = qos
-        return self._start(topic, props)
+        self.subs[topic] = (qos, props)  # props too: asked the same way again
+        return self._start(topic)
 
     def subscribe_end(self, topic):
         """The granted QoS; raises if the broker refused the filter."""
@@ -261,25 +261,26 @@ class MQTTClient:
     def unsubscribe_start(self, topic):
         self._up()
         self.subs.pop(topic, None)
-        return self._start(topic, None)
+        return self._start(topic)
 
-    def _start(self, topic, props):
+    def _start(self, topic):
         pid = self.flow.new_pid()
-        self._ask(pid, topic, props)
+        self._ask(pid, topic)
         self.req = topic  # asked again, same id, if the link drops first
         self.wait_pid = pid
         self.answer = -1
         self._send()
         return pid
 
-    def _ask(self, pid, topic, props=None):
-        # SUBSCRIBE for a filter in subs (with its options), else UNSUBSCRIBE
+    def _ask(self, pid, topic):
+        # SUBSCRIBE for a filter in subs (with its options and properties),
+        # else UNSUBSCRIBE
         c = self.conn
         if c.space() < len(topic) + 16:
             self._drain()
-        if topic in self.subs:
-            c.tlen = encode_subscribe(c.tx, c.tlen, pid, topic, self.subs[topic], self.level,
-                                      props)
+        s = self.subs.get(topic)
+        if s is not None:
+            c.tlen = encode_subscribe(c.tx, c.tlen, pid, topic, s[0], self.level, s[1])
         else:
             c.tlen = encode_unsubscribe(c.tx, c.tlen, pid, topic, self.level)
 
