@@ -19,7 +19,7 @@ LAYERS = (
     ("codec_errors", "topic"),
     ("codec", "codec_server", "props"),  # codec loads the other two on demand
     ("transport", "conn", "store", "flow", "memstore", "qos_state", "broker_limits", "broker_auth"),
-    ("client", "client5", "broker_session"),
+    ("client", "client5", "client_resume", "broker_session"),
     ("aio", "broker_subs", "broker_retain", "broker_store"),
     ("broker_core",),
     ("broker_bytes",),

@@ -22,7 +22,7 @@ _UP = 2
 class MQTTClient:
     def __init__(self, client_id, server, port=0, user=None, password=None,
                  keepalive=0, ssl=None, ssl_params=None, level=4, store=None,
-                 window=8, bufsize=1024, reconnect=False, timeout_ms=5000,
+                 window=8, bufsize=512, reconnect=False, timeout_ms=5000,
                  backoff_ms=(500, 30000), connect_link=None, session_expiry=None,
                  auth=None):
         self.client_id = client_id
@@ -42,7 +42,7 @@ class MQTTClient:
             # messages a broker sends before our PUBRECs reach it
             # (mosquitto's default limit is 20 per client)
             from .memstore import MemoryStore
-            store = MemoryStore(window, 2048 // window, 32)
+            store = MemoryStore(window, 1024 // window, 32)
         self.store = store
         self.flow = Flow(self.store, self, window, level)
         self.bufsize = bufsize
@@ -167,7 +167,7 @@ class MQTTClient:
             raise OSError(107, "not connected")
         if up and c.tlen:
             try:
-                sent = self._send()
+                sent = self.send()
             except OSError:
                 # the link broke: store the message for the next connection
                 self._lost()
@@ -198,7 +198,7 @@ class MQTTClient:
             al[topic] = new  # known to the server once this PUBLISH is queued
         if up:
             try:
-                self._send()
+                self.send()
             except OSError:
                 # the link broke; a stored message goes out after the reconnect
                 self._lost()
@@ -265,19 +265,19 @@ class MQTTClient:
 
     def _start(self, topic):
         pid = self.flow.new_pid()
-        self._ask(pid, topic)
+        self.ask(pid, topic)
         self.req = topic  # asked again, same id, if the link drops first
         self.wait_pid = pid
         self.answer = -1
-        self._send()
+        self.send()
         return pid
 
-    def _ask(self, pid, topic):
+    def ask(self, pid, topic):
         # SUBSCRIBE for a filter in subs (with its options and properties),
         # else UNSUBSCRIBE
         c = self.conn
         if c.space() < len(topic) + 16:
-            self._drain()
+            self.drain()
         s = self.subs.get(topic)
         if s is not None:
             c.tlen = encode_subscribe(c.tx, c.tlen, pid, topic, s[0], self.level, s[1])
@@ -390,7 +390,7 @@ class MQTTClient:
                                 lw[2], lw[3], props, lw[4])
         self.state = _CONNACK
         self.pkt.level = self.level
-        self._send()
+        self.send()
         self.connect_started = ticks_ms()
 
     def _close(self):
@@ -417,7 +417,8 @@ class MQTTClient:
         d = d * 3 // 4 + (ticks_ms() * 7919) % (d // 2 + 1)  # type: ignore[operator, unused-ignore]
         self.retry_at = ticks_add(ticks_ms(), d)
 
-    def _send(self):
+    def send(self):
+        # write what is queued; True when all of it went out
         if self.unsynced and self.sync is not None:
             self.sync()  # durable before the acks behind it leave
         self.unsynced = False
@@ -436,7 +437,7 @@ class MQTTClient:
 
     def _flush_all(self, timeout_ms):
         start = ticks_ms()
-        while not self._send():
+        while not self.send():
             if ticks_diff(ticks_ms(), start) > timeout_ms:
                 raise OSError(110, "timed out")
             self._wait_io(10)
@@ -482,7 +483,7 @@ class MQTTClient:
             if self.state == _DOWN:
                 return handled
             if c.tlen > len(c.tx) >> 1:
-                self._send()  # acks pile up while a long burst is read
+                self.send()  # acks pile up while a long burst is read
             if ticks_diff(ticks_ms(), start) > timeout_ms or \
                     (self.ack_pid == self.want and not self.ssl):
                 # time is up, or the acknowledgement a waiting publish wants
@@ -491,7 +492,7 @@ class MQTTClient:
                 break
             n = c.recv()
         if c.tlen:
-            self._send()
+            self.send()
         if self.state == _CONNACK and ticks_diff(ticks_ms(), self.connect_started) > self.timeout_ms:
             raise Closed("no CONNACK")
         return handled
@@ -552,40 +553,22 @@ class MQTTClient:
             raise MQTTError("unexpected packet", 0x82)
 
     def _resume(self):
-        # A new connection: resend in-flight messages [MQTT-4.4.0-1],
-        # re-subscribe if the broker kept no session [MQTT-3.2.2-3], and hand
-        # stored inbound messages over again. The resend comes first, so a
-        # callback that raises cannot hold it up.
-        c = self.conn
+        # A new connection. Only what a reconnect or a kept session needs
+        # loads umqtt3.client_resume; a first connect with nothing stored
+        # leaves it unloaded.
         sp = self.session_present
-        self.flow.resend(c, self._drain, sp)
-        pending = self.req if self.wait_pid else None
-        if pending is not None:
-            # a SUBSCRIBE/UNSUBSCRIBE the old link cut off: ask again with
-            # the same id, so the caller waiting on it gets its answer
-            self._ask(self.wait_pid, pending)
+        if (self.subs and not sp) or self.wait_pid or self.redelivered or \
+                self.store.out_count():
+            from .client_resume import resume
+            resume(self, sp)
         if not sp:
-            for topic in self.subs:
-                if topic != pending:
-                    self._ask(self.flow.new_pid(), topic)
-        self._send()
-        while self.redelivered:
-            pid, body = self.redelivered[0]
-            p = Packet(self.level)
-            decode(p, body, 0, len(body))
-            self.deliver(p, True)  # if this raises, it stays on the list
-            self.redelivered.pop(0)
-            self.store.in_done(pid)
-        if not sp:
-            self._forget_inbound()
+            # The broker has no session: the packet ids of inbound QoS 2
+            # messages still waiting for PUBREL mean nothing now, and a new
+            # message reusing one would be taken for a duplicate and dropped.
+            self.store.in_clear()
 
-    def _forget_inbound(self):
-        # The broker has no session: the packet ids of inbound QoS 2 messages
-        # still waiting for PUBREL mean nothing now, and a new message reusing
-        # one would be taken for a duplicate and dropped.
-        self.store.in_clear()
-
-    def _drain(self):
+    def drain(self):
+        # write all that is queued, or raise after timeout_ms
         self._flush_all(self.timeout_ms)
         return True
 
@@ -604,7 +587,7 @@ class MQTTClient:
     def _queue_simple(self, ptype):
         c = self._up()
         c.tlen = encode_simple(c.tx, c.tlen, ptype)
-        self._send()
+        self.send()
 
     def _wait(self, state, timeout_ms):
         t = self.timeout_ms if timeout_ms is None else timeout_ms

@@ -62,7 +62,7 @@ ORDER = ["compat", "codec", "topic", "props", "flow", "memstore", "store", "conn
 CLIENT_SET = ["compat", "codec", "topic", "flow", "memstore", "conn", "client"]
 # CPython's half of compat: compiled (so --check covers it) but never imported
 # on a device, so it has no import RAM and is left out of the sets.
-CPYTHON_ONLY = ["compat/cpython"]
+CPYTHON_ONLY = ["compat/cpython", "broker_cli"]  # broker_cli: argparse, desktop only
 PACKAGES = set()  # module keys that are packages; filled by main()
 
 
