@@ -65,7 +65,7 @@ class MQTTClient:
         self.answer_hook = None  # umqtt3.client5.request() waiting for its answer
         self.pkt = Packet(level)
         # one connection object for the client's life: buffers allocated once
-        self.conn = Conn(None, bufsize, bufsize)
+        self.conn = Conn(None, bufsize, bufsize, 0, 5)  # a PUBACK in one read
         self.sock = None
         self.poller = None
         self.state = _DOWN
@@ -400,7 +400,8 @@ class MQTTClient:
             c.link = None
         elif self.sock is not None:
             self.sock.close()  # connect or TLS handshake failed in _open
-        c.done()
+        c.got = 0
+        c.done()  # nothing read on the old link is kept
         c.tlen = c.sent = 0
         self.sock = None
         self.poller = None
@@ -455,7 +456,7 @@ class MQTTClient:
         # poll() longer: the rest waits in the socket for the next call.
         c = self.conn
         start = ticks_ms()
-        if self.poller is not None and timeout_ms:
+        if self.poller is not None and timeout_ms and not c.buffered():
             for obj, ev in self.poller.ipoll(timeout_ms):
                 if ev & (POLLERR | POLLHUP) and not ev & POLLIN:
                     raise Closed("connection error")
