@@ -18,7 +18,8 @@ LAYERS = (
     ("compat", "compat.cpython", "compat.aio"),
     ("codec_errors", "topic"),
     ("codec", "codec_server", "props"),  # codec loads the other two on demand
-    ("transport", "conn", "store", "flow", "memstore", "qos_state", "broker_limits", "broker_auth"),
+    ("transport", "conn", "store", "flow", "memstore", "nostore", "qos_state", "broker_limits",
+     "broker_auth"),
     ("client", "client5", "client_resume", "broker_session"),
     ("aio", "broker_subs", "broker_retain", "broker_store"),
     ("broker_core",),

@@ -43,6 +43,11 @@ class MQTTClient:
             # (mosquitto's default limit is 20 per client)
             from .memstore import MemoryStore
             store = MemoryStore(window, 1024 // window, 32)
+        elif store is False:
+            # QoS 0/1/2 within one connection, nothing resent after a
+            # reconnect: no pool, and memstore stays unloaded
+            from .nostore import NoStore
+            store = NoStore(window, 32)
         self.store = store
         self.flow = Flow(self.store, self, window, level)
         self.bufsize = bufsize

@@ -22,7 +22,7 @@ compat, is compiled but never imported on a device, so it has no RAM figure
 and is in neither set.
 
 Connected client: per configuration (the default MemoryStore, a FileStore,
-MQTT 5), the heap in use after import, constructing the client, connect,
+MQTT 5, no store), the heap in use after import, constructing the client, connect,
 subscribe at QoS 1 and one QoS 1 publish, against a scripted broker inside
 the same VM (plain Python: it loads nothing of umqtt3), from .mpy.
 
@@ -55,7 +55,7 @@ RUN_MJS = os.path.join(REPO, "tests", "mp", "run.mjs")
 WASM_PKG = os.path.join(REPO, "node_modules", "@micropython", "micropython-webassembly-pyscript")
 
 # Listed bottom layer first (see docs); any other module found is appended.
-ORDER = ["compat", "codec", "topic", "props", "flow", "memstore", "store", "conn",
+ORDER = ["compat", "codec", "topic", "props", "flow", "memstore", "nostore", "store", "conn",
          "transport", "client", "aio", "broker", "__init__"]
 # What a sensor node needs to talk MQTT: the fair comparison with umqtt.simple.
 # what `from umqtt3.client import MQTTClient` and its default MemoryStore load
@@ -303,7 +303,7 @@ async def main():
             from umqtt3.client import MQTTClient
             if store == "file":
                 from umqtt3.store import FileStore
-            else:
+            elif store == "memory":
                 from umqtt3.memstore import MemoryStore
         elif kind == "simple":
             from umqtt.simple import MQTTClient
@@ -318,6 +318,8 @@ async def main():
             kw = {}
             if store == "file":
                 kw["store"] = FileStore("/mq")
+            elif store == "none":
+                kw["store"] = False
             c = MQTTClient("node1", "peer", keepalive=60, level=level, connect_link=link, **kw)
         else:
             c = MQTTClient("node1", "peer", keepalive=60)
@@ -486,6 +488,8 @@ CONFIGS = [
     ("umqtt3, QoS 2, FileStore", "umqtt3", 4, "file",
      ["compat", "codec", "topic", "flow", "store", "conn", "client"]),
     ("umqtt3, MQTT 5, MemoryStore", "umqtt3", 5, "memory", CLIENT_SET + ["props", "client5"]),
+    ("umqtt3, QoS 0/1/2, no store (store=False)", "umqtt3", 4, "none",
+     ["compat", "codec", "topic", "flow", "nostore", "conn", "client"]),
 ]
 
 
