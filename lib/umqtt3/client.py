@@ -17,6 +17,10 @@ from .flow import Flow, Busy
 _DOWN = 0
 _CONNACK = 1
 _UP = 2
+# I/O errors carry an errno and no text (each text would be a string in RAM
+# from import on): 107 not connected, 110 timed out (also no CONNACK or
+# PINGRESP in time), 111 connection failed, 104 the link or the server
+# ended the connection (disconnect_rc: a server DISCONNECT's reason, MQTT 5)
 
 
 class MQTTClient:
@@ -169,7 +173,7 @@ class MQTTClient:
         c = self.conn
         up = self.state == _UP
         if not up and not (qos and self.reconnect):
-            raise OSError(107, "not connected")
+            raise OSError(107)
         if up and c.tlen:
             try:
                 sent = self.send()
@@ -300,7 +304,7 @@ class MQTTClient:
         start = ticks_ms()
         while not self.poll(10):
             if timeout_ms is not None and ticks_diff(ticks_ms(), start) > timeout_ms:
-                raise OSError(110, "timed out")
+                raise OSError(110)
 
     # ---------------------------------------------------------- extras
     def accepted(self, key):
@@ -342,7 +346,7 @@ class MQTTClient:
         timeout_ms. Returns the number of packets handled."""
         if self.state == _DOWN:
             if not self.reconnect:
-                raise OSError(107, "not connected")
+                raise OSError(107)
             if ticks_diff(ticks_ms(), self.retry_at) < 0:
                 sleep_ms(min(timeout_ms, max(0, ticks_diff(self.retry_at, ticks_ms()))))
                 return 0
@@ -366,7 +370,7 @@ class MQTTClient:
     # ---------------------------------------------------------- internals
     def _up(self):
         if self.state != _UP:
-            raise OSError(107, "not connected")
+            raise OSError(107)
         return self.conn
 
     def _open(self, sock=None):
@@ -445,7 +449,7 @@ class MQTTClient:
         start = ticks_ms()
         while not self.send():
             if ticks_diff(ticks_ms(), start) > timeout_ms:
-                raise OSError(110, "timed out")
+                raise OSError(110)
             self._wait_io(10)
 
     def _wait_io(self, timeout_ms):
@@ -464,7 +468,7 @@ class MQTTClient:
         if self.poller is not None and timeout_ms and not c.buffered():
             for obj, ev in self.poller.ipoll(timeout_ms):
                 if ev & (POLLERR | POLLHUP) and not ev & POLLIN:
-                    raise Closed("connection error")
+                    raise Closed(104)
         handled = 0
         # inside the message callback only write (publish from a callback
         # queues and returns)
@@ -500,7 +504,7 @@ class MQTTClient:
         if c.tlen:
             self.send()
         if self.state == _CONNACK and ticks_diff(ticks_ms(), self.connect_started) > self.timeout_ms:
-            raise Closed("no CONNACK")
+            raise Closed(110)  # no CONNACK
         return handled
 
     def _handle(self, p):
@@ -551,7 +555,7 @@ class MQTTClient:
             self.ping_at = None
         elif t == DISCONNECT:
             self.disconnect_rc = p.rc  # MQTT 5: why the server closes
-            raise Closed("server sent DISCONNECT")
+            raise Closed(104)  # the server sent DISCONNECT
         elif t == AUTH:
             from .client5 import on_auth
             on_auth(self, p)
@@ -585,7 +589,7 @@ class MQTTClient:
         ka = self.keepalive * 1000
         if self.ping_at is not None:
             if ticks_diff(now, self.ping_at) > ka:
-                raise Closed("no PINGRESP")  # the link is dead
+                raise Closed(110)  # no PINGRESP: the link is dead
         elif ticks_diff(now, self.last_tx) >= ka:
             self._queue_simple(PINGREQ)
             self.ping_at = now
@@ -600,9 +604,9 @@ class MQTTClient:
         start = ticks_ms()
         while self.state != state:
             if self.state == _DOWN and not self.reconnect:
-                raise OSError(111, "connection failed")
+                raise OSError(111)
             if ticks_diff(ticks_ms(), start) > t:
-                raise OSError(110, "timed out")
+                raise OSError(110)
             self.poll(10)
 
     def _wait_done(self, pid):
@@ -611,7 +615,7 @@ class MQTTClient:
         try:
             while self.store.out_has(pid):
                 if ticks_diff(ticks_ms(), start) > self.timeout_ms:
-                    raise OSError(110, "timed out")
+                    raise OSError(110)
                 self.poll(10)
         finally:
             self.want = -1
@@ -624,6 +628,6 @@ class MQTTClient:
         while self.wait_pid == pid:
             if ticks_diff(ticks_ms(), start) > self.timeout_ms:
                 self.wait_pid = 0
-                raise OSError(110, "timed out")
+                raise OSError(110)
             self.poll(10)
         return self.answer

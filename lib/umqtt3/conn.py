@@ -20,7 +20,8 @@ from .codec import frame_len
 
 
 class Closed(OSError):
-    """The peer closed the connection (or the link failed)."""
+    """The peer closed the connection (or the link failed): errno 104, or 32
+    when a write failed; no text, to keep strings out of RAM."""
 
 
 class Conn:
@@ -70,7 +71,7 @@ class Conn:
             if r is None:
                 return 0
             if not r:
-                raise Closed("closed by peer")
+                raise Closed(104)  # closed by the peer
             self.got = got + r
 
     def done(self):
@@ -99,7 +100,7 @@ class Conn:
             if not r:
                 if r is None:
                     return False
-                raise Closed("write failed")
+                raise Closed(32)  # write failed
             self.sent += r
         self.sent = self.tlen = 0
         return True
