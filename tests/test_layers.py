@@ -16,11 +16,11 @@ LIB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 # lowest first; a module may import from its own layer and those before it
 LAYERS = (
     ("compat", "compat.cpython", "compat.aio"),
-    ("codec_errors", "topic"),
-    ("codec", "codec_server", "props"),  # codec loads the other two on demand
-    ("transport", "conn", "store", "flow", "memstore", "qos_state", "broker_limits", "broker_auth",
-     "broker_acl", "broker_log"),
-    ("client", "client5", "broker_session"),
+    ("codec_errors",),
+    ("codec", "codec_server", "props", "topic"),  # codec loads the next two on demand
+    ("transport", "conn", "store", "flow", "memstore", "nostore", "qos_state", "broker_limits",
+     "broker_auth", "broker_acl", "broker_log"),
+    ("client", "client5", "client_resume", "broker_session"),
     ("aio", "broker_subs", "broker_retain", "broker_store"),
     ("broker_core", "broker5"),
     ("broker_bytes",),

@@ -18,7 +18,7 @@
 from . import compat
 from .compat import ticks_ms, ticks_diff, POLLIN, POLLOUT, POLLHUP, POLLERR, asleep_ms
 from .codec import MQTTError
-from .transport import Conn
+from .conn import Conn
 from .broker_limits import Limits
 from .broker_core import Core, CLOSED, TIMER_MS, VERSION  # noqa: F401  (VERSION: API)
 

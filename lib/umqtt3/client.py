@@ -17,12 +17,16 @@ from .flow import Flow, Busy
 _DOWN = 0
 _CONNACK = 1
 _UP = 2
+# I/O errors carry an errno and no text (each text would be a string in RAM
+# from import on): 107 not connected, 110 timed out (also no CONNACK or
+# PINGRESP in time), 111 connection failed, 104 the link or the server
+# ended the connection (disconnect_rc: a server DISCONNECT's reason, MQTT 5)
 
 
 class MQTTClient:
     def __init__(self, client_id, server, port=0, user=None, password=None,
                  keepalive=0, ssl=None, ssl_params=None, level=4, store=None,
-                 window=8, bufsize=1024, reconnect=False, timeout_ms=5000,
+                 window=8, bufsize=512, reconnect=False, timeout_ms=5000,
                  backoff_ms=(500, 30000), connect_link=None, session_expiry=None,
                  auth=None):
         self.client_id = client_id
@@ -42,7 +46,12 @@ class MQTTClient:
             # messages a broker sends before our PUBRECs reach it
             # (mosquitto's default limit is 20 per client)
             from .memstore import MemoryStore
-            store = MemoryStore(window, 2048 // window, 32)
+            store = MemoryStore(window, 1024 // window, 32)
+        elif store is False:
+            # QoS 0/1/2 within one connection, nothing resent after a
+            # reconnect: no pool, and memstore stays unloaded
+            from .nostore import NoStore
+            store = NoStore(window, 32)
         self.store = store
         self.flow = Flow(self.store, self, window, level)
         self.bufsize = bufsize
@@ -65,14 +74,14 @@ class MQTTClient:
         self.answer_hook = None  # umqtt3.client5.request() waiting for its answer
         self.pkt = Packet(level)
         # one connection object for the client's life: buffers allocated once
-        self.conn = Conn(None, bufsize, bufsize)
+        self.conn = Conn(None, bufsize, bufsize, 0, 5)  # a PUBACK in one read
         self.sock = None
         self.poller = None
         self.state = _DOWN
         self.wmask = False  # POLLOUT registered
         self.clean = True
         self.session_present = False
-        self.subs = {}  # filter -> qos, re-subscribed when the session is gone
+        self.subs = {}  # filter -> (options, props), re-subscribed when the session is gone
         self.tries = 0
         self.retry_at = ticks_ms()
         self.last_tx = self.last_rx = ticks_ms()
@@ -164,10 +173,10 @@ class MQTTClient:
         c = self.conn
         up = self.state == _UP
         if not up and not (qos and self.reconnect):
-            raise OSError(107, "not connected")
+            raise OSError(107)
         if up and c.tlen:
             try:
-                sent = self._send()
+                sent = self.send()
             except OSError:
                 # the link broke: store the message for the next connection
                 self._lost()
@@ -198,7 +207,7 @@ class MQTTClient:
             al[topic] = new  # known to the server once this PUBLISH is queued
         if up:
             try:
-                self._send()
+                self.send()
             except OSError:
                 # the link broke; a stored message goes out after the reconnect
                 self._lost()
@@ -240,8 +249,8 @@ class MQTTClient:
         # as umqtt.simple: messages would have nowhere to go
         assert self.cb is not None, "set_callback() before subscribe()"
         self._up()
-        self.subs[topic] = qos
-        return self._start(topic, props)
+        self.subs[topic] = (qos, props)  # props too: asked the same way again
+        return self._start(topic)
 
     def subscribe_end(self, topic):
         """The granted QoS; raises if the broker refused the filter."""
@@ -261,25 +270,26 @@ class MQTTClient:
     def unsubscribe_start(self, topic):
         self._up()
         self.subs.pop(topic, None)
-        return self._start(topic, None)
+        return self._start(topic)
 
-    def _start(self, topic, props):
+    def _start(self, topic):
         pid = self.flow.new_pid()
-        self._ask(pid, topic, props)
+        self.ask(pid, topic)
         self.req = topic  # asked again, same id, if the link drops first
         self.wait_pid = pid
         self.answer = -1
-        self._send()
+        self.send()
         return pid
 
-    def _ask(self, pid, topic, props=None):
-        # SUBSCRIBE for a filter in subs (with its options), else UNSUBSCRIBE
+    def ask(self, pid, topic):
+        # SUBSCRIBE for a filter in subs (with its options and properties),
+        # else UNSUBSCRIBE
         c = self.conn
         if c.space() < len(topic) + 16:
-            self._drain()
-        if topic in self.subs:
-            c.tlen = encode_subscribe(c.tx, c.tlen, pid, topic, self.subs[topic], self.level,
-                                      props)
+            self.drain()
+        s = self.subs.get(topic)
+        if s is not None:
+            c.tlen = encode_subscribe(c.tx, c.tlen, pid, topic, s[0], self.level, s[1])
         else:
             c.tlen = encode_unsubscribe(c.tx, c.tlen, pid, topic, self.level)
 
@@ -294,7 +304,7 @@ class MQTTClient:
         start = ticks_ms()
         while not self.poll(10):
             if timeout_ms is not None and ticks_diff(ticks_ms(), start) > timeout_ms:
-                raise OSError(110, "timed out")
+                raise OSError(110)
 
     # ---------------------------------------------------------- extras
     def accepted(self, key):
@@ -336,7 +346,7 @@ class MQTTClient:
         timeout_ms. Returns the number of packets handled."""
         if self.state == _DOWN:
             if not self.reconnect:
-                raise OSError(107, "not connected")
+                raise OSError(107)
             if ticks_diff(ticks_ms(), self.retry_at) < 0:
                 sleep_ms(min(timeout_ms, max(0, ticks_diff(self.retry_at, ticks_ms()))))
                 return 0
@@ -360,7 +370,7 @@ class MQTTClient:
     # ---------------------------------------------------------- internals
     def _up(self):
         if self.state != _UP:
-            raise OSError(107, "not connected")
+            raise OSError(107)
         return self.conn
 
     def _open(self, sock=None):
@@ -389,7 +399,7 @@ class MQTTClient:
                                 lw[2], lw[3], props, lw[4])
         self.state = _CONNACK
         self.pkt.level = self.level
-        self._send()
+        self.send()
         self.connect_started = ticks_ms()
 
     def _close(self):
@@ -399,7 +409,8 @@ class MQTTClient:
             c.link = None
         elif self.sock is not None:
             self.sock.close()  # connect or TLS handshake failed in _open
-        c.done()
+        c.got = 0
+        c.done()  # nothing read on the old link is kept
         c.tlen = c.sent = 0
         self.sock = None
         self.poller = None
@@ -416,7 +427,8 @@ class MQTTClient:
         d = d * 3 // 4 + (ticks_ms() * 7919) % (d // 2 + 1)  # type: ignore[operator, unused-ignore]
         self.retry_at = ticks_add(ticks_ms(), d)
 
-    def _send(self):
+    def send(self):
+        # write what is queued; True when all of it went out
         if self.unsynced and self.sync is not None:
             self.sync()  # durable before the acks behind it leave
         self.unsynced = False
@@ -435,9 +447,9 @@ class MQTTClient:
 
     def _flush_all(self, timeout_ms):
         start = ticks_ms()
-        while not self._send():
+        while not self.send():
             if ticks_diff(ticks_ms(), start) > timeout_ms:
-                raise OSError(110, "timed out")
+                raise OSError(110)
             self._wait_io(10)
 
     def _wait_io(self, timeout_ms):
@@ -453,10 +465,10 @@ class MQTTClient:
         # poll() longer: the rest waits in the socket for the next call.
         c = self.conn
         start = ticks_ms()
-        if self.poller is not None and timeout_ms:
+        if self.poller is not None and timeout_ms and not c.buffered():
             for obj, ev in self.poller.ipoll(timeout_ms):
                 if ev & (POLLERR | POLLHUP) and not ev & POLLIN:
-                    raise Closed("connection error")
+                    raise Closed(104)
         handled = 0
         # inside the message callback only write (publish from a callback
         # queues and returns)
@@ -481,7 +493,7 @@ class MQTTClient:
             if self.state == _DOWN:
                 return handled
             if c.tlen > len(c.tx) >> 1:
-                self._send()  # acks pile up while a long burst is read
+                self.send()  # acks pile up while a long burst is read
             if ticks_diff(ticks_ms(), start) > timeout_ms or \
                     (self.ack_pid == self.want and not self.ssl):
                 # time is up, or the acknowledgement a waiting publish wants
@@ -490,9 +502,9 @@ class MQTTClient:
                 break
             n = c.recv()
         if c.tlen:
-            self._send()
+            self.send()
         if self.state == _CONNACK and ticks_diff(ticks_ms(), self.connect_started) > self.timeout_ms:
-            raise Closed("no CONNACK")
+            raise Closed(110)  # no CONNACK
         return handled
 
     def _handle(self, p):
@@ -543,7 +555,7 @@ class MQTTClient:
             self.ping_at = None
         elif t == DISCONNECT:
             self.disconnect_rc = p.rc  # MQTT 5: why the server closes
-            raise Closed("server sent DISCONNECT")
+            raise Closed(104)  # the server sent DISCONNECT
         elif t == AUTH:
             from .client5 import on_auth
             on_auth(self, p)
@@ -551,40 +563,22 @@ class MQTTClient:
             raise MQTTError("unexpected packet", 0x82)
 
     def _resume(self):
-        # A new connection: resend in-flight messages [MQTT-4.4.0-1],
-        # re-subscribe if the broker kept no session [MQTT-3.2.2-3], and hand
-        # stored inbound messages over again. The resend comes first, so a
-        # callback that raises cannot hold it up.
-        c = self.conn
+        # A new connection. Only what a reconnect or a kept session needs
+        # loads umqtt3.client_resume; a first connect with nothing stored
+        # leaves it unloaded.
         sp = self.session_present
-        self.flow.resend(c, self._drain, sp)
-        pending = self.req if self.wait_pid else None
-        if pending is not None:
-            # a SUBSCRIBE/UNSUBSCRIBE the old link cut off: ask again with
-            # the same id, so the caller waiting on it gets its answer
-            self._ask(self.wait_pid, pending)
+        if (self.subs and not sp) or self.wait_pid or self.redelivered or \
+                self.store.out_count():
+            from .client_resume import resume
+            resume(self, sp)
         if not sp:
-            for topic in self.subs:
-                if topic != pending:
-                    self._ask(self.flow.new_pid(), topic)
-        self._send()
-        while self.redelivered:
-            pid, body = self.redelivered[0]
-            p = Packet(self.level)
-            decode(p, body, 0, len(body))
-            self.deliver(p, True)  # if this raises, it stays on the list
-            self.redelivered.pop(0)
-            self.store.in_done(pid)
-        if not sp:
-            self._forget_inbound()
+            # The broker has no session: the packet ids of inbound QoS 2
+            # messages still waiting for PUBREL mean nothing now, and a new
+            # message reusing one would be taken for a duplicate and dropped.
+            self.store.in_clear()
 
-    def _forget_inbound(self):
-        # The broker has no session: the packet ids of inbound QoS 2 messages
-        # still waiting for PUBREL mean nothing now, and a new message reusing
-        # one would be taken for a duplicate and dropped.
-        self.store.in_clear()
-
-    def _drain(self):
+    def drain(self):
+        # write all that is queued, or raise after timeout_ms
         self._flush_all(self.timeout_ms)
         return True
 
@@ -595,7 +589,7 @@ class MQTTClient:
         ka = self.keepalive * 1000
         if self.ping_at is not None:
             if ticks_diff(now, self.ping_at) > ka:
-                raise Closed("no PINGRESP")  # the link is dead
+                raise Closed(110)  # no PINGRESP: the link is dead
         elif ticks_diff(now, self.last_tx) >= ka:
             self._queue_simple(PINGREQ)
             self.ping_at = now
@@ -603,16 +597,16 @@ class MQTTClient:
     def _queue_simple(self, ptype):
         c = self._up()
         c.tlen = encode_simple(c.tx, c.tlen, ptype)
-        self._send()
+        self.send()
 
     def _wait(self, state, timeout_ms):
         t = self.timeout_ms if timeout_ms is None else timeout_ms
         start = ticks_ms()
         while self.state != state:
             if self.state == _DOWN and not self.reconnect:
-                raise OSError(111, "connection failed")
+                raise OSError(111)
             if ticks_diff(ticks_ms(), start) > t:
-                raise OSError(110, "timed out")
+                raise OSError(110)
             self.poll(10)
 
     def _wait_done(self, pid):
@@ -621,7 +615,7 @@ class MQTTClient:
         try:
             while self.store.out_has(pid):
                 if ticks_diff(ticks_ms(), start) > self.timeout_ms:
-                    raise OSError(110, "timed out")
+                    raise OSError(110)
                 self.poll(10)
         finally:
             self.want = -1
@@ -634,6 +628,6 @@ class MQTTClient:
         while self.wait_pid == pid:
             if ticks_diff(ticks_ms(), start) > self.timeout_ms:
                 self.wait_pid = 0
-                raise OSError(110, "timed out")
+                raise OSError(110)
             self.poll(10)
         return self.answer

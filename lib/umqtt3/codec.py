@@ -8,7 +8,6 @@
 # levels: 3 (MQTT 3.1, "MQIsdp"), 4 (3.1.1) and 5 (5.0); what only 5.0 has
 # (properties, reason codes, AUTH) is umqtt3.props's, imported on first use.
 from .compat import const, valid_utf8, as_bytes
-from .topic import valid_name, valid_filter
 
 CONNECT = const(1)
 CONNACK = const(2)
@@ -91,6 +90,51 @@ def fail(e, code=MALFORMED):
     # in the same table)
     from .codec_errors import TEXT
     raise MQTTError(TEXT[e], code)
+
+
+# ---------------------------------------------------------------- topics
+# topic names and filters (umqtt3.topic matches them; it defines these
+# bytes again, as const() names cannot be imported on MicroPython)
+_SLASH = const(0x2F)
+_PLUS = const(0x2B)
+_HASH = const(0x23)
+
+
+def valid_name(buf, off, n):
+    """A topic name: 1..65535 bytes, no wildcards, no U+0000
+    [MQTT-4.7.3-1, MQTT-4.7.3-2, MQTT-3.3.2-2]. UTF-8 is checked by the codec."""
+    if not 0 < n < 65536:
+        return False
+    if not off and n == len(buf) and type(buf) is not memoryview:
+        # a whole bytes/bytearray (what publish() gets): find() runs in C
+        # and allocates nothing
+        return buf.find(b"+") < 0 and buf.find(b"#") < 0 and buf.find(b"\x00") < 0
+    for i in range(off, off + n):
+        c = buf[i]
+        if c == _PLUS or c == _HASH or c == 0:
+            return False
+    return True
+
+
+def valid_filter(buf, off, n):
+    """A topic filter: 1..65535 bytes; '+' fills a whole level
+    [MQTT-4.7.1-3]; '#' is last and fills a whole level [MQTT-4.7.1-2]."""
+    if not 0 < n < 65536:
+        return False
+    end = off + n
+    for i in range(off, end):
+        c = buf[i]
+        if c == _PLUS or c == _HASH:
+            if i > off and buf[i - 1] != _SLASH:
+                return False
+            if c == _HASH:
+                if i != end - 1:
+                    return False
+            elif i + 1 < end and buf[i + 1] != _SLASH:
+                return False
+        elif c == 0:
+            return False
+    return True
 
 
 # ---------------------------------------------------------------- framing

@@ -7,21 +7,31 @@
 # in-memory link pair for tests and for running broker and clients in one
 # process (kept apart so that a device client never loads it).
 #
-# Reads are exact: the 2-byte header start, then any further length bytes,
-# then the body, each read landing where it belongs in the receive buffer.
-# So a packet is whole in rx[0:n] with no compaction, and reads at offsets
-# 0..5 use views made once; only a packet that arrives in pieces costs a
-# memoryview slice.
+# Reads land where they belong in the receive buffer: the start of a packet
+# (`head` bytes asked for, 2 by default: exact reads), then any further
+# length bytes, then the body. So a packet is whole in rx[0:n], and reads at
+# offsets 0..5 use views made once; only a packet that arrives in pieces
+# costs a memoryview slice. With a larger `head` (the client's) a small
+# packet, such as the PUBACK a QoS 1 publish waits for, comes in one read
+# instead of two; the few bytes read past it are moved to the front on the
+# next recv(), so the packet handed out stays intact until then.
+from .compat import copy
 from .codec import frame_len
 
 
 class Closed(OSError):
-    """The peer closed the connection (or the link failed)."""
+    """The peer closed the connection (or the link failed): errno 104, or 32
+    when a write failed; no text, to keep strings out of RAM."""
 
 
 class Conn:
-    def __init__(self, link, rxsize=1024, txsize=1024, max_packet=0):
+    def __init__(self, link, rxsize=1024, txsize=1024, max_packet=0, head=2):
         self.link = link
+        # bytes asked for at a packet's start: at most 5, so that what follows
+        # lands at an offset with a view made once (_at)
+        self.head = min(head, 5, rxsize)
+        self.last = 0  # length of the packet recv() returned
+        self.spent = 0  # of rx[0:got], bytes done() consumed
         self.rx = bytearray(rxsize)
         self.tx = bytearray(txsize)
         self._rxv = memoryview(self.rx)
@@ -38,28 +48,46 @@ class Conn:
         """Read what is available; return the length of a whole packet now in
         rx[0:n], or 0 if none is complete yet. Call done() after decoding."""
         link = self.link
+        s = self.spent
+        if s:
+            # bytes read past the last packet: the start of the next one
+            self.got -= s
+            copy(self.rx, 0, self.rx, s, self.got)
+            self.spent = 0
         while True:
             got = self.got
             if got >= 2:
                 n = frame_len(self.rx, 0, got, self.max_packet)
                 if n:
-                    if got == n:
+                    if got >= n:
+                        self.last = n
                         return n
                     self.need = n
                 else:
                     self.need = got + 1  # one more remaining-length byte
-            want = self.need - got
+            want = self.need - got if got else self.head
             buf = self._at[got] if got < 6 else self._rxv[got:]
             r = link.readinto(buf, want)
             if r is None:
                 return 0
             if not r:
-                raise Closed("closed by peer")
+                raise Closed(104)  # closed by the peer
             self.got = got + r
 
     def done(self):
-        self.got = 0
+        """The packet recv() returned is consumed (set got to 0 first to
+        drop everything read)."""
+        if self.got > self.last > 0:
+            self.spent = self.last  # moved at the next recv(): rx stays intact
+        else:
+            self.got = 0
+        self.last = 0
         self.need = 2
+
+    def buffered(self):
+        """Bytes read past the packet last consumed: the socket may have
+        nothing more, so do not wait on it before recv()."""
+        return self.got - self.spent if self.spent else 0
 
     # ------------------------------------------------------------ send
     def space(self):
@@ -72,7 +100,7 @@ class Conn:
             if not r:
                 if r is None:
                     return False
-                raise Closed("write failed")
+                raise Closed(32)  # write failed
             self.sent += r
         self.sent = self.tlen = 0
         return True

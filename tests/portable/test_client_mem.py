@@ -412,6 +412,45 @@ def test_resend_after_reconnect():
     assert peer.published[2:] == [(TOPIC, b"q1", 1, True), (TOPIC, b"q2", 2, True)]
 
 
+def test_without_a_store_qos_0_1_2_within_a_connection():
+    peer = Peer()
+    c = _client(peer, store=False)
+    assert type(c.store).__name__ == "NoStore"
+    box = Inbox()
+    c.set_callback(box.cb)
+    c.connect()
+    assert c.publish(TOPIC, b"zero") == 0
+    assert c.publish(TOPIC, b"one", qos=1) and c.inflight() == 0
+    assert c.publish(TOPIC, b"two", qos=2) and c.inflight() == 0
+    assert peer.got[PUBREL] == 1
+    for q in (1, 2, 2):
+        peer.publish(TOPIC, b"in", q)
+        for _ in range(4):
+            c.poll(0)
+    assert box.msgs == [(TOPIC, b"in")] * 3 and peer.got[PUBREC] == 2
+
+
+def test_without_a_store_nothing_is_resent_after_a_reconnect():
+    # store=False: what was in flight when the link dropped is gone (as
+    # with umqtt.simple), and its ids do not hold the window
+    peer = Peer()
+    peer.ack = False
+    c = _client(peer, window=2, store=False)
+    c.connect(clean_session=False)
+    c.publish(TOPIC, b"q1", qos=1, wait=False)
+    c.publish(TOPIC, b"q2", qos=2, wait=False)
+    _settle(c, peer, PUBLISH, 2)
+    assert c.inflight() == 2
+    peer.drop()
+    peer.ack = True
+    peer.session = True
+    c.connect(clean_session=False)
+    for _ in range(5):
+        c.poll(0)
+    assert len(peer.published) == 2 and c.inflight() == 0
+    assert c.publish(TOPIC, b"q3", qos=1) and peer.published[2] == (TOPIC, b"q3", 1, False)
+
+
 # ---------------------------------------------------------------- no allocation
 
 def _steady(c, peer, box, n):
@@ -469,11 +508,19 @@ PARTS = ("publish qos0", "publish qos1", "publish qos2", "receive qos0",
 
 
 def test_steady_state_allocates_nothing():
+    _allocates_nothing()
+
+
+def test_steady_state_without_a_store_allocates_nothing():
+    _allocates_nothing(store=False)
+
+
+def _allocates_nothing(**kw):
     if not MICROPYTHON:
         raise SkipTest("needs micropython.heap_lock")
     peer = Peer()
     peer.record = False
-    c = _client(peer, keepalive=60)  # the keepalive checks run too
+    c = _client(peer, keepalive=60, **kw)  # the keepalive checks run too
     box = RawCount()
     c.set_callback(box.cb, raw=True)
     c.connect()

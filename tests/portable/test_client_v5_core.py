@@ -31,6 +31,7 @@ class Server:
         self.got_auth = None  # the client's AUTH data
         self.published = 0
         self.topics = []  # topic length of each PUBLISH (0: an alias)
+        self.sub_ids = []  # the Subscription Identifier of each SUBSCRIBE
 
     def step(self):
         c = self.conn
@@ -47,6 +48,7 @@ class Server:
                 self.got_auth = props.get(p.buf, p.props_off, p.props_len, 0x16)
             c.tlen = encode_connack(c.tx, c.tlen, False, 0, 5, self.connack_props)
         elif t == SUBSCRIBE:
+            self.sub_ids.append(props.get(p.buf, p.props_off, p.props_len, 0x0B))
             c.tlen = encode_suback(c.tx, c.tlen, p.pid, bytes([self.suback]), 5)
         elif t == PUBLISH:
             self.published += 1
@@ -104,6 +106,29 @@ def test_suback_refusal_is_raised_per_filter():
     assert b"a/#" not in c.subs  # not subscribed again after a reconnect
     s.suback = 1
     assert c.subscribe(b"b/#", 1) == 1
+
+
+def test_resubscribe_sends_the_subscription_properties_again():
+    # the broker kept no session: the client subscribes again
+    # [MQTT-3.2.2-3], with the options and properties it first used
+    s = Server()
+
+    def fresh_link():
+        s.end, other = Pipe.pair(4096)
+        s.conn = Conn(other, 1024, 1024)
+        return Link(s)
+
+    c = MQTTClient("v5dev", "peer", level=5, connect_link=fresh_link, timeout_ms=2000,
+                   reconnect=True, backoff_ms=(0, 0))
+    c.set_callback(lambda t, m: None)
+    c.connect()
+    assert c.subscribe(b"a/#", 1, props={0x0B: 7}) == 1
+    s.end.close()  # the link drops
+    for _ in range(100):
+        c.poll(0)
+        if len(s.sub_ids) == 2:
+            break
+    assert s.sub_ids == [7, 7]
 
 
 def test_enhanced_auth_continue_asks_the_hook():

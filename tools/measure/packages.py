@@ -31,7 +31,8 @@ DESKTOP_ONLY = tuple(m[len("umqtt3."):].replace(".", "/") + ".py" for m in libgr
 
 # package file -> (name, its entry modules, the package files it depends on)
 PACKAGES = {
-    "package.json": ("umqtt3", ("umqtt3", "umqtt3.client", "umqtt3.aio", "umqtt3.store", "umqtt3.client5"), ()),
+    "package.json": ("umqtt3", ("umqtt3", "umqtt3.client", "umqtt3.aio", "umqtt3.store", "umqtt3.client5",
+                                "umqtt3.transport"), ()),
     "package-broker.json": ("umqtt3-broker", ("umqtt3.broker",), ("package.json",)),
 }
 

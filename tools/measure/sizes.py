@@ -22,7 +22,7 @@ compat, is compiled but never imported on a device, so it has no RAM figure
 and is in neither set.
 
 Connected client: per configuration (the default MemoryStore, a FileStore,
-MQTT 5), the heap in use after import, constructing the client, connect,
+MQTT 5, no store), the heap in use after import, constructing the client, connect,
 subscribe at QoS 1 and one QoS 1 publish, against a scripted broker inside
 the same VM (plain Python: it loads nothing of umqtt3), from .mpy.
 
@@ -55,14 +55,14 @@ RUN_MJS = os.path.join(REPO, "tests", "mp", "run.mjs")
 WASM_PKG = os.path.join(REPO, "node_modules", "@micropython", "micropython-webassembly-pyscript")
 
 # Listed bottom layer first (see docs); any other module found is appended.
-ORDER = ["compat", "codec", "topic", "props", "flow", "memstore", "store", "conn",
+ORDER = ["compat", "codec", "topic", "props", "flow", "memstore", "nostore", "store", "conn",
          "transport", "client", "aio", "broker", "__init__"]
 # What a sensor node needs to talk MQTT: the fair comparison with umqtt.simple.
 # what `from umqtt3.client import MQTTClient` and its default MemoryStore load
-CLIENT_SET = ["compat", "codec", "topic", "flow", "memstore", "conn", "client"]
+CLIENT_SET = ["compat", "codec", "flow", "memstore", "conn", "client"]
 # CPython's half of compat: compiled (so --check covers it) but never imported
 # on a device, so it has no import RAM and is left out of the sets.
-CPYTHON_ONLY = ["compat/cpython"]
+CPYTHON_ONLY = ["compat/cpython", "broker_cli"]  # broker_cli: argparse, desktop only
 PACKAGES = set()  # module keys that are packages; filled by main()
 
 
@@ -303,7 +303,7 @@ async def main():
             from umqtt3.client import MQTTClient
             if store == "file":
                 from umqtt3.store import FileStore
-            else:
+            elif store == "memory":
                 from umqtt3.memstore import MemoryStore
         elif kind == "simple":
             from umqtt.simple import MQTTClient
@@ -318,6 +318,8 @@ async def main():
             kw = {}
             if store == "file":
                 kw["store"] = FileStore("/mq")
+            elif store == "none":
+                kw["store"] = False
             c = MQTTClient("node1", "peer", keepalive=60, level=level, connect_link=link, **kw)
         else:
             c = MQTTClient("node1", "peer", keepalive=60)
@@ -484,8 +486,10 @@ def function_sizes(cmd, path, name, tmp):
 CONFIGS = [
     ("umqtt3, QoS 0/1/2, MemoryStore (default)", "umqtt3", 4, "memory", CLIENT_SET),
     ("umqtt3, QoS 2, FileStore", "umqtt3", 4, "file",
-     ["compat", "codec", "topic", "flow", "store", "conn", "client"]),
+     ["compat", "codec", "flow", "store", "conn", "client"]),
     ("umqtt3, MQTT 5, MemoryStore", "umqtt3", 5, "memory", CLIENT_SET + ["props", "client5"]),
+    ("umqtt3, QoS 0/1/2, no store (store=False)", "umqtt3", 4, "none",
+     ["compat", "codec", "flow", "nostore", "conn", "client"]),
 ]
 
 

@@ -1,0 +1,76 @@
+# conn.Conn's reads: exact by default; with a larger head a small packet
+# comes in one read, and what was read past it waits, intact, for the next
+# recv(). Runs under pytest and under MicroPython.
+from umqtt3.conn import Conn
+
+
+class Chunks:
+    """A link that hands out the given byte strings, one per read at most,
+    and counts the reads."""
+
+    def __init__(self, *chunks):
+        self.data = b"".join(chunks)
+        self.cuts = []
+        n = 0
+        for c in chunks:
+            n += len(c)
+            self.cuts.append(n)
+        self.pos = 0
+        self.reads = 0
+
+    def readinto(self, buf, n):
+        self.reads += 1
+        if self.pos == len(self.data):
+            return None
+        end = min(self.pos + n, [c for c in self.cuts if c > self.pos][0])
+        k = end - self.pos
+        buf[:k] = self.data[self.pos:end]
+        self.pos = end
+        return k
+
+
+PUBACK = b"\x40\x02\x00\x07"
+PINGRESP = b"\xd0\x00"
+PUBLISH = b"\x30\x07\x00\x01tabcd"  # QoS 0, topic "t", payload "abcd"
+
+
+def test_default_reads_are_exact():
+    link = Chunks(PUBACK + PINGRESP)
+    c = Conn(link, 64, 64)
+    assert c.recv() == 4 and link.reads == 2  # header, then body
+    c.done()
+    assert c.recv() == 2 and bytes(c.rx[0:2]) == PINGRESP
+
+
+def test_head_reads_a_small_packet_at_once_and_keeps_the_rest():
+    link = Chunks(PUBACK + PINGRESP + PUBLISH)
+    c = Conn(link, 64, 64, 0, 5)
+    assert c.recv() == 4 and link.reads == 1  # the PUBACK in one read
+    assert bytes(c.rx[0:4]) == PUBACK
+    c.done()
+    assert bytes(c.rx[0:4]) == PUBACK  # intact until the next recv()
+    assert c.buffered() == 1  # the first byte of the PINGRESP was read with it
+    assert c.recv() == 2 and bytes(c.rx[0:2]) == PINGRESP
+    c.done()
+    assert c.buffered() == 0
+    assert c.recv() == len(PUBLISH) and bytes(c.rx[0:len(PUBLISH)]) == PUBLISH
+    c.done()
+    assert c.recv() == 0
+
+
+def test_a_packet_cut_after_the_read_ahead_is_completed():
+    # PUBACK and the first byte of a PUBLISH, then the rest
+    link = Chunks(PUBACK + PUBLISH[:1], PUBLISH[1:])
+    c = Conn(link, 64, 64, 0, 5)
+    assert c.recv() == 4
+    c.done()
+    assert c.recv() == len(PUBLISH) and bytes(c.rx[0:len(PUBLISH)]) == PUBLISH
+
+
+def test_dropping_what_was_read():
+    link = Chunks(PUBACK + PINGRESP)
+    c = Conn(link, 64, 64, 0, 5)
+    assert c.recv() == 4
+    c.got = 0
+    c.done()  # a closed link: nothing of it is kept
+    assert c.buffered() == 0 and c.recv() == 0
