@@ -62,14 +62,14 @@ def publisher(port, client_id, qos=1):
 def publish_all(c, msgs, qos=1, timeout=60):
     """Publish every (topic, payload), keeping the window full; returns once
     the broker acknowledged them all."""
-    from umqtt3.flow import Busy
+    from umqtt3.flow import Busy, StoreFull
     end = time.monotonic() + timeout
     for topic, payload in msgs:
         while True:
             try:
                 c.publish(topic, payload, qos=qos, wait=False)
                 break
-            except Busy:
+            except (Busy, StoreFull):  # window or store pool full: acks free them
                 c.poll(5)
             if time.monotonic() > end:
                 raise TimeoutError("broker did not take the messages")
