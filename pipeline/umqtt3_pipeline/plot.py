@@ -34,6 +34,7 @@ def plot(out, png, units=None):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.dates as mdates
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     u = dict(UNITS, **(units or {}))
@@ -60,6 +61,10 @@ def plot(out, png, units=None):
         handles.append(Patch(color="grey", alpha=0.3, label="min to max of a window"))
         axes[0, 0].legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1),
                           title="line: window mean", title_fontsize=8)
+    # a few ticks, each as short as it can be: labels of a short run do not run together
+    ticks = mdates.AutoDateLocator(maxticks=8)
+    axes[-1, 0].xaxis.set_major_locator(ticks)
+    axes[-1, 0].xaxis.set_major_formatter(mdates.ConciseDateFormatter(ticks))
     axes[-1, 0].set_xlabel("window middle (UTC)")
     fig.tight_layout()
     fig.savefig(png, dpi=80)
