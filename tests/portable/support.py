@@ -1,5 +1,5 @@
 # Helpers for the portable tests: the same file runs under CPython (pytest)
-# and MicroPython (tools/mp/testrunner.py), so nothing here may need pytest.
+# and MicroPython (tests/mp/testrunner.py), so nothing here may need pytest.
 import sys
 import binascii
 
@@ -93,7 +93,7 @@ def tempdir(name):
 
 
 def _shared():
-    # tools/mp/run.mjs copies ../shared to /shared inside the VM; elsewhere it
+    # tests/mp/run.mjs copies ../shared to /shared inside the VM; elsewhere it
     # sits beside the checkout: <repo>/tests/portable/support.py -> <repo>/../shared
     if MICROPYTHON and _isdir("/shared"):
         return "/shared"

@@ -6,7 +6,7 @@
 # the bytes a test means.
 #
 # The same bodies run over pipes with the broker in this thread (pytest and
-# tools/mp/testrunner.py under MicroPython) and over real sockets
+# tests/mp/testrunner.py under MicroPython) and over real sockets
 # (tests/test_broker.py); tests/portable/broker_harness.py is the harness.
 from umqtt3.broker_auth import digest
 from broker_harness import running, Raw, advance, wait_for, connect_bytes, build, string, frame

@@ -4,7 +4,7 @@
 # connection [MQTT-4.8.0-1].
 #
 # The same bodies run over pipes with the broker in this thread (pytest and
-# tools/mp/testrunner.py under MicroPython) and over real sockets
+# tests/mp/testrunner.py under MicroPython) and over real sockets
 # (tests/test_broker.py); tests/portable/broker_harness.py is the harness.
 from broker_harness import (running, Raw, advance, wait_for, settle, pub_sub, junk,
                             over_sockets)

@@ -4,7 +4,7 @@
 # MicroPython (heap_lock), and the RAM one connected client costs.
 #
 # Runs under pytest on CPython and under MicroPython with
-#     node tools/mp/run.mjs tools/mp/testrunner.py test_broker_mem
+#     node tests/mp/run.mjs tests/mp/testrunner.py test_broker_mem
 # Plain functions and assert; no pytest, no sockets (the WebAssembly
 # MicroPython has none).
 import gc

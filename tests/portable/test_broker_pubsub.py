@@ -4,7 +4,7 @@
 # normative statement, cited as [MQTT-x.x.x-y].
 #
 # The same bodies run over pipes with the broker in this thread (pytest and
-# tools/mp/testrunner.py under MicroPython) and over real sockets
+# tests/mp/testrunner.py under MicroPython) and over real sockets
 # (tests/test_broker.py); tests/portable/broker_harness.py is the harness.
 from broker_harness import running, Raw, advance, wait_for, pub_sub, Timeout, string, frame
 from umqtt3.broker import Broker

@@ -5,7 +5,7 @@
 # normative statement, cited as [MQTT-x.x.x-y].
 #
 # The same bodies run over pipes with the broker in this thread (pytest and
-# tools/mp/testrunner.py under MicroPython, on its own filesystem) and over
+# tests/mp/testrunner.py under MicroPython, on its own filesystem) and over
 # real sockets (tests/test_broker.py); tests/portable/broker_harness.py is
 # the harness.
 from umqtt3.store import OSFiles  # one file per record, as on littlefs: these tests read the files

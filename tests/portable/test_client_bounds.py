@@ -1,7 +1,7 @@
 # Time bounds under load: a broker that never stops sending must not hold
 # poll(), connect() or subscribe() past the time they were given. Driven with
 # bytes and a fake clock only: no sockets, no sleeping. Runs under pytest and
-# under MicroPython (tools/mp/testrunner.py).
+# under MicroPython (tests/mp/testrunner.py).
 from umqtt3 import client as client_mod
 from umqtt3.client import MQTTClient
 

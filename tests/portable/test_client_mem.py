@@ -1,7 +1,7 @@
 # MQTTClient against a scripted in-memory peer (no sockets), and the proof
 # that the steady state allocates nothing under MicroPython.
 #
-# Runs under pytest on CPython and under tools/mp/testrunner.py on MicroPython
+# Runs under pytest on CPython and under tests/mp/testrunner.py on MicroPython
 # (the WebAssembly port has no sockets: connect_link gives the client one end
 # of a transport.Pipe). Plain functions and assert, no pytest import.
 #

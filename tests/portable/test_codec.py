@@ -3,7 +3,7 @@
 # rule (named by its normative statement), round trips of every packet type at
 # protocol levels 3, 4 and 5, and (MicroPython only) zero allocation.
 #
-# Portable: runs under pytest and under MicroPython (tools/mp/testrunner.py).
+# Portable: runs under pytest and under MicroPython (tests/mp/testrunner.py).
 from support import SkipTest, raises, unhex, tohex, MICROPYTHON, locked, span, entries
 
 from umqtt3 import codec, compat, props, topic

@@ -1,6 +1,6 @@
 # umqtt3.compat: the platform layer must behave the same on both Pythons.
 #
-# Runs under pytest on CPython and under tools/mp/testrunner.py on MicroPython,
+# Runs under pytest on CPython and under tests/mp/testrunner.py on MicroPython,
 # so: plain functions and assert, no pytest import, nothing CPython-only at
 # module level.
 import sys

@@ -1,6 +1,6 @@
 # MemoryStore and FileStore (umqtt3.store): what the QoS flows remember.
 #
-# Runs under pytest on CPython and under tools/mp/testrunner.py on MicroPython,
+# Runs under pytest on CPython and under tests/mp/testrunner.py on MicroPython,
 # so: plain functions and assert, no pytest import, nothing CPython-only at
 # module level. FileStore runs on the real `os` (a directory under /tmp on
 # CPython, under / on MicroPython, whose WebAssembly port keeps files in

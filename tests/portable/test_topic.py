@@ -1,6 +1,6 @@
 # Topic names, topic filters and filter matching (umqtt3.topic).
 #
-# Runs under pytest on CPython and under tools/mp/testrunner.py on MicroPython,
+# Runs under pytest on CPython and under tests/mp/testrunner.py on MicroPython,
 # so: plain functions and assert, no pytest import, nothing CPython-only.
 # References are to the OASIS MQTT 3.1.1 specification, section 4.7, whose
 # topic rules MQTT 5.0 (section 4.7) keeps unchanged.

@@ -16,7 +16,7 @@
 # Cases where mqtt-packet departs from the spec, or that our API cannot even
 # pose, are listed in SKIP with the reason.
 #
-# Portable: runs under pytest and under MicroPython (tools/mp/testrunner.py).
+# Portable: runs under pytest and under MicroPython (tests/mp/testrunner.py).
 import json
 
 from support import SkipTest, unhex, tohex, have_shared, shared_path, MICROPYTHON
