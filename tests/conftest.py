@@ -1,4 +1,6 @@
 # Fixtures for the interop tests: a private mosquitto on a free loopback port.
+import socket
+
 import pytest
 
 import mosq  # tests/mosq.py
@@ -30,3 +32,13 @@ def broker_factory(tmp_path):
 @pytest.fixture
 def broker(broker_factory):
     return broker_factory()
+
+
+@pytest.fixture
+def busy_port():
+    """A port something listens on."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    yield s.getsockname()[1]
+    s.close()

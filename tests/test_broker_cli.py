@@ -4,9 +4,6 @@
 # broker_limits; a file broker_passwd writes lets exactly its users in.
 import os
 import re
-import socket
-import subprocess
-import sys
 
 import pytest
 
@@ -22,12 +19,7 @@ def desktop():
     return dict(broker_cli.DESKTOP)
 
 
-ENV = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "lib"))
-
-
-def run(module, *args, timeout=20):
-    return subprocess.run([sys.executable, "-m", module] + list(args), capture_output=True,
-                          text=True, env=ENV, timeout=timeout)
+from refusal import run  # noqa: E402  (tests/refusal.py)
 
 
 def refused(r, words):
@@ -38,14 +30,6 @@ def refused(r, words):
     assert words in lines[0], lines[0]
     return lines[0]
 
-
-@pytest.fixture
-def busy_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    s.listen(1)
-    yield s.getsockname()[1]
-    s.close()
 
 
 @pytest.mark.parametrize("args, words", [

@@ -6,7 +6,6 @@ import argparse
 import os
 import re
 import shutil
-import socket
 import subprocess
 
 import pytest
@@ -17,15 +16,6 @@ from tools.desktop import demo, simulate
 
 ROOT = procs.ROOT
 
-
-@pytest.fixture
-def busy_port():
-    """A port something listens on."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    s.listen(1)
-    yield s.getsockname()[1]
-    s.close()
 
 
 @pytest.fixture
