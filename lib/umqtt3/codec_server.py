@@ -3,8 +3,8 @@
 # codec.decode() loads this module the first time it meets a CONNECT,
 # SUBSCRIBE or UNSUBSCRIBE, so a device that only runs the client never pays
 # for it. The rules and the Packet fields are codec.py's.
-from .codec import (fail as _err, str_end as _str, bin_end as _bin, read_pid as _pid,
-                    check_pid as _pid_ok, put_header as _header, mqtt5 as _v5, head_pid,
+from .codec import (fail, str_end, bin_end, read_pid,
+                    check_pid, put_header, mqtt5, head_pid,
                     PROTOCOL_ERROR, BAD_PROTOCOL_VERSION, SUBSCRIBE, UNSUBACK,
                     CONNECT, encode_ack)
 from .compat import const
@@ -30,10 +30,10 @@ _E_CONNECT_TAIL = const(44)
 def encode_connack(buf, off, session_present, rc, level=4, props=None):
     rl = 2
     if level == 5:
-        p5 = _v5()
+        p5 = mqtt5()
         props = p5.encoded(props)
         rl += p5.size(props)
-    off = _header(buf, off, 0x20, rl)
+    off = put_header(buf, off, 0x20, rl)
     buf[off] = 1 if session_present else 0
     buf[off + 1] = rc
     off += 2
@@ -54,7 +54,7 @@ def encode_unsuback(buf, off, pid, codes=None, level=4, props=None):
 
 
 def _encode_codes(buf, off, first, pid, codes, level, props):
-    _pid_ok(pid)
+    check_pid(pid)
     n = len(codes)
     off = head_pid(buf, off, first, n, pid, level, props)
     for i in range(n):
@@ -65,13 +65,13 @@ def _encode_codes(buf, off, first, pid, codes, level, props):
 def decode_filters(pkt, buf, i, end, v5):
     """SUBSCRIBE/UNSUBSCRIBE body: packet id, v5 properties, then at least
     one entry [MQTT-3.8.3-3, MQTT-3.10.3-2], each checked by read_filter."""
-    i = _pid(pkt, buf, i, end)
+    i = read_pid(pkt, buf, i, end)
     if v5:
-        i = _v5().read(pkt, buf, i, end, pkt.type)
+        i = mqtt5().read(pkt, buf, i, end, pkt.type)
     pkt.payload_off = i
     pkt.payload_len = end - i
     if i == end:
-        _err(_E_NO_FILTERS, PROTOCOL_ERROR)
+        fail(_E_NO_FILTERS, PROTOCOL_ERROR)
     while i < end:
         i = read_filter(pkt, i)
     return pkt.type
@@ -83,17 +83,17 @@ def read_filter(pkt, i):
     buf = pkt.buf
     end = pkt.end
     f0 = i + 2
-    i = _str(buf, i, end)
+    i = str_end(buf, i, end)
     pkt.f_off = f0
     pkt.f_len = i - f0
     if not valid_filter(buf, f0, i - f0):
-        _err(_E_FILTER)  # [MQTT-4.7.1-2, MQTT-4.7.1-3, MQTT-4.7.3-1]
+        fail(_E_FILTER)  # [MQTT-4.7.1-2, MQTT-4.7.1-3, MQTT-4.7.3-1]
     if pkt.type == SUBSCRIBE:
         if i >= end:
-            _err(_E_NO_OPTIONS)
+            fail(_E_NO_OPTIONS)
         o = buf[i]
         if (o & 3) == 3 or o & (0xC0 if pkt.level == 5 else 0xFC) or (o & 0x30) == 0x30:
-            _err(_E_SUB_OPTIONS)  # [MQTT-3.8.3-4], v5 3.8.3.1
+            fail(_E_SUB_OPTIONS)  # [MQTT-3.8.3-4], v5 3.8.3.1
         pkt.opts = o
         i += 1
     return i
@@ -103,30 +103,30 @@ def decode_connect(pkt, buf, i, end):
     """CONNECT body at buf[i:end] (called by codec.decode)."""
     # Protocol name and level [MQTT-3.1.2-1, MQTT-3.1.2-2]
     n0 = i + 2
-    i = _str(buf, i, end)
+    i = str_end(buf, i, end)
     if i + 4 > end:
-        _err(_E_CONNECT_TRUNCATED)
+        fail(_E_CONNECT_TRUNCATED)
     nl = i - n0
     level = buf[i] & 0x7F  # 0x80 is the bridge bit some brokers send
     name_mqtt = nl == 4 and buf[n0] == 77 and buf[n0 + 1] == 81 and buf[n0 + 2] == 84 and buf[n0 + 3] == 84
     name_31 = nl == 6 and buf[n0] == 77 and buf[n0 + 1] == 81 and buf[n0 + 2] == 73 and \
         buf[n0 + 3] == 115 and buf[n0 + 4] == 100 and buf[n0 + 5] == 112
     if not (name_mqtt or name_31):
-        _err(_E_PROTOCOL_NAME, PROTOCOL_ERROR)
+        fail(_E_PROTOCOL_NAME, PROTOCOL_ERROR)
     if not ((name_mqtt and (level == 4 or level == 5)) or (name_31 and level == 3)):
-        _err(_E_PROTOCOL_LEVEL, BAD_PROTOCOL_VERSION)
+        fail(_E_PROTOCOL_LEVEL, BAD_PROTOCOL_VERSION)
     pkt.level = level
     fl = buf[i + 1]
     if fl & 1 and level > 3:
-        _err(_E_CONNECT_FLAG)  # [MQTT-3.1.2-3]; MQTT 3.1 leaves the bit unused
+        fail(_E_CONNECT_FLAG)  # [MQTT-3.1.2-3]; MQTT 3.1 leaves the bit unused
     will = fl & 4
     wq = (fl >> 3) & 3
     if not will and (wq or fl & 32):
-        _err(_E_WILL_FLAGS)  # [MQTT-3.1.2-11, MQTT-3.1.2-13]
+        fail(_E_WILL_FLAGS)  # [MQTT-3.1.2-11, MQTT-3.1.2-13]
     if wq == 3:
-        _err(_E_WILL_QOS)  # [MQTT-3.1.2-14] (5.0: MQTT-3.1.2-12)
+        fail(_E_WILL_QOS)  # [MQTT-3.1.2-14] (5.0: MQTT-3.1.2-12)
     if fl & 64 and not fl & 128 and level < 5:
-        _err(_E_PASSWORD)  # [MQTT-3.1.2-22]
+        fail(_E_PASSWORD)  # [MQTT-3.1.2-22]
     pkt.flags = fl
     pkt.will = will != 0
     pkt.qos = wq
@@ -135,44 +135,44 @@ def decode_connect(pkt, buf, i, end):
     pkt.keepalive = (buf[i + 2] << 8) | buf[i + 3]
     i += 4
     if level == 5:
-        i = _v5().read(pkt, buf, i, end, CONNECT)
+        i = mqtt5().read(pkt, buf, i, end, CONNECT)
     po = pkt.props_off
     pn = pkt.props_len
     pkt.cid_off = i + 2
-    i = _str(buf, i, end)  # [MQTT-3.1.3-3, MQTT-3.1.3-4]
+    i = str_end(buf, i, end)  # [MQTT-3.1.3-3, MQTT-3.1.3-4]
     pkt.cid_len = i - pkt.cid_off
     pkt.topic_off = pkt.payload_off = -1
     pkt.topic_len = pkt.payload_len = pkt.wprops_len = 0
     if will:
         if level == 5:
-            i = _v5().read(pkt, buf, i, end, 0)  # 0: the will's property set
+            i = mqtt5().read(pkt, buf, i, end, 0)  # 0: the will's property set
             pkt.wprops_off = pkt.props_off
             pkt.wprops_len = pkt.props_len
             pkt.props_off = po
             pkt.props_len = pn
         pkt.topic_off = i + 2
-        i = _str(buf, i, end)  # [MQTT-3.1.3-10]
+        i = str_end(buf, i, end)  # [MQTT-3.1.3-10]
         pkt.topic_len = i - pkt.topic_off
         if not pkt.topic_len:
-            _err(_E_EMPTY_WILL)
+            fail(_E_EMPTY_WILL)
         j = pkt.topic_off
         while j < i:
             if buf[j] == 0x23 or buf[j] == 0x2B:
-                _err(_E_WILL_WILDCARD)
+                fail(_E_WILL_WILDCARD)
             j += 1
         pkt.payload_off = i + 2
-        i = _bin(buf, i, end)
+        i = bin_end(buf, i, end)
         pkt.payload_len = i - pkt.payload_off
     pkt.user_off = pkt.pw_off = -1
     pkt.user_len = pkt.pw_len = 0
     if fl & 128:
         pkt.user_off = i + 2
-        i = _str(buf, i, end)  # [MQTT-3.1.3-11]
+        i = str_end(buf, i, end)  # [MQTT-3.1.3-11]
         pkt.user_len = i - pkt.user_off
     if fl & 64:
         pkt.pw_off = i + 2
-        i = _bin(buf, i, end)
+        i = bin_end(buf, i, end)
         pkt.pw_len = i - pkt.pw_off
     if i != end:
-        _err(_E_CONNECT_TAIL)
+        fail(_E_CONNECT_TAIL)
     return CONNECT

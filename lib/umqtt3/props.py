@@ -8,7 +8,7 @@ from .compat import const, as_bytes
 # Not circular: codec imports this module lazily. Importing here, not inside
 # the functions, keeps check() free of a per-call import (which allocates on
 # MicroPython).
-from .codec import (fail as _err, str_end as _str, bin_end as _bin, put_header as _header,
+from .codec import (fail, str_end, bin_end, put_header,
                     varint_size, put_varint)
 
 # indexes into umqtt3.codec_errors, as in codec.py
@@ -116,12 +116,12 @@ def read_varint(buf, i, end):
     shift = 0
     while True:
         if i >= end or shift > 21:
-            _err(_E_VARINT)
+            fail(_E_VARINT)
         b = buf[i]
         n |= (b & 0x7F) << shift
         if not b & 0x80:
             if not b and shift:
-                _err(_E_VARINT_NOT_MINIMAL)
+                fail(_E_VARINT_NOT_MINIMAL)
             return n
         shift += 7
         i += 1
@@ -146,13 +146,13 @@ def _value_end(buf, i, end, t):
         i = varint_end(buf, i)
     else:
         if t == _BIN:
-            i = _bin(buf, i, end)
+            i = bin_end(buf, i, end)
         else:
-            i = _str(buf, i, end)
+            i = str_end(buf, i, end)
             if t == _PAIR:
-                i = _str(buf, i, end)
+                i = str_end(buf, i, end)
     if i > end:
-        _err(_E_PROP_PAST_LIST)
+        fail(_E_PROP_PAST_LIST)
     return i
 
 
@@ -166,35 +166,35 @@ def check(buf, off, end, ptype):
     while off < end:
         pid = buf[off]
         if pid & 0x80 or pid >= len(TYPES) or not TYPES[pid]:
-            _err(_E_PROP_UNKNOWN)
+            fail(_E_PROP_UNKNOWN)
         if not WHERE[pid] & bit:
-            _err(_E_PROP_NOT_ALLOWED, 0x82)
+            fail(_E_PROP_NOT_ALLOWED, 0x82)
         t = TYPES[pid]
         if pid != USER_PROPERTY and not (pid == SUBSCRIPTION_ID and ptype == 3):
             if pid < 30:
                 m = 1 << pid
                 if seen_lo & m:
-                    _err(_E_PROP_DUPLICATE, 0x82)
+                    fail(_E_PROP_DUPLICATE, 0x82)
                 seen_lo |= m
             else:
                 m = 1 << (pid - 30)
                 if seen_hi & m:
-                    _err(_E_PROP_DUPLICATE, 0x82)
+                    fail(_E_PROP_DUPLICATE, 0x82)
                 seen_hi |= m
         v0 = off + 1
         off = _value_end(buf, v0, end, t)
         if t == _BYTE and buf[v0] > 1 and pid != MAXIMUM_QOS:
-            _err(_E_PROP_NOT_0_1, 0x82)
+            fail(_E_PROP_NOT_0_1, 0x82)
         if pid == MAXIMUM_QOS and buf[v0] > 1:
-            _err(_E_PROP_MAX_QOS, 0x82)
+            fail(_E_PROP_MAX_QOS, 0x82)
         if (pid == RECEIVE_MAXIMUM or pid == TOPIC_ALIAS) and not (buf[v0] | buf[v0 + 1]):
-            _err(_E_PROP_ZERO, 0x94 if pid == TOPIC_ALIAS else 0x82)  # [MQTT-3.3.2-8]
+            fail(_E_PROP_ZERO, 0x94 if pid == TOPIC_ALIAS else 0x82)  # [MQTT-3.3.2-8]
         if pid == MAXIMUM_PACKET_SIZE and not (buf[v0] | buf[v0 + 1] | buf[v0 + 2] | buf[v0 + 3]):
-            _err(_E_PROP_MAX_PACKET_0, 0x82)
+            fail(_E_PROP_MAX_PACKET_0, 0x82)
         if pid == SUBSCRIPTION_ID and buf[v0] == 0:
-            _err(_E_PROP_SUB_ID_0, 0x82)
+            fail(_E_PROP_SUB_ID_0, 0x82)
     if off != end:
-        _err(_E_PROP_LIST_LENGTH)
+        fail(_E_PROP_LIST_LENGTH)
 
 
 def _read(buf, i, t):
@@ -280,7 +280,7 @@ def _put_varint(out, n):
 def _put_str(out, s):
     s = as_bytes(s)
     if len(s) > 65535:
-        _err(_E_PROP_STRING_LONG)
+        fail(_E_PROP_STRING_LONG)
     out.append(len(s) >> 8)
     out.append(len(s) & 0xFF)
     out.extend(s)
@@ -293,12 +293,12 @@ def encode(props):
     for pid, v in props.items():
         t = TYPES[pid] if 0 < pid < len(TYPES) else 0
         if not t:
-            _err(_E_PROP_UNKNOWN)
+            fail(_E_PROP_UNKNOWN)
         vals = v if isinstance(v, list) else (v,)
         for v in vals:
             # out.append() would wrap a bad value silently on MicroPython
             if t < _UTF8 and (v < 0 or v >> (8, 16, 32, 28)[t - 1]):
-                _err(_E_PROP_VALUE)
+                fail(_E_PROP_VALUE)
             out.append(pid)
             if t == _BYTE:
                 out.append(v)
@@ -352,7 +352,7 @@ def read(pkt, buf, off, end, ptype):
     n = read_varint(buf, off, end)
     off = varint_end(buf, off)
     if off + n > end:
-        _err(_E_PROPS_PAST_END)
+        fail(_E_PROPS_PAST_END)
     pkt.props_off = off
     pkt.props_len = n
     if n:
@@ -366,10 +366,10 @@ def tail(pkt, buf, i, end, ptype):
     if i < end:
         c = buf[i]
         if not reason_ok(ptype, c):
-            _err(_E_REASON_CODE, 0x82)
+            fail(_E_REASON_CODE, 0x82)
         pkt.rc = c
         if i + 1 < end and read(pkt, buf, i + 1, end, ptype) != end:
-            _err(_E_LENGTH)  # bytes after the properties
+            fail(_E_LENGTH)  # bytes after the properties
     return ptype
 
 
@@ -380,7 +380,7 @@ def encode_rc(buf, off, first, rc, props):
     rl = 0
     if rc is not None or props is not None:
         rl = 1 if props is None else 1 + size(props)
-    off = _header(buf, off, first, rl)
+    off = put_header(buf, off, first, rl)
     if rl:
         buf[off] = rc or 0
         off += 1
