@@ -213,16 +213,24 @@ def _parse_args(argv):
     return test_dir or _default_dir(), require, mods
 
 
+_DONE = object()
+
+
+def _next_test(gen, err):
+    """The runner's next coroutine (None between modules), its error passed
+    in, or _DONE once every test ran."""
+    try:
+        return next(gen) if err is None else gen.throw(err)
+    except StopIteration:
+        return _DONE
+
+
 def _sync_driver(runner, gen):
     # CPython (or a MicroPython with asyncio.run): run each coroutine in turn.
     to_send = None
     while True:
-        try:
-            if to_send is None:
-                coro = next(gen)
-            else:
-                coro = gen.throw(to_send)
-        except StopIteration:
+        coro = _next_test(gen, to_send)
+        if coro is _DONE:
             return runner.summary()
         to_send = None
         if coro is None:
@@ -239,12 +247,8 @@ async def _async_driver(runner, gen):
     # WebAssembly MicroPython: no asyncio.run, so tests/mp/run.mjs awaits this.
     to_send = None
     while True:
-        try:
-            if to_send is None:
-                coro = next(gen)
-            else:
-                coro = gen.throw(to_send)
-        except StopIteration:
+        coro = _next_test(gen, to_send)
+        if coro is _DONE:
             break
         to_send = None
         if coro is None:
