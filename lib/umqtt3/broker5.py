@@ -7,7 +7,7 @@
 # Each level-5 connection holds one V5 (Connection.v5): what its client
 # asked for and allows. Forwarding itself is the core's and the sessions'
 # (broker_session.put_publish writes the property list).
-from .codec import encode_ack, encode_disconnect, MQTTError, PUBACK, PUBREC
+from .codec import encode_ack, encode_disconnect, MQTTError, PUBACK, PUBREC, PUBCOMP
 from .codec_server import encode_connack
 from .compat import const, valid_utf8
 from .props import (get, encode, TYPES, SESSION_EXPIRY, RECEIVE_MAXIMUM, MAXIMUM_PACKET_SIZE,
@@ -177,6 +177,20 @@ def publish_in(core, c, p):
     if not p.topic_len and core.atopic is None:
         raise MQTTError("empty topic without alias", 0x82)  # [MQTT-3.3.2-8 (5.0: 3.3.4)]
     return False
+
+
+def no_match(conn, p):
+    """The PUBACK / PUBREC Flow just wrote for p (4 bytes, reason code
+    0x00 left out) again with 0x10: accepted, but no subscription matched
+    (the PUBACK and PUBREC tables, 3.4.2.1 and 3.5.2.1)."""
+    conn.tlen -= 4
+    conn.tlen = encode_ack(conn.tx, conn.tlen, PUBACK if p.qos == 1 else PUBREC, p.pid, 0x10, 5)
+
+
+def no_pid(conn, p):
+    """PUBREL for an id the session does not hold: PUBCOMP 0x92, packet
+    identifier not found (3.7.2.1)."""
+    conn.tlen = encode_ack(conn.tx, conn.tlen, PUBCOMP, p.pid, 0x92, 5)
 
 
 def ack_refuse(c, p, rc):

@@ -115,6 +115,7 @@ class Core(Stats):
         self.cur = None  # the connection whose packet is being handled
         self.atopic = None  # a level-5 PUBLISH's topic and properties after
         self.aprops = None  # its topic alias (broker5.publish_in)
+        self.nhit = -1  # sessions the last routing reached (-1: none routed)
         self.acl = None  # broker_acl.Acl: topic access per user (None: all allowed)
         self.auth_methods = {}  # MQTT 5 enhanced authentication: name -> hook(data) -> rc
         self.wills = []  # delayed wills: [due (uptime s), cid, topic, msg, qos, retain, props]
@@ -516,7 +517,10 @@ class Core(Stats):
                         g.may_write(p.buf, p.topic_off, p.topic_len)):
                     self._denied(c, p)
                     return
+            self.nhit = -1
             s.flow.on_publish(conn, p)  # routes through s.deliver -> route_in
+            if not self.nhit and p.qos and c.v5 is not None:
+                self.b5.no_match(conn, p)  # PUBACK / PUBREC 0x10
         elif t == PUBACK or t == PUBREC or t == PUBCOMP or t == PUBREL:
             # the client's machine on both sides: outbound acks change the
             # session's ring (and its records), PUBREL forgets an inbound id,
@@ -524,6 +528,9 @@ class Core(Stats):
             # does not fit the flow of its id is a protocol error.
             if t != PUBREL and not s.ack_fits(t, p.pid):
                 raise MQTTError("acknowledgement out of its flow", 0x82)
+            if t == PUBREL and c.v5 is not None and not s.in_has(p.pid):
+                self.b5.no_pid(conn, p)  # PUBCOMP 0x92
+                return
             s.flow.on_ack(conn, p)
         elif t == PINGREQ:
             conn.tlen = encode_simple(conn.tx, conn.tlen, PINGRESP)
@@ -682,7 +689,7 @@ class Core(Stats):
         session at the highest granted QoS [MQTT-3.3.5-1], capped by the
         published QoS."""
         subs = self.subs
-        n = subs.match(r.tsrc, r.toff, r.tn, r.src)
+        n = self.nhit = subs.match(r.tsrc, r.toff, r.tn, r.src)
         hit = subs.hit
         hq = subs.hq
         qos = r.qos

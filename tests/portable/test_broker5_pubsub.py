@@ -8,7 +8,8 @@
 from broker_harness import running, Raw, advance
 from test_broker5_connect import props_of, connect5, sub5, pub5, next_publish, leave
 from umqtt3 import props as P
-from umqtt3.codec import encode_subscribe, encode_unsubscribe, encode_ack, UNSUBACK, PUBACK, PUBREC, DISCONNECT
+from umqtt3.codec import (encode_subscribe, encode_unsubscribe, encode_ack, UNSUBACK, PUBACK, PUBREC,
+                          PUBREL, PUBCOMP, DISCONNECT)
 
 # every property a PUBLISH may carry to a subscriber, user properties twice
 # to see that their order is kept [MQTT-3.3.2-18]
@@ -304,3 +305,41 @@ def test_message_expiry_of_a_retained_message():
             assert 46 <= props_of(m)[P.MESSAGE_EXPIRY] <= 48
             assert s.nothing()
         assert b"r/a" not in b.retained
+
+
+def test_no_matching_subscribers_acknowledged_with_0x10():
+    # PUBACK and PUBREC reason code tables (3.4.2.1, 3.5.2.1): 0x10 "no
+    # matching subscribers" when the message is accepted but nobody gets
+    # it; 0x00 once a subscription matches
+    with running() as b, Raw(b) as pub, Raw(b) as sub:
+        connect5(pub, "p")
+        pub5(pub, "nobody/here", b"x", 1, 1)
+        assert pub.expect(PUBACK, 1).rc == 0x10
+        pub5(pub, "nobody/here", b"x", 2, 2)
+        assert pub.expect(PUBREC, 2).rc == 0x10
+        pub.put(encode_ack, PUBREL, 2)
+        assert pub.expect(PUBCOMP, 2).rc == 0
+        connect5(sub, "s")
+        sub5(sub, 1, [("nobody/#", 1)])
+        pub5(pub, "nobody/here", b"y", 1, 3)
+        assert pub.expect(PUBACK, 3).rc == 0
+        pub5(pub, "nobody/here", b"y", 2, 4)
+        assert pub.expect(PUBREC, 4).rc == 0
+
+
+def test_no_matching_subscribers_is_not_said_at_311():
+    # 3.1.1 has no reason codes: its PUBACK stays 2 bytes long
+    with running() as b, Raw(b) as pub:
+        pub.connect("p")
+        pub.publish("nobody", b"x", 1, 1)
+        p = pub.expect(PUBACK, 1)
+        assert p.end == 4 and bytes(p.buf) == b"\x40\x02\x00\x01"
+
+
+def test_pubrel_for_an_unknown_id_gets_pubcomp_0x92():
+    # PUBCOMP reason codes (3.7.2.1): 0x92 packet identifier not found, for
+    # a PUBREL whose id the broker does not hold
+    with running() as b, Raw(b) as c:
+        connect5(c, "c")
+        c.put(encode_ack, PUBREL, 77)
+        assert c.expect(PUBCOMP, 77).rc == 0x92
