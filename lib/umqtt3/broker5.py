@@ -27,6 +27,9 @@ _CONNACK5 = b"\x00\x84\x85\x88\x86\x87"
 class V5:
     """One level-5 connection: what its CONNECT asked for and allows."""
 
+    tam = 0  # the client's topic alias maximum: aliases the broker may set
+    # (a class attribute: a client that gives none holds no slot for it)
+
     def __init__(self):
         self.rmax = 65535  # the client's receive maximum [MQTT-3.1.2-19]
         self.maxpkt = 0  # the client's maximum packet size, 0: none given
@@ -63,6 +66,9 @@ def connect(core, c, p):
     v.sx = get(buf, po, pn, SESSION_EXPIRY, 0)
     v.rmax = get(buf, po, pn, RECEIVE_MAXIMUM, 65535)
     v.maxpkt = get(buf, po, pn, MAXIMUM_PACKET_SIZE, 0)
+    tam = get(buf, po, pn, TOPIC_ALIAS_MAXIMUM, 0)  # [MQTT-3.3.2-11]
+    if tam:
+        v.tam = tam
     v.problem = get(buf, po, pn, REQUEST_PROBLEM_INFO, 1) == 1
     if p.will and p.wprops_len:
         v.wprops = bytes(buf[p.wprops_off:p.wprops_off + p.wprops_len])

@@ -130,10 +130,15 @@ class Core(Stats):
         if store:
             from .broker_store import Disk  # only a broker with a store loads it
             self.disk = self.ret.disk = Disk(store, lim, self, files, allow_fat)
-            self.disk.load(self.sess, self.ret, self.subs, self._new_session)
+            # the store's clock: the time the broker was down counts where
+            # the platform has a wall clock (broker_store.Disk.start)
+            self.up_s = self.disk.start()
+            self.disk.load(self.sess, self.ret, self.subs, self._new_session, self.wills)
             for x in self.sess.all:
-                if x.expiry and x.expiry != 0xFFFFFFFF:
-                    x.exp_at = x.expiry  # the broker's time is lost: from start-up
+                if x.expiry and x.expiry != 0xFFFFFFFF and x.exp_at < 0:
+                    # its client was connected when the broker stopped
+                    x.exp_at = self.up_s + x.expiry
+            self._expire()  # what ended, or fell due, while it was down
 
     def set_acl(self, text):
         """Topic access per user from the text of an ACL file (broker_acl,
@@ -276,6 +281,7 @@ class Core(Stats):
                 elif s.expiry:
                     if s.expiry != 0xFFFFFFFF:
                         s.exp_at = self.up_s + s.expiry  # [MQTT-3.1.2-23 (5.0)]
+                        self._save(s)  # its end, on disk: it counts across a restart
                 elif c.v5 is not None:
                     self._drop(s)  # expiry 0, set at DISCONNECT
                     ended = True
@@ -289,6 +295,12 @@ class Core(Stats):
                     d = v.wdelay if v.wdelay < s.expiry else s.expiry
                     self.wills.append([self.up_s + d, c.cid, wt, c.will_m, c.will_q,
                                        c.will_r, pr])
+                    if self.disk is not None:
+                        try:  # kept across a restart, sent when due
+                            self.disk.save_will(s, self.up_s + d, wt, c.will_m, c.will_q,
+                                                c.will_r, pr)
+                        except OSError:
+                            pass  # counted; it is lost only if the broker restarts
                 else:
                     self.publish(wt, c.will_m, c.will_q, c.will_r, pr)
         elif self.log is not None:
@@ -330,14 +342,33 @@ class Core(Stats):
         if b5 is None:
             from . import broker5  # the first level-5 CONNECT loads MQTT 5
             b5 = self.b5 = broker5
+            if self.disk is not None:
+                self.disk.use_clock(self.up_s)  # times come into the store
         return b5
 
     def set_expiry(self, s, sx):
         """A session's expiry interval changed (a CONNECT that resumes it, a
-        DISCONNECT): on disk with it, counted from start-up after a restart."""
+        DISCONNECT): on disk with it."""
         s.expiry = sx
         if not s.clean and self.disk is not None:
             self.disk.save_session(s)
+
+    def _save(self, s):
+        # a session record rewritten where nobody waits for it (a client
+        # gone); a failed write is counted and the broker goes on
+        if self.disk is not None and not s.clean:
+            try:
+                self.disk.save_session(s)
+            except OSError:
+                pass
+
+    def _drop_will(self, cid):
+        s = self.sess.by_id.get(cid)
+        if self.disk is not None and s is not None:
+            try:
+                self.disk.drop_will(s)
+            except OSError:
+                pass
 
     def _drop(self, s):
         if not s.clean and self.disk is not None:
@@ -446,7 +477,10 @@ class Core(Stats):
         else:
             # session present only for 3.1.1 [MQTT-3.2.2-1..3]
             conn.tlen = encode_connack(conn.tx, conn.tlen, present and lv == 4, 0)
+        gone = s.exp_at >= 0  # its client had gone, with an end on disk
         s.attach(c)  # resend what was in flight [MQTT-4.4.0-1]
+        if gone:
+            self._save(s)  # no end on disk while a client is connected
         if self.log is not None:
             self._log("connect %s from %s (clean %d, keepalive %d)",
                       (cid.decode(), c.peer, p.clean, p.keepalive))
@@ -461,6 +495,7 @@ class Core(Stats):
             e = w[i]
             if e[1] == cid:
                 del w[i]
+                self._drop_will(cid)
                 if clean:
                     self.publish(e[2], e[3], e[4], e[5], e[6])
             i -= 1
@@ -780,6 +815,8 @@ class Core(Stats):
                 self.disconnect(c, "keepalive expired", True, 0x8D)  # [MQTT-3.1.2-24]
         if d > 0 and ms >= 1000:
             self._expire()
+            if self.disk is not None:
+                self.disk.tick(self.up_s)
         si = self.limits.sys_interval
         if si and ticks_diff(now, self._t_sys) >= 0:
             self._t_sys = ticks_add(now, si * 1000)
@@ -796,6 +833,7 @@ class Core(Stats):
             e = w[i]
             if up >= e[0]:
                 del w[i]
+                self._drop_will(e[1])
                 self.publish(e[2], e[3], e[4], e[5], e[6])
             i -= 1
         al = self.sess.all

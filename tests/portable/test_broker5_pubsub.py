@@ -343,3 +343,76 @@ def test_pubrel_for_an_unknown_id_gets_pubcomp_0x92():
         connect5(c, "c")
         c.put(encode_ack, PUBREL, 77)
         assert c.expect(PUBCOMP, 77).rc == 0x92
+
+
+def test_broker_assigns_topic_aliases_to_a_client_that_allows_them():
+    # 3.3.2.3.4: a client's Topic Alias Maximum lets the broker send an
+    # alias for a topic it repeats: the first PUBLISH carries topic and
+    # alias, the next ones the alias and an empty topic, at every QoS;
+    # never an alias above the client's maximum [MQTT-3.3.2-11] nor 0
+    # [MQTT-3.3.2-8]; a topic beyond the aliases goes whole
+    with running(max_aliases=8) as b, Raw(b) as sub, Raw(b) as pub:
+        connect5(sub, "s", props={P.TOPIC_ALIAS_MAXIMUM: 2})
+        sub5(sub, 1, [("a/#", 2)])
+        connect5(pub, "p")
+        sent = [("a/one", 0), ("a/one", 1), ("a/one", 2), ("a/two", 0), ("a/three", 1),
+                ("a/two", 1), ("a/three", 0)]
+        pid = 1
+        for t, q in sent:
+            pub5(pub, t, t.encode(), q, pid if q else 0, props={P.CONTENT_TYPE: "c"})
+            pid += 1
+        got = []
+        for _ in sent:
+            m = next_publish(sub)
+            d = props_of(m)
+            assert d[P.CONTENT_TYPE] == "c"
+            got.append((bytes(m.topic), d.get(P.TOPIC_ALIAS), bytes(m.payload)))
+            if m.qos == 1:
+                sub.put(encode_ack, PUBACK, m.pid)
+            elif m.qos == 2:
+                sub.put(encode_ack, PUBREC, m.pid)
+        assert got == [(b"a/one", 1, b"a/one"), (b"", 1, b"a/one"), (b"", 1, b"a/one"),
+                       (b"a/two", 2, b"a/two"), (b"a/three", None, b"a/three"),
+                       (b"", 2, b"a/two"), (b"a/three", None, b"a/three")]
+
+
+def test_broker_topic_aliases_start_afresh_on_a_new_connection():
+    # [MQTT-3.3.2-7]: alias mappings end with the network connection: on
+    # the next one the topic comes again with its alias; a message resent
+    # from the session goes whole, with its topic and no alias
+    with running() as b, Raw(b) as pub:
+        connect5(pub, "p")
+        props = {P.TOPIC_ALIAS_MAXIMUM: 4, P.SESSION_EXPIRY: 60}
+        with Raw(b) as sub:
+            connect5(sub, "s", clean=False, props=props)
+            sub5(sub, 1, [("t", 1)])
+            for k in range(2):
+                pub5(pub, "t", b"%d" % k, 1, k + 1)
+                m = next_publish(sub)
+                assert props_of(m)[P.TOPIC_ALIAS] == 1
+                assert bytes(m.topic) == (b"t" if not k else b"")
+            sub.put(encode_ack, PUBACK, 1)  # the second stays unacknowledged
+        with Raw(b) as sub:
+            assert connect5(sub, "s", clean=False, props=props).session_present
+            m = next_publish(sub)
+            assert m.dup and bytes(m.topic) == b"t" and bytes(m.payload) == b"1"
+            assert P.TOPIC_ALIAS not in props_of(m)
+            sub.put(encode_ack, PUBACK, m.pid)
+            for k in range(2):
+                pub5(pub, "t", b"x", 1, k + 3)
+                m = next_publish(sub)
+                assert props_of(m)[P.TOPIC_ALIAS] == 1
+                assert bytes(m.topic) == (b"t" if not k else b"")
+                sub.put(encode_ack, PUBACK, m.pid)
+
+
+def test_no_broker_topic_aliases_without_the_clients_maximum():
+    # a client that gives no Topic Alias Maximum gets none [MQTT-3.3.2-11]
+    with running() as b, Raw(b) as sub, Raw(b) as pub:
+        connect5(sub, "s")
+        sub5(sub, 1, [("t", 0)])
+        connect5(pub, "p")
+        for _ in range(2):
+            pub5(pub, "t", b"x")
+            m = next_publish(sub)
+            assert bytes(m.topic) == b"t" and P.TOPIC_ALIAS not in props_of(m)
