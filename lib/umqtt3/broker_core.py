@@ -197,7 +197,9 @@ class Core(Stats):
             decode(p, buf, off, off + n)
             self._foff = off
             if c.state == WAITING:
-                if t != CONNECT:
+                if t == AUTH and c.v5 is not None and c.v5.cbytes is not None:
+                    self.b5.auth_in(self, c, p)  # a CONNECT's authentication exchange
+                elif t != CONNECT:
                     self.disconnect(c, "first packet is not CONNECT", False)  # [MQTT-3.1.0-1]
                 else:
                     self._connect(c, p)
@@ -280,7 +282,8 @@ class Core(Stats):
                     ended = True
                 elif s.expiry:
                     if s.expiry != 0xFFFFFFFF:
-                        s.exp_at = self.up_s + s.expiry  # [MQTT-3.1.2-23 (5.0)]
+                        # [MQTT-3.1.2-23 (5.0)], never early: from the next whole second
+                        s.exp_at = self.up_s + s.expiry + (1 if self._up_ms else 0)
                         self._save(s)  # its end, on disk: it counts across a restart
                 elif c.v5 is not None:
                     self._drop(s)  # expiry 0, set at DISCONNECT
@@ -293,6 +296,8 @@ class Core(Stats):
                 if v is not None and v.wdelay and not ended:
                     # later, unless the session resumes first [MQTT-3.1.3-9]
                     d = v.wdelay if v.wdelay < s.expiry else s.expiry
+                    if self._up_ms:
+                        d += 1  # never early: timers run on whole seconds
                     self.wills.append([self.up_s + d, c.cid, wt, c.will_m, c.will_q,
                                        c.will_r, pr])
                     if self.disk is not None:
@@ -385,6 +390,11 @@ class Core(Stats):
         if lv == 5:
             b5 = self._b5()
             rc = b5.connect(self, c, p)
+            if rc < 0:
+                # an authentication exchange goes on (AUTH 0x18 sent): the
+                # CONNECT waits for its end (broker5.auth_in)
+                c.v5.cbytes = bytes(buf[self._foff:p.end])
+                return
             if rc:
                 self._refuse(c, rc, "CONNECT refused")
                 return
@@ -593,9 +603,9 @@ class Core(Stats):
         elif t == CONNECT:
             self.disconnect(c, "second CONNECT", True)  # [MQTT-3.1.0-2]
         elif t == AUTH:
-            # no method was agreed at CONNECT (the hook is one step): a
-            # protocol error [MQTT-4.12.0-*]
-            raise MQTTError("AUTH without an authentication exchange", 0x82)
+            if c.v5 is None:
+                raise MQTTError("AUTH below MQTT 5", 0x82)
+            self.b5.auth_in(self, c, p)  # re-authentication, or a protocol error
         else:
             self.disconnect(c, "unexpected packet type %d" % t, True)
 
