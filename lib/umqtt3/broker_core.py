@@ -118,7 +118,8 @@ class Core(Stats):
         self.nhit = -1  # sessions the last routing reached (-1: none routed)
         self.acl = None  # broker_acl.Acl: topic access per user (None: all allowed)
         self.auth_methods = {}  # MQTT 5 enhanced authentication: name -> hook(data) -> rc
-        self.wills = []  # delayed wills: [due (uptime s), cid, topic, msg, qos, retain, props]
+        # delayed wills: [due (uptime s), cid, topic, msg, qos, retain, props]
+        self.wills = []  # type: list
         self._pkt = Packet(4)
         self._foff = 0  # where the packet in _pkt starts in its buffer
         self._t_timer = now

@@ -181,7 +181,7 @@ class Session:
     level = 4
     maxpkt = 0
     tam = 0
-    oal = None
+    oal = None  # type: list | None
     rmax = 65535
     expiry = 0
     exp_at = -1
