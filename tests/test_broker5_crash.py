@@ -9,10 +9,12 @@
 # at step k, for every k until a run completes. A new broker then starts on
 # the durable files, and what the clients were told must hold:
 #   - a CONNACK promised the session: it is there, with its expiry interval
-#     [MQTT-3.1.2-23 (5.0)], and after a SUBACK with its subscription;
+#     [MQTT-3.1.2-23 (5.0)], and after a SUBACK with its subscription and
+#     its subscription identifier [MQTT-3.3.4-3];
 #   - a PUBACK promised the message: the retained one is kept with its
 #     properties, the queued one reaches the subscriber with its
-#     properties, byte for byte [MQTT-3.3.2-17 .. 20 (5.0)].
+#     properties, byte for byte [MQTT-3.3.2-17 .. 20 (5.0)], and the
+#     subscription identifier after them.
 from broker_harness import running, Raw, Timeout
 from crashsim import SimFiles, PowerLoss
 from test_broker5_connect import connect5, sub5, pub5, disconnect5, next_publish
@@ -21,6 +23,7 @@ from umqtt3.codec import encode_ack, PUBACK
 
 RPROPS = P.encode({P.CONTENT_TYPE: "text/plain", P.USER_PROPERTY: [("k", "v")]})
 QPROPS = P.encode({P.CORRELATION_DATA: b"\x01\x02", P.RESPONSE_TOPIC: "re"})
+SID = P.encode({P.SUBSCRIPTION_ID: 9})
 
 
 def _run(files, crash_at, seen):
@@ -33,7 +36,7 @@ def _run(files, crash_at, seen):
             with Raw(b) as s:
                 connect5(s, "s", clean=False, props={P.SESSION_EXPIRY: 100})
                 seen.add("connack")
-                sub5(s, 1, [("t/#", 1)])
+                sub5(s, 1, [("t/#", 1)], {P.SUBSCRIPTION_ID: 9})
                 seen.add("suback")
                 disconnect5(s)
             with Raw(b) as p:
@@ -56,7 +59,7 @@ def _check(files, seen):
         if "connack" in seen:
             assert sess is not None and sess.expiry == 100
         if "suback" in seen:
-            assert sess.filters == [b"t/#"]
+            assert sess.filters == [b"t/#"] and sess.fsid == [9]
         if "retained" in seen:
             assert b.retained[b"t/r"] == (1, b"kept")
             assert b.ret.props[b"t/r"] == RPROPS
@@ -71,9 +74,9 @@ def _check(files, seen):
                     got[bytes(m.topic)] = bytes(m.buf[m.props_off:m.props_off + m.props_len])
                     s.put(encode_ack, PUBACK, m.pid)
     if "queued" in seen:
-        assert got[b"t/q"] == QPROPS
+        assert got[b"t/q"] == QPROPS + SID
     if "retained" in seen and "suback" in seen:
-        assert got[b"t/r"] == RPROPS
+        assert got[b"t/r"] == RPROPS + SID
     return got
 
 
