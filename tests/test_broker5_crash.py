@@ -91,3 +91,88 @@ def test_mqtt5_records_survive_power_loss_at_every_step():
             break
         k += 1
     assert k > 20  # the run has that many steps: the test reached them all
+
+
+# A delayed will and the end of a session across power loss: a client with
+# a will delay of 30 s and a session of 60 s vanishes, the power goes at
+# step k, and the broker restarts 100 s of wall clock later. The will is
+# sent at most once, and once the broker had it on disk, it is sent (it
+# fell due while the broker was down) [MQTT-3.1.3-9, 3.1.2.5]; the
+# session, whose end is on disk with it and passed too, is gone
+# [MQTT-3.1.2-23 (5.0)].
+class _Wall:
+    def __init__(self, t):
+        self.t = t
+
+    def __enter__(self):
+        from umqtt3 import broker_store
+        self.old = broker_store.wall
+        broker_store.wall = lambda: self.t
+        return self
+
+    def __exit__(self, *exc):
+        from umqtt3 import broker_store
+        broker_store.wall = self.old
+        return False
+
+
+def _will_run(files, crash_at, seen):
+    from broker_harness import wait_for
+    sim = SimFiles(files, crash_at)
+    try:
+        with running(store="/w", files=sim) as b:
+            with Raw(b) as s:
+                connect5(s, "watch", clean=False, props={P.SESSION_EXPIRY: 1000})
+                sub5(s, 1, [("will/#", 1)])
+                disconnect5(s)
+            seen.add("watcher")
+            with Raw(b) as c:
+                connect5(c, "dev", clean=False, props={P.SESSION_EXPIRY: 60},
+                         will_topic="will/dev", will_msg=b"gone", will_qos=1,
+                         will_props={P.WILL_DELAY: 30})
+            assert wait_for(lambda: b.wills)
+            seen.add("will")
+        return False
+    except PowerLoss:
+        return True
+
+
+def _will_check(files, seen):
+    n = 0
+    with running(store="/w", files=SimFiles(files)) as b:
+        if "will" in seen:
+            # its end was on disk and passed while the broker was down (a
+            # session whose client never left on disk counts from start-up)
+            assert b"dev" not in b.sessions()
+        if "watcher" in seen:
+            with Raw(b) as s:
+                assert connect5(s, "watch", clean=False,
+                                props={P.SESSION_EXPIRY: 1000}).session_present
+                while True:
+                    try:
+                        m = next_publish(s)
+                    except Timeout:
+                        break
+                    assert bytes(m.topic) == b"will/dev" and bytes(m.payload) == b"gone"
+                    n += 1
+                    s.put(encode_ack, PUBACK, m.pid)
+    assert n <= 1
+    if "will" in seen:
+        assert n == 1
+    return n
+
+
+def test_delayed_will_survives_power_loss_at_every_step():
+    k = 1
+    sent = 0
+    while True:
+        files = {}
+        seen = set()
+        with _Wall(1800000000) as w:
+            crashed = _will_run(files, k, seen)
+            w.t += 100
+            sent += _will_check(files, seen)
+        if not crashed:
+            break
+        k += 1
+    assert k > 5 and sent >= 1  # the run had steps, and wills came through
