@@ -105,7 +105,7 @@ def test_session_expiry_left_after_a_restart_is_what_remained():
         w.t += 3
         with running(store=d) as b:
             assert b"s" in b.sessions()
-            advance(2500)
+            advance(3500)  # 2 s left (+ up to 1: never early); a whole interval would be 5
             assert b"s" not in b.sessions()
 
 
@@ -185,7 +185,7 @@ def test_without_a_wall_clock_the_time_down_does_not_count():
             _persistent(b, "s", 3, [("t", 1)])
         with running(store=d) as b:
             assert b"s" in b.sessions()
-            advance(3500)
+            advance(4500)  # its 3 s (+ up to 1: never early)
             assert b"s" not in b.sessions()
 
 
