@@ -6,6 +6,7 @@ import pytest
 
 from test_broker5_connect import *  # noqa: F401,F403
 from test_broker5_pubsub import *  # noqa: F401,F403
+from test_broker5_store import *  # noqa: F401,F403
 
 import broker_harness  # noqa: E402
 from test_broker_harness import SOCKETS  # noqa: E402

@@ -163,3 +163,42 @@ def test_mosquitto_v5_pub_sub_with_properties():
         out = lines(sp, 2)
         assert out[0][:3] == ["m/a", "v1", "1"] and "k:v" in out[0][3]
         assert out[1][:3] == ["m/b", "v2", "1"]
+
+
+def test_paho5_resolves_the_brokers_topic_aliases():
+    # paho-mqtt with a Topic Alias Maximum decodes the broker's aliases
+    # (3.3.2.3.4; it hands them over as they came, so the test maps them
+    # as a receiver must): every message has its topic back
+    with env() as (b, c):
+        sub = paho5(c, b, "alias5", props=connect_props(TopicAliasMaximum=2))
+        assert sub.sub("a/#", qos=2) == [2]
+        pub = paho5(c, b, "pa")
+        topics = ["a/one", "a/one", "a/two", "a/one", "a/three", "a/three", "a/two"]
+        for i, t in enumerate(topics):
+            pub.pub(t, b"%d" % i, i % 3)
+        got = [sub.get() for _ in topics]
+        seen = {}
+        resolved = []
+        for m in got:
+            a = getattr(m.properties, "TopicAlias", 0)
+            assert 0 < a <= 2 or not a  # [MQTT-3.3.2-8] [MQTT-3.3.2-11]
+            if m.topic and a:
+                seen[a] = m.topic
+            resolved.append((m.topic or seen[a], m.payload))
+        assert resolved == [(t, b"%d" % i) for i, t in enumerate(topics)]
+        assert [m.topic for m in got].count("") == 3  # repeats of a/one and a/two: by alias
+        assert b.sessions()[b"alias5"].oal == [b"a/one", b"a/two"]  # a/three went whole
+
+
+def test_paho5_puback_no_matching_subscribers():
+    # PUBACK reason code 0x10 (3.4.2.1) as paho-mqtt reads it
+    with env() as (b, c):
+        pub = paho5(c, b, "lonely")
+        codes = queue.Queue()
+        pub.c.on_publish = lambda cl, u, mid, rc, props: codes.put(rc.value)
+        pub.pub("nobody/listens", b"x", 1)
+        assert codes.get(timeout=TIMEOUT) == 0x10
+        s = paho5(c, b, "listener")
+        s.sub("nobody/#", qos=1)
+        pub.pub("nobody/listens", b"y", 1)
+        assert codes.get(timeout=TIMEOUT) == 0

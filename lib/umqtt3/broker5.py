@@ -7,10 +7,10 @@
 # Each level-5 connection holds one V5 (Connection.v5): what its client
 # asked for and allows. Forwarding itself is the core's and the sessions'
 # (broker_session.put_publish writes the property list).
-from .codec import encode_ack, encode_disconnect, MQTTError, PUBACK, PUBREC
+from .codec import encode_ack, encode_disconnect, MQTTError, PUBACK, PUBREC, PUBCOMP
 from .codec_server import encode_connack
 from .compat import const, valid_utf8
-from .props import (get, encode, TYPES, SESSION_EXPIRY, RECEIVE_MAXIMUM, MAXIMUM_PACKET_SIZE,
+from .props import (get, find, encode, encode_auth, TYPES, SESSION_EXPIRY, RECEIVE_MAXIMUM, MAXIMUM_PACKET_SIZE,
                     TOPIC_ALIAS_MAXIMUM, TOPIC_ALIAS, REQUEST_PROBLEM_INFO, AUTH_METHOD,
                     AUTH_DATA, ASSIGNED_CLIENT_ID, SERVER_KEEPALIVE, REASON_STRING,
                     PAYLOAD_FORMAT, WILL_DELAY,
@@ -26,6 +26,14 @@ _CONNACK5 = b"\x00\x84\x85\x88\x86\x87"
 
 class V5:
     """One level-5 connection: what its CONNECT asked for and allows."""
+
+    # Class attributes: a client that uses none of these holds no slot.
+    tam = 0  # the client's topic alias maximum: aliases the broker may set
+    am = None  # the authentication method agreed at CONNECT
+    adata = None  # authentication data for CONNACK / the next AUTH
+    pend = None  # the hook that takes the client's next AUTH data
+    cbytes = None  # the CONNECT held while its exchange goes on
+    authed = False  # the exchange at CONNECT accepted it
 
     def __init__(self):
         self.rmax = 65535  # the client's receive maximum [MQTT-3.1.2-19]
@@ -56,6 +64,7 @@ def refuse_code(rc):
 def connect(core, c, p):
     """Read a level-5 CONNECT's properties into c.v5. Returns 0, or the
     CONNACK reason code that refuses it."""
+    old = c.v5  # set when this is a CONNECT held for its authentication
     v = c.v5 = V5()
     buf = p.buf
     po = p.props_off
@@ -63,6 +72,9 @@ def connect(core, c, p):
     v.sx = get(buf, po, pn, SESSION_EXPIRY, 0)
     v.rmax = get(buf, po, pn, RECEIVE_MAXIMUM, 65535)
     v.maxpkt = get(buf, po, pn, MAXIMUM_PACKET_SIZE, 0)
+    tam = get(buf, po, pn, TOPIC_ALIAS_MAXIMUM, 0)  # [MQTT-3.3.2-11]
+    if tam:
+        v.tam = tam
     v.problem = get(buf, po, pn, REQUEST_PROBLEM_INFO, 1) == 1
     if p.will and p.wprops_len:
         v.wprops = bytes(buf[p.wprops_off:p.wprops_off + p.wprops_len])
@@ -72,11 +84,90 @@ def connect(core, c, p):
             return 0x99  # payload format invalid [MQTT-3.1.3-11 (will payload)]
     method = get(buf, po, pn, AUTH_METHOD)
     if method is not None:
+        if old is not None and old.authed and old.am == method:
+            v.am = method  # the held CONNECT again, its exchange over
+            v.adata = old.adata
+            v.authed = True
+            return 0
         hook = core.auth_methods.get(method)
         if hook is None:
             return 0x8C  # bad authentication method
-        return hook(get(buf, po, pn, AUTH_DATA))
+        v.am = method
+        return _step(c, hook(get(buf, po, pn, AUTH_DATA)))  # -1: CONNACK waits
     return 0
+
+
+def _step(c, res):
+    """One step of an enhanced authentication (4.12): a hook returns a
+    reason code, (rc, data), or (0x18, data, next) to go on, where next
+    takes the client's next authentication data. 0x18: AUTH sent and -1
+    returned (nothing more to do now); otherwise the final reason code,
+    the data to send with it kept in c.v5.adata."""
+    v = c.v5
+    if type(res) is int:
+        v.pend = None
+        return res
+    rc = res[0]
+    v.adata = res[1]
+    if rc != 0x18:
+        v.pend = None
+        return rc
+    v.pend = res[2]
+    send_auth(c, 0x18)  # [MQTT-4.12.0-2]
+    return -1
+
+
+def send_auth(c, rc):
+    """AUTH with reason code rc, the agreed method and c.v5.adata
+    [MQTT-4.12.0-5]."""
+    v = c.v5
+    d = {AUTH_METHOD: v.am}
+    if v.adata is not None:
+        d[AUTH_DATA] = v.adata
+        v.adata = None
+    conn = c.conn
+    pr = encode(d)
+    if conn.space() >= 6 + len(pr):
+        conn.tlen = encode_auth(conn.tx, conn.tlen, rc, pr)
+
+
+def auth_in(core, c, p):
+    """A client's AUTH. While its CONNECT waits: the exchange goes on
+    (0x18), then the CONNECT is accepted (and handled now) or refused
+    (CONNACK). Once connected: re-authentication (0x19, then 0x18s); a
+    failure closes the connection with DISCONNECT [MQTT-4.12.1-2]. The
+    method must be the CONNECT's [MQTT-4.12.0-5, MQTT-4.12.1-1]; without
+    an exchange AUTH is a protocol error."""
+    v = c.v5
+    buf = p.buf
+    po = p.props_off
+    pn = p.props_len
+    if v is None or v.am is None or get(buf, po, pn, AUTH_METHOD) != v.am:
+        raise MQTTError("AUTH outside an authentication exchange", 0x82)
+    data = get(buf, po, pn, AUTH_DATA)
+    waiting = v.cbytes is not None
+    if p.rc == 0x18 and v.pend is not None:
+        rc = _step(c, v.pend(data))
+    elif p.rc == 0x19 and not waiting and v.pend is None:
+        rc = _step(c, core.auth_methods[v.am](data))  # re-authentication (4.12.1)
+    else:
+        raise MQTTError("AUTH out of its exchange", 0x82)
+    if rc < 0:
+        return  # AUTH 0x18 sent: the client goes on
+    if waiting:
+        cb = v.cbytes
+        v.cbytes = None
+        if rc:
+            refuse(c, rc, "authentication")
+            core.refused += 1
+            core.disconnect(c, "refused (CONNACK 0x%02x): authentication" % rc, False)
+            return
+        v.authed = True
+        core.packet_at(c, cb, 0, len(cb), c.t_last)  # the held CONNECT, accepted now
+    elif rc:
+        core.disconnect(c, "re-authentication failed", True, rc)
+    else:
+        send_auth(c, 0)  # re-authenticated
 
 
 def connack(core, c, present, assigned, ka):
@@ -94,6 +185,12 @@ def connack(core, c, present, assigned, ka):
         d[ASSIGNED_CLIENT_ID] = assigned  # [MQTT-3.2.2-16]
     if ka >= 0:
         d[SERVER_KEEPALIVE] = ka  # the client uses this one [MQTT-3.2.2-21]
+    v = c.v5
+    if v.am is not None:
+        d[AUTH_METHOD] = v.am  # the CONNECT's method (3.2.2.3.17)
+        if v.adata is not None:
+            d[AUTH_DATA] = v.adata
+            v.adata = None
     conn = c.conn
     conn.tlen = encode_connack(conn.tx, conn.tlen, present, 0, 5, encode(d))
 
@@ -179,6 +276,20 @@ def publish_in(core, c, p):
     return False
 
 
+def no_match(conn, p):
+    """The PUBACK / PUBREC Flow just wrote for p (4 bytes, reason code
+    0x00 left out) again with 0x10: accepted, but no subscription matched
+    (the PUBACK and PUBREC tables, 3.4.2.1 and 3.5.2.1)."""
+    conn.tlen -= 4
+    conn.tlen = encode_ack(conn.tx, conn.tlen, PUBACK if p.qos == 1 else PUBREC, p.pid, 0x10, 5)
+
+
+def no_pid(conn, p):
+    """PUBREL for an id the session does not hold: PUBCOMP 0x92, packet
+    identifier not found (3.7.2.1)."""
+    conn.tlen = encode_ack(conn.tx, conn.tlen, PUBCOMP, p.pid, 0x92, 5)
+
+
 def ack_refuse(c, p, rc):
     """Refuse a PUBLISH with reason code rc in its PUBACK / PUBREC (QoS 0:
     dropped) [MQTT-3.3.4-8 ... see 3.4.2.1]; nothing is routed."""
@@ -221,13 +332,16 @@ def _next(buf, i, t):
 
 
 def will_props(c):
-    """The will's properties to publish it with (the will delay is the
-    broker's, not the subscribers')."""
+    """The will's properties to publish it with: the will delay interval,
+    even 0, is the broker's and no PUBLISH property (a PUBLISH with it is
+    malformed, 2.2.2.2)."""
     v = c.v5
     if v is None or v.wprops is None:
         return None
     pr = v.wprops
-    return without(pr, 0, len(pr), WILL_DELAY) if v.wdelay else pr
+    if find(pr, 0, len(pr), WILL_DELAY) >= 0:
+        pr = without(pr, 0, len(pr), WILL_DELAY)
+    return pr or None
 
 
 def subscription_id(p):

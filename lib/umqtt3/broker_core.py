@@ -115,9 +115,11 @@ class Core(Stats):
         self.cur = None  # the connection whose packet is being handled
         self.atopic = None  # a level-5 PUBLISH's topic and properties after
         self.aprops = None  # its topic alias (broker5.publish_in)
+        self.nhit = -1  # sessions the last routing reached (-1: none routed)
         self.acl = None  # broker_acl.Acl: topic access per user (None: all allowed)
         self.auth_methods = {}  # MQTT 5 enhanced authentication: name -> hook(data) -> rc
-        self.wills = []  # delayed wills: [due (uptime s), cid, topic, msg, qos, retain, props]
+        # delayed wills: [due (uptime s), cid, topic, msg, qos, retain, props]
+        self.wills = []  # type: list
         self._pkt = Packet(4)
         self._foff = 0  # where the packet in _pkt starts in its buffer
         self._t_timer = now
@@ -129,10 +131,15 @@ class Core(Stats):
         if store:
             from .broker_store import Disk  # only a broker with a store loads it
             self.disk = self.ret.disk = Disk(store, lim, self, files, allow_fat)
-            self.disk.load(self.sess, self.ret, self.subs, self._new_session)
+            # the store's clock: the time the broker was down counts where
+            # the platform has a wall clock (broker_store.Disk.start)
+            self.up_s = self.disk.start()
+            self.disk.load(self.sess, self.ret, self.subs, self._new_session, self.wills)
             for x in self.sess.all:
-                if x.expiry and x.expiry != 0xFFFFFFFF:
-                    x.exp_at = x.expiry  # the broker's time is lost: from start-up
+                if x.expiry and x.expiry != 0xFFFFFFFF and x.exp_at < 0:
+                    # its client was connected when the broker stopped
+                    x.exp_at = self.up_s + x.expiry
+            self._expire()  # what ended, or fell due, while it was down
 
     def set_acl(self, text):
         """Topic access per user from the text of an ACL file (broker_acl,
@@ -191,7 +198,9 @@ class Core(Stats):
             decode(p, buf, off, off + n)
             self._foff = off
             if c.state == WAITING:
-                if t != CONNECT:
+                if t == AUTH and c.v5 is not None and c.v5.cbytes is not None:
+                    self.b5.auth_in(self, c, p)  # a CONNECT's authentication exchange
+                elif t != CONNECT:
                     self.disconnect(c, "first packet is not CONNECT", False)  # [MQTT-3.1.0-1]
                 else:
                     self._connect(c, p)
@@ -274,7 +283,9 @@ class Core(Stats):
                     ended = True
                 elif s.expiry:
                     if s.expiry != 0xFFFFFFFF:
-                        s.exp_at = self.up_s + s.expiry  # [MQTT-3.1.2-23 (5.0)]
+                        # [MQTT-3.1.2-23 (5.0)], never early: from the next whole second
+                        s.exp_at = self.up_s + s.expiry + (1 if self._up_ms else 0)
+                        self._save(s)  # its end, on disk: it counts across a restart
                 elif c.v5 is not None:
                     self._drop(s)  # expiry 0, set at DISCONNECT
                     ended = True
@@ -286,8 +297,16 @@ class Core(Stats):
                 if v is not None and v.wdelay and not ended:
                     # later, unless the session resumes first [MQTT-3.1.3-9]
                     d = v.wdelay if v.wdelay < s.expiry else s.expiry
+                    if self._up_ms:
+                        d += 1  # never early: timers run on whole seconds
                     self.wills.append([self.up_s + d, c.cid, wt, c.will_m, c.will_q,
                                        c.will_r, pr])
+                    if self.disk is not None:
+                        try:  # kept across a restart, sent when due
+                            self.disk.save_will(s, self.up_s + d, wt, c.will_m, c.will_q,
+                                                c.will_r, pr)
+                        except OSError:
+                            pass  # counted; it is lost only if the broker restarts
                 else:
                     self.publish(wt, c.will_m, c.will_q, c.will_r, pr)
         elif self.log is not None:
@@ -329,14 +348,33 @@ class Core(Stats):
         if b5 is None:
             from . import broker5  # the first level-5 CONNECT loads MQTT 5
             b5 = self.b5 = broker5
+            if self.disk is not None:
+                self.disk.use_clock(self.up_s)  # times come into the store
         return b5
 
     def set_expiry(self, s, sx):
         """A session's expiry interval changed (a CONNECT that resumes it, a
-        DISCONNECT): on disk with it, counted from start-up after a restart."""
+        DISCONNECT): on disk with it."""
         s.expiry = sx
         if not s.clean and self.disk is not None:
             self.disk.save_session(s)
+
+    def _save(self, s):
+        # a session record rewritten where nobody waits for it (a client
+        # gone); a failed write is counted and the broker goes on
+        if self.disk is not None and not s.clean:
+            try:
+                self.disk.save_session(s)
+            except OSError:
+                pass
+
+    def _drop_will(self, cid):
+        s = self.sess.by_id.get(cid)
+        if self.disk is not None and s is not None:
+            try:
+                self.disk.drop_will(s)
+            except OSError:
+                pass
 
     def _drop(self, s):
         if not s.clean and self.disk is not None:
@@ -353,6 +391,11 @@ class Core(Stats):
         if lv == 5:
             b5 = self._b5()
             rc = b5.connect(self, c, p)
+            if rc < 0:
+                # an authentication exchange goes on (AUTH 0x18 sent): the
+                # CONNECT waits for its end (broker5.auth_in)
+                c.v5.cbytes = bytes(buf[self._foff:p.end])
+                return
             if rc:
                 self._refuse(c, rc, "CONNECT refused")
                 return
@@ -445,7 +488,10 @@ class Core(Stats):
         else:
             # session present only for 3.1.1 [MQTT-3.2.2-1..3]
             conn.tlen = encode_connack(conn.tx, conn.tlen, present and lv == 4, 0)
+        gone = s.exp_at >= 0  # its client had gone, with an end on disk
         s.attach(c)  # resend what was in flight [MQTT-4.4.0-1]
+        if gone:
+            self._save(s)  # no end on disk while a client is connected
         if self.log is not None:
             self._log("connect %s from %s (clean %d, keepalive %d)",
                       (cid.decode(), c.peer, p.clean, p.keepalive))
@@ -460,6 +506,7 @@ class Core(Stats):
             e = w[i]
             if e[1] == cid:
                 del w[i]
+                self._drop_will(cid)
                 if clean:
                     self.publish(e[2], e[3], e[4], e[5], e[6])
             i -= 1
@@ -516,7 +563,10 @@ class Core(Stats):
                         g.may_write(p.buf, p.topic_off, p.topic_len)):
                     self._denied(c, p)
                     return
+            self.nhit = -1
             s.flow.on_publish(conn, p)  # routes through s.deliver -> route_in
+            if not self.nhit and p.qos and c.v5 is not None:
+                self.b5.no_match(conn, p)  # PUBACK / PUBREC 0x10
         elif t == PUBACK or t == PUBREC or t == PUBCOMP or t == PUBREL:
             # the client's machine on both sides: outbound acks change the
             # session's ring (and its records), PUBREL forgets an inbound id,
@@ -524,6 +574,9 @@ class Core(Stats):
             # does not fit the flow of its id is a protocol error.
             if t != PUBREL and not s.ack_fits(t, p.pid):
                 raise MQTTError("acknowledgement out of its flow", 0x82)
+            if t == PUBREL and c.v5 is not None and not s.in_has(p.pid):
+                self.b5.no_pid(conn, p)  # PUBCOMP 0x92
+                return
             s.flow.on_ack(conn, p)
         elif t == PINGREQ:
             conn.tlen = encode_simple(conn.tx, conn.tlen, PINGRESP)
@@ -551,9 +604,9 @@ class Core(Stats):
         elif t == CONNECT:
             self.disconnect(c, "second CONNECT", True)  # [MQTT-3.1.0-2]
         elif t == AUTH:
-            # no method was agreed at CONNECT (the hook is one step): a
-            # protocol error [MQTT-4.12.0-*]
-            raise MQTTError("AUTH without an authentication exchange", 0x82)
+            if c.v5 is None:
+                raise MQTTError("AUTH below MQTT 5", 0x82)
+            self.b5.auth_in(self, c, p)  # re-authentication, or a protocol error
         else:
             self.disconnect(c, "unexpected packet type %d" % t, True)
 
@@ -682,7 +735,7 @@ class Core(Stats):
         session at the highest granted QoS [MQTT-3.3.5-1], capped by the
         published QoS."""
         subs = self.subs
-        n = subs.match(r.tsrc, r.toff, r.tn, r.src)
+        n = self.nhit = subs.match(r.tsrc, r.toff, r.tn, r.src)
         hit = subs.hit
         hq = subs.hq
         qos = r.qos
@@ -773,6 +826,8 @@ class Core(Stats):
                 self.disconnect(c, "keepalive expired", True, 0x8D)  # [MQTT-3.1.2-24]
         if d > 0 and ms >= 1000:
             self._expire()
+            if self.disk is not None:
+                self.disk.tick(self.up_s)
         si = self.limits.sys_interval
         if si and ticks_diff(now, self._t_sys) >= 0:
             self._t_sys = ticks_add(now, si * 1000)
@@ -789,6 +844,7 @@ class Core(Stats):
             e = w[i]
             if up >= e[0]:
                 del w[i]
+                self._drop_will(e[1])
                 self.publish(e[2], e[3], e[4], e[5], e[6])
             i -= 1
         al = self.sess.all

@@ -65,13 +65,13 @@ class Retained:
         if sysk and new:
             self.nsys += 1
 
-    def _props(self, key, pr):
+    def _props(self, key, pr, t=-1):
         # a retained message keeps its MQTT 5 properties [MQTT-3.3.1-5 (5.0)]
         self.t_in.pop(key, None)
         if pr:
             self.props[key] = pr
             if _expiry_at(pr) >= 0:
-                self.t_in[key] = self.stats.up_s
+                self.t_in[key] = self.stats.up_s if t < 0 else t
         else:
             self.props.pop(key, None)
 
@@ -79,8 +79,8 @@ class Retained:
         """The properties topic's retained message goes out with: its
         message expiry interval less the time it was kept [MQTT-3.3.2-6
         (5.0)]; None when it has none; b"" when it has expired, and is
-        gone [MQTT-3.3.2-5 (5.0)]. (After a restart, kept counts from
-        start-up.)"""
+        gone [MQTT-3.3.2-5 (5.0)]. (Across a restart the store's clock
+        counts, broker_store.Disk.start.)"""
         pr = self.props.get(topic)
         if pr is None:
             return None
@@ -107,10 +107,11 @@ class Retained:
         out[k + 3] = left & 255
         return bytes(out)
 
-    def load(self, topic, qos, payload, props=b""):
-        """A retained message back from the store."""
+    def load(self, topic, qos, payload, props=b"", t=-1):
+        """A retained message back from the store; t: the uptime it came
+        (-1: unknown, now)."""
         self.msgs[topic] = (qos, payload)
-        self._props(topic, props)
+        self._props(topic, props, t)
 
     def matching(self, fb, fo, fn):
         """The topics filter fb[fo:fo+fn] matches, as a list."""

@@ -77,15 +77,18 @@ def publish_size(tn, pn, qos, prn=-1):
     return 1 + varint_size(rl) + rl
 
 
-def put_publish(dst, off, first, tsrc, toff, tn, pid, psrc, poff, pn, prs=None, pro=0, prn=-1):
+def put_publish(dst, off, first, tsrc, toff, tn, pid, psrc, poff, pn, prs=None, pro=0, prn=-1,
+                alias=0):
     """Write a PUBLISH with first byte `first` whose topic is
     tsrc[toff:toff+tn] and payload psrc[poff:poff+pn] at dst[off]; return
     the end offset. The caller checked the room (publish_size). prn >= 0:
-    MQTT 5, with the property list prs[pro:pro+prn]."""
+    MQTT 5, with the property list prs[pro:pro+prn], after a topic alias
+    property when alias is not 0."""
     q = first & 6
     rl = 2 + tn + pn + (2 if q else 0)
     if prn >= 0:
-        rl += varint_size(prn) + prn
+        m = prn + 3 if alias else prn
+        rl += varint_size(m) + m
     dst[off] = first
     off = put_varint(dst, off + 1, rl)
     dst[off] = tn >> 8
@@ -98,7 +101,12 @@ def put_publish(dst, off, first, tsrc, toff, tn, pid, psrc, poff, pn, prs=None, 
         dst[off + 1] = pid & 255
         off += 2
     if prn >= 0:
-        off = put_varint(dst, off, prn)
+        off = put_varint(dst, off, prn + 3 if alias else prn)
+        if alias:
+            dst[off] = 0x23  # topic alias (3.3.2.3.4 of 5.0)
+            dst[off + 1] = alias >> 8
+            dst[off + 2] = alias & 255
+            off += 3
         if prn:
             copy(dst, off, prs, pro, prn)
             off += prn
@@ -139,6 +147,18 @@ def _frame_pid(f):
     return (f[o] << 8) | f[o + 1]
 
 
+def _same(t, src, off, n):
+    # t == src[off:off+n], without a slice
+    if len(t) != n:
+        return False
+    i = 0
+    while i < n:
+        if t[i] != src[off + i]:
+            return False
+        i += 1
+    return True
+
+
 def pid_offset(f, off):
     """Offset of the packet id in the QoS 1/2 PUBLISH frame at f[off]."""
     i = off + 1
@@ -155,9 +175,13 @@ class Session:
     # client's maximum packet size (0: any) and receive maximum; expiry:
     # the session expiry interval (s), exp_at: the broker uptime (s) at
     # which it ends (-1: never); fsid: subscription identifiers, with
-    # filters once one is given.
+    # filters once one is given; tam: how many topic aliases of the
+    # broker's the connected client takes, oal: their topics (alias k is
+    # oal[k - 1]), for this connection only.
     level = 4
     maxpkt = 0
+    tam = 0
+    oal = None  # type: list | None
     rmax = 65535
     expiry = 0
     exp_at = -1
@@ -256,17 +280,55 @@ class Session:
         if self.maxpkt and size > self.maxpkt:
             self.stats.dropped += 1  # never more than the client takes [MQTT-3.1.2-25]
             return
-        if conn.space() < size or (qos and self._fit(size) < 0):
+        ak = self._alias(r) if self.tam else 0
+        need = size
+        if ak:
+            need = publish_size(r.tn if ak < 0 else 0, r.pn, qos, self._prn(r) + 3)
+            if self.maxpkt and need > self.maxpkt:
+                ak = 0
+                need = size
+            elif need < size:
+                need = size
+        if conn.space() < need or (qos and self._fit(size) < 0):
             self._enqueue(first, r)  # pump() writes it as the buffer drains
             return
         start = conn.tlen
-        if not qos:
+        if not qos and not ak:
             conn.tlen = self._put(conn.tx, start, first, size, r, 0)
+        elif not qos:
+            conn.tlen = self._put_alias(conn.tx, start, first, r, 0, ak)
         else:
             pid = self._pid()
             end = self._put(conn.tx, start, first, size, r, pid)
             send_stored(self, conn, start, end, pid, r.tag)  # the client's rule 1
+            if ak:
+                # the ring keeps the whole frame (a resend goes on a new
+                # connection, whose aliases start afresh); the wire gets
+                # the one with the alias
+                conn.tlen = self._put_alias(conn.tx, start, first, r, pid, ak)
+        if ak < 0:
+            self.oal.append(bytes(r.tsrc[r.toff:r.toff + r.tn]))  # a new alias, once
         self.stats.sent += 1
+
+    def _alias(self, r):
+        """The broker's topic alias for r's topic on this connection
+        (3.3.2.3.4, [MQTT-3.3.2-8] [MQTT-3.3.2-11]): k > 0 when alias k
+        stands for it (the topic goes empty), -k when alias k is free to be
+        set with it now, 0 when every alias is taken by another topic. No
+        allocation."""
+        t = self.oal
+        n = len(t)
+        i = 0
+        while i < n:
+            if _same(t[i], r.tsrc, r.toff, r.tn):
+                return i + 1
+            i += 1
+        return -(n + 1) if n < self.tam else 0
+
+    def _put_alias(self, dst, off, first, r, pid, ak):
+        # r's PUBLISH with topic alias |ak|, the topic only when it is set now
+        return put_publish(dst, off, first, r.tsrc, r.toff, r.tn if ak < 0 else 0, pid,
+                           r.psrc, r.poff, r.pn, r.prs, r.pro, self._prn(r), ak if ak > 0 else -ak)
 
     def _enqueue(self, first, r):
         # Bounded by max_queued. When full, the oldest queued QoS 0 message
@@ -291,6 +353,7 @@ class Session:
         f = bytearray(size)
         pid = self._pid() if qos else 0
         self._put(f, 0, first, size, r, pid)
+        k = -1
         if self.level == 5 and r.prn:
             k = expiry_at(f)
             if k >= 0:
@@ -298,7 +361,13 @@ class Session:
                 # which it expires; pump() writes what is left back
                 _put_u32(f, k, _u32(f, k) + self.stats.up_s)
         if qos and self.fs is not None:
-            self.fs.out_add(pid, r.tag, f, 0, size)  # durable before any ack
+            if k >= 0:
+                f[0] -= 0x30  # on disk, type 0 says so (broker_store restores it queued)
+            try:
+                self.fs.out_add(pid, r.tag, f, 0, size)  # durable before any ack
+            finally:
+                if k >= 0:
+                    f[0] += 0x30
         q.append(f)
 
     def pump(self):
@@ -590,6 +659,12 @@ class Session:
             self.level = 4 if v is None else 5
             self.maxpkt = 0 if v is None else v.maxpkt
             self.rmax = 65535 if v is None else v.rmax
+            # the broker's topic aliases start afresh with each connection [MQTT-3.3.2-7]
+            tam = 0 if v is None else v.tam
+            lim = self.lim.max_aliases
+            if tam or self.tam:  # (a session that never had any holds no slots)
+                self.tam = tam if tam < lim else lim
+                self.oal = [] if self.tam else None
         if self.rbuf is None:
             return
         ns = len(self.s_st)
@@ -707,6 +782,12 @@ class Session:
         f = bytearray(frame)
         if rel:
             f[0] = _QREL
+        elif not f[0] >> 4:
+            f[0] += 0x30  # queued with its expiry as an uptime (_enqueue)
+        elif self.level == 5:
+            k = expiry_at(f)
+            if k >= 0:  # it was in flight, with what was left: an uptime in the queue
+                _put_u32(f, k, _u32(f, k) + self.stats.up_s)
         self.q.append(f)
         self.npid = pid
 

@@ -7,17 +7,31 @@
 # file is written and fsynced, or renamed, and the directory is synced
 # before the call returns; a torn or corrupt record was never acted on.
 #
-#   r<k>        one retained topic: key field = QoS, body = topic length
+#   clock       the store's time: seq field = the broker's uptime when
+#               written, key field = the wall-clock time (s) at uptime 0, 0
+#               when the platform's clock was never set (see start()).
+#   r<k>        one retained topic: key field = QoS, plus 4 * (its arrival
+#               uptime + 1) when it has MQTT 5 properties; body = topic length
 #               (2 bytes), topic, MQTT 5 properties (as many bytes as the
 #               seq field says, 0 for none), payload. Replaced through r<k>.t and an
 #               atomic rename; cleared by removing it.
 #   s<k>/sess   one persistent session: seq field = MQTT 5 session expiry
-#               interval (0 at 3.1.1: none), body = client id length (2), client
-#               id, then per subscription options (1: QoS, and at 5.0 no
-#               local, retain as published, retain handling), filter length
-#               (2), filter.
+#               interval (0 at 3.1.1: none), key field = 1 (2: its client
+#               speaks MQTT 5, what it queues is built for it); body = client id
+#               length (2), client id, the uptime at which it ends (4;
+#               0xFFFFFFFF: a client is connected, or never), then per
+#               subscription options (1: QoS, and at 5.0 no local, retain as
+#               published, retain handling), subscription identifier (4, 0:
+#               none), filter length (2), filter. (Key field 0: the same
+#               without the end and the identifiers.)
 #               Written before CONNACK; replaced through sess.t and a rename
-#               before SUBACK / UNSUBACK; removed first when the session ends.
+#               before SUBACK / UNSUBACK, and when its client goes or comes
+#               back; removed first when the session ends.
+#   s<k>/will   the delayed will of a session whose client has gone: seq
+#               field = the uptime it is due, key field = QoS + 4 * retain;
+#               body = topic length (2), topic, MQTT 5 property length (2),
+#               properties, message. Removed when it is sent or the session
+#               resumes [MQTT-3.1.3-9].
 #   s<k>/...    the session's messages: a store.FileStore (keep_last=False)
 #               with o<seq>.p|r for each QoS 1/2 message queued or in flight
 #               towards it and i<pid>.u|d for each inbound QoS 2 id it holds
@@ -36,10 +50,30 @@ from .qos_state import STORED_PUB, STORED_REL, HELD
 from .broker_log import AppendFiles, LogFiles, layout
 
 _TAG_END = 0x3FFFFFFF  # tags stay small ints on MicroPython, and fit a record
+_NONE = 0xFFFFFFFF  # no end time in a session record
+_CLOCK_MIN = 60  # seconds between two writes of the clock record without a wall clock
+
+
+def wall():
+    """The wall-clock time in whole seconds, or None while the platform's
+    clock is not set (compat.wall_s; tests replace this function)."""
+    from .compat import wall_s
+    return wall_s()
 
 
 def _u16(b, i):
     return (b[i] << 8) | b[i + 1]
+
+
+def _u32(b, i):
+    return (b[i] << 24) | (b[i + 1] << 16) | (b[i + 2] << 8) | b[i + 3]
+
+
+def _put32(b, i, v):
+    b[i] = (v >> 24) & 255
+    b[i + 1] = (v >> 16) & 255
+    b[i + 2] = (v >> 8) & 255
+    b[i + 3] = v & 255
 
 
 class _Counted:
@@ -53,8 +87,10 @@ class _Counted:
         self.read = files.read
         self.listdir = files.listdir
         self.mkdir = files.mkdir
+        self.changes = 0  # how many changes were made (the clock record's cue)
 
     def _do(self, fn, a, b=None):
+        self.changes += 1
         try:
             return fn(a) if b is None else fn(a, b)
         except OSError:
@@ -80,9 +116,10 @@ class _Counted:
 class Disk:
     def __init__(self, path, limits, stats, files=None, allow_fat=False):
         self.lim = limits
+        self.stats = stats  # the core: its uptime up_s is the store's time
         self.dir = path.rstrip("/") or "/"
         base = files or AppendFiles()
-        counted = _Counted(base, stats)
+        counted = self.counted = _Counted(base, stats)
         counted.mkdir(self.dir)  # OSFiles syncs the parent of a new directory
         if not allow_fat:
             refuse_fat(self.dir)
@@ -99,6 +136,9 @@ class Disk:
         self.snext = 0
 
         self.taken = None  # tags live records still carry, after a wrap
+        self.epoch = 0  # wall-clock time at uptime 0; 0: no clock was ever set
+        self.t_clock = 0  # the uptime the clock record holds
+        self.n_clock = -1  # counted.changes when it was written
 
     def _p(self, name):
         return self.dir + "/" + name
@@ -138,6 +178,71 @@ class Disk:
         self.ntag = t
         return t
 
+    # ------------------------------------------------------------ time
+    # Every time a record holds (a session's end, a delayed will, a queued
+    # message's expiry, a retained message's arrival) is an uptime in the
+    # store's count, which goes on across restarts: with a set wall clock
+    # it is the seconds since the store's epoch, so the time the broker was
+    # down counts [MQTT-3.1.2-23 (5.0), MQTT-3.3.2-5 (5.0)]; without one
+    # the count resumes where the clock record left it (written at most
+    # once a minute, and only while the store changes), so the time down
+    # does not count. The record is written from the first MQTT 5 client on
+    # (use_clock): only level 5 brings times into the store.
+    def start(self):
+        """The broker's uptime (s) at start-up, in the store's count."""
+        rec = None
+        try:
+            rec = unframe(self.fs.read(self._p("clock")))
+        except OSError:
+            pass  # a new store
+        last = rec[0] if rec is not None else 0
+        ep = rec[1] if rec is not None and rec[1] > 0 else 0
+        w = wall()
+        up = last
+        if w is not None:
+            if not ep:
+                ep = w - last  # the first run with a clock: it starts here
+            if w - ep > last:
+                up = w - ep  # (a clock set back makes no time run backwards)
+        self.epoch = ep
+        self.t_clock = up
+        if rec is not None and ep != rec[1]:
+            self._clock(up)  # the clock was set since: the epoch from now on
+        elif rec is not None:
+            self.n_clock = 0  # in use
+        return up
+
+    def use_clock(self, up):
+        """The first MQTT 5 client: times may come, the clock record is due."""
+        if self.n_clock < 0:
+            self._clock(up)
+
+    def tick(self, up):
+        """Once a second from the core: keep the clock record near the
+        uptime when there is no wall clock, or take the epoch when the
+        clock was just set (NTP after boot). A failure is counted only."""
+        if self.n_clock < 0:
+            return  # not in use
+        try:
+            if not self.epoch:
+                w = wall()
+                if w is not None:
+                    self.epoch = w - up
+                    self._clock(up)
+                elif up - self.t_clock >= _CLOCK_MIN and self.counted.changes != self.n_clock:
+                    self._clock(up)
+        except OSError:
+            pass
+
+    def _clock(self, up):
+        fs = self.fs
+        t = self._p("clock.t")
+        fs.write(t, frame(up, self.epoch, b"t"))
+        fs.rename(t, self._p("clock"))
+        fs.sync_dir(self.dir)
+        self.t_clock = up
+        self.n_clock = self.counted.changes
+
     # ------------------------------------------------------------ retained
     def retain(self, topic, qos, payload, props=b""):
         """topic now holds payload: durable when this returns."""
@@ -155,7 +260,8 @@ class Disk:
         body[2:2 + n] = topic
         body[2 + n:2 + n + m] = props
         body[2 + n + m:] = payload
-        rec = frame(m, qos, body)
+        # with properties, when it came: its expiry counts from then
+        rec = frame(m, qos | ((self.stats.up_s + 1) << 2) if m else qos, body)
         k = self.rslot.get(topic)
         if k is None:
             k = self.rfree.pop() if self.rfree else self._new_r()
@@ -188,22 +294,27 @@ class Disk:
 
     def _sess_rec(self, s):
         n = len(s.cid)
-        size = 2 + n
+        size = 6 + n
         for f in s.filters:
-            size += 3 + len(f)
+            size += 7 + len(f)
         b = bytearray(size)
         b[0] = n >> 8
         b[1] = n & 255
         b[2:2 + n] = s.cid
-        i = 2 + n
+        _put32(b, 2 + n, _NONE if s.exp_at < 0 or s.client is not None else s.exp_at)
+        i = 6 + n
+        ids = s.fsid
         for j in range(len(s.filters)):
             f = s.filters[j]
             b[i] = s.fqos[j]
-            b[i + 1] = len(f) >> 8
-            b[i + 2] = len(f) & 255
-            b[i + 3:i + 3 + len(f)] = f
-            i += 3 + len(f)
-        return frame(s.expiry, 0, b)  # seq field: the MQTT 5 session expiry
+            _put32(b, i + 1, ids[j] if ids is not None else 0)  # [MQTT-3.3.4-3 (5.0)]
+            b[i + 5] = len(f) >> 8
+            b[i + 6] = len(f) & 255
+            b[i + 7:i + 7 + len(f)] = f
+            i += 7 + len(f)
+        # seq field: the MQTT 5 session expiry; key field: the protocol
+        # level its frames are built for (1: below 5, 2: 5)
+        return frame(s.expiry, 2 if s.level == 5 else 1, b)
 
     def _store(self, d):
         lim = self.lim
@@ -245,6 +356,36 @@ class Disk:
         if s.slot >= 0:
             self._drop(s)
 
+    def save_will(self, s, due, topic, msg, qos, retain, props):
+        """A delayed will of s's client, due at uptime `due`: kept until it
+        is sent or the session resumes, also across a restart."""
+        if s.slot < 0:
+            return
+        m = len(props) if props else 0
+        n = len(topic)
+        b = bytearray(4 + n + m + len(msg))
+        b[0] = n >> 8
+        b[1] = n & 255
+        b[2:2 + n] = topic
+        b[2 + n] = m >> 8
+        b[3 + n] = m & 255
+        if m:
+            b[4 + n:4 + n + m] = props
+        b[4 + n + m:] = msg
+        d = self._sdir(s)
+        self.fs.write(d + "/will.t", frame(due, qos | (4 if retain else 0), b))
+        self.fs.rename(d + "/will.t", d + "/will")
+        self.fs.sync_dir(d)
+
+    def drop_will(self, s):
+        """s's delayed will was sent, or the session resumed."""
+        if s.slot < 0:
+            return
+        d = self._sdir(s)
+        if "will" in self.fs.listdir(d):
+            self.fs.remove(d + "/will")
+            self.fs.sync_dir(d)
+
     def _drop(self, s):
         d = self._sdir(s)
         self.fs.remove(d + "/sess")
@@ -260,13 +401,14 @@ class Disk:
         fs.sync_dir(d)
 
     # ------------------------------------------------------------ start-up
-    def load(self, sessions, retained, subs, new_session):
+    def load(self, sessions, retained, subs, new_session, wills=None):
         """Fill sessions (broker_session.Sessions), retained
-        (broker_retain.Retained) and subs (broker_subs.Subs) from the
-        directory, making sessions with new_session(cid, clean); then undo
-        what a crash cut short: a QoS 2 routing whose inbound record is
-        still .u."""
+        (broker_retain.Retained), subs (broker_subs.Subs) and wills (the
+        core's delayed wills) from the directory, making sessions with
+        new_session(cid, clean); then undo what a crash cut short: a QoS 2
+        routing whose inbound record is still .u."""
         self.sessions = sessions
+        self.wills = wills
         fs = self.fs
         rused = []  # type: list
         sused = []  # type: list
@@ -323,10 +465,11 @@ class Disk:
         if rec is None:
             self.fs.remove(path)  # torn: its PUBLISH was never acknowledged
             return
-        m, qos, body = rec
+        m, key, body = rec
         n = _u16(body, 0)
         topic = bytes(body[2:2 + n])
-        retained.load(topic, qos, bytes(body[2 + n + m:]), bytes(body[2 + n:2 + n + m]))
+        retained.load(topic, key & 3, bytes(body[2 + n + m:]), bytes(body[2 + n:2 + n + m]),
+                      (key >> 2) - 1)
         self.rslot[topic] = k
         used.append(k)
 
@@ -335,6 +478,8 @@ class Disk:
         names = fs.listdir(d)
         if "sess.t" in names:
             fs.remove(d + "/sess.t")
+        if "will.t" in names:
+            fs.remove(d + "/will.t")
         rec = None
         if "sess" in names:
             rec = unframe(fs.read(d + "/sess"))
@@ -346,12 +491,32 @@ class Disk:
         s = new_session(cid, False)
         s.expiry = rec[0]
         i = 2 + n
-        while i + 3 <= len(body):
-            m = _u16(body, i + 1)
-            subs.restore(s, bytes(body[i + 3:i + 3 + m]), body[i])
-            i += 3 + m
+        if rec[1] == 2 or (rec[1] == 0 and s.expiry):
+            s.level = 5  # what it queues is built for level 5 until a client says otherwise
+        if rec[1]:
+            end = _u32(body, i)
+            if end != _NONE:
+                s.exp_at = end  # its client had gone: it ends then
+            i += 4
+            while i + 7 <= len(body):
+                m = _u16(body, i + 5)
+                subs.restore(s, bytes(body[i + 7:i + 7 + m]), body[i], _u32(body, i + 1))
+                i += 7 + m
+        else:
+            while i + 3 <= len(body):
+                m = _u16(body, i + 1)
+                subs.restore(s, bytes(body[i + 3:i + 3 + m]), body[i])
+                i += 3 + m
         s.bind_store(self._store(d), self.tag, k)
         sessions.add(s)
+        if "will" in names and self.wills is not None:
+            w = unframe(fs.read(d + "/will"))
+            if w is not None:
+                b = w[2]
+                n = _u16(b, 0)
+                m = _u16(b, 2 + n)
+                self.wills.append([w[0], cid, bytes(b[2:2 + n]), bytes(b[4 + n + m:]), w[1] & 3,
+                                   bool(w[1] & 4), bytes(b[4 + n:4 + n + m]) if m else None])
         return s
 
     def _restore(self, s, recs, cut):
@@ -368,7 +533,7 @@ class Disk:
         for pid, st, key, body in recs:
             if st == HELD or (st == STORED_PUB and key in cut):
                 continue
-            if not full and s.restore_slot(st, pid, body):
-                continue
+            if not full and body[0] >> 4 and s.restore_slot(st, pid, body):
+                continue  # (type 0: queued with its expiry as an uptime: it waits)
             full = True  # the rest waits in the queue, in order
             s.restore_queued(st == STORED_REL, pid, body)

@@ -9,7 +9,7 @@
 from broker_harness import running, Raw, advance, wait_for
 from umqtt3 import props as P
 from umqtt3.codec import (encode_disconnect, encode_subscribe, encode_publish, encode_ack,
-                          CONNACK, DISCONNECT, SUBACK, PUBLISH, PUBACK, PINGREQ)
+                          CONNACK, DISCONNECT, SUBACK, PUBLISH, PUBACK, PINGREQ, AUTH)
 
 
 def props_of(p):
@@ -273,8 +273,9 @@ def test_will_delay_sent_after_the_delay():
 
 
 def test_session_expiry_kept_through_a_restart():
-    # [MQTT-3.1.2-23 (5.0)] with a store: the interval is on disk; after a
-    # restart the session is counted from start-up, then ends
+    # [MQTT-3.1.2-23 (5.0)] with a store: the interval and the session's
+    # end are on disk; after a restart it ends then (the time down counts:
+    # test_broker5_store.py)
     from broker_harness import tempdir, rmtree
     d = tempdir("b5exp")
     try:
@@ -283,7 +284,7 @@ def test_session_expiry_kept_through_a_restart():
         with running(store=d) as b:
             s = b.sessions()[b"dur"]
             assert s.expiry == 3 and s.filters == [b"t"]
-            advance(3500)
+            advance(4500)  # 3 s, + up to 1 (never early)
             assert b"dur" not in b.sessions()
         with running(store=d) as b:
             assert b"dur" not in b.sessions()
@@ -330,3 +331,111 @@ def test_auth_packet_without_a_method_is_a_protocol_error():
         connect5(c, "a")
         c.put(encode_auth, 0x19)
         assert c.expect(DISCONNECT).rc == 0x82
+
+
+def _challenge(b):
+    # an authentication method of two steps: the server's challenge, then
+    # the client's answer; accepted with data of its own
+    def answer(data):
+        return (0, b"welcome") if data == b"response" else 0x87
+
+    def first(data):
+        return (0x18, b"challenge:" + (data or b""), answer)
+    b.auth_methods["chal"] = first
+
+
+def test_auth_exchange_of_several_steps_at_connect():
+    # 4.12: the server continues with AUTH 0x18 [MQTT-4.12.0-2], the client
+    # answers with AUTH 0x18 and the same method [MQTT-4.12.0-5]; CONNACK
+    # ends it, with the method and the server's data (3.2.2.3.17)
+    from umqtt3.props import encode_auth
+    with running() as b, Raw(b) as c, Raw(b) as bad:
+        _challenge(b)
+        connect5(c, "a", props={P.AUTH_METHOD: "chal", P.AUTH_DATA: b"hi"}, expect=False)
+        p = c.expect(AUTH)
+        assert p.rc == 0x18
+        assert props_of(p) == {P.AUTH_METHOD: "chal", P.AUTH_DATA: b"challenge:hi"}
+        assert b"a" not in b.sessions()  # no session before the exchange ends
+        c.put(encode_auth, 0x18, {P.AUTH_METHOD: "chal", P.AUTH_DATA: b"response"})
+        p = c.expect(CONNACK)
+        assert p.rc == 0
+        assert props_of(p)[P.AUTH_METHOD] == "chal" and props_of(p)[P.AUTH_DATA] == b"welcome"
+        c.put(encode_subscribe, 1, [("t", 0)], 0, 5)
+        c.expect(SUBACK, 1)
+        connect5(bad, "b", props={P.AUTH_METHOD: "chal"}, expect=False)
+        assert bad.expect(AUTH).rc == 0x18
+        bad.put(encode_auth, 0x18, {P.AUTH_METHOD: "chal", P.AUTH_DATA: b"guess"})
+        assert bad.expect(CONNACK).rc == 0x87
+        assert bad.closed()
+
+
+def test_auth_with_another_method_in_the_exchange_closes():
+    # [MQTT-4.12.0-5]: the AUTH of an exchange carries the CONNECT's method
+    from umqtt3.props import encode_auth
+    with running() as b, Raw(b) as c:
+        _challenge(b)
+        connect5(c, "a", props={P.AUTH_METHOD: "chal"}, expect=False)
+        assert c.expect(AUTH).rc == 0x18
+        c.put(encode_auth, 0x18, {P.AUTH_METHOD: "other", P.AUTH_DATA: b"response"})
+        assert c.closed()
+        assert b"a" not in b.sessions()
+
+
+def test_reauthentication():
+    # 4.12.1: a connected client starts again with AUTH 0x19 and its
+    # CONNECT's method; success: AUTH 0x00; failure: DISCONNECT with the
+    # reason code [MQTT-4.12.1-2]; another method: protocol error
+    # [MQTT-4.12.1-1]
+    from umqtt3.props import encode_auth
+    with running() as b, Raw(b) as c, Raw(b) as d, Raw(b) as e:
+        b.auth_methods["token"] = lambda data: 0 if data == b"s3cret" else 0x87
+        _challenge(b)
+        connect5(c, "c", props={P.AUTH_METHOD: "token", P.AUTH_DATA: b"s3cret"})
+        c.put(encode_auth, 0x19, {P.AUTH_METHOD: "token", P.AUTH_DATA: b"s3cret"})
+        p = c.expect(AUTH)
+        assert p.rc == 0 and props_of(p)[P.AUTH_METHOD] == "token"
+        c.put(encode_auth, 0x19, {P.AUTH_METHOD: "token", P.AUTH_DATA: b"stale"})
+        assert c.expect(DISCONNECT).rc == 0x87
+        assert c.closed()
+        connect5(d, "d", props={P.AUTH_METHOD: "chal"}, expect=False)
+        assert d.expect(AUTH).rc == 0x18
+        d.put(encode_auth, 0x18, {P.AUTH_METHOD: "chal", P.AUTH_DATA: b"response"})
+        assert d.expect(CONNACK).rc == 0
+        d.put(encode_auth, 0x19, {P.AUTH_METHOD: "chal", P.AUTH_DATA: b"again"})
+        p = d.expect(AUTH)
+        assert p.rc == 0x18 and props_of(p)[P.AUTH_DATA] == b"challenge:again"
+        d.put(encode_auth, 0x18, {P.AUTH_METHOD: "chal", P.AUTH_DATA: b"response"})
+        p = d.expect(AUTH)
+        assert p.rc == 0 and props_of(p)[P.AUTH_DATA] == b"welcome"
+        d.put(encode_auth, 0x19, {P.AUTH_METHOD: "token", P.AUTH_DATA: b"s3cret"})
+        assert d.expect(DISCONNECT).rc == 0x82
+        connect5(e, "e", props={P.AUTH_METHOD: "token", P.AUTH_DATA: b"s3cret"})
+        e.put(encode_auth, 0x18, {P.AUTH_METHOD: "token", P.AUTH_DATA: b"x"})
+        assert e.expect(DISCONNECT).rc == 0x82  # 0x18 with no exchange under way
+
+
+def test_will_delay_zero_is_not_published_as_a_property():
+    # the will delay interval is not a PUBLISH property (2.2.2.2): a will
+    # whose properties carry it, even as 0, goes without it, the others
+    # kept in order [MQTT-3.1.3-10 .. (will properties)]
+    with running() as b, Raw(b) as watcher:
+        connect5(watcher, "w")
+        sub5(watcher, 1, [("will/#", 0)])
+        with Raw(b) as c:
+            connect5(c, "z", will_topic="will/z", will_msg=b"bye",
+                     will_props={P.WILL_DELAY: 0, P.USER_PROPERTY: [("a", "2"), ("c", "3")]})
+        m = next_publish(watcher)
+        assert bytes(m.payload) == b"bye"
+        assert props_of(m) == {P.USER_PROPERTY: [("a", "2"), ("c", "3")]}
+
+
+def test_will_delay_is_never_cut_short():
+    # 3.1.3.2.2: the will goes once the delay has passed, not at the next
+    # whole second of the broker's clock before it
+    with running() as b:
+        advance(500)
+        with _will_watched(b, "half", 2) as watcher:
+            advance(1600)
+            assert watcher.nothing()
+            advance(1000)
+            assert bytes(next_publish(watcher).payload) == b"bye"

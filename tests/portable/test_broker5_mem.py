@@ -20,14 +20,15 @@ class _Steady5(_Steady):
     """_Steady at level 5: the publisher's frame carries properties, and
     both peers decode at level 5."""
 
-    def __init__(self, qos):
+    def __init__(self, qos, tam=0):
         self.qos = qos
         b = self.b = _broker(max_inflight=4)
         sub = self.sub = Peer(b)
         pub = self.pub = Peer(b)
         sub.p = Packet(5)
         pub.p = Packet(5)
-        sub.connect("sub", level=5)
+        # tam: the subscriber's Topic Alias Maximum, aliases the broker may set
+        sub.connect("sub", level=5, props={P.TOPIC_ALIAS_MAXIMUM: tam} if tam else None)
         pub.connect("pub", level=5)
         c = sub.conn
         c.tlen = encode_subscribe(c.tx, c.tlen, 1, [("sensors/+/temp", qos)], 0, 5)
@@ -43,7 +44,8 @@ class _Steady5(_Steady):
         self.go(1)
         assert sub.msgs[-1][:2] == (b"sensors/n1/temp", b"21.5")
         p = sub.p
-        assert bytes(p.buf[p.props_off:p.props_off + p.props_len]) == PROPS
+        alias = b"\x23\x00\x01" if tam else b""  # set with the first message
+        assert bytes(p.buf[p.props_off:p.props_off + p.props_len]) == alias + PROPS
         sub.record = False
         pub.record = False
 
@@ -58,6 +60,18 @@ def test_forward_v5_qos1_allocates_nothing():
 
 def test_forward_v5_qos2_allocates_nothing():
     _check_zero_alloc(2, _Steady5(2))
+
+
+def test_forward_v5_with_broker_topic_aliases_allocates_nothing():
+    # the broker's own topic alias for a repeated topic (3.3.2.3.4): found
+    # and written without allocating, at QoS 0 and 1 (QoS 1 keeps the whole
+    # frame in the ring and sends the aliased one)
+    for qos in (0, 1):
+        st = _Steady5(qos, tam=4)
+        _check_zero_alloc(qos, st)
+        st.sub.record = True
+        st.go(1)
+        assert st.sub.msgs[-1][:2] == (b"", b"21.5")  # the alias stands for the topic
 
 
 def test_v311_only_broker_never_loads_mqtt5():

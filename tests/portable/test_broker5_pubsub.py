@@ -8,7 +8,8 @@
 from broker_harness import running, Raw, advance
 from test_broker5_connect import props_of, connect5, sub5, pub5, next_publish, leave
 from umqtt3 import props as P
-from umqtt3.codec import encode_subscribe, encode_unsubscribe, encode_ack, UNSUBACK, PUBACK, PUBREC, DISCONNECT
+from umqtt3.codec import (encode_subscribe, encode_unsubscribe, encode_ack, UNSUBACK, PUBACK, PUBREC,
+                          PUBREL, PUBCOMP, DISCONNECT)
 
 # every property a PUBLISH may carry to a subscriber, user properties twice
 # to see that their order is kept [MQTT-3.3.2-18]
@@ -304,3 +305,114 @@ def test_message_expiry_of_a_retained_message():
             assert 46 <= props_of(m)[P.MESSAGE_EXPIRY] <= 48
             assert s.nothing()
         assert b"r/a" not in b.retained
+
+
+def test_no_matching_subscribers_acknowledged_with_0x10():
+    # PUBACK and PUBREC reason code tables (3.4.2.1, 3.5.2.1): 0x10 "no
+    # matching subscribers" when the message is accepted but nobody gets
+    # it; 0x00 once a subscription matches
+    with running() as b, Raw(b) as pub, Raw(b) as sub:
+        connect5(pub, "p")
+        pub5(pub, "nobody/here", b"x", 1, 1)
+        assert pub.expect(PUBACK, 1).rc == 0x10
+        pub5(pub, "nobody/here", b"x", 2, 2)
+        assert pub.expect(PUBREC, 2).rc == 0x10
+        pub.put(encode_ack, PUBREL, 2)
+        assert pub.expect(PUBCOMP, 2).rc == 0
+        connect5(sub, "s")
+        sub5(sub, 1, [("nobody/#", 1)])
+        pub5(pub, "nobody/here", b"y", 1, 3)
+        assert pub.expect(PUBACK, 3).rc == 0
+        pub5(pub, "nobody/here", b"y", 2, 4)
+        assert pub.expect(PUBREC, 4).rc == 0
+
+
+def test_no_matching_subscribers_is_not_said_at_311():
+    # 3.1.1 has no reason codes: its PUBACK stays 2 bytes long
+    with running() as b, Raw(b) as pub:
+        pub.connect("p")
+        pub.publish("nobody", b"x", 1, 1)
+        p = pub.expect(PUBACK, 1)
+        assert p.end == 4 and bytes(p.buf) == b"\x40\x02\x00\x01"
+
+
+def test_pubrel_for_an_unknown_id_gets_pubcomp_0x92():
+    # PUBCOMP reason codes (3.7.2.1): 0x92 packet identifier not found, for
+    # a PUBREL whose id the broker does not hold
+    with running() as b, Raw(b) as c:
+        connect5(c, "c")
+        c.put(encode_ack, PUBREL, 77)
+        assert c.expect(PUBCOMP, 77).rc == 0x92
+
+
+def test_broker_assigns_topic_aliases_to_a_client_that_allows_them():
+    # 3.3.2.3.4: a client's Topic Alias Maximum lets the broker send an
+    # alias for a topic it repeats: the first PUBLISH carries topic and
+    # alias, the next ones the alias and an empty topic, at every QoS;
+    # never an alias above the client's maximum [MQTT-3.3.2-11] nor 0
+    # [MQTT-3.3.2-8]; a topic beyond the aliases goes whole
+    with running(max_aliases=8) as b, Raw(b) as sub, Raw(b) as pub:
+        connect5(sub, "s", props={P.TOPIC_ALIAS_MAXIMUM: 2})
+        sub5(sub, 1, [("a/#", 2)])
+        connect5(pub, "p")
+        sent = [("a/one", 0), ("a/one", 1), ("a/one", 2), ("a/two", 0), ("a/three", 1),
+                ("a/two", 1), ("a/three", 0)]
+        pid = 1
+        for t, q in sent:
+            pub5(pub, t, t.encode(), q, pid if q else 0, props={P.CONTENT_TYPE: "c"})
+            pid += 1
+        got = []
+        for _ in sent:
+            m = next_publish(sub)
+            d = props_of(m)
+            assert d[P.CONTENT_TYPE] == "c"
+            got.append((bytes(m.topic), d.get(P.TOPIC_ALIAS), bytes(m.payload)))
+            if m.qos == 1:
+                sub.put(encode_ack, PUBACK, m.pid)
+            elif m.qos == 2:
+                sub.put(encode_ack, PUBREC, m.pid)
+        assert got == [(b"a/one", 1, b"a/one"), (b"", 1, b"a/one"), (b"", 1, b"a/one"),
+                       (b"a/two", 2, b"a/two"), (b"a/three", None, b"a/three"),
+                       (b"", 2, b"a/two"), (b"a/three", None, b"a/three")]
+
+
+def test_broker_topic_aliases_start_afresh_on_a_new_connection():
+    # [MQTT-3.3.2-7]: alias mappings end with the network connection: on
+    # the next one the topic comes again with its alias; a message resent
+    # from the session goes whole, with its topic and no alias
+    with running() as b, Raw(b) as pub:
+        connect5(pub, "p")
+        props = {P.TOPIC_ALIAS_MAXIMUM: 4, P.SESSION_EXPIRY: 60}
+        with Raw(b) as sub:
+            connect5(sub, "s", clean=False, props=props)
+            sub5(sub, 1, [("t", 1)])
+            for k in range(2):
+                pub5(pub, "t", b"%d" % k, 1, k + 1)
+                m = next_publish(sub)
+                assert props_of(m)[P.TOPIC_ALIAS] == 1
+                assert bytes(m.topic) == (b"t" if not k else b"")
+            sub.put(encode_ack, PUBACK, 1)  # the second stays unacknowledged
+        with Raw(b) as sub:
+            assert connect5(sub, "s", clean=False, props=props).session_present
+            m = next_publish(sub)
+            assert m.dup and bytes(m.topic) == b"t" and bytes(m.payload) == b"1"
+            assert P.TOPIC_ALIAS not in props_of(m)
+            sub.put(encode_ack, PUBACK, m.pid)
+            for k in range(2):
+                pub5(pub, "t", b"x", 1, k + 3)
+                m = next_publish(sub)
+                assert props_of(m)[P.TOPIC_ALIAS] == 1
+                assert bytes(m.topic) == (b"t" if not k else b"")
+                sub.put(encode_ack, PUBACK, m.pid)
+
+
+def test_no_broker_topic_aliases_without_the_clients_maximum():
+    # a client that gives no Topic Alias Maximum gets none [MQTT-3.3.2-11]
+    with running() as b, Raw(b) as sub, Raw(b) as pub:
+        connect5(sub, "s")
+        sub5(sub, 1, [("t", 0)])
+        connect5(pub, "p")
+        for _ in range(2):
+            pub5(pub, "t", b"x")
+            m = next_publish(sub)
+            assert bytes(m.topic) == b"t" and P.TOPIC_ALIAS not in props_of(m)

@@ -23,6 +23,15 @@ if MICROPYTHON:
     ticks_add = time.ticks_add
     ticks_diff = time.ticks_diff
     sleep_ms = time.sleep_ms
+
+    def wall_s():
+        # the wall clock in whole seconds, None while it is not set (no RTC,
+        # or before NTP: before 2024, whichever epoch the port counts from)
+        try:
+            t = int(time.time())
+            return t if t >= (757382400 if time.gmtime(0)[0] == 2000 else 1704067200) else None
+        except Exception:
+            return None
     poll = select.poll
 
     def copy(dst, doff, src, soff, n):

@@ -41,6 +41,12 @@ def sleep_ms(ms):
     _time.sleep(ms / 1000)
 
 
+def wall_s():
+    # the wall clock in whole seconds, None while it is not set (before 2024)
+    t = int(_time.time())
+    return t if t >= 1704067200 else None
+
+
 class poll:
     """select.poll with MicroPython's ipoll() (yields (obj, events) pairs)."""
 
