@@ -136,27 +136,3 @@ class Flow:
             # PUBACK, PUBCOMP, or a v5 PUBREC refusing the message
             st.out_del(pid)
             self.last_done = pid
-
-    def resend(self, conn, flush, session_present=True):
-        """After (re)connecting: unacknowledged PUBLISHes again with DUP=1 and
-        PUBRELs for those already received, in their original order
-        [MQTT-4.4.0-1, MQTT-4.6.0-1]. flush() makes room in conn.tx. When the broker kept
-        no session, a PUBREL would meet no message (a broker that forwards
-        on PUBREL would lose it), so PUBREC'd ones go out as PUBLISH again:
-        a possible duplicate rather than a certain loss."""
-        for pid, state, key, body in self.store.recover():
-            if state == "u":
-                continue  # inbound; the client hands these over itself
-            if not session_present:
-                state = "p"
-            n = len(body) if state == "p" else 4
-            if conn.space() < n and not flush():
-                return False
-            if state == "p":
-                o = conn.tlen
-                conn.tx[o:o + n] = body
-                conn.tx[o] |= 8  # DUP [MQTT-3.3.1-1]
-                conn.tlen = o + n
-            else:
-                conn.tlen = encode_ack(conn.tx, conn.tlen, PUBREL, pid)
-        return True

@@ -56,10 +56,10 @@ WASM_PKG = os.path.join(REPO, "node_modules", "@micropython", "micropython-webas
 
 # Listed bottom layer first (see docs); any other module found is appended.
 ORDER = ["compat", "codec", "topic", "props", "flow", "memstore", "nostore", "store", "conn",
-         "transport", "client", "aio", "broker", "__init__"]
+         "transport", "client_core", "client", "aio", "broker", "__init__"]
 # What a sensor node needs to talk MQTT: the fair comparison with umqtt.simple.
 # what `from umqtt3.client import MQTTClient` and its default MemoryStore load
-CLIENT_SET = ["compat", "codec", "flow", "memstore", "conn", "client"]
+CLIENT_SET = ["compat", "codec", "flow", "memstore", "conn", "client_core", "client"]
 # CPython's half of compat: compiled (so --check covers it) but never imported
 # on a device, so it has no import RAM and is left out of the sets.
 CPYTHON_ONLY = ["compat/cpython", "broker_cli"]  # broker_cli: argparse, desktop only
@@ -486,10 +486,10 @@ def function_sizes(cmd, path, name, tmp):
 CONFIGS = [
     ("umqtt3, QoS 0/1/2, MemoryStore (default)", "umqtt3", 4, "memory", CLIENT_SET),
     ("umqtt3, QoS 2, FileStore", "umqtt3", 4, "file",
-     ["compat", "codec", "flow", "store", "conn", "client"]),
+     ["compat", "codec", "flow", "store", "conn", "client_core", "client"]),
     ("umqtt3, MQTT 5, MemoryStore", "umqtt3", 5, "memory", CLIENT_SET + ["props", "client5"]),
     ("umqtt3, QoS 0/1/2, no store (store=False)", "umqtt3", 4, "none",
-     ["compat", "codec", "flow", "nostore", "conn", "client"]),
+     ["compat", "codec", "flow", "nostore", "conn", "client_core", "client"]),
 ]
 
 
