@@ -63,7 +63,9 @@ class MemoryStore:
             return
         o = self._off(i)
         k = self.len[i]
-        copy(self.data, o, self.data, o + k, self.used - o - k)
+        m = self.used - o - k
+        if m:  # the messages sent after it move down
+            copy(self.data, o, self.data, o + k, m)
         self.used -= k
         n = self.n - 1
         for j in range(i, n):
