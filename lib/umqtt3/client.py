@@ -83,7 +83,7 @@ class MQTTClient(Core):
         if self.state == UP and c.tlen:
             try:
                 if not self.send() and c.space() < len(msg) + 64:
-                    raise Busy("send buffer full")
+                    raise Busy()
             except OSError:
                 # the link broke: store the message for the next connection
                 self._lost()

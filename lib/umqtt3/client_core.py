@@ -182,7 +182,7 @@ class Core:
         if not up and not (qos and self.reconnect):
             raise OSError(107)
         if self.backlog is not None:
-            raise Busy("resending")  # the resend keeps its order
+            raise Busy()  # the resend keeps its order
         c = self.conn
         start = c.tlen
         al = self.aliases
@@ -200,7 +200,7 @@ class Core:
             pid = self.flow.publish(c, topic, msg, qos, retain, key, props)
         except MQTTError as e:
             if e.code == 0x95 and start:
-                raise Busy("send buffer full")
+                raise Busy()
             raise  # larger than the whole buffer: retrying cannot help
         if new is not None:
             al[topic] = new  # known to the server once this PUBLISH is queued
@@ -235,7 +235,7 @@ class Core:
     def _start(self, topic):
         pid = self.flow.new_pid()
         if not self.ask(pid, topic):
-            raise Busy("send buffer full")
+            raise Busy()
         self.req = topic
         self.wait_pid = pid
         self.answer = -1
@@ -420,7 +420,7 @@ class Core:
             return
         elif self.state == OPENING:
             if t != CONNACK:
-                raise MQTTError("expected CONNACK", 0x82)
+                raise MQTTError("protocol error", 0x82)  # not CONNACK
             if p.rc:
                 # server unavailable / busy / quota / rate: try again later;
                 # any other refusal (version, id, credentials) is final
@@ -448,7 +448,7 @@ class Core:
         elif t == DISCONNECT:
             self.disconnect_rc = p.rc  # MQTT 5: why the server closes
             raise Closed(104)  # the server sent DISCONNECT
-        raise MQTTError("unexpected packet", 0x82)
+        raise MQTTError("protocol error", 0x82)
 
     def _resume(self):
         # A new connection. Only what a reconnect or a kept session needs

@@ -24,7 +24,7 @@ class Busy(MQTTError):
     """Refused for now: the in-flight window or the send buffer is full.
     Nothing was stored or sent; try again after acknowledgements arrive."""
 
-    def __init__(self, reason):
+    def __init__(self, reason="busy"):
         super().__init__(reason, 0x97)
 
 
@@ -67,7 +67,7 @@ class Flow:
             if not self.store.out_has(p):
                 self.pid = p
                 return p
-        raise Busy("no free packet id")
+        raise Busy()
 
     def publish(self, conn, topic, msg, qos=0, retain=False, key=None, props=None):
         """Queue a PUBLISH in conn.tx (QoS 1/2: stored first). Returns the
@@ -75,20 +75,20 @@ class Flow:
         pid = 0
         if qos:
             if self.store.out_count() >= self.window:
-                raise Busy("in-flight window full")
+                raise Busy()
             pid = self.new_pid()
         start = conn.tlen
         end = encode_publish(conn.tx, start, topic, msg, qos, pid, retain, False,
                              self.level, props)
         if self.max_packet and end - start > self.max_packet:
             # never sent to a server that would close on it [MQTT-3.1.2-24]
-            raise MQTTError("larger than the server's maximum packet size", 0x95)
+            raise MQTTError("too large", 0x95)
         if len(conn.tx) - end < _RESERVE:
             # the last bytes are for acks and PINGREQ, which must always fit;
             # nothing is stored or queued yet
             if start:
-                raise Busy("send buffer full")
-            raise MQTTError("message larger than the send buffer", 0x95)
+                raise Busy()
+            raise MQTTError("too large", 0x95)
         if qos:
             send_stored(self.store, conn, start, end, pid, key)
         else:
