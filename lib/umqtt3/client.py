@@ -101,10 +101,11 @@ class MQTTClient(Core):
         if qos and wait and not self.depth:
             start = ticks_ms()
             self.want = pid
+            self.ack_pid = 0
             try:
                 while True:  # just stored: not acknowledged yet
                     self.poll(10)
-                    if not self.store.out_has(pid):
+                    if self.ack_pid == pid or not self.store.out_has(pid):
                         break
                     if ticks_diff(ticks_ms(), start) > self.timeout_ms:
                         raise OSError(110)
@@ -269,7 +270,7 @@ class MQTTClient(Core):
         # poll() longer: the rest waits in the socket for the next call.
         c = self.conn
         start = ticks_ms()
-        if self.poller is not None and timeout_ms and not c.buffered():
+        if self.poller is not None and timeout_ms and not c.spent:  # (nothing read ahead)
             for obj, ev in self.poller.ipoll(timeout_ms):
                 if ev & (POLLERR | POLLHUP) and not ev & POLLIN:
                     raise Closed(104)

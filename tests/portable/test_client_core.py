@@ -29,7 +29,8 @@ def publish(topic, msg, qos, pid=0, dup=False):
 
 class Bytes:
     """The driver's side of the test: what feed() got, handed to the core's
-    buffer in whatever pieces the core asks for."""
+    buffer in whatever pieces the core asks for. It has no write() nor
+    close(): a core that wrote or closed by itself would fail every test."""
 
     def __init__(self):
         self.data = bytearray()
@@ -298,3 +299,12 @@ def test_a_flood_is_handled_one_packet_at_a_time():
     assert len(log.msgs) == 50
     feed(c, flood[5:len(publish(b"t/x", b"0123", 0))], 21)
     assert len(log.msgs) == 51
+
+
+def test_bye_queues_disconnect_and_ends_reconnecting():
+    c = connected(core(reconnect=True))
+    assert c.bye() is True
+    assert take(c, 0) == b"\xe0\x00"  # DISCONNECT: the broker drops the will
+    assert c.reconnect is False
+    c.down()
+    assert c.bye() is False and take(c, 0) == b""  # nothing to say when down
