@@ -19,8 +19,8 @@ class AsyncClient(Core):
     `interval_ms`: how often to look while the link has no socket to wait
     on (connect_link, e.g. an in-memory pipe)."""
 
-    def __init__(self, client_id, server, port=0, ssl=None, ssl_params=None,
-                 connect_link=None, interval_ms=5, **kw):
+    def __init__(self, client_id, server, interval_ms=5, port=0, ssl=None, ssl_params=None,
+                 connect_link=None, **kw):
         Core.__init__(self, client_id, now=ticks_ms(), **kw)
         self.server = server
         self.port = port or (8883 if ssl else 1883)
