@@ -7,11 +7,14 @@
 # between steps it awaits the socket's readiness, or the core's next
 # deadline (keepalive, CONNACK timeout, reconnect backoff), whichever comes
 # first, instead of waking up every few milliseconds.
-from .compat import asleep_ms, ticks_ms, ticks_diff, link
+from .compat import asleep_ms, ticks_ms, ticks_diff, link, const
 from .compat.aio import dial_async, wait_io, current_task
 from .codec import MQTTError
 from .flow import Busy
-from .client_core import Core, DOWN, UP
+from .client_core import Core
+
+_DOWN = const(0)  # client_core's states
+_UP = const(2)
 
 
 class AsyncClient(Core):
@@ -84,7 +87,7 @@ class AsyncClient(Core):
         self.runner = current_task()
         self.stopping = False
         try:
-            while self.state == UP or self.reconnect:
+            while self.state == _UP or self.reconnect:
                 await self._step(60000)
         except BaseException:  # CancelledError, from disconnect() or not
             if not self.stopping:
@@ -147,7 +150,7 @@ class AsyncClient(Core):
             try:
                 self.packet(k, now)
             except Exception:
-                if self.state == DOWN:
+                if self.state == _DOWN:
                     self._close()  # a callback refused a QoS 1/2 message
                 raise
             n += 1
@@ -160,7 +163,7 @@ class AsyncClient(Core):
     async def _step(self, limit_ms):
         # one round of I/O and timers, then wait for the socket, the core's
         # next deadline or limit_ms, whichever comes first
-        if self.state == DOWN:
+        if self.state == _DOWN:
             if not self.reconnect:
                 raise OSError(107)
             wait = self.tick(ticks_ms())
@@ -174,7 +177,7 @@ class AsyncClient(Core):
             return
         try:
             n = self._io()
-            wait = self.tick(ticks_ms()) if self.state != DOWN else 0
+            wait = self.tick(ticks_ms()) if self.state != _DOWN else 0
             self._send()
         except (OSError, MQTTError) as e:
             if isinstance(e, Busy):
@@ -206,7 +209,7 @@ class AsyncClient(Core):
                 if left < 0:
                     raise
                 await self._step(left + 1)
-        if self.state == UP:
+        if self.state == _UP:
             try:
                 self._send()
             except OSError:

@@ -8,12 +8,19 @@
 # link and reconnect when the backoff allows. The blocking calls (connect,
 # publish at QoS 1/2, subscribe, wait_msg) loop on poll() until their answer
 # or a timeout.
-from .compat import (ticks_ms, ticks_diff, sleep_ms, poll, link, dial,
-                     POLLIN, POLLOUT, POLLERR, POLLHUP)
+from .compat import ticks_ms, ticks_diff, sleep_ms, poll, link, dial, const
 from .codec import MQTTError
 from .conn import Closed
 from .flow import Busy
-from .client_core import Core, DOWN, UP
+from .client_core import Core
+
+# as select's and client_core's (underscored consts take no dict slot)
+_POLLIN = const(1)
+_POLLOUT = const(4)
+_POLLERR = const(8)
+_POLLHUP = const(16)
+_DOWN = const(0)
+_UP = const(2)
 
 
 class MQTTClient(Core):
@@ -40,8 +47,8 @@ class MQTTClient(Core):
         self.connect_start(clean_session)
         t = self.timeout_ms if timeout_ms is None else timeout_ms
         start = ticks_ms()
-        while self.state != UP:
-            if self.state == DOWN and not self.reconnect:
+        while self.state != _UP:
+            if self.state == _DOWN and not self.reconnect:
                 raise OSError(111)
             if ticks_diff(ticks_ms(), start) > t:
                 raise OSError(110)
@@ -80,7 +87,7 @@ class MQTTClient(Core):
         QoS 0). Raises Busy when the window or buffer is full: nothing is
         lost, retry after poll()."""
         c = self.conn
-        if self.state == UP and c.tlen:
+        if self.state == _UP and c.tlen:
             try:
                 if not self.send() and c.space() < len(msg) + 64:
                     raise Busy()
@@ -90,7 +97,7 @@ class MQTTClient(Core):
                 if not (qos and self.reconnect):
                     raise
         pid = self.queue(topic, msg, retain, qos, key, props)
-        if self.state == UP:
+        if self.state == _UP:
             try:
                 self.send()
             except OSError:
@@ -166,7 +173,7 @@ class MQTTClient(Core):
     def poll(self, timeout_ms=0):
         """One step: I/O, keepalive, reconnect. Never blocks longer than
         timeout_ms. Returns the number of packets handled."""
-        if self.state == DOWN:
+        if self.state == _DOWN:
             if not self.reconnect:
                 raise OSError(107)
             w = ticks_diff(self.retry_at, ticks_ms())
@@ -180,7 +187,7 @@ class MQTTClient(Core):
                 return 0
         try:
             n = self._io(timeout_ms)
-            if self.keepalive or self.state != UP:  # else no timer runs
+            if self.keepalive or self.state != _UP:  # else no timer runs
                 self.tick(ticks_ms())
                 if self.conn.tlen:
                     self.send()  # the PINGREQ tick() queued
@@ -203,11 +210,11 @@ class MQTTClient(Core):
         if c.flush():
             if self.wmask:
                 self.wmask = False
-                self.poller.modify(self.sock, POLLIN)
+                self.poller.modify(self.sock, _POLLIN)
             return True
         if self.poller is not None and not self.wmask:
             self.wmask = True
-            self.poller.modify(self.sock, POLLIN | POLLOUT)
+            self.poller.modify(self.sock, _POLLIN | _POLLOUT)
         return False
 
     def drain(self):
@@ -236,7 +243,7 @@ class MQTTClient(Core):
             s.setblocking(False)
             lk = link(s)
             self.poller = poll()
-            self.poller.register(s, POLLIN)
+            self.poller.register(s, _POLLIN)
         self.conn.link = lk
         self.start(ticks_ms())
         self.send()
@@ -272,7 +279,7 @@ class MQTTClient(Core):
         start = ticks_ms()
         if self.poller is not None and timeout_ms and not c.spent:  # (nothing read ahead)
             for obj, ev in self.poller.ipoll(timeout_ms):
-                if ev & (POLLERR | POLLHUP) and not ev & POLLIN:
+                if ev & (_POLLERR | _POLLHUP) and not ev & _POLLIN:
                     raise Closed(104)
         handled = 0
         # inside the message callback only write (publish from a callback
@@ -283,7 +290,7 @@ class MQTTClient(Core):
             try:
                 self.packet(n, now)
             except Exception:
-                if self.state == DOWN:
+                if self.state == _DOWN:
                     self._close()  # a callback refused a QoS 1/2 message
                 raise
             handled += 1

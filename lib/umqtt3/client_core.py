@@ -19,16 +19,28 @@
 # client.MQTTClient (blocking) and aio.AsyncClient (asyncio), do.
 from .compat import ticks_add, ticks_diff, const
 from .codec import (Packet, MQTTError, decode, encode_connect, encode_simple,
-                    encode_subscribe, encode_unsubscribe, encode_disconnect,
-                    CONNACK, PUBLISH, PUBACK, PUBREL, PUBCOMP, SUBACK, UNSUBACK, PINGREQ,
-                    PINGRESP, DISCONNECT, AUTH)
+                    encode_subscribe, encode_unsubscribe, encode_disconnect)
 from .conn import Conn, Closed
 from .flow import Flow, Busy
 
-DOWN = const(0)  # no link
-OPENING = const(1)  # CONNECT sent, CONNACK awaited
-UP = const(2)
-IDLE_MS = const(60000)  # tick()'s answer when no timer runs
+# Underscored consts take no slot in the module's dict (the drivers define
+# the states again: MicroPython cannot import a const() name).
+_DOWN = const(0)  # no link
+_OPENING = const(1)  # CONNECT sent, CONNACK awaited
+_UP = const(2)
+_IDLE_MS = const(60000)  # tick()'s answer when no timer runs
+# packet types, as in codec
+_CONNACK = const(2)
+_PUBLISH = const(3)
+_PUBACK = const(4)
+_PUBREL = const(6)
+_PUBCOMP = const(7)
+_SUBACK = const(9)
+_UNSUBACK = const(11)
+_PINGREQ = const(12)
+_PINGRESP = const(13)
+_DISCONNECT = const(14)
+_AUTH = const(15)
 # I/O errors carry an errno and no text (each text would be a string in RAM
 # from import on): 107 not connected, 110 timed out (also no CONNACK or
 # PINGRESP in time), 111 connection failed, 104 the link or the server
@@ -79,7 +91,7 @@ class Core:
         # one Conn for the client's life: buffers allocated once; a larger
         # head reads a PUBACK in one read
         self.conn = Conn(None, bufsize, bufsize, 0, 5)
-        self.state = DOWN
+        self.state = _DOWN
         self.clean = True
         self.session_present = False
         self.subs = {}  # filter -> (options, props), re-subscribed when the session is gone
@@ -135,11 +147,11 @@ class Core:
         return self.store.out_count()
 
     def is_connected(self):
-        return self.state == UP
+        return self.state == _UP
 
     def is_open(self):
         """A connection exists (CONNACK may still be awaited)."""
-        return self.state != DOWN
+        return self.state != _DOWN
 
     def msg_props(self):
         """MQTT 5: the properties of the message the callback is handling,
@@ -178,7 +190,7 @@ class Core:
         down, with reconnect, a QoS 1/2 message is only stored: the resume
         sends it. Returns the packet id, 0 for QoS 0; raises Busy when the
         window or the send buffer is full."""
-        up = self.state == UP
+        up = self.state == _UP
         if not up and not (qos and self.reconnect):
             raise OSError(107)
         if self.backlog is not None:
@@ -256,14 +268,14 @@ class Core:
 
     def pingreq(self, now):
         c = self._up()
-        c.tlen = encode_simple(c.tx, c.tlen, PINGREQ)
+        c.tlen = encode_simple(c.tx, c.tlen, _PINGREQ)
         self.ping_at = now
 
     def bye(self):
         """Queue DISCONNECT if connected; no reconnect until the next
         connect. True when there is something to send."""
         self.reconnect = False
-        if self.state != UP:
+        if self.state != _UP:
             return False
         c = self.conn
         try:
@@ -284,7 +296,7 @@ class Core:
         c.tlen = encode_connect(c.tx, 0, self.client_id, self.level, self.clean,
                                 self.keepalive, self.user, self.pswd, lw[0], lw[1],
                                 lw[2], lw[3], props, lw[4])
-        self.state = OPENING
+        self.state = _OPENING
         self.pkt.level = self.level
         self.opened = now
 
@@ -294,7 +306,7 @@ class Core:
         c.got = 0
         c.done()
         c.tlen = c.sent = 0
-        self.state = DOWN
+        self.state = _DOWN
         self.backlog = None
 
     def lost(self, now):
@@ -328,14 +340,14 @@ class Core:
         Returns the ms until tick() has work again (while down: until a
         reconnect attempt may start)."""
         st = self.state
-        if st == DOWN:
-            t = ticks_diff(self.retry_at, now) if self.reconnect else IDLE_MS
-        elif st == OPENING:
+        if st == _DOWN:
+            t = ticks_diff(self.retry_at, now) if self.reconnect else _IDLE_MS
+        elif st == _OPENING:
             t = self.timeout_ms - ticks_diff(now, self.opened)
             if t < 0:
                 raise Closed(110)  # no CONNACK
         elif not self.keepalive:
-            t = IDLE_MS
+            t = _IDLE_MS
         else:
             ka = self.keepalive * 1000
             if self.ping_at is not None:
@@ -348,7 +360,7 @@ class Core:
                 if t <= 0:
                     self.pingreq(now)
                     t = ka
-        return max(0, min(t, IDLE_MS))
+        return max(0, min(t, _IDLE_MS))
 
     def refill(self):
         """After a flush made room: more of the resume backlog. True when
@@ -384,27 +396,27 @@ class Core:
             # taken and not acknowledged. The broker resends only on a new
             # connection [MQTT-4.4.0-1], so drop this one (a persistent
             # session gets it again); QoS 0 has nothing to resend.
-            if p.type == PUBLISH and p.qos:
+            if p.type == _PUBLISH and p.qos:
                 self.lost(now)
             raise
 
     # ---------------------------------------------------------- internals
     def _up(self):
-        if self.state != UP:
+        if self.state != _UP:
             raise OSError(107)
         return self.conn
 
     def _handle(self, p, c):
         t = p.type
-        if t == PUBLISH:
-            if self.state == UP:
+        if t == _PUBLISH:
+            if self.state == _UP:
                 self.flow.on_publish(c, p)
                 return
-        elif PUBACK <= t <= PUBCOMP:
-            if self.state == UP:
+        elif _PUBACK <= t <= _PUBCOMP:
+            if self.state == _UP:
                 f = self.flow
                 f.on_ack(c, p)
-                if t == PUBREL:
+                if t == _PUBREL:
                     self.unsynced = True  # a store's release is durable before PUBCOMP
                 elif f.last_done == p.pid:
                     # a publish completed, or (MQTT 5) was refused
@@ -414,19 +426,19 @@ class Core:
                     if self.on_ack is not None:
                         self.on_ack(p.pid, p.rc)
                 return
-        elif t == AUTH and self.level == 5:
+        elif t == _AUTH and self.level == 5:
             from .client5 import on_auth
             on_auth(self, p)  # enhanced authentication, also before CONNACK
             return
-        elif self.state == OPENING:
-            if t != CONNACK:
+        elif self.state == _OPENING:
+            if t != _CONNACK:
                 raise MQTTError("protocol error", 0x82)  # not CONNACK
             if p.rc:
                 # server unavailable / busy / quota / rate: try again later;
                 # any other refusal (version, id, credentials) is final
                 self.reconnect = self.reconnect and p.rc in (3, 0x88, 0x89, 0x97, 0x9F)
                 raise MQTTError("refused", p.rc)
-            self.state = UP
+            self.state = _UP
             self.tries = 0
             if self.level == 5:
                 from .client5 import on_connack
@@ -436,16 +448,16 @@ class Core:
             self.session_present = p.session_present
             self._resume()
             return
-        elif t == SUBACK or t == UNSUBACK:
+        elif t == _SUBACK or t == _UNSUBACK:
             if p.pid == self.wait_pid:
                 # SUBACK: the granted QoS or a refusal; MQTT 5 UNSUBACK too
-                self.answer = c.rx[p.payload_off] if t == SUBACK or self.level == 5 else 0
+                self.answer = c.rx[p.payload_off] if t == _SUBACK or self.level == 5 else 0
                 self.wait_pid = 0
             return
-        elif t == PINGRESP:
+        elif t == _PINGRESP:
             self.ping_at = None
             return
-        elif t == DISCONNECT:
+        elif t == _DISCONNECT:
             self.disconnect_rc = p.rc  # MQTT 5: why the server closes
             raise Closed(104)  # the server sent DISCONNECT
         raise MQTTError("protocol error", 0x82)

@@ -13,11 +13,14 @@
 # outbound messages live in its in-flight ring, and whose out_rel() may
 # answer True, "I send the PUBREL myself, later", to keep its send order.
 from .compat import const
-from .codec import (encode_publish, encode_ack, MQTTError, PUBACK, PUBREC,
-                    PUBREL, PUBCOMP)
+from .codec import encode_publish, encode_ack, MQTTError
 
 
 _RESERVE = const(8)  # send-buffer bytes a PUBLISH may not take
+_PUBACK = const(4)  # packet types, as in codec
+_PUBREC = const(5)
+_PUBREL = const(6)
+_PUBCOMP = const(7)
 
 
 class Busy(MQTTError):
@@ -112,26 +115,26 @@ class Flow:
                     raise
                 st.in_done(pid)
             # a known id: PUBREC again, no second delivery [MQTT-4.3.3-2]
-            conn.tlen = encode_ack(conn.tx, conn.tlen, PUBREC, pid)
+            conn.tlen = encode_ack(conn.tx, conn.tlen, _PUBREC, pid)
             return
         self.app.deliver(pkt, False)  # raising here sends no PUBACK either
         if q:
-            conn.tlen = encode_ack(conn.tx, conn.tlen, PUBACK, pid)
+            conn.tlen = encode_ack(conn.tx, conn.tlen, _PUBACK, pid)
 
     def on_ack(self, conn, pkt):
         """PUBACK, PUBREC, PUBREL or PUBCOMP."""
         t = pkt.type
         pid = pkt.pid
         st = self.store
-        if t == PUBREL:
+        if t == _PUBREL:
             st.in_del(pid)  # removed durably before PUBCOMP
             # unknown ids are answered too, so the sender can finish
-            conn.tlen = encode_ack(conn.tx, conn.tlen, PUBCOMP, pid)
-        elif t == PUBREC and pkt.rc < 0x80:
+            conn.tlen = encode_ack(conn.tx, conn.tlen, _PUBCOMP, pid)
+        elif t == _PUBREC and pkt.rc < 0x80:
             if st.out_has(pid) and st.out_rel(pid):
                 return  # recorded; the store sends PUBREL in its order
             # recorded before PUBREL [MQTT-4.3.3-1]
-            conn.tlen = encode_ack(conn.tx, conn.tlen, PUBREL, pid)
+            conn.tlen = encode_ack(conn.tx, conn.tlen, _PUBREL, pid)
         elif st.out_has(pid):
             # PUBACK, PUBCOMP, or a v5 PUBREC refusing the message
             st.out_del(pid)

@@ -3,9 +3,11 @@
 # through the core's receive buffer (a link that hands out what the test
 # fed), bytes come out of its send buffer, and tick() gives the deadlines.
 # Runs under pytest and under MicroPython (tests/mp/testrunner.py).
-from umqtt3.client_core import Core, UP, DOWN
+from umqtt3.client_core import Core
 from umqtt3.conn import Closed
 from umqtt3.flow import Busy
+
+DOWN, UP = 0, 2  # Core.state (underscored consts in client_core)
 
 CONNACK = b"\x20\x02\x00\x00"
 CONNACK_SP = b"\x20\x02\x01\x00"  # session present
