@@ -146,14 +146,10 @@ class MQTTClient(Core):
     # way: *_start sends and returns the packet id; the answer has come when
     # wait_pid no longer equals it (subscribe_end(topic) has it).
     def subscribe_start(self, topic, qos=0, props=None):
-        self._room()
+        # (unsubscribe_start comes here too, with qos -1)
+        if self.state == _UP and self.conn.tlen:
+            self.drain()  # an empty send buffer for the request
         pid = Core.subscribe_start(self, topic, qos, props)
-        self.send()
-        return pid
-
-    def unsubscribe_start(self, topic):
-        self._room()
-        pid = Core.unsubscribe_start(self, topic)
         self.send()
         return pid
 
@@ -227,8 +223,11 @@ class MQTTClient(Core):
                     return True
             elif ticks_diff(ticks_ms(), start) > self.timeout_ms:
                 raise OSError(110)
+            elif self.poller is not None:
+                for _ in self.poller.ipoll(10):
+                    break
             else:
-                self._wait_io(10)
+                sleep_ms(1)
 
     # ---------------------------------------------------------- internals
     def _open(self, sock=None):
@@ -263,13 +262,6 @@ class MQTTClient(Core):
     def _lost(self):
         self._close()
         self.lost(ticks_ms())
-
-    def _wait_io(self, timeout_ms):
-        if self.poller is not None:
-            for _ in self.poller.ipoll(timeout_ms):
-                break
-        elif timeout_ms:
-            sleep_ms(1)
 
     def _io(self, timeout_ms):
         # Handles what arrives until timeout_ms has passed, at least one
@@ -308,12 +300,6 @@ class MQTTClient(Core):
         if c.tlen:
             self.send()
         return handled
-
-    def _room(self):
-        # an empty send buffer for a SUBSCRIBE/UNSUBSCRIBE
-        self._up()
-        if self.conn.tlen:
-            self.drain()
 
     def _request(self, pid):
         # SUBSCRIBE/UNSUBSCRIBE pid is sent: wait for the answer

@@ -224,12 +224,23 @@ class Core:
     # way: *_start queues and returns the packet id; the answer has come
     # when wait_pid no longer equals it.
     def subscribe_start(self, topic, qos=0, props=None):
-        # qos: the options byte (MQTT 5's options above bit 1)
-        # as umqtt.simple: messages would have nowhere to go
-        assert self.cb is not None, "set_callback() before subscribe()"
-        self._up()
-        self.subs[topic] = (qos, props)  # props too: asked the same way again
-        return self._start(topic)
+        # qos: the options byte (MQTT 5's options above bit 1); -1: an
+        # UNSUBSCRIBE (unsubscribe_start)
+        if self.state != _UP:
+            raise OSError(107)
+        if qos < 0:
+            self.subs.pop(topic, None)
+        else:
+            # as umqtt.simple: messages would have nowhere to go
+            assert self.cb is not None, "set_callback() before subscribe()"
+            self.subs[topic] = (qos, props)  # props too: asked the same way again
+        pid = self.flow.new_pid()
+        if not self.ask(pid, topic):
+            raise Busy()
+        self.req = topic
+        self.wait_pid = pid
+        self.answer = -1
+        return pid
 
     def subscribe_end(self, topic):
         """The granted QoS; raises if the broker refused the filter."""
@@ -240,18 +251,7 @@ class Core:
         return rc
 
     def unsubscribe_start(self, topic):
-        self._up()
-        self.subs.pop(topic, None)
-        return self._start(topic)
-
-    def _start(self, topic):
-        pid = self.flow.new_pid()
-        if not self.ask(pid, topic):
-            raise Busy()
-        self.req = topic
-        self.wait_pid = pid
-        self.answer = -1
-        return pid
+        return self.subscribe_start(topic, -1)
 
     def ask(self, pid, topic):
         # SUBSCRIBE for a filter in subs (with its options and properties),
@@ -267,7 +267,9 @@ class Core:
         return True
 
     def pingreq(self, now):
-        c = self._up()
+        if self.state != _UP:
+            raise OSError(107)
+        c = self.conn
         c.tlen = encode_simple(c.tx, c.tlen, _PINGREQ)
         self.ping_at = now
 
@@ -387,8 +389,46 @@ class Core:
         c = self.conn
         decode(p, c.rx, 0, n)
         c.done()  # consumed even if the callback raises; rx stays intact
+        t = p.type
         try:
-            self._handle(p, c)
+            if t == _PUBLISH:
+                if self.state == _UP:
+                    self.flow.on_publish(c, p)
+                    return
+            elif _PUBACK <= t <= _PUBCOMP:
+                if self.state == _UP:
+                    f = self.flow
+                    f.on_ack(c, p)
+                    if t == _PUBREL:
+                        self.unsynced = True  # a store's release is durable before PUBCOMP
+                    elif f.last_done == p.pid:
+                        # a publish completed, or (MQTT 5) was refused
+                        f.last_done = 0
+                        self.ack_pid = p.pid
+                        self.ack_rc = p.rc
+                        if self.on_ack is not None:
+                            self.on_ack(p.pid, p.rc)
+                    return
+            elif t == _AUTH and self.level == 5:
+                from .client5 import on_auth
+                on_auth(self, p)  # enhanced authentication, also before CONNACK
+                return
+            elif self.state == _OPENING:
+                if t == _CONNACK:
+                    self._connack(p)
+                    return
+            elif t == _SUBACK or t == _UNSUBACK:
+                if p.pid == self.wait_pid:
+                    # SUBACK: the granted QoS or a refusal; MQTT 5 UNSUBACK too
+                    self.answer = c.rx[p.payload_off] if t == _SUBACK or self.level == 5 else 0
+                    self.wait_pid = 0
+                return
+            elif t == _PINGRESP:
+                self.ping_at = None
+                return
+            elif t == _DISCONNECT:
+                self.disconnect_rc = p.rc  # MQTT 5: why the server closes
+                raise Closed(104)  # the server sent DISCONNECT
         except (OSError, MQTTError):
             raise
         except Exception:
@@ -396,77 +436,29 @@ class Core:
             # taken and not acknowledged. The broker resends only on a new
             # connection [MQTT-4.4.0-1], so drop this one (a persistent
             # session gets it again); QoS 0 has nothing to resend.
-            if p.type == _PUBLISH and p.qos:
+            if t == _PUBLISH and p.qos:
                 self.lost(now)
             raise
+        raise MQTTError("protocol error", 0x82)  # (before CONNACK: not CONNACK)
 
     # ---------------------------------------------------------- internals
-    def _up(self):
-        if self.state != _UP:
-            raise OSError(107)
-        return self.conn
-
-    def _handle(self, p, c):
-        t = p.type
-        if t == _PUBLISH:
-            if self.state == _UP:
-                self.flow.on_publish(c, p)
-                return
-        elif _PUBACK <= t <= _PUBCOMP:
-            if self.state == _UP:
-                f = self.flow
-                f.on_ack(c, p)
-                if t == _PUBREL:
-                    self.unsynced = True  # a store's release is durable before PUBCOMP
-                elif f.last_done == p.pid:
-                    # a publish completed, or (MQTT 5) was refused
-                    f.last_done = 0
-                    self.ack_pid = p.pid
-                    self.ack_rc = p.rc
-                    if self.on_ack is not None:
-                        self.on_ack(p.pid, p.rc)
-                return
-        elif t == _AUTH and self.level == 5:
-            from .client5 import on_auth
-            on_auth(self, p)  # enhanced authentication, also before CONNACK
-            return
-        elif self.state == _OPENING:
-            if t != _CONNACK:
-                raise MQTTError("protocol error", 0x82)  # not CONNACK
-            if p.rc:
-                # server unavailable / busy / quota / rate: try again later;
-                # any other refusal (version, id, credentials) is final
-                self.reconnect = self.reconnect and p.rc in (3, 0x88, 0x89, 0x97, 0x9F)
-                raise MQTTError("refused", p.rc)
-            self.state = _UP
-            self.tries = 0
-            if self.level == 5:
-                from .client5 import on_connack
-                on_connack(self, p)
-                self.aliases = {} if self.flow.alias_max else None
-            self.ping_at = None
-            self.session_present = p.session_present
-            self._resume()
-            return
-        elif t == _SUBACK or t == _UNSUBACK:
-            if p.pid == self.wait_pid:
-                # SUBACK: the granted QoS or a refusal; MQTT 5 UNSUBACK too
-                self.answer = c.rx[p.payload_off] if t == _SUBACK or self.level == 5 else 0
-                self.wait_pid = 0
-            return
-        elif t == _PINGRESP:
-            self.ping_at = None
-            return
-        elif t == _DISCONNECT:
-            self.disconnect_rc = p.rc  # MQTT 5: why the server closes
-            raise Closed(104)  # the server sent DISCONNECT
-        raise MQTTError("protocol error", 0x82)
-
-    def _resume(self):
+    def _connack(self, p):
+        if p.rc:
+            # server unavailable / busy / quota / rate: try again later;
+            # any other refusal (version, id, credentials) is final
+            self.reconnect = self.reconnect and p.rc in (3, 0x88, 0x89, 0x97, 0x9F)
+            raise MQTTError("refused", p.rc)
+        self.state = _UP
+        self.tries = 0
+        if self.level == 5:
+            from .client5 import on_connack
+            on_connack(self, p)
+            self.aliases = {} if self.flow.alias_max else None
+        self.ping_at = None
+        sp = self.session_present = p.session_present
         # A new connection. Only what a reconnect or a kept session needs
         # loads umqtt3.client_resume; a first connect with nothing stored
         # leaves it unloaded.
-        sp = self.session_present
         if (self.subs and not sp) or self.wait_pid or self.redelivered or \
                 self.store.out_count():
             from .client_resume import resume

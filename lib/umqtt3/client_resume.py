@@ -59,5 +59,5 @@ def resume(c, sp):
         c.store.in_done(pid)
     if not sp:
         # the broker has no session: the ids of inbound QoS 2 messages
-        # waiting for PUBREL mean nothing now (see Core._resume)
+        # waiting for PUBREL mean nothing now (see Core._connack)
         c.store.in_clear()
