@@ -493,17 +493,16 @@ class Packet:
         self.props_len = 0
         self.end = 0  # offset just past the packet
 
-    def view(self, off, n):
-        """memoryview of a span, None for an absent one (allocates)."""
-        return None if off < 0 else memoryview(self.buf)[off:off + n]
-
+    # memoryview slices of the spans (allocate); None for an absent one
     @property
     def topic(self):
-        return self.view(self.topic_off, self.topic_len)
+        o = self.topic_off
+        return None if o < 0 else memoryview(self.buf)[o:o + self.topic_len]
 
     @property
     def payload(self):
-        return self.view(self.payload_off, self.payload_len)
+        o = self.payload_off
+        return None if o < 0 else memoryview(self.buf)[o:o + self.payload_len]
 
 
 def _utf8_ok(buf, off, n):
