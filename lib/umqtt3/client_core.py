@@ -149,10 +149,6 @@ class Core:
     def is_connected(self):
         return self.state == _UP
 
-    def is_open(self):
-        """A connection exists (CONNACK may still be awaited)."""
-        return self.state != _DOWN
-
     def msg_props(self):
         """MQTT 5: the properties of the message the callback is handling,
         as a dict {id: value} (allocates; see umqtt3.client5.value_at for
