@@ -42,6 +42,7 @@ import random
 from umqtt3.codec import (Packet, MQTTError, decode, encode_publish, encode_ack,
                           frame_len, PUBLISH, PUBREC, PUBREL, PUBCOMP)
 from umqtt3.flow import Flow
+from umqtt3 import client_resume
 from umqtt3.store import FileStore
 
 
@@ -181,6 +182,17 @@ class TxConn:
                 i += m
             self.tlen = 0
         return True
+
+
+def resend(flow, conn):
+    """What the client sends first on a new connection (its session kept):
+    umqtt3.client_resume.resend, or a broken flow's own resend()."""
+    f = getattr(flow, "resend", None)
+    if f is not None:
+        f(conn, conn.flush)
+        return
+    for _ in client_resume.resend(flow.store, conn, True):
+        conn.flush()
 
 
 TOPIC = b"a/b"
@@ -424,7 +436,7 @@ class OutWorld(World):
         try:
             st = cfg.store_cls("/mq", files=sim, max_messages=cfg.max_messages, allow_fat=True)
             # the application asks straight away, before anything called
-            # recover() (Flow.resend does, below)
+            # recover() (the resend does, below)
             for k in self.returned:
                 if not st.accepted(k):
                     self.problems.append("boot %d: publish of key %d returned, but "
@@ -441,7 +453,7 @@ class OutWorld(World):
             # outbound records found at boot, by name without the state
             unsettled = [f[:-2] for f in self.files if f[f.rfind("/") + 1] == "o"]
             settle = -1 if unsettled else sim.step
-            flow.resend(conn, conn.flush)
+            resend(flow, conn)
             conn.flush()
             drop_rate = cfg.drop_rate
             n = cfg.n
@@ -464,7 +476,7 @@ class OutWorld(World):
                     self.drops -= 1
                     del c2b[:]
                     del b2c[:]
-                    flow.resend(conn, conn.flush)
+                    resend(flow, conn)
                     conn.flush()
                     continue
                 a = acts[rng.randrange(na)] if na > 1 else acts[0]

@@ -25,7 +25,7 @@ def test_async_client_qos_both_ways(broker):
         for q in (0, 1, 2):
             pid = await pub.publish(b"aio/%d" % q, b"m%d" % q, qos=q)
             assert (pid == 0) == (q == 0)
-        assert pub.c.inflight() == 0  # QoS 1/2 awaited their acknowledgements
+        assert pub.inflight() == 0  # QoS 1/2 awaited their acknowledgements
         for _ in range(400):
             if len(got) == 3:
                 break
@@ -109,13 +109,13 @@ def test_run_waits_on_the_socket_instead_of_polling(broker):
         c = AsyncClient("aio-idle", "127.0.0.1", port=broker.port)
         await c.connect()
         polls = [0]
-        real = c.c.poll
+        real = c._io  # one round of reading, once per wake-up
 
-        def counting(timeout_ms=0):
+        def counting():
             polls[0] += 1
-            return real(timeout_ms)
+            return real()
 
-        c.c.poll = counting
+        c._io = counting
         server = asyncio.ensure_future(c.run())
         await asyncio.sleep(0.5)
         idle = polls[0]
@@ -150,7 +150,7 @@ def test_reconnect_through_a_broker_restart(broker_factory):
                 break
             await asyncio.sleep(0.02)
         assert not sub.is_connected() and not pub.is_connected()
-        pub.c.publish(b"aio/r", b"while away", qos=1, wait=False)  # stored
+        pub.queue(b"aio/r", b"while away", qos=1)  # stored, sent after the reconnect
         await asyncio.sleep(0.3)  # a few refused attempts
         b.start()
         for _ in range(500):

@@ -20,7 +20,7 @@ LAYERS = (
     ("codec", "codec_server", "props", "topic"),  # codec loads the next two on demand
     ("transport", "conn", "store", "flow", "memstore", "nostore", "qos_state", "broker_limits",
      "broker_auth", "broker_acl", "broker_log"),
-    ("client", "client5", "client_resume", "broker_session"),
+    ("client_core", "client", "client5", "client_resume", "broker_session"),
     ("aio", "broker_subs", "broker_retain", "broker_store"),
     ("broker_core", "broker5"),
     ("broker_bytes",),

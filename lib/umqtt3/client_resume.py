@@ -1,25 +1,54 @@
 # umqtt3.client_resume -- what a client does on a connection that follows
-# another: loaded by MQTTClient only when there is something to resume, so
-# a client that connects once with nothing stored never loads it.
-from .codec import Packet, decode
+# another: loaded by the client core only when there is something to resume,
+# so a client that connects once with nothing stored never loads it.
+from .codec import Packet, decode, encode_ack, PUBREL
+
+
+def resend(store, conn, sp):
+    """The in-flight messages again, in their original order: PUBLISH with
+    DUP=1, PUBREL for those the broker already took [MQTT-4.4.0-1,
+    MQTT-4.6.0-1]. A generator that yields whenever conn.tx has no room."""
+    tx = conn.tx
+    for pid, state, key, body in store.recover():
+        if state == "u":
+            continue  # inbound: handed over by resume()
+        if not sp:
+            # a PUBREL would meet no message on a broker without our
+            # session: the PUBLISH again, a possible duplicate rather than
+            # a certain loss
+            state = "p"
+        n = len(body) if state == "p" else 4
+        while conn.space() < n:
+            yield
+        o = conn.tlen
+        if state == "p":
+            tx[o:o + n] = body
+            tx[o] |= 8  # DUP [MQTT-3.3.1-1]
+            conn.tlen = o + n
+        else:
+            conn.tlen = encode_ack(tx, o, PUBREL, pid)
 
 
 def resume(c, sp):
-    """Resend in-flight messages [MQTT-4.4.0-1], re-subscribe if the broker
-    kept no session (sp False) [MQTT-3.2.2-3], and hand stored inbound
-    messages over again. The resend comes first, so a callback that raises
-    cannot hold it up."""
-    c.flow.resend(c.conn, c.drain, sp)
+    """Resend in-flight messages [MQTT-4.4.0-1, MQTT-4.6.0-1], re-subscribe if
+    the broker kept no session (sp False) [MQTT-3.2.2-3], and hand stored
+    inbound messages over again. A generator: it stops (yields) whenever the
+    send buffer is full, and the core goes on (refill) once the driver has
+    written it out. The resend comes first, so a callback that raises cannot
+    hold it up."""
+    yield from resend(c.store, c.conn, sp)
     pending = c.req if c.wait_pid else None
     if pending is not None:
-        # a SUBSCRIBE/UNSUBSCRIBE the old link cut off: ask again with the
+        # a SUBSCRIBE/UNSUBSCRIBE the old link cut off: asked again with the
         # same id, so the caller waiting on it gets its answer
-        c.ask(c.wait_pid, pending)
+        while not c.ask(c.wait_pid, pending):
+            yield
     if not sp:
         for topic in c.subs:
             if topic != pending:
-                c.ask(c.flow.new_pid(), topic)
-    c.send()
+                pid = c.flow.new_pid()
+                while not c.ask(pid, topic):
+                    yield
     r = c.redelivered
     while r:
         pid, body = r[0]
@@ -28,3 +57,7 @@ def resume(c, sp):
         c.deliver(p, True)  # if this raises, it stays on the list
         r.pop(0)
         c.store.in_done(pid)
+    if not sp:
+        # the broker has no session: the ids of inbound QoS 2 messages
+        # waiting for PUBREL mean nothing now (see Core._connack)
+        c.store.in_clear()

@@ -455,6 +455,25 @@ class Packet:
     (a slice is a small heap object on MicroPython, so hot paths use spans).
     An absent optional string has offset -1."""
 
+    # What only a server reads, set by umqtt3.codec_server when it decodes a
+    # CONNECT (will, clean, keepalive, client id, user, password, the will's
+    # properties) or a SUBSCRIBE/UNSUBSCRIBE entry (read_filter: f_off, f_len,
+    # opts): a client's Packet never carries them (fewer slots, fewer names).
+    will: bool
+    clean: bool
+    keepalive: int
+    cid_off: int
+    cid_len: int
+    user_off: int
+    user_len: int
+    pw_off: int
+    pw_len: int
+    wprops_off: int
+    wprops_len: int
+    f_off: int
+    f_len: int
+    opts: int
+
     def __init__(self, level=4):
         self.level = level  # protocol level the bytes are decoded as
         self.buf = None
@@ -472,34 +491,18 @@ class Packet:
         self.payload_len = 0  # SUB/UNSUB: the filter list; SUBACK: codes
         self.props_off = 0  # v5 property bytes, without their length
         self.props_len = 0
-        self.will = False  # CONNECT fields from here on
-        self.clean = False
-        self.keepalive = 0
-        self.cid_off = 0
-        self.cid_len = 0
-        self.user_off = -1
-        self.user_len = 0
-        self.pw_off = -1
-        self.pw_len = 0
-        self.wprops_off = 0
-        self.wprops_len = 0
         self.end = 0  # offset just past the packet
-        # the entry read_filter() last read
-        self.f_off = 0
-        self.f_len = 0
-        self.opts = 0
 
-    def view(self, off, n):
-        """memoryview of a span, None for an absent one (allocates)."""
-        return None if off < 0 else memoryview(self.buf)[off:off + n]
-
+    # memoryview slices of the spans (allocate); None for an absent one
     @property
     def topic(self):
-        return self.view(self.topic_off, self.topic_len)
+        o = self.topic_off
+        return None if o < 0 else memoryview(self.buf)[o:o + self.topic_len]
 
     @property
     def payload(self):
-        return self.view(self.payload_off, self.payload_len)
+        o = self.payload_off
+        return None if o < 0 else memoryview(self.buf)[o:o + self.payload_len]
 
 
 def _utf8_ok(buf, off, n):

@@ -13,18 +13,21 @@
 # outbound messages live in its in-flight ring, and whose out_rel() may
 # answer True, "I send the PUBREL myself, later", to keep its send order.
 from .compat import const
-from .codec import (encode_publish, encode_ack, MQTTError, PUBACK, PUBREC,
-                    PUBREL, PUBCOMP)
+from .codec import encode_publish, encode_ack, MQTTError
 
 
 _RESERVE = const(8)  # send-buffer bytes a PUBLISH may not take
+_PUBACK = const(4)  # packet types, as in codec
+_PUBREC = const(5)
+_PUBREL = const(6)
+_PUBCOMP = const(7)
 
 
 class Busy(MQTTError):
     """Refused for now: the in-flight window or the send buffer is full.
     Nothing was stored or sent; try again after acknowledgements arrive."""
 
-    def __init__(self, reason):
+    def __init__(self, reason="busy"):
         super().__init__(reason, 0x97)
 
 
@@ -67,7 +70,7 @@ class Flow:
             if not self.store.out_has(p):
                 self.pid = p
                 return p
-        raise Busy("no free packet id")
+        raise Busy()
 
     def publish(self, conn, topic, msg, qos=0, retain=False, key=None, props=None):
         """Queue a PUBLISH in conn.tx (QoS 1/2: stored first). Returns the
@@ -75,20 +78,20 @@ class Flow:
         pid = 0
         if qos:
             if self.store.out_count() >= self.window:
-                raise Busy("in-flight window full")
+                raise Busy()
             pid = self.new_pid()
         start = conn.tlen
         end = encode_publish(conn.tx, start, topic, msg, qos, pid, retain, False,
                              self.level, props)
         if self.max_packet and end - start > self.max_packet:
             # never sent to a server that would close on it [MQTT-3.1.2-24]
-            raise MQTTError("larger than the server's maximum packet size", 0x95)
+            raise MQTTError("too large", 0x95)
         if len(conn.tx) - end < _RESERVE:
             # the last bytes are for acks and PINGREQ, which must always fit;
             # nothing is stored or queued yet
             if start:
-                raise Busy("send buffer full")
-            raise MQTTError("message larger than the send buffer", 0x95)
+                raise Busy()
+            raise MQTTError("too large", 0x95)
         if qos:
             send_stored(self.store, conn, start, end, pid, key)
         else:
@@ -112,51 +115,27 @@ class Flow:
                     raise
                 st.in_done(pid)
             # a known id: PUBREC again, no second delivery [MQTT-4.3.3-2]
-            conn.tlen = encode_ack(conn.tx, conn.tlen, PUBREC, pid)
+            conn.tlen = encode_ack(conn.tx, conn.tlen, _PUBREC, pid)
             return
         self.app.deliver(pkt, False)  # raising here sends no PUBACK either
         if q:
-            conn.tlen = encode_ack(conn.tx, conn.tlen, PUBACK, pid)
+            conn.tlen = encode_ack(conn.tx, conn.tlen, _PUBACK, pid)
 
     def on_ack(self, conn, pkt):
         """PUBACK, PUBREC, PUBREL or PUBCOMP."""
         t = pkt.type
         pid = pkt.pid
         st = self.store
-        if t == PUBREL:
+        if t == _PUBREL:
             st.in_del(pid)  # removed durably before PUBCOMP
             # unknown ids are answered too, so the sender can finish
-            conn.tlen = encode_ack(conn.tx, conn.tlen, PUBCOMP, pid)
-        elif t == PUBREC and pkt.rc < 0x80:
+            conn.tlen = encode_ack(conn.tx, conn.tlen, _PUBCOMP, pid)
+        elif t == _PUBREC and pkt.rc < 0x80:
             if st.out_has(pid) and st.out_rel(pid):
                 return  # recorded; the store sends PUBREL in its order
             # recorded before PUBREL [MQTT-4.3.3-1]
-            conn.tlen = encode_ack(conn.tx, conn.tlen, PUBREL, pid)
+            conn.tlen = encode_ack(conn.tx, conn.tlen, _PUBREL, pid)
         elif st.out_has(pid):
             # PUBACK, PUBCOMP, or a v5 PUBREC refusing the message
             st.out_del(pid)
             self.last_done = pid
-
-    def resend(self, conn, flush, session_present=True):
-        """After (re)connecting: unacknowledged PUBLISHes again with DUP=1 and
-        PUBRELs for those already received, in their original order
-        [MQTT-4.4.0-1, MQTT-4.6.0-1]. flush() makes room in conn.tx. When the broker kept
-        no session, a PUBREL would meet no message (a broker that forwards
-        on PUBREL would lose it), so PUBREC'd ones go out as PUBLISH again:
-        a possible duplicate rather than a certain loss."""
-        for pid, state, key, body in self.store.recover():
-            if state == "u":
-                continue  # inbound; the client hands these over itself
-            if not session_present:
-                state = "p"
-            n = len(body) if state == "p" else 4
-            if conn.space() < n and not flush():
-                return False
-            if state == "p":
-                o = conn.tlen
-                conn.tx[o:o + n] = body
-                conn.tx[o] |= 8  # DUP [MQTT-3.3.1-1]
-                conn.tlen = o + n
-            else:
-                conn.tlen = encode_ack(conn.tx, conn.tlen, PUBREL, pid)
-        return True

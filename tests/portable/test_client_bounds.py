@@ -127,3 +127,28 @@ def test_subscribe_times_out_while_messages_keep_arriving():
         assert 50 <= clock.now - t0 <= 50 + 11, clock.now - t0
         assert box.n > 0
     _with_clock(run)
+
+
+async def test_async_step_returns_under_a_flood():
+    # the asyncio driver hands the loop back after a millisecond of
+    # packets, however many more keep arriving
+    from umqtt3 import aio as aio_mod
+    from umqtt3.aio import AsyncClient
+    saved = aio_mod.ticks_ms
+    clock = Clock()
+    aio_mod.ticks_ms = clock
+    try:
+        flood = Flood(clock)
+        c = AsyncClient("dev1", "peer", connect_link=lambda: flood, timeout_ms=50,
+                        interval_ms=1)
+        box = Count()
+        c.set_callback(box.cb)
+        await c.connect()
+        for _ in range(3):
+            t0 = clock.now
+            before = box.n
+            await c._step(1000)
+            assert box.n > before, "nothing handled"
+            assert clock.now - t0 <= 2, clock.now - t0
+    finally:
+        aio_mod.ticks_ms = saved

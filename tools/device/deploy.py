@@ -10,7 +10,11 @@
    secrets.json (--secrets, copied as it is).
 2. Staged in build/<board>/ as the device's filesystem: library, apps and
    profile compiled with mpy-cross -march=<the profile's ARCH> (boot.py and
-   main.py stay source: MicroPython runs only those two as .py).
+   main.py stay source: MicroPython runs only those two as .py). The
+   library is compiled with -X no-source-lines: its bytecode is loaded into
+   the heap, and without line numbers a client takes about 1.4 KB less RAM
+   (docs/firmware.md); its tracebacks name the function but no line.
+   --source-lines keeps them (to debug the library on the board).
 3. One mpremote command: make the directories, remove .py files that would
    shadow the new .mpy ones (MicroPython imports x.py before x.mpy), copy
    every staged file (mpremote skips those already identical), reset.
@@ -112,11 +116,17 @@ def check_secrets(secrets, path):
 MARKER = ".deploy-stage"  # never copied: the plan lists what goes to the board
 
 
-def stage(entries, out_dir, arch, role):
+# mpy-cross flags for the library's modules (not the apps'): no line-number
+# tables, which the device would otherwise load into its heap with the bytecode
+LIB_FLAGS = ["-X", "no-source-lines"]
+
+
+def stage(entries, out_dir, arch, role, source_lines=False):
     """Write the device's files under out_dir (emptied first); returns
     [(staged path, device path)] in plan order. Only a directory deploy made
     itself (its marker file inside) or an empty one is emptied: --build may
-    name any directory."""
+    name any directory. The library is compiled without line numbers unless
+    source_lines."""
     marker = os.path.join(out_dir, MARKER)
     if os.path.isdir(out_dir) and os.listdir(out_dir) and not os.path.exists(marker):
         fail("%s is not a staging directory made by deploy (no %s in it): "
@@ -132,8 +142,10 @@ def stage(entries, out_dir, arch, role):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         if how == "mpy":
             cmd = cmd or devices.mpy_cross()
-            name = dest[4:] if dest.startswith("lib/") else dest
-            devices.compile_mpy(src, path, arch, name[:-4] + ".py", cmd)
+            lib = dest.startswith("lib/")
+            name = dest[4:] if lib else dest
+            devices.compile_mpy(src, path, arch, name[:-4] + ".py",
+                                cmd + LIB_FLAGS if lib and not source_lines else cmd)
         elif how == "config":
             with open(path, "w") as f:
                 json.dump(device_config(src, role), f, indent=1, sort_keys=True)
@@ -209,6 +221,8 @@ def main(argv=None):
     ap.add_argument("--frozen", action="store_true",
                     help="the firmware has umqtt3 and the apps frozen in: copy the rest only")
     ap.add_argument("--build", default="", help="staging directory (default build/<board>)")
+    ap.add_argument("--source-lines", action="store_true",
+                    help="keep line numbers in the library's .mpy files (about 1.4 KB more RAM)")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and the command only")
     a = ap.parse_args(argv)
     if a.build:
@@ -230,12 +244,13 @@ def main(argv=None):
         entries = plan(a.board, role, config, secrets, a.frozen)
         out_dir = a.build or os.path.join(ROOT, "build", a.board)
         try:
-            staged = stage(entries, out_dir, board.ARCH, role)
+            staged = stage(entries, out_dir, board.ARCH, role, a.source_lines)
         except OSError as e:
             fail("cannot stage the files in %s: %s" % (out_dir, e.strerror or e))
-        print("%s, role %s: %d files staged in %s (mpy-cross -march=%s)"
+        print("%s, role %s: %d files staged in %s (mpy-cross -march=%s%s)"
               % (a.board, role, len(staged), out_dir[len(ROOT) + 1:]
-                 if out_dir.startswith(ROOT + os.sep) else out_dir, board.ARCH))
+                 if out_dir.startswith(ROOT + os.sep) else out_dir, board.ARCH,
+                 "" if a.source_lines else "; library: -X no-source-lines"))
         for path, dest in staged:
             print("  :%-32s %6d B" % (dest, os.path.getsize(path)))
         if not a.dry_run:

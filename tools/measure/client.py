@@ -14,6 +14,9 @@ QoS 0    N PUBLISHes of a 16-byte payload as fast as the client takes them,
          written out), which says how fast the client itself is.
 QoS 1    sequential round trips: publish, wait for PUBACK, publish the next.
 QoS 2    the same up to PUBCOMP (PUBLISH, PUBREC, PUBREL, PUBCOMP).
+         For both it also prints the CPU time of each client's process per
+         message (process_time), which the machine's load moves much less
+         than the rates: what the client itself costs.
          Each client keeps one connection; the clients take turns of 0.05 s,
          round robin, and the rate is the median over the turns. This
          machine's speed drifts (it even has a fast and a slow mode for
@@ -376,8 +379,10 @@ def worker_main(kind, port):
             print("%.9f" % (time.perf_counter() - t0), flush=True)
         elif cmd[0] == "seq":
             t0 = time.perf_counter()
+            c0 = time.process_time()
             n = cl.seq(int(cmd[1]), float(cmd[2]))
-            print("%s %.9f" % ("-" if n is None else n, time.perf_counter() - t0), flush=True)
+            print("%s %.9f %.9f" % ("-" if n is None else n, time.perf_counter() - t0,
+                                    time.process_time() - c0), flush=True)
         else:
             cl.close()
             print("bye", flush=True)
@@ -491,16 +496,21 @@ def main(argv=None):
                 if full is None:
                     notes[w.kind] = "  (subscriber: %s, wanted %d bytes)" % (
                         line, n0 * packet_len("bench/q0/" + tag))
+        cpu = {}  # (qos, kind) -> [process CPU seconds, messages]
         for q in (1, 2):
             for w in workers:
                 w.ask("seq %d 0.1" % q)  # warm up
+                cpu[q, w.kind] = [0.0, 0]
             # short turns, round robin, starting with a different client
             # each time: the speed of this machine drifts within a second
             for i in range(turns):
                 k = i % len(workers)
                 for w in workers[k:] + workers[:k]:
-                    n, dt = w.ask("seq %d %f" % (q, SLICE)).split()
+                    n, dt, dc = w.ask("seq %d %f" % (q, SLICE)).split()
                     per_round[q][w.kind].append(None if n == "-" else int(n) / float(dt))
+                    if n != "-":
+                        cpu[q, w.kind][0] += float(dc)
+                        cpu[q, w.kind][1] += int(n)
 
         def med(t, k):
             xs = [x for x in per_round[t][k] if x]
@@ -519,6 +529,16 @@ def main(argv=None):
         print("  %-14s %14s %14s" % ("client", "qos1 msgs/s", "qos2 msgs/s"))
         for k in kinds:
             print("  %-14s %14s %14s" % (k, rate(med(1, k)), rate(med(2, k))))
+        print()
+
+        # the client process's own CPU time per message: what the client
+        # costs, apart from the broker, the loopback and this machine's load
+        print("  QoS 1 and 2: CPU time of the client's process per message")
+        print("  %-14s %14s %14s" % ("client", "qos1 us/msg", "qos2 us/msg"))
+        for k in kinds:
+            us = ["%.1f" % (cpu[q, k][0] / cpu[q, k][1] * 1e6) if cpu[q, k][1] else "n/a"
+                  for q in (1, 2)]
+            print("  %-14s %14s %14s" % (k, us[0], us[1]))
         print()
 
         def ratio(t, peer):

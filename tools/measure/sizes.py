@@ -9,6 +9,9 @@
     python -m tools.measure.sizes --no-source-lines   the same for .mpy files without line numbers
     python -m tools.measure.sizes --functions codec   .mpy bytes of each function and class
                                               of one module, largest first
+    python -m tools.measure.sizes --steps         per client configuration, the heap each
+                                              module adds imported one after the other
+                                              (from .mpy), then what connecting adds
 
 Flash: every module of lib/umqtt3 (subpackages too) is compiled with
 mpy-cross into a temporary directory. RAM: each module is imported in a
@@ -56,10 +59,10 @@ WASM_PKG = os.path.join(REPO, "node_modules", "@micropython", "micropython-webas
 
 # Listed bottom layer first (see docs); any other module found is appended.
 ORDER = ["compat", "codec", "topic", "props", "flow", "memstore", "nostore", "store", "conn",
-         "transport", "client", "aio", "broker", "__init__"]
+         "transport", "client_core", "client", "aio", "broker", "__init__"]
 # What a sensor node needs to talk MQTT: the fair comparison with umqtt.simple.
 # what `from umqtt3.client import MQTTClient` and its default MemoryStore load
-CLIENT_SET = ["compat", "codec", "flow", "memstore", "conn", "client"]
+CLIENT_SET = ["compat", "codec", "flow", "memstore", "conn", "client_core", "client"]
 # CPython's half of compat: compiled (so --check covers it) but never imported
 # on a device, so it has no import RAM and is left out of the sets.
 CPYTHON_ONLY = ["compat/cpython", "broker_cli"]  # broker_cli: argparse, desktop only
@@ -336,6 +339,43 @@ mp_await = main()
 """
 
 
+# Runs inside MicroPython. argv: kind (umqtt3), protocol level, store, the
+# directory to import from, then the modules in import order. Prints "RAM"
+# and the heap each import added, then what constructing, connecting,
+# subscribing and one QoS 1 publish added (as CONNECTED_PROBE does).
+STEPS_PROBE = CONNECTED_PROBE.split("async def main():")[0] + """
+async def main():
+    try:
+        grew = []
+        await collect()
+        last = gc.mem_alloc()
+        for name in sys.argv[5:]:
+            __import__(name)
+            await collect()
+            grew.append(gc.mem_alloc() - last)
+            last = gc.mem_alloc()
+        from umqtt3.client import MQTTClient
+        kw = {}
+        if store == "file":
+            from umqtt3.store import FileStore
+            kw["store"] = FileStore("/mq")
+        elif store == "none":
+            kw["store"] = False
+        c = MQTTClient("node1", "peer", keepalive=60, level=level, connect_link=link, **kw)
+        c.set_callback(cb)
+        c.connect()
+        c.subscribe(b"nodes/node1/cmd", 1)
+        c.publish(b"nodes/node1/temp", b"21.5", qos=1)
+        await collect()
+        grew.append(gc.mem_alloc() - last)
+        print("RAM", " ".join(str(g) for g in grew))
+    except Exception as e:
+        print("ERR %s: %s" % (type(e).__name__, e))
+
+mp_await = main()
+"""
+
+
 class Vm:
     """Runs the probe under tests/mp/run.mjs, one fresh interpreter per call."""
 
@@ -350,7 +390,9 @@ class Vm:
         os.makedirs(probe_dir)
         self.probe = os.path.join(probe_dir, "probe.py")
         self.connected_probe = os.path.join(probe_dir, "connected.py")
+        self.steps_probe = os.path.join(probe_dir, "steps.py")
         for path, text in ((self.probe, PROBE), (self.connected_probe, CONNECTED_PROBE),
+                           (self.steps_probe, STEPS_PROBE),
                            (os.path.join(probe_dir, "fakepeer.py"), FAKE_PEER)):
             with open(path, "w") as f:
                 f.write(text)
@@ -381,6 +423,12 @@ class Vm:
         r = self.run(self.connected_probe, [kind, str(level), store, which],
                      "%s level %d store %s" % (kind, level, store))
         return tuple(r) if r else ("error", "error")
+
+    def steps(self, level, store, names):
+        """Heap added by each module of names imported in turn, then by
+        connecting (a list one longer than names), or None on error."""
+        return self.run(self.steps_probe, ["umqtt3", str(level), store, "mpy"] + names,
+                        "steps level %d store %s" % (level, store))
 
     def import_ram(self, which, names):
         """Bytes of heap still in use after importing names, or an error string."""
@@ -486,11 +534,32 @@ def function_sizes(cmd, path, name, tmp):
 CONFIGS = [
     ("umqtt3, QoS 0/1/2, MemoryStore (default)", "umqtt3", 4, "memory", CLIENT_SET),
     ("umqtt3, QoS 2, FileStore", "umqtt3", 4, "file",
-     ["compat", "codec", "flow", "store", "conn", "client"]),
+     ["compat", "codec", "flow", "store", "conn", "client_core", "client"]),
     ("umqtt3, MQTT 5, MemoryStore", "umqtt3", 5, "memory", CLIENT_SET + ["props", "client5"]),
     ("umqtt3, QoS 0/1/2, no store (store=False)", "umqtt3", 4, "none",
-     ["compat", "codec", "flow", "nostore", "conn", "client"]),
+     ["compat", "codec", "flow", "nostore", "conn", "client_core", "client"]),
 ]
+
+
+def steps_table(vm, sizes, markdown):
+    """Per configuration, the heap each module adds when imported one after
+    the other (bottom layer first, from .mpy), and what connecting adds."""
+    mods = []
+    for _, _, _, _, loads in CONFIGS:
+        mods += [m for m in loads if m in sizes and m not in mods]
+    mods.sort(key=lambda m: ORDER.index(m) if m in ORDER else len(ORDER))
+    rows = []
+    for label, kind, level, store, loads in CONFIGS:
+        loads = [m for m in loads if m in sizes]
+        got = vm.steps(level, store, [dotted(m) for m in loads])
+        by = dict(zip(loads, got or ())) if got else {}
+        rows.append([label.replace("umqtt3, ", "")] + [by.get(m) for m in mods] +
+                    [got[-1] if got else "error", sum(got) if got else "error"])
+    print_table(["heap added (from .mpy)"] + mods + ["connect", "total"], rows, markdown)
+    print()
+    print("each module imported after the ones before it in the configuration's list "
+          "(CONFIGS), so what it imports itself counts for it; connect: construct, connect, "
+          "subscribe (QoS 1), one QoS 1 publish")
 
 
 def connected_table(vm, sizes, peers, markdown):
@@ -527,6 +596,8 @@ def main():
                          "ours and the peers'")
     ap.add_argument("--functions", metavar="MODULE",
                     help="list the .mpy bytes of MODULE's functions and classes (e.g. codec)")
+    ap.add_argument("--steps", action="store_true",
+                    help="per client configuration, the heap each module adds imported in turn")
     ap.add_argument("--heap", default="2m", help="MicroPython heap for the RAM probe (default 2m)")
     ap.add_argument("--lib", default=os.path.join(REPO, "lib", "umqtt3"),
                     help="the umqtt3 package directory (default lib/umqtt3)")
@@ -609,6 +680,13 @@ def main():
             else:
                 name = rel[:-3]
                 peers.append((name + " (asyncio; import only)", name, mpy))
+
+        if args.steps:
+            vm = Vm(tmp, args.heap, {})
+            steps_table(vm, sizes, args.markdown)
+            for e in vm.errors:
+                print("sizes: error " + e, file=sys.stderr)
+            return 1 if vm.errors else 0
 
         ram = {}
         vm = None

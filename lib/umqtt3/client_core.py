@@ -1,0 +1,467 @@
+# umqtt3.client_core -- one MQTT client connection without I/O: packets and
+# the time in, bytes, a deadline and callbacks out.
+#
+#     core.start(now)           # a link is open: CONNECT is queued
+#     n = core.conn.recv()      # the driver reads into core.conn.rx ...
+#     core.packet(n, now)       # ... and hands over each whole packet
+#     core.out(now)             # bytes ready: conn.tx[conn.sent:conn.tlen]
+#     wait = core.tick(now)     # timers; ms until tick() has work again
+#     core.lost(now)            # the link broke: back off, then start() again
+#     core.refill()             # after a flush: more of a resume backlog
+#
+# The core keeps the connection's state (CONNACK, keepalive, the resume after
+# a reconnect), the QoS flows (flow.Flow over the store) and the buffers
+# (a conn.Conn, whose link only the driver uses). Events reach the
+# application as callbacks (messages, acknowledgements) and as state the
+# driver reads: is_connected(), wait_pid and answer (SUBACK/UNSUBACK),
+# ack_pid and ack_rc (the last publish completed), disconnect_rc. It never
+# opens a socket, resolves a name, reads a clock or sleeps: the drivers,
+# client.MQTTClient (blocking) and aio.AsyncClient (asyncio), do.
+from .compat import ticks_add, ticks_diff, const
+from .codec import (Packet, MQTTError, decode, encode_connect, encode_simple,
+                    encode_subscribe, encode_unsubscribe, encode_disconnect)
+from .conn import Conn, Closed
+from .flow import Flow, Busy
+
+# Underscored consts take no slot in the module's dict (the drivers define
+# the states again: MicroPython cannot import a const() name).
+_DOWN = const(0)  # no link
+_OPENING = const(1)  # CONNECT sent, CONNACK awaited
+_UP = const(2)
+_IDLE_MS = const(60000)  # tick()'s answer when no timer runs
+# packet types, as in codec
+_CONNACK = const(2)
+_PUBLISH = const(3)
+_PUBACK = const(4)
+_PUBREL = const(6)
+_PUBCOMP = const(7)
+_SUBACK = const(9)
+_UNSUBACK = const(11)
+_PINGREQ = const(12)
+_PINGRESP = const(13)
+_DISCONNECT = const(14)
+_AUTH = const(15)
+# I/O errors carry an errno and no text (each text would be a string in RAM
+# from import on): 107 not connected, 110 timed out (also no CONNACK or
+# PINGRESP in time), 111 connection failed, 104 the link or the server
+# ended the connection (disconnect_rc: a server DISCONNECT's reason, MQTT 5)
+
+
+class Core:
+    def __init__(self, client_id, keepalive=0, user=None, password=None, level=4,
+                 store=None, window=8, bufsize=512, reconnect=False, timeout_ms=5000,
+                 backoff_ms=(500, 30000), session_expiry=None, auth=None, now=0):
+        self.client_id = client_id
+        self.user = user
+        self.pswd = password
+        self.keepalive = keepalive
+        self.level = level
+        self.session_expiry = session_expiry  # MQTT 5: seconds, None: see client5
+        self.auth = auth  # MQTT 5: (method, data, f(data) -> reply data) or None
+        if store is None:
+            # loaded only when used: a FileStore client never loads it.
+            # A pool of 1 KB for the window; inbound: room for the QoS 2
+            # messages a broker sends before our PUBRECs reach it
+            from .memstore import MemoryStore
+            store = MemoryStore(window, 1024 // window, 32)
+        elif store is False:
+            # QoS 0/1/2 within one connection, nothing resent after a
+            # reconnect: no pool, and memstore stays unloaded
+            from .nostore import NoStore
+            store = NoStore(window, 32)
+        self.store = store
+        self.flow = Flow(store, self, window, level)
+        self.reconnect = reconnect
+        self.auto = reconnect  # restored by connect() after disconnect()
+        self.timeout_ms = timeout_ms
+        self.backoff = backoff_ms
+        self.cb = None
+        self.raw = False
+        self.sync = None  # () -> None, made durable what deliver() took
+        self.unsynced = False
+        self.lw = None
+        self.on_ack = None  # f(pid, reason code) when a QoS 1/2 publish completes
+        self.ack_pid = self.ack_rc = 0  # the last completed publish
+        self.want = -1  # the packet id a waiting publish() waits for
+        self.disconnect_rc = None  # MQTT 5: the reason code of a server's DISCONNECT
+        self.cur = None  # the packet being handed to the callback
+        self.aliases = None  # MQTT 5: topic -> Topic Alias property, per connection
+        self.answer_hook = None  # umqtt3.client5.request() waiting for its answer
+        self.pkt = Packet(level)
+        # one Conn for the client's life: buffers allocated once; a larger
+        # head reads a PUBACK in one read
+        self.conn = Conn(None, bufsize, bufsize, 0, 5)
+        self.state = _DOWN
+        self.clean = True
+        self.session_present = False
+        self.subs = {}  # filter -> (options, props), re-subscribed when the session is gone
+        self.tries = 0
+        self.retry_at = self.last_tx = self.opened = now
+        self.ping_at = None
+        self.wait_pid = 0  # SUBSCRIBE/UNSUBSCRIBE waiting for its ack
+        self.req = None  # its filter, asked again if the link drops first
+        self.answer = -1  # SUBACK's code for it (MQTT 5: UNSUBACK's too)
+        self.depth = 0  # > 0 while the message callback runs
+        self.backlog = None  # the resume after CONNACK, while it waits for room
+        self.redelivered = []  # inbound QoS 2 messages to hand over again
+        self.redelivery = False  # True while the callback gets one of them
+        for pid, state, key, body in store.recover():
+            if state == "u":
+                self.redelivered.append((pid, body))
+
+    # ---------------------------------------------------------- application
+    def set_callback(self, f, raw=False):
+        """f(topic, msg) with bytes, as umqtt.simple (client.redelivery tells
+        whether a message is handed over again after a reset); raw=True:
+        f(pkt, redelivered) with the decoded codec.Packet (no allocation).
+        If f raises, the message counts as not taken: no acknowledgement is
+        sent and (QoS 1/2) the connection is dropped, so that the broker
+        sends it again on the next one (persistent sessions)."""
+        self.cb = f
+        self.raw = raw
+
+    def set_sync(self, f):
+        """f() runs before any acknowledgement of a delivered message, and
+        before the PUBCOMP of a released QoS 2 id, leaves: a callback (or a
+        store) may buffer what it takes and f makes it durable, once for a
+        whole burst (group commit). None: acknowledge as soon as taken."""
+        self.sync = f
+
+    def set_last_will(self, topic, msg, retain=False, qos=0, props=None):
+        """props (MQTT 5): the will's properties, e.g. {0x18: 30} for a Will
+        Delay Interval of 30 s."""
+        assert 0 <= qos <= 2 and topic
+        self.lw = (topic, msg, qos, retain, props)
+
+    def set_ack_callback(self, f):
+        """f(pid, reason_code) when a QoS 1/2 publish completes (PUBACK,
+        PUBCOMP) or is refused (MQTT 5: reason code 0x80 or more in PUBACK
+        or PUBREC). With wait=True a refusal raises MQTTError instead."""
+        self.on_ack = f
+
+    def accepted(self, key):
+        """After a reboot: was the publish with this key taken (stored)?"""
+        return self.store.accepted(key)
+
+    def inflight(self):
+        return self.store.out_count()
+
+    def is_connected(self):
+        return self.state == _UP
+
+    def msg_props(self):
+        """MQTT 5: the properties of the message the callback is handling,
+        as a dict {id: value} (allocates; see umqtt3.client5.value_at for
+        reading them from a raw callback without allocating)."""
+        from .client5 import props_of
+        return props_of(self.cur)
+
+    def deliver(self, pkt, redelivered):
+        # called by Flow for every inbound message, exactly once per message
+        if self.answer_hook is not None:
+            from .client5 import take_answer
+            if take_answer(self, pkt):
+                return  # the answer request() waits for
+        f = self.cb
+        if f is None:
+            return
+        # While the callback runs the drivers read nothing: a nested read
+        # would overwrite the packet being handled before it is acknowledged.
+        self.depth += 1
+        self.redelivery = redelivered
+        self.unsynced = True
+        self.cur = pkt
+        try:
+            if self.raw:
+                f(pkt, redelivered)
+            else:
+                f(bytes(pkt.topic), bytes(pkt.payload))
+        finally:
+            self.depth -= 1
+            self.redelivery = False
+
+    # ---------------------------------------------------------- requests
+    def queue(self, topic, msg, retain=False, qos=0, key=None, props=None):
+        """Queue a PUBLISH (QoS 1/2: stored first). While the connection is
+        down, with reconnect, a QoS 1/2 message is only stored: the resume
+        sends it. Returns the packet id, 0 for QoS 0; raises Busy when the
+        window or the send buffer is full."""
+        up = self.state == _UP
+        if not up and not (qos and self.reconnect):
+            raise OSError(107)
+        if self.backlog is not None:
+            raise Busy()  # the resend keeps its order
+        c = self.conn
+        start = c.tlen
+        al = self.aliases
+        new = None
+        if al is not None and not qos and props is None:
+            # MQTT 5 topic alias: the topic once, then two bytes [MQTT-3.3.2-12]
+            # (QoS 0 only: a stored message may be resent on a connection
+            # that knows no alias)
+            props = al.get(topic)
+            if props is not None:
+                topic = b""
+            elif len(al) < self.flow.alias_max and len(al) < 8:
+                props = new = bytes((0x23, 0, len(al) + 1))
+        try:
+            pid = self.flow.publish(c, topic, msg, qos, retain, key, props)
+        except MQTTError as e:
+            if e.code == 0x95 and start:
+                raise Busy()
+            raise  # larger than the whole buffer: retrying cannot help
+        if new is not None:
+            al[topic] = new  # known to the server once this PUBLISH is queued
+        if not up:
+            c.tlen = start  # stored: it goes out when the connection is back
+        return pid
+
+    # The halves of subscribe/unsubscribe, for drivers that wait their own
+    # way: *_start queues and returns the packet id; the answer has come
+    # when wait_pid no longer equals it.
+    def subscribe_start(self, topic, qos=0, props=None):
+        # qos: the options byte (MQTT 5's options above bit 1); -1: an
+        # UNSUBSCRIBE (unsubscribe_start)
+        if self.state != _UP:
+            raise OSError(107)
+        if qos < 0:
+            self.subs.pop(topic, None)
+        else:
+            # as umqtt.simple: messages would have nowhere to go
+            assert self.cb is not None, "set_callback() before subscribe()"
+            self.subs[topic] = (qos, props)  # props too: asked the same way again
+        pid = self.flow.new_pid()
+        if not self.ask(pid, topic):
+            raise Busy()
+        self.req = topic
+        self.wait_pid = pid
+        self.answer = -1
+        return pid
+
+    def subscribe_end(self, topic):
+        """The granted QoS; raises if the broker refused the filter."""
+        rc = self.answer
+        if rc >= 0x80:
+            del self.subs[topic]
+            raise MQTTError("refused", rc)
+        return rc
+
+    def unsubscribe_start(self, topic):
+        return self.subscribe_start(topic, -1)
+
+    def ask(self, pid, topic):
+        # SUBSCRIBE for a filter in subs (with its options and properties),
+        # else UNSUBSCRIBE; False when the send buffer has no room
+        c = self.conn
+        if c.space() < len(topic) + 16:
+            return False
+        s = self.subs.get(topic)
+        if s is not None:
+            c.tlen = encode_subscribe(c.tx, c.tlen, pid, topic, s[0], self.level, s[1])
+        else:
+            c.tlen = encode_unsubscribe(c.tx, c.tlen, pid, topic, self.level)
+        return True
+
+    def pingreq(self, now):
+        if self.state != _UP:
+            raise OSError(107)
+        c = self.conn
+        c.tlen = encode_simple(c.tx, c.tlen, _PINGREQ)
+        self.ping_at = now
+
+    def bye(self):
+        """Queue DISCONNECT if connected; no reconnect until the next
+        connect. True when there is something to send."""
+        self.reconnect = False
+        if self.state != _UP:
+            return False
+        c = self.conn
+        try:
+            c.tlen = encode_disconnect(c.tx, c.tlen, None, self.level)
+        except MQTTError:
+            return False
+        return True
+
+    # ---------------------------------------------------------- connection
+    def start(self, now):
+        """The driver opened a link: queue CONNECT."""
+        c = self.conn
+        lw = self.lw or (None, b"", 0, False, None)
+        props = None
+        if self.level == 5:
+            from .client5 import connect_props
+            props = connect_props(self)
+        c.tlen = encode_connect(c.tx, 0, self.client_id, self.level, self.clean,
+                                self.keepalive, self.user, self.pswd, lw[0], lw[1],
+                                lw[2], lw[3], props, lw[4])
+        self.state = _OPENING
+        self.pkt.level = self.level
+        self.opened = now
+
+    def down(self):
+        """The driver closed the link: nothing read or queued on it is kept."""
+        c = self.conn
+        c.got = 0
+        c.done()
+        c.tlen = c.sent = 0
+        self.state = _DOWN
+        self.backlog = None
+
+    def lost(self, now):
+        """The link broke: down, and the next attempt after a backoff.
+        Attempt k waits backoff[0] * 2**(k-1) ms, at most backoff[1]."""
+        self.down()
+        self.tries += 1
+        lo, hi = self.backoff
+        d = min(hi, lo << min(self.tries - 1, 16))
+        # jitter 75%..125%: the clock's low bits as noise (the device stubs
+        # make ticks opaque, to stop arithmetic on them meant as time)
+        d = d * 3 // 4 + (now * 7919) % (d // 2 + 1)  # type: ignore[operator, unused-ignore]
+        self.retry_at = ticks_add(now, d)
+
+    def out(self, now):
+        """Bytes ready to send, conn.tx[conn.sent:conn.tlen]: what the
+        callbacks took is made durable (set_sync) before the
+        acknowledgements behind it leave."""
+        if self.unsynced:
+            self.unsynced = False
+            if self.sync is not None:
+                self.sync()
+        n = self.conn.tlen - self.conn.sent
+        if n:
+            self.last_tx = now
+        return n
+
+    def tick(self, now):
+        """Timers: PINGREQ when nothing was sent for keepalive seconds
+        [MQTT-3.1.2-23]; Closed(110) when CONNACK or PINGRESP is late.
+        Returns the ms until tick() has work again (while down: until a
+        reconnect attempt may start)."""
+        st = self.state
+        if st == _DOWN:
+            t = ticks_diff(self.retry_at, now) if self.reconnect else _IDLE_MS
+        elif st == _OPENING:
+            t = self.timeout_ms - ticks_diff(now, self.opened)
+            if t < 0:
+                raise Closed(110)  # no CONNACK
+        elif not self.keepalive:
+            t = _IDLE_MS
+        else:
+            ka = self.keepalive * 1000
+            if self.ping_at is not None:
+                t = ka - ticks_diff(now, self.ping_at)
+                if t < 0:
+                    raise Closed(110)  # no PINGRESP: the link is dead
+                t += 1
+            else:
+                t = ka - ticks_diff(now, self.last_tx)
+                if t <= 0:
+                    self.pingreq(now)
+                    t = ka
+        return max(0, min(t, _IDLE_MS))
+
+    def refill(self):
+        """After a flush made room: more of the resume backlog. True when
+        it queued bytes."""
+        b = self.backlog
+        if b is None:
+            return False
+        n = self.conn.tlen
+        try:
+            next(b)  # returns when the send buffer is full again
+        except StopIteration:
+            self.backlog = None
+        except BaseException:
+            self.backlog = None
+            raise
+        return self.conn.tlen != n
+
+    def packet(self, n, now):
+        """Handle the whole packet in conn.rx[0:n]. Raises MQTTError for a
+        protocol error and OSError when the connection must end; an
+        exception from the application's callback leaves as it is (after a
+        QoS 1/2 message the state is then DOWN: the driver closes the link)."""
+        p = self.pkt
+        c = self.conn
+        decode(p, c.rx, 0, n)
+        c.done()  # consumed even if the callback raises; rx stays intact
+        t = p.type
+        try:
+            if t == _PUBLISH:
+                if self.state == _UP:
+                    self.flow.on_publish(c, p)
+                    return
+            elif _PUBACK <= t <= _PUBCOMP:
+                if self.state == _UP:
+                    f = self.flow
+                    f.on_ack(c, p)
+                    if t == _PUBREL:
+                        self.unsynced = True  # a store's release is durable before PUBCOMP
+                    elif f.last_done == p.pid:
+                        # a publish completed, or (MQTT 5) was refused
+                        f.last_done = 0
+                        self.ack_pid = p.pid
+                        self.ack_rc = p.rc
+                        if self.on_ack is not None:
+                            self.on_ack(p.pid, p.rc)
+                    return
+            elif t == _AUTH and self.level == 5:
+                from .client5 import on_auth
+                on_auth(self, p)  # enhanced authentication, also before CONNACK
+                return
+            elif self.state == _OPENING:
+                if t == _CONNACK:
+                    self._connack(p)
+                    return
+            elif t == _SUBACK or t == _UNSUBACK:
+                if p.pid == self.wait_pid:
+                    # SUBACK: the granted QoS or a refusal; MQTT 5 UNSUBACK too
+                    self.answer = c.rx[p.payload_off] if t == _SUBACK or self.level == 5 else 0
+                    self.wait_pid = 0
+                return
+            elif t == _PINGRESP:
+                self.ping_at = None
+                return
+            elif t == _DISCONNECT:
+                self.disconnect_rc = p.rc  # MQTT 5: why the server closes
+                raise Closed(104)  # the server sent DISCONNECT
+        except (OSError, MQTTError):
+            raise
+        except Exception:
+            # the application's callback raised: the message was not
+            # taken and not acknowledged. The broker resends only on a new
+            # connection [MQTT-4.4.0-1], so drop this one (a persistent
+            # session gets it again); QoS 0 has nothing to resend.
+            if t == _PUBLISH and p.qos:
+                self.lost(now)
+            raise
+        raise MQTTError("protocol error", 0x82)  # (before CONNACK: not CONNACK)
+
+    # ---------------------------------------------------------- internals
+    def _connack(self, p):
+        if p.rc:
+            # server unavailable / busy / quota / rate: try again later;
+            # any other refusal (version, id, credentials) is final
+            self.reconnect = self.reconnect and p.rc in (3, 0x88, 0x89, 0x97, 0x9F)
+            raise MQTTError("refused", p.rc)
+        self.state = _UP
+        self.tries = 0
+        if self.level == 5:
+            from .client5 import on_connack
+            on_connack(self, p)
+            self.aliases = {} if self.flow.alias_max else None
+        self.ping_at = None
+        sp = self.session_present = p.session_present
+        # A new connection. Only what a reconnect or a kept session needs
+        # loads umqtt3.client_resume; a first connect with nothing stored
+        # leaves it unloaded.
+        if (self.subs and not sp) or self.wait_pid or self.redelivered or \
+                self.store.out_count():
+            from .client_resume import resume
+            self.backlog = resume(self, sp)
+            self.refill()
+        elif not sp:
+            # The broker has no session: the packet ids of inbound QoS 2
+            # messages still waiting for PUBREL mean nothing now, and a new
+            # message reusing one would be taken for a duplicate and dropped.
+            self.store.in_clear()

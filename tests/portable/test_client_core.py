@@ -1,0 +1,312 @@
+# The client's protocol core (umqtt3.client_core) driven with bytes and a
+# number for the time only: no socket, no clock, no sleeping. Bytes go in
+# through the core's receive buffer (a link that hands out what the test
+# fed), bytes come out of its send buffer, and tick() gives the deadlines.
+# Runs under pytest and under MicroPython (tests/mp/testrunner.py).
+from umqtt3.client_core import Core
+from umqtt3.conn import Closed
+from umqtt3.flow import Busy
+
+DOWN, UP = 0, 2  # Core.state (underscored consts in client_core)
+
+CONNACK = b"\x20\x02\x00\x00"
+CONNACK_SP = b"\x20\x02\x01\x00"  # session present
+PINGREQ = b"\xc0\x00"
+PINGRESP = b"\xd0\x00"
+
+
+def puback(pid):
+    return bytes((0x40, 2, pid >> 8, pid & 255))
+
+
+def ack(t, pid):
+    return bytes((t << 4 | (2 if t == 6 else 0), 2, pid >> 8, pid & 255))
+
+
+def publish(topic, msg, qos, pid=0, dup=False):
+    var = bytes((0, len(topic))) + topic + (bytes((pid >> 8, pid & 255)) if qos else b"")
+    body = var + msg
+    return bytes((0x30 | dup << 3 | qos << 1, len(body))) + body
+
+
+class Bytes:
+    """The driver's side of the test: what feed() got, handed to the core's
+    buffer in whatever pieces the core asks for. It has no write() nor
+    close(): a core that wrote or closed by itself would fail every test."""
+
+    def __init__(self):
+        self.data = bytearray()
+
+    def readinto(self, buf, n):
+        if not self.data:
+            return None
+        k = min(n, len(self.data))
+        buf[:k] = self.data[:k]
+        self.data = self.data[k:]
+        return k
+
+
+def core(**kw):
+    c = Core("dev1", **kw)
+    c.conn.link = Bytes()
+    return c
+
+
+def feed(c, data, now):
+    """Bytes received; returns the number of packets handled."""
+    c.conn.link.data += data
+    n = 0
+    k = c.conn.recv()
+    while k:
+        c.packet(k, now)
+        n += 1
+        k = c.conn.recv()
+    return n
+
+
+def take(c, now):
+    """Bytes ready to send, as if the driver wrote them all (and the resume
+    backlog that follows)."""
+    out = b""
+    while True:
+        k = c.out(now)
+        conn = c.conn
+        out += bytes(conn.tx[conn.sent:conn.tlen])
+        conn.tlen = conn.sent = 0
+        if not k or not c.refill():
+            return out
+
+
+def connected(c, now=0, connack=CONNACK):
+    c.start(now)
+    assert take(c, now)[0] == 0x10  # CONNECT
+    feed(c, connack, now)
+    assert c.state == UP
+    return c
+
+
+class Log:
+    def __init__(self):
+        self.msgs = []
+        self.acks = []
+
+    def cb(self, topic, msg):
+        self.msgs.append((topic, msg))
+
+    def ack(self, pid, rc):
+        self.acks.append((pid, rc))
+
+
+def test_connect_connack_and_its_deadline():
+    c = core(timeout_ms=100)
+    c.start(1000)
+    out = take(c, 1000)
+    assert out[0] == 0x10 and b"MQTT" in out and out.endswith(b"dev1")
+    assert c.state != DOWN and not c.is_connected()  # CONNACK awaited
+    assert c.tick(1040) == 60  # the CONNACK is due within timeout_ms
+    feed(c, CONNACK, 1050)
+    assert c.is_connected() and c.session_present is False
+    assert c.tick(1050) == 60000  # no keepalive: nothing due
+
+
+def test_no_connack_in_time_is_a_dead_link():
+    c = core(timeout_ms=100)
+    c.start(0)
+    take(c, 0)
+    try:
+        c.tick(101)
+    except Closed as e:
+        assert e.args[0] == 110
+    else:
+        raise AssertionError("no CONNACK went unnoticed")
+
+
+def test_refused_connack_is_final_unless_the_server_is_busy():
+    from umqtt3.codec import MQTTError
+    for rc, again in ((5, False), (3, True)):
+        c = core(reconnect=True)
+        c.start(0)
+        try:
+            feed(c, bytes((0x20, 2, 0, rc)), 0)
+        except MQTTError as e:
+            assert e.code == rc
+        else:
+            raise AssertionError("a refusal was accepted")
+        assert c.reconnect is again
+
+
+def test_keepalive_pingreq_then_dead_link_without_pingresp():
+    # PINGREQ after keepalive seconds without sending [MQTT-3.1.2-23]; no
+    # PINGRESP within keepalive more: the link is dead
+    c = connected(core(keepalive=2), 0)
+    assert c.tick(500) == 1500
+    assert take(c, 500) == b""
+    assert c.tick(2000) == 2000
+    assert take(c, 2000) == PINGREQ
+    feed(c, PINGRESP, 2100)
+    assert c.ping_at is None
+    # sending counts as activity: the next PINGREQ is due 2 s after it
+    c.queue(b"t", b"x")
+    take(c, 3000)
+    assert c.tick(3500) == 1500
+    assert c.tick(5000) == 2000 and take(c, 5000) == PINGREQ
+    c.tick(6000)
+    try:
+        c.tick(7001)
+    except Closed as e:
+        assert e.args[0] == 110
+    else:
+        raise AssertionError("a missing PINGRESP went unnoticed")
+
+
+def test_qos1_publish_acknowledged_and_reported():
+    c = connected(core())
+    log = Log()
+    c.set_ack_callback(log.ack)
+    pid = c.queue(b"dev/t", b"21.5", qos=1)
+    assert take(c, 0) == publish(b"dev/t", b"21.5", 1, pid)
+    assert c.inflight() == 1
+    feed(c, puback(pid), 5)
+    assert c.inflight() == 0 and log.acks == [(pid, 0)] and c.ack_pid == pid
+
+
+def test_qos2_both_ways():
+    c = connected(core())
+    log = Log()
+    c.set_callback(log.cb)
+    pid = c.queue(b"a", b"1", qos=2)
+    take(c, 0)
+    feed(c, ack(5, pid), 1)  # PUBREC: PUBREL goes out [MQTT-4.3.3-1]
+    assert take(c, 1) == ack(6, pid)
+    feed(c, ack(7, pid), 2)  # PUBCOMP
+    assert c.inflight() == 0
+    # inbound: delivered once, PUBREC; a resend before PUBREL is answered,
+    # not delivered again [MQTT-4.3.3-2]
+    feed(c, publish(b"b", b"hi", 2, 7), 3)
+    assert log.msgs == [(b"b", b"hi")] and take(c, 3) == ack(5, 7)
+    feed(c, publish(b"b", b"hi", 2, 7, dup=True), 4)
+    assert log.msgs == [(b"b", b"hi")] and take(c, 4) == ack(5, 7)
+    feed(c, ack(6, 7), 5)
+    assert take(c, 5) == ack(7, 7)
+
+
+def test_sync_runs_before_the_acknowledgements_leave():
+    c = connected(core())
+    seen = []
+    c.set_callback(lambda t, m: seen.append("msg"))
+    c.set_sync(lambda: seen.append("sync"))
+    feed(c, publish(b"t", b"1", 1, 1) + publish(b"t", b"2", 1, 2), 0)
+    assert seen == ["msg", "msg"]  # nothing synced while the burst is read
+    assert take(c, 0) == puback(1) + puback(2)
+    assert seen == ["msg", "msg", "sync"]  # once, before the acks
+
+
+def test_callback_that_raises_drops_the_connection_for_qos1():
+    c = connected(core(reconnect=True))
+
+    def cb(t, m):
+        raise ValueError("not taken")
+
+    c.set_callback(cb)
+    try:
+        feed(c, publish(b"t", b"1", 1, 1), 10)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("the callback's exception was swallowed")
+    assert c.state == DOWN and take(c, 10) == b""  # no PUBACK
+
+
+def test_reconnect_backs_off_then_resends_with_dup():
+    c = connected(core(reconnect=True, backoff_ms=(400, 10000)))
+    pid = c.queue(b"t", b"m", qos=1)
+    first = take(c, 0)
+    c.lost(1000)
+    assert c.state == DOWN
+    wait = c.tick(1000)
+    assert 300 <= wait <= 500, wait  # 400 ms, jitter 75..125 %
+    c.lost(1000 + wait)
+    wait2 = c.tick(1000 + wait)
+    assert 600 <= wait2 <= 1000, wait2  # doubled
+    # while down, a QoS 1 message is stored, not sent
+    pid2 = c.queue(b"t", b"n", qos=1)
+    c.start(5000)
+    take(c, 5000)
+    feed(c, CONNACK_SP, 5001)
+    # in the original order, DUP set [MQTT-3.3.1-1, MQTT-4.4.0-1]
+    assert take(c, 5001) == bytes((first[0] | 8,)) + first[1:] + publish(b"t", b"n", 1, pid2,
+                                                                         dup=True)
+    feed(c, puback(pid) + puback(pid2), 5002)
+    assert c.inflight() == 0
+
+
+def test_resend_larger_than_the_send_buffer_goes_out_in_turns():
+    # the resume waits for room (the backlog) and keeps its order: a new
+    # publish is Busy until it is out
+    c = connected(core(reconnect=True, bufsize=64, window=8))
+    pids = []
+    for i in range(6):
+        pids.append(c.queue(b"topic/x", b"payload-%d" % i, qos=1))
+        take(c, 0)
+    c.lost(0)
+    c.start(100)
+    take(c, 100)
+    feed(c, CONNACK_SP, 100)
+    assert c.backlog is not None  # six 21-byte PUBLISHes do not fit in 64
+    try:
+        c.queue(b"topic/x", b"late", qos=1)
+    except Busy:
+        pass
+    else:
+        raise AssertionError("a new publish overtook the resend")
+    out = take(c, 100)  # takes the rest as room comes
+    assert c.backlog is None
+    want = b"".join(publish(b"topic/x", b"payload-%d" % i, 1, pids[i], dup=True)
+                    for i in range(6))
+    assert out == want
+
+
+def test_resubscribe_when_the_session_is_gone():
+    # [MQTT-3.2.2-3]: no session, so the client subscribes again
+    c = connected(core(reconnect=True))
+    c.set_callback(lambda t, m: None)
+    pid = c.subscribe_start(b"cmd/#", 1)
+    take(c, 0)
+    feed(c, bytes((0x90, 3, 0, pid, 1)), 1)
+    assert c.wait_pid == 0 and c.subscribe_end(b"cmd/#") == 1
+    c.lost(2)
+    c.start(1000)
+    take(c, 1000)
+    feed(c, CONNACK, 1000)  # session present 0
+    out = take(c, 1000)
+    assert out[0] == 0x82 and b"cmd/#" in out  # SUBSCRIBE again
+
+
+def test_a_flood_is_handled_one_packet_at_a_time():
+    # the core hands over exactly the packets that are whole and keeps a
+    # partial one for later: a driver decides how many to take per call
+    c = connected(core())
+    log = Log()
+    c.set_callback(log.cb)
+    flood = publish(b"t/x", b"0123", 0) * 50
+    c.conn.link.data += flood + flood[:5]  # and the start of one more
+    n = 0
+    k = c.conn.recv()
+    while k and n < 10:
+        c.packet(k, n)
+        n += 1
+        k = c.conn.recv()
+    assert len(log.msgs) == 10  # the rest waits, intact
+    assert feed(c, b"", 20) == 40
+    assert len(log.msgs) == 50
+    feed(c, flood[5:len(publish(b"t/x", b"0123", 0))], 21)
+    assert len(log.msgs) == 51
+
+
+def test_bye_queues_disconnect_and_ends_reconnecting():
+    c = connected(core(reconnect=True))
+    assert c.bye() is True
+    assert take(c, 0) == b"\xe0\x00"  # DISCONNECT: the broker drops the will
+    assert c.reconnect is False
+    c.down()
+    assert c.bye() is False and take(c, 0) == b""  # nothing to say when down
