@@ -17,10 +17,16 @@
 # python -m umqtt3.broker --help   runs it on the desktop (broker_cli.py).
 from . import compat
 from .compat import ticks_ms, ticks_diff, POLLIN, POLLOUT, POLLHUP, POLLERR, asleep_ms
-from .codec import MQTTError
+from .compat import copy
+from .codec import MQTTError, frame_len
 from .conn import Conn
 from .broker_limits import Limits
-from .broker_core import Core, CLOSED, TIMER_MS, VERSION  # noqa: F401  (VERSION: API)
+from .broker_core import Core, CLOSED, WAITING, TIMER_MS, VERSION  # noqa: F401  (VERSION: API)
+
+# A connection that has not sent CONNECT reads it into a buffer this small
+# and has no send buffer: the connection's own buffers come with the
+# CONNECT, so a flood of idle connections costs little (docs/broker.md).
+PENDING_RX = 128
 
 
 class Broker(Core):
@@ -68,27 +74,103 @@ class Broker(Core):
         self._poller.register(s, POLLIN)
 
     def _open(self, link, sock, peer):
-        lim = self.limits
-        c = self.open(Conn(link, lim.max_packet, lim.tx), peer, self.ticks())
+        # pending: a small receive buffer and no send buffer (_promote)
+        c = self.open(Conn(link, PENDING_RX, 0), peer, self.ticks())
         c.io = sock  # registered with the poller; None for attached links
         c.mask = POLLIN
         return c
 
+    def _promote(self, c, n):
+        """c's CONNECT has begun (its fixed header says n bytes): the
+        connection's buffers now, with what was read of it moved in."""
+        lim = self.limits
+        old = c.conn
+        link = old.link if c.io is None else compat.server_link(c.io)
+        conn = Conn(link, lim.max_packet, lim.tx)
+        copy(conn.rx, 0, old.rx, 0, old.got)
+        conn.got = old.got
+        conn.need = n
+        c.conn = conn
+
+    def _read_pending(self, c, now):
+        """Read a pending connection's CONNECT into its small buffer; at the
+        first whole packet (or one larger than that buffer) the connection
+        gets its buffers and the packet goes to the core."""
+        conn = c.conn
+        try:
+            try:
+                n = conn.recv()
+            except MQTTError:
+                if conn.got < 2:
+                    raise
+                n = 0  # larger than the small buffer, or malformed: below
+            if not n:
+                if conn.got < 2:
+                    return 0
+                n = frame_len(conn.rx, 0, conn.got, self.limits.max_packet)
+                if not n or n <= len(conn.rx):
+                    return 0  # more header bytes, or the rest, to come
+        except MQTTError as e:
+            self.fail(c, e)  # [MQTT-4.8.0-1]
+            return 0
+        except OSError:
+            self.disconnect(c, "connection lost", True)
+            return 0
+        if conn.rx[0] >> 4 != 1:
+            # the first packet must be CONNECT [MQTT-3.1.0-1]: no buffers
+            self.disconnect(c, "first packet is not CONNECT", False)
+            return 0
+        self._promote(c, n)
+        if c.conn.got < n:
+            return 0  # a large CONNECT: read on into its own buffer
+        c.conn.last = n
+        self.packet(c, n, now)
+        return 1
+
     def attach(self, link, peer="pipe"):
-        """Serve one connection over a link (e.g. a transport.Pipe end)."""
+        """Serve one connection over a link (e.g. a transport.Pipe end); at
+        the pending limit the oldest pending connection is closed first."""
+        if not self._room():
+            raise OSError(23)  # ENFILE: as many connections as allowed, none pending
         c = self._open(link, None, peer)
         self._pipes.append(c)
         return c
 
+    def _pending(self):
+        """The oldest pending connection (no CONNECT yet) and their number."""
+        old = None
+        n = 0
+        for c in self.clients:
+            if c.state == WAITING and not len(c.conn.tx):
+                n += 1
+                if old is None:
+                    old = c
+        return old, n
+
+    def _room(self):
+        """Room for one more connection. At the pending limit the oldest
+        pending connection goes: idle connections never keep a client
+        that sends its CONNECT out."""
+        old, n = self._pending()
+        if n >= self.limits.max_pending:
+            self.refused += 1
+            self.disconnect(old, "pending connections limit", False)
+            return True
+        return not self.full()
+
     def _accept(self):
-        while True:
+        # at most half the pending limit per step: what was accepted in the
+        # last step is read before a flood can push it out
+        k = self.limits.max_pending // 2 or 1
+        while k:
+            k -= 1
             try:
                 s, addr = self._sock.accept()
             except OSError:
                 return
-            if self.full():
-                # more connections than clients plus those still to send
-                # CONNECT: closed at once, before any buffer is allocated
+            if not self._room():
+                # as many clients and pending connections as allowed and
+                # none of them pending: closed before any buffer
                 s.close()
                 self.refused += 1
                 self._log("refused %s: too many connections", (addr,))
@@ -102,7 +184,7 @@ class Broker(Core):
                     pass
             if isinstance(addr, tuple):
                 addr = "%s:%s" % (addr[0], addr[1])
-            c = self._open(compat.server_link(s), s, addr)
+            c = self._open(compat.link(s), s, addr)
             self._socks[s] = c
             self._poller.register(s, POLLIN)
 
@@ -202,6 +284,8 @@ class Broker(Core):
     # ------------------------------------------------------------ one connection
     def _read(self, c, now):
         """Read and hand over up to `burst` packets from one connection."""
+        if c.state == WAITING and not len(c.conn.tx):
+            return self._read_pending(c, now)  # poll reports what follows
         if compat.LINK_BUFFERS and c.io is not None:
             return self._read_ahead(c, now)
         conn = c.conn

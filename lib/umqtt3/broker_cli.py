@@ -19,7 +19,7 @@ PROG = "python -m umqtt3.broker"
 # are a device's), in the order of the flags and of docs/broker.md.
 DESKTOP = (
     ("max_clients", 100),
-    ("max_pending", 16),
+    ("max_pending", 256),
     ("max_packet", 65536),
     ("txsize", 0),
     ("max_subs", 64),
@@ -43,7 +43,7 @@ NAMES = tuple(name for name, _ in DESKTOP)
 # one line of help per limit; the default is added from the profile
 HELP = {
     "max_clients": "connected clients (CONNACK 3 beyond)",
-    "max_pending": "connections still to send CONNECT, on top of --max-clients",
+    "max_pending": "connections still to send CONNECT; at the limit the oldest is closed",
     "max_packet": "largest packet accepted, bytes; larger ones close the connection",
     "txsize": "send buffer per client, bytes (0: max packet)",
     "max_subs": "subscriptions per client (SUBACK 0x80 beyond)",
