@@ -37,6 +37,9 @@ DESKTOP = (
     ("max_aliases", 64),
     ("max_keepalive", 0),
     ("max_levels", 0),
+    ("auth_fails", 5),
+    ("auth_wait_ms", 1000),
+    ("auth_sources", 1024),
 )
 NAMES = tuple(name for name, _ in DESKTOP)
 
@@ -61,6 +64,9 @@ HELP = {
     "max_aliases": "MQTT 5 topic aliases per client (0: none; beyond: DISCONNECT 0x94)",
     "max_keepalive": "MQTT 5: longest keep alive, seconds, imposed as server keep alive (0: none)",
     "max_levels": "levels in a topic name or filter (0: any); beyond closes the connection",
+    "auth_fails": "failed logins from one address before its logins wait",
+    "auth_wait_ms": "that wait, milliseconds, doubled at each further failure (up to 64 times)",
+    "auth_sources": "addresses whose failed logins are remembered",
 }
 
 
@@ -116,6 +122,15 @@ def parser():
                          "anonymous clients are then refused (default none)")
     ap.add_argument("--allow-anonymous", action="store_true",
                     help="with --users, still accept clients without one (default off)")
+    ap.add_argument("--users-allow-empty", action="store_true",
+                    help="accept users-file lines with an empty password, e.g. 'guest:' "
+                         "(default off: refused)")
+    ap.add_argument("--users-allow-spaces", action="store_true",
+                    help="accept spaces around the ':' of a users-file line, as part of the "
+                         "name and password (default off: refused)")
+    ap.add_argument("--unbound-client-ids", action="store_true",
+                    help="with --users, let a user connect with a client id whose session is "
+                         "another user's (default off: CONNACK 5 / 0x87)")
     ap.add_argument("--acl-file", metavar="FILE",
                     help="topic access per user, as mosquitto's acl_file (user, topic, pattern "
                          "lines); what it does not grant is refused (default none: all allowed)")
@@ -148,7 +163,7 @@ def start(a, log):
     users = None
     if a.users:
         try:
-            users = read_users(a.users)
+            users = read_users(a.users, a.users_allow_empty, a.users_allow_spaces)
         except OSError as e:
             raise Refused("--users %s: %s" % (a.users, e.strerror or e))
         except ValueError as e:
@@ -172,6 +187,7 @@ def start(a, log):
         b = Broker(host=a.host, port=a.port, limits=lim, users=users,
                    allow_anonymous=True if a.allow_anonymous else None, store=a.store, log=log)
         b.set_acl(acl)
+        b.bind_ids = not a.unbound_client_ids
         return b
     except OSError as e:
         import errno
