@@ -21,7 +21,7 @@ from .compat import copy
 from .codec import MQTTError, frame_len
 from .conn import Conn
 from .broker_limits import Limits
-from .broker_core import Core, CLOSED, WAITING, TIMER_MS, VERSION  # noqa: F401  (VERSION: API)
+from .broker_core import Core, CLOSED, WAITING, CONNECTED, TIMER_MS, VERSION  # noqa: F401  (VERSION: API)
 
 # A connection that has not sent CONNECT reads it into a buffer this small
 # and has no send buffer: the connection's own buffers come with the
@@ -32,7 +32,7 @@ PENDING_RX = 128
 class Broker(Core):
     def __init__(self, host="127.0.0.1", port=1883, users=None, allow_anonymous=None,
                  store=None, log=None, files=None, allow_fat=False, clock=None,
-                 limits=None, **kw):
+                 limits=None, tls=None, **kw):
         if limits is not None and kw:
             raise ValueError("limits given twice: as Limits and as keywords")
         lim = limits or Limits(**kw)
@@ -49,6 +49,7 @@ class Broker(Core):
         self._sock = None
         self._poller = None
         self.port = port
+        self.tls = tls  # an ssl.SSLContext (compat.tls_server): the listener speaks TLS
         if port is not None:
             self._listen(host, port, lim.backlog)
 
@@ -182,6 +183,12 @@ class Broker(Core):
                     compat.sndbuf(s, self.limits.sndbuf)
                 except OSError:
                     pass
+            if self.tls is not None:
+                try:
+                    s = compat.tls_accept(self.tls, s)
+                except OSError:
+                    s.close()
+                    continue
             if isinstance(addr, tuple):
                 addr = "%s:%s" % (addr[0], addr[1])
             c = self._open(compat.link(s), s, addr)
@@ -284,12 +291,15 @@ class Broker(Core):
     # ------------------------------------------------------------ one connection
     def _read(self, c, now):
         """Read and hand over up to `burst` packets from one connection."""
-        if c.state == WAITING and not len(c.conn.tx):
-            return self._read_pending(c, now)  # poll reports what follows
-        if compat.LINK_BUFFERS and c.io is not None:
-            return self._read_ahead(c, now)
-        conn = c.conn
         k = 0
+        if c.state == WAITING and not len(c.conn.tx):
+            k = self._read_pending(c, now)
+            if c.state != CONNECTED:
+                return k
+            # what came with the CONNECT: TLS may hold it where poll cannot see
+        if compat.LINK_BUFFERS and c.io is not None:
+            return k + self._read_ahead(c, now)
+        conn = c.conn
         burst = self.limits.burst
         try:
             while k < burst and c.state != CLOSED:
@@ -337,7 +347,7 @@ class Broker(Core):
                         break
         except OSError:
             self.disconnect(c, "connection lost", True)
-        if c.state != CLOSED and not c.blocked and link.pos < link.end:
+        if c.state != CLOSED and not c.blocked and (link.pos < link.end or compat.tls_held(link)):
             # bytes left in memory (burst limit): poll would not report them
             c.kick = True
             self._hot = True

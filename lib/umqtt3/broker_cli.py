@@ -134,6 +134,14 @@ def parser():
     ap.add_argument("--acl-file", metavar="FILE",
                     help="topic access per user, as mosquitto's acl_file (user, topic, pattern "
                          "lines); what it does not grant is refused (default none: all allowed)")
+    ap.add_argument("--certfile", metavar="FILE",
+                    help="the broker's certificate (PEM): the listener speaks TLS; with --keyfile "
+                         "(default none: plain TCP)")
+    ap.add_argument("--keyfile", metavar="FILE", help="the private key of --certfile (PEM)")
+    ap.add_argument("--cafile", metavar="FILE",
+                    help="CA certificates (PEM) that client certificates are checked against")
+    ap.add_argument("--require-certificate", action="store_true",
+                    help="with --cafile, refuse clients without a valid certificate (default off)")
     ap.add_argument("--store", metavar="DIR",
                     help="keep retained messages and persistent sessions here (default none)")
     ap.add_argument("--quiet", action="store_true",
@@ -154,6 +162,28 @@ def limits(a):
         return Limits(**kw)
     except ValueError as e:
         raise Refused(str(e))
+
+
+def tls_context(a):
+    """The TLS listener's context the arguments ask for, or None."""
+    if not (a.certfile or a.keyfile or a.cafile or a.require_certificate):
+        return None
+    if not (a.certfile and a.keyfile):
+        raise Refused("--certfile and --keyfile go together")
+    if a.require_certificate and not a.cafile:
+        raise Refused("--require-certificate needs --cafile")
+    from umqtt3.compat import tls_server
+    for opt, path in (("--certfile", a.certfile), ("--keyfile", a.keyfile), ("--cafile", a.cafile)):
+        if path:
+            try:
+                open(path, "rb").close()
+            except OSError as e:
+                raise Refused("%s %s: %s" % (opt, path, e.strerror or e))
+    try:
+        return tls_server(a.certfile, a.keyfile, a.cafile, a.require_certificate)
+    except OSError as e:  # ssl.SSLError too
+        raise Refused("--certfile %s / --keyfile %s: %s" % (
+            a.certfile, a.keyfile, getattr(e, "reason", None) or e))
 
 
 def start(a, log):
@@ -179,13 +209,15 @@ def start(a, log):
             raise Refused("--acl-file %s: %s" % (a.acl_file, e.strerror or e))
         except (ValueError, UnicodeError) as e:
             raise Refused("--acl-file %s: %s" % (a.acl_file, e))
+    tls = tls_context(a)
     if a.store:
         import os
         if os.path.exists(a.store) and not os.path.isdir(a.store):
             raise Refused("--store %s: not a directory" % a.store)
     try:
         b = Broker(host=a.host, port=a.port, limits=lim, users=users,
-                   allow_anonymous=True if a.allow_anonymous else None, store=a.store, log=log)
+                   allow_anonymous=True if a.allow_anonymous else None, store=a.store, log=log,
+                   tls=tls)
         b.set_acl(acl)
         b.bind_ids = not a.unbound_client_ids
         return b
@@ -219,7 +251,8 @@ def main(argv=None):
     except Refused as e:
         print("%s: %s" % (PROG, e), file=sys.stderr, flush=True)
         return 1
-    print("umqtt3 broker listening on %s:%d" % (a.host, b.port), flush=True)
+    print("umqtt3 broker listening on %s:%d%s" % (a.host, b.port, " (TLS)" if b.tls else ""),
+          flush=True)
     try:
         import signal
 
