@@ -3,9 +3,10 @@ connection bodies of tests/portable/test_broker_pending.py over TCP, a
 flood of idle connections that never keeps a client out, and short runs
 of the load and abuse tools (tools/measure/abuse.py) against our broker."""
 import os
+import re
+import shutil
 import socket
 import sys
-import time
 
 import pytest
 
@@ -58,3 +59,75 @@ def test_idle_flood_held_and_reopened_clients_still_connect():
             for s in idle:
                 s.close()
         assert wait_for(lambda: not b.clients, timeout=10)
+
+
+# ---------------------------------------------------------------- the tools, short
+
+def _run(capsys, *argv):
+    from tools.measure import abuse
+    only = "umqtt3,mosquitto" if shutil.which("mosquitto") or os.path.exists(
+        "/usr/sbin/mosquitto") else "umqtt3"
+    rc = abuse.main(list(argv) + ["--only", only])
+    out = capsys.readouterr().out
+    lines = [ln for ln in out.splitlines() if ln.startswith(("umqtt3 ", "mosquitto "))]
+    assert len(lines) == len(only.split(",")), out
+    return rc, lines
+
+
+def test_fuzz_short(capsys):
+    rc, lines = _run(capsys, "fuzz", "--packets", "4000", "--batch", "1000", "--seconds", "60")
+    assert rc == 0, lines
+    for ln in lines:
+        m = re.search(r"(\d+) mutated packets .* health checks (\d+), failed 0", ln)
+        assert m and int(m.group(1)) >= 4000 and int(m.group(2)) >= 4, ln
+
+
+def test_idle_flood_short(capsys):
+    rc, lines = _run(capsys, "flood", "--idle", "200", "--seconds", "3", "--reopen", "1",
+                     "--every", "0.05")
+    assert rc == 0, lines
+    for ln in lines:
+        m = re.search(r"new clients connected (\d+) of (\d+)", ln)
+        assert m and m.group(1) == m.group(2) and int(m.group(2)) >= 10, ln
+
+
+def test_many_clients_short(capsys):
+    rc, lines = _run(capsys, "clients", "--clients", "60", "--seconds", "30")
+    assert rc == 0, lines
+    for ln in lines:
+        assert re.search(r"60 clients connected .* 60 of 60 got their message", ln), ln
+
+
+def test_slow_consumer_short(capsys):
+    # within the queue's bound: every acknowledged message arrives
+    rc, lines = _run(capsys, "slow", "--messages", "400", "--behind", "100", "--size", "2048",
+                     "--seconds", "30")
+    assert rc == 0, lines
+    for ln in lines:
+        assert re.search(r"400 QoS 1 messages acknowledged .* fell behind got 400;", ln), ln
+
+
+def test_tool_refuses_bad_arguments_in_one_line():
+    from refusal import run
+    for argv, words in ((["fuzz", "--only", "nats"], "unknown broker"),
+                        (["fuzz", "--packets", "0"], "--packets"),
+                        (["nothing"], "invalid choice")):
+        r = run("tools.measure.abuse", *argv)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert r.stderr.count("\n") == 1 and words in r.stderr, r.stderr
+
+
+@pytest.mark.slow
+def test_idle_flood_1000_held_and_reopened(capsys):
+    rc, lines = _run(capsys, "flood", "--idle", "1000", "--seconds", "20", "--reopen", "5")
+    assert rc == 0, lines
+    for ln in lines:
+        m = re.search(r"new clients connected (\d+) of (\d+)", ln)
+        assert m and m.group(1) == m.group(2), ln
+
+
+@pytest.mark.slow
+def test_fuzz_longer(capsys):
+    rc, lines = _run(capsys, "fuzz", "--packets", "100000", "--batch", "20000",
+                     "--seconds", "300")
+    assert rc == 0, lines
