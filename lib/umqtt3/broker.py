@@ -29,6 +29,51 @@ from .broker_core import Core, CLOSED, WAITING, CONNECTED, TIMER_MS, VERSION  # 
 PENDING_RX = 128
 
 
+class Pending:
+    """The stand-in for a Conn until the CONNECT's header has come: its
+    first bytes in a PENDING_RX buffer, nothing to send."""
+
+    tlen = 0  # nothing queued (what the core and the driver look at)
+    sent = 0
+
+    def __init__(self, link):
+        self.link = link
+        self.rx = bytearray(PENDING_RX)
+        self.got = 0
+
+    def read(self, max_packet):
+        """The length n of the first packet once it is whole in rx; -n once
+        its header says it is larger than rx; 0 until then. MQTTError for a
+        malformed or too large header, OSError when the peer closed."""
+        rx = self.rx
+        while True:
+            got = self.got
+            n = frame_len(rx, 0, got, max_packet) if got >= 2 else 0
+            if n > len(rx):
+                return -n
+            if n and got >= n:
+                return n
+            want = n - got if n else (2 - got if got < 2 else 1)
+            r = self.link.readinto(memoryview(rx)[got:], want)
+            if r is None:
+                return 0
+            if not r:
+                raise OSError(104)  # closed by the peer
+            self.got = got + r
+
+    def space(self):
+        return 0
+
+    def flush(self):
+        return True
+
+    def close(self):
+        try:
+            self.link.close()
+        except Exception:
+            pass
+
+
 class Broker(Core):
     def __init__(self, host="127.0.0.1", port=1883, users=None, allow_anonymous=None,
                  store=None, log=None, files=None, allow_fat=False, clock=None,
@@ -76,7 +121,7 @@ class Broker(Core):
 
     def _open(self, link, sock, peer):
         # pending: a small receive buffer and no send buffer (_promote)
-        c = self.open(Conn(link, PENDING_RX, 0), peer, self.ticks())
+        c = self.open(Pending(link), peer, self.ticks())
         c.io = sock  # registered with the poller; None for attached links
         c.mask = POLLIN
         return c
@@ -95,32 +140,24 @@ class Broker(Core):
 
     def _read_pending(self, c, now):
         """Read a pending connection's CONNECT into its small buffer; at the
-        first whole packet (or one larger than that buffer) the connection
-        gets its buffers and the packet goes to the core."""
-        conn = c.conn
+        first whole packet (or the header of one larger than that buffer)
+        the connection gets its buffers and the packet goes to the core."""
+        p = c.conn
         try:
-            try:
-                n = conn.recv()
-            except MQTTError:
-                if conn.got < 2:
-                    raise
-                n = 0  # larger than the small buffer, or malformed: below
-            if not n:
-                if conn.got < 2:
-                    return 0
-                n = frame_len(conn.rx, 0, conn.got, self.limits.max_packet)
-                if not n or n <= len(conn.rx):
-                    return 0  # more header bytes, or the rest, to come
+            n = p.read(self.limits.max_packet)
         except MQTTError as e:
             self.fail(c, e)  # [MQTT-4.8.0-1]
             return 0
         except OSError:
             self.disconnect(c, "connection lost", True)
             return 0
-        if conn.rx[0] >> 4 != 1:
+        if not n:
+            return 0
+        if p.rx[0] >> 4 != 1:
             # the first packet must be CONNECT [MQTT-3.1.0-1]: no buffers
             self.disconnect(c, "first packet is not CONNECT", False)
             return 0
+        n = n if n > 0 else -n
         self._promote(c, n)
         if c.conn.got < n:
             return 0  # a large CONNECT: read on into its own buffer
@@ -138,11 +175,12 @@ class Broker(Core):
         return c
 
     def _pending(self):
-        """The oldest pending connection (no CONNECT yet) and their number."""
+        """The oldest pending connection (no CONNECT handled yet, a large one
+        perhaps on its way) and their number."""
         old = None
         n = 0
         for c in self.clients:
-            if c.state == WAITING and not len(c.conn.tx):
+            if c.state == WAITING:
                 n += 1
                 if old is None:
                     old = c
@@ -292,7 +330,7 @@ class Broker(Core):
     def _read(self, c, now):
         """Read and hand over up to `burst` packets from one connection."""
         k = 0
-        if c.state == WAITING and not len(c.conn.tx):
+        if isinstance(c.conn, Pending):
             k = self._read_pending(c, now)
             if c.state != CONNECTED:
                 return k
