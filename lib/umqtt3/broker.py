@@ -166,8 +166,8 @@ class Broker(Core):
         return 1
 
     def attach(self, link, peer="pipe"):
-        """Serve one connection over a link (e.g. a transport.Pipe end); at
-        the pending limit the oldest pending connection is closed first."""
+        """Serve one connection over a link (e.g. a transport.Pipe end); with
+        as many connections as allowed the oldest pending one is closed."""
         if not self._room():
             raise OSError(23)  # ENFILE: as many connections as allowed, none pending
         c = self._open(link, None, peer)
@@ -187,15 +187,17 @@ class Broker(Core):
         return old, n
 
     def _room(self):
-        """Room for one more connection. At the pending limit the oldest
-        pending connection goes: idle connections never keep a client
-        that sends its CONNECT out."""
-        old, n = self._pending()
-        if n >= self.limits.max_pending:
-            self.refused += 1
-            self.disconnect(old, "pending connections limit", False)
+        """Room for one more connection. With max_clients + max_pending
+        open, the oldest pending connection goes: idle connections never
+        keep a client that sends its CONNECT out."""
+        if not self.full():
             return True
-        return not self.full()
+        old, n = self._pending()
+        if old is None:
+            return False
+        self.refused += 1
+        self.disconnect(old, "too many connections: the oldest without CONNECT", False)
+        return True
 
     def _accept(self):
         # at most half the pending limit per step: what was accepted in the

@@ -46,7 +46,7 @@ NAMES = tuple(name for name, _ in DESKTOP)
 # one line of help per limit; the default is added from the profile
 HELP = {
     "max_clients": "connected clients (CONNACK 3 beyond)",
-    "max_pending": "connections still to send CONNECT; at the limit the oldest is closed",
+    "max_pending": "connections still to send CONNECT, on top of --max-clients (the oldest goes)",
     "max_packet": "largest packet accepted, bytes; larger ones close the connection",
     "txsize": "send buffer per client, bytes (0: max packet)",
     "max_subs": "subscriptions per client (SUBACK 0x80 beyond)",

@@ -18,7 +18,7 @@ def zero_ok(name):
 
 class Limits:
     max_clients = 8  # connected clients; one more gets CONNACK 3
-    max_pending = 4  # connections yet to send CONNECT; at the limit the oldest goes
+    max_pending = 4  # connections yet to send CONNECT, on top of max_clients (the oldest goes)
     max_packet = 1024  # largest packet accepted; also each receive buffer
     txsize = 0  # send buffer per connection (at least max_packet)
     max_subs = 16  # subscriptions per client
