@@ -16,12 +16,12 @@
 #
 # python -m umqtt3.broker --help   runs it on the desktop (broker_cli.py).
 from . import compat
-from .compat import ticks_ms, ticks_diff, POLLIN, POLLOUT, POLLHUP, POLLERR, asleep_ms
-from .compat import copy
+from .compat import ticks_ms, ticks_diff, POLLIN, POLLOUT, POLLHUP, POLLERR, asleep_ms, copy
 from .codec import MQTTError, frame_len
 from .conn import Conn
 from .broker_limits import Limits
-from .broker_core import Core, CLOSED, WAITING, CONNECTED, TIMER_MS, VERSION  # noqa: F401  (VERSION: API)
+from .broker_core import (Core, CLOSED, WAITING, CONNECTED, TIMER_MS,  # noqa: F401
+                          VERSION)  # (VERSION: API)
 
 # A connection that has not sent CONNECT reads it into a buffer this small
 # and has no send buffer: the connection's own buffers come with the
@@ -95,6 +95,7 @@ class Broker(Core):
         self._poller = None
         self.port = port
         self.tls = tls  # an ssl.SSLContext (compat.tls_server): the listener speaks TLS
+        self.pend_links = False  # attach() links as pending connections (see attach)
         if port is not None:
             self._listen(host, port, lim.backlog)
 
@@ -119,9 +120,11 @@ class Broker(Core):
         self._poller = compat.poll()
         self._poller.register(s, POLLIN)
 
-    def _open(self, link, sock, peer):
+    def _open(self, link, sock, peer, pending=True):
         # pending: a small receive buffer and no send buffer (_promote)
-        c = self.open(Pending(link), peer, self.ticks())
+        lim = self.limits
+        conn = Pending(link) if pending else Conn(link, lim.max_packet, lim.tx)
+        c = self.open(conn, peer, self.ticks())
         c.io = sock  # registered with the poller; None for attached links
         c.mask = POLLIN
         return c
@@ -165,12 +168,15 @@ class Broker(Core):
         self.packet(c, n, now)
         return 1
 
-    def attach(self, link, peer="pipe"):
+    def attach(self, link, peer="pipe", pending=None):
         """Serve one connection over a link (e.g. a transport.Pipe end); with
-        as many connections as allowed the oldest pending one is closed."""
+        as many connections as allowed the oldest pending one is closed.
+        pending (default: pend_links): until its CONNECT, the link has a
+        small buffer as an accepted socket has; otherwise its buffers now
+        (what broker_bytes.feed needs)."""
         if not self._room():
             raise OSError(23)  # ENFILE: as many connections as allowed, none pending
-        c = self._open(link, None, peer)
+        c = self._open(link, None, peer, self.pend_links if pending is None else pending)
         self._pipes.append(c)
         return c
 
@@ -387,8 +393,9 @@ class Broker(Core):
                         break
         except OSError:
             self.disconnect(c, "connection lost", True)
-        if c.state != CLOSED and not c.blocked and (link.pos < link.end or compat.tls_held(link)):
-            # bytes left in memory (burst limit): poll would not report them
+        held = link.pos < link.end or (self.tls is not None and compat.tls_held(link))
+        if c.state != CLOSED and not c.blocked and held:
+            # bytes left in memory (burst limit, TLS): poll would not report them
             c.kick = True
             self._hot = True
         return k

@@ -4,6 +4,9 @@
 # pending limit, a CONNECT that trickles in closed at the connect timeout,
 # and CONNECTs larger than the small pending buffer still accepted.
 #
+# Attached links are pending connections here (Broker.pend_links), as
+# accepted sockets always are.
+#
 # Runs under pytest on CPython and under MicroPython with
 #     node tests/mp/run.mjs tests/mp/testrunner.py test_broker_pending
 # and over sockets in tests/test_broker_abuse.py (the harness bodies).
@@ -11,12 +14,21 @@ import gc
 import sys
 
 from support import collect
-from broker_harness import running, Raw, advance, connect_bytes, over_sockets
+from broker_harness import running as _running, Raw, advance, connect_bytes, over_sockets
 from umqtt3.broker import Broker, PENDING_RX
 from umqtt3.transport import Pipe, Conn
 from umqtt3.codec import encode_connect, PINGREQ, PINGRESP
 
 MICROPYTHON = sys.implementation.name == "micropython"
+
+
+class running(_running):
+    """The harness's running(), its attached links pending connections."""
+
+    def __enter__(self):
+        b = _running.__enter__(self)
+        b.pend_links = True
+        return b
 
 
 def _heap():
@@ -39,7 +51,7 @@ async def test_ram_per_pending_connection():
         await collect()
         m0 = _heap()
         for i in range(n):
-            b.attach(links[i][1])
+            b.attach(links[i][1], pending=True)
         b.poll_once(0)
         await collect()
         per = (_heap() - m0) // n
