@@ -16,17 +16,68 @@
 #
 # python -m umqtt3.broker --help   runs it on the desktop (broker_cli.py).
 from . import compat
-from .compat import ticks_ms, ticks_diff, POLLIN, POLLOUT, POLLHUP, POLLERR, asleep_ms
-from .codec import MQTTError
+from .compat import ticks_ms, ticks_diff, POLLIN, POLLOUT, POLLHUP, POLLERR, asleep_ms, copy
+from .codec import MQTTError, frame_len
 from .conn import Conn
 from .broker_limits import Limits
-from .broker_core import Core, CLOSED, TIMER_MS, VERSION  # noqa: F401  (VERSION: API)
+from .broker_core import (Core, CLOSED, WAITING, CONNECTED, TIMER_MS,  # noqa: F401
+                          VERSION)  # (VERSION: API)
+
+# A connection that has not sent CONNECT reads it into a buffer this small
+# and has no send buffer: the connection's own buffers come with the
+# CONNECT, so a flood of idle connections costs little (docs/broker.md).
+PENDING_RX = 128
+
+
+class Pending:
+    """The stand-in for a Conn until the CONNECT's header has come: its
+    first bytes in a PENDING_RX buffer, nothing to send."""
+
+    tlen = 0  # nothing queued (what the core and the driver look at)
+    sent = 0
+
+    def __init__(self, link):
+        self.link = link
+        self.rx = bytearray(PENDING_RX)
+        self.got = 0
+
+    def read(self, max_packet):
+        """The length n of the first packet once it is whole in rx; -n once
+        its header says it is larger than rx; 0 until then. MQTTError for a
+        malformed or too large header, OSError when the peer closed."""
+        rx = self.rx
+        while True:
+            got = self.got
+            n = frame_len(rx, 0, got, max_packet) if got >= 2 else 0
+            if n > len(rx):
+                return -n
+            if n and got >= n:
+                return n
+            want = n - got if n else (2 - got if got < 2 else 1)
+            r = self.link.readinto(memoryview(rx)[got:], want)
+            if r is None:
+                return 0
+            if not r:
+                raise OSError(104)  # closed by the peer
+            self.got = got + r
+
+    def space(self):
+        return 0
+
+    def flush(self):
+        return True
+
+    def close(self):
+        try:
+            self.link.close()
+        except Exception:
+            pass
 
 
 class Broker(Core):
     def __init__(self, host="127.0.0.1", port=1883, users=None, allow_anonymous=None,
                  store=None, log=None, files=None, allow_fat=False, clock=None,
-                 limits=None, **kw):
+                 limits=None, tls=None, **kw):
         if limits is not None and kw:
             raise ValueError("limits given twice: as Limits and as keywords")
         lim = limits or Limits(**kw)
@@ -43,6 +94,8 @@ class Broker(Core):
         self._sock = None
         self._poller = None
         self.port = port
+        self.tls = tls  # an ssl.SSLContext (compat.tls_server): the listener speaks TLS
+        self.pend_links = False  # attach() links as pending connections (see attach)
         if port is not None:
             self._listen(host, port, lim.backlog)
 
@@ -67,28 +120,104 @@ class Broker(Core):
         self._poller = compat.poll()
         self._poller.register(s, POLLIN)
 
-    def _open(self, link, sock, peer):
+    def _open(self, link, sock, peer, pending=True):
+        # pending: a small receive buffer and no send buffer (_promote)
         lim = self.limits
-        c = self.open(Conn(link, lim.max_packet, lim.tx), peer, self.ticks())
+        conn = Pending(link) if pending else Conn(link, lim.max_packet, lim.tx)
+        c = self.open(conn, peer, self.ticks())
         c.io = sock  # registered with the poller; None for attached links
         c.mask = POLLIN
         return c
 
-    def attach(self, link, peer="pipe"):
-        """Serve one connection over a link (e.g. a transport.Pipe end)."""
-        c = self._open(link, None, peer)
+    def _promote(self, c, n):
+        """c's CONNECT has begun (its fixed header says n bytes): the
+        connection's buffers now, with what was read of it moved in."""
+        lim = self.limits
+        old = c.conn
+        link = old.link if c.io is None else compat.server_link(c.io)
+        conn = Conn(link, lim.max_packet, lim.tx)
+        copy(conn.rx, 0, old.rx, 0, old.got)
+        conn.got = old.got
+        conn.need = n
+        c.conn = conn
+
+    def _read_pending(self, c, now):
+        """Read a pending connection's CONNECT into its small buffer; at the
+        first whole packet (or the header of one larger than that buffer)
+        the connection gets its buffers and the packet goes to the core."""
+        p = c.conn
+        try:
+            n = p.read(self.limits.max_packet)
+        except MQTTError as e:
+            self.fail(c, e)  # [MQTT-4.8.0-1]
+            return 0
+        except OSError:
+            self.disconnect(c, "connection lost", True)
+            return 0
+        if not n:
+            return 0
+        if p.rx[0] >> 4 != 1:
+            # the first packet must be CONNECT [MQTT-3.1.0-1]: no buffers
+            self.disconnect(c, "first packet is not CONNECT", False)
+            return 0
+        n = n if n > 0 else -n
+        self._promote(c, n)
+        if c.conn.got < n:
+            return 0  # a large CONNECT: read on into its own buffer
+        c.conn.last = n
+        self.packet(c, n, now)
+        return 1
+
+    def attach(self, link, peer="pipe", pending=None):
+        """Serve one connection over a link (e.g. a transport.Pipe end); with
+        as many connections as allowed the oldest pending one is closed.
+        pending (default: pend_links): until its CONNECT, the link has a
+        small buffer as an accepted socket has; otherwise its buffers now
+        (what broker_bytes.feed needs)."""
+        if not self._room():
+            raise OSError(23)  # ENFILE: as many connections as allowed, none pending
+        c = self._open(link, None, peer, self.pend_links if pending is None else pending)
         self._pipes.append(c)
         return c
 
+    def _pending(self):
+        """The oldest pending connection (no CONNECT handled yet, a large one
+        perhaps on its way) and their number."""
+        old = None
+        n = 0
+        for c in self.clients:
+            if c.state == WAITING:
+                n += 1
+                if old is None:
+                    old = c
+        return old, n
+
+    def _room(self):
+        """Room for one more connection. With max_clients + max_pending
+        open, the oldest pending connection goes: idle connections never
+        keep a client that sends its CONNECT out."""
+        if not self.full():
+            return True
+        old, n = self._pending()
+        if old is None:
+            return False
+        self.refused += 1
+        self.disconnect(old, "too many connections: the oldest without CONNECT", False)
+        return True
+
     def _accept(self):
-        while True:
+        # at most half the pending limit per step: what was accepted in the
+        # last step is read before a flood can push it out
+        k = self.limits.max_pending // 2 or 1
+        while k:
+            k -= 1
             try:
                 s, addr = self._sock.accept()
             except OSError:
                 return
-            if self.full():
-                # more connections than clients plus those still to send
-                # CONNECT: closed at once, before any buffer is allocated
+            if not self._room():
+                # as many clients and pending connections as allowed and
+                # none of them pending: closed before any buffer
                 s.close()
                 self.refused += 1
                 self._log("refused %s: too many connections", (addr,))
@@ -100,9 +229,15 @@ class Broker(Core):
                     compat.sndbuf(s, self.limits.sndbuf)
                 except OSError:
                     pass
+            if self.tls is not None:
+                try:
+                    s = compat.tls_accept(self.tls, s)
+                except OSError:
+                    s.close()
+                    continue
             if isinstance(addr, tuple):
                 addr = "%s:%s" % (addr[0], addr[1])
-            c = self._open(compat.server_link(s), s, addr)
+            c = self._open(compat.link(s), s, addr)
             self._socks[s] = c
             self._poller.register(s, POLLIN)
 
@@ -202,10 +337,15 @@ class Broker(Core):
     # ------------------------------------------------------------ one connection
     def _read(self, c, now):
         """Read and hand over up to `burst` packets from one connection."""
-        if compat.LINK_BUFFERS and c.io is not None:
-            return self._read_ahead(c, now)
-        conn = c.conn
         k = 0
+        if isinstance(c.conn, Pending):
+            k = self._read_pending(c, now)
+            if c.state != CONNECTED:
+                return k
+            # what came with the CONNECT: TLS may hold it where poll cannot see
+        if compat.LINK_BUFFERS and c.io is not None:
+            return k + self._read_ahead(c, now)
+        conn = c.conn
         burst = self.limits.burst
         try:
             while k < burst and c.state != CLOSED:
@@ -253,8 +393,9 @@ class Broker(Core):
                         break
         except OSError:
             self.disconnect(c, "connection lost", True)
-        if c.state != CLOSED and not c.blocked and link.pos < link.end:
-            # bytes left in memory (burst limit): poll would not report them
+        held = link.pos < link.end or (self.tls is not None and compat.tls_held(link))
+        if c.state != CLOSED and not c.blocked and held:
+            # bytes left in memory (burst limit, TLS): poll would not report them
             c.kick = True
             self._hot = True
         return k

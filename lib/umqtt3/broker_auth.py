@@ -8,6 +8,8 @@
 import binascii
 import hashlib
 
+from .compat import ticks_add, ticks_diff
+
 PREFIX = b"$sha256$"
 
 
@@ -42,3 +44,44 @@ def password_ok(stored, given):
     except ValueError:
         return False
     return same(digest(int(parts[2]), salt, given), parts[4])
+
+
+class Backoff:
+    """Failed logins per source (an address), in a table of at most `size`
+    sources: after `fails` failures a source waits wait_ms, twice as long
+    at each further failure (up to 64 times), and its logins meanwhile are
+    refused unchecked. A full table forgets the source whose wait ended
+    first. A login that passes forgets its source."""
+
+    def __init__(self, size, fails, wait_ms):
+        self.size = size
+        self.fails = fails
+        self.wait_ms = wait_ms
+        self.t = {}  # source -> [failures, end of its wait (ticks)]
+
+    def waiting(self, src, now):
+        e = self.t.get(src)
+        return e is not None and e[0] >= self.fails and ticks_diff(e[1], now) > 0
+
+    def failed(self, src, now):
+        t = self.t
+        e = t.get(src)
+        if e is None:
+            if len(t) >= self.size:
+                old = None
+                for k in t:
+                    if old is None or ticks_diff(t[k][1], t[old][1]) < 0:
+                        old = k
+                del t[old]
+            e = t[src] = [0, now]
+        e[0] += 1
+        over = e[0] - self.fails
+        if over >= 0:
+            d = self.wait_ms << (over if over < 6 else 6)
+            e[1] = ticks_add(now, d if d < 0x10000000 else 0x10000000)
+
+    def passed(self, src):
+        self.t.pop(src, None)
+
+    def __len__(self):
+        return len(self.t)

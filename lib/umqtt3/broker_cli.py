@@ -19,7 +19,7 @@ PROG = "python -m umqtt3.broker"
 # are a device's), in the order of the flags and of docs/broker.md.
 DESKTOP = (
     ("max_clients", 100),
-    ("max_pending", 16),
+    ("max_pending", 256),
     ("max_packet", 65536),
     ("txsize", 0),
     ("max_subs", 64),
@@ -37,13 +37,16 @@ DESKTOP = (
     ("max_aliases", 64),
     ("max_keepalive", 0),
     ("max_levels", 0),
+    ("auth_fails", 5),
+    ("auth_wait_ms", 1000),
+    ("auth_sources", 1024),
 )
 NAMES = tuple(name for name, _ in DESKTOP)
 
 # one line of help per limit; the default is added from the profile
 HELP = {
     "max_clients": "connected clients (CONNACK 3 beyond)",
-    "max_pending": "connections still to send CONNECT, on top of --max-clients",
+    "max_pending": "connections still to send CONNECT, on top of --max-clients (the oldest goes)",
     "max_packet": "largest packet accepted, bytes; larger ones close the connection",
     "txsize": "send buffer per client, bytes (0: max packet)",
     "max_subs": "subscriptions per client (SUBACK 0x80 beyond)",
@@ -61,6 +64,9 @@ HELP = {
     "max_aliases": "MQTT 5 topic aliases per client (0: none; beyond: DISCONNECT 0x94)",
     "max_keepalive": "MQTT 5: longest keep alive, seconds, imposed as server keep alive (0: none)",
     "max_levels": "levels in a topic name or filter (0: any); beyond closes the connection",
+    "auth_fails": "failed logins from one address before its logins wait",
+    "auth_wait_ms": "that wait, milliseconds, doubled at each further failure (up to 64 times)",
+    "auth_sources": "addresses whose failed logins are remembered",
 }
 
 
@@ -116,9 +122,26 @@ def parser():
                          "anonymous clients are then refused (default none)")
     ap.add_argument("--allow-anonymous", action="store_true",
                     help="with --users, still accept clients without one (default off)")
+    ap.add_argument("--users-allow-empty", action="store_true",
+                    help="accept users-file lines with an empty password, e.g. 'guest:' "
+                         "(default off: refused)")
+    ap.add_argument("--users-allow-spaces", action="store_true",
+                    help="accept spaces around the ':' of a users-file line, as part of the "
+                         "name and password (default off: refused)")
+    ap.add_argument("--unbound-client-ids", action="store_true",
+                    help="with --users, let a user connect with a client id whose session is "
+                         "another user's (default off: CONNACK 5 / 0x87)")
     ap.add_argument("--acl-file", metavar="FILE",
                     help="topic access per user, as mosquitto's acl_file (user, topic, pattern "
                          "lines); what it does not grant is refused (default none: all allowed)")
+    ap.add_argument("--certfile", metavar="FILE",
+                    help="the broker's certificate (PEM): the listener speaks TLS; with --keyfile "
+                         "(default none: plain TCP)")
+    ap.add_argument("--keyfile", metavar="FILE", help="the private key of --certfile (PEM)")
+    ap.add_argument("--cafile", metavar="FILE",
+                    help="CA certificates (PEM) that client certificates are checked against")
+    ap.add_argument("--require-certificate", action="store_true",
+                    help="with --cafile, refuse clients without a valid certificate (default off)")
     ap.add_argument("--store", metavar="DIR",
                     help="keep retained messages and persistent sessions here (default none)")
     ap.add_argument("--quiet", action="store_true",
@@ -141,6 +164,28 @@ def limits(a):
         raise Refused(str(e))
 
 
+def tls_context(a):
+    """The TLS listener's context the arguments ask for, or None."""
+    if not (a.certfile or a.keyfile or a.cafile or a.require_certificate):
+        return None
+    if not (a.certfile and a.keyfile):
+        raise Refused("--certfile and --keyfile go together")
+    if a.require_certificate and not a.cafile:
+        raise Refused("--require-certificate needs --cafile")
+    from umqtt3.compat import tls_server
+    for opt, path in (("--certfile", a.certfile), ("--keyfile", a.keyfile), ("--cafile", a.cafile)):
+        if path:
+            try:
+                open(path, "rb").close()
+            except OSError as e:
+                raise Refused("%s %s: %s" % (opt, path, e.strerror or e))
+    try:
+        return tls_server(a.certfile, a.keyfile, a.cafile, a.require_certificate)
+    except OSError as e:  # ssl.SSLError too
+        raise Refused("--certfile %s / --keyfile %s: %s" % (
+            a.certfile, a.keyfile, getattr(e, "reason", None) or e))
+
+
 def start(a, log):
     """The Broker the arguments describe, listening; Refused when it cannot."""
     from umqtt3.broker import Broker
@@ -148,7 +193,7 @@ def start(a, log):
     users = None
     if a.users:
         try:
-            users = read_users(a.users)
+            users = read_users(a.users, a.users_allow_empty, a.users_allow_spaces)
         except OSError as e:
             raise Refused("--users %s: %s" % (a.users, e.strerror or e))
         except ValueError as e:
@@ -164,14 +209,17 @@ def start(a, log):
             raise Refused("--acl-file %s: %s" % (a.acl_file, e.strerror or e))
         except (ValueError, UnicodeError) as e:
             raise Refused("--acl-file %s: %s" % (a.acl_file, e))
+    tls = tls_context(a)
     if a.store:
         import os
         if os.path.exists(a.store) and not os.path.isdir(a.store):
             raise Refused("--store %s: not a directory" % a.store)
     try:
         b = Broker(host=a.host, port=a.port, limits=lim, users=users,
-                   allow_anonymous=True if a.allow_anonymous else None, store=a.store, log=log)
+                   allow_anonymous=True if a.allow_anonymous else None, store=a.store, log=log,
+                   tls=tls)
         b.set_acl(acl)
+        b.bind_ids = not a.unbound_client_ids
         return b
     except OSError as e:
         import errno
@@ -203,7 +251,8 @@ def main(argv=None):
     except Refused as e:
         print("%s: %s" % (PROG, e), file=sys.stderr, flush=True)
         return 1
-    print("umqtt3 broker listening on %s:%d" % (a.host, b.port), flush=True)
+    print("umqtt3 broker listening on %s:%d%s" % (a.host, b.port, " (TLS)" if b.tls else ""),
+          flush=True)
     try:
         import signal
 

@@ -97,11 +97,15 @@ class Connection:
 
 
 class Core(Stats):
+    bind_ids = True  # with users: a client id whose session is another user's is refused
+
     def __init__(self, limits=None, users=None, allow_anonymous=None, log=None,
                  store=None, files=None, allow_fat=False, now=0):
         Stats.__init__(self)
         lim = self.limits = limits or Limits()
         self.users = users  # {user bytes: password bytes or a broker_passwd hash} or None
+        self.owners = {}  # with users: client id -> the user whose session it is
+        self.guard = None  # broker_auth.Backoff: failed logins per source, from the first
         self.allow_anonymous = (users is None) if allow_anonymous is None else allow_anonymous
         self.log = log  # callable(str) or None
         self.clients = []  # Connection, in accept order
@@ -377,6 +381,7 @@ class Core(Stats):
                 pass
 
     def _drop(self, s):
+        self.owners.pop(s.cid, None)
         if not s.clean and self.disk is not None:
             self.disk.drop_session(s)  # gone from disk before CONNACK
         self.subs.drop(s)
@@ -415,10 +420,17 @@ class Core(Stats):
                 self._refuse(c, _BAD_ID, "empty client id")  # [MQTT-3.1.3-8]
                 return
             cid = assigned = reg.new_id()  # [MQTT-3.1.3-6]
-        rc = self._auth(p)
+        rc = self._auth(c, p)
         if rc:
             self._refuse(c, rc, "authentication")
             return
+        if self.users is not None and self.bind_ids and cid in reg.by_id:
+            # a client id is its session's user's: another user (or an
+            # anonymous client) taking it over would get that user's messages
+            u = None if p.user_off < 0 else bytes(buf[p.user_off:p.user_off + p.user_len])
+            if self.owners.get(cid, u) != u:
+                self._refuse(c, _NOT_AUTHORIZED, "client id of another user")
+                return
         if self.acl is not None:
             u = p.user_off
             c.grants = g = self.acl.grants(
@@ -468,6 +480,9 @@ class Core(Stats):
             reg.add(s)
         elif s.expiry != sx:
             self.set_expiry(s, sx)
+        if self.users is not None:
+            self.owners[cid] = None if p.user_off < 0 else bytes(
+                buf[p.user_off:p.user_off + p.user_len])
         c.cid = cid
         c.sess = s
         c.state = CONNECTED
@@ -530,22 +545,40 @@ class Core(Stats):
         if ml and lv > ml:
             raise MQTTError("too many topic levels", 0x90 if not flt else 0x8F)
 
-    def _auth(self, p):
-        """CONNACK return code for the credentials: 0 when accepted."""
+    def _auth(self, c, p):
+        """CONNACK return code for the credentials: 0 when accepted. A
+        source with too many failed logins waits (broker_auth.Backoff):
+        meanwhile its logins are refused unchecked."""
         buf = p.buf
         if p.user_off < 0:
             return 0 if self.allow_anonymous else _NOT_AUTHORIZED
         users = self.users
         if users is None:
             return 0
+        from .broker_auth import password_ok, Backoff  # loaded by the first CONNECT with a user
+        g = self.guard
+        if g is None:
+            lim = self.limits
+            g = self.guard = Backoff(lim.auth_sources, lim.auth_fails, lim.auth_wait_ms)
+        src = c.peer
+        k = src.rfind(":") if isinstance(src, str) else -1
+        if k > 0:
+            src = src[:k]  # the address, whatever the port
+        now = c.t_last
+        if g.waiting(src, now):
+            return _BAD_AUTH
         pw = users.get(bytes(buf[p.user_off:p.user_off + p.user_len]))
         if pw is None:
+            ok = False
+        elif p.pw_off < 0:
+            ok = not pw
+        else:
+            ok = password_ok(pw, bytes(buf[p.pw_off:p.pw_off + p.pw_len]))
+        if not ok:
+            g.failed(src, now)
             return _BAD_AUTH
-        if p.pw_off < 0:
-            return 0 if not pw else _BAD_AUTH
-        given = bytes(buf[p.pw_off:p.pw_off + p.pw_len])
-        from .broker_auth import password_ok  # loaded by the first CONNECT with a user
-        return 0 if password_ok(pw, given) else _BAD_AUTH
+        g.passed(src)
+        return 0
 
     # ------------------------------------------------------------ packets
     def _packet(self, c, p, t):

@@ -18,7 +18,7 @@ def zero_ok(name):
 
 class Limits:
     max_clients = 8  # connected clients; one more gets CONNACK 3
-    max_pending = 4  # connections yet to send CONNECT, on top of max_clients
+    max_pending = 4  # connections yet to send CONNECT, on top of max_clients (the oldest goes)
     max_packet = 1024  # largest packet accepted; also each receive buffer
     txsize = 0  # send buffer per connection (at least max_packet)
     max_subs = 16  # subscriptions per client
@@ -36,6 +36,9 @@ class Limits:
     max_aliases = 8  # MQTT 5 topic aliases a client may set (0: none)
     max_keepalive = 0  # MQTT 5: longest keep alive, seconds, imposed in CONNACK (0: the client's)
     max_levels = 0  # levels in a topic name or filter (0: any); beyond closes
+    auth_fails = 5  # failed logins from one address before it waits
+    auth_wait_ms = 1000  # that wait, doubled at each further failure (up to 64 times)
+    auth_sources = 16  # addresses whose failed logins are remembered
     queue_qos0 = False  # queue QoS 0 for offline persistent sessions too
 
     def __init__(self, **kw):

@@ -20,18 +20,27 @@ PROG = "python -m umqtt3.broker_passwd"
 ROUNDS = 1000
 
 
-def read_users(path):
+def read_users(path, allow_empty=False, allow_spaces=False):
     """{user bytes: entry bytes} from a users file; ValueError names the
-    first bad line."""
+    first bad line. Refused unless allowed: an empty password (`guest:`
+    would let anyone in as guest) and spaces around the ':' (which would
+    belong to the name or the password)."""
     users = {}
     with open(path) as f:
         for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line or line.startswith("#"):
+            line = line.rstrip("\r\n")
+            if not line.strip() or line.lstrip().startswith("#"):
                 continue
             user, sep, pw = line.partition(":")
-            if not sep or not user:
-                raise ValueError("%s:%d: want user:password, got %r" % (path, n, line))
+            where = "%s:%d:" % (path, n)
+            if not sep or not user.strip():
+                raise ValueError("%s want user:password, got %r" % (where, line))
+            if not allow_spaces and (user.strip() != user or pw.strip() != pw):
+                raise ValueError("%s spaces around the name or the password of %r "
+                                 "(--users-allow-spaces keeps them)" % (where, user.strip()))
+            if not pw and not allow_empty:
+                raise ValueError("%s user %r has an empty password "
+                                 "(--users-allow-empty lets it in without one)" % (where, user))
             users[user.encode()] = pw.encode()
     return users
 

@@ -140,6 +140,29 @@ if MICROPYTHON:
             ctx.verify_mode = ssl.CERT_NONE
         return ctx
 
+    # -- the broker's TLS listener: ssl.SSLContext server side (mbedTLS;
+    # ESP32 and RP2040 ports from MicroPython 1.23, docs/broker.md)
+    def tls_server(certfile, keyfile, cafile=None, require=False):
+        import ssl
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(_read(certfile), _read(keyfile))
+        if cafile:
+            ctx.load_verify_locations(cadata=_read(cafile))
+        # (ssl.py's SSLContext has verify_mode; the stubs have only tls's)
+        setattr(ctx, "verify_mode", ssl.CERT_REQUIRED if require else ssl.CERT_NONE)
+        return ctx
+
+    def _read(path):
+        with open(path, "rb") as f:
+            return f.read()
+
+    def tls_accept(ctx, sock):
+        # the handshake runs within the first reads, never blocking the broker
+        return ctx.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+
+    def tls_held(link):
+        return 0  # poll() sees the bytes mbedTLS holds
+
 else:
     # the emulation lives in its own module, which MicroPython never loads
     from .cpython import *  # noqa: F401,F403

@@ -222,6 +222,35 @@ class server_link:
     def close(self):
         self.link.close()
 
+    def tls_held(self):
+        # bytes a TLS socket has decrypted and poll() does not see
+        p = getattr(self.link.sock, "pending", None)
+        return p() if p is not None else 0
+
+
+# -- the broker's TLS listener
+def tls_server(certfile, keyfile, cafile=None, require=False):
+    """A server-side context: the broker's certificate and key (PEM files),
+    and the CA that client certificates must be signed by (cafile); with
+    require, a client without a valid certificate fails the handshake."""
+    ctx = _ssl.SSLContext(_ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(certfile, keyfile)
+    if cafile:
+        ctx.load_verify_locations(cafile)
+    ctx.verify_mode = _ssl.CERT_REQUIRED if require else (
+        _ssl.CERT_OPTIONAL if cafile else _ssl.CERT_NONE)
+    return ctx
+
+
+def tls_accept(ctx, sock):
+    # the handshake runs within the first reads, never blocking the broker
+    return ctx.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+
+
+def tls_held(link):
+    return link.tls_held() if isinstance(link, server_link) else 0
+
+
 # -- opening a connection (the client's drivers): TLS and timeouts
 def tls_context(ctx):
     # ssl=True: CPython's default context, which verifies the broker
