@@ -83,7 +83,7 @@ def parse_rule(line):
 
 
 # the settings of one bridge, with their defaults (docs/bridge.md)
-DEFAULTS = {
+DEFAULTS = {  # type: dict
     "name": "bridge",
     "host": "127.0.0.1",
     "port": 0,  # 0: 1883, or 8883 with TLS

@@ -13,8 +13,9 @@
 #
 # One `connection NAME` line starts each bridge; the lines after it until the
 # next belong to it. Lines mosquitto has but this broker does not are
-# refused by name, never ignored. Desktop only: a device gives the settings
-# as a dict (firmware/config.py), which bridge.install takes directly.
+# refused by name, never ignored. A device gives the settings as a dict
+# (firmware/config.py), which bridge.install takes directly, or reads such
+# a file with parse(). add_flags / from_args / prepare: the desktop CLI's.
 
 
 def settings(c):
@@ -56,19 +57,10 @@ def address(v):
     return host.strip("[]"), n
 
 
-def _tls(c, cafile, insecure):
-    import ssl
-    ctx = ssl.create_default_context(cafile=cafile)
-    if insecure:
-        ctx.check_hostname = False  # bridge_insecure: the name is not checked
-    c["tls"] = ctx
-
-
 def parse(text):
     """The bridges of a configuration file's text; ValueError names the line."""
     out = []
     c = None
-    tls = None
     for no, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line[0] == "#":
@@ -80,8 +72,7 @@ def parse(text):
                 if not v:
                     raise ValueError("connection needs a name")
                 c = {"name": v, "rules": []}
-                tls = [None, False, False]
-                out.append((c, tls))
+                out.append(c)
                 continue
             if c is None:
                 raise ValueError("%s before the first `connection NAME`" % key)
@@ -116,13 +107,13 @@ def parse(text):
                     c["status_topic"] = None
             elif key == "notification_topic":
                 c["status_topic"] = v
-            elif key == "bridge_cafile":
-                tls[0] = v
-                tls[1] = True
             elif key == "bridge_tls":
-                tls[1] = _bool(v, key)
-            elif key == "bridge_insecure":
-                tls[2] = _bool(v, key)
+                # TLS as the client's ssl=True: on the desktop the system's
+                # CAs check the upstream; a device encrypts without a check
+                c["tls"] = True if _bool(v, key) else None
+            elif key in ("bridge_cafile", "bridge_capath", "bridge_insecure"):
+                raise ValueError("%s: not supported; bridge_tls true uses the system's CAs, "
+                                 "or give bridge.install an ssl context" % key)
             elif key == "bridge_queue_size":
                 c["queue_size"] = _int(v, key, 1)
             elif key == "bridge_queue_qos0":
@@ -134,9 +125,7 @@ def parse(text):
         except ValueError as e:
             raise ValueError("line %d: %s" % (no, e))
     cfgs = []
-    for c, tls in out:
-        if tls[1]:
-            _tls(c, tls[0], tls[2])
+    for c in out:
         settings(c)  # refused now, not when the broker starts
         cfgs.append(c)
     if not cfgs:
