@@ -163,3 +163,88 @@ def test_readings_reach_mosquitto_across_outages_and_gateway_kills(tmp_path):
         assert first == list(range(n)), (t, vals)  # every reading, in order
         if t.endswith("q2"):
             assert vals == list(range(n)), (t, vals)  # exactly once
+
+
+def _gateway_pump(b, cond, seconds=10):
+    end = time.monotonic() + seconds
+    while not cond() and time.monotonic() < end:
+        b.poll_once(5)
+    return cond()
+
+
+def _upstream_watch(port, ssl_ctx=None, user=None, password=None):
+    got = []
+    c = MQTTClient("w%d" % free_port(), "127.0.0.1", port, ssl=ssl_ctx, user=user,
+                   password=password)
+    c.set_callback(lambda t, m: got.append((t, m)))
+    c.connect()
+    c.subscribe("site/#", 1)
+    return c, got
+
+
+def test_tls_to_mosquitto_with_a_context_of_our_own(broker_factory, tmp_path):
+    import shutil
+    import ssl
+    from umqtt3.broker import Broker
+    from umqtt3.bridge import install
+    if not shutil.which("openssl"):
+        pytest.skip("openssl is not installed")
+    cert = str(tmp_path / "cert.pem")
+    key = str(tmp_path / "key.pem")
+    r = subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+         "-nodes", "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30)
+    if r.returncode:
+        pytest.skip("openssl could not make a certificate")
+    up = broker_factory(tls=(cert, key))
+    ctx = ssl.create_default_context(cafile=cert)  # trusts only this certificate
+    w, got = _upstream_watch(up.port, ctx)
+    b = Broker(port=None, sys_interval=0, store=str(tmp_path / "gw"))
+    hub = install(b, [{"name": "tls", "port": up.port, "tls": ctx,
+                       "rules": ['s/# out 1 "" site/']}])
+    try:
+        assert _gateway_pump(b, lambda: hub.all[0].up), "no TLS connection upstream"
+        b.publish("s/x", b"over tls", 1)
+        assert _gateway_pump(b, lambda: (w.poll(5), got)[1])
+        assert got == [(b"site/s/x", b"over tls")]
+    finally:
+        b.close()
+        w.disconnect()
+    # a context that does not trust the certificate: no connection, nothing sent
+    b = Broker(port=None, sys_interval=0)
+    hub = install(b, [{"name": "bad", "port": up.port, "tls": ssl.create_default_context(),
+                       "rules": ['s/# out 1 "" site/'], "backoff_ms": (50, 100)}])
+    try:
+        assert not _gateway_pump(b, lambda: hub.all[0].up, 1.5)
+    finally:
+        b.close()
+
+
+def test_user_and_password_to_the_upstream(tmp_path):
+    from umqtt3.broker import Broker
+    from umqtt3.bridge import install
+    users = tmp_path / "users"
+    users.write_text("gw:s3cret\nwatch:w\n")
+    port = free_port()
+    upstream = start(umqtt3_broker_cmd(port, "--quiet", "--users", str(users)), port,
+                     stdout=subprocess.DEVNULL)
+    try:
+        w, got = _upstream_watch(port, user="watch", password="w")
+        for pw, ok in (("wrong", False), ("s3cret", True)):
+            b = Broker(port=None, sys_interval=0)
+            hub = install(b, [{"name": "auth", "port": port, "user": "gw", "password": pw,
+                               "rules": ['s/# out 1 "" site/'], "backoff_ms": (50, 100)}])
+            try:
+                assert _gateway_pump(b, lambda: hub.all[0].up, 1.5 if not ok else 10) == ok
+                assert (hub.all[0].refusals > 1) == (not ok)  # refused, and asked again
+                if ok:
+                    b.publish("s/y", b"logged in", 1)
+                    assert _gateway_pump(b, lambda: (w.poll(5), got)[1])
+                    assert got == [(b"site/s/y", b"logged in")]
+            finally:
+                b.close()
+        w.disconnect()
+    finally:
+        stop(upstream)

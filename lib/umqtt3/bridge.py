@@ -155,6 +155,7 @@ class Bridge:
         self.dropped = 0  # QoS 0 messages dropped, oldest first, while full
         self.refused = 0  # QoS 1/2 messages refused, queue full
         self.connects = 0
+        self.refusals = 0  # connections the upstream refused (CONNACK)
 
     # ------------------------------------------------------------ out
     def match(self, r):
@@ -274,6 +275,15 @@ class Bridge:
             n = c.poll(0)
         except OSError:
             pass  # down: poll() reconnects after the backoff
+        except MQTTError as e:
+            # refused by the upstream (CONNACK: credentials, client id, ...):
+            # the client would give up; the gateway asks again after the
+            # backoff, as the upstream may be put right meanwhile
+            self.refusals += 1
+            log = self.core.log
+            if log is not None:
+                log("bridge %s: the upstream refused the connection (%d)" % (self.name, e.code))
+            c.reconnect = True
         up = c.is_connected()
         if up and not self.up:
             self.up = True
