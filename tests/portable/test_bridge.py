@@ -195,3 +195,21 @@ def test_status_topic_retained_with_a_will():
     w.run(100)
     assert w.up.retained[b"umqtt3/bridge/umqtt3-up/state"][1] == b"1"
     assert w.bridge.connects == 2
+
+
+def test_full_queue_refusal_at_mqtt5_says_quota_exceeded():
+    # the node's connection closes with DISCONNECT 0x97 [MQTT-4.13.1-1]
+    from umqtt3.codec import DISCONNECT, encode_publish
+    w = World(["s/# out 1"], queue_size=1, window=1)
+    w.cut()
+    w.run(10)
+    node = w.open_on(w.gw)
+    node.connect("n5", level=5)
+    for i in range(2):
+        node.put(encode_publish, "s/a", b"q%d" % i, 1, i + 1, level=5)
+        node.expect(PUBACK, i + 1)
+    node.put(encode_publish, "s/a", b"refused", 1, 3, level=5)
+    p = node.recv()
+    assert p is not None and p.type == DISCONNECT and p.rc == 0x97, p
+    assert node.closed()
+    assert w.bridge.refused == 1
