@@ -23,7 +23,7 @@ from .topic import match_span
 from .codec import valid_filter, MQTTError
 from .flow import Busy
 from .compat import ticks_diff
-from .bridge_queue import Queue, RamFiles, undo
+from .bridge_queue import Queue, RamFiles, undo, client_files
 
 OUT = 1
 IN = 2
@@ -419,8 +419,8 @@ def install(core, configs, files=None):
         if disk is not None:
             d = disk.dir
             # the client's store beside the broker's records: synced as written
-            cs = FileStore(d + "/b" + cfg["name"] + ".up", files, 2 * cfg["window"] + 32,
-                           allow_fat=True)
+            p = d + "/b" + cfg["name"] + ".up"
+            cs = FileStore(p, client_files(p, files), 2 * cfg["window"] + 32, allow_fat=True)
             b = Bridge(core, cfg, disk.fs, d, cs)
         else:
             b = Bridge(core, cfg, RamFiles(), "", None)

@@ -55,6 +55,47 @@ class RamFiles:
         pass
 
 
+class SyncedLog:
+    """The upstream client's FileStore files as one appending log
+    (broker_log.LogFiles) whose every change is synced before the call
+    returns: the store's rule "durable before the first send" holds, at
+    one sync per change instead of a file's and its directory's."""
+
+    def __init__(self, path, base):
+        from .broker_log import LogFiles
+        self.log = LogFiles(path, base)
+        self.read = self.log.read
+        self.listdir = self.log.listdir
+        self.mkdir = self.log.mkdir
+
+    def write(self, path, data):
+        self.log.write(path, data)
+        self.log.commit()
+
+    def rename(self, a, b):
+        self.log.rename(a, b)
+        self.log.commit()
+
+    def remove(self, path):
+        self.log.remove(path)
+        self.log.commit()
+
+    def sync_dir(self, path):
+        pass  # every change was synced as it was made
+
+
+def client_files(path, files=None):
+    """The files layer for the upstream client's store at path: SyncedLog
+    where the broker's store would take the log layout, else files (one
+    synced file per record, as on littlefs)."""
+    from .broker_log import AppendFiles, layout
+    base = files or AppendFiles()
+    base.mkdir(path)
+    if layout(path, base) == "log":
+        return SyncedLog(path, base)
+    return base
+
+
 def _name(k):
     return "q%010d" % k
 
