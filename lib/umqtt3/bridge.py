@@ -275,6 +275,8 @@ class Bridge:
             n = c.poll(0)
         except OSError:
             pass  # down: poll() reconnects after the backoff
+        except Busy:
+            pass  # its send buffer is full: the next step goes on
         except MQTTError as e:
             # refused by the upstream (CONNACK: credentials, client id, ...):
             # the client would give up; the gateway asks again after the
