@@ -16,6 +16,11 @@ SENSORS = ("temp", "vbat", "uptime", "mem")
 # gateway role: broker limits, each client costs ~2 x MAX_PACKET of buffers
 MAX_CLIENTS = 4
 MAX_PACKET = 512
+# gateway with a bridge (config.json "bridge"): the broker's store, the QoS 1/2
+# messages that may wait there for the upstream broker, those in flight to it
+GATEWAY_STORE = "/gw"
+BRIDGE_QUEUE = 64
+BRIDGE_WINDOW = 4
 # for tools/deploy.py and flash.py: mpy-cross -march (Xtensa LX6, windowed ABI), the chip
 ARCH = "xtensawin"
 CHIP = "esp32"

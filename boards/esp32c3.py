@@ -13,6 +13,11 @@ VBAT_DIVIDER = 2.0
 SENSORS = ("temp", "uptime", "mem")
 MAX_CLIENTS = 4
 MAX_PACKET = 512
+# gateway with a bridge (config.json "bridge"): the broker's store, the QoS 1/2
+# messages that may wait there for the upstream broker, those in flight to it
+GATEWAY_STORE = "/gw"
+BRIDGE_QUEUE = 64
+BRIDGE_WINDOW = 4
 # for tools/deploy.py and flash.py: mpy-cross -march (RISC-V), the chip
 ARCH = "rv32imc"
 CHIP = "esp32c3"

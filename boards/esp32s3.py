@@ -14,6 +14,11 @@ VBAT_DIVIDER = 2.0
 SENSORS = ("temp", "uptime", "mem")
 MAX_CLIENTS = 8
 MAX_PACKET = 1024
+# gateway with a bridge (config.json "bridge"): the broker's store, the QoS 1/2
+# messages that may wait there for the upstream broker, those in flight to it
+GATEWAY_STORE = "/gw"
+BRIDGE_QUEUE = 256
+BRIDGE_WINDOW = 8
 # for tools/deploy.py and flash.py: mpy-cross -march (Xtensa LX7, windowed ABI), the chip
 ARCH = "xtensawin"
 CHIP = "esp32s3"

@@ -20,7 +20,16 @@
 #   watchdog     false: do not start the board's watchdog (default true)
 #   drain_ms     on stop or before deep sleep, wait this long for acks (2000)
 #   allow_fat    let the FileStore use a FAT filesystem (default false)
-# secrets.json: {"ssid": ..., "password": ..., "mqtt_user": ..., "mqtt_password": ...}
+#   bridge       gateway: an upstream broker to bridge to, or a list of them
+#                (default none), each a dict of umqtt3.bridge.DEFAULTS, e.g.
+#                {"host": "10.0.0.2", "rules": ["sensors/# out 2 gw/ site1/"]};
+#                queue_size and window default to the board's BRIDGE_QUEUE and
+#                BRIDGE_WINDOW, user and password to secrets' bridge_user and
+#                bridge_password (docs/bridge.md)
+#   gateway_store  gateway: the broker's store directory ("": the board's
+#                GATEWAY_STORE when a bridge is set, else none)
+# secrets.json: {"ssid": ..., "password": ..., "mqtt_user": ..., "mqtt_password": ...,
+#                "bridge_user": ..., "bridge_password": ...}
 import json
 
 DEFAULTS = {
@@ -42,6 +51,8 @@ DEFAULTS = {
     "watchdog": True,
     "drain_ms": 2000,
     "allow_fat": False,
+    "bridge": None,
+    "gateway_store": "",
 }
 
 
@@ -57,6 +68,9 @@ def merge(overrides=None):
         c["store"] = "file" if c["qos"] == 2 else "memory"
     if c["store"] not in ("memory", "file"):
         raise ValueError("store must be 'memory' or 'file'")
+    br = c["bridge"]
+    if br is not None and not isinstance(br, (dict, list)):
+        raise ValueError("bridge must be a dict or a list of them")
     return c
 
 

@@ -1,6 +1,8 @@
 # gateway -- the broker on the board: Wi-Fi as a station (join a network) or
 # as an access point (the sensor nodes join the gateway), then umqtt3's
 # broker with its limits from the board profile, the watchdog fed per tick.
+# With cfg["bridge"] the broker keeps a store and bridges to the upstream
+# broker(s) (umqtt3.bridge, loaded only then; docs/bridge.md).
 from umqtt3.compat import ticks_ms, sleep_ms
 from umqtt3.broker import Broker
 
@@ -25,6 +27,26 @@ def access_point(secrets):
     return ap
 
 
+def bridge_settings(cfg, board, secrets):
+    """The bridges of cfg["bridge"] (a dict or a list), with the board's
+    queue and window and the secrets' credentials as defaults."""
+    br = cfg.get("bridge")
+    if not br:
+        return []
+    out = []
+    for c in (br if isinstance(br, list) else [br]):
+        c = dict(c)
+        if "queue_size" not in c:
+            c["queue_size"] = getattr(board, "BRIDGE_QUEUE", 64)
+        if "window" not in c:
+            c["window"] = getattr(board, "BRIDGE_WINDOW", 4)
+        if "user" not in c and secrets.get("bridge_user"):
+            c["user"] = secrets["bridge_user"]
+            c["password"] = secrets.get("bridge_password", "")
+        out.append(c)
+    return out
+
+
 def run(cfg, board, secrets=None, stop=None, log=None, host="0.0.0.0"):
     """Serve until stop() returns True (forever on a device)."""
     secrets = secrets or {}
@@ -40,8 +62,18 @@ def run(cfg, board, secrets=None, stop=None, log=None, host="0.0.0.0"):
     users = None
     if secrets.get("mqtt_user"):
         users = {secrets["mqtt_user"].encode(): secrets.get("mqtt_password", "").encode()}
+    bridges = bridge_settings(cfg, board, secrets)
+    store = None
+    if bridges:
+        store = cfg.get("gateway_store") or getattr(board, "GATEWAY_STORE", "/gw")
+        from umqtt3.bridge import undo_cut
+        undo_cut(store)  # before the broker loads its store
     b = Broker(host=host, port=cfg.get("port", 1883), max_clients=board.MAX_CLIENTS,
-               max_packet=board.MAX_PACKET, users=users, log=log)
+               max_packet=board.MAX_PACKET, users=users, log=log, store=store,
+               allow_fat=cfg.get("allow_fat", False))
+    if bridges:
+        from umqtt3.bridge import install
+        install(b, bridges)
     try:
         while not (stop and stop()):
             b.poll_once(100)

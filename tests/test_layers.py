@@ -21,10 +21,10 @@ LAYERS = (
     ("transport", "conn", "store", "flow", "memstore", "nostore", "qos_state", "broker_limits",
      "broker_auth", "broker_acl", "broker_log"),
     ("client_core", "client", "client5", "client_resume", "broker_session"),
-    ("aio", "broker_subs", "broker_retain", "broker_store"),
+    ("aio", "broker_subs", "broker_retain", "broker_store", "bridge_queue"),
     ("broker_core", "broker5"),
     ("broker_bytes",),
-    ("broker",),
+    ("broker", "bridge", "bridge_config"),
     ("broker_cli", "broker_passwd"),
     ("__init__",),
 )

@@ -247,6 +247,10 @@ class Broker(Core):
         for sockets; flush, run timers. Returns the packets handled."""
         work = 0
         now = self.ticks()
+        if self.bridge is not None:
+            work, wait = self.bridge.step(now)  # the upstream clients' I/O
+            if wait < timeout_ms:
+                timeout_ms = wait
         if self._poller is not None:
             if self._pipes or self._hot:
                 timeout_ms = 0
@@ -323,6 +327,8 @@ class Broker(Core):
     def close(self):
         """Close every connection and the listening socket. The store needs
         no saving: it was written before each acknowledgement."""
+        if self.bridge is not None:
+            self.bridge.close()
         self.close_all()
         self.commit()
         self._reap()

@@ -146,6 +146,8 @@ def parser():
                     help="keep retained messages and persistent sessions here (default none)")
     ap.add_argument("--quiet", action="store_true",
                     help="do not log connects and refusals (default off)")
+    from umqtt3.bridge_config import add_flags
+    add_flags(ap)  # --bridge-config, --bridge, --bridge-topic (docs/bridge.md)
     return ap
 
 
@@ -214,12 +216,20 @@ def start(a, log):
         import os
         if os.path.exists(a.store) and not os.path.isdir(a.store):
             raise Refused("--store %s: not a directory" % a.store)
+    from umqtt3.bridge_config import prepare
+    try:
+        bridges = prepare(a)  # checked, and their queues squared with the store
+    except ValueError as e:
+        raise Refused(str(e))
     try:
         b = Broker(host=a.host, port=a.port, limits=lim, users=users,
                    allow_anonymous=True if a.allow_anonymous else None, store=a.store, log=log,
                    tls=tls)
         b.set_acl(acl)
         b.bind_ids = not a.unbound_client_ids
+        if bridges:
+            from umqtt3.bridge import install
+            install(b, bridges)
         return b
     except OSError as e:
         import errno

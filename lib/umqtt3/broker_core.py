@@ -132,6 +132,7 @@ class Core(Stats):
         self.up_s = 0  # seconds since start-up: session expiry, will delay, message expiry
         self._up_ms = 0
         self.disk = None  # broker_store.Disk, with a store directory
+        self.bridge = None  # bridge.Hub: the broker's bridges (bridge.install)
         if store:
             from .broker_store import Disk  # only a broker with a store loads it
             self.disk = self.ret.disk = Disk(store, lim, self, files, allow_fat)
@@ -767,6 +768,8 @@ class Core(Stats):
         """Send r to every session with a matching subscription, once per
         session at the highest granted QoS [MQTT-3.3.5-1], capped by the
         published QoS."""
+        if self.bridge is not None:
+            self.bridge.route(r)  # queued for upstream, or refused, first
         subs = self.subs
         n = self.nhit = subs.match(r.tsrc, r.toff, r.tn, r.src)
         hit = subs.hit
@@ -903,6 +906,8 @@ class Core(Stats):
         pub("retained messages/count", len(self.retained))
         if self.disk is not None:
             pub("store/errors", self.store_errors)
+        if self.bridge is not None:
+            self.bridge.sys(pub)
         mf = mem_free()
         if mf is not None:
             pub("heap/free", mf)

@@ -33,7 +33,7 @@ DESKTOP_ONLY = tuple(m[len("umqtt3."):].replace(".", "/") + ".py" for m in libgr
 PACKAGES = {
     "package.json": ("umqtt3", ("umqtt3", "umqtt3.client", "umqtt3.aio", "umqtt3.store", "umqtt3.client5",
                                 "umqtt3.transport"), ()),
-    "package-broker.json": ("umqtt3-broker", ("umqtt3.broker",), ("package.json",)),
+    "package-broker.json": ("umqtt3-broker", ("umqtt3.broker", "umqtt3.bridge", "umqtt3.bridge_config"), ("package.json",)),
 }
 
 

@@ -1,0 +1,469 @@
+# umqtt3.bridge -- the broker's bridges: each a connection to an upstream
+# broker that carries messages out and in by topic rules, and loses nothing
+# across uplink outages and power loss (docs/bridge.md).
+#
+#     undo_cut(store)                     # before the broker loads its store
+#     b = Broker(store=store, ...)
+#     install(b, [{"name": "up", "host": "10.0.0.2",
+#                  "rules": ["sensors/# out 2 gw/ site1/"]}])
+#     b.serve_forever()
+#
+# Imported only when a bridge is configured: a broker without one never
+# loads it. The broker calls four hooks of the Hub installed as core.bridge:
+# route(r) for every message it routes, before any subscriber gets it (an
+# `out` rule's QoS 1/2 message goes on the bridge's queue there, so it is
+# on the store in the same commit as the node's acknowledgement, or is
+# refused before anybody got it); step(now) once per poll step (the
+# upstream clients' I/O and the forwarding); sys(pub) with the $SYS figures;
+# close(). The upstream side is umqtt3.client.MQTTClient, used through its
+# public API only: it does the upstream I/O, the reconnects with backoff,
+# TLS, and keeps what it took in its own store until the upstream broker
+# acknowledged it.
+from .topic import match_span
+from .codec import valid_filter, MQTTError
+from .flow import Busy
+from .compat import ticks_diff
+from .bridge_queue import Queue, RamFiles, undo, client_files
+
+OUT = 1
+IN = 2
+BOTH = 3
+_DIRS = {"out": OUT, "in": IN, "both": BOTH}
+
+
+class Rule:
+    """One `topic PATTERN [out|in|both [QOS [LOCAL-PREFIX REMOTE-PREFIX]]]`
+    line (mosquitto's form; "" writes an empty prefix)."""
+
+    def __init__(self, pattern, direction, qos, local, remote):
+        self.dir = direction
+        self.qos = qos
+        self.local = local  # the prefixes as bytes
+        self.remote = remote
+        self.lf = local + pattern  # the filter on each side
+        self.rf = remote + pattern
+
+    def out_topic(self, buf, off, n):
+        """The upstream topic of the local topic buf[off:off+n], or None."""
+        if not (self.dir & OUT and match_span(self.lf, 0, len(self.lf), buf, off, n)):
+            return None
+        k = len(self.local)
+        return self.remote + bytes(buf[off + k:off + n])
+
+    def in_topic(self, topic):
+        if not (self.dir & IN and match_span(self.rf, 0, len(self.rf), topic, 0, len(topic))):
+            return None
+        return self.local + topic[len(self.remote):]
+
+
+def _word(w):
+    return b"" if w == '""' else w.encode()
+
+
+def parse_rule(line):
+    """A Rule from the words after `topic`; ValueError says what is wrong."""
+    w = line.split()
+    if w and w[0] == "topic":
+        w = w[1:]
+    if not w or len(w) > 5 or len(w) == 4:
+        raise ValueError("topic rule %r: PATTERN [out|in|both [QOS [LOCAL REMOTE]]]" % line)
+    d = _DIRS.get(w[1] if len(w) > 1 else "out")
+    if d is None:
+        raise ValueError("topic rule %r: direction %r is not out, in or both" % (line, w[1]))
+    q = w[2] if len(w) > 2 else "0"
+    if q not in ("0", "1", "2"):
+        raise ValueError("topic rule %r: QoS %r is not 0, 1 or 2" % (line, q))
+    local = _word(w[3]) if len(w) > 3 else b""
+    remote = _word(w[4]) if len(w) > 3 else b""
+    pat = _word(w[0])
+    for f in (local + pat, remote + pat):
+        if not valid_filter(f, 0, len(f)):
+            raise ValueError("topic rule %r: %r is not a topic filter" % (line, f.decode()))
+    return Rule(pat, d, int(q), local, remote)
+
+
+# the settings of one bridge, with their defaults (docs/bridge.md)
+DEFAULTS = {  # type: dict
+    "name": "bridge",
+    "host": "127.0.0.1",
+    "port": 0,  # 0: 1883, or 8883 with TLS
+    "rules": (),  # rule lines or Rules
+    "client_id": "",  # "": umqtt3-<name>
+    "user": None,
+    "password": None,
+    "tls": None,  # True, an ssl context, or None (plain TCP)
+    "level": 4,  # 4: MQTT 3.1.1, 5: MQTT 5 (no local for `both`)
+    "keepalive": 60,
+    "backoff_ms": (500, 30000),
+    "timeout_ms": 3000,  # connect (blocking) and the answers awaited
+    "status_topic": "",  # "": $bridge status at umqtt3/bridge/<client id>/state; None: none
+    "queue_size": 100,  # stored QoS 1/2 messages waiting for upstream
+    "queue_qos0": 32,  # QoS 0 messages waiting in RAM (the oldest is dropped)
+    "window": 8,  # QoS 1/2 messages with the upstream client at once
+    "link": None,  # () -> a link (transport.Pipe end) instead of a socket: tests
+}
+
+
+def settings(cfg):
+    """DEFAULTS with cfg on top, checked; ValueError names what is wrong."""
+    c = dict(DEFAULTS)
+    for k in cfg:
+        if k not in DEFAULTS:
+            raise ValueError("bridge: unknown setting %r" % k)
+        c[k] = cfg[k]
+    name = c["name"]
+    if not name or not all(ch.isalpha() or ch.isdigit() or ch in "-_" for ch in name):
+        raise ValueError("bridge name %r: letters, digits, - and _ only" % name)
+    c["rules"] = [r if isinstance(r, Rule) else parse_rule(r) for r in c["rules"]]
+    if not c["rules"]:
+        raise ValueError("bridge %s: no topic rule" % name)
+    if c["level"] not in (4, 5):
+        raise ValueError("bridge %s: protocol level must be 4 (3.1.1) or 5" % name)
+    for k in ("queue_size", "window"):
+        if not isinstance(c[k], int) or c[k] < 1:
+            raise ValueError("bridge %s: %s must be a whole number above 0" % (name, k))
+    if not isinstance(c["queue_qos0"], int) or c["queue_qos0"] < 0:
+        raise ValueError("bridge %s: queue_qos0 must be a whole number" % name)
+    if not c["client_id"]:
+        c["client_id"] = "umqtt3-" + name
+    if c["status_topic"] == "":
+        c["status_topic"] = "umqtt3/bridge/%s/state" % c["client_id"]
+    return c
+
+
+class Bridge:
+    """One upstream connection: its rules, its queue, its client."""
+
+    def __init__(self, core, cfg, files, store_dir, client_store):
+        self.core = core
+        self.cfg = cfg
+        self.name = cfg["name"]
+        self.rules = cfg["rules"]
+        self.q = Queue(files, store_dir + "/b" + self.name, cfg["queue_size"])
+        self.q0 = []  # QoS 0 messages waiting: (topic, payload, retain)
+        self.client = None
+        self.cstore = client_store
+        self.up = False
+        self.started = False
+        self.subscribed = False
+        self.todo = []  # `in` rules still to subscribe
+        self.pid = 0  # the packet id of the SUBSCRIBE on its way
+        self.t_sent = 0  # when forward() last handed something on
+        # $SYS figures
+        self.sent = 0  # messages the upstream client took
+        self.received = 0  # messages from upstream routed here
+        self.dropped = 0  # QoS 0 messages dropped, oldest first, while full
+        self.refused = 0  # QoS 1/2 messages refused, queue full
+        self.connects = 0
+        self.refusals = 0  # connections the upstream refused (CONNACK)
+
+    # ------------------------------------------------------------ out
+    def match(self, r):
+        """(rule, upstream topic) of the first `out` rule that takes the
+        local message r (broker_session.Route), or None."""
+        for rule in self.rules:
+            t = rule.out_topic(r.tsrc, r.toff, r.tn)
+            if t is not None:
+                return rule, t
+        return None
+
+    def full(self, m, r):
+        q = r.qos if r.qos < m[0].qos else m[0].qos
+        return q > 0 and self.q.full()
+
+    def put(self, m, r):
+        """r on the queue: QoS 1/2 on the store (durable with the commit
+        before the node's acknowledgement), QoS 0 in RAM, the oldest
+        dropped when there is no room."""
+        rule, t = m
+        q = r.qos if r.qos < rule.qos else rule.qos
+        pl = bytes(r.psrc[r.poff:r.poff + r.pn])
+        if q == 0:
+            q0 = self.q0
+            if len(q0) >= self.cfg["queue_qos0"]:
+                self.dropped += 1
+                if not q0:
+                    return
+                q0.pop(0)
+            q0.append((t, pl, r.retain))
+        elif self.q.full():
+            self.refused += 1  # the broker's own message (a will, $SYS): not queued
+        else:
+            self.q.add(r.tag, q, r.retain, t, pl)
+
+    def forward(self):
+        """Hand queued messages to the upstream client, oldest first, while
+        it has room. A message leaves the queue once the client stored it
+        (accepted(key)): from then on the client sends it until the
+        upstream broker acknowledged it, across reconnects and restarts."""
+        c = self.client
+        q = self.q
+        n = 0
+        while q.keys:
+            k = q.keys[0]
+            if not c.accepted(k):
+                qos, retain, topic, payload = q.read(k)
+                try:
+                    c.publish(topic, payload, retain, qos, key=k, wait=False)
+                except Busy:
+                    break
+                except (OSError, MQTTError):
+                    if not c.accepted(k):
+                        break
+            q.remove(k)
+            self.sent += 1
+            n += 1
+        q0 = self.q0
+        while q0 and self.up:
+            t, pl, ret = q0[0]
+            try:
+                c.publish(t, pl, ret, 0)
+            except Busy:
+                break
+            except (OSError, MQTTError):
+                break
+            q0.pop(0)
+            self.sent += 1
+            n += 1
+        return n
+
+    # ------------------------------------------------------------ in
+    def _in(self, pkt, redelivered):
+        topic = bytes(pkt.topic)
+        for rule in self.rules:
+            t = rule.in_topic(topic)
+            if t is None:
+                continue
+            q = pkt.qos if pkt.qos < rule.qos else rule.qos
+            hub = self.core.bridge
+            hub.injecting = self  # not sent back out over this bridge (loop rule)
+            try:
+                self.core.publish(t, bytes(pkt.payload), q, pkt.retain)
+            finally:
+                hub.injecting = None
+            self.received += 1
+            if q:
+                # on the local store before the upstream acknowledgement
+                self.core.commit()
+            return
+
+    # ------------------------------------------------------------ the link
+    def start(self):
+        from .client import MQTTClient
+        cfg = self.cfg
+        c = self.client = MQTTClient(
+            cfg["client_id"], cfg["host"], cfg["port"], cfg["user"], cfg["password"],
+            cfg["keepalive"], cfg["tls"], level=cfg["level"], store=self.cstore,
+            window=cfg["window"], bufsize=self.core.limits.max_packet + 64, reconnect=True,
+            timeout_ms=cfg["timeout_ms"], backoff_ms=cfg["backoff_ms"],
+            session_expiry=0xFFFFFFFF if cfg["level"] == 5 else None,
+            connect_link=cfg["link"])
+        c.set_callback(self._in, True)
+        st = cfg["status_topic"]
+        if st:
+            c.set_last_will(st, b"0", True, 1)  # [MQTT-3.1.2-8]
+        self.started = True
+        try:
+            c.connect_start(False)  # a persistent upstream session [MQTT-3.1.2-4]
+        except OSError:
+            pass  # poll() tries again after the backoff
+
+    def step(self, now):
+        c = self.client
+        n = 0
+        try:
+            n = c.poll(0)
+        except OSError:
+            pass  # down: poll() reconnects after the backoff
+        except Busy:
+            pass  # its send buffer is full: the next step goes on
+        except MQTTError as e:
+            # refused by the upstream (CONNACK: credentials, client id, ...):
+            # the client would give up; the gateway asks again after the
+            # backoff, as the upstream may be put right meanwhile
+            self.refusals += 1
+            log = self.core.log
+            if log is not None:
+                log("bridge %s: the upstream refused the connection (%d)" % (self.name, e.code))
+            c.reconnect = True
+        up = c.is_connected()
+        if up and not self.up:
+            self.up = True
+            self.connects += 1
+            self._online()
+        elif not up:
+            self.up = False
+            self.pid = 0  # asked again on the next connection
+        if up and self.todo:
+            self._subscribe()
+        k = self.forward()
+        if k:
+            self.t_sent = now
+        return n + k
+
+    def _online(self):
+        c = self.client
+        cfg = self.cfg
+        try:
+            if cfg["status_topic"]:
+                c.publish(cfg["status_topic"], b"1", True, 1, wait=False)
+        except (OSError, MQTTError):
+            self.up = False  # the link went down again: the next step retries
+        if not self.subscribed:
+            self.todo = [r for r in self.rules if r.dir & IN]
+
+    def _subscribe(self):
+        # the `in` rules' filters, one SUBSCRIBE at a time without blocking
+        # the broker (the answer has come when wait_pid moved on); the
+        # client subscribes again by itself when a session was lost
+        c = self.client
+        if self.pid and c.wait_pid == self.pid:
+            return
+        if self.pid:
+            self.todo.pop(0)
+            self.pid = 0
+        if not self.todo:
+            self.subscribed = True
+            return
+        rule = self.todo[0]
+        # no local at MQTT 5: what we publish does not come back [MQTT-3.8.3-3]
+        nl = 4 if rule.dir == BOTH and self.cfg["level"] == 5 else 0
+        try:
+            self.pid = c.subscribe_start(rule.rf, rule.qos | nl)
+        except (OSError, MQTTError):
+            self.pid = 0
+
+    def busy(self, now):
+        # something waits, or was handed on within a second (its ack is due)
+        return bool(self.q.keys or self.q0) or ticks_diff(now, self.t_sent) < 1000
+
+    def close(self):
+        c = self.client
+        if c is not None:
+            st = self.cfg["status_topic"]
+            try:
+                if self.up and st:
+                    c.publish(st, b"0", True, 0)
+                c.disconnect()  # a clean goodbye: the will is not sent
+            except (OSError, MQTTError):
+                pass
+
+
+class Hub:
+    """What the broker holds as core.bridge: every bridge of it."""
+
+    def __init__(self, core):
+        self.core = core
+        self.all = []
+        self.injecting = None  # the bridge whose upstream message is being routed
+
+    def route(self, r):
+        """Every message the broker routes, before any subscriber gets it.
+        A QoS 1/2 message from a node that a full queue cannot take is
+        refused: MQTTError 0x97 closes the node's connection with nothing
+        acknowledged and nothing routed, and its client sends it again."""
+        hits = None
+        for b in self.all:
+            if b is self.injecting:
+                continue  # it came in over b: never back out over it
+            m = b.match(r)
+            if m is None:
+                continue
+            if r.src is not None and b.full(m, r):
+                b.refused += 1
+                raise MQTTError("bridge %s: queue full" % b.name, 0x97)
+            if hits is None:
+                hits = []
+            hits.append((b, m))
+        if hits is not None:
+            for b, m in hits:
+                b.put(m, r)
+
+    def step(self, now):
+        """One step of every bridge; returns (work done, ms the broker may
+        wait for its sockets): the upstream sockets are the clients', so
+        the broker looks again soon while anything is on its way."""
+        work = 0
+        wait = 1000
+        for b in self.all:
+            if not b.started:
+                b.start()
+            work += b.step(now)
+            if b.busy(now):
+                wait = 2
+        return work, 0 if work else wait
+
+    def sys(self, pub):
+        for b in self.all:
+            p = "bridge/%s/" % b.name
+            pub(p + "connected", 1 if b.up else 0)
+            pub(p + "queued", len(b.q.keys) + len(b.q0))
+            pub(p + "sent", b.sent)
+            pub(p + "received", b.received)
+            pub(p + "dropped", b.dropped)
+            pub(p + "refused", b.refused)
+            pub(p + "connects", b.connects)
+
+    def close(self):
+        for b in self.all:
+            b.close()
+
+
+def install(core, configs, files=None):
+    """Give the broker (umqtt3.broker.Broker) its bridges: a list of
+    settings dicts (DEFAULTS). With a store the queues and the upstream
+    clients' stores live in it; files: the store's file layer (tests)."""
+    from .store import FileStore
+    hub = Hub(core)
+    disk = core.disk
+    for cfg in configs:
+        cfg = settings(cfg)
+        if disk is not None:
+            d = disk.dir
+            # the client's store beside the broker's records: synced as written
+            p = d + "/b" + cfg["name"] + ".up"
+            cs = FileStore(p, client_files(p, files), 2 * cfg["window"] + 32, allow_fat=True)
+            b = Bridge(core, cfg, disk.fs, d, cs)
+        else:
+            b = Bridge(core, cfg, RamFiles(), "", None)
+        hub.all.append(b)
+    core.bridge = hub
+    return hub
+
+
+def undo_cut(store, files=None):
+    """Before the broker loads its store: take back from the bridges'
+    queues what QoS 2 routings a power loss cut short carried (the broker
+    then takes back the rest, and the publisher sends them again)."""
+    from .broker_log import AppendFiles, LogFiles, layout
+    from .store import unframe
+    base = files or AppendFiles()
+    d = store.rstrip("/") or "/"
+    try:
+        names = base.listdir(d)
+    except OSError:
+        return 0
+    if not names:
+        return 0
+    fs = LogFiles(d, base) if layout(d, base) == "log" else base
+    tags = []
+    queues = []
+    for name in fs.listdir(d):
+        if name[:1] == "s" and name[1:].isdigit():
+            for rn in fs.listdir(d + "/" + name):
+                if rn[:1] == "i" and rn[-2:] == ".u":
+                    try:
+                        rec = unframe(fs.read(d + "/" + name + "/" + rn))
+                    except OSError:
+                        rec = None
+                    if rec is not None:
+                        tags.append(rec[1])
+        elif name[:1] == "b" and "." not in name:
+            queues.append(name)
+    n = 0
+    if tags:
+        for name in queues:
+            n += undo(fs, d + "/" + name, tags)
+        if n and isinstance(fs, LogFiles):
+            fs.commit()
+    return n

@@ -1,0 +1,183 @@
+# umqtt3.bridge_config -- bridges from a mosquitto-style configuration file
+# and from the desktop broker's command line (docs/bridge.md).
+#
+#     cfgs = parse(open("bridge.conf").read())   # [settings dict, ...]
+#
+#     connection cloud
+#     address 10.0.0.2:1883
+#     topic sensors/# out 2 gw/ site1/
+#     topic cmd/# in 1 dev/ site1/
+#     remote_username gw1
+#     remote_password secret
+#     bridge_protocol_version mqttv50
+#
+# One `connection NAME` line starts each bridge; the lines after it until the
+# next belong to it. Lines mosquitto has but this broker does not are
+# refused by name, never ignored. A device gives the settings as a dict
+# (firmware/config.py), which bridge.install takes directly, or reads such
+# a file with parse(). add_flags / from_args / prepare: the desktop CLI's.
+
+
+def settings(c):
+    from .bridge import settings  # loaded once a bridge is asked for
+    return settings(c)
+
+
+def parse_rule(v):
+    from .bridge import parse_rule
+    return parse_rule(v)
+
+
+def _bool(v, what):
+    if v in ("true", "1", "yes", "on"):
+        return True
+    if v in ("false", "0", "no", "off"):
+        return False
+    raise ValueError("%s: %r is not true or false" % (what, v))
+
+
+def _int(v, what, lo=0):
+    try:
+        n = int(v)
+    except ValueError:
+        raise ValueError("%s: %r is not a whole number" % (what, v))
+    if n < lo:
+        raise ValueError("%s: %d is below %d" % (what, n, lo))
+    return n
+
+
+def address(v):
+    """(host, port) of `host[:port]` (port 0: the default)."""
+    host, _, port = v.rpartition(":")
+    if not host:
+        return v, 0
+    n = _int(port, "address " + v, 1)
+    if n > 65535:
+        raise ValueError("address %s: port outside 1-65535" % v)
+    return host.strip("[]"), n
+
+
+def parse(text):
+    """The bridges of a configuration file's text; ValueError names the line."""
+    out = []
+    c = None
+    for no, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line[0] == "#":
+            continue
+        key, _, v = line.partition(" ")
+        v = v.strip()
+        try:
+            if key == "connection":
+                if not v:
+                    raise ValueError("connection needs a name")
+                c = {"name": v, "rules": []}
+                out.append(c)
+                continue
+            if c is None:
+                raise ValueError("%s before the first `connection NAME`" % key)
+            if key == "address" or key == "addresses":
+                c["host"], c["port"] = address(v.split()[0])
+            elif key == "topic":
+                parse_rule(v)
+                c["rules"].append(v)
+            elif key == "remote_clientid":
+                c["client_id"] = v
+            elif key == "remote_username":
+                c["user"] = v
+            elif key == "remote_password":
+                c["password"] = v
+            elif key == "bridge_protocol_version":
+                lv = {"mqttv311": 4, "mqttv50": 5}.get(v)
+                if lv is None:
+                    raise ValueError("bridge_protocol_version: mqttv311 or mqttv50, not %r" % v)
+                c["level"] = lv
+            elif key == "keepalive_interval":
+                c["keepalive"] = _int(v, key)
+            elif key == "restart_timeout":
+                w = v.split()
+                lo = _int(w[0], key, 1)
+                hi = _int(w[1], key, lo) if len(w) > 1 else 30
+                c["backoff_ms"] = (lo * 1000, hi * 1000)
+            elif key == "cleansession":
+                if _bool(v, key):
+                    raise ValueError("cleansession true: the bridge keeps a persistent session")
+            elif key == "notifications":
+                if not _bool(v, key):
+                    c["status_topic"] = None
+            elif key == "notification_topic":
+                c["status_topic"] = v
+            elif key == "bridge_tls":
+                # TLS as the client's ssl=True: on the desktop the system's
+                # CAs check the upstream; a device encrypts without a check
+                c["tls"] = True if _bool(v, key) else None
+            elif key in ("bridge_cafile", "bridge_capath", "bridge_insecure"):
+                raise ValueError("%s: not supported; bridge_tls true uses the system's CAs, "
+                                 "or give bridge.install an ssl context" % key)
+            elif key == "bridge_queue_size":
+                c["queue_size"] = _int(v, key, 1)
+            elif key == "bridge_queue_qos0":
+                c["queue_qos0"] = _int(v, key)
+            elif key == "bridge_window":
+                c["window"] = _int(v, key, 1)
+            else:
+                raise ValueError("%s is not a bridge setting of this broker" % key)
+        except ValueError as e:
+            raise ValueError("line %d: %s" % (no, e))
+    cfgs = []
+    for c in out:
+        settings(c)  # refused now, not when the broker starts
+        cfgs.append(c)
+    if not cfgs:
+        raise ValueError("no `connection NAME` in it")
+    return cfgs
+
+
+def add_flags(ap):
+    """The broker CLI's bridge options (broker_cli.parser)."""
+    ap.add_argument("--bridge-config", metavar="FILE",
+                    help="bridges to upstream brokers, in mosquitto's `connection` "
+                         "form (docs/bridge.md)")
+    ap.add_argument("--bridge", metavar="HOST[:PORT]",
+                    help="one bridge to this upstream broker, with --bridge-topic rules")
+    ap.add_argument("--bridge-topic", metavar="RULE", action="append", default=[],
+                    help="`PATTERN out|in|both QOS LOCAL-PREFIX REMOTE-PREFIX`, repeatable")
+
+
+def from_args(a):
+    """The bridges the command line asks for (a list, maybe empty);
+    ValueError in one line for what is wrong."""
+    cfgs = []
+    if a.bridge_config:
+        try:
+            with open(a.bridge_config) as f:
+                text = f.read()
+        except OSError as e:
+            raise ValueError("--bridge-config %s: %s" % (a.bridge_config, e.strerror or e))
+        try:
+            cfgs = parse(text)
+        except ValueError as e:
+            raise ValueError("--bridge-config %s: %s" % (a.bridge_config, e))
+    if a.bridge:
+        host, port = address(a.bridge)
+        c = {"name": "bridge", "host": host, "port": port, "rules": a.bridge_topic}
+        try:
+            settings(c)
+        except ValueError as e:
+            raise ValueError("--bridge: %s" % e)
+        cfgs.append(c)
+    elif a.bridge_topic:
+        raise ValueError("--bridge-topic without --bridge")
+    return cfgs
+
+
+def prepare(a):
+    """Before the broker starts: the bridges asked for, and their queues
+    made consistent with the store (bridge.undo_cut). None: no bridge."""
+    cfgs = from_args(a)
+    if not cfgs:
+        return None
+    if a.store:
+        from .bridge import undo_cut
+        undo_cut(a.store)
+    return cfgs

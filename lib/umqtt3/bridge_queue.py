@@ -1,0 +1,194 @@
+# umqtt3.bridge_queue -- one bridge's store-and-forward queue of QoS 1/2
+# messages for the upstream broker, on the broker's store.
+#
+#     q = Queue(files, "/store/bup", size=100)
+#     k = q.add(tag, qos, retain, topic, payload)   # before the node's ack
+#     qos, retain, topic, payload = q.read(q.keys[0])
+#     q.remove(k)                                   # the upstream client took it
+#
+# One record per message, q<key>, written through the broker store's file
+# layer (broker_store.Disk.fs): with the desktop's log layout it becomes
+# durable in the same group commit as the acknowledgement to the node, on
+# littlefs it is synced as it is written. The key is the message's place in
+# the queue: it only grows, and it is the key the upstream client stores the
+# message under (MQTTClient.publish(key=)), so after a power loss
+# accepted(key) tells a message the client already holds from one it never
+# saw. "last" keeps the highest key ever handed on, so keys keep growing
+# across restarts with an empty queue.
+#
+# Record: store.frame(seq = tag + 1, key, body), body = qos (1), retain (1),
+# topic length (2), topic, payload. tag: the broker's tag of the QoS 2
+# routing the message came from (-1: none), so that a routing a power loss
+# cut short is taken back here too (undo(), before the broker loads).
+from .store import frame, unframe
+
+
+class RamFiles:
+    """The files layer in RAM: the queue of a broker without a store."""
+
+    def __init__(self):
+        self.f = {}
+
+    def write(self, path, data):
+        self.f[path] = bytes(data)
+
+    def read(self, path):
+        try:
+            return self.f[path]
+        except KeyError:
+            raise OSError(2)
+
+    def rename(self, a, b):
+        self.f[b] = self.f.pop(a)
+
+    def remove(self, path):
+        self.f.pop(path, None)
+
+    def listdir(self, path):
+        p = path + "/"
+        return [k[len(p):] for k in self.f if k.startswith(p)]
+
+    def mkdir(self, path):
+        pass
+
+    def sync_dir(self, path):
+        pass
+
+
+class SyncedLog:
+    """The upstream client's FileStore files as one appending log
+    (broker_log.LogFiles) whose every change is synced before the call
+    returns: the store's rule "durable before the first send" holds, at
+    one sync per change instead of a file's and its directory's."""
+
+    def __init__(self, path, base):
+        from .broker_log import LogFiles
+        self.log = LogFiles(path, base)
+        self.read = self.log.read
+        self.listdir = self.log.listdir
+        self.mkdir = self.log.mkdir
+
+    def write(self, path, data):
+        self.log.write(path, data)
+        self.log.commit()
+
+    def rename(self, a, b):
+        self.log.rename(a, b)
+        self.log.commit()
+
+    def remove(self, path):
+        self.log.remove(path)
+        self.log.commit()
+
+    def sync_dir(self, path):
+        pass  # every change was synced as it was made
+
+
+def client_files(path, files=None):
+    """The files layer for the upstream client's store at path: SyncedLog
+    where the broker's store would take the log layout, else files (one
+    synced file per record, as on littlefs)."""
+    from .broker_log import AppendFiles, layout
+    base = files or AppendFiles()
+    base.mkdir(path)
+    if layout(path, base) == "log":
+        return SyncedLog(path, base)
+    return base
+
+
+def _name(k):
+    return "q%010d" % k
+
+
+def _body(qos, retain, topic, payload):
+    n = len(topic)
+    b = bytearray(4 + n + len(payload))
+    b[0] = qos
+    b[1] = 1 if retain else 0
+    b[2] = n >> 8
+    b[3] = n & 255
+    b[4:4 + n] = topic
+    b[4 + n:] = payload
+    return b
+
+
+class Queue:
+    def __init__(self, files, path, size):
+        self.fs = files
+        self.dir = path
+        self.size = size  # messages held at most: one more is refused
+        self.keys = []  # held, oldest first
+        self.last = -1  # the highest key ever given
+        files.mkdir(path)
+        for name in sorted(files.listdir(path)):
+            rec = self._rec(name)
+            if rec is None:
+                continue
+            k = rec[1]
+            if k > self.last:
+                self.last = k
+            if name != "last":
+                self.keys.append(k)
+
+    def _p(self, name):
+        return self.dir + "/" + name
+
+    def _rec(self, name):
+        if name != "last" and not (name[:1] == "q" and name[1:].isdigit()):
+            return None  # not ours
+        p = self._p(name)
+        try:
+            rec = unframe(self.fs.read(p))
+        except OSError:
+            return None
+        if rec is None:
+            self.fs.remove(p)  # torn by a power loss: never acknowledged
+        return rec
+
+    def full(self):
+        return len(self.keys) >= self.size
+
+    def add(self, tag, qos, retain, topic, payload):
+        """Write a message (durable with the broker's next commit); its key."""
+        k = self.last + 1
+        self.fs.write(self._p(_name(k)), frame(tag + 1, k, _body(qos, retain, topic, payload)))
+        self.fs.sync_dir(self.dir)
+        self.last = k
+        self.keys.append(k)
+        return k
+
+    def read(self, k):
+        """(qos, retain, topic, payload) of the message with key k."""
+        b = unframe(self.fs.read(self._p(_name(k))))[2]
+        n = (b[2] << 8) | b[3]
+        return b[0], b[1] == 1, b[4:4 + n], b[4 + n:]
+
+    def remove(self, k):
+        self.keys.remove(k)
+        p = self._p(_name(k))
+        if k == self.last:
+            self.fs.rename(p, self._p("last"))  # keys grow on after a restart
+        else:
+            self.fs.remove(p)
+        self.fs.sync_dir(self.dir)
+
+
+def undo(files, path, tags):
+    """Remove the records of the queue at path whose routing tag is in
+    tags: QoS 2 routings a power loss cut short, which the publisher sends
+    again. Called before the broker's store takes those routings back."""
+    n = 0
+    for name in files.listdir(path):
+        if name[:1] != "q":
+            continue
+        p = path + "/" + name
+        try:
+            rec = unframe(files.read(p))
+        except OSError:
+            continue
+        if rec is not None and rec[0] - 1 in tags:
+            files.remove(p)
+            n += 1
+    if n:
+        files.sync_dir(path)
+    return n

@@ -1,0 +1,215 @@
+# The gateway's bridge over in-memory pipes: a gateway Broker with a bridge
+# whose upstream client (umqtt3.client.MQTTClient) dials a second Broker,
+# the "upstream", through transport.Pipe; nodes and upstream subscribers
+# speak bytes (broker_harness.Raw). Everything runs in this thread, so the
+# same file runs under CPython and the WebAssembly MicroPython.
+from broker_harness import Raw, Memory, _MemLink
+from support import raises
+from umqtt3.broker import Broker
+from umqtt3.bridge import install, parse_rule, settings, OUT, IN, BOTH
+from umqtt3.transport import Pipe
+from umqtt3.codec import PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP, SUBSCRIBE
+
+
+class World(Memory):
+    """A gateway and its upstream, polled together. open(side) gives a Raw
+    link to either; down=True makes the upstream refuse connections."""
+
+    def __init__(self, rules, gw_kw=None, **cfg):
+        Memory.__init__(self)
+        self.up = Broker(port=None, sys_interval=0)
+        self.gw = Broker(port=None, sys_interval=0, **(gw_kw or {}))
+        self.down = False
+        self.links = []
+        c = {"name": "up", "rules": rules, "link": self.uplink, "backoff_ms": (1, 1)}
+        c.update(cfg)
+        self.hub = install(self.gw, [c])
+        self.bridge = self.hub.all[0]
+
+    def uplink(self):
+        if self.down:
+            raise OSError(111)
+        a, b = Pipe.pair(4096)
+        self.up.attach(b)
+        self.links.append(a)
+        return a
+
+    def cut(self):
+        """The uplink breaks (the upstream broker stops)."""
+        self.down = True
+        for a in self.links:
+            a.close()
+        self.links = []
+
+    def poll_once(self, t=0):
+        return self.gw.poll_once(0) + self.up.poll_once(0)
+
+    def attach(self, link):
+        return self.side.attach(link)
+
+    def open_on(self, side):
+        self.side = side
+        return Raw(self, transport=self)
+
+    def open(self, b, rcvbuf):
+        return _MemLink(self, rcvbuf or 4096)
+
+    def run(self, steps=300):
+        for _ in range(steps):
+            self.poll_once()
+
+
+def _sub(w, filt, qos=2, cid="watch"):
+    s = w.open_on(w.up)
+    s.connect(cid)
+    s.subscribe(1, [(filt, qos)])
+    return s
+
+
+def test_rules_parse_as_mosquitto_writes_them():
+    r = parse_rule("topic sensors/# out 2 gw/ site1/")
+    assert (r.dir, r.qos, r.lf, r.rf) == (OUT, 2, b"gw/sensors/#", b"site1/sensors/#")
+    assert r.out_topic(b"gw/sensors/t", 0, 12) == b"site1/sensors/t"
+    assert r.out_topic(b"sensors/t", 0, 9) is None
+    r = parse_rule('cmd/+ in 1 "" remote/')
+    assert (r.dir, r.lf, r.rf) == (IN, b"cmd/+", b"remote/cmd/+")
+    assert r.in_topic(b"remote/cmd/a") == b"cmd/a"
+    assert parse_rule("a/#").dir == OUT and parse_rule("a/#").qos == 0  # mosquitto's defaults
+    assert parse_rule("x both 1").dir == BOTH
+    for bad in ("", "a/# sideways", "a/# out 3", "a/# out 1 only-one", "a/#/b out 1"):
+        raises(ValueError, parse_rule, bad)
+    raises(ValueError, settings, {"rules": []})
+    raises(ValueError, settings, {"rules": ["a"], "name": "no/slash"})
+    raises(ValueError, settings, {"rules": ["a"], "queue_size": 0})
+    raises(ValueError, settings, {"rules": ["a"], "colour": 1})
+    assert settings({"rules": ["a"], "name": "n1"})["status_topic"] == "umqtt3/bridge/umqtt3-n1/state"
+
+
+def test_out_qos1_qos2_across_an_outage_in_order_exactly_once():
+    w = World(["sensors/# out 2 gw/ site/"])
+    w.run(50)
+    sub = _sub(w, "site/#")
+    node = w.open_on(w.gw)
+    node.connect("n1", clean=False)
+    w.cut()
+    w.run(20)
+    assert not w.bridge.up
+    pid = 1
+    for i in range(12):
+        q = 1 + i % 2
+        node.publish("gw/sensors/t", b"r%d" % i, q, pid=pid)
+        node.expect(PUBACK if q == 1 else PUBREC, pid)  # acknowledged with the uplink down
+        if q == 2:
+            node.ack(PUBREL, pid)
+            node.expect(PUBCOMP, pid)
+        pid += 1
+    assert len(w.bridge.q.keys) + 8 >= 12  # waiting: queue + the client's window
+    w.down = False
+    w.run(400)
+    got = sub.messages(12)
+    assert [m[1] for m in got] == [b"r%d" % i for i in range(12)]
+    assert all(m[0] == b"site/sensors/t" for m in got)
+    assert sub.nothing()
+    assert not w.bridge.q.keys and w.bridge.sent == 12
+
+
+def test_in_rule_routes_upstream_messages_locally():
+    w = World(["cmd/# in 1 dev/ site/"])
+    w.run(50)
+    assert w.bridge.up
+    local = w.open_on(w.gw)
+    local.connect("app")
+    local.subscribe(1, [("dev/#", 1)])
+    u = w.open_on(w.up)
+    u.connect("ctl")
+    u.publish("site/cmd/reboot", b"now", 1, pid=7)
+    u.expect(PUBACK, 7)
+    m = local.messages(1)[0]
+    assert m[:3] == (b"dev/cmd/reboot", b"now", 1)
+    assert w.bridge.received == 1
+
+
+def test_both_at_311_never_sends_back_what_came_in():
+    # the 3.1.1 loop rule: a message that came in over a bridge never goes
+    # back out over it, so the upstream's echo of an `out` message stops here
+    w = World(["x/# both 1"])
+    w.run(50)
+    sub = _sub(w, "x/#", 1)
+    node = w.open_on(w.gw)
+    node.connect("n1")
+    node.publish("x/a", b"once", 1, pid=1)
+    node.expect(PUBACK, 1)
+    w.run(200)
+    assert [m[1] for m in sub.messages(1)] == [b"once"]
+    assert sub.nothing()
+    assert w.bridge.sent == 1 and w.bridge.received == 1
+
+
+def test_both_at_mqtt5_uses_no_local():
+    w = World(["x/# both 1"], level=5)
+    w.run(50)
+    assert w.bridge.up
+    local = w.open_on(w.gw)
+    local.connect("app")
+    local.subscribe(1, [("x/#", 1)])
+    node = w.open_on(w.gw)
+    node.connect("n1")
+    node.publish("x/a", b"v", 1, pid=1)
+    node.expect(PUBACK, 1)
+    w.run(200)
+    assert [m[1] for m in local.messages(1)] == [b"v"]
+    assert local.nothing()  # no echo from upstream [MQTT-3.8.3-3]
+    assert w.bridge.received == 0
+
+
+def test_full_queue_refuses_qos12_and_drops_oldest_qos0():
+    w = World(["s/# out 1"], queue_size=2, queue_qos0=2, window=1)
+    w.cut()
+    w.run(10)
+    node = w.open_on(w.gw)
+    node.connect("n1")
+    for i in range(3):  # one goes to the client's window, two wait on the queue
+        node.publish("s/a", b"q%d" % i, 1, pid=i + 1)
+        node.expect(PUBACK, i + 1)
+    for i in range(3):
+        node.publish("s/z", b"z%d" % i, 0)
+    node.publish("s/a", b"refused", 1, pid=9)
+    assert node.closed()  # no PUBACK: the node keeps it and sends it again
+    b = w.bridge
+    assert (b.refused, b.dropped) == (1, 1)
+    assert [m[1] for m in b.q0] == [b"z1", b"z2"]
+    figures = {}
+    w.hub.sys(lambda k, v: figures.__setitem__(k, v))
+    assert figures["bridge/up/refused"] == 1 and figures["bridge/up/dropped"] == 1
+    assert figures["bridge/up/queued"] == 4 and figures["bridge/up/connected"] == 0
+
+
+def test_status_topic_retained_with_a_will():
+    w = World(["s/# out 1"])
+    w.run(50)
+    assert w.up.retained[b"umqtt3/bridge/umqtt3-up/state"][1] == b"1"
+    w.cut()  # the uplink is lost: the upstream broker publishes the will
+    w.run(50)
+    assert w.up.retained[b"umqtt3/bridge/umqtt3-up/state"][1] == b"0"
+    w.down = False
+    w.run(100)
+    assert w.up.retained[b"umqtt3/bridge/umqtt3-up/state"][1] == b"1"
+    assert w.bridge.connects == 2
+
+
+def test_full_queue_refusal_at_mqtt5_says_quota_exceeded():
+    # the node's connection closes with DISCONNECT 0x97 [MQTT-4.13.1-1]
+    from umqtt3.codec import DISCONNECT, encode_publish
+    w = World(["s/# out 1"], queue_size=1, window=1)
+    w.cut()
+    w.run(10)
+    node = w.open_on(w.gw)
+    node.connect("n5", level=5)
+    for i in range(2):
+        node.put(encode_publish, "s/a", b"q%d" % i, 1, i + 1, level=5)
+        node.expect(PUBACK, i + 1)
+    node.put(encode_publish, "s/a", b"refused", 1, 3, level=5)
+    p = node.recv()
+    assert p is not None and p.type == DISCONNECT and p.rc == 0x97, p
+    assert node.closed()
+    assert w.bridge.refused == 1

@@ -1,0 +1,75 @@
+# Bridges from a mosquitto-style configuration file and from the broker's
+# command line (umqtt3.bridge_config): what is accepted, and the one-line
+# refusal of what is not.
+import pytest
+
+from refusal import refused
+from umqtt3.bridge_config import parse, address
+
+CONF = """
+# the site's cloud broker
+connection cloud
+address broker.example:8883
+topic sensors/# out 2 gw/ site1/
+topic cmd/# in 1 "" site1/
+remote_clientid gw1
+remote_username gw
+remote_password pw
+bridge_protocol_version mqttv50
+bridge_tls true
+keepalive_interval 30
+restart_timeout 2 60
+notification_topic site1/gw/state
+bridge_queue_size 500
+bridge_queue_qos0 10
+bridge_window 4
+
+connection second
+address 10.0.0.3
+topic # both 1
+notifications false
+cleansession false
+"""
+
+
+def test_a_file_with_two_connections():
+    a, b = parse(CONF)
+    assert (a["name"], a["host"], a["port"], a["client_id"]) == ("cloud", "broker.example", 8883, "gw1")
+    assert a["rules"][1] == 'cmd/# in 1 "" site1/'
+    assert (a["user"], a["password"], a["level"], a["tls"]) == ("gw", "pw", 5, True)
+    assert (a["keepalive"], a["backoff_ms"]) == (30, (2000, 60000))
+    assert (a["status_topic"], a["queue_size"], a["queue_qos0"], a["window"]) == (
+        "site1/gw/state", 500, 10, 4)
+    assert (b["host"], b["port"], b["status_topic"]) == ("10.0.0.3", 0, None)
+
+
+@pytest.mark.parametrize("text, what", [
+    ("topic a out 1", "before the first `connection NAME`"),
+    ("connection x\ntopic a out 3", "line 2: topic rule 'a out 3': QoS '3'"),
+    ("connection x\ntopic a out 1\ncleansession true", "persistent session"),
+    ("connection x\ntopic a\nbridge_cafile /ca.pem", "bridge_cafile: not supported"),
+    ("connection x\ntopic a\ntry_private true", "try_private is not a bridge setting"),
+    ("connection x\naddress h:99999", "port outside"),
+    ("connection x\naddress h", "no topic rule"),
+    ("# nothing", "no `connection NAME`"),
+])
+def test_bad_files_are_refused_by_line(text, what):
+    with pytest.raises(ValueError) as e:
+        parse(text)
+    assert what in str(e.value)
+
+
+def test_address():
+    assert address("h") == ("h", 0) and address("[::1]:1884") == ("::1", 1884)
+
+
+def test_cli_refuses_bad_bridge_arguments_in_one_line(tmp_path):
+    bad = tmp_path / "b.conf"
+    bad.write_text("connection x\ntopic a sideways\n")
+    refused("umqtt3.broker", ["--port", "0", "--bridge-config", str(bad)],
+            "line 2: topic rule 'a sideways'", 1)
+    refused("umqtt3.broker", ["--port", "0", "--bridge-config", str(tmp_path / "none")],
+            "--bridge-config", 1)
+    refused("umqtt3.broker", ["--port", "0", "--bridge-topic", "a out 1"],
+            "--bridge-topic without --bridge", 1)
+    refused("umqtt3.broker", ["--port", "0", "--bridge", "h:1"], "no topic rule", 1)

@@ -1,0 +1,250 @@
+# The bridge against a real upstream: Debian's mosquitto (with persistence)
+# on 127.0.0.1 and a free port, our broker as the gateway process
+# (python -m umqtt3.broker --store DIR --bridge ...), nodes publishing
+# readings at QoS 1 and 2 through it: our client (FileStore, persistent
+# session, reconnect) and mosquitto_pub. Meanwhile the upstream broker is
+# stopped and started again, and the gateway is SIGKILLed and restarted on
+# its store. A paho subscriber on the upstream (persistent session, QoS 2)
+# must get every QoS 2 reading exactly once and every QoS 1 reading at
+# least once, in order per publisher [MQTT-4.3.2-*, MQTT-4.3.3-*, MQTT-4.6.0-*].
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from mosq import MOSQUITTO, MOSQUITTO_PUB, Broker as Mosquitto
+from tools.procs import free_port, start, stop, umqtt3_broker_cmd
+from umqtt3.client import MQTTClient
+from umqtt3.store import FileStore
+
+mqtt = pytest.importorskip("paho.mqtt.client")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not (MOSQUITTO and MOSQUITTO_PUB), reason="no mosquitto")]
+
+
+class Watch:
+    """The upstream subscriber: paho, persistent session, reconnecting."""
+
+    def __init__(self, port):
+        self.got = queue.Queue()
+        c = self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="watch",
+                                 clean_session=False)
+        c.on_connect = lambda c, u, f, rc, p: c.subscribe("site/#", 2)
+        c.on_message = lambda c, u, m: self.got.put((m.topic, bytes(m.payload), m.qos))
+        c.reconnect_delay_set(0.05, 0.3)
+        c.connect("127.0.0.1", port, keepalive=5)
+        c.loop_start()
+
+    def close(self):
+        self.c.disconnect()
+        self.c.loop_stop()
+
+
+def _gateway(port, up, store):
+    return start(umqtt3_broker_cmd(port, "--quiet", "--store", store, "--sys-interval", "0",
+                                   "--bridge", "127.0.0.1:%d" % up,
+                                   "--bridge-topic", "r/# out 2 gw/ site/"),
+                 port, stdout=subprocess.DEVNULL)
+
+
+def _mpub(port, topic, qos, msg):
+    # one reading per run; refused or cut short: that run fails and the
+    # test gives up on the gateway being up (it is, whenever this is called)
+    r = subprocess.run([MOSQUITTO_PUB, "-h", "127.0.0.1", "-p", str(port), "-t", topic,
+                        "-q", str(qos), "-m", msg, "-i", "mp%d" % qos], timeout=20,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert r.returncode == 0, r.stderr
+
+
+def test_readings_reach_mosquitto_across_outages_and_gateway_kills(tmp_path):
+    up = Mosquitto(tmp_path / "up", persistence=True)
+    up.start()
+    gport = free_port()
+    store = str(tmp_path / "gw")
+    gw = _gateway(gport, up.port, store)
+    watch = Watch(up.port)
+    node = MQTTClient("node1", "127.0.0.1", gport, store=FileStore(str(tmp_path / "node")),
+                      reconnect=True, backoff_ms=(20, 200), window=16, timeout_ms=3000)
+    node.connect(clean_session=False)
+    sent = {"c/q1": 0, "c/q2": 0, "m/q1": 0, "m/q2": 0}
+
+    def client_batch(n):
+        for _ in range(n):
+            for q in (1, 2):
+                t = "c/q%d" % q
+                end = time.monotonic() + 30
+                while True:
+                    try:
+                        node.publish("gw/r/" + t, b"%d" % sent[t], qos=q, wait=False)
+                        break
+                    except Exception:  # Busy, or the gateway is down: poll and retry
+                        assert time.monotonic() < end, "the node could not publish"
+                        try:
+                            node.poll(10)
+                        except OSError:
+                            time.sleep(0.01)
+                sent[t] += 1
+                node.poll(0)
+
+    def mpub_batch(n):
+        for _ in range(n):
+            for q in (1, 2):
+                t = "m/q%d" % q
+                _mpub(gport, "gw/r/" + t, q, "%d" % sent[t])
+                sent[t] += 1
+
+    def drain(s):
+        end = time.monotonic() + s
+        while time.monotonic() < end:
+            try:
+                node.poll(10)
+            except OSError:
+                time.sleep(0.01)
+
+    try:
+        client_batch(5)
+        mpub_batch(2)
+        up.stop()  # the uplink goes down: the gateway queues
+        client_batch(5)
+        mpub_batch(2)
+        drain(0.3)
+        up.start()
+        client_batch(5)
+        gw.send_signal(signal.SIGKILL)  # power loss, as far as a process can tell
+        gw.wait()
+        client_batch(2)  # stored by the node, resent once the gateway is back
+        gw = _gateway(gport, up.port, store)
+        drain(0.5)
+        mpub_batch(2)
+        up.stop()
+        client_batch(5)
+        gw.send_signal(signal.SIGKILL)
+        gw.wait()
+        gw = _gateway(gport, up.port, store)  # on its store, uplink still down
+        drain(0.5)
+        mpub_batch(2)
+        up.start()
+        client_batch(5)
+        deadline = time.monotonic() + 60
+        while node.inflight() and time.monotonic() < deadline:
+            node.poll(10)
+        assert not node.inflight(), "the gateway did not acknowledge every reading"
+        want = sum(sent.values())
+        got = []
+        seen = set()
+        while time.monotonic() < deadline:
+            try:
+                m = watch.got.get(timeout=0.5)
+            except queue.Empty:
+                if all(("site/r/" + t, str(i)) in seen for t in sent for i in range(sent[t])):
+                    break
+                continue
+            got.append(m)
+            seen.add((m[0], m[1].decode()))
+        time.sleep(1.0)  # and nothing more comes (no late duplicate)
+        while not watch.got.empty():
+            got.append(watch.got.get())
+    finally:
+        node.disconnect()
+        watch.close()
+        stop(gw)
+        up.stop()
+    assert want == sum(sent.values())
+    for t, n in sent.items():
+        vals = [int(m[1]) for m in got if m[0] == "site/r/" + t]
+        first = []
+        for v in vals:
+            if v not in first:
+                first.append(v)
+        assert first == list(range(n)), (t, vals)  # every reading, in order
+        if t.endswith("q2"):
+            assert vals == list(range(n)), (t, vals)  # exactly once
+
+
+def _gateway_pump(b, cond, seconds=10):
+    end = time.monotonic() + seconds
+    while not cond() and time.monotonic() < end:
+        b.poll_once(5)
+    return cond()
+
+
+def _upstream_watch(port, ssl_ctx=None, user=None, password=None):
+    got = []
+    c = MQTTClient("w%d" % free_port(), "127.0.0.1", port, ssl=ssl_ctx, user=user,
+                   password=password)
+    c.set_callback(lambda t, m: got.append((t, m)))
+    c.connect()
+    c.subscribe("site/#", 1)
+    return c, got
+
+
+def test_tls_to_mosquitto_with_a_context_of_our_own(broker_factory, tmp_path):
+    import shutil
+    import ssl
+    from umqtt3.broker import Broker
+    from umqtt3.bridge import install
+    if not shutil.which("openssl"):
+        pytest.skip("openssl is not installed")
+    cert = str(tmp_path / "cert.pem")
+    key = str(tmp_path / "key.pem")
+    r = subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+         "-nodes", "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30)
+    if r.returncode:
+        pytest.skip("openssl could not make a certificate")
+    up = broker_factory(tls=(cert, key))
+    ctx = ssl.create_default_context(cafile=cert)  # trusts only this certificate
+    w, got = _upstream_watch(up.port, ctx)
+    b = Broker(port=None, sys_interval=0, store=str(tmp_path / "gw"))
+    hub = install(b, [{"name": "tls", "port": up.port, "tls": ctx,
+                       "rules": ['s/# out 1 "" site/']}])
+    try:
+        assert _gateway_pump(b, lambda: hub.all[0].up), "no TLS connection upstream"
+        b.publish("s/x", b"over tls", 1)
+        assert _gateway_pump(b, lambda: (w.poll(5), got)[1])
+        assert got == [(b"site/s/x", b"over tls")]
+    finally:
+        b.close()
+        w.disconnect()
+    # a context that does not trust the certificate: no connection, nothing sent
+    b = Broker(port=None, sys_interval=0)
+    hub = install(b, [{"name": "bad", "port": up.port, "tls": ssl.create_default_context(),
+                       "rules": ['s/# out 1 "" site/'], "backoff_ms": (50, 100)}])
+    try:
+        assert not _gateway_pump(b, lambda: hub.all[0].up, 1.5)
+    finally:
+        b.close()
+
+
+def test_user_and_password_to_the_upstream(tmp_path):
+    from umqtt3.broker import Broker
+    from umqtt3.bridge import install
+    users = tmp_path / "users"
+    users.write_text("gw:s3cret\nwatch:w\n")
+    port = free_port()
+    upstream = start(umqtt3_broker_cmd(port, "--quiet", "--users", str(users)), port,
+                     stdout=subprocess.DEVNULL)
+    try:
+        w, got = _upstream_watch(port, user="watch", password="w")
+        for pw, ok in (("wrong", False), ("s3cret", True)):
+            b = Broker(port=None, sys_interval=0)
+            hub = install(b, [{"name": "auth", "port": port, "user": "gw", "password": pw,
+                               "rules": ['s/# out 1 "" site/'], "backoff_ms": (50, 100)}])
+            try:
+                assert _gateway_pump(b, lambda: hub.all[0].up, 1.5 if not ok else 10) == ok
+                assert (hub.all[0].refusals > 1) == (not ok)  # refused, and asked again
+                if ok:
+                    b.publish("s/y", b"logged in", 1)
+                    assert _gateway_pump(b, lambda: (w.poll(5), got)[1])
+                    assert got == [(b"site/s/y", b"logged in")]
+            finally:
+                b.close()
+        w.disconnect()
+    finally:
+        stop(upstream)
