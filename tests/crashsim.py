@@ -352,6 +352,25 @@ class BrokerTx:
 
 # ------------------------------------------------------------ worlds
 
+class SendPoint:
+    """A broker's or gateway's end of a pipe: each write is a step the power
+    can take."""
+
+    def __init__(self, link, sim):
+        self.link = link
+        self.sim = sim
+
+    def readinto(self, buf, n):
+        return self.link.readinto(buf, n)
+
+    def write(self, buf, off=0, n=-1):
+        self.sim.point("send")
+        return self.link.write(buf, off, n)
+
+    def close(self):
+        self.link.close()
+
+
 class Config:
     def __init__(self, n=12, window=3, max_pid=4, drop_rate=0.03, max_drops=4,
                  flow_cls=Flow, store_cls=FileStore, max_messages=32):

@@ -20,7 +20,8 @@
 # [MQTT-4.3.3-2, MQTT-4.6.0-6].
 import pytest
 
-from crashsim import SimFiles, FileSimFiles, PowerLoss, BrokerTx, BrokerRx, Stats, explore, ack
+from crashsim import (SimFiles, FileSimFiles, PowerLoss, BrokerTx, BrokerRx, SendPoint, Stats,
+                      explore, ack)
 from umqtt3.broker import Broker
 from umqtt3.bridge import install, undo_cut
 from umqtt3.codec import (decode, encode_connect, Packet, CONNECT, PUBLISH, PUBREL, PINGREQ,
@@ -32,24 +33,6 @@ import umqtt3.client as client_mod
 
 def _now():
     return 1000
-
-
-class _SendPoint:
-    """The gateway's end of a pipe: each write is a step the power can take."""
-
-    def __init__(self, link, sim):
-        self.link = link
-        self.sim = sim
-
-    def readinto(self, buf, n):
-        return self.link.readinto(buf, n)
-
-    def write(self, buf, off=0, n=-1):
-        self.sim.point("send")
-        return self.link.write(buf, off, n)
-
-    def close(self):
-        self.link.close()
 
 
 class Upstream(BrokerRx):
@@ -116,7 +99,7 @@ class BridgeWorld:
     def _uplink(self):
         mine, theirs = Pipe.pair(4096)
         self.uconn = Conn(theirs, 1024, 1024)
-        return _SendPoint(mine, self.sim)
+        return SendPoint(mine, self.sim)
 
     def boot(self, crash_at):
         # the time stands still: how many packets one poll handles must not
@@ -142,7 +125,7 @@ class BridgeWorld:
                          "backoff_ms": (1, 1)}], files=sim)
             self.settle = sim.step
             mine, theirs = Pipe.pair(4096)
-            b.attach(_SendPoint(theirs, sim))
+            b.attach(SendPoint(theirs, sim))
             self.node = Conn(mine, 1024, 1024)
             mine.write(_connect(b"p"))
             quiet = 0

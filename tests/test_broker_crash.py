@@ -39,7 +39,8 @@ import sys
 
 import pytest
 
-from crashsim import (SimFiles, FileSimFiles, PowerLoss, BrokerTx, BrokerRx, Stats, explore, TOPIC, _PKT)
+from crashsim import (SimFiles, FileSimFiles, PowerLoss, BrokerTx, BrokerRx, SendPoint, Stats, explore,
+                      TOPIC, _PKT)
 from umqtt3.broker import Broker
 from umqtt3.broker_log import replay
 from umqtt3.codec import decode, encode_connect, encode_publish, encode_subscribe, encode_simple, \
@@ -48,24 +49,6 @@ from umqtt3.transport import Pipe, Conn
 
 RTOPIC = b"r/x"
 ROPS = (b"v0", b"", b"v2", b"v3", b"", b"v5")  # b"": clear [MQTT-3.3.1-10]
-
-
-class _SendPoint:
-    """The broker's end of a pipe: each write is a step the power can take."""
-
-    def __init__(self, link, sim):
-        self.link = link
-        self.sim = sim
-
-    def readinto(self, buf, n):
-        return self.link.readinto(buf, n)
-
-    def write(self, buf, off=0, n=-1):
-        self.sim.point("send")
-        return self.link.write(buf, off, n)
-
-    def close(self):
-        self.link.close()
 
 
 SFIRST = (b"s", b"p", b"r")  # the subscriber's session is s0
@@ -166,7 +149,7 @@ class BrokerWorld:
 
     def _connect(self, cid):
         mine, theirs = Pipe.pair(4096)
-        self._b.attach(_SendPoint(theirs, self._sim))
+        self._b.attach(SendPoint(theirs, self._sim))
         self._conns[cid] = Conn(mine, 1024, 1024)
         mine.write(_packet(cid))
 
