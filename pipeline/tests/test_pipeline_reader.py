@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -21,7 +22,7 @@ pytest.importorskip("pyspark", reason="pyspark is not installed (pip install '.[
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows  # noqa: E402
 
 from umqtt3_pipeline import log as L  # noqa: E402
-from umqtt3_pipeline.source import StreamReader, BatchReader  # noqa: E402
+from umqtt3_pipeline.source import BLOCK, StreamReader, BatchReader  # noqa: E402
 
 
 def options(broker, path, **kw):
@@ -77,7 +78,11 @@ def test_offsets_limits_partitions_and_commit(umqtt3_broker, tmp_path):
     assert (slow.min_rows, slow.max_delay) == (61, 3600)
     log = r._ingest.log
     r.min_rows, r.max_delay, log.synced_at = 61, 3600, float("inf")
+    t = time.monotonic()
     assert r.latestOffset(start, ReadAllAvailable()) == start
+    # it waited in the call (Spark would otherwise ask again at once, and
+    # again), but not for the whole delay
+    assert BLOCK <= time.monotonic() - t < 3600
     r.min_rows = 60
     assert r.latestOffset(start, ReadAllAvailable()) == end
     r.min_rows, r.max_delay = 61, 0

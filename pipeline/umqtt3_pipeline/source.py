@@ -49,6 +49,7 @@ SCHEMA = ("topic string, payload binary, qos int, retain boolean, dup boolean, "
 
 _BATCH_ROWS = 8192
 QUIET = 0.1  # seconds without a sync after which the log is not growing
+BLOCK = 0.25  # seconds latestOffset() waits at most for minRowsPerBatch in one call
 
 
 def _arrow_schema():
@@ -315,9 +316,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if asked > closed:
             self._ingest.pause()  # nothing enters the log after the close
         end, n = self.target or log.durable()
-        if (self.target is None and asked <= closed and 0 < n - start["n"] < self.min_rows
-                and time.monotonic() - log.synced_at < QUIET and self._wait(start)):
-            return start  # no batch yet: more rows are coming in
+        if self.target is None and asked <= closed and 0 < n - start["n"] < self.min_rows:
+            end, n = self._wait(log, start)
+            if end is None:
+                return start  # no batch yet: more rows are coming in
         if isinstance(limit, ReadMaxRows) and n - start["n"] > limit.max_rows:
             end, n = _log.advance(self.path, start["pos"], start["n"], end, limit.max_rows)
         elif asked > closed:
@@ -326,13 +328,27 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             closed = max(asked, int(time.time() * 1000))
         return _offset(end, n, closed)
 
-    def _wait(self, start):
-        """True while the rows after start have waited less than max_delay
-        (asked only while the log grows: a quiet one is read at once)."""
+    def _wait(self, log, start):
+        """While the log grows (a quiet one is read at once) and the rows
+        after start are fewer than min_rows and have waited less than
+        max_delay: wait here, up to BLOCK seconds a call, so that Spark does
+        not ask again and again (each ask costs its JVM and this process
+        CPU the ingest's thread needs). Returns the durable end to read up
+        to, or (None, None) to answer "no batch yet"."""
         now = time.monotonic()
         if self._waiting is None or self._waiting[0] != start["n"]:
             self._waiting = (start["n"], now)
-        return now - self._waiting[1] < self.max_delay
+        until = min(self._waiting[1] + self.max_delay, now + BLOCK)
+        while True:
+            end, n = log.durable()
+            now = time.monotonic()
+            if n - start["n"] >= self.min_rows or now - log.synced_at >= QUIET:
+                return end, n
+            if now >= self._waiting[1] + self.max_delay:
+                return end, n
+            if now >= until:
+                return None, None
+            time.sleep(0.005)
 
     def reportLatestOffset(self):
         if self.external:
