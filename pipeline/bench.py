@@ -1,31 +1,35 @@
 """The pipeline's throughput: messages per second from the broker into the
-durable ingest log and through a committed Spark batch (local[2]), next to a
-naive peer measured in the same run.
+durable ingest log and through a committed Spark batch (local[2]), with one
+ingest and with several under one shared subscription, next to a naive peer
+measured in the same run; and the end-to-end latency.
 
     python -m pipeline.bench [--messages 40000] [--rounds 2] [--progress]
-        [--only naive,ingest,noop,job,latency] [--min-rows N] [--max-delay S]
-        [--conf KEY=VALUE]
+        [--only naive,ingest,ingest2,noop,job,job2,latency,latency2] [--parts 2]
+        [--broker-inflight 32] [--min-rows N] [--max-delay S] [--conf KEY=VALUE]
 
-Every measurement is the same: two publisher processes put N firmware-format
-readings (50 nodes) at QoS 1 into our broker while the consumer's persistent
-session is offline, so the broker holds the backlog; the clock runs from the
-consumer's (re)start until it has them all:
+Every throughput measurement is the same: two publisher processes put N
+firmware-format readings (50 nodes) at QoS 1 into our broker while the
+consumer's persistent session(s) are offline, so the broker holds the
+backlog; the clock runs from the consumer's (re)start until it has them all:
 - naive: paho-mqtt writes each message to a file with an fsync before
   returning from on_message (paho acknowledges after it returns), the usual
   "durable before ack" subscriber;
 - ingest: the umqtt3 ingest has every message in its log (group fsync; each
-  acknowledgement leaves only after the fsync that covers it);
-- source only: the stream reader into Spark's noop sink has committed the
-  batch holding the last message (the clock includes the ingest);
-- telemetry job: the same through the job (dedup, windows, Parquet).
-For the two Spark rows the query first runs on 1,000 readings (JVM and
-Python workers warm), stops, and is restarted from its checkpoint when the
-clock starts: a catch-up after a restart.
+  acknowledgement leaves only after the fsync that covers it); ingest2:
+  --parts ingest processes under one MQTT 5 shared subscription, each into
+  its own log;
+- noop: the stream reader into Spark's noop sink has committed the batch
+  holding the last message (the clock includes the ingest);
+- job: the same through the telemetry job (dedup, windows, Parquet); job2:
+  the job reading the logs of --parts ingest processes (--ingest external).
+For the Spark rows the query first runs on 1,000 readings (JVM and Python
+workers warm), stops, and is restarted from its checkpoint (the ingest
+processes too) when the clock starts: a catch-up after a restart.
 
-latency: readings at a steady 400/s with their publish time, the job
-running (1 s windows and watermark); from a reading's publish to the first
-Parquet file holding its window, beside the naive subscriber's publish to
-fsync (latency()).
+latency, latency2: readings at a steady 400/s with their publish time, the
+job running (1 s windows and watermark) with one ingest or --parts; from a
+reading's publish to the first Parquet file holding its window, beside the
+naive subscriber's publish to fsync (latency()).
 """
 import argparse
 import json
@@ -259,8 +263,12 @@ def _kind(cmd, pid, broker_pid):
 
 def cpu(broker):
     """CPU seconds so far per kind of process (this one, its children, the
-    broker), counting children that have exited into their parent."""
-    import psutil
+    broker), counting children that have exited into their parent; by
+    process with BENCH_CPU_PIDS=1. Empty without psutil."""
+    try:
+        import psutil
+    except ImportError:
+        return {}
     me = psutil.Process(os.getpid())
     got = {}
     for p in [me] + me.children(recursive=True) + [psutil.Process(broker.proc.pid)]:
@@ -277,6 +285,9 @@ def cpu(broker):
 
 def show_cpu(before, after, dt):
     """Where the machine's CPU went between two cpu() snapshots."""
+    if not after:
+        print("    (CPU per process: pip install psutil)")
+        return
     total = sum(after.get(k, 0) - before.get(k, 0) for k in after)
     print("    CPU in %.2f s of wall time (2 cores: %.2f s available): %s" % (
         dt, 2 * dt, ", ".join("%s %.2f s" % (k, after[k] - before.get(k, 0))
