@@ -205,3 +205,47 @@ def test_ingest_killed_mid_stream_loses_nothing(umqtt3_broker, tmp_path, qos):
     if qos == 2:
         assert max(counts.values()) == 1  # nothing twice
     pub.disconnect()
+
+
+def test_external_logs_wait_for_min_rows_while_they_grow(tmp_path):
+    """ingest=external (one log per ingest process): minRowsPerBatch counts
+    the rows of every log, and only while one of them is being written."""
+    root = tmp_path / "logs"
+    logs = {name: L.Log(str(root / name)) for name in ("a", "b")}
+    try:
+        for i in range(30):
+            topic, payload = reading("n%d" % (i % 2), "temp", 20.0, 1, i + 1)
+            logs["ab"[i % 2]].append_msg(topic, payload, 1, False, False, 0, 1767225600000 + i)
+        for log in logs.values():
+            log.sync()
+        def written(at):  # when the ingests last wrote: their segments' mtime
+            for name in logs:
+                seg = root / name / L.seg_name(L.segments(str(root / name))[-1])
+                os.utime(seg, (at, at))
+        r = StreamReader({"path": str(root), "ingest": "external", "minRowsPerBatch": "31",
+                          "maxTriggerDelay": "3600"})
+        start = r.initialOffset()
+        written(time.time() + 3600)  # being written all along
+        t = time.monotonic()
+        assert r.latestOffset(start, ReadAllAvailable()) == start  # 30 rows, logs just written
+        assert time.monotonic() - t >= BLOCK  # waited in the call
+        r.min_rows = 30
+        end = r.latestOffset(start, ReadAllAvailable())
+        assert {k: v["n"] for k, v in end["parts"].items()} == {"a": 15, "b": 15}
+        assert len(all_rows(r, start, end)) == 30
+        r.min_rows, r.max_delay = 31, 0
+        assert r.latestOffset(start, ReadAllAvailable()) == end  # waited long enough
+        r.max_delay = 3600
+        written(time.time() - 10)
+        assert r.latestOffset(start, ReadAllAvailable()) == end  # quiet logs: read at once
+        # more rows in one log: scanned on from where the last call stopped
+        topic, payload = reading("n0", "temp", 21.0, 1, 99)
+        logs["a"].append_msg(topic, payload, 1, False, False, 0, 1767225601000)
+        logs["a"].sync()
+        r.min_rows = 0
+        more = r.latestOffset(end, ReadAllAvailable())
+        assert {k: v["n"] for k, v in more["parts"].items()} == {"a": 16, "b": 15}
+        assert [x[0] for x in all_rows(r, end, more)] == ["umqtt3/n0/temp"]
+    finally:
+        for log in logs.values():
+            log.close()

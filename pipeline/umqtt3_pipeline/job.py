@@ -106,13 +106,14 @@ def readings(spark, broker, topics, path, qos=1, client_id="umqtt3-telemetry", m
     logs under path are written by ingest processes of their own."""
     r = spark.readStream.format("umqtt3")
     if external:
-        return r.option("path", path).option("ingest", "external").load()
-    r = (r
-         .option("broker", broker).option("topics", topics).option("qos", str(qos))
-         .option("clientId", client_id).option("path", path)
-         .option("trim", "true" if trim else "false"))
-    if max_rows:
-        r = r.option("maxRowsPerBatch", str(max_rows))
+        r = r.option("path", path).option("ingest", "external")
+    else:
+        r = (r
+             .option("broker", broker).option("topics", topics).option("qos", str(qos))
+             .option("clientId", client_id).option("path", path)
+             .option("trim", "true" if trim else "false"))
+        if max_rows:
+            r = r.option("maxRowsPerBatch", str(max_rows))
     if min_rows:
         r = r.option("minRowsPerBatch", str(min_rows)).option("maxTriggerDelay", str(max_delay))
     return r.load()
