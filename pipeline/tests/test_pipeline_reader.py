@@ -249,3 +249,52 @@ def test_external_logs_wait_for_min_rows_while_they_grow(tmp_path):
     finally:
         for log in logs.values():
             log.close()
+
+
+def synced_line(pos, n):
+    import zlib
+    body = b"%d %d" % (pos, n)
+    return (b"%s %08x" % (body, zlib.crc32(body))).ljust(L.SYNCED_SIZE - 1) + b"\n"
+
+
+def test_external_logs_are_read_up_to_the_synced_end_their_writer_publishes(tmp_path):
+    """A log written by python -m umqtt3_pipeline.ingest publishes its synced
+    end (SYNCED): the job in another process reads up to it and no further,
+    so a power loss of the ingest's host cannot take a record the job read."""
+    root = tmp_path / "logs"
+    log = L.Log(str(root / "a"), publish_synced=True)
+    try:
+        assert L.synced(str(root / "a")) == log.durable()  # published from the start
+        for i in range(10):
+            topic, payload = reading("n1", "temp", 20.0, 1, i + 1)
+            log.append_msg(topic, payload, 1, False, False, 0, 1767225600000 + i)
+        first = log.sync()
+        assert L.synced(str(root / "a")) == (first, 10)
+        r = StreamReader({"path": str(root), "ingest": "external"})
+        start = r.initialOffset()
+        end = r.latestOffset(start, ReadAllAvailable())
+        assert end["parts"]["a"] == {"pos": first, "n": 10}
+        # 5 records more in the file, but SYNCED says 10 (as between a write
+        # and its fsync): the reader does not go past it
+        for i in range(5):
+            topic, payload = reading("n1", "temp", 21.0, 1, 11 + i)
+            log.append_msg(topic, payload, 1, False, False, 0, 1767225601000 + i)
+        log.sync()
+        (root / "a" / L.SYNCED).write_bytes(synced_line(first, 10))
+        assert r.latestOffset(end, ReadAllAvailable()) == end
+        assert L.tail(str(root / "a"), first, 10)[1] == 15  # what the file holds
+        # half of a new write seen (the new number, the old CRC): nothing new yet
+        torn = synced_line(first, 15)[:len(b"%d 15" % first)] + synced_line(first, 10)[
+            len(b"%d 10" % first):]
+        (root / "a" / L.SYNCED).write_bytes(torn)
+        assert L.synced(str(root / "a")) == (0, 0)
+        assert r.latestOffset(end, ReadAllAvailable()) == end
+        log.sync()
+        topic, payload = reading("n1", "temp", 22.0, 1, 16)
+        log.append_msg(topic, payload, 1, False, False, 0, 1767225602000)
+        log.sync()  # publishes again
+        more = r.latestOffset(end, ReadAllAvailable())
+        assert more["parts"]["a"]["n"] == 16
+        assert len(all_rows(r, end, more)) == 6
+    finally:
+        log.close()

@@ -291,11 +291,17 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 pos, n = self.target_parts.get(name, (at["pos"], at["n"]))
             else:
                 pos, n = at["pos"], at["n"]
-                seen = self._tails.get(name)
-                if seen is not None and seen[0] >= pos:
-                    pos, n = seen
-                pos, n = _log.tail(d, pos, n)
-                self._tails[name] = (pos, n)
+                done = _log.synced(d)
+                if done is not None:
+                    # only what the ingest has synced: a power loss cannot take it
+                    if done[0] > pos:
+                        pos, n = done
+                else:  # a writer that publishes no synced end: its whole records
+                    seen = self._tails.get(name)
+                    if seen is not None and seen[0] >= pos:
+                        pos, n = seen
+                    pos, n = _log.tail(d, pos, n)
+                    self._tails[name] = (pos, n)
             parts[name] = {"pos": pos, "n": n}
             rows += n - at["n"]
         return parts, rows
