@@ -1,31 +1,35 @@
 """The pipeline's throughput: messages per second from the broker into the
-durable ingest log and through a committed Spark batch (local[2]), next to a
-naive peer measured in the same run.
+durable ingest log and through a committed Spark batch (local[2]), with one
+ingest and with several under one shared subscription, next to a naive peer
+measured in the same run; and the end-to-end latency.
 
     python -m pipeline.bench [--messages 40000] [--rounds 2] [--progress]
-        [--only naive,ingest,noop,job,latency] [--min-rows N] [--max-delay S]
-        [--conf KEY=VALUE]
+        [--only naive,ingest,ingest2,noop,job,job2,latency,latency2] [--parts 2]
+        [--broker-inflight 32] [--min-rows N] [--max-delay S] [--conf KEY=VALUE]
 
-Every measurement is the same: two publisher processes put N firmware-format
-readings (50 nodes) at QoS 1 into our broker while the consumer's persistent
-session is offline, so the broker holds the backlog; the clock runs from the
-consumer's (re)start until it has them all:
+Every throughput measurement is the same: two publisher processes put N
+firmware-format readings (50 nodes) at QoS 1 into our broker while the
+consumer's persistent session(s) are offline, so the broker holds the
+backlog; the clock runs from the consumer's (re)start until it has them all:
 - naive: paho-mqtt writes each message to a file with an fsync before
   returning from on_message (paho acknowledges after it returns), the usual
   "durable before ack" subscriber;
 - ingest: the umqtt3 ingest has every message in its log (group fsync; each
-  acknowledgement leaves only after the fsync that covers it);
-- source only: the stream reader into Spark's noop sink has committed the
-  batch holding the last message (the clock includes the ingest);
-- telemetry job: the same through the job (dedup, windows, Parquet).
-For the two Spark rows the query first runs on 1,000 readings (JVM and
-Python workers warm), stops, and is restarted from its checkpoint when the
-clock starts: a catch-up after a restart.
+  acknowledgement leaves only after the fsync that covers it); ingest2:
+  --parts ingest processes under one MQTT 5 shared subscription, each into
+  its own log;
+- noop: the stream reader into Spark's noop sink has committed the batch
+  holding the last message (the clock includes the ingest);
+- job: the same through the telemetry job (dedup, windows, Parquet); job2:
+  the job reading the logs of --parts ingest processes (--ingest external).
+For the Spark rows the query first runs on 1,000 readings (JVM and Python
+workers warm), stops, and is restarted from its checkpoint (the ingest
+processes too) when the clock starts: a catch-up after a restart.
 
-latency: readings at a steady 400/s with their publish time, the job
-running (1 s windows and watermark); from a reading's publish to the first
-Parquet file holding its window, beside the naive subscriber's publish to
-fsync (latency()).
+latency, latency2: readings at a steady 400/s with their publish time, the
+job running (1 s windows and watermark) with one ingest or --parts; from a
+reading's publish to the first Parquet file holding its window, beside the
+naive subscriber's publish to fsync (latency()).
 """
 import argparse
 import json
@@ -114,12 +118,82 @@ def naive(broker, msgs, tmp):
     return n / dt
 
 
-def ingest(broker, msgs, tmp):
-    """The umqtt3 ingest alone: broker to durable log."""
+class Ingests:
+    """k ingest processes (python -m umqtt3_pipeline.ingest) under one MQTT 5
+    shared subscription $share/<group>/<topics>, each into root/<name>: the
+    scale-out of docs/pipeline.md."""
+
+    def __init__(self, broker, root, k, cid, topics):
+        self.broker, self.root, self.cid, self.topics = broker, root, cid, topics
+        self.names = ["p%d" % i for i in range(k)]
+        self.procs = []
+        self.at = {}
+
+    def start(self):
+        import subprocess
+        from tools import procs
+        self.procs = [subprocess.Popen(
+            [sys.executable, "-m", "umqtt3_pipeline.ingest", "--log",
+             os.path.join(self.root, name), "--broker", "127.0.0.1:%d" % self.broker.port,
+             "--client-id", "%s-%s" % (self.cid, name), "--share", self.cid,
+             "--topics", self.topics], env=procs.python_env(), stdout=subprocess.PIPE, text=True)
+            for name in self.names]
+        for p in self.procs:
+            if p.stdout.readline().strip() != "ready":
+                raise SystemExit("an ingest process did not start")
+        return self
+
+    def stop(self):
+        for p in self.procs:
+            p.terminate()
+        for p in self.procs:
+            p.wait(30)
+        self.procs = []
+
+    def count(self):
+        """Messages in the logs so far (whole records, read as the job does)."""
+        from umqtt3_pipeline import log as L
+        total = 0
+        for name in self.names:
+            d = os.path.join(self.root, name)
+            if name not in self.at:
+                first = L.first(d) if L.segments(d) else None
+                if first is None:
+                    continue
+                self.at[name] = first
+            self.at[name] = L.tail(d, *self.at[name])
+            total += self.at[name][1]
+        return total
+
+    def drop(self):
+        for name in self.names:
+            drop_session(self.broker, "%s-%s" % (self.cid, name))
+
+
+def ingest(broker, msgs, tmp, parts=1):
+    """The umqtt3 ingest alone: broker to durable log; with parts > 1 that
+    many ingest processes under one shared subscription. Returns msg/s and
+    messages per fsync (one ingest only, else None)."""
     from umqtt3_pipeline.ingest import Ingest
-    cid = "bench-ingest"
+    cid = "bench-ingest%d" % parts
     prefix = cid
     n = len(msgs)
+    if parts > 1:
+        ings = Ingests(broker, os.path.join(tmp, cid), parts, cid, prefix + "/+/+")
+        ings.start().stop()  # the group's sessions: the broker queues for them
+        join(publish(broker, n, prefix))
+        t0 = time.perf_counter()
+        ings.start()
+        end = time.monotonic() + 600
+        while ings.count() < n:
+            if time.monotonic() > end:
+                raise SystemExit("ingest: only %d of %d messages" % (ings.count(), n))
+            time.sleep(0.002)
+        dt = time.perf_counter() - t0
+        ings.stop()
+        ings.drop()
+        shutil.rmtree(os.path.join(tmp, cid))
+        return n / dt, None
     ensure_session("127.0.0.1:%d" % broker.port, prefix + "/+/+", 1, cid)
     join(publish(broker, n, prefix))  # the backlog, queued by the broker
     t0 = time.perf_counter()
@@ -143,7 +217,11 @@ def _end_n(progress):
     end = progress["sources"][0]["endOffset"]
     if isinstance(end, str):
         end = json.loads(end)
-    return end["n"] if end else 0
+    if not end:
+        return 0
+    if "parts" in end:  # several ingest logs: the messages of them all
+        return sum(p["n"] for p in end["parts"].values())
+    return end["n"]
 
 
 PHASES = ("latestOffset", "walCommit", "queryPlanning", "getBatch", "addBatch",
@@ -168,32 +246,112 @@ def show_progress(sink, t0, prog):
             " ".join("%d" % d.get(k, 0) for k in PHASES), "; ".join(state)))
 
 
-def spark_run(spark, broker, msgs, tmp, k, sink="job", show=False, batch=()):
+def _kind(cmd, pid, broker_pid):
+    if pid == broker_pid:
+        return "broker"
+    if pid == os.getpid():
+        return "bench (Spark's driver in Python)"
+    if "java" in os.path.basename(cmd[0]) if cmd else False:
+        return "Spark's JVM"
+    line = " ".join(cmd)
+    if "umqtt3_pipeline.ingest" in line:
+        return "ingest processes"
+    if "pipeline.bench" in line:
+        return "publishers"
+    return "Spark's Python workers (reader, ingest)"
+
+
+def cpu(broker):
+    """CPU seconds so far per kind of process (this one, its children, the
+    broker), counting children that have exited into their parent; by
+    process with BENCH_CPU_PIDS=1. Empty without psutil."""
+    try:
+        import psutil
+    except ImportError:
+        return {}
+    me = psutil.Process(os.getpid())
+    got = {}
+    for p in [me] + me.children(recursive=True) + [psutil.Process(broker.proc.pid)]:
+        try:
+            t = p.cpu_times()
+            k = _kind(p.cmdline(), p.pid, broker.proc.pid)
+            if os.environ.get("BENCH_CPU_PIDS"):
+                k = "%s [%d %s]" % (k, p.pid, " ".join(p.cmdline())[-60:])
+        except psutil.Error:
+            continue
+        got[k] = got.get(k, 0) + t.user + t.system + t.children_user + t.children_system
+    return got
+
+
+def show_cpu(before, after, dt):
+    """Where the machine's CPU went between two cpu() snapshots."""
+    if not after:
+        print("    (CPU per process: pip install psutil)")
+        return
+    total = sum(after.get(k, 0) - before.get(k, 0) for k in after)
+    print("    CPU in %.2f s of wall time (2 cores: %.2f s available): %s" % (
+        dt, 2 * dt, ", ".join("%s %.2f s" % (k, after[k] - before.get(k, 0))
+                              for k in sorted(after, key=lambda k: before.get(k, 0) - after[k]))))
+    print("    total %.2f s, %.0f %% of the 2 cores" % (total, 50 * total / dt))
+
+
+def steady(prog, t0, n0):
+    """msg/s after the first batch with rows: the rows of the later batches
+    over the time from the end of that batch to the end of the last (the
+    restart and the first batch left out); None with one batch."""
+    from datetime import datetime, timezone
+
+    def end(p):
+        ts = datetime.strptime(p["timestamp"], "%Y-%m-%dT%H:%M:%S.%fZ")
+        return ts.replace(tzinfo=timezone.utc).timestamp() + p["durationMs"]["triggerExecution"] / 1e3
+    data = [p for p in prog if p["numInputRows"] and _end_n(p) > n0]
+    if len(data) < 2:
+        return None
+    return sum(p["numInputRows"] for p in data[1:]) / (end(data[-1]) - end(data[0]))
+
+
+def spark_run(spark, broker, msgs, tmp, k, sink="job", show=False, batch=(), parts=1):
     """broker -> ingest log -> committed batch of the telemetry job (sink
-    "job"), or of the bare source into Spark's noop sink ("noop"). The warm
-    run of the job stops the way the job does (job.drain: the no-data batch
-    that writes the windows its watermark closed runs before the stop), so
-    the restart does not begin with that batch."""
+    "job"), or of the bare source into Spark's noop sink ("noop"). parts 1:
+    the job's own ingest (on the driver); more: that many ingest processes
+    under one shared subscription, the job reading their logs (--ingest
+    external). The warm run of the job stops the way the job does
+    (job.drain: the no-data batch that writes the windows its watermark
+    closed runs before the stop), so the restart does not begin with that
+    batch. Returns (msg/s from the restart, batches, msg/s after the first
+    batch)."""
     from umqtt3_pipeline import job
-    from umqtt3_pipeline import log as L
-    cid = "bench-spark-%s-%d" % (sink, k)
+    cid = "bench-spark-%s%d-%d" % (sink, parts, k)
     prefix = cid
     topics = prefix + "/+/+"
     n = len(msgs)
     warm = 1000
-    d = os.path.join(tmp, "spark-%s-%d" % (sink, k))
+    d = os.path.join(tmp, cid)
+    external = parts > 1
     a = job.parser().parse_args(["--broker", "127.0.0.1:%d" % broker.port, "--log", d + "/log",
                                  "--out", d + "/out", "--checkpoint", d + "/ckpt",
                                  "--client-id", cid, "--trigger", "0.001", "--max-rows", "0",
-                                 "--topics", topics] + list(batch))
+                                 "--topics", topics] + list(batch)
+                                + (["--ingest", "external"] if external else []))
+    ings = Ingests(broker, a.log, parts, cid, topics) if external else None
+
     def start():
+        if ings is not None:
+            ings.start()
         if sink == "job":
             return job.start(spark, a)
-        job.ensure_session(a.broker, topics, 1, cid)
+        if not external:
+            job.ensure_session(a.broker, topics, 1, cid)
         return (job.readings(spark, a.broker, topics, a.log, 1, cid, min_rows=a.min_rows,
-                             max_delay=a.max_delay).writeStream.format("noop")
+                             max_delay=a.max_delay, external=external)
+                .writeStream.format("noop")
                 .option("checkpointLocation", a.checkpoint).trigger(processingTime="0 seconds")
                 .start())
+
+    def stop(q):
+        q.stop()
+        if ings is not None:
+            ings.stop()
 
     def committed(k):
         end = time.monotonic() + 600
@@ -204,12 +362,11 @@ def spark_run(spark, broker, msgs, tmp, k, sink="job", show=False, batch=()):
             if any(_end_n(p) >= k for p in prog):
                 return prog
             if time.monotonic() > end:
-                raise SystemExit("spark: %d of %d messages committed, %d in the log"
-                                 % (max([_end_n(p) for p in prog] or [0]), k,
-                                    L.count(d + "/log")))
+                raise SystemExit("spark: %d of %d messages committed"
+                                 % (max([_end_n(p) for p in prog] or [0]), k))
             time.sleep(0.01)
     # a first run of the query warms the JVM and the Python workers, then
-    # stops; the backlog queues for its session; the clock runs from the
+    # stops; the backlog queues for its session(s); the clock runs from the
     # restart (from the same checkpoint) until the backlog is committed
     q = start()
     try:
@@ -218,23 +375,28 @@ def spark_run(spark, broker, msgs, tmp, k, sink="job", show=False, batch=()):
         c.disconnect()
         committed(warm)
         if sink == "job":
-            job.drain(q, a.log, 10, settle=3)  # stopped as the job stops: see spark_run's doc
+            job.drain(q, a.log, 10, settle=3)  # stopped as the job stops: see the doc above
     finally:
-        q.stop()
+        stop(q)
     join(publish(broker, n, prefix))
+    c0 = cpu(broker) if show else None
     t0 = time.perf_counter()
     q = start()
     try:
         prog = committed(warm + n)
         dt = time.perf_counter() - t0
-        batches = sum(1 for p in prog if p["numInputRows"])
+        batches = sum(1 for p in prog if p["numInputRows"] and _end_n(p) > warm)
         if show:
-            show_progress(sink, t0, prog)
+            show_cpu(c0, cpu(broker), dt)
+            show_progress("%s, %d ingest%s" % (sink, parts, "s" if parts > 1 else ""), t0, prog)
     finally:
-        q.stop()
-    drop_session(broker, cid)
+        stop(q)
+    if ings is not None:
+        ings.drop()
+    else:
+        drop_session(broker, cid)
     shutil.rmtree(d, ignore_errors=True)
-    return n / dt, batches
+    return n / dt, batches, steady(prog, t0, warm)
 
 
 def percentile(xs, q):
@@ -242,25 +404,29 @@ def percentile(xs, q):
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
-def latency(spark, broker, tmp, seconds=20.0, rate=400, nodes=20):
+def latency(spark, broker, tmp, seconds=20.0, rate=400, nodes=20, parts=1):
     """End to end at a steady rate: each reading carries its publish time
     "t"; the job runs with 1 s windows and a 1 s watermark; a reading's
     latency is when the first file holding its window appears in the output,
     minus t. In the same run the naive paho subscriber: after its fsync,
     minus t. The last 3 s of readings are left out (their windows wait for
-    the close). Returns ((p50, p95) job, (p50, p95) naive, readings)."""
+    the close). parts > 1: that many ingest processes under a shared
+    subscription (spark_run). Returns ((p50, p95) job, (p50, p95) naive,
+    readings)."""
     import paho.mqtt.client as mqtt
     import pyarrow.parquet as pq
     from umqtt3_pipeline import job
     from umqtt3_pipeline.output import files
-    cid = "bench-latency"
+    cid = "bench-latency%d" % parts
     topics = cid + "/+/+"
     d = os.path.join(tmp, cid)
     a = job.parser().parse_args(["--broker", "127.0.0.1:%d" % broker.port, "--log", d + "/log",
                                  "--out", d + "/out", "--checkpoint", d + "/ckpt",
                                  "--client-id", cid, "--topics", topics, "--window", "1 seconds",
                                  "--watermark", "1 seconds", "--trigger", "0.1",
-                                 "--min-rows", "0"])
+                                 "--min-rows", "0"]
+                                + (["--ingest", "external"] if parts > 1 else []))
+    ings = Ingests(broker, a.log, parts, cid, topics).start() if parts > 1 else None
     q = job.start(spark, a)
     naive_lat, seen, stop = [], {}, threading.Event()
     f = open(os.path.join(tmp, "latency-naive.log"), "ab")
@@ -310,6 +476,9 @@ def latency(spark, broker, tmp, seconds=20.0, rate=400, nodes=20):
     pub.disconnect()
     job.drain(q, a.log, 30)
     q.stop()
+    if ings is not None:
+        ings.stop()
+        ings.drop()
     stop.set()
     w.join()
     c.loop_stop()
@@ -323,27 +492,49 @@ def latency(spark, broker, tmp, seconds=20.0, rate=400, nodes=20):
             (percentile(naive_lat, 0.5), percentile(naive_lat, 0.95)), len(lat))
 
 
+ROWS = (("naive", "naive: paho-mqtt, fsync per message"),
+        ("ingest", "umqtt3 ingest: broker -> durable log"),
+        ("ingest2", "%d ingests, one shared subscription -> logs"),
+        ("noop", "-> committed batch, source only (noop sink)"),
+        ("job", "-> committed batch of the telemetry job"),
+        ("job2", "the same from %d ingests' logs"))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--messages", type=int, default=40000)
+    ap.add_argument("--messages", type=int, default=40000,
+                    help="the backlog of a round (our broker queues at most 65,000 a session)")
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--min-rows", type=int, help="the job's --min-rows for both Spark runs "
+    ap.add_argument("--parts", type=int, default=2,
+                    help="ingest processes under one shared subscription for the ingest2, job2 "
+                    "and latency2 rows")
+    ap.add_argument("--broker-inflight", type=int, default=32,
+                    help="our broker's --max-inflight: messages it sends a subscriber before "
+                    "it waits for acknowledgements (its default: 32)")
+    ap.add_argument("--min-rows", type=int, help="the job's --min-rows for the Spark runs "
                     "(default: the job's)")
     ap.add_argument("--max-delay", type=float, help="the job's --max-delay (default: the job's)")
     ap.add_argument("--progress", action="store_true",
-                    help="print Spark's durations per batch and phase for each Spark run")
+                    help="print the CPU each kind of process used and Spark's durations per "
+                    "batch and phase, for each Spark run")
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                     help="a Spark setting for the session (repeatable)")
-    ap.add_argument("--only", help="comma-separated subset of naive,ingest,noop,job,latency")
+    ap.add_argument("--only", help="comma-separated subset of naive,ingest,ingest2,noop,job,"
+                    "job2,latency,latency2 (default: all but noop)")
     ap.add_argument("--publish", nargs=4, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.publish:
         return publish_main(int(a.publish[0]), a.publish[1], int(a.publish[2]), int(a.publish[3]))
+    if not 0 < a.messages <= 60000:
+        ap.error("--messages %d: 1 to 60,000 (what our broker queues for a session)"
+                 % a.messages)
     t_start = time.perf_counter()
     tmp = tempfile.mkdtemp(prefix="umqtt3-bench-pipeline-")
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    broker = Broker(store=None).start()  # its offline queue holds up to 60,000
+    # its offline queue per session: the largest it takes (max_inflight + max_queued < 65535)
+    broker = Broker(store=None, max_queued=65535 - a.broker_inflight - 1,
+                    args=["--max-inflight", str(a.broker_inflight)]).start()
     try:
         import pyspark
         from umqtt3_pipeline import job
@@ -353,68 +544,85 @@ def main():
         spark = session("local[2]", app="umqtt3-bench", conf=conf)
         spark.sparkContext.setLogLevel("ERROR")
         msgs = backlog(a.messages, "bench")
-        print("umqtt3 pipeline benchmark: our broker on 127.0.0.1:%d, a backlog of %d messages "
-              "a round, %d round(s)" % (broker.port, a.messages, a.rounds))
+        print("umqtt3 pipeline benchmark: our broker on 127.0.0.1:%d (--max-inflight %d), a "
+              "backlog of %d messages a round, %d round(s)"
+              % (broker.port, a.broker_inflight, a.messages, a.rounds))
         print("  python: %s" % python_version())
-        print("  pyspark %s (local[2]), paho-mqtt %s, %d cores"
-              % (pyspark.__version__, dist_version("paho-mqtt"), os.cpu_count()))
+        print("  pyspark %s (local[2]), paho-mqtt %s, %d cores, load average %s"
+              % (pyspark.__version__, dist_version("paho-mqtt"), os.cpu_count(),
+                 " ".join("%.2f" % x for x in os.getloadavg())))
         batch = [] if a.min_rows is None else ["--min-rows", str(a.min_rows)]
         batch += [] if a.max_delay is None else ["--max-delay", str(a.max_delay)]
         ja = job.parser().parse_args(["--log", "-", "--out", "-", "--checkpoint", "-"] + batch)
-        print("  spark.sql.shuffle.partitions %s, batches of at least %d rows while the log "
-              "grows (at most %g s wait)" % (conf["spark.sql.shuffle.partitions"], ja.min_rows,
-                                            ja.max_delay))
-        only = set((a.only or "naive,ingest,noop,job,latency").split(","))
-        rows = {"naive": [], "ingest": [], "noop": [], "job": []}
+        print("  spark.sql.shuffle.partitions %s, JVM options %r, batches of at least %d rows "
+              "while the log grows (at most %g s wait)"
+              % (conf["spark.sql.shuffle.partitions"],
+                 conf.get("spark.driver.extraJavaOptions", ""), ja.min_rows, ja.max_delay))
+        only = set((a.only or "naive,ingest,ingest2,job,job2,latency,latency2").split(","))
+        rows = {k: [] for k, _ in ROWS}
+        after = {"noop": [], "job": [], "job2": []}
         per_sync = []
         for k in range(a.rounds):
-            line, nb = [], {}
-            for key in ("naive", "ingest", "noop", "job"):
+            line = []
+            for key, _ in ROWS:
                 if key not in only:
                     continue
+                nb = None
                 if key == "naive":
                     r = naive(broker, msgs, tmp)
-                elif key == "ingest":
-                    r, ps = ingest(broker, msgs, tmp)
-                    per_sync.append(ps)
+                elif key.startswith("ingest"):
+                    r, ps = ingest(broker, msgs, tmp, a.parts if key == "ingest2" else 1)
+                    if ps:
+                        per_sync.append(ps)
                 else:
-                    r, nb[key] = spark_run(spark, broker, msgs, tmp, k, key, a.progress, batch)
+                    r, nb, st = spark_run(spark, broker, msgs, tmp, k, key.rstrip("2"),
+                                          a.progress, batch, a.parts if key == "job2" else 1)
+                    if st:
+                        after[key].append(st)
                 rows[key].append(r)
-                line.append("%s %7.0f%s" % (key, r, " (%d batches)" % nb[key] if key in nb else ""))
+                line.append("%s %7.0f%s" % (key, r, "" if nb is None else " (%d batches)" % nb))
             if line:
-                print("  round %d: %s msg/s" % (k + 1, "  ".join(line)), flush=True)
+                print("  round %d: %s msg/s (load %.1f)" % (k + 1, "  ".join(line),
+                                                         os.getloadavg()[0]), flush=True)
         med = {k: median(v) for k, v in rows.items() if v}
         base = med.get("naive")
         print()
         if med:
-            print("  %-46s %10s %8s" % ("path", "msg/s", "x naive"))
-        for key, label in (("naive", "naive: paho-mqtt, fsync per message"),
-                           ("ingest", "umqtt3 ingest: broker -> durable log"),
-                           ("noop", "-> committed batch, source only (noop sink)"),
-                           ("job", "-> committed batch of the telemetry job")):
+            print("  %-46s %10s %8s %12s" % ("path", "msg/s", "x naive", "after batch 1"))
+        for key, label in ROWS:
             if key in med:
-                print("  %-46s %10.0f %8s" % (label, med[key],
-                                              "%.1fx" % (med[key] / base) if base else "-"))
+                print("  %-46s %10.0f %8s %12s" % (
+                    label.replace("%d", str(a.parts)), med[key],
+                    "%.1fx" % (med[key] / base) if base else "-",
+                    "%.0f" % median(after[key]) if after.get(key) else ""))
         print()
         if per_sync:
             print("  messages per fsync in the ingest log: %.1f (median)" % median(per_sync))
-        if "noop" in med or "job" in med:
+        spark_rows = [(key, label) for key, label in (("noop", "source only"),
+                                                      ("job", "telemetry job, 1 ingest"),
+                                                      ("job2", "telemetry job, %d ingests"
+                                                       % a.parts)) if key in med]
+        if spark_rows:
             print("  goal: >= 20,000 msg/s to a committed batch: %s" % ", ".join(
                 "%s %s" % (label, "met" if med[key] >= 20000 else "NOT met")
-                for key, label in (("noop", "source only"), ("job", "telemetry job"))
-                if key in med))
-        if "latency" in only:
-            lats = [latency(spark, broker, tmp) for _ in range(a.rounds)]
+                for key, label in spark_rows))
+        for key, parts in (("latency", 1), ("latency2", a.parts)):
+            if key not in only:
+                continue
+            lats = [latency(spark, broker, tmp, parts=parts) for _ in range(a.rounds)]
             for k, (j, nv, n) in enumerate(lats):
-                print("  latency round %d: job p50 %.2f s p95 %.2f s (%d readings); naive p50 "
-                      "%.1f ms p95 %.1f ms" % (k + 1, j[0], j[1], n, nv[0] * 1e3, nv[1] * 1e3))
-            print("  end to end, reading published -> its window in Parquet (1 s windows, "
-                  "1 s watermark): p50 %.2f s, p95 %.2f s (medians); naive subscriber to its "
-                  "fsync: p50 %.1f ms, p95 %.1f ms" % (
+                print("  %s round %d: job p50 %.2f s p95 %.2f s (%d readings); naive p50 "
+                      "%.1f ms p95 %.1f ms" % (key, k + 1, j[0], j[1], n, nv[0] * 1e3,
+                                               nv[1] * 1e3))
+            print("  end to end with %d ingest%s, reading published -> its window in Parquet "
+                  "(1 s windows, 1 s watermark): p50 %.2f s, p95 %.2f s (medians); naive "
+                  "subscriber to its fsync: p50 %.1f ms, p95 %.1f ms" % (
+                      parts, "s" if parts > 1 else "",
                       median([x[0][0] for x in lats]), median([x[0][1] for x in lats]),
                       median([x[1][0] for x in lats]) * 1e3,
-                      median([x[1][1] for x in lats]) * 1e3))
-        print("  total run time %.1f s" % (time.perf_counter() - t_start))
+                      median([x[1][1] for x in lats]) * 1e3), flush=True)
+        print("  total run time %.1f s, load average %s" % (
+            time.perf_counter() - t_start, " ".join("%.2f" % x for x in os.getloadavg())))
         spark.stop()
     finally:
         broker.stop()

@@ -16,13 +16,15 @@ class Broker:
     """python -m umqtt3.broker on 127.0.0.1; restartable on the same port
     and store directory."""
 
-    def __init__(self, store=None, port=None):
+    def __init__(self, store=None, port=None, max_queued=60000, args=()):
         self.port = port or procs.free_port()
         self.store = store
+        self.max_queued = max_queued
+        self.args = list(args)  # more of the broker's options
         self.proc = None
 
     def start(self):
-        cmd = procs.umqtt3_broker_cmd(self.port, "--max-queued", "60000")
+        cmd = procs.umqtt3_broker_cmd(self.port, "--max-queued", str(self.max_queued), *self.args)
         if self.store:
             cmd += ["--store", str(self.store)]
         self.proc = procs.start(cmd, self.port, stdout=subprocess.DEVNULL,

@@ -2,6 +2,7 @@
 one line with exit status 2 before Spark starts, and Ctrl-C stopping it with
 a summary and no traceback once it has written its windows."""
 import os
+import pathlib
 import re
 import signal
 import subprocess
@@ -36,9 +37,53 @@ def job_args(tmp_path, *extra):
     (["--window", "10"], "--window: '10' is not '<number> seconds|minutes|hours|days'"),
     (["--watermark", "0 seconds"], "--watermark: '0 seconds' is not above 0"),
     (["--max-early", "-1"], "--max-early: -1 is below 0"),
+    (["--conf", "spark.sql.shuffle.partitions"],
+     "--conf: 'spark.sql.shuffle.partitions' is not KEY=VALUE"),
+    (["--conf", "=1"], "--conf: '=1' is not KEY=VALUE"),
 ])
 def test_job_refuses(tmp_path, extra, what):
     assert refused(JOB, job_args(tmp_path, *extra), what).startswith("umqtt3-pipeline: ")
+
+
+@pytest.mark.skipif(have_spark() is not None, reason=have_spark() or "")
+def test_spark_settings_c1_by_default_and_conf_last(monkeypatch):
+    import pyspark
+    from umqtt3_pipeline import job
+    # nothing given by spark-submit or a running Spark (another test's)
+    real = pyspark.SparkConf
+    monkeypatch.setattr(pyspark, "SparkConf", lambda: real(loadDefaults=False))
+    a = job.parser().parse_args(job_args(pathlib.Path("/x"), "--conf",
+                                         "spark.driver.extraJavaOptions=", "--conf", "k=a=b"))
+    assert a.conf == [("spark.driver.extraJavaOptions", ""), ("k", "a=b")]
+    c = job.spark_conf()
+    assert c["spark.driver.extraJavaOptions"] == job.JIT == "-XX:TieredStopAtLevel=1"
+    assert c["spark.sql.shuffle.partitions"] == "1"
+    c = job.spark_conf(4, conf=a.conf)
+    assert (c["spark.driver.extraJavaOptions"], c["k"], c["spark.sql.shuffle.partitions"]) == (
+        "", "a=b", "4")
+    # JVM options spark-submit or spark-defaults.conf gave are kept
+    given = real(loadDefaults=False).set("spark.driver.extraJavaOptions", "-Xmx1g")
+    monkeypatch.setattr(pyspark, "SparkConf", lambda: given)
+    assert "spark.driver.extraJavaOptions" not in job.spark_conf()
+
+
+def test_workers_leave_out_only_the_installed_pyspark_zips(tmp_path):
+    import importlib.util
+    from umqtt3_pipeline import job
+    path = os.path.join(os.path.dirname(job.__file__), "workers", "sitecustomize.py")
+    spec = importlib.util.spec_from_file_location("workers_sitecustomize", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # leaves this process's path as it is: no such zip on it
+    installed = tmp_path / "site-packages" / "pyspark"
+    (installed / "python" / "lib").mkdir(parents=True)
+    (installed / "__init__.py").write_text("")
+    other = tmp_path / "opt" / "spark" / "python" / "lib"
+    other.mkdir(parents=True)
+    lib = str(installed / "python" / "lib")
+    assert mod._installed_zip(os.path.join(lib, "pyspark.zip"))
+    assert mod._installed_zip(os.path.join(lib, "py4j-0.10.9.9-src.zip"))
+    assert not mod._installed_zip(str(other / "pyspark.zip"))  # another Spark's
+    assert not mod._installed_zip(str(tmp_path / "site-packages"))
 
 
 def test_job_refuses_a_broker_it_cannot_reach(tmp_path):

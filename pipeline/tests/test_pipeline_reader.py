@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -21,7 +22,7 @@ pytest.importorskip("pyspark", reason="pyspark is not installed (pip install '.[
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows  # noqa: E402
 
 from umqtt3_pipeline import log as L  # noqa: E402
-from umqtt3_pipeline.source import StreamReader, BatchReader  # noqa: E402
+from umqtt3_pipeline.source import BLOCK, StreamReader, BatchReader  # noqa: E402
 
 
 def options(broker, path, **kw):
@@ -77,7 +78,11 @@ def test_offsets_limits_partitions_and_commit(umqtt3_broker, tmp_path):
     assert (slow.min_rows, slow.max_delay) == (61, 3600)
     log = r._ingest.log
     r.min_rows, r.max_delay, log.synced_at = 61, 3600, float("inf")
+    t = time.monotonic()
     assert r.latestOffset(start, ReadAllAvailable()) == start
+    # it waited in the call (Spark would otherwise ask again at once, and
+    # again), but not for the whole delay
+    assert BLOCK <= time.monotonic() - t < 3600
     r.min_rows = 60
     assert r.latestOffset(start, ReadAllAvailable()) == end
     r.min_rows, r.max_delay = 61, 0
@@ -200,3 +205,96 @@ def test_ingest_killed_mid_stream_loses_nothing(umqtt3_broker, tmp_path, qos):
     if qos == 2:
         assert max(counts.values()) == 1  # nothing twice
     pub.disconnect()
+
+
+def test_external_logs_wait_for_min_rows_while_they_grow(tmp_path):
+    """ingest=external (one log per ingest process): minRowsPerBatch counts
+    the rows of every log, and only while one of them is being written."""
+    root = tmp_path / "logs"
+    logs = {name: L.Log(str(root / name)) for name in ("a", "b")}
+    try:
+        for i in range(30):
+            topic, payload = reading("n%d" % (i % 2), "temp", 20.0, 1, i + 1)
+            logs["ab"[i % 2]].append_msg(topic, payload, 1, False, False, 0, 1767225600000 + i)
+        for log in logs.values():
+            log.sync()
+        def written(at):  # when the ingests last wrote: their segments' mtime
+            for name in logs:
+                seg = root / name / L.seg_name(L.segments(str(root / name))[-1])
+                os.utime(seg, (at, at))
+        r = StreamReader({"path": str(root), "ingest": "external", "minRowsPerBatch": "31",
+                          "maxTriggerDelay": "3600"})
+        start = r.initialOffset()
+        written(time.time() + 3600)  # being written all along
+        t = time.monotonic()
+        assert r.latestOffset(start, ReadAllAvailable()) == start  # 30 rows, logs just written
+        assert time.monotonic() - t >= BLOCK  # waited in the call
+        r.min_rows = 30
+        end = r.latestOffset(start, ReadAllAvailable())
+        assert {k: v["n"] for k, v in end["parts"].items()} == {"a": 15, "b": 15}
+        assert len(all_rows(r, start, end)) == 30
+        r.min_rows, r.max_delay = 31, 0
+        assert r.latestOffset(start, ReadAllAvailable()) == end  # waited long enough
+        r.max_delay = 3600
+        written(time.time() - 10)
+        assert r.latestOffset(start, ReadAllAvailable()) == end  # quiet logs: read at once
+        # more rows in one log: scanned on from where the last call stopped
+        topic, payload = reading("n0", "temp", 21.0, 1, 99)
+        logs["a"].append_msg(topic, payload, 1, False, False, 0, 1767225601000)
+        logs["a"].sync()
+        r.min_rows = 0
+        more = r.latestOffset(end, ReadAllAvailable())
+        assert {k: v["n"] for k, v in more["parts"].items()} == {"a": 16, "b": 15}
+        assert [x[0] for x in all_rows(r, end, more)] == ["umqtt3/n0/temp"]
+    finally:
+        for log in logs.values():
+            log.close()
+
+
+def synced_line(pos, n):
+    import zlib
+    body = b"%d %d" % (pos, n)
+    return (b"%s %08x" % (body, zlib.crc32(body))).ljust(L.SYNCED_SIZE - 1) + b"\n"
+
+
+def test_external_logs_are_read_up_to_the_synced_end_their_writer_publishes(tmp_path):
+    """A log written by python -m umqtt3_pipeline.ingest publishes its synced
+    end (SYNCED): the job in another process reads up to it and no further,
+    so a power loss of the ingest's host cannot take a record the job read."""
+    root = tmp_path / "logs"
+    log = L.Log(str(root / "a"), publish_synced=True)
+    try:
+        assert L.synced(str(root / "a")) == log.durable()  # published from the start
+        for i in range(10):
+            topic, payload = reading("n1", "temp", 20.0, 1, i + 1)
+            log.append_msg(topic, payload, 1, False, False, 0, 1767225600000 + i)
+        first = log.sync()
+        assert L.synced(str(root / "a")) == (first, 10)
+        r = StreamReader({"path": str(root), "ingest": "external"})
+        start = r.initialOffset()
+        end = r.latestOffset(start, ReadAllAvailable())
+        assert end["parts"]["a"] == {"pos": first, "n": 10}
+        # 5 records more in the file, but SYNCED says 10 (as between a write
+        # and its fsync): the reader does not go past it
+        for i in range(5):
+            topic, payload = reading("n1", "temp", 21.0, 1, 11 + i)
+            log.append_msg(topic, payload, 1, False, False, 0, 1767225601000 + i)
+        log.sync()
+        (root / "a" / L.SYNCED).write_bytes(synced_line(first, 10))
+        assert r.latestOffset(end, ReadAllAvailable()) == end
+        assert L.tail(str(root / "a"), first, 10)[1] == 15  # what the file holds
+        # half of a new write seen (the new number, the old CRC): nothing new yet
+        torn = synced_line(first, 15)[:len(b"%d 15" % first)] + synced_line(first, 10)[
+            len(b"%d 10" % first):]
+        (root / "a" / L.SYNCED).write_bytes(torn)
+        assert L.synced(str(root / "a")) == (0, 0)
+        assert r.latestOffset(end, ReadAllAvailable()) == end
+        log.sync()
+        topic, payload = reading("n1", "temp", 22.0, 1, 16)
+        log.append_msg(topic, payload, 1, False, False, 0, 1767225602000)
+        log.sync()  # publishes again
+        more = r.latestOffset(end, ReadAllAvailable())
+        assert more["parts"]["a"]["n"] == 16
+        assert len(all_rows(r, end, more)) == 6
+    finally:
+        log.close()

@@ -1,7 +1,8 @@
 """Scale-out: two ingest processes share one MQTT 5 shared subscription
-($share/<group>/<filter>) on mosquitto, each into its own log; one is
+($share/<group>/<filter>) [MQTT-4.8.2-1], each into its own log; one is
 SIGKILLed and restarted mid-stream; the job reads both logs (offsets per
-log) and counts every reading exactly once. Marked slow (Spark)."""
+log) and counts every reading exactly once. The same test on umqtt3's
+broker and on mosquitto. Marked slow (Spark)."""
 import collections
 import os
 import shutil
@@ -14,18 +15,26 @@ import time
 import pytest
 
 from tools import procs
-from pipeline_support import have_spark, publish_all, publisher, reading, spark_session, wait_for
+from pipeline_support import (Broker, have_spark, publish_all, publisher, reading,
+                              spark_session, wait_for)
 
 pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(have_spark() is not None, reason=have_spark() or ""),
-              pytest.mark.skipif(not shutil.which("mosquitto"), reason="no mosquitto")]
+              pytest.mark.skipif(have_spark() is not None, reason=have_spark() or "")]
 
 WINDOW = 10
 
 
-@pytest.fixture
+def umqtt3_broker(tmp_path):
+    """python -m umqtt3.broker (MQTT 5, $share) with its store."""
+    b = Broker(store=tmp_path / "broker-store").start()
+    yield b.port
+    b.stop()
+
+
 def mosquitto(tmp_path):
     """mosquitto (MQTT 5, $share) with persistence, on a free loopback port."""
+    if not shutil.which("mosquitto"):
+        pytest.skip("no mosquitto")
     port = procs.free_port()
     d = tmp_path / "mosquitto"
     d.mkdir()
@@ -35,6 +44,12 @@ def mosquitto(tmp_path):
                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     yield port
     procs.stop(p)
+
+
+@pytest.fixture(params=["umqtt3", "mosquitto"])
+def broker(request, tmp_path):
+    """The port of an MQTT 5 broker with shared subscriptions: ours, then mosquitto."""
+    yield from (umqtt3_broker if request.param == "umqtt3" else mosquitto)(tmp_path)
 
 
 def ingest(port, log, name):
@@ -62,17 +77,17 @@ def keys(log_root):
     return seen
 
 
-def test_two_ingests_share_a_subscription_one_killed_every_reading_once(mosquitto, tmp_path):
+def test_two_ingests_share_a_subscription_one_killed_every_reading_once(broker, tmp_path):
     from umqtt3_pipeline import job, log as L
     from umqtt3_pipeline.plot import load
     root = tmp_path / "logs"
-    ings = {n: ingest(mosquitto, root / n, n) for n in ("a", "b")}
+    ings = {n: ingest(broker, root / n, n) for n in ("a", "b")}
     try:
         now = int(time.time())
         t0 = now - 120 - now % WINDOW
         rs = [("s%d" % (i % 3), "temp", i % 17, 5, i, t0 + i * 0.03) for i in range(3000)]
         msgs = [reading(n, m, v, b, s, t) for n, m, v, b, s, t in rs]
-        pub = publisher(mosquitto, "shared-pub")
+        pub = publisher(broker, "shared-pub")
         t = threading.Thread(target=publish_all, args=(pub, msgs, 1, 120))
         t.start()
         wait_for(lambda: L.segments(str(root / "a")) and L.count(str(root / "a")) >= 400, 60,
@@ -80,7 +95,7 @@ def test_two_ingests_share_a_subscription_one_killed_every_reading_once(mosquitt
         ings["a"].send_signal(signal.SIGKILL)  # mid-stream, acknowledged or not
         ings["a"].wait()
         time.sleep(0.5)
-        ings["a"] = ingest(mosquitto, root / "a", "a")  # the same session and log
+        ings["a"] = ingest(broker, root / "a", "a")  # the same session and log
         t.join(120)
         pub.disconnect()
         # both took a share, and every reading is in a log at least once

@@ -90,6 +90,15 @@ def processed(q):
     return sum(p["numInputRows"] for p in q.recentProgress)
 
 
+def test_python_workers_import_pyspark_as_installed(spark):
+    # not compiled anew from pyspark.zip at each worker's start (job._worker_path)
+    import pyspark
+    where = spark.sparkContext.parallelize([0], 1).map(
+        lambda _: __import__("pyspark").__file__).collect()
+    assert where == [pyspark.__file__]
+    assert ".zip" not in where[0]
+
+
 def test_window_aggregates_are_exact_and_duplicates_count_once(spark, umqtt3_broker, tmp_path):
     from umqtt3_pipeline import job
     q = job.start(spark, job.parser().parse_args(job_args(umqtt3_broker, tmp_path, "exact")))

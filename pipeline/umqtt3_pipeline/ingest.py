@@ -68,7 +68,7 @@ class Ingest:
 
     def __init__(self, path, broker="127.0.0.1:1883", topics=("#",), client_id="umqtt3-spark",
                  qos=1, keepalive=30, segment_bytes=64 << 20, bufsize=65536, clock=time.time,
-                 level=4):
+                 level=4, publish_synced=False):
         assert qos in (1, 2), "the ingest acknowledges after the log: QoS 1 or 2"
         self.path = path
         self.host, self.port = parse_broker(broker)
@@ -80,6 +80,7 @@ class Ingest:
         self.bufsize = bufsize
         self.clock = clock
         self.level = level  # 5 for MQTT 5 (a shared subscription: $share/<group>/<filter>)
+        self.publish_synced = publish_synced  # for a job in another process (log.synced)
         self.log = None
         self.client = None
         self.thread = None
@@ -89,7 +90,7 @@ class Ingest:
         self.connected = threading.Event()
 
     def start(self):
-        self.log = Log(self.path, self.segment_bytes)
+        self.log = Log(self.path, self.segment_bytes, publish_synced=self.publish_synced)
         store = LogStore(self.log)
         c = MQTTClient(self.client_id, self.host, self.port, keepalive=self.keepalive,
                        reconnect=True, store=store, bufsize=self.bufsize,
@@ -189,7 +190,8 @@ def main(argv=None):
         topics = shared(topics, a.share)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    ing = Ingest(a.log, a.broker, topics, a.client_id, a.qos, level=level).start()
+    ing = Ingest(a.log, a.broker, topics, a.client_id, a.qos, level=level,
+                 publish_synced=True).start()
     try:
         while not stop.is_set() and ing.error is None:
             if ing.connected.is_set():

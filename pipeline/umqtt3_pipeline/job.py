@@ -32,12 +32,14 @@ from .cli import Help, Parser
 
 def _worker_path():
     # in local mode Python workers inherit the driver's environment: let them
-    # import umqtt3 and this package however the driver found them
+    # import umqtt3 and this package however the driver found them, and
+    # PySpark as installed (workers/sitecustomize.py)
     import umqtt3
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     lib = os.path.dirname(os.path.dirname(os.path.abspath(umqtt3.__file__)))
+    workers = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers")
     parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    for p in (here, lib):
+    for p in (here, lib, workers):
         if p not in parts:
             parts.insert(0, p)
     os.environ["PYTHONPATH"] = os.pathsep.join(parts)
@@ -74,16 +76,28 @@ def session(master=None, app="umqtt3-telemetry", conf=None):
     return spark
 
 
-def spark_conf(shuffle_partitions=None, ui=False):
+# The JVM's JIT: its top tier (C2) spends more CPU compiling than the
+# job's batches gain from it on a small machine (measured: docs/pipeline.md);
+# the first tier alone compiles fast.
+JIT = "-XX:TieredStopAtLevel=1"
+
+
+def spark_conf(shuffle_partitions=None, ui=False, conf=()):
     """The job's Spark settings. Its two stateful operators each keep a state
     store per shuffle partition and commit them every batch, so on one
     machine a single partition is cheaper (measured: docs/pipeline.md);
-    spark-submit's own spark.sql.shuffle.partitions is kept unless given."""
+    spark-submit's own spark.sql.shuffle.partitions is kept unless given. The
+    JVM the job starts itself (not spark-submit's) compiles with C1 only
+    (JIT). conf: (key, value) pairs given last (--conf)."""
     from pyspark import SparkConf
-    conf = {"spark.ui.showConsoleProgress": "false", "spark.ui.enabled": "true" if ui else "false"}
-    if shuffle_partitions or not SparkConf().contains("spark.sql.shuffle.partitions"):
-        conf["spark.sql.shuffle.partitions"] = str(shuffle_partitions or 1)
-    return conf
+    given = SparkConf()
+    c = {"spark.ui.showConsoleProgress": "false", "spark.ui.enabled": "true" if ui else "false"}
+    if shuffle_partitions or not given.contains("spark.sql.shuffle.partitions"):
+        c["spark.sql.shuffle.partitions"] = str(shuffle_partitions or 1)
+    if not given.contains("spark.driver.extraJavaOptions"):
+        c["spark.driver.extraJavaOptions"] = JIT
+    c.update(conf)
+    return c
 
 
 def readings(spark, broker, topics, path, qos=1, client_id="umqtt3-telemetry", max_rows=0,
@@ -92,13 +106,14 @@ def readings(spark, broker, topics, path, qos=1, client_id="umqtt3-telemetry", m
     logs under path are written by ingest processes of their own."""
     r = spark.readStream.format("umqtt3")
     if external:
-        return r.option("path", path).option("ingest", "external").load()
-    r = (r
-         .option("broker", broker).option("topics", topics).option("qos", str(qos))
-         .option("clientId", client_id).option("path", path)
-         .option("trim", "true" if trim else "false"))
-    if max_rows:
-        r = r.option("maxRowsPerBatch", str(max_rows))
+        r = r.option("path", path).option("ingest", "external")
+    else:
+        r = (r
+             .option("broker", broker).option("topics", topics).option("qos", str(qos))
+             .option("clientId", client_id).option("path", path)
+             .option("trim", "true" if trim else "false"))
+        if max_rows:
+            r = r.option("maxRowsPerBatch", str(max_rows))
     if min_rows:
         r = r.option("minRowsPerBatch", str(min_rows)).option("maxTriggerDelay", str(max_delay))
     return r.load()
@@ -328,6 +343,13 @@ def _broker(text):
     return text
 
 
+def _setting(text):
+    key, eq, value = text.partition("=")
+    if not eq or not key.strip():
+        raise argparse.ArgumentTypeError("%r is not KEY=VALUE" % text)
+    return key.strip(), value
+
+
 def _usable_dir(ap, option, path):
     probe = os.path.abspath(path)
     while not os.path.exists(probe):
@@ -381,6 +403,9 @@ def parser():
     ap.add_argument("--shuffle-partitions", type=_at_least(1, int),
                     help="default: spark-submit's, else 1 (one machine)")
     ap.add_argument("--ui", action="store_true", help="start Spark's web UI")
+    ap.add_argument("--conf", action="append", default=[], type=_setting, metavar="KEY=VALUE",
+                    help="a Spark setting, as spark-submit's --conf (repeatable); for example "
+                    "--conf spark.driver.extraJavaOptions= to let the JVM compile with C2")
     return ap
 
 
@@ -431,7 +456,7 @@ def main(argv=None):
     t0 = time.monotonic()
     spark = q = None
     try:
-        spark = session(a.master, conf=spark_conf(a.shuffle_partitions, a.ui))
+        spark = session(a.master, conf=spark_conf(a.shuffle_partitions, a.ui, a.conf))
         on_signals(stop, interrupted)
         spark.sparkContext.setLogLevel("ERROR")
         if not stop.is_set():

@@ -24,7 +24,8 @@ many seconds), keepalive,
 segmentBytes, splitBytes, trim ("false" keeps the history for the batch
 reader), ingest ("external": no ingest here; path holds one log per
 sub-directory, each written by its own ``python -m umqtt3_pipeline.ingest``,
-for instance under one MQTT 5 shared subscription; offsets per log).
+for instance under one MQTT 5 shared subscription; offsets per log;
+minRowsPerBatch counts the rows of all of them).
 """
 import os
 import time
@@ -49,6 +50,7 @@ SCHEMA = ("topic string, payload binary, qos int, retain boolean, dup boolean, "
 
 _BATCH_ROWS = 8192
 QUIET = 0.1  # seconds without a sync after which the log is not growing
+BLOCK = 0.25  # seconds latestOffset() waits at most for minRowsPerBatch in one call
 
 
 def _arrow_schema():
@@ -244,6 +246,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # one sub-directory each (scale-out over a shared subscription)
         self.external = options.get("ingest", "") == "external"
         self.target_parts = None  # the same for those: {name: (position, number)}
+        self._tails = {}  # {name: (position, number)}: how far each was scanned
         self._ingest = None
 
     def __getstate__(self):
@@ -270,9 +273,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"pos": pos, "n": n}
 
     def _external_end(self, start):
-        """Each partition's end of whole records, from start on; a partition
-        that appeared since starts at its first record."""
+        """Each partition's end of whole records, from start on (a partition
+        that appeared since starts at its first record), and how many
+        messages lie between start and those ends. A partition's end found
+        before is scanned on from, not from start again."""
         parts = dict(start.get("parts", {}))
+        rows = 0
         for name in log_parts(self.path):
             d = os.path.join(self.path, name)
             at = parts.get(name)
@@ -284,28 +290,77 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if self.target_parts is not None:
                 pos, n = self.target_parts.get(name, (at["pos"], at["n"]))
             else:
-                pos, n = _log.tail(d, at["pos"], at["n"])
+                pos, n = at["pos"], at["n"]
+                done = _log.synced(d)
+                if done is not None:
+                    # only what the ingest has synced: a power loss cannot take it
+                    if done[0] > pos:
+                        pos, n = done
+                else:  # a writer that publishes no synced end: its whole records
+                    seen = self._tails.get(name)
+                    if seen is not None and seen[0] >= pos:
+                        pos, n = seen
+                    pos, n = _log.tail(d, pos, n)
+                    self._tails[name] = (pos, n)
             parts[name] = {"pos": pos, "n": n}
-        return parts
+            rows += n - at["n"]
+        return parts, rows
+
+    def _growing(self):
+        """Whether an ingest wrote to its log within the last QUIET seconds."""
+        now = time.time()
+        for name in log_parts(self.path):
+            d = os.path.join(self.path, name)
+            bases = _log.segments(d)
+            try:
+                if bases and now - os.stat(os.path.join(d, _log.seg_name(bases[-1]))).st_mtime < QUIET:
+                    return True
+            except FileNotFoundError:
+                continue
+        return False
+
+    def _external_wait(self, start, parts, rows):
+        """minRowsPerBatch over every partition, as _wait for one log: the
+        ends to read up to, or None for "no batch yet"."""
+        key = tuple(sorted((k, v["n"]) for k, v in start.get("parts", {}).items()))
+        now = time.monotonic()
+        if self._waiting is None or self._waiting[0] != key:
+            self._waiting = (key, now)
+        until = min(self._waiting[1] + self.max_delay, now + BLOCK)
+        while True:
+            if rows >= self.min_rows or now >= self._waiting[1] + self.max_delay:
+                return parts
+            if not self._growing():
+                return parts
+            if now >= until:
+                return None
+            time.sleep(0.02)
+            parts, rows = self._external_end(start)
+            now = time.monotonic()
 
     def getDefaultReadLimit(self):
         return ReadMaxRows(self.max_rows) if self.max_rows > 0 else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self):
         if self.external:
-            ends = self._external_end({"parts": {}})
+            ends = self._external_end({"parts": {}})[0]
             self.target_parts = {k: (v["pos"], v["n"]) for k, v in ends.items()}
             return
         self.target = self._log().durable()
 
     def latestOffset(self, start, limit):
         if self.external:
-            # the ingests run apart and never wait for Spark: no read limits
+            # the ingests run apart and never wait for Spark: no maxRowsPerBatch
             closed = start.get("close", 0)
             asked = _close_requested(self.path)
+            parts, rows = self._external_end(start)
+            if asked <= closed and self.target_parts is None and 0 < rows < self.min_rows:
+                parts = self._external_wait(start, parts, rows)
+                if parts is None:
+                    return start  # no batch yet: more rows are coming in
             if asked > closed:
                 closed = max(asked, int(time.time() * 1000))
-            end = {"parts": self._external_end(start)}
+            end = {"parts": parts}
             if closed:
                 end["close"] = closed
             return end
@@ -315,9 +370,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if asked > closed:
             self._ingest.pause()  # nothing enters the log after the close
         end, n = self.target or log.durable()
-        if (self.target is None and asked <= closed and 0 < n - start["n"] < self.min_rows
-                and time.monotonic() - log.synced_at < QUIET and self._wait(start)):
-            return start  # no batch yet: more rows are coming in
+        if self.target is None and asked <= closed and 0 < n - start["n"] < self.min_rows:
+            end, n = self._wait(log, start)
+            if end is None:
+                return start  # no batch yet: more rows are coming in
         if isinstance(limit, ReadMaxRows) and n - start["n"] > limit.max_rows:
             end, n = _log.advance(self.path, start["pos"], start["n"], end, limit.max_rows)
         elif asked > closed:
@@ -326,17 +382,31 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             closed = max(asked, int(time.time() * 1000))
         return _offset(end, n, closed)
 
-    def _wait(self, start):
-        """True while the rows after start have waited less than max_delay
-        (asked only while the log grows: a quiet one is read at once)."""
+    def _wait(self, log, start):
+        """While the log grows (a quiet one is read at once) and the rows
+        after start are fewer than min_rows and have waited less than
+        max_delay: wait here, up to BLOCK seconds a call, so that Spark does
+        not ask again and again (each ask costs its JVM and this process
+        CPU the ingest's thread needs). Returns the durable end to read up
+        to, or (None, None) to answer "no batch yet"."""
         now = time.monotonic()
         if self._waiting is None or self._waiting[0] != start["n"]:
             self._waiting = (start["n"], now)
-        return now - self._waiting[1] < self.max_delay
+        until = min(self._waiting[1] + self.max_delay, now + BLOCK)
+        while True:
+            end, n = log.durable()
+            now = time.monotonic()
+            if n - start["n"] >= self.min_rows or now - log.synced_at >= QUIET:
+                return end, n
+            if now >= self._waiting[1] + self.max_delay:
+                return end, n
+            if now >= until:
+                return None, None
+            time.sleep(0.005)
 
     def reportLatestOffset(self):
         if self.external:
-            return {"parts": self._external_end({"parts": {}})}
+            return {"parts": self._external_end({"parts": {}})[0]}
         pos, n = self._log().durable()
         return {"pos": pos, "n": n}
 
