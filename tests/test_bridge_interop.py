@@ -182,15 +182,14 @@ def _upstream_watch(port, ssl_ctx=None, user=None, password=None):
     return c, got
 
 
-def test_tls_to_mosquitto_with_a_context_of_our_own(broker_factory, tmp_path):
+def _cert(tmp_path, name="cert"):
+    """A self-signed certificate for 127.0.0.1 and its key, made now with
+    openssl (no key material in the repository): (cert, key) paths."""
     import shutil
-    import ssl
-    from umqtt3.broker import Broker
-    from umqtt3.bridge import install
     if not shutil.which("openssl"):
         pytest.skip("openssl is not installed")
-    cert = str(tmp_path / "cert.pem")
-    key = str(tmp_path / "key.pem")
+    cert = str(tmp_path / (name + ".pem"))
+    key = str(tmp_path / (name + ".key"))
     r = subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
          "-nodes", "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=localhost",
@@ -198,6 +197,14 @@ def test_tls_to_mosquitto_with_a_context_of_our_own(broker_factory, tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30)
     if r.returncode:
         pytest.skip("openssl could not make a certificate")
+    return cert, key
+
+
+def test_tls_to_mosquitto_with_a_context_of_our_own(broker_factory, tmp_path):
+    import ssl
+    from umqtt3.broker import Broker
+    from umqtt3.bridge import install
+    cert, key = _cert(tmp_path)
     up = broker_factory(tls=(cert, key))
     ctx = ssl.create_default_context(cafile=cert)  # trusts only this certificate
     w, got = _upstream_watch(up.port, ctx)
@@ -222,6 +229,41 @@ def test_tls_to_mosquitto_with_a_context_of_our_own(broker_factory, tmp_path):
         b.close()
 
 
+def test_bridge_cafile_in_the_configuration_file(broker_factory, tmp_path):
+    # `bridge_cafile FILE`: TLS that trusts that CA alone; a certificate it
+    # did not sign fails the handshake, and nothing is sent
+    import ssl
+    from umqtt3.broker import Broker
+    from umqtt3.bridge import install
+    from umqtt3.bridge_config import parse
+    cert, key = _cert(tmp_path)
+    other, _ = _cert(tmp_path, "other")
+    up = broker_factory(tls=(cert, key))
+    w, got = _upstream_watch(up.port, ssl.create_default_context(cafile=cert))
+    conf = ("connection %s\naddress 127.0.0.1:%d\ntopic s/# out 1 \"\" site/\n"
+            "restart_timeout 1 1\nbridge_cafile %s\n")
+    b = Broker(port=None, sys_interval=0)
+    hub = install(b, parse(conf % ("good", up.port, cert)))
+    try:
+        assert _gateway_pump(b, lambda: hub.all[0].up), "no TLS connection upstream"
+        b.publish("s/c", b"checked", 1)
+        assert _gateway_pump(b, lambda: (w.poll(5), got)[1])
+        assert got == [(b"site/s/c", b"checked")]
+    finally:
+        b.close()
+        w.disconnect()
+    b = Broker(port=None, sys_interval=0)
+    hub = install(b, parse(conf % ("bad", up.port, other)))
+    try:
+        b.publish("s/c", b"must not go", 1)
+        assert not _gateway_pump(b, lambda: hub.all[0].up, 2.5)
+        assert hub.all[0].tries >= 2  # the handshake failed, and was tried again
+        br = hub.all[0]
+        assert len(br.q.keys) + br.client.inflight() == 1  # still held, not lost
+    finally:
+        b.close()
+
+
 def test_user_and_password_to_the_upstream(tmp_path):
     from umqtt3.broker import Broker
     from umqtt3.bridge import install
@@ -235,7 +277,9 @@ def test_user_and_password_to_the_upstream(tmp_path):
                      stdout=subprocess.DEVNULL)
     try:
         w, got = _upstream_watch(port, user="watch", password="w")
-        for pw, ok in (("wrong", False), ("s3cret", True)):
+        # the right password first: after wrong ones the upstream's login
+        # backoff refuses this address for a while, whatever the password
+        for pw, ok in (("s3cret", True), ("wrong", False)):
             b = Broker(port=None, sys_interval=0)
             hub = install(b, [{"name": "auth", "port": port, "user": "gw", "password": pw,
                                "rules": ['s/# out 1 "" site/'], "backoff_ms": (50, 100)}])

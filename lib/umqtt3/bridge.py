@@ -16,13 +16,15 @@
 # refused before anybody got it); step(now) once per poll step (the
 # upstream clients' I/O and the forwarding); sys(pub) with the $SYS figures;
 # close(). The upstream side is umqtt3.client.MQTTClient, used through its
-# public API only: it does the upstream I/O, the reconnects with backoff,
-# TLS, and keeps what it took in its own store until the upstream broker
-# acknowledged it.
+# public API only: it does the upstream I/O and keeps what it took in its
+# own store until the upstream broker acknowledged it. The bridge dials
+# itself, without blocking the broker's loop (compat.aio: a TCP connect
+# checked each step, the TLS handshake run step by step), with its own
+# backoff, and hands the connected socket to the client.
 from .topic import match_span
 from .codec import valid_filter, MQTTError
 from .flow import Busy
-from .compat import ticks_diff
+from .compat import ticks_diff, ticks_add
 from .bridge_queue import Queue, RamFiles, undo, client_files
 
 OUT = 1
@@ -92,10 +94,11 @@ DEFAULTS = {  # type: dict
     "user": None,
     "password": None,
     "tls": None,  # True, an ssl context, or None (plain TCP)
+    "cafile": None,  # TLS checked against this CA certificate (PEM file): tls is ignored
     "level": 4,  # 4: MQTT 3.1.1, 5: MQTT 5 (no local for `both`)
     "keepalive": 60,
     "backoff_ms": (500, 30000),
-    "timeout_ms": 3000,  # connect (blocking) and the answers awaited
+    "timeout_ms": 3000,  # dialling (TCP and TLS), CONNACK and the answers awaited
     "status_topic": "",  # "": $bridge status at umqtt3/bridge/<client id>/state; None: none
     "queue_size": 100,  # stored QoS 1/2 messages waiting for upstream
     "queue_qos0": 32,  # QoS 0 messages waiting in RAM (the oldest is dropped)
@@ -126,6 +129,12 @@ def settings(cfg):
         raise ValueError("bridge %s: queue_qos0 must be a whole number" % name)
     if not c["client_id"]:
         c["client_id"] = "umqtt3-" + name
+    if c["cafile"]:
+        from .compat.aio import tls_client
+        try:
+            c["tls"] = tls_client(c["cafile"])
+        except (OSError, ValueError) as e:
+            raise ValueError("bridge %s: cafile %s: %s" % (name, c["cafile"], e))
     if c["status_topic"] == "":
         c["status_topic"] = "umqtt3/bridge/%s/state" % c["client_id"]
     return c
@@ -156,6 +165,13 @@ class Bridge:
         self.refused = 0  # QoS 1/2 messages refused, queue full
         self.connects = 0
         self.refusals = 0  # connections the upstream refused (CONNACK)
+        # the link: dialled here, step by step; then the client's
+        self.linked = False  # the client has a link (CONNECT sent, or up)
+        self.sock = None  # the socket being dialled
+        self.shaking = False  # sock: TCP connected, TLS handshake under way
+        self.t_dial = 0
+        self.tries = 0  # failed attempts since the last connection
+        self.retry_at = 0
 
     # ------------------------------------------------------------ out
     def match(self, r):
@@ -251,10 +267,15 @@ class Bridge:
     def start(self):
         from .client import MQTTClient
         cfg = self.cfg
+        # reconnect=False: the client never dials by itself (it would block
+        # the broker's loop); step() dials and hands it the socket. While
+        # there is no link the flag is up (_down), so that the client stores
+        # the QoS 1/2 messages it takes meanwhile: it sends them once linked
+        # (connect_start puts the flag down again)
         c = self.client = MQTTClient(
             cfg["client_id"], cfg["host"], cfg["port"], cfg["user"], cfg["password"],
             cfg["keepalive"], cfg["tls"], level=cfg["level"], store=self.cstore,
-            window=cfg["window"], bufsize=self.core.limits.max_packet + 64, reconnect=True,
+            window=cfg["window"], bufsize=self.core.limits.max_packet + 64, reconnect=False,
             timeout_ms=cfg["timeout_ms"], backoff_ms=cfg["backoff_ms"],
             session_expiry=0xFFFFFFFF if cfg["level"] == 5 else None,
             connect_link=cfg["link"])
@@ -262,33 +283,91 @@ class Bridge:
         st = cfg["status_topic"]
         if st:
             c.set_last_will(st, b"0", True, 1)  # [MQTT-3.1.2-8]
+        c.reconnect = True  # no link yet: see above
         self.started = True
-        try:
+
+    def _dial(self, now):
+        # one step of opening the uplink, never waiting: start a TCP
+        # connect, see whether it finished, step the TLS handshake, then
+        # the client sends CONNECT on the socket; OSError when it failed
+        cfg = self.cfg
+        c = self.client
+        if cfg["link"] is not None:
             c.connect_start(False)  # a persistent upstream session [MQTT-3.1.2-4]
-        except OSError:
-            pass  # poll() tries again after the backoff
+            self.linked = True
+            return
+        from .compat.aio import dial_start, dial_done, tls_start, tls_step
+        s = self.sock
+        if s is None:
+            self.t_dial = now
+            self.shaking = False
+            s = self.sock = dial_start(cfg["host"], c.port)
+        if not self.shaking:
+            if not dial_done(s):
+                self._late(now)
+                return
+            if cfg["tls"]:
+                s = self.sock = tls_start(s, cfg["host"], cfg["tls"], {})
+            self.shaking = True
+        if cfg["tls"] and tls_step(s):
+            self._late(now)
+            return
+        self.sock = None
+        c.connect_start(False, sock=s)  # the client closes s if this fails
+        self.linked = True
+
+    def _late(self, now):
+        if ticks_diff(now, self.t_dial) > self.cfg["timeout_ms"]:
+            raise OSError(110, "connect timed out")
+
+    def _down(self, now):
+        # the attempt failed or the link broke: the next one after a
+        # backoff, doubling from backoff_ms[0] up to backoff_ms[1], with
+        # jitter (75%..125%) so that gateways do not come back in step
+        s = self.sock
+        if s is not None:
+            self.sock = None
+            s.close()
+        self.linked = False
+        self.client.reconnect = True  # no link: see start()
+        self.tries += 1
+        lo, hi = self.cfg["backoff_ms"]
+        d = min(hi, lo << min(self.tries - 1, 16))
+        # the clock's low bits as noise (the device stubs make ticks opaque)
+        d = d * 3 // 4 + (now * 7919) % (d // 2 + 1)  # type: ignore[operator, unused-ignore]
+        self.retry_at = ticks_add(now, d)
 
     def step(self, now):
         c = self.client
         n = 0
-        try:
-            n = c.poll(0)
-        except OSError:
-            pass  # down: poll() reconnects after the backoff
-        except Busy:
-            pass  # its send buffer is full: the next step goes on
-        except MQTTError as e:
-            # refused by the upstream (CONNACK: credentials, client id, ...):
-            # the client would give up; the gateway asks again after the
-            # backoff, as the upstream may be put right meanwhile
-            self.refusals += 1
-            log = self.core.log
-            if log is not None:
-                log("bridge %s: the upstream refused the connection (%d)" % (self.name, e.code))
-            c.reconnect = True
+        if not self.linked:
+            if not self.tries or ticks_diff(now, self.retry_at) >= 0:
+                try:
+                    self._dial(now)
+                except OSError:
+                    self._down(now)  # refused, unreachable, TLS failed, timed out
+        else:
+            try:
+                n = c.poll(0)
+            except Busy:
+                pass  # its send buffer is full: the next step goes on
+            except OSError:
+                self._down(now)  # the link broke, or no CONNACK in time
+            except MQTTError as e:
+                if not self.up:
+                    # refused by the upstream (CONNACK: credentials, client
+                    # id, ...): asked again after the backoff, as the
+                    # upstream may be put right meanwhile
+                    self.refusals += 1
+                    log = self.core.log
+                    if log is not None:
+                        log("bridge %s: the upstream refused the connection (%d)"
+                            % (self.name, e.code))
+                self._down(now)
         up = c.is_connected()
         if up and not self.up:
             self.up = True
+            self.tries = 0
             self.connects += 1
             self._online()
         elif not up:
@@ -335,9 +414,15 @@ class Bridge:
 
     def busy(self, now):
         # something waits, or was handed on within a second (its ack is due)
-        return bool(self.q.keys or self.q0) or ticks_diff(now, self.t_sent) < 1000
+        # or the uplink is being dialled (its socket is not the broker's
+        # to wait for)
+        return bool(self.q.keys or self.q0 or self.sock is not None) or \
+            ticks_diff(now, self.t_sent) < 1000
 
     def close(self):
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
         c = self.client
         if c is not None:
             st = self.cfg["status_topic"]

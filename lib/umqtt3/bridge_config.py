@@ -111,8 +111,12 @@ def parse(text):
                 # TLS as the client's ssl=True: on the desktop the system's
                 # CAs check the upstream; a device encrypts without a check
                 c["tls"] = True if _bool(v, key) else None
-            elif key in ("bridge_cafile", "bridge_capath", "bridge_insecure"):
-                raise ValueError("%s: not supported; bridge_tls true uses the system's CAs, "
+            elif key == "bridge_cafile":
+                # TLS that trusts this CA certificate alone (mosquitto's
+                # meaning); the file is read when the settings are checked
+                c["cafile"] = v
+            elif key in ("bridge_capath", "bridge_insecure"):
+                raise ValueError("%s: not supported; bridge_cafile FILE or bridge_tls true, "
                                  "or give bridge.install an ssl context" % key)
             elif key == "bridge_queue_size":
                 c["queue_size"] = _int(v, key, 1)

@@ -1,11 +1,72 @@
-# umqtt3.compat.aio -- what the asyncio driver (umqtt3.aio) needs from the
-# platform: waiting for a socket, connecting without blocking the event loop,
-# the running task. Kept apart from compat so that a blocking client never
-# loads it; CPython's half is in compat/cpython.py with the rest.
-from . import MICROPYTHON
+# umqtt3.compat.aio -- dialling without blocking, for the asyncio client
+# (umqtt3.aio) and the gateway's bridges (umqtt3.bridge, inside the broker's
+# one loop): a TCP connect started and checked without waiting, the TLS
+# handshake run step by step; and, for asyncio, waiting for a socket and the
+# running task. Kept apart from compat so that a blocking client never loads
+# it; CPython's asyncio half is in compat/cpython.py with the rest.
+from . import MICROPYTHON, socket, errno, poll, nodelay, tls_context
+
+_POLLOUT = 4
+_POLLERR = 8
+_POLLHUP = 16
+
+
+def dial_start(host, port):
+    """A non-blocking socket whose TCP connect to host:port is under way.
+    The name lookup blocks (MicroPython has no asynchronous resolver):
+    give an address to never wait."""
+    ai = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)[0]
+    s = socket.socket(ai[0], socket.SOCK_STREAM, ai[2])
+    s.setblocking(False)
+    try:
+        s.connect(ai[-1])
+    except OSError as e:
+        if e.errno != errno.EINPROGRESS:
+            s.close()
+            raise
+    return s
+
+
+def dial_done(s):
+    """Without waiting: True once s's connect succeeded, False while it is
+    under way; OSError when it failed (refused, unreachable)."""
+    p = poll()
+    p.register(s, _POLLOUT)
+    ev = p.poll(0)
+    if not ev:
+        return False
+    if ev[0][1] & (_POLLERR | _POLLHUP):
+        e = errno.ECONNREFUSED
+        if not MICROPYTHON:
+            e = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) or e
+        raise OSError(e, "connect failed")
+    nodelay(s)  # one write per packet, no Nagle stall on QoS 1
+    return True
+
+
+def tls_start(s, host, ctx, params):
+    """s wrapped in TLS (ctx: True or an ssl context), its handshake not
+    yet run: tls_step() runs it."""
+    return tls_context(ctx).wrap_socket(s, server_hostname=host,
+                                        do_handshake_on_connect=False, **params)
+
 
 if MICROPYTHON:
-    from . import socket, errno, nodelay, tls_context
+    def tls_client(cafile):
+        # a context that checks the upstream's certificate chain against
+        # the CA certificate in cafile (PEM) and, with server_hostname, its
+        # name (MicroPython 1.23's ssl module; mbedTLS)
+        import ssl
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        with open(cafile, "rb") as f:
+            ctx.load_verify_locations(cadata=f.read())
+        setattr(ctx, "verify_mode", ssl.CERT_REQUIRED)  # (not in the stubs)
+        return ctx
+
+    def tls_step(s):
+        # MicroPython's ssl runs the handshake within the first reads and
+        # writes of a non-blocking socket: nothing to step here
+        return 0
 
     async def _ready(sock, write):
         # MicroPython's asyncio waits for a socket through its IO queue, as
@@ -27,22 +88,13 @@ if MICROPYTHON:
     async def dial_async(host, port, ctx, params, timeout_ms):
         # TCP connect and TLS handshake without blocking the event loop (the
         # name lookup still blocks: MicroPython has no asynchronous resolver)
-        ai = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)[0]
-        s = socket.socket(ai[0], socket.SOCK_STREAM, ai[2])
-        s.setblocking(False)
+        s = dial_start(host, port)
         try:
-            try:
-                s.connect(ai[-1])
-            except OSError as e:
-                if e.errno != errno.EINPROGRESS:
-                    raise
             if not await wait_io(s, True, timeout_ms):
                 raise OSError(110, "connect timed out")
-            nodelay(s)
+            dial_done(s)
             if ctx:
-                # the handshake goes on as the client reads and writes
-                s = tls_context(ctx).wrap_socket(s, server_hostname=host,
-                                                 do_handshake_on_connect=False, **params)
+                s = tls_start(s, host, ctx, params)
         except BaseException:
             s.close()
             raise
@@ -54,4 +106,4 @@ if MICROPYTHON:
         return asyncio.current_task()
 
 else:
-    from .cpython import wait_io, dial_async, current_task  # noqa: F401
+    from .cpython import tls_client, tls_step, wait_io, dial_async, current_task  # noqa: F401

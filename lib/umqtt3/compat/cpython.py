@@ -259,6 +259,24 @@ def tls_context(ctx):
     return ctx
 
 
+def tls_client(cafile):
+    """A client context that trusts the CA certificates in cafile (PEM)
+    alone and checks the peer's chain and name."""
+    return _ssl.create_default_context(cafile=cafile)
+
+
+def tls_step(s):
+    """One step of s's TLS handshake (compat.aio.tls_start), never waiting:
+    0 once done, else what it waits for (1: readable, 4: writable)."""
+    try:
+        s.do_handshake()
+    except _ssl.SSLWantReadError:
+        return 1
+    except _ssl.SSLWantWriteError:
+        return 4
+    return 0
+
+
 async def wait_io(sock, write, timeout_ms):
     """True once sock is readable (writable), False when timeout_ms has
     passed first; other tasks run meanwhile."""
@@ -295,16 +313,13 @@ async def dial_async(host, port, ctx, params, timeout_ms):
             await loop.sock_connect(s, ai[-1])
             nodelay(s)
             if ctx:
-                s = tls_context(ctx).wrap_socket(s, server_hostname=host,
-                                                 do_handshake_on_connect=False, **params)
+                from .aio import tls_start
+                s = tls_start(s, host, ctx, params)
                 while True:
-                    try:
-                        s.do_handshake()
+                    w = tls_step(s)
+                    if not w:
                         break
-                    except _ssl.SSLWantReadError:
-                        await wait_io(s, False, timeout_ms)
-                    except _ssl.SSLWantWriteError:
-                        await wait_io(s, True, timeout_ms)  # (wait_for bounds them all)
+                    await wait_io(s, w == 4, timeout_ms)  # (wait_for bounds them all)
         except BaseException:
             s.close()
             raise
