@@ -120,30 +120,15 @@ def props_at(f):
     return i + 2 if f[0] & 6 else i
 
 
-_find = None  # props.find, imported by the first level-5 frame with properties
-
-
 def expiry_at(f):
     """Offset of the message expiry interval's 4 bytes in the level-5
-    PUBLISH frame f, or -1. An empty property list is answered without
-    props.py; pump() asks once per queued frame."""
-    global _find
+    PUBLISH frame f, or -1. An empty property list (the usual queued
+    frame) is answered from its length byte, without props.py."""
     i = props_at(f)
     if not f[i]:
         return -1
-    if _find is None:
-        from .props import find
-        _find = find
-    n = 0
-    shift = 0
-    while True:  # the list's length, a checked variable byte integer
-        b = f[i]
-        n |= (b & 0x7F) << shift
-        i += 1
-        if not b & 0x80:
-            break
-        shift += 7
-    return _find(f, i, n, 0x02)  # message expiry interval (3.3.2.3.3 of 5.0)
+    from .props import expiry_in
+    return expiry_in(f, i)
 
 
 def _u32(f, k):
@@ -418,7 +403,7 @@ class Session:
             f = q[0]
             n = len(f)
             x = expiry_at(f) if self.level == 5 and f[0] != _QREL else -1
-            if x >= 0 and _u32(f, x) <= stats.up_s:
+            if self._expired(x, f):
                 q.pop(0)  # expired while it waited [MQTT-3.3.2-5 (5.0)]
                 stats.dropped += 1
                 if f[0] & 6 and self.fs is not None:
@@ -477,10 +462,15 @@ class Session:
             self.s_st[k] = PUB_SENT
             stats.sent += 1
 
+    def _expired(self, k, f):
+        """A queued level-5 frame f whose message expiry interval (at
+        f[k], an uptime while it waits; k < 0: none) has passed. pump()
+        finds k once per frame."""
+        return k >= 0 and _u32(f, k) <= self.stats.up_s
+
     def _age(self, f, k):
         # the queued frame f goes out now: what is left of its message
-        # expiry interval (at f[k]), the time it waited taken off
-        # [MQTT-3.3.2-6 (5.0)]
+        # expiry interval, the time it waited taken off [MQTT-3.3.2-6 (5.0)]
         _put_u32(f, k, _u32(f, k) - self.stats.up_s)
 
     def backlog(self):

@@ -260,6 +260,14 @@ def find(buf, off, n, want):
     return -1
 
 
+def expiry_in(f, i):
+    """Offset of the message expiry interval's value in the checked
+    property list whose length is at f[i] (a level-5 PUBLISH the broker
+    built), or -1."""
+    n = read_varint(f, i, len(f))
+    return find(f, varint_end(f, i), n, MESSAGE_EXPIRY)
+
+
 def _int_at(buf, i, t):
     if t == _BYTE:
         return buf[i]
