@@ -357,6 +357,10 @@ def put(buf, off, p):
 def read(pkt, buf, off, end, ptype):
     """Read the property list at off into pkt.props_off/len, checking it for
     packet type ptype; return its end."""
+    if off < end and not buf[off]:
+        pkt.props_off = off + 1  # empty, as most PUBLISHes and acks have it
+        pkt.props_len = 0
+        return off + 1
     n = read_varint(buf, off, end)
     off = varint_end(buf, off)
     if off + n > end:
