@@ -122,13 +122,13 @@ def props_at(f):
 
 def expiry_at(f):
     """Offset of the message expiry interval's 4 bytes in the level-5
-    PUBLISH frame f, or -1."""
-    from .props import find, read_varint, varint_end, MESSAGE_EXPIRY
+    PUBLISH frame f, or -1. An empty property list (the usual queued
+    frame) is answered from its length byte, without props.py."""
     i = props_at(f)
-    n = read_varint(f, i, len(f))
-    i = varint_end(f, i)
-    k = find(f, i, n, MESSAGE_EXPIRY)
-    return k
+    if not f[i]:
+        return -1
+    from .props import expiry_in
+    return expiry_in(f, i)
 
 
 def _u32(f, k):
@@ -402,7 +402,8 @@ class Session:
         while q:
             f = q[0]
             n = len(f)
-            if self.level == 5 and f[0] != _QREL and self._expired(f):
+            x = expiry_at(f) if self.level == 5 and f[0] != _QREL else -1
+            if self._expired(x, f):
                 q.pop(0)  # expired while it waited [MQTT-3.3.2-5 (5.0)]
                 stats.dropped += 1
                 if f[0] & 6 and self.fs is not None:
@@ -415,8 +416,8 @@ class Session:
                     continue
                 if len(tx) - conn.tlen < n:
                     return
-                if self.level == 5:
-                    self._age(f)
+                if x >= 0:
+                    self._age(f, x)
                 copy(tx, conn.tlen, f, 0, n)
                 conn.tlen += n
                 stats.sent += 1
@@ -446,8 +447,8 @@ class Session:
             k = self._alloc(n)
             if k < 0:
                 return
-            if self.level == 5:
-                self._age(f)
+            if x >= 0:
+                self._age(f, x)
             # its id came with it from _enqueue, and so did its record
             self.s_pid[k] = _frame_pid(f)
             copy(self.rbuf, self.s_off[k], f, 0, n)
@@ -461,17 +462,16 @@ class Session:
             self.s_st[k] = PUB_SENT
             stats.sent += 1
 
-    def _expired(self, f):
-        """A queued level-5 frame whose message expiry interval has passed."""
-        k = expiry_at(f)
+    def _expired(self, k, f):
+        """A queued level-5 frame f whose message expiry interval (at
+        f[k], an uptime while it waits; k < 0: none) has passed. pump()
+        finds k once per frame."""
         return k >= 0 and _u32(f, k) <= self.stats.up_s
 
-    def _age(self, f):
+    def _age(self, f, k):
         # the queued frame f goes out now: what is left of its message
         # expiry interval, the time it waited taken off [MQTT-3.3.2-6 (5.0)]
-        k = expiry_at(f)
-        if k >= 0:
-            _put_u32(f, k, _u32(f, k) - self.stats.up_s)
+        _put_u32(f, k, _u32(f, k) - self.stats.up_s)
 
     def backlog(self):
         return self.unsent or len(self.q)

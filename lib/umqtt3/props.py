@@ -260,6 +260,14 @@ def find(buf, off, n, want):
     return -1
 
 
+def expiry_in(f, i):
+    """Offset of the message expiry interval's value in the checked
+    property list whose length is at f[i] (a level-5 PUBLISH the broker
+    built), or -1."""
+    n = read_varint(f, i, len(f))
+    return find(f, varint_end(f, i), n, MESSAGE_EXPIRY)
+
+
 def _int_at(buf, i, t):
     if t == _BYTE:
         return buf[i]
@@ -349,6 +357,10 @@ def put(buf, off, p):
 def read(pkt, buf, off, end, ptype):
     """Read the property list at off into pkt.props_off/len, checking it for
     packet type ptype; return its end."""
+    if off < end and not buf[off]:
+        pkt.props_off = off + 1  # empty, as most PUBLISHes and acks have it
+        pkt.props_len = 0
+        return off + 1
     n = read_varint(buf, off, end)
     off = varint_end(buf, off)
     if off + n > end:

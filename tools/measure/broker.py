@@ -5,6 +5,8 @@
     python -m tools.measure.broker --quick    a few seconds per broker
     python -m tools.measure.broker --only umqtt3,mosquitto
     python -m tools.measure.broker --store --only umqtt3
+    python -m tools.measure.broker --level 5 --only umqtt3,mosquitto
+    python -m tools.measure.broker --backlog 40000 --only umqtt3,mosquitto
 
 Scenarios, each at QoS 0, 1 and 2:
   fan-in   8 publishers -> 1 subscriber
@@ -30,6 +32,21 @@ sessions are persistent and their QoS 1/2 messages are written.
 The generator is Python too, so a fast broker can be limited by it: the
 mosquitto column is a floor for mosquitto, and the umqtt3/mosquitto ratio
 is an upper bound. The script prints; it asserts nothing.
+
+--level 5 makes every client an MQTT 5.0 one (3.1.1, level 4, by default):
+the same packets with an empty property list, and with --store a session
+expiry interval of an hour instead of CleanSession 0. amqtt, which speaks
+3.1.1 only, is then skipped.
+
+--backlog N measures something else: N QoS 1 messages are queued for two
+offline persistent subscribers, one at level 4 (CleanSession 0) and one at
+level 5 (clean start 0, session expiry an hour), then each connects in
+turn and drains its queue, acknowledging every message; twice, level 4
+first then level 5 first, and the two averaged. Printed: the
+broker's CPU time per message drained at each level, and the level-5 /
+level-4 ratio. Each broker queues N (umqtt3 --max-queued, mosquitto
+max_queued_messages) with 32 in flight per client (umqtt3's default,
+mosquitto's max_inflight_messages).
 """
 import argparse
 import os
@@ -51,6 +68,9 @@ PUB_WINDOW = 16  # unacknowledged QoS 1/2 messages per publisher
 PAYLOAD = b"0123456789abcdef"
 TOPIC = b"bench/topic"
 NCLIENTS = 8
+LEVEL = 4  # the protocol level of every client (--level)
+QUEUED = 0  # --backlog: messages a broker must queue per client (0: its default)
+SX_HOUR = b"\x11\x00\x00\x0e\x10"  # session expiry interval 3600 s, a level-5 CONNECT property
 
 
 # ---------------------------------------------------------------- brokers
@@ -113,6 +133,8 @@ def start_umqtt3(tmp, extra=()):
     env = dict(os.environ, PYTHONPATH=LIB)
     prof = os.environ.get("BENCH_PROFILE")  # a file: run our broker under cProfile
     pre = ["-m", "cProfile", "-o", prof] if prof else []
+    if QUEUED:
+        extra = list(extra) + ["--max-queued", str(QUEUED)]
     return Server("umqtt3", [sys.executable] + pre + ["-m", "umqtt3.broker", "--host", "127.0.0.1",
                              "--port", str(port), "--quiet", "--sys-interval", "0"] + list(extra),
                   port, env)
@@ -148,7 +170,9 @@ def start_mosquitto(tmp):
     # Debian's 2.0.11 then leaves queued messages unsent (its in-flight quota
     # bugs were fixed in 2.0.13), which would measure a stall, not a rate.
     lines = ["listener %d 127.0.0.1" % port, "allow_anonymous true", "log_dest none",
-             "set_tcp_nodelay true", "max_inflight_messages 0"]
+             "set_tcp_nodelay true", "max_inflight_messages %d" % (32 if QUEUED else 0)]
+    if QUEUED:
+        lines.append("max_queued_messages %d" % QUEUED)
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         lines.append("user root")
     with open(conf, "w") as f:
@@ -163,18 +187,20 @@ STARTERS = {"umqtt3": start_umqtt3, "umqtt3+store": start_umqtt3_store, "amqtt":
 # ---------------------------------------------------------------- load generator
 
 class Peer:
-    def __init__(self, port, cid, sub_qos=None, clean=True):
+    def __init__(self, port, cid, sub_qos=None, clean=True, level=None):
+        level = level or LEVEL
         s = socket.create_connection(("127.0.0.1", port), timeout=10)
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         buf = bytearray(256)
-        n = encode_connect(buf, 0, cid, 4, clean, 0)
+        props = SX_HOUR if level == 5 and not clean else None
+        n = encode_connect(buf, 0, cid, level, clean, 0, props=props)
         s.sendall(buf[:n])
-        if _read_exact(s, 4)[0] != 0x20:
+        if _read_frame(s)[0] != 0x20:
             raise RuntimeError("no CONNACK")
         if sub_qos is not None:
-            n = encode_subscribe(buf, 0, 1, TOPIC, sub_qos)
+            n = encode_subscribe(buf, 0, 1, TOPIC, sub_qos, level=level)
             s.sendall(buf[:n])
-            if _read_exact(s, 5)[0] != 0x90:
+            if _read_frame(s)[0] != 0x90:
                 raise RuntimeError("no SUBACK")
         s.setblocking(False)
         self.cid = cid
@@ -200,6 +226,20 @@ def _read_exact(s, n):
             raise RuntimeError("closed during set-up")
         out += b
     return out
+
+
+def _read_frame(s):
+    """One whole packet (blocking, during set-up): (first byte, body)."""
+    first = _read_exact(s, 1)[0]
+    rl = 0
+    shift = 0
+    while True:
+        b = _read_exact(s, 1)[0]
+        rl |= (b & 127) << shift
+        shift += 7
+        if not b & 128:
+            break
+    return first, _read_exact(s, rl)
 
 
 def _parse(p):
@@ -249,9 +289,9 @@ def _parse(p):
         del buf[:i]
 
 
-def _frame(qos, pid):
+def _frame(qos, pid, level=None):
     buf = bytearray(64)
-    n = encode_publish(buf, 0, TOPIC, PAYLOAD, qos, pid)
+    n = encode_publish(buf, 0, TOPIC, PAYLOAD, qos, pid, level=level or LEVEL)
     return bytes(buf[:n])
 
 
@@ -335,6 +375,85 @@ def run_load(port, scenario, qos, seconds, persistent=False):
                 Peer(port, p.cid).close()
 
 
+def run_backlog(srv, n, order):
+    """--backlog: queue n QoS 1 messages for an offline level-4 and an
+    offline level-5 persistent subscriber, then drain each in turn, in
+    `order` (levels). Returns {level: broker CPU seconds of its drain}."""
+    port = srv.port
+    for lv in (4, 5):
+        Peer(port, "backlog%d" % lv, 1, False, lv).close()
+    pub = Peer(port, "backlog-pub", None, True, 4)
+    pub.s.setblocking(True)
+    pub.s.settimeout(10)
+    sent = 0
+    while sent < n:  # in steps, every PUBACK read before the next step
+        k = min(500, n - sent)
+        pub.s.sendall(b"".join(_frame(1, (sent + i) % 65535 + 1, 4) for i in range(k)))
+        sent += k
+        pub.inflight += k
+        while pub.inflight:
+            data = pub.s.recv(1 << 16)
+            if not data:
+                raise RuntimeError("broker closed the publisher")
+            pub.rbuf += data
+            _parse(pub)
+    pub.close()
+    time.sleep(0.2)  # let the broker finish its queueing before the first drain
+    cpu = {}
+    for lv in order:
+        c0 = srv.cpu()
+        p = Peer(port, "backlog%d" % lv, None, False, lv)
+        p.s.setblocking(True)
+        p.s.settimeout(10)
+        while p.got < n:
+            data = p.s.recv(1 << 16)
+            if not data:
+                raise RuntimeError("broker closed the level-%d subscriber after %d" % (lv, p.got))
+            p.rbuf += data
+            _parse(p)
+            if p.wbuf:
+                p.s.sendall(p.wbuf)
+                del p.wbuf[:]
+        p.close()
+        time.sleep(0.1)
+        cpu[lv] = srv.cpu() - c0
+        Peer(port, p.cid).close()  # end the session
+    return cpu
+
+
+def backlog_main(names, n):
+    print("backlog drain: %d QoS 1 messages queued for one offline persistent subscriber,"
+          " then drained (%d-core machine)" % (n, os.cpu_count() or 0))
+    print("%-14s%16s%16s%12s" % ("broker", "level 4 us/msg", "level 5 us/msg", "5 / 4"))
+    res = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            try:
+                srv = STARTERS[name](tmp)
+            except Exception as e:
+                print("%s: skipped (%s)" % (name, e))
+                continue
+            try:
+                # both orders, summed: the second drain of a run costs a
+                # little more than the first, whatever its level
+                a = run_backlog(srv, n, (4, 5))
+                b = run_backlog(srv, n, (5, 4))
+                cpu = {lv: (a[lv] + b[lv]) / 2 for lv in (4, 5)}
+            except Exception as e:
+                print("%s failed: %s" % (name, e))
+                continue
+            finally:
+                srv.stop()
+            res[name] = cpu
+            print("%-14s%16.1f%16.1f%11.2fx" % (name, cpu[4] * 1e6 / n, cpu[5] * 1e6 / n,
+                                                cpu[5] / cpu[4] if cpu[4] else 0.0))
+    u = res.get("umqtt3")
+    for o in res:
+        if u and o != "umqtt3" and res[o][4] and res[o][5]:
+            print("CPU umqtt3 / %s: level 4 %.2fx, level 5 %.2fx (goal: at most 1)"
+                  % (o, u[4] / res[o][4], u[5] / res[o][5]))
+
+
 # ---------------------------------------------------------------- main
 
 def table(title, names, cases, res, fmt, lower_better):
@@ -381,11 +500,24 @@ def main():
     ap.add_argument("--only", default="umqtt3,amqtt,mosquitto", help="brokers to run, comma-separated")
     ap.add_argument("--case", help="only these cases, e.g. fan-in:0,fan-out:2")
     ap.add_argument("--no-ram", action="store_true", help="skip the MicroPython RAM figure")
+    ap.add_argument("--level", type=int, choices=(4, 5), default=4,
+                    help="protocol level of every client: 4 (3.1.1) or 5 (5.0)")
+    ap.add_argument("--backlog", type=int, metavar="N",
+                    help="instead: CPU to drain N queued QoS 1 messages at level 4 and 5")
     ap.add_argument("--store", action="store_true",
                     help="also umqtt3 with a store; persistent sessions in every column")
     a = ap.parse_args()
     secs = a.seconds or (0.4 if a.quick else 2.0)
-    names = [n for n in a.only.split(",") if n]
+    global LEVEL
+    LEVEL = a.level
+    names = [n for n in a.only.split(",") if n and not ((a.level == 5 or a.backlog) and n == "amqtt")]
+    if a.backlog is not None:
+        if not 1 <= a.backlog <= 60000:
+            ap.error("--backlog: 1 to 60000 messages")
+        global QUEUED
+        QUEUED = a.backlog + 100
+        backlog_main(names, a.backlog)
+        return
     if a.store and "umqtt3+store" not in names:
         names.insert(names.index("umqtt3") + 1 if "umqtt3" in names else 0, "umqtt3+store")
     cases = [(sc, q) for sc in ("fan-in", "fan-out") for q in (0, 1, 2)]
@@ -415,8 +547,10 @@ def main():
                         print("%s %s QoS %d failed: %s" % (name, sc, q, e))
             finally:
                 srv.stop()
-    table("messages delivered per second (payload %d bytes, %.1f s per case, %d-core machine%s)"
-          % (len(PAYLOAD), secs, os.cpu_count() or 0, ", persistent sessions" if a.store else ""),
+    table("messages delivered per second (payload %d bytes, %.1f s per case, %d-core machine,"
+          " MQTT %s clients%s)" % (len(PAYLOAD), secs, os.cpu_count() or 0,
+                                   "5.0" if LEVEL == 5 else "3.1.1",
+                                   ", persistent sessions" if a.store else ""),
           names, cases, results, "%.0f", False)
     table("broker CPU time per delivered message, microseconds (lower is better)",
           names, cases, cpu, "%.1f", True)
