@@ -9,6 +9,7 @@ import os
 from crashsim import SimFiles, FileSimFiles, PowerLoss
 from umqtt3 import broker_store
 from umqtt3.broker import Broker
+from umqtt3.broker_core import CLOSED
 from umqtt3.compat import cpython
 from umqtt3.codec import (Packet, decode, frame_len, encode_connect, encode_publish,
                           encode_subscribe, encode_ack, encode_simple, PUBLISH, PUBACK,
@@ -379,13 +380,14 @@ def test_restore_holds_every_inbound_id(tmp_path):
     assert sorted(os.listdir(str(tmp_path / "s1"))) == ["sess"]
 
 
-# ---------------------------------------------------------------- 6. the documented exception
+# ---------------------------------------------------------------- 6. a full queue refuses
 
-def test_full_queue_drops_an_acknowledged_message(tmp_path):
-    # The documented exception to the guarantee (docs/broker.md): an
-    # offline session whose queue holds max_queued QoS 1/2 messages drops
-    # the next one, which the publisher got PUBACK for [MQTT-4.3.2-2: the
-    # broker took ownership], and counts it in messages/dropped.
+def test_full_queue_refuses_the_publisher_unacknowledged(tmp_path):
+    # An offline session whose queue holds max_queued QoS 1/2 messages
+    # makes the broker refuse the next one (docs/broker.md, the queue):
+    # at 3.1.1 the publisher's connection is closed with no PUBACK
+    # [MQTT-3.3.5-2], so nothing acknowledged is dropped; it is counted in
+    # messages/refused/queue_full. The two acknowledged ones survive a restart.
     b = _broker(str(tmp_path), max_queued=2)
     s = Raw(b, b"s")
     s.send(encode_subscribe, 1, [(b"t", 1)])
@@ -393,8 +395,9 @@ def test_full_queue_drops_an_acknowledged_message(tmp_path):
     p = Raw(b, b"p")
     for i in (1, 2, 3):
         p.publish(b"t", b"m%d" % i, 1, i)
-    assert [x for x in p.packets() if x[0] == PUBACK] == [(PUBACK, i, None) for i in (1, 2, 3)]
-    assert b.dropped == 1
+    assert [x for x in p.packets() if x[0] == PUBACK] == [(PUBACK, i, None) for i in (1, 2)]
+    assert p.c.state == CLOSED
+    assert b.dropped == 0 and b.queue_full == 1
     b2 = _broker(str(tmp_path), max_queued=2)
     s2 = Raw(b2, b"s")
     assert [pl for pid, pl in _publishes(s2.packets())] == [b"m1", b"m2"]

@@ -61,9 +61,15 @@ class Stats:
         self.sent = 0
         self.dropped = 0
         self.refused = 0
+        self.queue_full = 0  # QoS 1/2 PUBLISHes refused: a subscriber's queue was full
         self.errors = 0  # internal errors (a bug): the connection was closed
         self.store_errors = 0  # store writes that failed (nothing was acknowledged)
         self.connected = 0
+
+
+class QueueFull(Exception):
+    """A QoS 1/2 PUBLISH that a matching session's full queue cannot take
+    (Session.queue_full): not routed, not acknowledged as accepted."""
 
 
 class Connection:
@@ -598,7 +604,18 @@ class Core(Stats):
                     self._denied(c, p)
                     return
             self.nhit = -1
-            s.flow.on_publish(conn, p)  # routes through s.deliver -> route_in
+            try:
+                s.flow.on_publish(conn, p)  # routes through s.deliver -> route_in
+            except QueueFull:
+                # nothing routed or retained; Flow dropped a QoS 2 id (in_del)
+                self.queue_full += 1
+                if c.v5 is not None:
+                    self.b5.ack_refuse(c, p, 0x97)  # Quota exceeded (3.4.2.1, 3.5.2.1)
+                else:
+                    # 3.1.1 has no refusing PUBACK: closed unacknowledged, the
+                    # client sends it again on its next connection [MQTT-4.4.0-1]
+                    self.disconnect(c, "a subscriber's queue is full", True)
+                return
             if not self.nhit and p.qos and c.v5 is not None:
                 self.b5.no_match(conn, p)  # PUBACK / PUBREC 0x10
         elif t == PUBACK or t == PUBREC or t == PUBCOMP or t == PUBREL:
@@ -753,8 +770,6 @@ class Core(Stats):
                 r.prn = len(ap)
         else:
             r.flevel = 4
-        if p.retain:
-            self.ret.set(r)
         if at is None:
             f = self._foff
             r.frame = buf  # the frame is buf[f:p.end] (see Session._put)
@@ -762,16 +777,42 @@ class Core(Stats):
             r.flen = p.end - f
             r.fpid = toff + tn - f
         r.tag = tag
-        self._route(r)
+        subs = self.subs
+        n = subs.match(r.tsrc, r.toff, r.tn, r.src)
+        try:
+            if p.qos and self._refuse_full(n):
+                raise QueueFull()
+            if p.retain:
+                self.ret.set(r)
+            self._route(r, n)
+        finally:
+            subs.release(n)
 
-    def _route(self, r):
+    def _refuse_full(self, n):
+        # whether one of the n matching sessions (subs.hit; a shared group's
+        # member that gets it) would drop the QoS 1/2 message r: then it is
+        # refused before anything is routed or retained. No allocation.
+        hit = self.subs.hit
+        hq = self.subs.hq
+        i = 0
+        while i < n:
+            if hq[i] & 3 and hit[i].queue_full():
+                return True
+            i += 1
+        return False
+
+    def _route(self, r, n=-1):
         """Send r to every session with a matching subscription, once per
         session at the highest granted QoS [MQTT-3.3.5-1], capped by the
-        published QoS."""
+        published QoS. n: how many route_in matched (subs.hit), which it
+        releases; -1: matched here."""
         if self.bridge is not None:
             self.bridge.route(r)  # queued for upstream, or refused, first
         subs = self.subs
-        n = self.nhit = subs.match(r.tsrc, r.toff, r.tn, r.src)
+        own = n < 0
+        if own:
+            n = subs.match(r.tsrc, r.toff, r.tn, r.src)
+        self.nhit = n
         hit = subs.hit
         hq = subs.hq
         qos = r.qos
@@ -791,7 +832,8 @@ class Core(Stats):
             except OSError as e:
                 err = e  # a store write failed (counted): the others still get theirs
             i += 1
-        subs.release(n)
+        if own:
+            subs.release(n)
         if err is not None:
             raise err  # not acknowledged: the publisher sends it again
 
@@ -903,6 +945,7 @@ class Core(Stats):
         pub("messages/received", self.received)
         pub("messages/sent", self.sent)
         pub("messages/dropped", self.dropped)
+        pub("messages/refused/queue_full", self.queue_full)
         pub("retained messages/count", len(self.retained))
         if self.disk is not None:
             pub("store/errors", self.store_errors)

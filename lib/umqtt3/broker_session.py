@@ -330,6 +330,22 @@ class Session:
         return put_publish(dst, off, first, r.tsrc, r.toff, r.tn if ak < 0 else 0, pid,
                            r.psrc, r.poff, r.pn, r.prs, r.pro, self._prn(r), ak if ak > 0 else -ak)
 
+    def queue_full(self):
+        """True when a QoS 1/2 message for this session would be dropped:
+        its queue holds max_queued messages and none is QoS 0 (_enqueue).
+        A full queue is not empty, so send() would queue it. The router
+        asks before routing and refuses the publisher instead. No allocation."""
+        q = self.q
+        n = len(q)
+        if n < self.lim.max_queued:
+            return False
+        i = 0
+        while i < n:
+            if not q[i][0] & 6:
+                return False  # a QoS 0 message makes room
+            i += 1
+        return True
+
     def _enqueue(self, first, r):
         # Bounded by max_queued. When full, the oldest queued QoS 0 message
         # makes room; with none to drop, the new message is dropped. A QoS

@@ -416,3 +416,58 @@ def test_no_broker_topic_aliases_without_the_clients_maximum():
             pub5(pub, "t", b"x")
             m = next_publish(sub)
             assert bytes(m.topic) == b"t" and P.TOPIC_ALIAS not in props_of(m)
+
+
+def test_full_queue_refuses_qos1_and_qos2_with_0x97():
+    # PUBACK and PUBREC reason code tables (3.4.2.1, 3.5.2.1): 0x97 "quota
+    # exceeded" when a subscriber's queue is full of QoS 1/2 messages: the
+    # message is neither routed nor retained, the connection stays, and a
+    # QoS 0 message is dropped as before. A PUBREC >= 0x80 ends the flow
+    # [MQTT-4.3.3-9 (5.0)]: the packet id serves a new message.
+    with running(max_queued=2) as b:
+        leave(b, "off", 600, [("t/#", 2)])
+        with Raw(b) as pub:
+            connect5(pub, "p")
+            pub5(pub, "t/a", b"A", 1, 1)
+            assert pub.expect(PUBACK, 1).rc == 0
+            pub5(pub, "t/b", b"B", 2, 2)
+            assert pub.expect(PUBREC, 2).rc == 0
+            pub.put(encode_ack, PUBREL, 2)
+            pub.expect(PUBCOMP, 2)
+            pub5(pub, "t/c", b"C", 1, 3, retain=True)
+            assert pub.expect(PUBACK, 3).rc == 0x97
+            pub5(pub, "t/d", b"D", 2, 4)
+            assert pub.expect(PUBREC, 4).rc == 0x97
+            assert b.queue_full == 2 and b.dropped == 0
+            assert b"t/c" not in b.retained
+            with Raw(b) as s:
+                connect5(s, "off", clean=False, props={P.SESSION_EXPIRY: 600})
+                for want in (b"A", b"B"):
+                    m = next_publish(s)
+                    assert bytes(m.payload) == want
+                    s.put(encode_ack, PUBACK if m.qos == 1 else PUBREC, m.pid)
+                    if m.qos == 2:
+                        s.expect(PUBREL, m.pid)
+                        s.put(encode_ack, PUBCOMP, m.pid)
+                pub5(pub, "t/d", b"D", 2, 4)
+                assert pub.expect(PUBREC, 4).rc == 0
+                assert bytes(next_publish(s).payload) == b"D"
+
+
+def test_full_queue_checked_on_the_shared_member_that_gets_it():
+    # [MQTT-4.8.2-3 (5.0)]: a connected member of the group gets the message,
+    # so an offline member's full queue refuses nothing
+    with running(max_queued=1) as b:
+        leave(b, "m1", 600, [("$share/g/s/#", 1)])
+        with Raw(b) as pub, Raw(b) as m2:
+            connect5(pub, "p")
+            pub5(pub, "s/x", b"0", 1, 1)  # the only member: m1 queues it
+            assert pub.expect(PUBACK, 1).rc == 0
+            pub5(pub, "s/x", b"1", 1, 2)
+            assert pub.expect(PUBACK, 2).rc == 0x97
+            connect5(m2, "m2")
+            assert sub5(m2, 1, [("$share/g/s/#", 1)]) == b"\x01"
+            pub5(pub, "s/x", b"2", 1, 3)
+            assert pub.expect(PUBACK, 3).rc == 0
+            assert bytes(next_publish(m2).payload) == b"2"
+            assert b.queue_full == 1

@@ -18,7 +18,10 @@ clients  --clients clients connect, each subscribes to its own topic and gets
          one QoS 1 message: how long it took and how many arrived.
 slow     --messages QoS 1 messages of --size bytes to a QoS 1 subscriber
          that reads nothing for the first --behind of them, then one for
-         each one published, then the rest: how many arrived.
+         each one published, then the rest: how many arrived. A publisher
+         whose connection the broker closes unacknowledged (a full queue at
+         3.1.1) reconnects and sends what was not acknowledged again: how
+         often is printed.
 
 Every run prints the broker's RSS (before, at the peak, after) and a health
 check: a new client connects, subscribes, and gets its own QoS 1 message
@@ -431,9 +434,11 @@ def slow(b, a, out):
     sub = Client(b.port, "slow-sub", clean=True, timeout=30)
     sub.send(encode_subscribe, 1, "slow/t", 1)
     sub.packet()
-    pub = Client(b.port, "slow-pub", timeout=30)
+    pub = Client(b.port, "slow-pub", clean=False, timeout=30)
     payload = bytearray(a.size)
     seen = set()
+    unacked = {}  # packet id -> message number, in the order sent
+    closed = 0
 
     def take(timeout):
         # one message for the subscriber, acknowledged; False when none came
@@ -451,33 +456,61 @@ def slow(b, a, out):
                 sub.send(encode_ack, PUBACK, pid)
         return True
 
+    def send(i, pid, dup):
+        payload[:8] = b"%08d" % i
+        pub.send(encode_publish, "slow/t", bytes(payload), 1, pid, False, dup)
+
+    def reconnect():
+        # closed with messages unacknowledged: the subscriber takes one,
+        # then the publisher's next connection sends them again, DUP set
+        nonlocal pub, closed
+        for _ in range(10000):
+            closed += 1
+            pub.close()
+            take(0.05)
+            try:
+                pub = Client(b.port, "slow-pub", clean=False, timeout=30)
+                for pid, i in list(unacked.items()):
+                    send(i, pid, True)
+                return
+            except OSError:
+                pass  # closed again: the subscriber has not made room yet
+        raise OSError("the publisher could not get its messages in")
+
+    def ack():
+        # one PUBACK, across as many reconnections as it takes
+        while True:
+            try:
+                p = pub.packet()
+            except OSError:
+                p = None
+            if p is None:
+                reconnect()
+            elif p[0] >> 4 == 4 and unacked.pop(p[2] << 8 | p[3], None) is not None:
+                return
+
     t0 = time.monotonic()
-    acked = pending = 0
+    acked = 0
     window = 16
     for i in range(a.messages):
-        payload[:8] = b"%08d" % i
-        pub.send(encode_publish, "slow/t", bytes(payload), 1, 1 + i % 60000)
-        pending += 1
-        while pending >= window:
-            p = pub.packet()
-            if p is None:
-                raise OSError("the publisher was disconnected")
-            if p[0] >> 4 == 4:
-                pending -= 1
-                acked += 1
+        pid = 1 + i % 60000
+        unacked[pid] = i
+        try:
+            send(i, pid, False)
+        except OSError:
+            reconnect()
+        while len(unacked) >= window:
+            ack()
+            acked += 1
         # the subscriber reads nothing for the first --behind messages,
         # then one for each one published: it stays that far behind
         if i >= a.behind:
             take(0.05)
         if time.monotonic() - t0 > a.seconds:
             break
-    while pending:
-        p = pub.packet()
-        if p is None:
-            break
-        if p[0] >> 4 == 4:
-            pending -= 1
-            acked += 1
+    while unacked:
+        ack()
+        acked += 1
     t_pub = time.monotonic() - t0
     rss_peak = b.rss()
     while len(seen) < acked and take(3.0):
@@ -486,7 +519,7 @@ def slow(b, a, out):
     pub.close()
     h = health(b.port)
     out.update(published=acked, got=len(seen), publish_s=t_pub, rss0=rss0, rss_peak=rss_peak,
-               rss1=b.rss(), checks=1, failed=h is None)
+               rss1=b.rss(), checks=1, failed=h is None, closed=closed)
     return h is not None
 
 
@@ -524,8 +557,9 @@ def report(job, name, ok, r):
                 "their message in %.2f s" % (r["connected"], r["connect_s"], r["refused"],
                                              r["got"], r["connected"], r["deliver_s"]))
     else:
-        what = ("%d QoS 1 messages acknowledged to the publisher in %.1f s; the subscriber "
-                "that fell behind got %d" % (r["published"], r["publish_s"], r["got"]))
+        what = ("%d QoS 1 messages acknowledged to the publisher in %.1f s (its connection "
+                "closed unacknowledged %d times); the subscriber that fell behind got %d"
+                % (r["published"], r["publish_s"], r["closed"], r["got"]))
     print("%-10s %s; %s; health %s" % (name, what, rss, "ok" if ok else "FAILED"), flush=True)
 
 
