@@ -18,6 +18,7 @@
 from broker_harness import running, Raw, Timeout
 from crashsim import SimFiles, PowerLoss
 from test_broker5_connect import connect5, sub5, pub5, disconnect5, next_publish
+from test_broker5_store import wall_clock, T0
 from umqtt3 import props as P
 from umqtt3.codec import encode_ack, PUBACK
 
@@ -100,22 +101,6 @@ def test_mqtt5_records_survive_power_loss_at_every_step():
 # fell due while the broker was down) [MQTT-3.1.3-9, 3.1.2.5]; the
 # session, whose end is on disk with it and passed too, is gone
 # [MQTT-3.1.2-23 (5.0)].
-class _Wall:
-    def __init__(self, t):
-        self.t = t
-
-    def __enter__(self):
-        from umqtt3 import broker_store
-        self.old = broker_store.wall
-        broker_store.wall = lambda: self.t
-        return self
-
-    def __exit__(self, *exc):
-        from umqtt3 import broker_store
-        broker_store.wall = self.old
-        return False
-
-
 def _will_run(files, crash_at, seen):
     from broker_harness import wait_for
     sim = SimFiles(files, crash_at)
@@ -168,7 +153,7 @@ def test_delayed_will_survives_power_loss_at_every_step():
     while True:
         files = {}
         seen = set()
-        with _Wall(1800000000) as w:
+        with wall_clock(T0) as w:
             crashed = _will_run(files, k, seen)
             w.t += 100
             sent += _will_check(files, seen)
