@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from certs import self_signed
 from mosq import MOSQUITTO, MOSQUITTO_PUB, Broker as Mosquitto
 from tools.procs import free_port, start, stop, umqtt3_broker_cmd
 from umqtt3.client import MQTTClient
@@ -182,29 +183,11 @@ def _upstream_watch(port, ssl_ctx=None, user=None, password=None):
     return c, got
 
 
-def _cert(tmp_path, name="cert"):
-    """A self-signed certificate for 127.0.0.1 and its key, made now with
-    openssl (no key material in the repository): (cert, key) paths."""
-    import shutil
-    if not shutil.which("openssl"):
-        pytest.skip("openssl is not installed")
-    cert = str(tmp_path / (name + ".pem"))
-    key = str(tmp_path / (name + ".key"))
-    r = subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-         "-nodes", "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30)
-    if r.returncode:
-        pytest.skip("openssl could not make a certificate")
-    return cert, key
-
-
 def test_tls_to_mosquitto_with_a_context_of_our_own(broker_factory, tmp_path):
     import ssl
     from umqtt3.broker import Broker
     from umqtt3.bridge import install
-    cert, key = _cert(tmp_path)
+    cert, key = self_signed(tmp_path)
     up = broker_factory(tls=(cert, key))
     ctx = ssl.create_default_context(cafile=cert)  # trusts only this certificate
     w, got = _upstream_watch(up.port, ctx)
@@ -236,8 +219,8 @@ def test_bridge_cafile_in_the_configuration_file(broker_factory, tmp_path):
     from umqtt3.broker import Broker
     from umqtt3.bridge import install
     from umqtt3.bridge_config import parse
-    cert, key = _cert(tmp_path)
-    other, _ = _cert(tmp_path, "other")
+    cert, key = self_signed(tmp_path)
+    other, _ = self_signed(tmp_path, "other")
     up = broker_factory(tls=(cert, key))
     w, got = _upstream_watch(up.port, ssl.create_default_context(cafile=cert))
     conf = ("connection %s\naddress 127.0.0.1:%d\ntopic s/# out 1 \"\" site/\n"

@@ -12,7 +12,6 @@ starts, kills and starts again:
 import os
 import signal
 import socket
-import shutil
 import ssl
 import subprocess
 import sys
@@ -28,6 +27,7 @@ for _p in (HERE, LIB):
         sys.path.insert(0, _p)
 
 import mosq  # noqa: E402
+from certs import self_signed  # noqa: E402
 from umqtt3.client import MQTTClient  # noqa: E402
 from umqtt3.flow import Busy  # noqa: E402
 from umqtt3.store import FileStore  # noqa: E402
@@ -992,17 +992,7 @@ def test_qos2_publisher_sigkill_exactly_once(broker, client, tmp_path):
 # ------------------------------------------------------------ TLS
 
 def test_tls_with_self_signed_cert(broker_factory, client, tmp_path):
-    if not shutil.which("openssl"):
-        pytest.skip("openssl is not installed")
-    cert = str(tmp_path / "cert.pem")
-    key = str(tmp_path / "key.pem")
-    r = subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-         "-nodes", "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30)
-    if r.returncode:
-        pytest.skip("openssl could not make a certificate: %s" % r.stdout[-300:])
+    cert, key = self_signed(tmp_path)
     b = broker_factory(tls=(cert, key))
     ctx = ssl.create_default_context(cafile=cert)  # trusts only this cert
     c = client(b.port, "tls", ssl=ctx)
