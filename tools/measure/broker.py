@@ -421,11 +421,10 @@ def run_backlog(srv, n, order):
     return cpu
 
 
-def backlog_main(names, n):
-    print("backlog drain: %d QoS 1 messages queued for one offline persistent subscriber,"
-          " then drained (%d-core machine)" % (n, os.cpu_count() or 0))
-    print("%-14s%16s%16s%12s" % ("broker", "level 4 us/msg", "level 5 us/msg", "5 / 4"))
-    res = {}
+def started(names):
+    """Each broker of names, started in a temporary directory, as (name,
+    server); one that cannot start is skipped with a line; each is stopped
+    before the next starts."""
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             try:
@@ -434,19 +433,29 @@ def backlog_main(names, n):
                 print("%s: skipped (%s)" % (name, e))
                 continue
             try:
-                # both orders, summed: the second drain of a run costs a
-                # little more than the first, whatever its level
-                a = run_backlog(srv, n, (4, 5))
-                b = run_backlog(srv, n, (5, 4))
-                cpu = {lv: (a[lv] + b[lv]) / 2 for lv in (4, 5)}
-            except Exception as e:
-                print("%s failed: %s" % (name, e))
-                continue
+                yield name, srv
             finally:
                 srv.stop()
-            res[name] = cpu
-            print("%-14s%16.1f%16.1f%11.2fx" % (name, cpu[4] * 1e6 / n, cpu[5] * 1e6 / n,
-                                                cpu[5] / cpu[4] if cpu[4] else 0.0))
+
+
+def backlog_main(names, n):
+    print("backlog drain: %d QoS 1 messages queued for one offline persistent subscriber,"
+          " then drained (%d-core machine)" % (n, os.cpu_count() or 0))
+    print("%-14s%16s%16s%12s" % ("broker", "level 4 us/msg", "level 5 us/msg", "5 / 4"))
+    res = {}
+    for name, srv in started(names):
+        try:
+            # both orders, summed: the second drain of a run costs a
+            # little more than the first, whatever its level
+            a = run_backlog(srv, n, (4, 5))
+            b = run_backlog(srv, n, (5, 4))
+            cpu = {lv: (a[lv] + b[lv]) / 2 for lv in (4, 5)}
+        except Exception as e:
+            print("%s failed: %s" % (name, e))
+            continue
+        res[name] = cpu
+        print("%-14s%16.1f%16.1f%11.2fx" % (name, cpu[4] * 1e6 / n, cpu[5] * 1e6 / n,
+                                            cpu[5] / cpu[4] if cpu[4] else 0.0))
     u = res.get("umqtt3")
     for o in res:
         if u and o != "umqtt3" and res[o][4] and res[o][5]:
@@ -527,26 +536,17 @@ def main():
     results = {}
     cpu = {}  # broker CPU microseconds per delivered message
     t_start = time.monotonic()
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in names:
+    for name, srv in started(names):
+        for sc, q in cases:
             try:
-                srv = STARTERS[name](tmp)
+                c0 = srv.cpu()
+                n, dt = run_load(srv.port, sc, q, secs, a.store)
+                c1 = srv.cpu()
+                results[(name, sc, q)] = n / dt if dt > 0 else 0.0
+                if n and c0 is not None and c1 is not None:
+                    cpu[(name, sc, q)] = (c1 - c0) * 1e6 / n
             except Exception as e:
-                print("%s: skipped (%s)" % (name, e))
-                continue
-            try:
-                for sc, q in cases:
-                    try:
-                        c0 = srv.cpu()
-                        n, dt = run_load(srv.port, sc, q, secs, a.store)
-                        c1 = srv.cpu()
-                        results[(name, sc, q)] = n / dt if dt > 0 else 0.0
-                        if n and c0 is not None and c1 is not None:
-                            cpu[(name, sc, q)] = (c1 - c0) * 1e6 / n
-                    except Exception as e:
-                        print("%s %s QoS %d failed: %s" % (name, sc, q, e))
-            finally:
-                srv.stop()
+                print("%s %s QoS %d failed: %s" % (name, sc, q, e))
     table("messages delivered per second (payload %d bytes, %.1f s per case, %d-core machine,"
           " MQTT %s clients%s)" % (len(PAYLOAD), secs, os.cpu_count() or 0,
                                    "5.0" if LEVEL == 5 else "3.1.1",
