@@ -335,16 +335,19 @@ class Session:
         its queue holds max_queued messages and none is QoS 0 (_enqueue).
         A full queue is not empty, so send() would queue it. The router
         asks before routing and refuses the publisher instead. No allocation."""
+        return len(self.q) >= self.lim.max_queued and self._qos0_at() < 0
+
+    def _qos0_at(self):
+        # the index of the oldest queued QoS 0 message (the one a full
+        # queue drops to make room), -1 when none is queued
         q = self.q
-        n = len(q)
-        if n < self.lim.max_queued:
-            return False
         i = 0
+        n = len(q)
         while i < n:
             if not q[i][0] & 6:
-                return False  # a QoS 0 message makes room
+                return i
             i += 1
-        return True
+        return -1
 
     def _enqueue(self, first, r):
         # Bounded by max_queued. When full, the oldest queued QoS 0 message
@@ -359,11 +362,9 @@ class Session:
             self.stats.dropped += 1
             return
         if len(q) >= lim.max_queued:
-            i = 0
-            while i < len(q) and q[i][0] & 6:
-                i += 1
+            i = self._qos0_at()
             self.stats.dropped += 1
-            if i == len(q):
+            if i < 0:
                 return
             del q[i]
         f = bytearray(size)
