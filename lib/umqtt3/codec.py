@@ -9,27 +9,31 @@
 # (properties, reason codes, AUTH) is umqtt3.props's, imported on first use.
 from .compat import const, valid_utf8, as_bytes
 
-CONNECT = const(1)
-CONNACK = const(2)
-PUBLISH = const(3)
-PUBACK = const(4)
-PUBREC = const(5)
-PUBREL = const(6)
-PUBCOMP = const(7)
-SUBSCRIBE = const(8)
-SUBACK = const(9)
-UNSUBSCRIBE = const(10)
-UNSUBACK = const(11)
-PINGREQ = const(12)
-PINGRESP = const(13)
-DISCONNECT = const(14)
-AUTH = const(15)
+# Packet types and reason codes; codec_server names them publicly (codec's
+# __getattr__ hands them out), as a client needs none of them by name.
+_CONNECT = const(1)
+_CONNACK = const(2)
+_PUBLISH = const(3)
+_PUBACK = const(4)
+_PUBREC = const(5)
+_PUBREL = const(6)
+_PUBCOMP = const(7)
+_SUBSCRIBE = const(8)
+_SUBACK = const(9)
+_UNSUBSCRIBE = const(10)
+_UNSUBACK = const(11)
+_PINGREQ = const(12)
+_PINGRESP = const(13)
+_DISCONNECT = const(14)
+_AUTH = const(15)
 
 # MQTT 5 reason codes this module raises with; a v3/v4 peer just closes.
-MALFORMED = const(0x81)
-PROTOCOL_ERROR = const(0x82)
-BAD_PROTOCOL_VERSION = const(0x84)
-TOO_LARGE = const(0x95)
+_MALFORMED = const(0x81)
+_PROTOCOL_ERROR = const(0x82)
+_BAD_PROTOCOL_VERSION = const(0x84)
+_TOO_LARGE = const(0x95)
+
+_MAX_REMAINING = const(268435455)
 
 # Why a packet is refused or cannot be encoded: fail(_E_...) raises
 # MQTTError with the text at that index of umqtt3.codec_errors, imported only
@@ -71,7 +75,6 @@ _E_DUP_QOS0 = const(32)
 _E_WILDCARD = const(33)
 _E_EMPTY_TOPIC = const(34)
 
-MAX_REMAINING = const(268435455)
 
 
 class MQTTError(Exception):
@@ -79,13 +82,13 @@ class MQTTError(Exception):
     `code` is the MQTT 5 reason code to send the peer (0x81 malformed,
     0x82 protocol error, 0x84 unsupported protocol version, 0x95 too large)."""
 
-    def __init__(self, reason, code=MALFORMED):
+    def __init__(self, reason, code=_MALFORMED):
         super().__init__(reason, code)
         self.reason = reason
         self.code = code
 
 
-def fail(e, code=MALFORMED):
+def fail(e, code=_MALFORMED):
     # e: one of the _E_ numbers above (codec_server and props number theirs
     # in the same table)
     from .codec_errors import TEXT
@@ -149,9 +152,9 @@ def varint_size(n):
         return 2
     if n < 2097152:
         return 3
-    if n <= MAX_REMAINING:
+    if n <= _MAX_REMAINING:
         return 4
-    fail(_E_LENGTH_TOO_LARGE, TOO_LARGE)
+    fail(_E_LENGTH_TOO_LARGE, _TOO_LARGE)
 
 
 def put_varint(buf, off, n):
@@ -180,7 +183,7 @@ def frame_len(buf, off, end, max_size=0):
                 fail(_E_LENGTH_NOT_MINIMAL)
             n += i - off
             if max_size and n > max_size:
-                fail(_E_OVER_MAXIMUM, TOO_LARGE)
+                fail(_E_OVER_MAXIMUM, _TOO_LARGE)
             return n
         shift += 7
         if shift == 28:
@@ -190,7 +193,7 @@ def frame_len(buf, off, end, max_size=0):
 
 def put_header(buf, off, first, rl):
     if off + 1 + varint_size(rl) + rl > len(buf):
-        fail(_E_BUFFER, TOO_LARGE)
+        fail(_E_BUFFER, _TOO_LARGE)
     buf[off] = first
     return put_varint(buf, off + 1, rl)
 
@@ -208,7 +211,7 @@ def put_str(buf, off, s):
 def _str_len(s):
     n = len(s)
     if n > 65535:
-        fail(_E_STRING_TOO_LONG, PROTOCOL_ERROR)
+        fail(_E_STRING_TOO_LONG, _PROTOCOL_ERROR)
     return n + 2
 
 
@@ -216,15 +219,15 @@ def _filter_len(f, opts, level):
     # a valid filter [MQTT-4.7.1-2, MQTT-4.7.1-3] with valid options
     # [MQTT-3.8.3-4]: its encoded length
     if not valid_filter(f, 0, len(f)):
-        fail(_E_FILTER, PROTOCOL_ERROR)
+        fail(_E_FILTER, _PROTOCOL_ERROR)
     if (opts & 3) == 3 or opts & (0xC0 if level == 5 else 0xFC) or (opts & 0x30) == 0x30:
-        fail(_E_SUB_OPTIONS, PROTOCOL_ERROR)
+        fail(_E_SUB_OPTIONS, _PROTOCOL_ERROR)
     return _str_len(f)
 
 
 def check_pid(pid):
     if not 0 < pid < 65536:
-        fail(_E_PID_RANGE, PROTOCOL_ERROR)  # [MQTT-2.3.1-1]
+        fail(_E_PID_RANGE, _PROTOCOL_ERROR)  # [MQTT-2.3.1-1]
 
 
 # v5 properties: None (none), a pre-encoded bytes-like (copied as is: the
@@ -242,6 +245,14 @@ def _srv():
         from . import codec_server
         _S = codec_server
     return _S
+
+
+def __getattr__(name):
+    # the packet types and reason codes by name (codec.PUBLISH, ...): the
+    # broker's, in codec_server; kept here after the first use
+    v = getattr(_srv(), name)
+    globals()[name] = v
+    return v
 
 
 def mqtt5():
@@ -274,12 +285,12 @@ def encode_connect(buf, off, client_id, level=4, clean=True, keepalive=0,
                    user=None, password=None, will_topic=None, will_msg=b"",
                    will_qos=0, will_retain=False, props=None, will_props=None):
     if not 3 <= level <= 5:
-        fail(_E_LEVEL, BAD_PROTOCOL_VERSION)
+        fail(_E_LEVEL, _BAD_PROTOCOL_VERSION)
     cid = as_bytes(client_id)
     if not cid and (level == 3 or (level == 4 and not clean)):
         # 3.1 wants 1..23 characters; 3.1.1 an empty id only with a clean
         # session [MQTT-3.1.3-7]; 5.0 lets the server assign one
-        fail(_E_EMPTY_ID, PROTOCOL_ERROR)
+        fail(_E_EMPTY_ID, _PROTOCOL_ERROR)
     name = b"MQIsdp" if level == 3 else b"MQTT"
     flags = 2 if clean else 0
     rl = len(name) + 2 + 4 + _str_len(cid)
@@ -289,7 +300,7 @@ def encode_connect(buf, off, client_id, level=4, clean=True, keepalive=0,
         rl += p5.size(props)
     if will_topic is not None:
         if will_qos > 2:
-            fail(_E_WILL_QOS, PROTOCOL_ERROR)  # [MQTT-3.1.2-14] (5.0: MQTT-3.1.2-12)
+            fail(_E_WILL_QOS, _PROTOCOL_ERROR)  # [MQTT-3.1.2-14] (5.0: MQTT-3.1.2-12)
         will_topic = as_bytes(will_topic)
         will_msg = as_bytes(will_msg)
         flags |= 4 | (will_qos << 3) | (32 if will_retain else 0)
@@ -303,12 +314,12 @@ def encode_connect(buf, off, client_id, level=4, clean=True, keepalive=0,
         rl += _str_len(user)
     if password is not None:
         if user is None and level < 5:
-            fail(_E_PASSWORD, PROTOCOL_ERROR)  # [MQTT-3.1.2-22]
+            fail(_E_PASSWORD, _PROTOCOL_ERROR)  # [MQTT-3.1.2-22]
         password = as_bytes(password)
         flags |= 64
         rl += _str_len(password)
     if not 0 <= keepalive < 65536:
-        fail(_E_KEEPALIVE, PROTOCOL_ERROR)
+        fail(_E_KEEPALIVE, _PROTOCOL_ERROR)
     off = put_header(buf, off, 0x10, rl)
     off = put_str(buf, off, name)
     buf[off] = level
@@ -336,11 +347,11 @@ def encode_publish(buf, off, topic, payload, qos=0, pid=0, retain=False,
     topic = as_bytes(topic)
     payload = as_bytes(payload)
     if qos > 2:
-        fail(_E_QOS, MALFORMED)  # [MQTT-3.3.1-4]
+        fail(_E_QOS, _MALFORMED)  # [MQTT-3.3.1-4]
     if not (valid_name(topic, 0, len(topic)) or (level == 5 and not topic)):
         # refused before the flows store it: a broker would close on it,
         # and a stored one would be resent after every reconnect
-        fail(_E_TOPIC, PROTOCOL_ERROR)  # [MQTT-3.3.2-2, MQTT-4.7.3-1]
+        fail(_E_TOPIC, _PROTOCOL_ERROR)  # [MQTT-3.3.2-2, MQTT-4.7.3-1]
     pl = len(payload)
     rl = _str_len(topic) + pl
     first = 0x30 | (qos << 1)
@@ -378,7 +389,7 @@ def encode_ack(buf, off, ptype, pid, rc=None, level=4, props=None):
         p5 = mqtt5()
         props = p5.encoded(props)
         rl = 3 if props is None else 3 + p5.size(props)
-    off = put_header(buf, off, (ptype << 4) | (2 if ptype == PUBREL else 0), rl)
+    off = put_header(buf, off, (ptype << 4) | (2 if ptype == _PUBREL else 0), rl)
     buf[off] = pid >> 8
     buf[off + 1] = pid & 0xFF
     off += 2
@@ -397,7 +408,7 @@ def encode_subscribe(buf, off, pid, topics, qos=0, level=4, props=None):
     check_pid(pid)
     many = isinstance(topics, list)
     if many and not topics:
-        fail(_E_SUB_NO_FILTERS, PROTOCOL_ERROR)  # [MQTT-3.8.3-3]
+        fail(_E_SUB_NO_FILTERS, _PROTOCOL_ERROR)  # [MQTT-3.8.3-3]
     rl = 0
     if many:
         for t, o in topics:
@@ -423,7 +434,7 @@ def encode_unsubscribe(buf, off, pid, topics, level=4, props=None):
     if not isinstance(topics, list):
         topics = [topics]
     if not topics:
-        fail(_E_UNSUB_NO_FILTERS, PROTOCOL_ERROR)  # [MQTT-3.10.3-2]
+        fail(_E_UNSUB_NO_FILTERS, _PROTOCOL_ERROR)  # [MQTT-3.10.3-2]
     rl = 0
     for t in topics:
         rl += _filter_len(as_bytes(t), 0, level)
@@ -567,7 +578,7 @@ def read_pid(pkt, buf, off, end):
         fail(_E_TRUNCATED)
     pid = (buf[off] << 8) | buf[off + 1]
     if not pid:
-        fail(_E_PID_0, PROTOCOL_ERROR)  # [MQTT-2.3.1-1]
+        fail(_E_PID_0, _PROTOCOL_ERROR)  # [MQTT-2.3.1-1]
     pkt.pid = pid
     return off + 2
 
@@ -597,29 +608,29 @@ def decode(pkt, buf, off, end, max_size=0):
     i += 1  # body start
     level = pkt.level
     v5 = level == 5
-    if t == PUBLISH:
+    if t == _PUBLISH:
         return _dec_publish(pkt, buf, i, end, fl, v5)
-    if t == 0 or (t == AUTH and not v5):
+    if t == 0 or (t == _AUTH and not v5):
         fail(_E_RESERVED_TYPE)
     # MQTT 3.1 marks these bits unused (a 3.1 sender sets DUP on a resent
     # SUBSCRIBE), so only 3.1.1 and 5.0 insist on them
     if fl != _FLAGS[t] and level > 3:
         fail(_E_RESERVED_FLAGS)
     n = end - i
-    if PUBACK <= t <= PUBCOMP or (t == UNSUBACK and not v5):
+    if _PUBACK <= t <= _PUBCOMP or (t == _UNSUBACK and not v5):
         if n < 2 or (n != 2 and not v5):
             fail(_E_LENGTH)
         i = read_pid(pkt, buf, i, end)
         return mqtt5().tail(pkt, buf, i, end, t) if i < end else t
-    if t == PINGREQ or t == PINGRESP:
+    if t == _PINGREQ or t == _PINGRESP:
         if n:
             fail(_E_LENGTH)
         return t
-    if t == DISCONNECT or t == AUTH:
+    if t == _DISCONNECT or t == _AUTH:
         if n and not v5:
             fail(_E_LENGTH)
         return mqtt5().tail(pkt, buf, i, end, t) if n else t
-    if t == CONNACK:
+    if t == _CONNACK:
         if n < 2 or (n != 2 and not v5):
             fail(_E_LENGTH)
         if buf[i] & 0xFE:
@@ -631,9 +642,9 @@ def decode(pkt, buf, off, end, max_size=0):
         if n < 3:
             fail(_E_LENGTH)  # 5.0 always has reason code and properties
         return mqtt5().tail(pkt, buf, i + 1, end, t)
-    if t == SUBSCRIBE or t == UNSUBSCRIBE:
+    if t == _SUBSCRIBE or t == _UNSUBSCRIBE:
         return _srv().decode_filters(pkt, buf, i, end, v5)
-    if t == SUBACK or t == UNSUBACK:
+    if t == _SUBACK or t == _UNSUBACK:
         i = read_pid(pkt, buf, i, end)
         if v5:
             i = mqtt5().read(pkt, buf, i, end, t)
@@ -676,9 +687,9 @@ def _dec_publish(pkt, buf, i, end, fl, v5):
     else:
         pkt.pid = 0
     if v5:
-        i = mqtt5().read(pkt, buf, i, end, PUBLISH)
+        i = mqtt5().read(pkt, buf, i, end, _PUBLISH)
     elif not tn:
         fail(_E_EMPTY_TOPIC)  # [MQTT-4.7.3-1]
     pkt.payload_off = i
     pkt.payload_len = end - i
-    return PUBLISH
+    return _PUBLISH

@@ -3,12 +3,33 @@
 # codec.decode() loads this module the first time it meets a CONNECT,
 # SUBSCRIBE or UNSUBSCRIBE, so a device that only runs the client never pays
 # for it. The rules and the Packet fields are codec.py's.
-from .codec import (fail, str_end, bin_end, read_pid,
-                    check_pid, put_header, mqtt5, head_pid,
-                    PROTOCOL_ERROR, BAD_PROTOCOL_VERSION, SUBSCRIBE, UNSUBACK,
-                    CONNECT, encode_ack)
 from .compat import const
+from .codec import (fail, str_end, bin_end, read_pid,
+                    check_pid, put_header, mqtt5, head_pid, encode_ack)
 from .topic import valid_filter
+
+# The packet types and reason codes by name (codec.py has them as private
+# consts, and hands these out as codec.PUBLISH etc. through its __getattr__).
+CONNECT = const(1)
+CONNACK = const(2)
+PUBLISH = const(3)
+PUBACK = const(4)
+PUBREC = const(5)
+PUBREL = const(6)
+PUBCOMP = const(7)
+SUBSCRIBE = const(8)
+SUBACK = const(9)
+UNSUBSCRIBE = const(10)
+UNSUBACK = const(11)
+PINGREQ = const(12)
+PINGRESP = const(13)
+DISCONNECT = const(14)
+AUTH = const(15)
+MALFORMED = const(0x81)
+PROTOCOL_ERROR = const(0x82)
+BAD_PROTOCOL_VERSION = const(0x84)
+TOO_LARGE = const(0x95)
+MAX_REMAINING = const(268435455)
 
 # indexes into umqtt3.codec_errors, as in codec.py
 _E_FILTER = const(7)

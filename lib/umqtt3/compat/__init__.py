@@ -24,14 +24,6 @@ if MICROPYTHON:
     ticks_diff = time.ticks_diff
     sleep_ms = time.sleep_ms
 
-    def wall_s():
-        # the wall clock in whole seconds, None while it is not set (no RTC,
-        # or before NTP: before 2024, whichever epoch the port counts from)
-        try:
-            t = int(time.time())
-            return t if t >= (757382400 if time.gmtime(0)[0] == 2000 else 1704067200) else None
-        except Exception:
-            return None
     poll = select.poll
 
     def copy(dst, doff, src, soff, n):
@@ -97,10 +89,6 @@ if MICROPYTHON:
         import os
         os.rename(src, dst)
 
-    def asleep_ms(ms):
-        import asyncio
-        return asyncio.sleep_ms(ms)
-
     def link(sock):
         # MicroPython sockets (and TLS sockets) already have readinto(buf, n)
         # and write(buf, off, n), returning None when they would block.
@@ -112,24 +100,6 @@ if MICROPYTHON:
         except Exception:
             pass  # not every port has TCP_NODELAY
 
-    # ------------------------------------------------------------ the broker's
-    # platform differences (broker.py, broker_core.py)
-    def mem_free():
-        import gc
-        return gc.mem_free()
-
-    def sndbuf(sock, n):
-        # not every port has SO_SNDBUF: the lwIP default stays
-        so = getattr(socket, "SO_SNDBUF", None)
-        if so is not None:
-            sock.setsockopt(socket.SOL_SOCKET, so, n)
-
-    LINK_BUFFERS = False
-
-    def server_link(sock):
-        # read exactly what each packet needs, straight from the socket
-        return sock
-
     # -- opening a connection (the client's drivers): TLS and timeouts
     def tls_context(ctx):
         # ssl=True: a context that encrypts but, with no CA bundle on the
@@ -140,28 +110,15 @@ if MICROPYTHON:
             ctx.verify_mode = ssl.CERT_NONE
         return ctx
 
-    # -- the broker's TLS listener: ssl.SSLContext server side (mbedTLS;
-    # ESP32 and RP2040 ports from MicroPython 1.23, docs/broker.md)
-    def tls_server(certfile, keyfile, cafile=None, require=False):
-        import ssl
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        ctx.load_cert_chain(_read(certfile), _read(keyfile))
-        if cafile:
-            ctx.load_verify_locations(cadata=_read(cafile))
-        # (ssl.py's SSLContext has verify_mode; the stubs have only tls's)
-        setattr(ctx, "verify_mode", ssl.CERT_REQUIRED if require else ssl.CERT_NONE)
-        return ctx
-
-    def _read(path):
-        with open(path, "rb") as f:
-            return f.read()
-
-    def tls_accept(ctx, sock):
-        # the handshake runs within the first reads, never blocking the broker
-        return ctx.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
-
-    def tls_held(link):
-        return 0  # poll() sees the bytes mbedTLS holds
+    def __getattr__(name):
+        # what a client never uses (the broker's and asyncio's platform
+        # differences, the wall clock) is in compat/gateway.py, loaded on
+        # the first use of one of its names; kept here after that, so that
+        # a hot path reading compat.NAME allocates nothing
+        import umqtt3.compat.gateway as g  # (`from . import` would come back here)
+        v = getattr(g, name)
+        globals()[name] = v
+        return v
 
 else:
     # the emulation lives in its own module, which MicroPython never loads

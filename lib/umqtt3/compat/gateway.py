@@ -1,0 +1,70 @@
+# umqtt3.compat.gateway -- MicroPython's platform differences that a client
+# never uses: the broker's (memory, socket buffers, links, the TLS listener),
+# asyncio's sleep and the wall clock. compat/__init__.py hands these names
+# out on first use (its __getattr__), so a client device never loads them;
+# on CPython compat/cpython.py has them all.
+import time
+from . import socket
+
+
+def wall_s():
+    # the wall clock in whole seconds, None while it is not set (no RTC,
+    # or before NTP: before 2024, whichever epoch the port counts from)
+    try:
+        t = int(time.time())
+        return t if t >= (757382400 if time.gmtime(0)[0] == 2000 else 1704067200) else None
+    except Exception:
+        return None
+
+
+def asleep_ms(ms):
+    import asyncio
+    return asyncio.sleep_ms(ms)  # type: ignore[attr-defined, unused-ignore]
+
+
+# the broker's platform differences (broker.py, broker_core.py)
+def mem_free():
+    import gc
+    return gc.mem_free()  # type: ignore[attr-defined, unused-ignore]
+
+
+def sndbuf(sock, n):
+    # not every port has SO_SNDBUF: the lwIP default stays
+    so = getattr(socket, "SO_SNDBUF", None)
+    if so is not None:
+        sock.setsockopt(socket.SOL_SOCKET, so, n)
+
+
+LINK_BUFFERS = False
+
+
+def server_link(sock):
+    # read exactly what each packet needs, straight from the socket
+    return sock
+
+
+# the broker's TLS listener: ssl.SSLContext server side (mbedTLS;
+# ESP32 and RP2040 ports from MicroPython 1.23, docs/broker.md)
+def tls_server(certfile, keyfile, cafile=None, require=False):
+    import ssl
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(_read(certfile), _read(keyfile))
+    if cafile:
+        ctx.load_verify_locations(cadata=_read(cafile))
+    # (ssl.py's SSLContext has verify_mode; the stubs have only tls's)
+    setattr(ctx, "verify_mode", ssl.CERT_REQUIRED if require else ssl.CERT_NONE)
+    return ctx
+
+
+def _read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def tls_accept(ctx, sock):
+    # the handshake runs within the first reads, never blocking the broker
+    return ctx.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+
+
+def tls_held(link):
+    return 0  # poll() sees the bytes mbedTLS holds
