@@ -46,33 +46,23 @@ def frame(seq, key, body):
     # one record (public: the broker's store frames its records the same way)
     # magic, 4-byte seq, 4-byte key (+1, so -1 "no key" stores 0), body, CRC-32
     import binascii
+    import struct
     if key < -1 or key > _KEY_MAX:
         raise ValueError("key out of range 0..2**32-2")
-    n = len(body)
-    b = bytearray(9 + n + 4)
-    b[0] = _MAGIC
-    for i in range(4):
-        b[1 + i] = (seq >> (24 - 8 * i)) & 0xFF
-        b[5 + i] = ((key + 1) >> (24 - 8 * i)) & 0xFF
-    b[9:9 + n] = body
-    c = binascii.crc32(b[:9 + n]) & 0xFFFFFFFF
-    for i in range(4):
-        b[9 + n + i] = (c >> (24 - 8 * i)) & 0xFF
-    return b
+    b = struct.pack(">BII", _MAGIC, seq & 0xFFFFFFFF, key + 1) + body
+    return b + struct.pack(">I", binascii.crc32(b) & 0xFFFFFFFF)
 
 
 def unframe(b):
     """(seq, key, body) or None for a torn or corrupt record."""
     import binascii
-    if len(b) < 13 or b[0] != _MAGIC:
-        return None
+    import struct
     n = len(b) - 4
-    c = (b[n] << 24) | (b[n + 1] << 16) | (b[n + 2] << 8) | b[n + 3]
-    if binascii.crc32(b[:n]) & 0xFFFFFFFF != c:
+    if n < 9 or b[0] != _MAGIC or \
+            binascii.crc32(b[:n]) & 0xFFFFFFFF != struct.unpack(">I", b[n:])[0]:
         return None
-    seq = (b[1] << 24) | (b[2] << 16) | (b[3] << 8) | b[4]
-    key = ((b[5] << 24) | (b[6] << 16) | (b[7] << 8) | b[8]) - 1
-    return seq, key, bytes(b[9:n])
+    m, seq, key = struct.unpack(">BII", b[:9])
+    return seq, key - 1, bytes(b[9:n])
 
 
 class OSFiles:
@@ -137,11 +127,9 @@ class FileStore:
         # use are only right once the records of the last boot are known
         self.recover()
 
-    def _p(self, name):
-        return self.dir + "/" + name
-
-    def _oname(self, seq, state):
-        return "o%08d.%s" % (seq, state)
+    def _p(self, fmt, n, state):
+        # a record's path: fmt "o%08d.%s" (n: its seq) or "i%05d.%s" (n: pid)
+        return self.dir + "/" + fmt % (n, state)
 
     def _next_seq(self):
         # Numbering starts again whenever nothing it orders is left (no
@@ -158,7 +146,7 @@ class FileStore:
             raise StoreFull()
         k = -1 if key is None else key
         self._next_seq()  # a key out of range: frame raises, nothing written
-        self.fs.write(self._p(self._oname(self.nseq, "p")),
+        self.fs.write(self._p("o%08d.%s", self.nseq, "p"),
                       frame(self.nseq, k, bytes(buf[off:off + n])))
         self.fs.sync_dir(self.dir)
         self.out[pid] = [self.nseq, "p", k]
@@ -168,17 +156,17 @@ class FileStore:
     def out_rel(self, pid):
         e = self.out.get(pid)
         if e and e[1] == "p":
-            self.fs.rename(self._p(self._oname(e[0], "p")), self._p(self._oname(e[0], "r")))
+            self.fs.rename(self._p("o%08d.%s", e[0], "p"), self._p("o%08d.%s", e[0], "r"))
             self.fs.sync_dir(self.dir)
             e[1] = "r"
 
     def out_del(self, pid):
         e = self.out.pop(pid, None)
         if e:
-            name = self._p(self._oname(e[0], e[1]))
+            name = self._p("o%08d.%s", e[0], e[1])
             if self.keep_last and e[2] >= 0 and e[2] >= self.last_key:
                 # keep the newest key's record as "last": accepted() survives
-                self.fs.rename(name, self._p("last"))
+                self.fs.rename(name, self.dir + "/last")
             else:
                 self.fs.remove(name)
             self.fs.sync_dir(self.dir)
@@ -193,13 +181,13 @@ class FileStore:
         if len(self.out) + len(self.inb) >= self.max:
             raise StoreFull()
         self._next_seq()  # arrival order, for handing them over again
-        self.fs.write(self._p("i%05d.u" % pid), frame(self.nseq, key, bytes(buf[off:off + n])))
+        self.fs.write(self._p("i%05d.%s", pid, "u"), frame(self.nseq, key, bytes(buf[off:off + n])))
         self.fs.sync_dir(self.dir)
         self.inb[pid] = "u"
 
     def in_done(self, pid):
         if self.inb.get(pid) == "u":
-            self.fs.rename(self._p("i%05d.u" % pid), self._p("i%05d.d" % pid))
+            self.fs.rename(self._p("i%05d.%s", pid, "u"), self._p("i%05d.%s", pid, "d"))
             self.fs.sync_dir(self.dir)
             self.inb[pid] = "d"
 
@@ -209,7 +197,7 @@ class FileStore:
     def in_del(self, pid):
         st = self.inb.pop(pid, None)
         if st:
-            self.fs.remove(self._p("i%05d.%s" % (pid, st)))
+            self.fs.remove(self._p("i%05d.%s", pid, st))
             self.fs.sync_dir(self.dir)
 
     def accepted(self, key):
@@ -231,7 +219,7 @@ class FileStore:
         for name in sorted(self.fs.listdir(self.dir)):
             if not _ours(name):
                 continue  # not a record: never touch other files
-            path = self._p(name)
+            path = self.dir + "/" + name
             try:
                 data = self.fs.read(path)
             except OSError:
