@@ -90,7 +90,7 @@ class MQTTClient(Core):
         if self.state == _UP and c.tlen:
             try:
                 if not self.send() and c.space() < len(msg) + 64:
-                    raise Busy()
+                    raise Busy("busy", 0x97)
             except OSError:
                 # the link broke: store the message for the next connection
                 self._lost()

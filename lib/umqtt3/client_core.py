@@ -190,7 +190,7 @@ class Core:
         if not up and not (qos and self.reconnect):
             raise OSError(107)
         if self.backlog is not None:
-            raise Busy()  # the resend keeps its order
+            raise Busy("busy", 0x97)  # the resend keeps its order
         c = self.conn
         start = c.tlen
         al = self.aliases
@@ -208,7 +208,7 @@ class Core:
             pid = self.flow.publish(c, topic, msg, qos, retain, key, props)
         except MQTTError as e:
             if e.code == 0x95 and start:
-                raise Busy()
+                raise Busy("busy", 0x97)
             raise  # larger than the whole buffer: retrying cannot help
         if new is not None:
             al[topic] = new  # known to the server once this PUBLISH is queued
@@ -232,7 +232,7 @@ class Core:
             self.subs[topic] = (qos, props)  # props too: asked the same way again
         pid = self.flow.new_pid()
         if not self.ask(pid, topic):
-            raise Busy()
+            raise Busy("busy", 0x97)
         self.req = topic
         self.wait_pid = pid
         self.answer = -1

@@ -84,11 +84,6 @@ class Conn:
         self.last = 0
         self.need = 2
 
-    def buffered(self):
-        """Bytes read past the packet last consumed: the socket may have
-        nothing more, so do not wait on it before recv()."""
-        return self.got - self.spent if self.spent else 0
-
     # ------------------------------------------------------------ send
     def space(self):
         return len(self.tx) - self.tlen

@@ -25,18 +25,14 @@ _PUBCOMP = const(7)
 
 class Busy(MQTTError):
     """Refused for now: the in-flight window or the send buffer is full.
-    Nothing was stored or sent; try again after acknowledgements arrive."""
-
-    def __init__(self, reason="busy"):
-        super().__init__(reason, 0x97)
+    Nothing was stored or sent; try again after acknowledgements arrive.
+    (Raised as Busy("busy", 0x97): no __init__ of its own to load.)"""
 
 
 class StoreFull(MQTTError):
     """Refused: the store has no room. Nothing already stored is lost.
-    (Raised by the stores, MemoryStore and FileStore.)"""
-
-    def __init__(self):
-        super().__init__("store full", 0x97)
+    (Raised by the stores, MemoryStore and FileStore, as
+    StoreFull("store full", 0x97).)"""
 
 
 def send_stored(store, conn, start, end, pid, key=None):
@@ -70,7 +66,7 @@ class Flow:
             if not self.store.out_has(p):
                 self.pid = p
                 return p
-        raise Busy()
+        raise Busy("busy", 0x97)
 
     def publish(self, conn, topic, msg, qos=0, retain=False, key=None, props=None):
         """Queue a PUBLISH in conn.tx (QoS 1/2: stored first). Returns the
@@ -78,7 +74,7 @@ class Flow:
         pid = 0
         if qos:
             if self.store.out_count() >= self.window:
-                raise Busy()
+                raise Busy("busy", 0x97)
             pid = self.new_pid()
         start = conn.tlen
         end = encode_publish(conn.tx, start, topic, msg, qos, pid, retain, False,
@@ -90,7 +86,7 @@ class Flow:
             # the last bytes are for acks and PINGREQ, which must always fit;
             # nothing is stored or queued yet
             if start:
-                raise Busy()
+                raise Busy("busy", 0x97)
             raise MQTTError("too large", 0x95)
         if qos:
             send_stored(self.store, conn, start, end, pid, key)

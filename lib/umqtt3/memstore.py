@@ -43,7 +43,7 @@ class MemoryStore:
     def out_add(self, pid, key, buf, off, n):
         i = self.n
         if i == len(self.pid) or self.used + n > len(self.data):
-            raise StoreFull()
+            raise StoreFull("store full", 0x97)
         copy(self.data, self.used, buf, off, n)
         self.used += n
         self.pid[i] = pid
@@ -96,7 +96,7 @@ class MemoryStore:
             if not p[i]:
                 p[i] = pid
                 return
-        raise StoreFull()
+        raise StoreFull("store full", 0x97)
 
     def in_done(self, pid):
         pass  # delivered at once; nothing survives a reset anyway

@@ -12,7 +12,7 @@ def _put(ids, pid):
     try:
         ids[ids.index(0)] = pid
     except ValueError:
-        raise StoreFull()
+        raise StoreFull("store full", 0x97)
 
 
 def _drop(ids, pid):

@@ -30,16 +30,16 @@
 # The file layer (OSFiles, refuse_fat) uses os and vfs directly: they are
 # the same modules on MicroPython and CPython; only fsync and rename differ,
 # and those come from compat.
-from .compat import fsync, fsync_dir, replace
+from .compat import fsync, fsync_dir, replace, const
 from .flow import StoreFull
 
 
 # ----------------------------------------------------------------- on flash
 
-_MAGIC = 0x55  # 'U'
+_MAGIC = const(0x55)  # 'U'
 
 
-_KEY_MAX = 0xFFFFFFFE  # stored as key + 1 in 32 bits; -1 ("no key") stores 0
+_KEY_MAX = const(0xFFFFFFFE)  # stored as key + 1 in 32 bits; -1 ("no key") stores 0
 
 
 def frame(seq, key, body):
@@ -143,7 +143,7 @@ class FileStore:
 
     def out_add(self, pid, key, buf, off, n):
         if len(self.out) + len(self.inb) >= self.max:
-            raise StoreFull()
+            raise StoreFull("store full", 0x97)
         k = -1 if key is None else key
         self._next_seq()  # a key out of range: frame raises, nothing written
         self.fs.write(self._p("o%08d.%s", self.nseq, "p"),
@@ -179,7 +179,7 @@ class FileStore:
 
     def in_add(self, pid, buf, off, n, key=-1):
         if len(self.out) + len(self.inb) >= self.max:
-            raise StoreFull()
+            raise StoreFull("store full", 0x97)
         self._next_seq()  # arrival order, for handing them over again
         self.fs.write(self._p("i%05d.%s", pid, "u"), frame(self.nseq, key, bytes(buf[off:off + n])))
         self.fs.sync_dir(self.dir)
