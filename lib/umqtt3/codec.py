@@ -56,8 +56,6 @@ _E_PASSWORD = const(13)
 _E_KEEPALIVE = const(14)
 _E_QOS = const(15)
 _E_TOPIC = const(16)
-_E_SUB_NO_FILTERS = const(17)
-_E_UNSUB_NO_FILTERS = const(18)
 _E_STRING_TRUNCATED = const(19)
 _E_STRING_PAST_END = const(20)
 _E_UTF8 = const(21)
@@ -215,7 +213,7 @@ def _str_len(s):
     return n + 2
 
 
-def _filter_len(f, opts, level):
+def filter_len(f, opts, level):
     # a valid filter [MQTT-4.7.1-2, MQTT-4.7.1-3] with valid options
     # [MQTT-3.8.3-4]: its encoded length
     if not valid_filter(f, 0, len(f)):
@@ -403,45 +401,27 @@ def encode_ack(buf, off, ptype, pid, rc=None, level=4, props=None):
 
 def encode_subscribe(buf, off, pid, topics, qos=0, level=4, props=None):
     """topics: one filter (str/bytes) with `qos`, or a list of (filter,
-    options) pairs; options is the QoS for v3/v4 and the v5 subscription
-    options byte."""
+    options) pairs (encoded by codec_server, loaded then: a client
+    subscribes one filter at a time); options is the QoS for v3/v4 and the
+    v5 subscription options byte."""
+    if isinstance(topics, list):
+        return _srv().encode_filters(buf, off, 0x82, pid, topics, level, props)
     check_pid(pid)
-    many = isinstance(topics, list)
-    if many and not topics:
-        fail(_E_SUB_NO_FILTERS, _PROTOCOL_ERROR)  # [MQTT-3.8.3-3]
-    rl = 0
-    if many:
-        for t, o in topics:
-            rl += _filter_len(as_bytes(t), o, level) + 1
-    else:
-        topics = as_bytes(topics)
-        rl += _filter_len(topics, qos, level) + 1
-    off = head_pid(buf, off, 0x82, rl, pid, level, props)
-    if not many:
-        off = put_str(buf, off, topics)
-        buf[off] = qos
-        return off + 1
-    for t, o in topics:
-        off = put_str(buf, off, as_bytes(t))
-        buf[off] = o
-        off += 1
-    return off
+    topics = as_bytes(topics)
+    off = head_pid(buf, off, 0x82, filter_len(topics, qos, level) + 1, pid, level, props)
+    off = put_str(buf, off, topics)
+    buf[off] = qos
+    return off + 1
 
 
 def encode_unsubscribe(buf, off, pid, topics, level=4, props=None):
-    """topics: one filter or a list of filters."""
+    """topics: one filter, or a list of filters (codec_server's, as above)."""
+    if isinstance(topics, list):
+        return _srv().encode_filters(buf, off, 0xA2, pid, topics, level, props)
     check_pid(pid)
-    if not isinstance(topics, list):
-        topics = [topics]
-    if not topics:
-        fail(_E_UNSUB_NO_FILTERS, _PROTOCOL_ERROR)  # [MQTT-3.10.3-2]
-    rl = 0
-    for t in topics:
-        rl += _filter_len(as_bytes(t), 0, level)
-    off = head_pid(buf, off, 0xA2, rl, pid, level, props)
-    for t in topics:
-        off = put_str(buf, off, as_bytes(t))
-    return off
+    topics = as_bytes(topics)
+    off = head_pid(buf, off, 0xA2, filter_len(topics, 0, level), pid, level, props)
+    return put_str(buf, off, topics)
 
 
 def encode_simple(buf, off, ptype):
@@ -609,7 +589,37 @@ def decode(pkt, buf, off, end, max_size=0):
     level = pkt.level
     v5 = level == 5
     if t == _PUBLISH:
-        return _dec_publish(pkt, buf, i, end, fl, v5)
+        qos = (fl >> 1) & 3
+        if qos == 3:
+            fail(_E_QOS)  # [MQTT-3.3.1-4]
+        dup = fl & 8
+        if dup and not qos:
+            fail(_E_DUP_QOS0)  # [MQTT-3.3.1-2]
+        pkt.qos = qos
+        pkt.dup = dup != 0
+        pkt.retain = fl & 1 == 1
+        t0 = i + 2
+        i = str_end(buf, i, end)
+        tn = i - t0
+        pkt.topic_off = t0
+        pkt.topic_len = tn
+        j = t0
+        while j < i:
+            c = buf[j]
+            if c == 0x23 or c == 0x2B:
+                fail(_E_WILDCARD)  # [MQTT-3.3.2-2]
+            j += 1
+        if qos:
+            i = read_pid(pkt, buf, i, end)
+        else:
+            pkt.pid = 0
+        if v5:
+            i = mqtt5().read(pkt, buf, i, end, _PUBLISH)
+        elif not tn:
+            fail(_E_EMPTY_TOPIC)  # [MQTT-4.7.3-1]
+        pkt.payload_off = i
+        pkt.payload_len = end - i
+        return _PUBLISH
     if t == 0 or (t == _AUTH and not v5):
         fail(_E_RESERVED_TYPE)
     # MQTT 3.1 marks these bits unused (a 3.1 sender sets DUP on a resent
@@ -659,37 +669,3 @@ def decode(pkt, buf, off, end, max_size=0):
             i += 1
         return t
     return _srv().decode_connect(pkt, buf, i, end)
-
-
-def _dec_publish(pkt, buf, i, end, fl, v5):
-    qos = (fl >> 1) & 3
-    if qos == 3:
-        fail(_E_QOS)  # [MQTT-3.3.1-4]
-    dup = fl & 8
-    if dup and not qos:
-        fail(_E_DUP_QOS0)  # [MQTT-3.3.1-2]
-    pkt.qos = qos
-    pkt.dup = dup != 0
-    pkt.retain = fl & 1 == 1
-    t0 = i + 2
-    i = str_end(buf, i, end)
-    tn = i - t0
-    pkt.topic_off = t0
-    pkt.topic_len = tn
-    j = t0
-    while j < i:
-        c = buf[j]
-        if c == 0x23 or c == 0x2B:
-            fail(_E_WILDCARD)  # [MQTT-3.3.2-2]
-        j += 1
-    if qos:
-        i = read_pid(pkt, buf, i, end)
-    else:
-        pkt.pid = 0
-    if v5:
-        i = mqtt5().read(pkt, buf, i, end, _PUBLISH)
-    elif not tn:
-        fail(_E_EMPTY_TOPIC)  # [MQTT-4.7.3-1]
-    pkt.payload_off = i
-    pkt.payload_len = end - i
-    return _PUBLISH

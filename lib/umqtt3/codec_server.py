@@ -3,8 +3,8 @@
 # codec.decode() loads this module the first time it meets a CONNECT,
 # SUBSCRIBE or UNSUBSCRIBE, so a device that only runs the client never pays
 # for it. The rules and the Packet fields are codec.py's.
-from .compat import const
-from .codec import (fail, str_end, bin_end, read_pid,
+from .compat import const, as_bytes
+from .codec import (fail, str_end, bin_end, read_pid, put_str, filter_len,
                     check_pid, put_header, mqtt5, head_pid, encode_ack)
 from .topic import valid_filter
 
@@ -35,6 +35,8 @@ MAX_REMAINING = const(268435455)
 _E_FILTER = const(7)
 _E_SUB_OPTIONS = const(8)
 _E_WILL_QOS = const(12)
+_E_SUB_NO_FILTERS = const(17)
+_E_UNSUB_NO_FILTERS = const(18)
 _E_PASSWORD = const(13)
 _E_NO_FILTERS = const(35)
 _E_NO_OPTIONS = const(36)
@@ -46,6 +48,30 @@ _E_WILL_FLAGS = const(41)
 _E_EMPTY_WILL = const(42)
 _E_WILL_WILDCARD = const(43)
 _E_CONNECT_TAIL = const(44)
+
+
+def encode_filters(buf, off, first, pid, topics, level=4, props=None):
+    """SUBSCRIBE (first 0x82, topics: (filter, options) pairs) or
+    UNSUBSCRIBE (0xA2, topics: filters) for a list of filters: what
+    codec.encode_subscribe and encode_unsubscribe hand over."""
+    check_pid(pid)
+    sub = first == 0x82
+    if not topics:
+        # [MQTT-3.8.3-3] [MQTT-3.10.3-2]
+        fail(_E_SUB_NO_FILTERS if sub else _E_UNSUB_NO_FILTERS, PROTOCOL_ERROR)
+    rl = 0
+    for t in topics:
+        rl += filter_len(as_bytes(t[0]), t[1], level) + 1 if sub else \
+            filter_len(as_bytes(t), 0, level)
+    off = head_pid(buf, off, first, rl, pid, level, props)
+    for t in topics:
+        if sub:
+            off = put_str(buf, off, as_bytes(t[0]))
+            buf[off] = t[1]
+            off += 1
+        else:
+            off = put_str(buf, off, as_bytes(t))
+    return off
 
 
 def encode_connack(buf, off, session_present, rc, level=4, props=None):
