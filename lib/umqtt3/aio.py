@@ -194,7 +194,7 @@ class AsyncClient(Core):
         if s is None:
             await asleep_ms(min(t, self.interval))
         elif t > 0:
-            await wait_io(s, self.conn.pending() > 0, t)
+            await wait_io(s, self.conn.tlen > 0, t)  # bytes wait to be written
 
     async def _busy(self, f, *args):
         # f(*args), retried while it raises Busy (window or buffer full),

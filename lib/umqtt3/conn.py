@@ -100,9 +100,6 @@ class Conn:
         self.sent = self.tlen = 0
         return True
 
-    def pending(self):
-        return self.tlen - self.sent
-
     def close(self):
         try:
             self.link.close()

@@ -84,12 +84,6 @@ class MemoryStore:
     def out_count(self):
         return self.n
 
-    def out_get(self, pid):
-        """(state, offset, length) of pid's packet in self.data, valid until
-        the next change; allocates a tuple."""
-        i = self._find(pid)
-        return self.state[i], self._off(i), self.len[i]
-
     def in_add(self, pid, buf, off, n):
         p = self.inpid
         for i in range(len(p)):

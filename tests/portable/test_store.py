@@ -122,18 +122,16 @@ def test_memory_out_add_has_count():
     p7 = _add(s, 7, key=1, msg=b"world")
     assert s.out_has(1) and s.out_has(7) and not s.out_has(2)
     assert s.out_count() == 2
-    st, off, n = s.out_get(7)
-    assert st == 0x70  # 'p'
-    assert bytes(s.data[off:off + n]) == p7
-    st, off, n = s.out_get(1)
-    assert bytes(s.data[off:off + n]) == p1
+    got = {r[0]: r for r in s.recover()}  # pid -> (pid, state, key, bytes)
+    assert got[7][1] == "p" and got[7][3] == p7
+    assert got[1][3] == p1
 
 
 def test_memory_rel_and_del():
     s = MemoryStore(slots=2, slot_size=64)
     _add(s, 5)
     s.out_rel(5)
-    assert s.out_get(5)[0] == 0x72  # 'r'
+    assert s.recover()[0][:2] == (5, "r")
     s.out_rel(99)  # unknown: ignored
     s.out_del(99)
     assert s.out_count() == 1

@@ -141,7 +141,7 @@ class Ours:
             except Busy:  # the socket's buffer is full: let it drain
                 c.poll(1)
                 pub(t, p)
-        while c.conn.pending():
+        while c.conn.tlen:  # bytes wait to be written
             c.poll(1)
 
     def seq(self, qos, seconds):

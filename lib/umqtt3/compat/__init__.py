@@ -39,10 +39,10 @@ if MICROPYTHON:
             for i in range(n):
                 dst[doff + i] = src[soff + i]
 
+    _g = {}  # type: dict
     try:
         # Compiled on the device from a string so that every file still builds
         # with a plain `mpy-cross` (no -march) and on ports without viper.
-        _g = {}  # type: dict
         exec(
             "import micropython\n"
             "@micropython.viper\n"
@@ -60,7 +60,6 @@ if MICROPYTHON:
             _g,
         )
         _v = _g["_v"]
-        del _g
 
         def copy(dst, doff, src, soff, n):
             # viper does no bounds checks: check here, then copy natively
@@ -69,6 +68,7 @@ if MICROPYTHON:
             _v(dst, doff, src, soff, n, dst is src and soff < doff)
     except Exception:
         pass
+    del _g  # (on a port without viper too: it holds what exec() left)
 
     # CPython has a strict decoder; MicroPython checks UTF-8 in codec.py.
     valid_utf8 = None
