@@ -7,7 +7,7 @@
 # nothing is copied and, in steady state, nothing is allocated. Protocol
 # levels: 3 (MQTT 3.1, "MQIsdp"), 4 (3.1.1) and 5 (5.0); what only 5.0 has
 # (properties, reason codes, AUTH) is umqtt3.props's, imported on first use.
-from .compat import const, valid_utf8, as_bytes
+from .compat import const, valid_utf8, as_bytes, topic_ok
 
 CONNECT = const(1)
 CONNACK = const(2)
@@ -661,16 +661,20 @@ def _dec_publish(pkt, buf, i, end, fl, v5):
     pkt.dup = dup != 0
     pkt.retain = fl & 1 == 1
     t0 = i + 2
-    i = str_end(buf, i, end)
-    tn = i - t0
+    tn = (buf[i] << 8) | buf[i + 1] if t0 <= end else 0
+    if topic_ok is not None and t0 + tn <= end and topic_ok(buf, t0, tn):
+        i = t0 + tn  # CPython: UTF-8, no U+0000, no wildcard, checked in C
+    else:
+        i = str_end(buf, i, end)
+        tn = i - t0
+        j = t0
+        while j < i:
+            c = buf[j]
+            if c == 0x23 or c == 0x2B:
+                fail(_E_WILDCARD)  # [MQTT-3.3.2-2]
+            j += 1
     pkt.topic_off = t0
     pkt.topic_len = tn
-    j = t0
-    while j < i:
-        c = buf[j]
-        if c == 0x23 or c == 0x2B:
-            fail(_E_WILDCARD)  # [MQTT-3.3.2-2]
-        j += 1
     if qos:
         i = read_pid(pkt, buf, i, end)
     else:

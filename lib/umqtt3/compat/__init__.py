@@ -80,6 +80,8 @@ if MICROPYTHON:
 
     # CPython has a strict decoder; MicroPython checks UTF-8 in codec.py.
     valid_utf8 = None
+    topic_ok = None  # codec and broker_core check names byte by byte
+    name_levels = None
 
     def as_bytes(s):
         return s.encode() if isinstance(s, str) else s
@@ -125,6 +127,7 @@ if MICROPYTHON:
             sock.setsockopt(socket.SOL_SOCKET, so, n)
 
     LINK_BUFFERS = False
+    TOPIC_MEMO = 0  # broker_subs remembers no topic's subscribers: RAM before CPU
 
     def server_link(sock):
         # read exactly what each packet needs, straight from the socket
