@@ -574,11 +574,26 @@ def read_pid(pkt, buf, off, end):
 
 # fixed-header flags every type but PUBLISH must carry [MQTT-2.2.2-1, MQTT-2.2.2-2]
 _FLAGS = b"\x00\x00\x00\x00\x00\x00\x02\x00\x02\x00\x02\x00\x00\x00\x00\x00"
+# first bytes of PUBACK, PUBREC, PUBREL, PUBCOMP with the flags they must carry
+_ACK4 = b"\x40\x50\x62\x70"
 
 
 def decode(pkt, buf, off, end, max_size=0):
     """Decode the packet in buf[off:end] (exactly one packet) into pkt.
     Raises MQTTError for anything malformed; returns pkt.type."""
+    if end - off == 4 and buf[off + 1] == 2 and buf[off] in _ACK4 and (buf[off + 2] or buf[off + 3]) \
+            and not 0 < max_size < 4:
+        # the common acknowledgement: PUBACK, PUBREC, PUBREL or PUBCOMP with
+        # a packet id and nothing else, what the long way below finds too
+        first = buf[off]
+        pkt.buf = buf
+        pkt.type = first >> 4
+        pkt.flags = first & 15
+        pkt.end = end
+        pkt.rc = 0
+        pkt.props_off = pkt.props_len = 0
+        pkt.pid = (buf[off + 2] << 8) | buf[off + 3]
+        return first >> 4
     total = frame_len(buf, off, end, max_size)
     if not total or off + total != end:
         fail(_E_LENGTH_DISAGREES)

@@ -79,7 +79,10 @@ def copy(dst, doff, src, soff, n):
     # as on the device: out of range is an error, never a resized buffer
     if doff < 0 or soff < 0 or n < 0 or doff + n > len(dst) or soff + n > len(src):
         raise IndexError("copy out of range")
-    dst[doff:doff + n] = memoryview(src)[soff:soff + n]
+    if n < 1024:
+        dst[doff:doff + n] = src[soff:soff + n]  # a small slice is cheaper than a view
+    else:
+        dst[doff:doff + n] = memoryview(src)[soff:soff + n]
 
 
 def valid_utf8(buf, off, n):
@@ -233,16 +236,16 @@ class server_link:
         return self.end - self.pos
 
     def fill(self):
-        """Read what the socket has into buf: True when it had something,
-        False when it would block; OSError when the peer closed."""
+        """Read what the socket has into buf: the bytes read, 0 when it
+        would block; OSError when the peer closed."""
         r = self.link.readinto(self.buf, len(self.buf))
         if r is None:
-            return False
+            return 0
         if not r:
             raise OSError("closed by peer")
         self.pos = 0
         self.end = r
-        return True
+        return r
 
     def write(self, buf, off=0, n=-1):
         return self.link.write(buf, off, n)
