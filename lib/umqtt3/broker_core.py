@@ -755,7 +755,7 @@ class Core(Stats):
         buf = p.buf
         toff = p.topic_off
         tn = p.topic_len
-        if is_sys(buf, toff, tn):
+        if tn and buf[toff] == 36 and is_sys(buf, toff, tn):
             return  # clients do not publish into $SYS
         r = self.route
         r.set(buf, toff, tn, buf, p.payload_off, p.payload_len, p.qos)

@@ -373,6 +373,15 @@ def encode_ack(buf, off, ptype, pid, rc=None, level=4, props=None):
     reason code and properties are omitted when rc is None and props is None
     (remaining length 2); props=b"" writes an explicit empty property list."""
     check_pid(pid)
+    if level != 5 or (rc is None and props is None):
+        # the usual four bytes, written directly (what put_header checks)
+        if off + 4 > len(buf):
+            fail(_E_BUFFER, TOO_LARGE)
+        buf[off] = (ptype << 4) | (2 if ptype == PUBREL else 0)
+        buf[off + 1] = 2
+        buf[off + 2] = pid >> 8
+        buf[off + 3] = pid & 0xFF
+        return off + 4
     rl = 2
     if level == 5 and (rc is not None or props is not None):
         p5 = mqtt5()
