@@ -93,6 +93,7 @@ class Broker(Core):
         self._stop = False
         self._sock = None
         self._poller = None
+        self._consume = None  # broker_bytes.consume, loaded by the first gulp
         self.port = port
         self.tls = tls  # an ssl.SSLContext (compat.tls_server): the listener speaks TLS
         self.pend_links = False  # attach() links as pending connections (see attach)
@@ -376,15 +377,26 @@ class Broker(Core):
 
     def _read_ahead(self, c, now):
         # CPython: gulps of the socket (compat.server_link) handed to the
-        # core in place, several packets per call
-        from .broker_bytes import consume  # CPython only: never on a device
+        # core in place, several packets per call. A gulp shorter than the
+        # buffer emptied the socket: no second read (and EAGAIN) this step,
+        # poll reports what comes next.
+        consume = self._consume
+        if consume is None:
+            from .broker_bytes import consume  # CPython only: never on a device
+            self._consume = consume
         link = c.conn.link
         k = 0
         burst = self.limits.burst
+        short = False
         try:
             while k < burst and c.state != CLOSED:
-                if link.pos >= link.end and not link.fill():
-                    break
+                if link.pos >= link.end:
+                    if short:
+                        break
+                    r = link.fill()
+                    if not r:
+                        break
+                    short = r < len(link.buf)
                 link.pos, n, stalled = consume(self, c, link.buf, link.pos, link.end, now, burst - k)
                 k += n
                 if stalled:

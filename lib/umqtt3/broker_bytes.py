@@ -46,7 +46,12 @@ def consume(core, c, buf, off, end, now, limit, careful=True):
                 continue
             if off >= end:
                 break
-            n = frame_len(buf, off, end, mp) if end - off >= 2 else 0
+            if end - off < 2:
+                n = 0
+            else:
+                n = buf[off + 1] + 2  # a one-byte remaining length, inline
+                if n > 129 or n > mp:
+                    n = frame_len(buf, off, end, mp)  # longer, or refused
             if n and off + n <= end:
                 # Core.room(), inline: the answers fit the send buffer
                 if careful and len(conn.tx) - conn.tlen < (n if buf[off] >> 4 == SUBSCRIBE else 8):

@@ -30,7 +30,7 @@ from .codec import (Packet, decode, MQTTError, encode_simple, encode_ack, BAD_PR
                     CONNECT, PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP, SUBSCRIBE, UNSUBSCRIBE,
                     PINGREQ, PINGRESP, DISCONNECT, AUTH)
 from .codec_server import encode_connack, encode_suback, encode_unsuback, read_filter
-from .compat import ticks_add, ticks_diff, const, mem_free
+from .compat import ticks_add, ticks_diff, const, mem_free, name_levels
 from .broker_limits import Limits
 from .broker_session import Session, Sessions, Route
 from .broker_subs import Subs, shared_at
@@ -539,6 +539,13 @@ class Core(Stats):
         [MQTT-1.5.3-2] lets the broker refuse, and within max_levels levels
         (names and filters). Raises MQTTError to close the connection."""
         ml = self.limits.max_levels if flt < 2 else 0
+        if name_levels is not None:  # CPython: the same scan, in C
+            lv = name_levels(buf, off, n)
+            if lv < 0:
+                raise MQTTError("control character", 0x81)
+            if ml and lv > ml:
+                raise MQTTError("too many topic levels", 0x90 if not flt else 0x8F)
+            return
         lv = 1
         i = off
         end = off + n
@@ -748,7 +755,7 @@ class Core(Stats):
         buf = p.buf
         toff = p.topic_off
         tn = p.topic_len
-        if is_sys(buf, toff, tn):
+        if tn and buf[toff] == 36 and is_sys(buf, toff, tn):
             return  # clients do not publish into $SYS
         r = self.route
         r.set(buf, toff, tn, buf, p.payload_off, p.payload_len, p.qos)

@@ -5,10 +5,13 @@
 # options byte: its QoS, and at MQTT 5 no local (4), retain as published
 # (8) and retain handling (0x30). Subs changes them and answers
 # match(): the sessions a topic goes to, each once at its highest granted
-# QoS [MQTT-3.3.5-1]. Today match() scans the sessions that have a
-# subscription and their filters; an index (a topic tree, say) can replace
-# the scan behind the same three calls without the core noticing.
+# QoS [MQTT-3.3.5-1]. match() scans the sessions that have a subscription
+# and their filters; on CPython (compat.TOPIC_MEMO) it remembers what the
+# scan found per topic until the next change of any subscription, so a
+# topic published again costs a dict lookup. On a device nothing is
+# remembered: no RAM per topic, no allocation per match.
 from .topic import match_span
+from .compat import TOPIC_MEMO
 
 
 def shared_at(f):
@@ -49,9 +52,12 @@ class Subs:
         self.max_subs = max_subs
         self.subscribers = []  # sessions with at least one filter
         # what the last match() found: hit[i] gets topic at QoS hq[i]
-        self.hit = []
-        self.hq = bytearray(8)
+        self.hit = self._hit = []
+        self.hq = self._hq = bytearray(8)
+        # topic bytes -> (sessions, their hq) of the scan; None on a device
+        self.memo = {} if TOPIC_MEMO else None
         self.added = False  # whether the last add() made a new subscription
+        self.local = 0  # whether the last scan met a subscription with no local
         # shared subscriptions: [filter "$share/g/f", where f starts, member
         # sessions, the next to get one] per group and filter
         self.groups = []
@@ -62,6 +68,7 @@ class Subs:
         the granted QoS, or 0x80 when the per-client limit is reached."""
         i = find_filter(s, buf, off, n)
         self.added = False
+        self.forget()
         if i >= 0:
             s.fqos[i] = opts
             if sid or s.fsid is not None:
@@ -73,6 +80,11 @@ class Subs:
         self.added = True
         return opts & 3
 
+    def forget(self):
+        """Subscriptions changed: what match() remembered is stale."""
+        if self.memo:
+            self.memo.clear()
+
     def _sid(self, s):
         # the session's subscription identifiers, made on first use
         if s.fsid is None:
@@ -81,6 +93,7 @@ class Subs:
 
     def restore(self, s, f, qos, sid=0):
         """A filter back from the store (no limit: it was granted)."""
+        self.forget()
         if not s.filters:
             self.subscribers.append(s)
         if sid or s.fsid is not None:
@@ -99,6 +112,7 @@ class Subs:
         i = find_filter(s, buf, off, n)
         if i < 0:
             return False
+        self.forget()
         self._leave(s, s.filters[i])
         del s.filters[i]
         del s.fqos[i]
@@ -123,6 +137,7 @@ class Subs:
     def drop(self, s):
         """The session ended: its subscriptions go with it."""
         if s.filters:
+            self.forget()
             self.subscribers.remove(s)
             for f in s.filters:
                 self._leave(s, f)
@@ -146,12 +161,35 @@ class Subs:
         matching subscription retains as published. A subscription with no
         local does not get what its own session (src) published
         [MQTT-3.8.3-3 (5.0)]. Allocates nothing once hit has grown to the
-        largest number of subscribers seen."""
+        largest number of subscribers seen (and memo is None)."""
+        memo = self.memo
+        if memo is None or self.groups:
+            return self._scan(tsrc, toff, tn, src)
+        key = bytes(tsrc[toff:toff + tn])
+        e = memo.get(key)
+        if e is None:
+            n = self._scan(tsrc, toff, tn, src)
+            if self.local:
+                return n  # what it gets depends on who publishes: not kept
+            e = (self.hit[:n], bytes(self.hq[:n]))
+            self.release(n)
+            if len(memo) >= TOPIC_MEMO:
+                memo.clear()
+            memo[key] = e
+        # the remembered lists, read-only, until release()
+        self.hit = e[0]
+        self.hq = e[1]
+        return len(e[0])
+
+    def _scan(self, tsrc, toff, tn, src):
+        # match() by every filter of every subscriber; local: whether a
+        # subscription with no local was among them
         sl = self.subscribers
-        hit = self.hit
-        hq = self.hq
+        hit = self._hit
+        hq = self._hq
         k = 0
         i = 0
+        nl = 0
         while i < len(sl):
             s = sl[i]
             i += 1
@@ -164,6 +202,7 @@ class Subs:
             while j < m:
                 f = fl[j]
                 o = fq[j]
+                nl |= o
                 g = o & 3
                 if f[0] == 36 and len(f) > 7 and f[1] == 115 and shared_at(f) > 0:
                     j += 1
@@ -180,9 +219,12 @@ class Subs:
                 else:
                     hit.append(s)
                 if k >= len(hq):
-                    self.hq = hq = hq + bytearray(len(hq))
+                    self._hq = hq = hq + bytearray(len(hq))
                 hq[k] = best | rap
                 k += 1
+        self.local = nl & 4
+        self.hit = hit
+        self.hq = hq
         for g in self.groups:
             f = g[0]
             fo = g[1]
@@ -203,19 +245,24 @@ class Subs:
         g[3] = (i + j + 1) % n
         f = g[0]
         o = s.fqos[find_filter(s, f, 0, len(f))]
-        hit = self.hit
+        hit = self._hit
         if k < len(hit):
             hit[k] = s
         else:
             hit.append(s)
-        if k >= len(self.hq):
-            self.hq = self.hq + bytearray(len(self.hq))
-        self.hq[k] = o & 11  # QoS and retain as published
+        if k >= len(self._hq):
+            self.hq = self._hq = self._hq + bytearray(len(self._hq))
+        self._hq[k] = o & 11  # QoS and retain as published
         return k + 1
 
     def release(self, n):
         """Forget the first n hits (no session is kept alive by them)."""
-        hit = self.hit
+        hit = self._hit
+        if self.hit is not hit:
+            # remembered lists (forget() drops them with their sessions)
+            self.hit = hit
+            self.hq = self._hq
+            return
         i = 0
         while i < n:
             hit[i] = None

@@ -7,7 +7,7 @@
 # nothing is copied and, in steady state, nothing is allocated. Protocol
 # levels: 3 (MQTT 3.1, "MQIsdp"), 4 (3.1.1) and 5 (5.0); what only 5.0 has
 # (properties, reason codes, AUTH) is umqtt3.props's, imported on first use.
-from .compat import const, valid_utf8, as_bytes
+from .compat import const, valid_utf8, as_bytes, topic_ok
 
 # Packet types and reason codes; codec_server names them publicly (codec's
 # __getattr__ hands them out), as a client needs none of them by name.
@@ -382,6 +382,15 @@ def encode_ack(buf, off, ptype, pid, rc=None, level=4, props=None):
     reason code and properties are omitted when rc is None and props is None
     (remaining length 2); props=b"" writes an explicit empty property list."""
     check_pid(pid)
+    if level != 5 or (rc is None and props is None):
+        # the usual four bytes, written directly (what put_header checks)
+        if off + 4 > len(buf):
+            fail(_E_BUFFER, _TOO_LARGE)
+        buf[off] = (ptype << 4) | (2 if ptype == _PUBREL else 0)
+        buf[off + 1] = 2
+        buf[off + 2] = pid >> 8
+        buf[off + 3] = pid & 0xFF
+        return off + 4
     rl = 2
     if level == 5 and (rc is not None or props is not None):
         p5 = mqtt5()
@@ -565,11 +574,26 @@ def read_pid(pkt, buf, off, end):
 
 # fixed-header flags every type but PUBLISH must carry [MQTT-2.2.2-1, MQTT-2.2.2-2]
 _FLAGS = b"\x00\x00\x00\x00\x00\x00\x02\x00\x02\x00\x02\x00\x00\x00\x00\x00"
+# first bytes of PUBACK, PUBREC, PUBREL, PUBCOMP with the flags they must carry
+_ACK4 = b"\x40\x50\x62\x70"
 
 
 def decode(pkt, buf, off, end, max_size=0):
     """Decode the packet in buf[off:end] (exactly one packet) into pkt.
     Raises MQTTError for anything malformed; returns pkt.type."""
+    if end - off == 4 and buf[off + 1] == 2 and buf[off] in _ACK4 and (buf[off + 2] or buf[off + 3]) \
+            and not 0 < max_size < 4:
+        # the common acknowledgement: PUBACK, PUBREC, PUBREL or PUBCOMP with
+        # a packet id and nothing else, what the long way below finds too
+        first = buf[off]
+        pkt.buf = buf
+        pkt.type = first >> 4
+        pkt.flags = first & 15
+        pkt.end = end
+        pkt.rc = 0
+        pkt.props_off = pkt.props_len = 0
+        pkt.pid = (buf[off + 2] << 8) | buf[off + 3]
+        return first >> 4
     total = frame_len(buf, off, end, max_size)
     if not total or off + total != end:
         fail(_E_LENGTH_DISAGREES)
@@ -599,16 +623,20 @@ def decode(pkt, buf, off, end, max_size=0):
         pkt.dup = dup != 0
         pkt.retain = fl & 1 == 1
         t0 = i + 2
-        i = str_end(buf, i, end)
-        tn = i - t0
+        tn = (buf[i] << 8) | buf[i + 1] if t0 <= end else 0
+        if topic_ok is not None and t0 + tn <= end and topic_ok(buf, t0, tn):
+            i = t0 + tn  # CPython: UTF-8, no U+0000, no wildcard, checked in C
+        else:
+            i = str_end(buf, i, end)
+            tn = i - t0
+            j = t0
+            while j < i:
+                c = buf[j]
+                if c == 0x23 or c == 0x2B:
+                    fail(_E_WILDCARD)  # [MQTT-3.3.2-2]
+                j += 1
         pkt.topic_off = t0
         pkt.topic_len = tn
-        j = t0
-        while j < i:
-            c = buf[j]
-            if c == 0x23 or c == 0x2B:
-                fail(_E_WILDCARD)  # [MQTT-3.3.2-2]
-            j += 1
         if qos:
             i = read_pid(pkt, buf, i, end)
         else:

@@ -6,6 +6,7 @@ from umqtt3.broker_limits import Limits
 from umqtt3.transport import Conn
 from umqtt3 import qos_state as Q
 from umqtt3.codec import (encode_publish, encode_ack, encode_subscribe, encode_simple,
+                          encode_unsubscribe,
                           PUBACK, PUBREC, PUBREL, PUBCOMP, PINGREQ, DISCONNECT)
 from broker_harness import build, connect_bytes
 
@@ -99,6 +100,40 @@ def test_routing_queues_when_the_send_buffer_is_full():
     assert b.wants_send(sub)
     assert take(b, sub) == b"".join(frames)
     assert not b.wants_send(sub)
+
+
+def test_same_topic_follows_every_subscription_change():
+    # what a topic matched is remembered on CPython (Subs.memo): each change
+    # of a subscription (a new one, a replaced QoS, an unsubscribe, a
+    # session that ends) shows in the next routing of the same topic
+    b = core()
+    a = connected(b, "a")
+    p = connected(b, "p")
+    t = pub("s/t", b"1")
+
+    def route():
+        feed(b, p, t, 0)
+        return take(b, a)
+
+    assert route() == b""
+    feed(b, a, build(encode_subscribe, 1, [("s/+", 0)]), 0)
+    take(b, a)
+    assert route() == t
+    c = connected(b, "c")
+    feed(b, c, build(encode_subscribe, 1, [("s/t", 1)]), 0)
+    take(b, c)
+    feed(b, p, pub("s/t", b"2", 1, 5), 0)
+    assert take(b, a) == pub("s/t", b"2")
+    assert take(b, c) == pub("s/t", b"2", 1, 1)  # [MQTT-3.3.5-1]
+    feed(b, a, build(encode_subscribe, 2, [("s/+", 1)]), 0)  # replaced [MQTT-3.8.4-3]
+    take(b, a)
+    feed(b, p, pub("s/t", b"3", 1, 6), 0)
+    assert take(b, a) == pub("s/t", b"3", 1, 1)
+    feed(b, a, build(encode_unsubscribe, 3, ["s/+"]), 0)
+    take(b, a)
+    feed(b, c, build(encode_simple, DISCONNECT), 0)  # a clean session ends [MQTT-3.1.2-6]
+    assert route() == b""
+    assert b.subs.match(b"s/t", 0, 3) == 0
 
 
 def test_protocol_error_closes_only_that_connection():

@@ -318,6 +318,60 @@ def test_valid_utf8_agrees_with_codec_fallback():
     assert seen == len(samples) * len(conts) * len(conts) * 3
 
 
+_NAMES = [b"", b"a/b", b"a+b", b"#", b"a/#", b"+/x", b"a\x00b", b"\x01", b"x\x1f", b"\x7f",
+          b"\xc2\x80", b"\xc2\x9f", b"\xc2\xa0", b"caf\xc3\xa9", b"\xc3", b"\xed\xa0\x80",
+          b"\xc0\xaf", b"\xef\xbb\xbf", b"a/b/c/d", b"//", b"\xf0\x9f\x98\x80/+"]
+
+
+def test_topic_ok_agrees_with_the_codec_byte_checks():
+    # codec's PUBLISH decode asks compat.topic_ok on CPython and checks
+    # UTF-8 and wildcards byte by byte on MicroPython: the same answers,
+    # for the span only (a byte either side is not looked at)
+    _cpython_only()
+    from umqtt3 import codec
+
+    for t in _NAMES:
+        for pad in (b"", b"#\x00"):
+            buf = pad + t + pad
+            off = len(pad)
+            want = codec._utf8_ok(t, 0, len(t)) and b"+" not in t and b"#" not in t
+            assert compat.topic_ok(buf, off, len(t)) == want, t
+
+
+def test_name_levels_agrees_with_the_broker_loop():
+    # broker_core._name_ok asks compat.name_levels on CPython and loops on
+    # MicroPython: the same refusals (control characters [MQTT-1.5.3-2],
+    # too many levels) for every name, within its span only
+    _cpython_only()
+    from umqtt3 import broker_core
+    from umqtt3.broker_core import Core
+    from umqtt3.broker_limits import Limits
+    from umqtt3.codec import MQTTError
+
+    core = Core(Limits(max_levels=3))
+
+    def outcome(buf, off, n, flt):
+        try:
+            core._name_ok(buf, off, n, flt)
+            return 0
+        except MQTTError as e:
+            return e.code
+
+    fast = broker_core.name_levels
+    for t in _NAMES:
+        for pad in (b"", b"\x01\xc2"):
+            buf = bytearray(pad + t + pad)
+            for flt in (0, 1, 2):
+                got = outcome(buf, len(pad), len(t), flt)
+                broker_core.name_levels = None
+                try:
+                    want = outcome(buf, len(pad), len(t), flt)
+                finally:
+                    broker_core.name_levels = fast
+                assert got == want, (t, flt)
+    assert outcome(b"a/b/c/d", 0, 7, 0) == 0x90 and outcome(b"a\x7f", 0, 2, 2) == 0x81
+
+
 # ---------------------------------------------------------------- poll
 
 def test_poll_constants():

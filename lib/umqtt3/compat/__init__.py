@@ -72,6 +72,8 @@ if MICROPYTHON:
 
     # CPython has a strict decoder; MicroPython checks UTF-8 in codec.py.
     valid_utf8 = None
+    topic_ok = None  # codec and broker_core check names byte by byte
+    name_levels = None
 
     def as_bytes(s):
         return s.encode() if isinstance(s, str) else s

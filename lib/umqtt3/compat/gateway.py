@@ -36,6 +36,7 @@ def sndbuf(sock, n):
 
 
 LINK_BUFFERS = False
+TOPIC_MEMO = 0  # broker_subs remembers no topic's subscribers: RAM before CPU
 
 
 def server_link(sock):
