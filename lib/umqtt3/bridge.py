@@ -25,7 +25,7 @@ from .topic import match_span
 from .codec import valid_filter, MQTTError
 from .flow import Busy
 from .compat import ticks_diff, ticks_add
-from .bridge_queue import Queue, RamFiles, undo, client_files
+from .bridge_queue import Queue, RamFiles, undo, marks, client_files
 
 OUT = 1
 IN = 2
@@ -157,6 +157,11 @@ class Bridge:
         self.subscribed = False
         self.todo = []  # `in` rules still to subscribe
         self.pid = 0  # the packet id of the SUBSCRIBE on its way
+        # `in` at QoS 2 with a store: the tag of the routing under way, and
+        # the marks (upstream packet ids) to remove before the next PUBREC
+        self.durable = store_dir != ""
+        self.tag = -1
+        self.marked = []
         self.t_sent = 0  # when forward() last handed something on
         # $SYS figures
         self.sent = 0  # messages the upstream client took
@@ -245,23 +250,57 @@ class Bridge:
 
     # ------------------------------------------------------------ in
     def _in(self, pkt, redelivered):
+        # The client's callback for every message from upstream. A QoS 2
+        # one is routed under a mark (Queue.mark: its packet id and the tag
+        # of its local copies) written before the routing and made durable
+        # with it, before the client records the delivery (in_done) and
+        # long before its PUBREC leaves: a power loss before that record
+        # finds the mark and the client's undelivered record, and undo_cut
+        # takes the copies back before the client hands the message over
+        # again; after it, the mark is only removed. So a local subscriber
+        # gets it once [MQTT-4.3.3-2]; QoS 1 at least once.
         topic = bytes(pkt.topic)
         for rule in self.rules:
             t = rule.in_topic(topic)
             if t is None:
                 continue
             q = pkt.qos if pkt.qos < rule.qos else rule.qos
-            hub = self.core.bridge
+            core = self.core
+            hub = core.bridge
+            if q == 2 and self.durable:
+                self.tag = core.disk.tag()
+                self.q.mark(pkt.pid, self.tag)
+                if pkt.pid not in self.marked:
+                    self.marked.append(pkt.pid)  # removed once recorded (_sync)
+            se = core.store_errors
             hub.injecting = self  # not sent back out over this bridge (loop rule)
             try:
-                self.core.publish(t, bytes(pkt.payload), q, pkt.retain)
+                core.publish(t, bytes(pkt.payload), q, pkt.retain)
             finally:
                 hub.injecting = None
-            self.received += 1
+                self.tag = -1
             if q:
                 # on the local store before the upstream acknowledgement
-                self.core.commit()
+                core.commit()
+                if core.store_errors != se:
+                    # not on the store: no acknowledgement; the client drops
+                    # the link and the upstream sends it again
+                    raise OSError(5, "store write failed")
+            self.received += 1
             return
+
+    def _sync(self):
+        # the client's sync hook: runs before its acknowledgements leave,
+        # after it recorded the deliveries (in_done) of what _in routed
+        m = self.marked
+        if m:
+            for pid in m:
+                try:
+                    self.q.unmark(pid)
+                except OSError:
+                    pass  # gone already, or the disk fails: undo_cut sorts it out
+            del m[:]
+            self.core.commit()
 
     # ------------------------------------------------------------ the link
     def start(self):
@@ -280,6 +319,7 @@ class Bridge:
             session_expiry=0xFFFFFFFF if cfg["level"] == 5 else None,
             connect_link=cfg["link"])
         c.set_callback(self._in, True)
+        c.set_sync(self._sync)
         st = cfg["status_topic"]
         if st:
             c.set_last_will(st, b"0", True, 1)  # [MQTT-3.1.2-8]
@@ -448,8 +488,11 @@ class Hub:
         refused: MQTTError 0x97 closes the node's connection with nothing
         acknowledged and nothing routed, and its client sends it again."""
         hits = None
+        inj = self.injecting
+        if inj is not None and inj.tag >= 0:
+            r.tag = inj.tag  # its local copies: taken back if the routing is cut short
         for b in self.all:
-            if b is self.injecting:
+            if b is inj:
                 continue  # it came in over b: never back out over it
             m = b.match(r)
             if m is None:
@@ -517,11 +560,15 @@ def install(core, configs, files=None):
 
 
 def undo_cut(store, files=None):
-    """Before the broker loads its store: take back from the bridges'
-    queues what QoS 2 routings a power loss cut short carried (the broker
-    then takes back the rest, and the publisher sends them again)."""
+    """Before the broker loads its store: take back what QoS 2 routings a
+    power loss cut short left behind. A node's (its session's record still
+    .u): the copies on the bridges' queues (the broker then takes back the
+    rest, and the node sends it again). An upstream message's (a bridge's
+    mark whose packet id its client still holds undelivered): the copies in
+    the local sessions and on the other bridges' queues, and the mark (the
+    client then hands the message over again). Returns how many copies."""
     from .broker_log import AppendFiles, LogFiles, layout
-    from .store import unframe
+    from .store import unframe, FileStore
     base = files or AppendFiles()
     d = store.rstrip("/") or "/"
     try:
@@ -533,8 +580,10 @@ def undo_cut(store, files=None):
     fs = LogFiles(d, base) if layout(d, base) == "log" else base
     tags = []
     queues = []
+    sessions = []
     for name in fs.listdir(d):
         if name[:1] == "s" and name[1:].isdigit():
+            sessions.append(name)
             for rn in fs.listdir(d + "/" + name):
                 if rn[:1] == "i" and rn[-2:] == ".u":
                     try:
@@ -545,10 +594,40 @@ def undo_cut(store, files=None):
                         tags.append(rec[1])
         elif name[:1] == "b" and "." not in name:
             queues.append(name)
+    # the bridges' marks, and which of them mark a routing cut short
+    found = []  # (queue directory, [(pid, tag)])
+    cut = []
+    for name in queues:
+        ms = marks(fs, d + "/" + name)
+        if not ms:
+            continue
+        found.append((d + "/" + name, ms))
+        p = d + "/" + name + ".up"
+        held = [r[0] for r in FileStore(p, client_files(p, base), 1 << 16, True).recover()
+                if r[1] == "u"]
+        for pid, tag in ms:
+            if pid in held:
+                cut.append(tag)
     n = 0
+    if cut:
+        # every copy first, then the marks, each durable before the next
+        # (as the broker's own undo): a second power loss half way finds
+        # the marks again with whatever copies are left
+        for name in sessions:
+            sd = d + "/" + name
+            st = FileStore(sd, fs, 1 << 16, True, False)
+            for pid, state, key, body in st.recover():
+                if state == "p" and key in cut:
+                    st.out_del(pid)
+                    n += 1
+        tags += cut
     if tags:
         for name in queues:
             n += undo(fs, d + "/" + name, tags)
-        if n and isinstance(fs, LogFiles):
-            fs.commit()
+    for qd, ms in found:
+        for pid, tag in ms:
+            fs.remove(qd + "/i%05d" % pid)
+        fs.sync_dir(qd)
+    if isinstance(fs, LogFiles) and (n or found):
+        fs.commit()
     return n

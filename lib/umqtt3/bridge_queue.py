@@ -20,6 +20,13 @@
 # topic length (2), topic, payload. tag: the broker's tag of the QoS 2
 # routing the message came from (-1: none), so that a routing a power loss
 # cut short is taken back here too (undo(), before the broker loads).
+#
+# Marks, i<pid> beside the queue's records: a QoS 2 message from upstream
+# (an `in` rule) whose local routing is under way, frame(pid, tag, b""):
+# the upstream packet id and the broker's tag that its local copies carry.
+# Written before the routing, removed once the upstream client recorded the
+# delivery and before its PUBREC leaves; a mark found at start-up whose id
+# the client still holds undelivered is a routing to take back (bridge.undo_cut).
 from .store import frame, unframe
 
 
@@ -157,6 +164,18 @@ class Queue:
         self.keys.append(k)
         return k
 
+    def mark(self, pid, tag):
+        """An upstream QoS 2 message (packet id pid) is about to be routed
+        here with this tag: durable with the routing (the same commit on a
+        desktop disk, synced first on littlefs)."""
+        self.fs.write(self._p("i%05d" % pid), frame(pid, tag, b""))
+        self.fs.sync_dir(self.dir)
+
+    def unmark(self, pid):
+        """The upstream client recorded that message's delivery."""
+        self.fs.remove(self._p("i%05d" % pid))
+        self.fs.sync_dir(self.dir)
+
     def read(self, k):
         """(qos, retain, topic, payload) of the message with key k."""
         b = unframe(self.fs.read(self._p(_name(k))))[2]
@@ -192,3 +211,21 @@ def undo(files, path, tags):
     if n:
         files.sync_dir(path)
     return n
+
+
+def marks(files, path):
+    """[(pid, tag)] of the marks of the queue at path (torn ones removed)."""
+    out = []
+    for name in files.listdir(path):
+        if name[:1] != "i" or not name[1:].isdigit():
+            continue
+        p = path + "/" + name
+        try:
+            rec = unframe(files.read(p))
+        except OSError:
+            continue
+        if rec is None:
+            files.remove(p)  # torn: its routing had not begun
+        else:
+            out.append((rec[0], rec[1]))
+    return out
