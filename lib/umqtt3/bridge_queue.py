@@ -91,15 +91,55 @@ class SyncedLog:
         pass  # every change was synced as it was made
 
 
-def client_files(path, files=None):
-    """The files layer for the upstream client's store at path: SyncedLog
-    where the broker's store would take the log layout, else files (one
-    synced file per record, as on littlefs)."""
-    from .broker_log import AppendFiles, layout
+class SplitLog:
+    """The upstream client's FileStore files with the log layout: its
+    outbound records (o<seq>, last) in a SyncedLog of their own, durable
+    before the client's first send; its inbound records (i<pid>.u|d) in
+    the broker's log, durable with the broker's next commit, which the
+    bridge runs in the client's sync hook, before the client's
+    acknowledgements leave (PUBACK, PUBREC, PUBCOMP). So an upstream
+    message, its local routing and the client's record of it take one
+    sync per burst, and a power loss keeps a prefix of them in order."""
+
+    def __init__(self, path, base, blog):
+        self.out = SyncedLog(path, base)
+        self.inb = blog
+
+    def _fs(self, path):
+        return self.inb if path[path.rfind("/") + 1:][:1] == "i" else self.out
+
+    def write(self, path, data):
+        self._fs(path).write(path, data)
+
+    def read(self, path):
+        return self._fs(path).read(path)
+
+    def rename(self, a, b):
+        self._fs(a).rename(a, b)
+
+    def remove(self, path):
+        self._fs(path).remove(path)
+
+    def listdir(self, path):
+        return self.out.listdir(path) + self.inb.listdir(path)
+
+    def mkdir(self, path):
+        self.out.mkdir(path)
+        self.inb.mkdir(path)
+
+    def sync_dir(self, path):
+        pass  # SyncedLog synced it; the broker's commit does the rest
+
+
+def client_files(path, files=None, blog=None):
+    """The files layer for the upstream client's store at path: SplitLog
+    where the broker's store has the log layout (blog: its LogFiles), else
+    files (one synced file per record, as on littlefs)."""
+    from .broker_log import AppendFiles, LogFiles
     base = files or AppendFiles()
     base.mkdir(path)
-    if layout(path, base) == "log":
-        return SyncedLog(path, base)
+    if isinstance(blog, LogFiles):
+        return SplitLog(path, base, blog)
     return base
 
 
