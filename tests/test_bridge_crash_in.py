@@ -17,6 +17,8 @@
 # holds undelivered. At the end the subscriber must have taken every message
 # exactly once, in order [MQTT-4.3.3-2]: one the upstream had its PUBREC for
 # and the gateway lost shows as missing; one routed twice, as a duplicate.
+# InWorld1 does the same at QoS 1 end to end (Upstream1, Subscriber1): every
+# message at least once, first arrivals in order.
 import pytest
 
 from crashsim import (SimFiles, FileSimFiles, PowerLoss, BrokerTx, BrokerRx, SendPoint, explore,
