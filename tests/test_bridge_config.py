@@ -23,6 +23,7 @@ notification_topic site1/gw/state
 bridge_queue_size 500
 bridge_queue_qos0 10
 bridge_window 4
+bridge_inflight_in 20
 
 connection second
 address 10.0.0.3
@@ -40,6 +41,7 @@ def test_a_file_with_two_connections():
     assert (a["keepalive"], a["backoff_ms"]) == (30, (2000, 60000))
     assert (a["status_topic"], a["queue_size"], a["queue_qos0"], a["window"]) == (
         "site1/gw/state", 500, 10, 4)
+    assert a["inflight_in"] == 20
     assert (b["host"], b["port"], b["status_topic"]) == ("10.0.0.3", 0, None)
 
 
@@ -51,6 +53,7 @@ def test_a_file_with_two_connections():
     ("connection x\ntopic a\nbridge_capath /etc/ssl", "bridge_capath: not supported"),
     ("connection x\ntopic a\ntry_private true", "try_private is not a bridge setting"),
     ("connection x\naddress h:99999", "port outside"),
+    ("connection x\ntopic a\nbridge_inflight_in 0", "line 3: bridge_inflight_in: 0 is below 1"),
     ("connection x\naddress h", "no topic rule"),
     ("# nothing", "no `connection NAME`"),
 ])

@@ -86,3 +86,45 @@ def test_round_trips_stay_prompt_while_the_uplink_is_dialled():
         for s in fill:
             s.close()
         hole.close()
+
+
+def test_a_slow_name_lookup_does_not_stop_the_gateway(broker_factory, monkeypatch):
+    # the upstream's host name takes 1.5 s to resolve: on CPython the lookup
+    # runs in a worker thread, so the gateway's loop goes on meanwhile; its
+    # result serves every attempt until one fails, then it is looked up again
+    from umqtt3.broker import Broker
+    from umqtt3.bridge import install
+    up = broker_factory()
+    real = socket.getaddrinfo
+    asked = []
+
+    def slow(host, port, *a, **kw):
+        if host == "upstream.test":
+            asked.append(time.monotonic())
+            time.sleep(1.5)
+            host = "127.0.0.1"
+        return real(host, port, *a, **kw)
+    monkeypatch.setattr(socket, "getaddrinfo", slow)
+    b = Broker(port=None, sys_interval=0)
+    hub = install(b, [{"name": "dns", "host": "upstream.test", "port": up.port,
+                       "rules": ['s/# out 1 "" site/'], "backoff_ms": (50, 100)}])
+    br = hub.all[0]
+    try:
+        slowest = 0.0
+        end = time.monotonic() + 10
+        while not br.up and time.monotonic() < end:
+            t = time.monotonic()
+            b.poll_once(5)
+            slowest = max(slowest, time.monotonic() - t)
+        assert br.up, "the bridge never connected to upstream.test"
+        assert slowest < 0.2, "a step of the gateway took %.2f s during the lookup" % slowest
+        assert len(asked) == 1
+        # the link breaks: the next attempt looks the name up again
+        up.stop()
+        up.start()
+        end = time.monotonic() + 15
+        while not (br.up and br.connects == 2) and time.monotonic() < end:
+            b.poll_once(5)
+        assert br.connects == 2 and len(asked) >= 2, (br.connects, asked)
+    finally:
+        b.close()

@@ -275,3 +275,74 @@ def test_user_and_password_to_the_upstream(tmp_path):
         w.disconnect()
     finally:
         stop(upstream)
+
+
+def test_qos2_from_mosquitto_reaches_local_subscribers_once_across_gateway_kills(tmp_path):
+    # an `in` rule: paho publishes QoS 2 readings to the upstream mosquitto,
+    # the bridge's persistent session takes them, the gateway routes them to
+    # a local subscriber (our client, FileStore, persistent session) while
+    # the gateway process is SIGKILLed and restarted on its store, with
+    # messages on their way each time: every one exactly once, in order
+    # [MQTT-4.3.3-2, MQTT-4.6.0-6]
+    up = Mosquitto(tmp_path / "up", persistence=True)
+    up.start()
+    gport = free_port()
+    store = str(tmp_path / "gw")
+
+    def gateway():
+        return start(umqtt3_broker_cmd(gport, "--quiet", "--store", store, "--sys-interval", "0",
+                                       "--bridge", "127.0.0.1:%d" % up.port,
+                                       "--bridge-topic", "cmd/# in 2 dev/ site/"),
+                     gport, stdout=subprocess.DEVNULL)
+    gw = gateway()
+    got = []
+    sub = MQTTClient("lsub", "127.0.0.1", gport, store=FileStore(str(tmp_path / "lsub")),
+                     reconnect=True, backoff_ms=(20, 200), timeout_ms=3000)
+    sub.set_callback(lambda t, m: got.append((t, m)))
+    sub.connect(clean_session=False)
+    sub.subscribe("dev/#", 2)
+    pub = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="upub", clean_session=False)
+    pub.connect("127.0.0.1", up.port, keepalive=10)
+    pub.loop_start()
+
+    def pump(s, cond=lambda: False):
+        end = time.monotonic() + s
+        while time.monotonic() < end and not cond():
+            try:
+                sub.poll(10)
+            except OSError:
+                time.sleep(0.01)
+
+    sent = 0
+    try:
+        # the bridge has subscribed upstream once a probe comes through
+        for _ in range(100):
+            pub.publish("site/cmd/probe", b"p", 1)
+            pump(0.1, lambda: got)
+            if got:
+                break
+        assert got, "nothing came in over the bridge"
+        del got[:]
+        infos = []
+        for i, pause in enumerate((0.0, 0.02, 0.05, 0.1, 0.2)):
+            for _ in range(8):
+                infos.append(pub.publish("site/cmd/n", b"%d" % sent, 2))
+                sent += 1
+            pump(pause)
+            gw.send_signal(signal.SIGKILL)  # with readings on their way in
+            gw.wait()
+            if i == 2:
+                time.sleep(0.3)  # mosquitto queues for the bridge's session meanwhile
+            gw = gateway()
+        for info in infos:
+            info.wait_for_publish(20)
+        pump(60, lambda: len([m for m in got if m[0] == b"dev/cmd/n"]) >= sent)
+        pump(1.0)  # and nothing more comes (no late duplicate)
+    finally:
+        pub.loop_stop()
+        pub.disconnect()
+        sub.disconnect()
+        stop(gw)
+        up.stop()
+    vals = [int(m) for t, m in got if t == b"dev/cmd/n"]
+    assert vals == list(range(sent)), vals  # every one, once, in order

@@ -24,8 +24,8 @@
 from .topic import match_span
 from .codec import valid_filter, MQTTError
 from .flow import Busy
-from .compat import ticks_diff, ticks_add
-from .bridge_queue import Queue, RamFiles, undo, client_files
+from .compat import ticks_diff, ticks_add, copy
+from .bridge_queue import Queue, RamFiles, undo, marks, client_files
 
 OUT = 1
 IN = 2
@@ -45,9 +45,13 @@ class Rule:
         self.lf = local + pattern  # the filter on each side
         self.rf = remote + pattern
 
+    def takes(self, buf, off, n):
+        """Whether this rule takes the local topic buf[off:off+n] up."""
+        return bool(self.dir & OUT) and match_span(self.lf, 0, len(self.lf), buf, off, n)
+
     def out_topic(self, buf, off, n):
         """The upstream topic of the local topic buf[off:off+n], or None."""
-        if not (self.dir & OUT and match_span(self.lf, 0, len(self.lf), buf, off, n)):
+        if not self.takes(buf, off, n):
             return None
         k = len(self.local)
         return self.remote + bytes(buf[off + k:off + n])
@@ -103,6 +107,7 @@ DEFAULTS = {  # type: dict
     "queue_size": 100,  # stored QoS 1/2 messages waiting for upstream
     "queue_qos0": 32,  # QoS 0 messages waiting in RAM (the oldest is dropped)
     "window": 8,  # QoS 1/2 messages with the upstream client at once
+    "inflight_in": 32,  # QoS 2 messages from upstream the client holds at once (awaiting PUBREL)
     "link": None,  # () -> a link (transport.Pipe end) instead of a socket: tests
 }
 
@@ -122,7 +127,7 @@ def settings(cfg):
         raise ValueError("bridge %s: no topic rule" % name)
     if c["level"] not in (4, 5):
         raise ValueError("bridge %s: protocol level must be 4 (3.1.1) or 5" % name)
-    for k in ("queue_size", "window"):
+    for k in ("queue_size", "window", "inflight_in"):
         if not isinstance(c[k], int) or c[k] < 1:
             raise ValueError("bridge %s: %s must be a whole number above 0" % (name, k))
     if not isinstance(c["queue_qos0"], int) or c["queue_qos0"] < 0:
@@ -157,7 +162,16 @@ class Bridge:
         self.subscribed = False
         self.todo = []  # `in` rules still to subscribe
         self.pid = 0  # the packet id of the SUBSCRIBE on its way
+        # `in` at QoS 2 with a store: the tag of the routing under way, and
+        # the marks (upstream packet ids) to remove before the next PUBREC
+        self.durable = store_dir != ""
+        self.tag = -1
+        self.marked = []
+        self.tbuf = None  # an upstream topic with the local prefix (_in)
+        self.scr = ({}, {})  # type: tuple  # _scratch's buffers
+        self.handed = False  # put() handed a message to the client
         self.t_sent = 0  # when forward() last handed something on
+        self.t_recv = 0  # when the client last handled a packet from upstream
         # $SYS figures
         self.sent = 0  # messages the upstream client took
         self.received = 0  # messages from upstream routed here
@@ -168,6 +182,8 @@ class Bridge:
         # the link: dialled here, step by step; then the client's
         self.linked = False  # the client has a link (CONNECT sent, or up)
         self.sock = None  # the socket being dialled
+        self.look = None  # the name lookup under way (compat.aio.lookup_start)
+        self.addr = None  # its result, kept until an attempt fails
         self.shaking = False  # sock: TCP connected, TLS handshake under way
         self.t_dial = 0
         self.tries = 0  # failed attempts since the last connection
@@ -175,24 +191,28 @@ class Bridge:
 
     # ------------------------------------------------------------ out
     def match(self, r):
-        """(rule, upstream topic) of the first `out` rule that takes the
-        local message r (broker_session.Route), or None."""
+        """The first `out` rule that takes the local message r
+        (broker_session.Route), or None."""
         for rule in self.rules:
-            t = rule.out_topic(r.tsrc, r.toff, r.tn)
-            if t is not None:
-                return rule, t
+            if rule.takes(r.tsrc, r.toff, r.tn):
+                return rule
         return None
 
-    def full(self, m, r):
-        q = r.qos if r.qos < m[0].qos else m[0].qos
+    def full(self, rule, r):
+        q = r.qos if r.qos < rule.qos else rule.qos
         return q > 0 and self.q.full()
 
-    def put(self, m, r):
-        """r on the queue: QoS 1/2 on the store (durable with the commit
+    def put(self, rule, r):
+        """r on its way up: straight to the upstream client when nothing
+        waits and the bridge has no store (no allocation, see _direct);
+        else on the queue: QoS 1/2 on the store (durable with the commit
         before the node's acknowledgement), QoS 0 in RAM, the oldest
         dropped when there is no room."""
-        rule, t = m
         q = r.qos if r.qos < rule.qos else rule.qos
+        if not self.durable and self.up and not self.q.keys and not self.q0 and \
+                self._direct(rule, r, q):
+            return
+        t = rule.out_topic(r.tsrc, r.toff, r.tn)
         pl = bytes(r.psrc[r.poff:r.poff + r.pn])
         if q == 0:
             q0 = self.q0
@@ -206,6 +226,48 @@ class Bridge:
             self.refused += 1  # the broker's own message (a will, $SYS): not queued
         else:
             self.q.add(r.tag, q, r.retain, t, pl)
+
+    def _direct(self, rule, r, q):
+        # r to the client now; False when it did not take it (Busy: its
+        # window or send buffer is full; the link broke first). With a
+        # store the queue's record is what a power loss cannot undo, so
+        # this is for a bridge without one (its queue would only be RAM).
+        c = self.client
+        rem = rule.remote
+        k = len(rule.local)
+        n = len(rem)
+        t = self._scratch(0, n + r.tn - k)
+        copy(t, 0, rem, 0, n)
+        copy(t, n, r.tsrc, r.toff + k, r.tn - k)
+        pl = self._scratch(1, r.pn)
+        copy(pl, 0, r.psrc, r.poff, r.pn)
+        held = c.inflight()
+        try:
+            c.publish(t, pl, r.retain, q, None, False)
+        except Busy:
+            return False
+        except (OSError, MQTTError):
+            if not (q and c.inflight() > held):
+                return False
+            # stored before the link broke: the client sends it once linked
+        self.sent += 1
+        self.handed = True
+        return True
+
+    def _scratch(self, i, n):
+        # An n-byte buffer for the client's publish(), which takes whole
+        # objects (a memoryview slice of the node's packet would allocate
+        # on MicroPython) and copies them before it returns: kept for up to
+        # 8 lengths of up to 256 bytes, so that a gateway's steady traffic
+        # (the same topics, readings of the same few lengths) allocates
+        # nothing. i: 0 topics, 1 payloads.
+        d = self.scr[i]
+        b = d.get(n)
+        if b is None:
+            b = bytearray(n)
+            if n <= 256 and len(d) < 8:
+                d[n] = b
+        return b
 
     def forward(self):
         """Hand queued messages to the upstream client, oldest first, while
@@ -245,23 +307,87 @@ class Bridge:
 
     # ------------------------------------------------------------ in
     def _in(self, pkt, redelivered):
-        topic = bytes(pkt.topic)
+        # The client's callback for every message from upstream. A QoS 2
+        # one is routed under a mark (Queue.mark: its packet id and the tag
+        # of its local copies), written after the client's record of the
+        # message (in_add) and before the routing; the client then records
+        # the delivery (in_done), and _sync removes the mark and makes it
+        # all durable before the PUBREC leaves. The writes reach the disk
+        # in that order (one log whose prefix survives a power loss, or
+        # files synced one by one), so a power loss before the delivery's
+        # record finds the mark and the client's undelivered record, and
+        # undo_cut takes the copies back before the client hands the
+        # message over again; after it, the mark is only removed. So a local
+        # subscriber gets it once [MQTT-4.3.3-2]; QoS 1 at least once.
+        # The topic and the payload stay spans of the client's buffer (the
+        # local prefix goes in self.tbuf): nothing is allocated per message.
+        buf = pkt.buf
+        to = pkt.topic_off
+        tn = pkt.topic_len
         for rule in self.rules:
-            t = rule.in_topic(topic)
-            if t is None:
+            rf = rule.rf
+            if not (rule.dir & IN and match_span(rf, 0, len(rf), buf, to, tn)):
                 continue
+            k = len(rule.remote)
+            loc = rule.local
+            n = len(loc)
+            if n:
+                tb = self.tbuf
+                if tb is None or len(tb) < n + tn - k:
+                    tb = self.tbuf = bytearray(n + tn - k + 64)  # grows to the longest topic
+                copy(tb, 0, loc, 0, n)
+                copy(tb, n, buf, to + k, tn - k)
+                ts, toff = tb, 0
+            else:
+                ts, toff = buf, to + k
             q = pkt.qos if pkt.qos < rule.qos else rule.qos
-            hub = self.core.bridge
+            core = self.core
+            hub = core.bridge
+            if q == 2 and self.durable:
+                self.tag = core.disk.tag()
+                self.q.mark(pkt.pid, self.tag)
+                if pkt.pid not in self.marked:
+                    self.marked.append(pkt.pid)  # removed once recorded (_sync)
+            se = core.store_errors
             hub.injecting = self  # not sent back out over this bridge (loop rule)
             try:
-                self.core.publish(t, bytes(pkt.payload), q, pkt.retain)
+                core.publish_span(ts, toff, n + tn - k, buf, pkt.payload_off, pkt.payload_len,
+                                  q, pkt.retain)
             finally:
                 hub.injecting = None
+                self.tag = -1
+            # (committed by _sync before the acknowledgement leaves, with the
+            # client's inbound record: the same log, or files synced in
+            # this order; see bridge_queue.SplitLog)
+            if core.store_errors != se:
+                # not on the store: no acknowledgement; the client drops
+                # the link and the upstream sends it again
+                raise OSError(5)
             self.received += 1
-            if q:
-                # on the local store before the upstream acknowledgement
-                self.core.commit()
             return
+
+    def _sync(self):
+        # The client's sync hook: runs before its acknowledgements leave,
+        # after it recorded the deliveries (in_done) of what _in routed.
+        # One commit for the burst: the routings (group commit), the
+        # client's inbound records (SplitLog: also the release of an id
+        # before its PUBCOMP, or a reuse of the id could meet the old
+        # record) and the removal of the marks; nothing to do when nothing
+        # is pending. OSError: the client drops the link with its
+        # acknowledgements unsent.
+        m = self.marked
+        if m:
+            for pid in m:
+                try:
+                    self.q.unmark(pid)
+                except OSError:
+                    pass  # gone already, or the disk fails: undo_cut sorts it out
+            del m[:]
+        core = self.core
+        se = core.store_errors
+        core.commit()
+        if core.store_errors != se:
+            raise OSError(5)
 
     # ------------------------------------------------------------ the link
     def start(self):
@@ -272,14 +398,22 @@ class Bridge:
         # there is no link the flag is up (_down), so that the client stores
         # the QoS 1/2 messages it takes meanwhile: it sends them once linked
         # (connect_start puts the flag down again)
+        cs = self.cstore
+        if cs is None:
+            # in RAM (no store): the default pool, room for inflight_in
+            # inbound QoS 2 ids
+            from .memstore import MemoryStore
+            w = cfg["window"]
+            cs = MemoryStore(w, 1024 // w, cfg["inflight_in"])
         c = self.client = MQTTClient(
             cfg["client_id"], cfg["host"], cfg["port"], cfg["user"], cfg["password"],
-            cfg["keepalive"], cfg["tls"], level=cfg["level"], store=self.cstore,
+            cfg["keepalive"], cfg["tls"], level=cfg["level"], store=cs,
             window=cfg["window"], bufsize=self.core.limits.max_packet + 64, reconnect=False,
             timeout_ms=cfg["timeout_ms"], backoff_ms=cfg["backoff_ms"],
             session_expiry=0xFFFFFFFF if cfg["level"] == 5 else None,
             connect_link=cfg["link"])
         c.set_callback(self._in, True)
+        c.set_sync(self._sync)
         st = cfg["status_topic"]
         if st:
             c.set_last_will(st, b"0", True, 1)  # [MQTT-3.1.2-8]
@@ -296,12 +430,28 @@ class Bridge:
             c.connect_start(False)  # a persistent upstream session [MQTT-3.1.2-4]
             self.linked = True
             return
-        from .compat.aio import dial_start, dial_done, tls_start, tls_step
+        from .compat.aio import (lookup_start, lookup_done, dial_addr, dial_done, tls_start,
+                                 tls_step)
         s = self.sock
         if s is None:
+            ai = self.addr
+            if ai is None:
+                # the name lookup: on CPython in a worker thread, looked at
+                # each step; on MicroPython done here, blocking (no
+                # asynchronous resolver). Its result serves every attempt
+                # until one fails.
+                if self.look is None:
+                    self.t_dial = now
+                    self.look = lookup_start(cfg["host"], c.port)
+                ai = lookup_done(self.look)  # OSError: the name does not resolve
+                if ai is None:
+                    self._late(now)
+                    return
+                self.look = None
+                self.addr = ai
             self.t_dial = now
             self.shaking = False
-            s = self.sock = dial_start(cfg["host"], c.port)
+            s = self.sock = dial_addr(ai)
         if not self.shaking:
             if not dial_done(s):
                 self._late(now)
@@ -328,6 +478,8 @@ class Bridge:
         if s is not None:
             self.sock = None
             s.close()
+        self.look = None  # (a lookup still running is left to finish)
+        self.addr = None  # looked up again: the upstream may have moved
         self.linked = False
         self.client.reconnect = True  # no link: see start()
         self.tries += 1
@@ -349,6 +501,8 @@ class Bridge:
         else:
             try:
                 n = c.poll(0)
+                if n:
+                    self.t_recv = now
             except Busy:
                 pass  # its send buffer is full: the next step goes on
             except OSError:
@@ -376,8 +530,9 @@ class Bridge:
         if up and self.todo:
             self._subscribe()
         k = self.forward()
-        if k:
+        if k or self.handed:
             self.t_sent = now
+            self.handed = False
         return n + k
 
     def _online(self):
@@ -413,11 +568,12 @@ class Bridge:
             self.pid = 0
 
     def busy(self, now):
-        # something waits, or was handed on within a second (its ack is due)
-        # or the uplink is being dialled (its socket is not the broker's
-        # to wait for)
-        return bool(self.q.keys or self.q0 or self.sock is not None) or \
-            ticks_diff(now, self.t_sent) < 1000
+        # something waits, or was handed on within a second (its ack is
+        # due), or came from upstream within a second (more may follow), or
+        # the uplink is being dialled (its socket is not the broker's to
+        # wait for)
+        return bool(self.q.keys or self.q0 or self.sock is not None or self.look is not None) or \
+            ticks_diff(now, self.t_sent) < 1000 or ticks_diff(now, self.t_recv) < 1000
 
     def close(self):
         if self.sock is not None:
@@ -441,33 +597,36 @@ class Hub:
         self.core = core
         self.all = []
         self.injecting = None  # the bridge whose upstream message is being routed
+        self.wait = 1000  # step(): ms the broker may wait for its sockets
 
     def route(self, r):
         """Every message the broker routes, before any subscriber gets it.
         A QoS 1/2 message from a node that a full queue cannot take is
         refused: MQTTError 0x97 closes the node's connection with nothing
         acknowledged and nothing routed, and its client sends it again."""
-        hits = None
+        inj = self.injecting
+        if inj is not None and inj.tag >= 0:
+            r.tag = inj.tag  # its local copies: taken back if the routing is cut short
+        # (two passes rather than a list of the hits: no allocation)
+        if r.src is not None:
+            for b in self.all:
+                if b is not inj:
+                    rule = b.match(r)
+                    if rule is not None and b.full(rule, r):
+                        b.refused += 1
+                        raise MQTTError("bridge %s: queue full" % b.name, 0x97)
         for b in self.all:
-            if b is self.injecting:
-                continue  # it came in over b: never back out over it
-            m = b.match(r)
-            if m is None:
-                continue
-            if r.src is not None and b.full(m, r):
-                b.refused += 1
-                raise MQTTError("bridge %s: queue full" % b.name, 0x97)
-            if hits is None:
-                hits = []
-            hits.append((b, m))
-        if hits is not None:
-            for b, m in hits:
-                b.put(m, r)
+            if b is not inj:  # it came in over b: never back out over it
+                rule = b.match(r)
+                if rule is not None:
+                    b.put(rule, r)
 
     def step(self, now):
-        """One step of every bridge; returns (work done, ms the broker may
-        wait for its sockets): the upstream sockets are the clients', so
-        the broker looks again soon while anything is on its way."""
+        """One step of every bridge; returns the work done, and sets wait,
+        the ms the broker may wait for its sockets: the upstream sockets are
+        the clients', not in the broker's poll, so the broker looks again
+        soon while anything is on its way (2 ms), and every 50 ms while an
+        uplink is up: what comes from upstream unannounced waits no longer."""
         work = 0
         wait = 1000
         for b in self.all:
@@ -476,7 +635,10 @@ class Hub:
             work += b.step(now)
             if b.busy(now):
                 wait = 2
-        return work, 0 if work else wait
+            elif b.up and wait > 50:
+                wait = 50
+        self.wait = 0 if work else wait
+        return work
 
     def sys(self, pub):
         for b in self.all:
@@ -507,7 +669,8 @@ def install(core, configs, files=None):
             d = disk.dir
             # the client's store beside the broker's records: synced as written
             p = d + "/b" + cfg["name"] + ".up"
-            cs = FileStore(p, client_files(p, files), 2 * cfg["window"] + 32, allow_fat=True)
+            cs = FileStore(p, client_files(p, files, disk.fs), 2 * cfg["window"] +
+                           cfg["inflight_in"], allow_fat=True)
             b = Bridge(core, cfg, disk.fs, d, cs)
         else:
             b = Bridge(core, cfg, RamFiles(), "", None)
@@ -517,11 +680,15 @@ def install(core, configs, files=None):
 
 
 def undo_cut(store, files=None):
-    """Before the broker loads its store: take back from the bridges'
-    queues what QoS 2 routings a power loss cut short carried (the broker
-    then takes back the rest, and the publisher sends them again)."""
+    """Before the broker loads its store: take back what QoS 2 routings a
+    power loss cut short left behind. A node's (its session's record still
+    .u): the copies on the bridges' queues (the broker then takes back the
+    rest, and the node sends it again). An upstream message's (a bridge's
+    mark whose packet id its client still holds undelivered): the copies in
+    the local sessions and on the other bridges' queues, and the mark (the
+    client then hands the message over again). Returns how many copies."""
     from .broker_log import AppendFiles, LogFiles, layout
-    from .store import unframe
+    from .store import unframe, FileStore
     base = files or AppendFiles()
     d = store.rstrip("/") or "/"
     try:
@@ -533,8 +700,10 @@ def undo_cut(store, files=None):
     fs = LogFiles(d, base) if layout(d, base) == "log" else base
     tags = []
     queues = []
+    sessions = []
     for name in fs.listdir(d):
         if name[:1] == "s" and name[1:].isdigit():
+            sessions.append(name)
             for rn in fs.listdir(d + "/" + name):
                 if rn[:1] == "i" and rn[-2:] == ".u":
                     try:
@@ -545,10 +714,40 @@ def undo_cut(store, files=None):
                         tags.append(rec[1])
         elif name[:1] == "b" and "." not in name:
             queues.append(name)
+    # the bridges' marks, and which of them mark a routing cut short
+    found = []  # (queue directory, [(pid, tag)])
+    cut = []
+    for name in queues:
+        ms = marks(fs, d + "/" + name)
+        if not ms:
+            continue
+        found.append((d + "/" + name, ms))
+        p = d + "/" + name + ".up"
+        held = [r[0] for r in FileStore(p, client_files(p, base, fs), 1 << 16, True).recover()
+                if r[1] == "u"]
+        for pid, tag in ms:
+            if pid in held:
+                cut.append(tag)
     n = 0
+    if cut:
+        # every copy first, then the marks, each durable before the next
+        # (as the broker's own undo): a second power loss half way finds
+        # the marks again with whatever copies are left
+        for name in sessions:
+            sd = d + "/" + name
+            st = FileStore(sd, fs, 1 << 16, True, False)
+            for pid, state, key, body in st.recover():
+                if state == "p" and key in cut:
+                    st.out_del(pid)
+                    n += 1
+        tags += cut
     if tags:
         for name in queues:
             n += undo(fs, d + "/" + name, tags)
-        if n and isinstance(fs, LogFiles):
-            fs.commit()
+    for qd, ms in found:
+        for pid, tag in ms:
+            fs.remove(qd + "/i%05d" % pid)
+        fs.sync_dir(qd)
+    if isinstance(fs, LogFiles) and (n or found):
+        fs.commit()
     return n

@@ -124,6 +124,8 @@ def parse(text):
                 c["queue_qos0"] = _int(v, key)
             elif key == "bridge_window":
                 c["window"] = _int(v, key, 1)
+            elif key == "bridge_inflight_in":
+                c["inflight_in"] = _int(v, key, 1)
             else:
                 raise ValueError("%s is not a bridge setting of this broker" % key)
         except ValueError as e:

@@ -20,6 +20,13 @@
 # topic length (2), topic, payload. tag: the broker's tag of the QoS 2
 # routing the message came from (-1: none), so that a routing a power loss
 # cut short is taken back here too (undo(), before the broker loads).
+#
+# Marks, i<pid> beside the queue's records: a QoS 2 message from upstream
+# (an `in` rule) whose local routing is under way, frame(pid, tag, b""):
+# the upstream packet id and the broker's tag that its local copies carry.
+# Written before the routing, removed once the upstream client recorded the
+# delivery and before its PUBREC leaves; a mark found at start-up whose id
+# the client still holds undelivered is a routing to take back (bridge.undo_cut).
 from .store import frame, unframe
 
 
@@ -84,15 +91,55 @@ class SyncedLog:
         pass  # every change was synced as it was made
 
 
-def client_files(path, files=None):
-    """The files layer for the upstream client's store at path: SyncedLog
-    where the broker's store would take the log layout, else files (one
-    synced file per record, as on littlefs)."""
-    from .broker_log import AppendFiles, layout
+class SplitLog:
+    """The upstream client's FileStore files with the log layout: its
+    outbound records (o<seq>, last) in a SyncedLog of their own, durable
+    before the client's first send; its inbound records (i<pid>.u|d) in
+    the broker's log, durable with the broker's next commit, which the
+    bridge runs in the client's sync hook, before the client's
+    acknowledgements leave (PUBACK, PUBREC, PUBCOMP). So an upstream
+    message, its local routing and the client's record of it take one
+    sync per burst, and a power loss keeps a prefix of them in order."""
+
+    def __init__(self, path, base, blog):
+        self.out = SyncedLog(path, base)
+        self.inb = blog
+
+    def _fs(self, path):
+        return self.inb if path[path.rfind("/") + 1:][:1] == "i" else self.out
+
+    def write(self, path, data):
+        self._fs(path).write(path, data)
+
+    def read(self, path):
+        return self._fs(path).read(path)
+
+    def rename(self, a, b):
+        self._fs(a).rename(a, b)
+
+    def remove(self, path):
+        self._fs(path).remove(path)
+
+    def listdir(self, path):
+        return self.out.listdir(path) + self.inb.listdir(path)
+
+    def mkdir(self, path):
+        self.out.mkdir(path)
+        self.inb.mkdir(path)
+
+    def sync_dir(self, path):
+        pass  # SyncedLog synced it; the broker's commit does the rest
+
+
+def client_files(path, files=None, blog=None):
+    """The files layer for the upstream client's store at path: SplitLog
+    where the broker's store has the log layout (blog: its LogFiles), else
+    files (one synced file per record, as on littlefs)."""
+    from .broker_log import AppendFiles, LogFiles
     base = files or AppendFiles()
     base.mkdir(path)
-    if layout(path, base) == "log":
-        return SyncedLog(path, base)
+    if isinstance(blog, LogFiles):
+        return SplitLog(path, base, blog)
     return base
 
 
@@ -157,6 +204,18 @@ class Queue:
         self.keys.append(k)
         return k
 
+    def mark(self, pid, tag):
+        """An upstream QoS 2 message (packet id pid) is about to be routed
+        here with this tag: durable with the routing (the same commit on a
+        desktop disk, synced first on littlefs)."""
+        self.fs.write(self._p("i%05d" % pid), frame(pid, tag, b""))
+        self.fs.sync_dir(self.dir)
+
+    def unmark(self, pid):
+        """The upstream client recorded that message's delivery."""
+        self.fs.remove(self._p("i%05d" % pid))
+        self.fs.sync_dir(self.dir)
+
     def read(self, k):
         """(qos, retain, topic, payload) of the message with key k."""
         b = unframe(self.fs.read(self._p(_name(k))))[2]
@@ -192,3 +251,21 @@ def undo(files, path, tags):
     if n:
         files.sync_dir(path)
     return n
+
+
+def marks(files, path):
+    """[(pid, tag)] of the marks of the queue at path (torn ones removed)."""
+    out = []
+    for name in files.listdir(path):
+        if name[:1] != "i" or not name[1:].isdigit():
+            continue
+        p = path + "/" + name
+        try:
+            rec = unframe(files.read(p))
+        except OSError:
+            continue
+        if rec is None:
+            files.remove(p)  # torn: its routing had not begun
+        else:
+            out.append((rec[0], rec[1]))
+    return out

@@ -249,9 +249,9 @@ class Broker(Core):
         work = 0
         now = self.ticks()
         if self.bridge is not None:
-            work, wait = self.bridge.step(now)  # the upstream clients' I/O
-            if wait < timeout_ms:
-                timeout_ms = wait
+            work = self.bridge.step(now)  # the upstream clients' I/O; sets wait
+            if self.bridge.wait < timeout_ms:
+                timeout_ms = self.bridge.wait
         if self._poller is not None:
             if self._pipes or self._hot:
                 timeout_ms = 0

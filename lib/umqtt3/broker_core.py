@@ -867,8 +867,14 @@ class Core(Stats):
         subscribers get."""
         topic = topic.encode() if isinstance(topic, str) else topic
         payload = payload.encode() if isinstance(payload, str) else payload
+        self.publish_span(topic, 0, len(topic), payload, 0, len(payload), qos, retain, props)
+
+    def publish_span(self, tsrc, toff, tn, psrc, poff, pn, qos=0, retain=False, props=None):
+        """publish() of the topic tsrc[toff:toff+tn] and the payload
+        psrc[poff:poff+pn], spans of the caller's buffers: no copy, no
+        allocation (a bridge's messages from upstream)."""
         r = self.route
-        r.set(topic, 0, len(topic), payload, 0, len(payload), qos)
+        r.set(tsrc, toff, tn, psrc, poff, pn, qos)
         r.retain = retain
         if props:
             r.prs = props

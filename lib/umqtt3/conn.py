@@ -81,6 +81,7 @@ class Conn:
             self.spent = self.last  # moved at the next recv(): rx stays intact
         else:
             self.got = 0
+            self.spent = 0  # (dropped with the rest: a read-ahead of a link now gone)
         self.last = 0
         self.need = 2
 

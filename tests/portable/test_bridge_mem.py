@@ -1,5 +1,6 @@
 # The bridge's RAM under MicroPython, and the broker's hot path with a
-# bridge: a message no rule takes costs the route hook no allocation.
+# bridge: a message no rule takes costs the route hook no allocation
+# (test_bridge_fwd_mem: the messages the bridge carries).
 #
 # Under the WebAssembly MicroPython (node tests/mp/run.mjs ... test_bridge_mem)
 # test_ram_of_a_bridge prints what docs/figures.md quotes: the import of

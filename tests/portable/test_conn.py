@@ -79,3 +79,15 @@ def test_dropping_what_was_read():
     c.got = 0
     c.done()  # a closed link: nothing of it is kept
     assert _ahead(c) == 0 and c.recv() == 0
+
+
+def test_dropping_what_was_read_past_a_packet():
+    # the link breaks after a packet whose read-ahead waits (a reconnect
+    # drops it: got = 0, done()); the next link's first packet is read whole
+    c = Conn(Chunks(PUBACK + PINGRESP), 64, 64, 0, 5)
+    assert c.recv() == 4
+    c.done()  # the PINGRESP's first byte waits
+    c.got = 0
+    c.done()
+    c.link = Chunks(PUBLISH)
+    assert c.recv() == len(PUBLISH) and bytes(c.rx[0:len(PUBLISH)]) == PUBLISH

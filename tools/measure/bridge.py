@@ -2,8 +2,8 @@
 """Bridge throughput: umqtt3's broker bridging to an upstream mosquitto, next
 to mosquitto's own bridge and to publishing to the upstream directly.
 
-    python -m tools.measure.bridge              2000 messages per case
-    python -m tools.measure.bridge --messages 500
+    python -m tools.measure.bridge              2000 messages per case, out and in
+    python -m tools.measure.bridge --messages 500 --direction in
 
 One upstream mosquitto on 127.0.0.1 (a free port) and, per column, a gateway
 in its own process: `python -m umqtt3.broker --bridge ... --bridge-topic
@@ -13,7 +13,11 @@ the bridge's queue only once the upstream client stored it), and mosquitto
 with a `connection` section of the same rule (its queue in RAM). "direct"
 publishes to the upstream with no gateway. One publisher (umqtt3's client,
 16 messages in flight) sends N messages at QoS 1 or 2; one subscriber on the
-upstream (site/bench/#, same QoS) counts them. The figure is messages per
+upstream (site/bench/#, same QoS) counts them. `in`: the same the other way
+round, rule `bench/# in 2 "" site/`: the publisher on the upstream, the
+subscriber on the gateway (with a store, every QoS 1/2 message is routed to
+it under the local store's commit before the upstream gets its
+acknowledgement; QoS 2 under the bridge's mark). The figure is messages per
 second from the first publish to the last message's arrival upstream, and
 the ratio against mosquitto's bridge in the same run. Prints; asserts
 nothing. `uptime` first: the machine is shared, so compare ratios.
@@ -33,6 +37,7 @@ from umqtt3.flow import Busy
 from umqtt3.memstore import MemoryStore
 
 RULE = 'bench/# out 2 "" site/'
+RULE_IN = 'bench/# in 2 "" site/'
 
 
 def start_upstream(tmp):
@@ -52,13 +57,13 @@ def start_upstream(tmp):
     return Server("upstream", [exe, "-c", conf], port)
 
 
-def start_mosquitto_bridge(tmp, up):
+def start_mosquitto_bridge(tmp, up, rule=RULE):
     exe = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
     port = free_port()
     conf = os.path.join(tmp, "gw.conf")
     lines = ["listener %d 127.0.0.1" % port, "allow_anonymous true", "log_dest none",
              "set_tcp_nodelay true", "max_queued_messages 0", "max_inflight_messages 0",
-             "connection gw", "address 127.0.0.1:%d" % up, "topic " + RULE,
+             "connection gw", "address 127.0.0.1:%d" % up, "topic " + rule,
              "cleansession false", "remote_clientid mosq-gw%d" % port]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         lines.insert(0, "user root")
@@ -67,13 +72,15 @@ def start_mosquitto_bridge(tmp, up):
     return Server("mosquitto bridge", [exe, "-c", conf], port)
 
 
-def start_umqtt3_bridge(tmp, up, store):
+def start_umqtt3_bridge(tmp, up, store, rule=RULE):
     port = free_port()
     conf = os.path.join(tmp, "bridge-%d.conf" % port)
     with open(conf, "w") as f:
-        # a queue that holds the whole run: measured is the rate, not the refusal
+        # a queue that holds the whole run: measured is the rate, not the
+        # refusal; in: the upstream has no in-flight limit (see
+        # start_upstream), so room for the QoS 2 messages it sends at once
         f.write("connection gw\naddress 127.0.0.1:%d\ntopic %s\nbridge_queue_size 100000\n"
-                "remote_clientid umqtt3-gw%d\n" % (up, RULE, port))
+                "bridge_inflight_in 1024\nremote_clientid umqtt3-gw%d\n" % (up, rule, port))
     argv = [sys.executable, "-m", "umqtt3.broker", "--host", "127.0.0.1", "--port", str(port),
             "--quiet", "--sys-interval", "0", "--bridge-config", conf]
     if store:
@@ -85,21 +92,25 @@ def start_umqtt3_bridge(tmp, up, store):
 class Counter:
     """The upstream subscriber, on its own thread."""
 
-    def __init__(self, port, qos, tag):
+    def __init__(self, port, qos, tag, topic="site/bench/#", clean=True):
         self.n = 0
         self.seen = set()
+        self.probed = False
         self.stop = threading.Event()
         # room for every QoS 2 id the upstream may have on its way (its
         # in-flight window plus those awaiting PUBREL)
         self.c = MQTTClient("count-" + tag, "127.0.0.1", port, keepalive=30, bufsize=1024,
                             store=MemoryStore(8, 128, 1024))
         self.c.set_callback(self.got)
-        self.c.connect()
-        self.c.subscribe("site/bench/#", qos)
+        self.c.connect(clean_session=clean)
+        self.c.subscribe(topic, qos)
         self.t = threading.Thread(target=self.loop, daemon=True)
         self.t.start()
 
     def got(self, topic, msg):
+        if msg == b"probe":
+            self.probed = True
+            return
         self.n += 1
         self.seen.add(msg)
 
@@ -113,11 +124,20 @@ class Counter:
         self.c.disconnect()
 
 
-def run_case(port, up, qos, n, tag, topic):
-    cnt = Counter(up, qos, tag)
+def run_case(port, up, qos, n, tag, topic, sub_topic="site/bench/#", clean=True, probe=False):
+    # the publisher on port, the subscriber (sub_topic, clean session or
+    # not) on up; probe: wait until a probe came through first (the
+    # bridge's subscription upstream is in place)
+    cnt = Counter(up, qos, tag, sub_topic, clean)
     time.sleep(0.3)  # the bridge is up and the subscription in place
     pub = MQTTClient("pub-" + tag, "127.0.0.1", port, keepalive=30, window=16, bufsize=1024)
     pub.connect()
+    if probe:
+        end = time.monotonic() + 10
+        while not cnt.probed and time.monotonic() < end:
+            pub.publish(topic[:topic.rindex("/")] + "/probe", b"probe", qos=1)
+            time.sleep(0.05)
+        time.sleep(0.2)  # the probes still on their way (the counter skips them)
     t0 = time.monotonic()
     for i in range(n):
         msg = b"%08d" % i
@@ -145,33 +165,56 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m tools.measure.bridge",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--messages", type=int, default=2000, help="messages per case (default 2000)")
+    ap.add_argument("--direction", choices=("out", "in", "both"), default="both",
+                    help="out: node -> gateway -> upstream; in: upstream -> gateway -> "
+                         "local subscriber (default both)")
     a = ap.parse_args(argv)
     if a.messages < 1:
         ap.error("--messages must be 1 or more")
     print("load:", open("/proc/loadavg").read().strip() if os.path.exists("/proc/loadavg") else "?")
+    dirs = ("out", "in") if a.direction == "both" else (a.direction,)
+    for d in dirs:
+        measure(d, a.messages)
+    print("ratios: against mosquitto's bridge in the same run")
+    return 0
+
+
+def measure(direction, n):
     tmp = tempfile.mkdtemp(prefix="bench-bridge-")
     up = start_upstream(tmp)
     res = {}
+    rule = RULE if direction == "out" else RULE_IN
     try:
-        cols = [("direct", None), ("mosquitto bridge", lambda: start_mosquitto_bridge(tmp, up.port)),
-                ("umqtt3 bridge", lambda: start_umqtt3_bridge(tmp, up.port, False)),
-                ("umqtt3 bridge+store", lambda: start_umqtt3_bridge(tmp, up.port, True))]
+        cols = [("direct", None),
+                ("mosquitto bridge", lambda: start_mosquitto_bridge(tmp, up.port, rule)),
+                ("umqtt3 bridge", lambda: start_umqtt3_bridge(tmp, up.port, False, rule)),
+                ("umqtt3 bridge+store", lambda: start_umqtt3_bridge(tmp, up.port, True, rule))]
         k = 0
         for qos in (1, 2):
             for name, start in cols:
                 k += 1
                 srv = start() if start else None
                 try:
-                    port = srv.port if srv else up.port
-                    topic = "site/bench/x" if srv is None else "bench/x"
-                    res[(name, qos)] = run_case(port, up.port, qos, a.messages, "%d" % k, topic)
+                    gw = srv.port if srv else up.port
+                    tag = "%s%d" % (direction, k)
+                    if direction == "out":
+                        topic = "site/bench/x" if srv is None else "bench/x"
+                        res[(name, qos)] = run_case(gw, up.port, qos, n, tag, topic)
+                    else:
+                        # the local subscriber's session is persistent: with a
+                        # store the gateway routes each message to the disk
+                        res[(name, qos)] = run_case(up.port, gw, qos, n, tag, "site/bench/x",
+                                                    "site/bench/#" if srv is None else "bench/#",
+                                                    False, srv is not None)
                 finally:
                     if srv:
                         srv.stop()
     finally:
         up.stop()
         shutil.rmtree(tmp, ignore_errors=True)
-    print("%d messages, one publisher, msg/s end to end (upstream duplicates):" % a.messages)
+    print("%s: %d messages, one publisher, msg/s end to end (duplicates at the subscriber):"
+          % ("out, node -> gateway -> upstream" if direction == "out"
+             else "in, upstream -> gateway -> local subscriber", n))
     print("%-22s %22s %22s" % ("", "QoS 1", "QoS 2"))
     for name, _ in cols:
         row = "%-22s" % name
@@ -184,8 +227,6 @@ def main(argv=None):
             cell += " [%d]" % dup
             row += "%23s" % cell
         print(row)
-    print("ratios: against mosquitto's bridge in the same run")
-    return 0
 
 
 if __name__ == "__main__":

@@ -14,8 +14,20 @@ _POLLHUP = 16
 def dial_start(host, port):
     """A non-blocking socket whose TCP connect to host:port is under way.
     The name lookup blocks (MicroPython has no asynchronous resolver):
-    give an address to never wait."""
-    ai = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)[0]
+    give an address to never wait, or look it up first (lookup_start)."""
+    return dial_addr(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)[0])
+
+
+def lookup_done(r):
+    """The getaddrinfo() entry of a lookup_start() once it is there, None
+    while it runs; OSError when the name does not resolve."""
+    if r[1] is not None:
+        raise OSError(r[1])
+    return r[0]
+
+
+def dial_addr(ai):
+    """dial_start() to a getaddrinfo() entry: nothing waits."""
     s = socket.socket(ai[0], socket.SOCK_STREAM, ai[2])
     s.setblocking(False)
     try:
@@ -52,6 +64,17 @@ def tls_start(s, host, ctx, params):
 
 
 if MICROPYTHON:
+    def lookup_start(host, port):
+        # MicroPython has no asynchronous resolver, and a device no thread
+        # to spare for one: the lookup is done here, blocking the caller
+        # for as long as it takes (an address literal takes no time)
+        r = [None, None]  # type: list
+        try:
+            r[0] = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)[0]
+        except OSError as e:
+            r[1] = e.errno or 2
+        return r
+
     def tls_client(cafile):
         # a context that checks the upstream's certificate chain against
         # the CA certificate in cafile (PEM) and, with server_hostname, its
@@ -106,4 +129,5 @@ if MICROPYTHON:
         return asyncio.current_task()
 
 else:
-    from .cpython import tls_client, tls_step, wait_io, dial_async, current_task  # noqa: F401
+    from .cpython import (tls_client, tls_step, wait_io, dial_async, current_task,  # noqa: F401
+                          lookup_start)

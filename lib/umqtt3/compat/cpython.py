@@ -365,3 +365,19 @@ async def dial_async(host, port, ctx, params, timeout_ms):
 def current_task():
     import asyncio
     return asyncio.current_task()
+
+
+def lookup_start(host, port):
+    """The name lookup of host:port in a worker thread, so that the
+    caller's loop (the gateway's bridges) goes on meanwhile; compat.aio's
+    lookup_done() reads the result: [getaddrinfo entry, errno]."""
+    import threading
+    r = [None, None]  # type: list
+
+    def look():
+        try:
+            r[0] = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)[0]
+        except (OSError, UnicodeError) as e:
+            r[1] = getattr(e, "errno", None) or 2
+    threading.Thread(target=look, daemon=True).start()
+    return r
