@@ -83,6 +83,14 @@ def test_offsets_limits_partitions_and_commit(umqtt3_broker, tmp_path):
     # it waited in the call (Spark would otherwise ask again at once, and
     # again), but not for the whole delay
     assert BLOCK <= time.monotonic() - t < 3600
+    # a delay shorter than BLOCK (the default 1 s) is waited out in one call,
+    # which then answers with the rows: "no batch yet" would make Spark run a
+    # batch without data meanwhile
+    r.max_delay, r._waiting = 0.5, None
+    t = time.monotonic()
+    assert r.latestOffset(start, ReadAllAvailable()) == end
+    assert 0.5 <= time.monotonic() - t < BLOCK
+    r.max_delay = 3600
     r.min_rows = 60
     assert r.latestOffset(start, ReadAllAvailable()) == end
     r.min_rows, r.max_delay = 61, 0
@@ -229,6 +237,11 @@ def test_external_logs_wait_for_min_rows_while_they_grow(tmp_path):
         t = time.monotonic()
         assert r.latestOffset(start, ReadAllAvailable()) == start  # 30 rows, logs just written
         assert time.monotonic() - t >= BLOCK  # waited in the call
+        r.max_delay, r._waiting = 0.5, None  # a delay below BLOCK: waited out in one call
+        t = time.monotonic()
+        assert r.latestOffset(start, ReadAllAvailable())["parts"]["a"]["n"] == 15
+        assert 0.5 <= time.monotonic() - t < BLOCK
+        r.max_delay = 3600
         r.min_rows = 30
         end = r.latestOffset(start, ReadAllAvailable())
         assert {k: v["n"] for k, v in end["parts"].items()} == {"a": 15, "b": 15}
