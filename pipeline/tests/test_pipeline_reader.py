@@ -215,6 +215,34 @@ def test_ingest_killed_mid_stream_loses_nothing(umqtt3_broker, tmp_path, qos):
     pub.disconnect()
 
 
+def test_ingest_at_mqtt5_takes_the_brokers_window_per_fsync(tmp_path):
+    """At MQTT 5 the ingest's Receive Maximum must not hold it below the
+    broker's in-flight window [MQTT-3.3.4-9]: a backlog comes in bursts of
+    more than the client's default 8 messages, each burst one fsync."""
+    from pipeline_support import Broker
+    from umqtt3_pipeline.ingest import Ingest
+    b = Broker(args=["--max-inflight", "64"]).start()
+    ing = None
+    try:
+        n = 640
+        ing = Ingest(str(tmp_path / "log"), "127.0.0.1:%d" % b.port, ["umqtt3/+/+"], "ing5",
+                     level=5).start()
+        wait_for(ing.connected.is_set, 30, "the ingest's subscription")
+        ing.stop()  # the session stays: the broker queues the backlog for it
+        pub = publisher(b.port, "pub5")
+        publish_all(pub, [reading("n%d" % (i % 4), "temp", 20.0, 5, i) for i in range(n)])
+        pub.disconnect()
+        ing = Ingest(str(tmp_path / "log"), "127.0.0.1:%d" % b.port, ["umqtt3/+/+"], "ing5",
+                     level=5).start()
+        wait_for(lambda: ing.log.durable()[1] >= n, 60, "the backlog in the log")
+        assert ing.log.durable()[1] == n
+        assert n / ing.log.syncs > 8  # the default window would make exactly 8 a fsync
+    finally:
+        if ing is not None:
+            ing.stop()
+        b.stop()
+
+
 def test_external_logs_wait_for_min_rows_while_they_grow(tmp_path):
     """ingest=external (one log per ingest process): minRowsPerBatch counts
     the rows of every log, and only while one of them is being written."""
