@@ -3,9 +3,10 @@ durable ingest log and through a committed Spark batch (local[2]), with one
 ingest and with several under one shared subscription, next to a naive peer
 measured in the same run; and the end-to-end latency.
 
-    python -m pipeline.bench [--messages 40000] [--rounds 2] [--progress]
-        [--only naive,ingest,ingest2,noop,job,job2,latency,latency2] [--parts 2]
-        [--broker-inflight 32] [--min-rows N] [--max-delay S] [--conf KEY=VALUE]
+    python -m pipeline.bench [--messages 40000] [--naive-messages N] [--rounds 2]
+        [--only naive,ingest,ingest2,noop,job,job2,run,run2,spark,latency,latency2]
+        [--parts 2] [--broker-inflight 32] [--min-rows N] [--max-delay S]
+        [--conf KEY=VALUE] [--progress]
 
 Every throughput measurement is the same: two publisher processes put N
 firmware-format readings (50 nodes) at QoS 1 into our broker while the
@@ -20,16 +21,28 @@ backlog; the clock runs from the consumer's (re)start until it has them all:
   its own log;
 - noop: the stream reader into Spark's noop sink has committed the batch
   holding the last message (the clock includes the ingest);
-- job: the same through the telemetry job (dedup, windows, Parquet); job2:
-  the job reading the logs of --parts ingest processes (--ingest external).
-For the Spark rows the query first runs on 1,000 readings (JVM and Python
-workers warm), stops, and is restarted from its checkpoint (the ingest
-processes too) when the clock starts: a catch-up after a restart.
+- job: the same through the telemetry job (dedup, windows, Parquet): a
+  catch-up after a restart of the job (its query and its ingest); job2: the
+  job reading the logs of --parts ingest processes (--ingest external),
+  restarted with them;
+- run, run2: the job up and warm (--ingest external), only its one or
+  --parts ingest processes restart: a running job's throughput;
+- spark: the job's Spark side alone, running, on a log that gets the whole
+  backlog at once (no broker, no ingest, no fsync waits).
+For job and job2 the query first runs on 1,000 readings (JVM and Python
+workers warm), stops (and closes: the backlog is published once the close's
+watermark is past, so that no reading of it is late), and is restarted from
+its checkpoint when the clock starts. Every job row then closes and checks
+that the windows count every reading, once.
 
 latency, latency2: readings at a steady 400/s with their publish time, the
 job running (1 s windows and watermark) with one ingest or --parts; from a
 reading's publish to the first Parquet file holding its window, beside the
 naive subscriber's publish to fsync (latency()).
+
+The header and the last line give the load average and the disk's fdatasync
+time: with the broker's in-flight window of 32 messages, one ingest makes at
+most 32 messages per fsync, so a slow fsync caps it.
 """
 import argparse
 import json
@@ -83,6 +96,21 @@ def join(pubs):
             raise SystemExit("a publisher failed")
 
 
+_used = [None]  # CPU µs per message of the last measurement (metered), None without psutil
+
+
+def metered(broker):
+    """Start counting the CPU of this process, its children and the broker;
+    the function returned stops and keeps the CPU per message in _used."""
+    c0 = cpu(broker)
+
+    def done(n):
+        c1 = cpu(broker)
+        _used[0] = 1e6 * sum(c1[k] - c0.get(k, 0) for k in c1) / n if c1 else None
+        return c0, c1
+    return done
+
+
 def naive(broker, msgs, tmp):
     """paho-mqtt, fsync per message in on_message."""
     import paho.mqtt.client as mqtt
@@ -105,12 +133,14 @@ def naive(broker, msgs, tmp):
     c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=cid, clean_session=False)
     c.on_message = on_message
     join(publish(broker, n, prefix))  # the backlog, queued by the broker
+    m = metered(broker)
     t0 = time.perf_counter()
     c.connect("127.0.0.1", broker.port, 30)
     c.loop_start()
     if not done.wait(600):
         raise SystemExit("naive: only %d of %d messages" % (count[0], n))
     dt = time.perf_counter() - t0
+    m(n)
     c.loop_stop()
     c.disconnect()
     f.close()
@@ -120,8 +150,8 @@ def naive(broker, msgs, tmp):
 
 class Ingests:
     """k ingest processes (python -m umqtt3_pipeline.ingest) under one MQTT 5
-    shared subscription $share/<group>/<topics>, each into root/<name>: the
-    scale-out of docs/pipeline.md."""
+    shared subscription $share/<group>/<topics> (k > 1), each into
+    root/<name>: the scale-out of docs/pipeline.md."""
 
     def __init__(self, broker, root, k, cid, topics):
         self.broker, self.root, self.cid, self.topics = broker, root, cid, topics
@@ -132,11 +162,14 @@ class Ingests:
     def start(self):
         import subprocess
         from tools import procs
+        # one alone subscribes plainly (MQTT 3.1.1): a shared subscription
+        # needs MQTT 5, which costs our broker more CPU per message
+        share = ["--share", self.cid] if len(self.names) > 1 else []
         self.procs = [subprocess.Popen(
             [sys.executable, "-m", "umqtt3_pipeline.ingest", "--log",
              os.path.join(self.root, name), "--broker", "127.0.0.1:%d" % self.broker.port,
-             "--client-id", "%s-%s" % (self.cid, name), "--share", self.cid,
-             "--topics", self.topics], env=procs.python_env(), stdout=subprocess.PIPE, text=True)
+             "--client-id", "%s-%s" % (self.cid, name), "--topics", self.topics] + share,
+            env=procs.python_env(), stdout=subprocess.PIPE, text=True)
             for name in self.names]
         for p in self.procs:
             if p.stdout.readline().strip() != "ready":
@@ -182,6 +215,7 @@ def ingest(broker, msgs, tmp, parts=1):
         ings = Ingests(broker, os.path.join(tmp, cid), parts, cid, prefix + "/+/+")
         ings.start().stop()  # the group's sessions: the broker queues for them
         join(publish(broker, n, prefix))
+        m = metered(broker)
         t0 = time.perf_counter()
         ings.start()
         end = time.monotonic() + 600
@@ -190,12 +224,14 @@ def ingest(broker, msgs, tmp, parts=1):
                 raise SystemExit("ingest: only %d of %d messages" % (ings.count(), n))
             time.sleep(0.002)
         dt = time.perf_counter() - t0
+        m(n)
         ings.stop()
         ings.drop()
         shutil.rmtree(os.path.join(tmp, cid))
         return n / dt, None
     ensure_session("127.0.0.1:%d" % broker.port, prefix + "/+/+", 1, cid)
     join(publish(broker, n, prefix))  # the backlog, queued by the broker
+    m = metered(broker)
     t0 = time.perf_counter()
     ing = Ingest(os.path.join(tmp, "ingest-log"), "127.0.0.1:%d" % broker.port,
                  [prefix + "/+/+"], cid).start()
@@ -206,6 +242,7 @@ def ingest(broker, msgs, tmp, parts=1):
             raise SystemExit("ingest: only %d of %d messages" % (ing.log.durable()[1], n))
         time.sleep(0.002)
     dt = time.perf_counter() - t0
+    m(n)
     syncs = ing.log.syncs
     ing.stop()
     shutil.rmtree(os.path.join(tmp, "ingest-log"))
@@ -237,9 +274,9 @@ def show_progress(sink, t0, prog):
         ts = ts.replace(tzinfo=timezone.utc).timestamp()
         d = p["durationMs"]
         # per state store: rows held, ms spent on updates, removals and commit
-        state = ["%s %d rows %d ms" % (s["operatorName"], s["numRowsTotal"],
+        state = ["%s %d rows %d ms, %d late" % (s["operatorName"], s["numRowsTotal"],
                                        s.get("allUpdatesTimeMs", 0) + s.get("allRemovalsTimeMs", 0)
-                                       + s.get("commitTimeMs", 0))
+                                       + s.get("commitTimeMs", 0), s.get("numRowsDroppedByWatermark", 0))
                  for s in p.get("stateOperators", [])]
         print("    batch %d at %+.2f s: %d rows  %s  %s" % (
             p["batchId"], ts - (time.time() - (time.perf_counter() - t0)), p["numInputRows"],
@@ -271,10 +308,11 @@ def cpu(broker):
         return {}
     me = psutil.Process(os.getpid())
     got = {}
-    for p in [me] + me.children(recursive=True) + [psutil.Process(broker.proc.pid)]:
+    bpid = broker.proc.pid if broker is not None else None
+    for p in [me] + me.children(recursive=True) + ([psutil.Process(bpid)] if bpid else []):
         try:
             t = p.cpu_times()
-            k = _kind(p.cmdline(), p.pid, broker.proc.pid)
+            k = _kind(p.cmdline(), p.pid, bpid)
             if os.environ.get("BENCH_CPU_PIDS"):
                 k = "%s [%d %s]" % (k, p.pid, " ".join(p.cmdline())[-60:])
         except psutil.Error:
@@ -310,24 +348,51 @@ def steady(prog, t0, n0):
     return sum(p["numInputRows"] for p in data[1:]) / (end(data[-1]) - end(data[0]))
 
 
-def spark_run(spark, broker, msgs, tmp, k, sink="job", show=False, batch=(), parts=1):
+def wait_past_close(q, a):
+    """Wait until the watermark the warm run's close set is in the past: a
+    reading that arrives before it is late for the restarted query and
+    dropped (docs/pipeline.md, "Every window written"), and the figure
+    would time a job that windows nothing."""
+    import math
+    from umqtt3_pipeline import job
+    closes = [json.loads(e) if isinstance(e, str) else e
+              for e in (p["sources"][0]["endOffset"] for p in q.recentProgress)]
+    at = max([e.get("close", 0) for e in closes if e] or [0]) / 1000
+    w = job.seconds(a.window)
+    wm = math.ceil((at + a.max_early) / w) * w  # the close row's event time less the delay
+    while time.time() < wm + 0.2:
+        time.sleep(0.05)
+
+
+def counted(out):
+    """Readings counted in the windows written to out."""
+    from umqtt3_pipeline.output import load
+    df = load(out)
+    return int(df["count"].sum()) if len(df) else 0
+
+
+def spark_run(spark, broker, msgs, tmp, k, sink="job", show=False, batch=(), parts=1,
+              running=False):
     """broker -> ingest log -> committed batch of the telemetry job (sink
     "job"), or of the bare source into Spark's noop sink ("noop"). parts 1:
-    the job's own ingest (on the driver); more: that many ingest processes
-    under one shared subscription, the job reading their logs (--ingest
-    external). The warm run of the job stops the way the job does
-    (job.drain: the no-data batch that writes the windows its watermark
-    closed runs before the stop), so the restart does not begin with that
-    batch. Returns (msg/s from the restart, batches, msg/s after the first
-    batch)."""
+    the job's own ingest (on the driver); more, or running: that many ingest
+    processes under one shared subscription, the job reading their logs
+    (--ingest external). A catch-up after a restart: the warm run of the
+    job stops the way the job does (job.drain: the no-data batch that
+    writes the windows its watermark closed runs before the stop), so the
+    restart does not begin with that batch; the clock runs from the restart
+    of the query and the ingests. running: the query keeps running, warm,
+    and only the ingests restart (the clock runs from their start): what a
+    job that is up does with a burst. Returns (msg/s, batches, msg/s after
+    the first batch)."""
     from umqtt3_pipeline import job
-    cid = "bench-spark-%s%d-%d" % (sink, parts, k)
+    cid = "bench-spark-%s%d%s-%d" % (sink, parts, "r" if running else "", k)
     prefix = cid
     topics = prefix + "/+/+"
     n = len(msgs)
     warm = 1000
     d = os.path.join(tmp, cid)
-    external = parts > 1
+    external = parts > 1 or running
     a = job.parser().parse_args(["--broker", "127.0.0.1:%d" % broker.port, "--log", d + "/log",
                                  "--out", d + "/out", "--checkpoint", d + "/ckpt",
                                  "--client-id", cid, "--trigger", "0.001", "--max-rows", "0",
@@ -356,39 +421,57 @@ def spark_run(spark, broker, msgs, tmp, k, sink="job", show=False, batch=(), par
     def committed(k):
         end = time.monotonic() + 600
         while True:
+            # the last progress only (polled every 10 ms: the whole list, parsed
+            # each time, would cost the machine's CPU the pipeline needs)
+            last = q.lastProgress
+            if last is not None and _end_n(last) >= k:
+                return q.recentProgress
             if q.exception() is not None:
                 raise SystemExit("query failed: %s" % q.exception())
-            prog = q.recentProgress
-            if any(_end_n(p) >= k for p in prog):
-                return prog
             if time.monotonic() > end:
+                prog = q.recentProgress
                 raise SystemExit("spark: %d of %d messages committed"
                                  % (max([_end_n(p) for p in prog] or [0]), k))
             time.sleep(0.01)
     # a first run of the query warms the JVM and the Python workers, then
-    # stops; the backlog queues for its session(s); the clock runs from the
-    # restart (from the same checkpoint) until the backlog is committed
+    # stops (running: only the ingests stop); the backlog queues for the
+    # session(s); the clock runs from the restart (from the same checkpoint)
+    # until the backlog is committed
     q = start()
     try:
         c = publisher(broker.port, "bench-warm")
         publish_all(c, backlog(warm, prefix, boot=6), 1)  # other keys than the backlog's
         c.disconnect()
         committed(warm)
-        if sink == "job":
+        if running:
+            ings.stop()
+        elif sink == "job":
             job.drain(q, a.log, 10, settle=3)  # stopped as the job stops: see the doc above
+            wait_past_close(q, a)
     finally:
-        stop(q)
-    join(publish(broker, n, prefix))
-    c0 = cpu(broker) if show else None
-    t0 = time.perf_counter()
-    q = start()
+        if not running:
+            stop(q)
     try:
+        join(publish(broker, n, prefix))
+        m = metered(broker)
+        t0 = time.perf_counter()
+        if running:
+            ings.start()
+        else:
+            q = start()
         prog = committed(warm + n)
         dt = time.perf_counter() - t0
+        c0, c1 = m(n)
         batches = sum(1 for p in prog if p["numInputRows"] and _end_n(p) > warm)
         if show:
-            show_cpu(c0, cpu(broker), dt)
-            show_progress("%s, %d ingest%s" % (sink, parts, "s" if parts > 1 else ""), t0, prog)
+            show_cpu(c0, c1, dt)
+            show_progress("%s, %d ingest%s%s" % (sink, parts, "s" if parts > 1 else "",
+                                                 ", running" if running else ""), t0, prog)
+        if sink == "job":  # untimed: close, and check that the windows count every reading
+            job.drain(q, a.log, 60, settle=5)
+            got = counted(a.out)
+            if got != warm + n:
+                raise SystemExit("%s: the windows count %d readings of %d" % (cid, got, warm + n))
     finally:
         stop(q)
     if ings is not None:
@@ -397,6 +480,78 @@ def spark_run(spark, broker, msgs, tmp, k, sink="job", show=False, batch=(), par
         drop_session(broker, cid)
     shutil.rmtree(d, ignore_errors=True)
     return n / dt, batches, steady(prog, t0, warm)
+
+
+def spark_only(spark, msgs, tmp, k, show=False, batch=()):
+    """The job's Spark side alone: the query running (warm), a log (one
+    partition, --ingest external) gets the whole backlog at once, durable;
+    the clock runs until the batch holding its last reading is committed.
+    No broker, no ingest, no fsync waits: what Spark does with the job's
+    de-duplication and windows on this machine."""
+    from umqtt3_pipeline import job
+    from umqtt3_pipeline.log import Log
+    d = os.path.join(tmp, "bench-spark-only-%d" % k)
+    a = job.parser().parse_args(["--log", d + "/log", "--out", d + "/out", "--checkpoint",
+                                 d + "/ckpt", "--trigger", "0.001", "--ingest", "external"]
+                                + list(batch))
+    log = Log(os.path.join(a.log, "p0"), publish_synced=True)
+
+    def put(readings):
+        at = int(time.time() * 1000)
+        for topic, payload in readings:
+            log.append_msg(topic, payload, 1, False, False, 0, at)
+        log.sync()
+    warm, n = 1000, len(msgs)
+    put(backlog(warm, "bench", boot=6))
+    q = job.start(spark, a)
+    try:
+        while sum(_end_n(p) for p in q.recentProgress[-1:]) < warm:
+            if q.exception() is not None:
+                raise SystemExit("query failed: %s" % q.exception())
+            time.sleep(0.01)
+        time.sleep(1)  # and its batch without data
+        m = metered(None)
+        t0 = time.perf_counter()
+        put(msgs)
+        while q.lastProgress is None or _end_n(q.lastProgress) < warm + n:
+            if q.exception() is not None:
+                raise SystemExit("query failed: %s" % q.exception())
+            time.sleep(0.005)
+        dt = time.perf_counter() - t0
+        c0, c1 = m(n)
+        prog = q.recentProgress
+        batches = sum(1 for p in prog if p["numInputRows"] and _end_n(p) > warm)
+        if show:
+            show_cpu(c0, c1, dt)
+            show_progress("Spark alone, the log filled at once", t0, prog)
+        job.drain(q, a.log, 60, settle=5)
+        got = counted(a.out)
+        if got != warm + n:
+            raise SystemExit("spark: the windows count %d readings of %d" % (got, warm + n))
+    finally:
+        q.stop()
+        log.close()
+    shutil.rmtree(d, ignore_errors=True)
+    return n / dt, batches, None
+
+
+def fsync_ms(d, n=50):
+    """The median time of an fdatasync of a 1.4 kB append in d, in ms: what
+    the disk gives every durable subscriber (the ingest syncs once per burst
+    of up to the broker's in-flight window, the naive peer once a message)."""
+    path = os.path.join(d, "fsync-probe")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    ts = []
+    try:
+        for _ in range(n):
+            os.write(fd, b"x" * 1400)
+            t = time.perf_counter()
+            os.fdatasync(fd)
+            ts.append(time.perf_counter() - t)
+    finally:
+        os.close(fd)
+        os.remove(path)
+    return median(ts) * 1e3
 
 
 def percentile(xs, q):
@@ -497,7 +652,10 @@ ROWS = (("naive", "naive: paho-mqtt, fsync per message"),
         ("ingest2", "%d ingests, one shared subscription -> logs"),
         ("noop", "-> committed batch, source only (noop sink)"),
         ("job", "-> committed batch of the telemetry job"),
-        ("job2", "the same from %d ingests' logs"))
+        ("job2", "the same from %d ingests' logs"),
+        ("run", "the job running, 1 ingest process restarts"),
+        ("run2", "the job running, %d ingest processes restart"),
+        ("spark", "Spark alone: the job on a log filled at once"))
 
 
 def main():
@@ -505,6 +663,10 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--messages", type=int, default=40000,
                     help="the backlog of a round (our broker queues at most 65,000 a session)")
+    ap.add_argument("--naive-messages", type=int,
+                    help="the naive peer's backlog (default: --messages); its rate is an fsync "
+                    "per message, so on a disk with slow fsyncs a smaller backlog measures it in "
+                    "less time")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--parts", type=int, default=2,
                     help="ingest processes under one shared subscription for the ingest2, job2 "
@@ -521,11 +683,13 @@ def main():
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                     help="a Spark setting for the session (repeatable)")
     ap.add_argument("--only", help="comma-separated subset of naive,ingest,ingest2,noop,job,"
-                    "job2,latency,latency2 (default: all but noop)")
+                    "job2,run,run2,spark,latency,latency2 (default: all but noop)")
     ap.add_argument("--publish", nargs=4, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.publish:
         return publish_main(int(a.publish[0]), a.publish[1], int(a.publish[2]), int(a.publish[3]))
+    if a.naive_messages is not None and not 0 < a.naive_messages <= a.messages:
+        ap.error("--naive-messages %d: 1 to --messages" % a.naive_messages)
     if not 0 < a.messages <= 60000:
         ap.error("--messages %d: 1 to 60,000 (what our broker queues for a session)"
                  % a.messages)
@@ -548,9 +712,10 @@ def main():
               "backlog of %d messages a round, %d round(s)"
               % (broker.port, a.broker_inflight, a.messages, a.rounds))
         print("  python: %s" % python_version())
-        print("  pyspark %s (local[2]), paho-mqtt %s, %d cores, load average %s"
-              % (pyspark.__version__, dist_version("paho-mqtt"), os.cpu_count(),
-                 " ".join("%.2f" % x for x in os.getloadavg())))
+        print("  pyspark %s (local[2]), paho-mqtt %s, %d cores, load average %s, fdatasync "
+              "%.2f ms (median)" % (pyspark.__version__, dist_version("paho-mqtt"),
+                                    os.cpu_count(), " ".join("%.2f" % x for x in os.getloadavg()),
+                                    fsync_ms(tmp)))
         batch = [] if a.min_rows is None else ["--min-rows", str(a.min_rows)]
         batch += [] if a.max_delay is None else ["--max-delay", str(a.max_delay)]
         ja = job.parser().parse_args(["--log", "-", "--out", "-", "--checkpoint", "-"] + batch)
@@ -558,9 +723,11 @@ def main():
               "while the log grows (at most %g s wait)"
               % (conf["spark.sql.shuffle.partitions"],
                  conf.get("spark.driver.extraJavaOptions", ""), ja.min_rows, ja.max_delay))
-        only = set((a.only or "naive,ingest,ingest2,job,job2,latency,latency2").split(","))
+        only = set((a.only or "naive,ingest,ingest2,job,job2,run,run2,spark,latency,latency2")
+                   .split(","))
         rows = {k: [] for k, _ in ROWS}
-        after = {"noop": [], "job": [], "job2": []}
+        after = {"noop": [], "job": [], "job2": [], "run": [], "run2": []}
+        used = {k: [] for k, _ in ROWS}
         per_sync = []
         for k in range(a.rounds):
             line = []
@@ -569,17 +736,24 @@ def main():
                     continue
                 nb = None
                 if key == "naive":
-                    r = naive(broker, msgs, tmp)
+                    r = naive(broker, msgs[:a.naive_messages or len(msgs)], tmp)
                 elif key.startswith("ingest"):
                     r, ps = ingest(broker, msgs, tmp, a.parts if key == "ingest2" else 1)
                     if ps:
                         per_sync.append(ps)
+                elif key == "spark":
+                    r, nb, st = spark_only(spark, msgs, tmp, k, a.progress, batch)
+                elif key.startswith("run"):
+                    r, nb, st = spark_run(spark, broker, msgs, tmp, k, "job", a.progress, batch,
+                                          a.parts if key == "run2" else 1, running=True)
                 else:
                     r, nb, st = spark_run(spark, broker, msgs, tmp, k, key.rstrip("2"),
                                           a.progress, batch, a.parts if key == "job2" else 1)
                     if st:
                         after[key].append(st)
                 rows[key].append(r)
+                if _used[0] is not None:
+                    used[key].append(_used[0])
                 line.append("%s %7.0f%s" % (key, r, "" if nb is None else " (%d batches)" % nb))
             if line:
                 print("  round %d: %s msg/s (load %.1f)" % (k + 1, "  ".join(line),
@@ -588,20 +762,27 @@ def main():
         base = med.get("naive")
         print()
         if med:
-            print("  %-46s %10s %8s %12s" % ("path", "msg/s", "x naive", "after batch 1"))
+            print("  %-46s %10s %8s %12s %11s" % ("path", "msg/s", "x naive", "after batch 1",
+                                                  "CPU us/msg"))
         for key, label in ROWS:
             if key in med:
-                print("  %-46s %10.0f %8s %12s" % (
+                print("  %-46s %10.0f %8s %12s %11s" % (
                     label.replace("%d", str(a.parts)), med[key],
                     "%.1fx" % (med[key] / base) if base else "-",
-                    "%.0f" % median(after[key]) if after.get(key) else ""))
+                    "%.0f" % median(after[key]) if after.get(key) else "",
+                    "%.0f" % median(used[key]) if used[key] else ""))
+        if any(used.values()):
+            print("  CPU us/msg: CPU time of the bench's processes (Spark's included) and the "
+                  "broker while the clock ran, per message; 2 cores give 2,000,000 us a second")
         print()
         if per_sync:
             print("  messages per fsync in the ingest log: %.1f (median)" % median(per_sync))
-        spark_rows = [(key, label) for key, label in (("noop", "source only"),
-                                                      ("job", "telemetry job, 1 ingest"),
-                                                      ("job2", "telemetry job, %d ingests"
-                                                       % a.parts)) if key in med]
+        spark_rows = [(key, label) for key, label in (
+            ("noop", "source only"), ("job", "telemetry job, 1 ingest, from a restart"),
+            ("job2", "telemetry job, %d ingests, from a restart" % a.parts),
+            ("run", "telemetry job running, 1 ingest"),
+            ("run2", "telemetry job running, %d ingests" % a.parts),
+            ("spark", "Spark alone")) if key in med]
         if spark_rows:
             print("  goal: >= 20,000 msg/s to a committed batch: %s" % ", ".join(
                 "%s %s" % (label, "met" if med[key] >= 20000 else "NOT met")
@@ -621,8 +802,9 @@ def main():
                       median([x[0][0] for x in lats]), median([x[0][1] for x in lats]),
                       median([x[1][0] for x in lats]) * 1e3,
                       median([x[1][1] for x in lats]) * 1e3), flush=True)
-        print("  total run time %.1f s, load average %s" % (
-            time.perf_counter() - t_start, " ".join("%.2f" % x for x in os.getloadavg())))
+        print("  total run time %.1f s, load average %s, fdatasync %.2f ms (median)" % (
+            time.perf_counter() - t_start, " ".join("%.2f" % x for x in os.getloadavg()),
+            fsync_ms(tmp)))
         spark.stop()
     finally:
         broker.stop()

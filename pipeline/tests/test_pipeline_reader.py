@@ -83,6 +83,14 @@ def test_offsets_limits_partitions_and_commit(umqtt3_broker, tmp_path):
     # it waited in the call (Spark would otherwise ask again at once, and
     # again), but not for the whole delay
     assert BLOCK <= time.monotonic() - t < 3600
+    # a delay shorter than BLOCK (the default 1 s) is waited out in one call,
+    # which then answers with the rows: "no batch yet" would make Spark run a
+    # batch without data meanwhile
+    r.max_delay, r._waiting = 0.5, None
+    t = time.monotonic()
+    assert r.latestOffset(start, ReadAllAvailable()) == end
+    assert 0.5 <= time.monotonic() - t < BLOCK
+    r.max_delay = 3600
     r.min_rows = 60
     assert r.latestOffset(start, ReadAllAvailable()) == end
     r.min_rows, r.max_delay = 61, 0
@@ -207,6 +215,34 @@ def test_ingest_killed_mid_stream_loses_nothing(umqtt3_broker, tmp_path, qos):
     pub.disconnect()
 
 
+def test_ingest_at_mqtt5_takes_the_brokers_window_per_fsync(tmp_path):
+    """At MQTT 5 the ingest's Receive Maximum must not hold it below the
+    broker's in-flight window [MQTT-3.3.4-9]: a backlog comes in bursts of
+    more than the client's default 8 messages, each burst one fsync."""
+    from pipeline_support import Broker
+    from umqtt3_pipeline.ingest import Ingest
+    b = Broker(args=["--max-inflight", "64"]).start()
+    ing = None
+    try:
+        n = 640
+        ing = Ingest(str(tmp_path / "log"), "127.0.0.1:%d" % b.port, ["umqtt3/+/+"], "ing5",
+                     level=5).start()
+        wait_for(ing.connected.is_set, 30, "the ingest's subscription")
+        ing.stop()  # the session stays: the broker queues the backlog for it
+        pub = publisher(b.port, "pub5")
+        publish_all(pub, [reading("n%d" % (i % 4), "temp", 20.0, 5, i) for i in range(n)])
+        pub.disconnect()
+        ing = Ingest(str(tmp_path / "log"), "127.0.0.1:%d" % b.port, ["umqtt3/+/+"], "ing5",
+                     level=5).start()
+        wait_for(lambda: ing.log.durable()[1] >= n, 60, "the backlog in the log")
+        assert ing.log.durable()[1] == n
+        assert n / ing.log.syncs > 8  # the default window would make exactly 8 a fsync
+    finally:
+        if ing is not None:
+            ing.stop()
+        b.stop()
+
+
 def test_external_logs_wait_for_min_rows_while_they_grow(tmp_path):
     """ingest=external (one log per ingest process): minRowsPerBatch counts
     the rows of every log, and only while one of them is being written."""
@@ -229,6 +265,11 @@ def test_external_logs_wait_for_min_rows_while_they_grow(tmp_path):
         t = time.monotonic()
         assert r.latestOffset(start, ReadAllAvailable()) == start  # 30 rows, logs just written
         assert time.monotonic() - t >= BLOCK  # waited in the call
+        r.max_delay, r._waiting = 0.5, None  # a delay below BLOCK: waited out in one call
+        t = time.monotonic()
+        assert r.latestOffset(start, ReadAllAvailable())["parts"]["a"]["n"] == 15
+        assert 0.5 <= time.monotonic() - t < BLOCK
+        r.max_delay = 3600
         r.min_rows = 30
         end = r.latestOffset(start, ReadAllAvailable())
         assert {k: v["n"] for k, v in end["parts"].items()} == {"a": 15, "b": 15}

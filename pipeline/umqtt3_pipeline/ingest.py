@@ -54,6 +54,15 @@ class LogStore(MemoryStore):
         self.log.sync()
 
 
+# At MQTT 5 the client's window is its Receive Maximum: how many QoS 1/2
+# messages the broker may send before it waits for acknowledgements
+# [MQTT-3.3.4-9]. The client's default (8) held the ingest to 8 messages per
+# fsync, a 40th of what our broker's window gives an MQTT 3.1.1 session
+# (measured: docs/pipeline.md); the largest leaves the broker's own window
+# as the limit. The ingest publishes nothing, so the window costs no memory.
+RECEIVE_MAX = 65535
+
+
 def parse_broker(s, default_port=1883):
     host, _, port = s.rpartition(":")
     if not host:
@@ -94,7 +103,7 @@ class Ingest:
         store = LogStore(self.log)
         c = MQTTClient(self.client_id, self.host, self.port, keepalive=self.keepalive,
                        reconnect=True, store=store, bufsize=self.bufsize,
-                       backoff_ms=(200, 5000), level=self.level)
+                       backoff_ms=(200, 5000), level=self.level, window=RECEIVE_MAX)
         c.set_callback(self._on_message, raw=True)
         c.set_sync(self.log.sync)
         self.client = c
