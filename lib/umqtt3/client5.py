@@ -34,7 +34,7 @@ def connect_props(c):
         exp = 0xFFFFFFFF
     if exp:
         d[_SESSION_EXPIRY] = exp
-    d[_RECEIVE_MAX] = c.flow.window  # at most this many QoS 1/2 at once to us
+    d[_RECEIVE_MAX] = c.receive_max  # at most this many QoS 1/2 at once to us
     if c.auth is not None:
         d[_AUTH_METHOD] = c.auth[0]
         if c.auth[1] is not None:

@@ -71,6 +71,9 @@ class Core:
             store = NoStore(window, 32)
         self.store = store
         self.flow = Flow(store, self, window, level)
+        # MQTT 5: the Receive Maximum we send; the broker's own may lower
+        # flow.window (what we send), never this (what we take)
+        self.receive_max = window
         self.reconnect = reconnect
         self.auto = reconnect  # restored by connect() after disconnect()
         self.timeout_ms = timeout_ms
