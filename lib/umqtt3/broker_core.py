@@ -32,7 +32,7 @@ from .codec import (Packet, decode, MQTTError, encode_simple, encode_ack, BAD_PR
 from .codec_server import encode_connack, encode_suback, encode_unsuback, read_filter
 from .compat import ticks_add, ticks_diff, const, mem_free
 from .broker_limits import Limits
-from .broker_session import Session, Sessions, Route, msg_size, ENTRY_COST
+from .broker_session import Session, Sessions, Route, msg_size, ENTRY_COST, grow_tx
 from .broker_subs import Subs, shared_at
 from .broker_retain import Retained, is_sys
 
@@ -205,7 +205,7 @@ class Core(Stats):
         packet whose first byte is `first`: otherwise flush first (or stop
         reading)."""
         need = n if first >> 4 == SUBSCRIBE else 8
-        return c.conn.space() >= need
+        return c.conn.space() >= need or grow_tx(c.conn, need, self.limits.tx)
 
     def packet(self, c, n, now):
         """Handle the whole packet c.conn.rx[0:n] (a driver that reads each

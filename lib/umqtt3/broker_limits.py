@@ -59,11 +59,12 @@ class Limits:
         # queued QoS 1/2 messages hold their packet ids too (Session.new_pid)
         if self.max_inflight + self.max_queued >= 65535:
             raise ValueError("max_inflight + max_queued must stay below 65535")
-        # a queued message is at most max_packet bytes: a budget below
-        # that would refuse it for ever
+        # a queued message is up to max_packet bytes: a byte budget below
+        # that (the device's, with a larger max_packet) is raised to it, or
+        # such a message would be refused for ever
         for k in ("max_queued_bytes", "mem_budget"):
             if 0 < getattr(self, k) < self.max_packet:
-                raise ValueError("%s must be 0 or at least max_packet" % k)
+                setattr(self, k, self.max_packet)
         # derived: what a connection and a session allocate
         self.tx = max(self.txsize, self.max_packet)
         self.ring = max(self.ring_size, self.max_packet)

@@ -77,6 +77,8 @@ class Route:
 # objects), and what one queue entry costs (two list slots): what the byte
 # budgets count (broker_limits.max_queued_bytes, mem_budget).
 MSG_COST = const(64)
+# the in-flight ring's first size (Session._ring); it grows to Limits.ring
+RING_START = const(4096)
 ENTRY_COST = const(16)
 
 
@@ -147,6 +149,26 @@ def frame_msg(f, level, up):
                 exp = _u32(pr, xk) + (0 if not f[0] >> 4 else up)
         i += prn
     return Msg(t, bytes(f[i:]), pr, xk, exp)
+
+
+def grow_tx(conn, need, cap):
+    """Room for need more bytes in conn's send buffer, which starts small
+    (broker.py) and doubles on demand up to cap bytes (Limits.tx): True
+    when they fit now. Growing allocates; a connection whose buffer has
+    grown to what its traffic needs never does again."""
+    tx = conn.tx
+    n = len(tx)
+    want = conn.tlen + need
+    if want <= n:
+        return True
+    if want > cap:
+        return False
+    while n < want:
+        n += n
+    b = bytearray(n if n < cap else cap)
+    copy(b, 0, tx, 0, conn.tlen)
+    conn.tx = b
+    return True
 
 
 def publish_size(tn, pn, qos, prn=-1):
@@ -347,7 +369,8 @@ class Session:
                 need = size
             elif need < size:
                 need = size
-        if conn.space() < need or (qos and self._fit(size) < 0):
+        if (conn.space() < need and not grow_tx(conn, need, self.lim.tx)) or \
+                (qos and self._fit(size) < 0):
             self._enqueue(first, r)  # pump() writes it as the buffer drains
             return
         start = conn.tlen
@@ -486,7 +509,7 @@ class Session:
         if c is None or self.unsent or self.qh < len(self.q):
             return c is not None or qos > 0 or self.lim.queue_qos0
         n = self._size(r, qos)
-        return c.conn.space() < n or (qos > 0 and self._fit(n) < 0)
+        return c.conn.tlen + n > self.lim.tx or (qos > 0 and self._fit(n) < 0)
 
     def _msize(self, m, qos):
         # bytes of m's PUBLISH for this session
@@ -567,7 +590,7 @@ class Session:
                 st = self.s_st[k]
                 if st == PUB:
                     n = self.s_len[k]
-                    if conn.space() < n:
+                    if conn.space() < n and not grow_tx(conn, n, self.lim.tx):
                         return
                     copy(conn.tx, conn.tlen, self.rbuf, self.s_off[k], n)
                     conn.tlen += n
@@ -617,7 +640,9 @@ class Session:
                     stats.dropped += 1
                     continue
                 if len(tx) - conn.tlen < n:
-                    return
+                    if not grow_tx(conn, n, self.lim.tx):
+                        return
+                    tx = conn.tx
                 conn.tlen = self._put_msg(tx, conn.tlen, first, 0, m, up)
                 stats.sent += 1
                 self._take(h)
@@ -637,9 +662,11 @@ class Session:
             self._put_msg(self.rbuf, o, first, pid, m, up)
             self._take(h)
             if len(tx) - conn.tlen < n:
-                self.s_st[k] = PUB
-                self.unsent += 1
-                return
+                if not grow_tx(conn, n, self.lim.tx):
+                    self.s_st[k] = PUB
+                    self.unsent += 1
+                    return
+                tx = conn.tx
             copy(tx, conn.tlen, self.rbuf, o, n)
             conn.tlen += n
             self.s_st[k] = PUB_SENT
@@ -650,8 +677,9 @@ class Session:
 
     # ------------------------------------------------------------ in-flight ring
     def _ring(self):
+        # the bytes start at most RING_START and grow on demand (_grow)
         ns = self.lim.max_inflight
-        self.rbuf = bytearray(self.lim.ring)
+        self.rbuf = bytearray(self.lim.ring if self.lim.ring < RING_START else RING_START)
         self.s_pid = [0] * ns
         self.s_off = [0] * ns
         self.s_len = [0] * ns
@@ -667,7 +695,7 @@ class Session:
             return -1
         size = len(self.rbuf)
         if not cnt:
-            return 0 if n <= size else -1
+            return 0 if n <= size or self._grow(0, n) else -1
         else:
             first = self.rhead
             last = (first + cnt - 1) % ns
@@ -678,6 +706,8 @@ class Session:
                     off = t
                 elif h >= n:
                     off = 0
+                elif self._grow(t, n):
+                    off = t
                 else:
                     return -1
             elif h - t >= n:  # wrapped: live bytes in [h, size) and [0, t)
@@ -685,6 +715,20 @@ class Session:
             else:
                 return -1
         return off
+
+    def _grow(self, t, n):
+        # a larger ring, up to Limits.ring, with n bytes free past t, where
+        # the live bytes end (not wrapped); False when it cannot be
+        size = len(self.rbuf)
+        cap = self.lim.ring
+        if t + n > cap:
+            return False
+        while size < t + n:
+            size += size
+        b = bytearray(size if size < cap else cap)
+        copy(b, 0, self.rbuf, 0, t)
+        self.rbuf = b
+        return True
 
     def _alloc(self, n):
         """A free slot with n contiguous ring bytes, or -1."""

@@ -320,3 +320,27 @@ def test_mem_budget_refuses_qos1_and_drops_qos0():
                 assert [m[1][:1] for m in sub.messages(3)] == [b"1", b"2", b"3"]
                 assert sub.nothing()
         assert wait_for(lambda: b.qbytes == 0)
+
+
+def test_send_buffer_grows_on_demand():
+    # a connected client's send buffer starts small (broker.TX_START) and
+    # grows when a message does not fit, up to Limits.tx, and so does its
+    # in-flight ring (broker_session.RING_START, up to Limits.ring); the
+    # message arrives whole
+    with running(max_packet=16384, max_queued_bytes=0, mem_budget=0) as b:
+        with Raw(b) as sub, Raw(b) as pub:
+            sub.connect("s")
+            sub.subscribe(1, [("big", 1)])
+            pub.connect("p")
+            conn = b.sessions()[b"s"].client.conn
+            assert len(conn.tx) <= 4096
+            pub.publish("big", b"0", 1, pid=9)
+            pub.expect(PUBACK, 9)
+            sub.messages(1)
+            assert len(b.sessions()[b"s"].rbuf) == 4096
+            for pid, n in ((1, 100), (2, 7000), (3, 6000)):
+                pub.publish("big", b"%d" % pid * n, 1, pid=pid)
+                pub.expect(PUBACK, pid)
+                assert [m[1] for m in sub.messages(1)] == [b"%d" % pid * n]
+            assert 4096 < len(conn.tx) <= 16384
+            assert 4096 < len(b.sessions()[b"s"].rbuf) <= 16384
