@@ -29,7 +29,7 @@
 # send buffer (and the ring) with codec.put_varint and compat.copy: no heap
 # allocation.
 from .codec import put_varint, varint_size, encode_ack, PUBREL, MQTTError
-from .compat import copy, const
+from .compat import copy, const, MICROPYTHON
 from .flow import Flow, send_stored
 from .qos_state import FREE, PUB, PUB_SENT, REL, REL_SENT, from_stored
 
@@ -73,13 +73,14 @@ class Route:
         self.msg = None  # its Msg once a session queued it: shared by the next
 
 
-# What a queued message costs besides its bytes (the Msg, its bytes
-# objects), and what one queue entry costs (two list slots): what the byte
-# budgets count (broker_limits.max_queued_bytes, mem_budget).
-MSG_COST = const(64)
+# What a queued message costs besides its bytes (the Msg and its bytes
+# objects), and what one queue entry costs (two list slots, with room to
+# grow; on CPython the packed int is an object too): what the byte budgets
+# count (broker_limits.max_queued_bytes, mem_budget), near what RAM holds.
+MSG_COST = 128 if MICROPYTHON else 320
+ENTRY_COST = 16 if MICROPYTHON else 56
 # the in-flight ring's first size (Session._ring); it grows to Limits.ring
 RING_START = const(4096)
-ENTRY_COST = const(16)
 
 
 def msg_size(r):

@@ -9,6 +9,7 @@
 from broker_harness import (running, Raw, advance, wait_for, settle, pub_sub, junk,
                             over_sockets)
 from umqtt3 import codec
+from umqtt3.broker_session import MSG_COST, ENTRY_COST
 from umqtt3.codec import PUBACK, PUBREC, PUBREL, PUBCOMP, PINGREQ, PINGRESP, DISCONNECT
 
 
@@ -261,9 +262,8 @@ def test_queued_message_held_once_for_every_session():
         assert all(s.queued() == 3 for s in ss)
         assert all(s.q[s.qh] is ss[0].q[ss[0].qh] for s in ss)  # the same Msg
         m = ss[0].q[ss[0].qh]
-        assert m.refs == 5 and m.size >= 500
-        one = b.qbytes
-        assert 3 * 500 < one < 3 * 500 + 3 * 200 + 5 * 3 * 32  # not 5 copies
+        assert m.refs == 5 and m.size == 3 + 500 + MSG_COST
+        assert b.qbytes == 3 * m.size + 5 * 3 * ENTRY_COST  # not 5 copies
         for i, s in enumerate(ss):
             with Raw(b) as c:
                 c.connect("s%d" % i, clean=False)
@@ -301,7 +301,8 @@ def test_mem_budget_refuses_qos1_and_drops_qos0():
     # queue it; once the budget is spent a QoS 1 publisher is refused
     # (messages/refused/mem_budget) and a QoS 0 message is not queued
     # (messages/dropped/mem_budget); what was accepted is delivered
-    with running(max_queued_bytes=0, mem_budget=3000, queue_qos0=True) as b:
+    unit = 3 + 800 + MSG_COST + 3 * ENTRY_COST  # one message queued by three sessions
+    with running(max_queued_bytes=0, mem_budget=3 * unit + 50, queue_qos0=True) as b:
         _offline(b, ["a", "b", "c"])
         with Raw(b) as pub:
             pub.connect("p")
@@ -310,7 +311,7 @@ def test_mem_budget_refuses_qos1_and_drops_qos0():
                 pub.expect(PUBACK, pid)
             pub.publish("t/x", b"0" * 800, 0)  # for each of the three sessions
             assert wait_for(lambda: b.dropped_mem == 3)
-            assert b.qbytes <= 3000
+            assert b.qbytes == 3 * unit
             pub.publish("t/x", b"4" * 800, 1, pid=4)
             assert pub.closed()
         assert b.refused_mem == 1 and b.queue_full == 0
