@@ -130,6 +130,18 @@ def test_persistent_sessions_amplification_short(capsys):
             assert rss_h - rss_s <= 1024 + 3072, ln  # the budget, and 3 MB of slack
 
 
+def test_fanout_with_a_store_short(capsys):
+    # persistent sessions with the store on while a publisher fans out: the
+    # publisher's messages are acknowledged and a well-behaved client's
+    # round trips keep coming (the figures are the tool's, at full size)
+    rc, lines = _run(capsys, "fanout", "--sessions", "20", "--seconds", "2", "--size", "100")
+    assert rc == 0, lines
+    for ln in lines:
+        m = re.search(r"(\d+) QoS 1 messages of 100 bytes acknowledged .* round trip: median "
+                      r"[\d.]+ ms, .* \((\d+)\); RSS", ln)
+        assert m and int(m.group(1)) > 0 and int(m.group(2)) > 10, ln
+
+
 def test_tool_refuses_bad_arguments_in_one_line():
     from refusal import run
     for argv, words in ((["fuzz", "--only", "nats"], "unknown broker"),
