@@ -13,6 +13,10 @@ VBAT_DIVIDER = 2.0
 SENSORS = ("temp", "uptime", "mem")
 MAX_CLIENTS = 4
 MAX_PACKET = 512
+# queued messages (each held once, however many sessions queue it) and retained
+# ones: per client, and for the whole broker (broker_limits, docs/broker.md)
+MAX_QUEUED_BYTES = 4096
+MEM_BUDGET = 16384
 # gateway with a bridge (config.json "bridge"): the broker's store, the QoS 1/2
 # messages that may wait there for the upstream broker, those in flight to it
 GATEWAY_STORE = "/gw"

@@ -70,7 +70,9 @@ def run(cfg, board, secrets=None, stop=None, log=None, host="0.0.0.0"):
         undo_cut(store)  # before the broker loads its store
     b = Broker(host=host, port=cfg.get("port", 1883), max_clients=board.MAX_CLIENTS,
                max_packet=board.MAX_PACKET, users=users, log=log, store=store,
-               allow_fat=cfg.get("allow_fat", False))
+               allow_fat=cfg.get("allow_fat", False),
+               max_queued_bytes=getattr(board, "MAX_QUEUED_BYTES", 4096),
+               mem_budget=getattr(board, "MEM_BUDGET", 16384))
     if bridges:
         from umqtt3.bridge import install
         install(b, bridges)

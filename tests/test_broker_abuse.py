@@ -108,6 +108,40 @@ def test_slow_consumer_short(capsys):
         assert re.search(r"400 QoS 1 messages acknowledged .* fell behind got 400;", ln), ln
 
 
+def test_persistent_sessions_amplification_short(capsys):
+    # 40 offline sessions on # and 200 QoS 1 messages of 4 KB: copied per
+    # session that would be 32 MB; held once, within a 1 MB mem_budget, the
+    # broker's RSS grows by about that (allocator slack aside), the rest of
+    # the messages is refused, and every acknowledged one reaches each
+    # session checked, in order
+    rc, lines = _run(capsys, "sessions", "--sessions", "40", "--messages", "200", "--size", "4096",
+                     "--seconds", "60",
+                     "--umqtt3-args", "--max-queued-bytes 0 --mem-budget 1048576")
+    assert rc == 0, lines
+    for ln in lines:
+        m = re.search(r"(\d+) acknowledged, (\d+) refused, .* (\d+) of (\d+) sessions checked "
+                      r"got every acknowledged message; RSS (\d+) KB, (\d+) KB with the sessions, "
+                      r"(\d+) KB holding", ln)
+        assert m, ln
+        acked, refused, whole, checked, _, rss_s, rss_h = (int(x) for x in m.groups())
+        assert acked + refused == 200 and whole == checked == 5, ln
+        if ln.startswith("umqtt3"):
+            assert 0 < refused < 200, ln  # the budget was reached, not before
+            assert rss_h - rss_s <= 1024 + 3072, ln  # the budget, and 3 MB of slack
+
+
+def test_fanout_with_a_store_short(capsys):
+    # persistent sessions with the store on while a publisher fans out: the
+    # publisher's messages are acknowledged and a well-behaved client's
+    # round trips keep coming (the figures are the tool's, at full size)
+    rc, lines = _run(capsys, "fanout", "--sessions", "20", "--seconds", "2", "--size", "100")
+    assert rc == 0, lines
+    for ln in lines:
+        m = re.search(r"(\d+) QoS 1 messages of 100 bytes acknowledged .* round trip: median "
+                      r"[\d.]+ ms, .* \((\d+)\); RSS", ln)
+        assert m and int(m.group(1)) > 0 and int(m.group(2)) > 10, ln
+
+
 def test_tool_refuses_bad_arguments_in_one_line():
     from refusal import run
     for argv, words in ((["fuzz", "--only", "nats"], "unknown broker"),

@@ -163,7 +163,7 @@ class BrokerWorld:
     def _done(self, b):
         s = b.sessions().get(b"s")
         return (self._tx_done() and b"s" in self._conns and s is not None
-                and not (s.inflight() or s.q) and not self.rx.held
+                and not (s.inflight() or s.queued()) and not self.rx.held
                 and self.r_next == len(ROPS) and self.r_flight is None)
 
     def _clients(self, conns, b):

@@ -172,6 +172,25 @@ def test_paho_qos_0_1_2_roundtrip():
         assert got == [("t/0", b"m0", 0, False), ("t/1", b"m1", 1, False), ("t/2", b"m2", 2, False)]
 
 
+def test_paho_large_messages_grow_the_buffers():
+    # a connected client's buffers start small (broker.TX_START, a socket
+    # gulp for the receive buffer) and grow to what a message needs, up to
+    # max_packet: 60 KB messages, cut across many reads, arrive whole
+    with env() as (b, c):
+        s = c.paho("bsub")
+        assert s.sub("big/#", 1) == [1]
+        p = c.paho("bpub")
+        conn = b.sessions()[b"bsub"].client.conn
+        assert len(conn.tx) <= 4096 and len(b.sessions()[b"bpub"].client.conn.rx) <= 16384
+        sizes = [10, 60000, 30000, 60000]
+        for i, n in enumerate(sizes):
+            p.pub("big/%d" % i, bytes([65 + i]) * n, 1)
+        got = s.get(len(sizes))
+        assert [(t, len(m), m[:1]) for t, m, _, _ in got] == \
+            [("big/%d" % i, n, bytes([65 + i])) for i, n in enumerate(sizes)]
+        assert len(conn.tx) > 4096 and len(b.sessions()[b"bpub"].client.conn.rx) == 65536
+
+
 def test_paho_granted_qos_caps_delivery():
     with env() as (b, c):
         s = c.paho("psub")

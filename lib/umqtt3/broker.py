@@ -22,11 +22,18 @@ from .conn import Conn
 from .broker_limits import Limits
 from .broker_core import (Core, CLOSED, WAITING, CONNECTED, TIMER_MS,  # noqa: F401
                           VERSION)  # (VERSION: API)
+from .broker_session import grow_tx
 
 # A connection that has not sent CONNECT reads it into a buffer this small
 # and has no send buffer: the connection's own buffers come with the
 # CONNECT, so a flood of idle connections costs little (docs/broker.md).
 PENDING_RX = 128
+# A connected client's send buffer starts at most this large and doubles
+# when what is due does not fit (broker_session.grow_tx), up to Limits.tx;
+# on CPython its receive buffer starts at the size of a gulp of the socket
+# and takes max_packet when a packet is cut between two gulps. So an idle
+# client holds a few KB, not two max_packet buffers (docs/broker.md).
+TX_START = 4096
 
 
 class Pending:
@@ -123,8 +130,7 @@ class Broker(Core):
 
     def _open(self, link, sock, peer, pending=True):
         # pending: a small receive buffer and no send buffer (_promote)
-        lim = self.limits
-        conn = Pending(link) if pending else Conn(link, lim.max_packet, lim.tx)
+        conn = Pending(link) if pending else self._conn(link, sock)
         c = self.open(conn, peer, self.ticks())
         c.io = sock  # registered with the poller; None for attached links
         c.mask = POLLIN
@@ -133,14 +139,24 @@ class Broker(Core):
     def _promote(self, c, n):
         """c's CONNECT has begun (its fixed header says n bytes): the
         connection's buffers now, with what was read of it moved in."""
-        lim = self.limits
         old = c.conn
         link = old.link if c.io is None else compat.server_link(c.io)
-        conn = Conn(link, lim.max_packet, lim.tx)
+        conn = self._conn(link, c.io)
         copy(conn.rx, 0, old.rx, 0, old.got)
         conn.got = old.got
         conn.need = n
         c.conn = conn
+
+    def _conn(self, link, sock):
+        # a connected client's buffers: see TX_START
+        lim = self.limits
+        mp = lim.max_packet
+        rx = mp
+        if compat.LINK_BUFFERS and sock is not None and len(link.buf) < mp:
+            rx = len(link.buf)  # broker_bytes.consume copies at most a gulp at once
+        conn = Conn(link, rx, lim.tx if lim.tx < TX_START else TX_START)
+        conn.max_packet = mp
+        return conn
 
     def _read_pending(self, c, now):
         """Read a pending connection's CONNECT into its small buffer; at the
@@ -384,7 +400,8 @@ class Broker(Core):
         if consume is None:
             from .broker_bytes import consume  # CPython only: never on a device
             self._consume = consume
-        link = c.conn.link
+        conn = c.conn
+        link = conn.link
         k = 0
         burst = self.limits.burst
         short = False
@@ -397,6 +414,11 @@ class Broker(Core):
                     if not r:
                         break
                     short = r < len(link.buf)
+                if conn.got and len(conn.rx) < conn.max_packet:
+                    # a packet cut between two gulps: the rest may be up to max_packet
+                    rx = bytearray(conn.max_packet)
+                    copy(rx, 0, conn.rx, 0, conn.got)
+                    conn.rx = rx
                 link.pos, n, stalled = consume(self, c, link.buf, link.pos, link.end, now, burst - k)
                 k += n
                 if stalled:
@@ -435,7 +457,8 @@ class Broker(Core):
         except OSError:
             self.disconnect(c, "connection lost", True)
             return
-        if c.blocked and conn.space() >= conn.max_packet:
+        if c.blocked and (conn.space() >= conn.max_packet or
+                          grow_tx(conn, conn.max_packet, self.limits.tx)):
             # the packet that did not fit may be whole in rx already, with
             # nothing left in the socket to wake poll: poll_once runs it
             c.blocked = False

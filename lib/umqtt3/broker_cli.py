@@ -27,6 +27,8 @@ DESKTOP = (
     ("ring_size", 0),
     ("max_qos2_in", 256),
     ("max_queued", 1000),
+    ("max_queued_bytes", 1048576),
+    ("mem_budget", 67108864),
     ("max_retained", 10000),
     ("max_sessions", 1000),
     ("sndbuf", 0),
@@ -54,6 +56,10 @@ HELP = {
     "ring_size": "in-flight bytes per client (0: max packet)",
     "max_qos2_in": "inbound QoS 2 packet ids held until PUBREL per client (beyond: closed)",
     "max_queued": "messages queued per client (offline or slow); oldest QoS 0 dropped first",
+    "max_queued_bytes": "bytes of messages queued per client (0: no limit); oldest QoS 0 dropped first,"
+                        " then QoS 1/2 publishers refused",
+    "mem_budget": "bytes of every queued (held once) and retained message (0: no limit); beyond,"
+                  " QoS 0 dropped and QoS 1/2 publishers refused",
     "max_retained": "retained topics kept",
     "max_sessions": "persistent sessions kept; one more gets CONNACK 3",
     "sndbuf": "kernel send buffer per client socket, bytes (0: the OS's, autotuned)",

@@ -32,7 +32,7 @@ from .codec import (Packet, decode, MQTTError, encode_simple, encode_ack, BAD_PR
 from .codec_server import encode_connack, encode_suback, encode_unsuback, read_filter
 from .compat import ticks_add, ticks_diff, const, mem_free, name_levels
 from .broker_limits import Limits
-from .broker_session import Session, Sessions, Route
+from .broker_session import Session, Sessions, Route, msg_size, ENTRY_COST, grow_tx
 from .broker_subs import Subs, shared_at
 from .broker_retain import Retained, is_sys
 
@@ -62,14 +62,29 @@ class Stats:
         self.dropped = 0
         self.refused = 0
         self.queue_full = 0  # QoS 1/2 PUBLISHes refused: a subscriber's queue was full
+        self.refused_mem = 0  # QoS 1/2 PUBLISHes refused: the broker's mem_budget was spent
+        self.dropped_mem = 0  # QoS 0 messages not queued (or retained) for that cause
+        self.qbytes = 0  # what queued messages cost, each held once (broker_session.Msg)
         self.errors = 0  # internal errors (a bug): the connection was closed
         self.store_errors = 0  # store writes that failed (nothing was acknowledged)
         self.connected = 0
+        self.budget = 0  # broker_limits.mem_budget (0: none)
+        self.ret = None  # broker_retain.Retained: its bytes count too
+
+    def over(self, n):
+        """n more bytes held would pass mem_budget: what queued messages
+        (each once) and retained ones cost. No allocation."""
+        b = self.budget
+        if not b:
+            return False
+        r = self.ret
+        return self.qbytes + (r.nbytes if r is not None else 0) + n > b
 
 
 class QueueFull(Exception):
     """A QoS 1/2 PUBLISH that a matching session's full queue cannot take
-    (Session.queue_full): not routed, not acknowledged as accepted."""
+    (Session.queue_full), or that the broker's mem_budget cannot: not
+    routed, not acknowledged as accepted."""
 
 
 class Connection:
@@ -119,6 +134,8 @@ class Core(Stats):
         self.sess = Sessions()
         self.subs = Subs(lim.max_subs)
         self.ret = Retained(lim, self, log)
+        self.budget = lim.mem_budget
+        self._why = 0  # why the last QoS 1/2 PUBLISH was refused (_refuse_full)
         self.retained = self.ret.msgs  # topic bytes -> (qos, payload bytes)
         self.route = Route()
         self.b5 = None  # the broker5 module, from the first level-5 CONNECT
@@ -188,7 +205,7 @@ class Core(Stats):
         packet whose first byte is `first`: otherwise flush first (or stop
         reading)."""
         need = n if first >> 4 == SUBSCRIBE else 8
-        return c.conn.space() >= need
+        return c.conn.space() >= need or grow_tx(c.conn, need, self.limits.tx)
 
     def packet(self, c, n, now):
         """Handle the whole packet c.conn.rx[0:n] (a driver that reads each
@@ -615,13 +632,18 @@ class Core(Stats):
                 s.flow.on_publish(conn, p)  # routes through s.deliver -> route_in
             except QueueFull:
                 # nothing routed or retained; Flow dropped a QoS 2 id (in_del)
-                self.queue_full += 1
+                mem = self._why == 2
+                if mem:
+                    self.refused_mem += 1
+                else:
+                    self.queue_full += 1
                 if c.v5 is not None:
                     self.b5.ack_refuse(c, p, 0x97)  # Quota exceeded (3.4.2.1, 3.5.2.1)
                 else:
                     # 3.1.1 has no refusing PUBACK: closed unacknowledged, the
                     # client sends it again on its next connection [MQTT-4.4.0-1]
-                    self.disconnect(c, "a subscriber's queue is full", True)
+                    self.disconnect(c, "the broker's memory budget is spent" if mem
+                                    else "a subscriber's queue is full", True)
                 return
             if not self.nhit and p.qos and c.v5 is not None:
                 self.b5.no_match(conn, p)  # PUBACK / PUBREC 0x10
@@ -787,26 +809,43 @@ class Core(Stats):
         subs = self.subs
         n = subs.match(r.tsrc, r.toff, r.tn, r.src)
         try:
-            if p.qos and self._refuse_full(n):
-                raise QueueFull()
+            if p.qos:
+                w = self._refuse_full(r, n)
+                if w:
+                    self._why = w
+                    raise QueueFull()
             if p.retain:
-                self.ret.set(r)
+                if r.pn and not p.qos and self.over(msg_size(r)):
+                    self.dropped += 1  # a QoS 0 retained message not kept: mem_budget
+                    self.dropped_mem += 1
+                else:
+                    self.ret.set(r)
             self._route(r, n)
         finally:
             subs.release(n)
 
-    def _refuse_full(self, n):
-        # whether one of the n matching sessions (subs.hit; a shared group's
-        # member that gets it) would drop the QoS 1/2 message r: then it is
-        # refused before anything is routed or retained. No allocation.
+    def _refuse_full(self, r, n):
+        # Whether the QoS 1/2 message r is refused before anything is
+        # routed or retained: 1 when one of the n matching sessions
+        # (subs.hit; a shared group's member that gets it) could not queue
+        # it (Session.queue_full), 2 when holding it, queued by one of them
+        # or retained, would pass the broker's mem_budget; else 0. No
+        # allocation.
         hit = self.subs.hit
         hq = self.subs.hq
+        size = msg_size(r)
+        held = r.retain and r.pn
         i = 0
         while i < n:
-            if hq[i] & 3 and hit[i].queue_full():
-                return True
+            g = hq[i] & 3
+            if g:
+                s = hit[i]
+                if s.queue_full(size):
+                    return 1
+                if not held and s.would_queue(r, g if g < r.qos else r.qos):
+                    held = True
             i += 1
-        return False
+        return 2 if held and self.over(size + ENTRY_COST) else 0
 
     def _route(self, r, n=-1):
         """Send r to every session with a matching subscription, once per
@@ -851,15 +890,16 @@ class Core(Stats):
         if not ids:
             s.send(r, q, ra)
             return
-        prs, pro, prn, fr = r.prs, r.pro, r.prn, r.frame
+        prs, pro, prn, fr, m = r.prs, r.pro, r.prn, r.frame, r.msg
         r.prs = self.b5.with_ids(r, ids)
         r.pro = 0
         r.prn = len(r.prs)
         r.frame = None
+        r.msg = None  # its own properties: its own Msg if queued
         try:
             s.send(r, q, ra)
         finally:
-            r.prs, r.pro, r.prn, r.frame = prs, pro, prn, fr
+            r.prs, r.pro, r.prn, r.frame, r.msg = prs, pro, prn, fr, m
 
     def publish(self, topic, payload, qos=0, retain=False, props=None):
         """Publish from the broker itself (wills, $SYS, an application);
@@ -959,6 +999,10 @@ class Core(Stats):
         pub("messages/sent", self.sent)
         pub("messages/dropped", self.dropped)
         pub("messages/refused/queue_full", self.queue_full)
+        pub("messages/refused/mem_budget", self.refused_mem)
+        pub("messages/dropped/mem_budget", self.dropped_mem)
+        pub("messages/queued/bytes", self.qbytes)
+        pub("retained messages/bytes", self.ret.nbytes)
         pub("retained messages/count", len(self.retained))
         if self.disk is not None:
             pub("store/errors", self.store_errors)

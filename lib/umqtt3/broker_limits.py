@@ -10,10 +10,12 @@
 # that docs/broker.md's tables agree with both. A limit that is 0 or below
 # is refused unless zero_ok(), where 0 means "none" or "the default".
 
-# 0: a size picked from max_packet, the OS's buffer, no timeout, no $SYS
+# 0: a size picked from max_packet, the OS's buffer, no timeout, no $SYS,
+# no byte limit
 def zero_ok(name):
     return name in ("txsize", "ring_size", "sndbuf", "connect_timeout_ms", "sys_interval",
-                    "max_aliases", "max_keepalive", "max_levels")
+                    "max_aliases", "max_keepalive", "max_levels", "max_queued_bytes",
+                    "mem_budget")
 
 
 class Limits:
@@ -26,6 +28,8 @@ class Limits:
     ring_size = 0  # bytes that hold those (at least max_packet)
     max_qos2_in = 32  # inbound QoS 2 ids held until PUBREL, per client
     max_queued = 32  # messages queued per client, offline or slow
+    max_queued_bytes = 8192  # bytes those cost, per client (0: no limit but max_queued)
+    mem_budget = 32768  # bytes of every queued and retained message, held once (0: none)
     max_retained = 128  # retained topics kept
     max_sessions = 16  # persistent sessions kept
     sndbuf = 0  # SO_SNDBUF of client sockets; 0: the OS default
@@ -55,6 +59,12 @@ class Limits:
         # queued QoS 1/2 messages hold their packet ids too (Session.new_pid)
         if self.max_inflight + self.max_queued >= 65535:
             raise ValueError("max_inflight + max_queued must stay below 65535")
+        # a queued message is up to max_packet bytes: a byte budget below
+        # that (the device's, with a larger max_packet) is raised to it, or
+        # such a message would be refused for ever
+        for k in ("max_queued_bytes", "mem_budget"):
+            if 0 < getattr(self, k) < self.max_packet:
+                setattr(self, k, self.max_packet)
         # derived: what a connection and a session allocate
         self.tx = max(self.txsize, self.max_packet)
         self.ring = max(self.ring_size, self.max_packet)

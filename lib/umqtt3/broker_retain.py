@@ -6,7 +6,7 @@
 # here too, outside max_retained and never written. matching() answers a
 # new subscription; like broker_subs it is a scan an index can replace.
 from .topic import match_span
-from .broker_session import publish_size
+from .broker_session import publish_size, MSG_COST
 
 
 def _expiry_at(pr):
@@ -30,6 +30,14 @@ class Retained:
         self.disk = None  # broker_store.Disk, when there is a store
         self.props = {}  # topic -> MQTT 5 property bytes, for those that have some
         self.t_in = {}  # topic -> broker uptime (s) it came, for those with a message expiry
+        self.nbytes = 0  # what the kept messages cost ($SYS/ ones aside): the broker's mem_budget
+
+    def _cost(self, key):
+        # bytes of the message kept for key (0: none, or a $SYS/ topic)
+        m = self.msgs.get(key)
+        if m is None or is_sys(key, 0, len(key)):
+            return 0
+        return len(key) + len(m[1]) + len(self.props.get(key, b"")) + MSG_COST
 
     def set(self, r):
         """Route r (broker_session.Route) is a retained message: keep it,
@@ -39,6 +47,7 @@ class Retained:
         msgs = self.msgs
         sysk = is_sys(key, 0, len(key))  # the broker's own: not limited, not saved
         if not r.pn:
+            self.nbytes -= self._cost(key)
             self.props.pop(key, None)
             self.t_in.pop(key, None)
             if msgs.pop(key, None) is not None:
@@ -60,8 +69,10 @@ class Retained:
         pr = bytes(r.prs[r.pro:r.pro + prn]) if prn > 0 else b""
         if not sysk and self.disk is not None:
             self.disk.retain(key, r.qos, pl, pr)  # before the PUBACK / PUBREC
+        self.nbytes -= self._cost(key)
         msgs[key] = (r.qos, pl)
         self._props(key, pr)
+        self.nbytes += self._cost(key)
         if sysk and new:
             self.nsys += 1
 
@@ -90,6 +101,7 @@ class Retained:
         left = ((pr[k] << 24) | (pr[k + 1] << 16) | (pr[k + 2] << 8) | pr[k + 3]) - \
             (self.stats.up_s - self.t_in.get(topic, 0))
         if left <= 0:
+            self.nbytes -= self._cost(topic)
             self.msgs.pop(topic, None)
             self.props.pop(topic, None)
             self.t_in.pop(topic, None)
@@ -110,8 +122,10 @@ class Retained:
     def load(self, topic, qos, payload, props=b"", t=-1):
         """A retained message back from the store; t: the uptime it came
         (-1: unknown, now)."""
+        self.nbytes -= self._cost(topic)
         self.msgs[topic] = (qos, payload)
         self._props(topic, props, t)
+        self.nbytes += self._cost(topic)
 
     def matching(self, fb, fo, fn):
         """The topics filter fb[fo:fo+fn] matches, as a list."""

@@ -9,8 +9,12 @@
 #     (on the first QoS 1/2 delivery) with a fixed number of slots. A slot is
 #     a PUBLISH frame exactly as it goes on the wire, its packet id and its
 #     state (qos_state), so a resend after a reconnect is a copy with DUP set;
-#   - a queue of frames that could not go out yet (client offline, send
-#     buffer full, or no free in-flight slot). Bounded; see _enqueue();
+#   - a queue of messages that could not go out yet (client offline, send
+#     buffer full, or no free in-flight slot): each a reference to one
+#     shared Msg (topic, payload, properties, held once however many
+#     sessions queue it) and a small int (first byte, packet id); the frame
+#     is built into the send buffer when it goes (pump). Bounded in
+#     messages and in bytes; see _enqueue();
 #   - the packet ids of inbound QoS 2 messages waiting for PUBREL;
 #   - its own flow.Flow, the client's QoS machine, over the session as its
 #     store (store.py's interface); the Flow hands each inbound PUBLISH to
@@ -25,7 +29,7 @@
 # send buffer (and the ring) with codec.put_varint and compat.copy: no heap
 # allocation.
 from .codec import put_varint, varint_size, encode_ack, PUBREL, MQTTError
-from .compat import copy, const
+from .compat import copy, const, MICROPYTHON
 from .flow import Flow, send_stored
 from .qos_state import FREE, PUB, PUB_SENT, REL, REL_SENT, from_stored
 
@@ -66,6 +70,106 @@ class Route:
         self.flevel = 0
         self.retain = False  # its RETAIN flag, for retain as published
         self.src = None  # the publisher's session, for no local
+        self.msg = None  # its Msg once a session queued it: shared by the next
+
+
+# What a queued message costs besides its bytes (the Msg and its bytes
+# objects), and what one queue entry costs (two list slots, with room to
+# grow; on CPython the packed int is an object too): what the byte budgets
+# count (broker_limits.max_queued_bytes, mem_budget), near what RAM holds.
+MSG_COST = 128 if MICROPYTHON else 320
+ENTRY_COST = 16 if MICROPYTHON else 56
+# the in-flight ring's first size (Session._ring); it grows to Limits.ring
+RING_START = const(4096)
+
+
+def msg_size(r):
+    """What route r costs queued once: its topic, payload and properties,
+    and MSG_COST."""
+    return r.tn + r.pn + (r.prn if r.prs is not None else 0) + MSG_COST
+
+
+class Msg:
+    """One queued message, held once however many queues reference it:
+    topic t, payload p, MQTT 5 property list pr (None: none) whose message
+    expiry interval is at pr[xk:xk+4] (xk -1: none) and ends at broker
+    uptime exp; refs: the queue entries that hold it; size: what it costs
+    (msg_size). Never changed once made: each frame built from it writes
+    its own expiry (Session._put_msg)."""
+
+    def __init__(self, t, p, pr, xk, exp):
+        self.t = t
+        self.p = p
+        self.pr = pr
+        self.xk = xk
+        self.exp = exp
+        self.refs = 0
+        self.size = len(t) + len(p) + (len(pr) if pr is not None else 0) + MSG_COST
+
+
+def new_msg(r, up):
+    """The Msg of route r, its bytes copied once; up: the broker's uptime."""
+    pr = None
+    xk = -1
+    exp = -1
+    if r.prs is not None:
+        pr = bytes(r.prs[r.pro:r.pro + r.prn])
+        if r.prn:
+            from .props import find, MESSAGE_EXPIRY  # MQTT 5 only
+            xk = find(pr, 0, r.prn, MESSAGE_EXPIRY)
+            if xk >= 0:
+                exp = _u32(pr, xk) + up
+    return Msg(bytes(r.tsrc[r.toff:r.toff + r.tn]), bytes(r.psrc[r.poff:r.poff + r.pn]), pr, xk, exp)
+
+
+def frame_msg(f, level, up):
+    """The Msg of the PUBLISH frame f a store kept (level: its protocol
+    level; a first byte of type 0: its expiry is an uptime, not what is
+    left)."""
+    i = 1
+    while f[i] & 0x80:
+        i += 1
+    i += 1
+    tn = (f[i] << 8) | f[i + 1]
+    i += 2
+    t = bytes(f[i:i + tn])
+    i += tn
+    if f[0] & 6:
+        i += 2  # the packet id
+    pr = None
+    xk = -1
+    exp = -1
+    if level == 5:
+        from .props import read_varint, varint_end, find, MESSAGE_EXPIRY
+        prn = read_varint(f, i, len(f))
+        i = varint_end(f, i)
+        pr = bytes(f[i:i + prn])
+        if prn:
+            xk = find(pr, 0, prn, MESSAGE_EXPIRY)
+            if xk >= 0:
+                exp = _u32(pr, xk) + (0 if not f[0] >> 4 else up)
+        i += prn
+    return Msg(t, bytes(f[i:]), pr, xk, exp)
+
+
+def grow_tx(conn, need, cap):
+    """Room for need more bytes in conn's send buffer, which starts small
+    (broker.py) and doubles on demand up to cap bytes (Limits.tx): True
+    when they fit now. Growing allocates; a connection whose buffer has
+    grown to what its traffic needs never does again."""
+    tx = conn.tx
+    n = len(tx)
+    want = conn.tlen + need
+    if want <= n:
+        return True
+    if want > cap:
+        return False
+    while n < want:
+        n += n
+    b = bytearray(n if n < cap else cap)
+    copy(b, 0, tx, 0, conn.tlen)
+    conn.tx = b
+    return True
 
 
 def publish_size(tn, pn, qos, prn=-1):
@@ -114,23 +218,6 @@ def put_publish(dst, off, first, tsrc, toff, tn, pid, psrc, poff, pn, prs=None, 
     return off + pn
 
 
-def props_at(f):
-    """Offset of the property list's length in the level-5 PUBLISH frame f."""
-    i = pid_offset(f, 0)  # just past the topic
-    return i + 2 if f[0] & 6 else i
-
-
-def expiry_at(f):
-    """Offset of the message expiry interval's 4 bytes in the level-5
-    PUBLISH frame f, or -1. An empty property list (the usual queued
-    frame) is answered from its length byte, without props.py."""
-    i = props_at(f)
-    if not f[i]:
-        return -1
-    from .props import expiry_in
-    return expiry_in(f, i)
-
-
 def _u32(f, k):
     return (f[k] << 24) | (f[k + 1] << 16) | (f[k + 2] << 8) | f[k + 3]
 
@@ -140,11 +227,6 @@ def _put_u32(f, k, v):
     f[k + 1] = (v >> 16) & 255
     f[k + 2] = (v >> 8) & 255
     f[k + 3] = v & 255
-
-
-def _frame_pid(f):
-    o = pid_offset(f, 0)
-    return (f[o] << 8) | f[o + 1]
 
 
 def _same(t, src, off, n):
@@ -159,13 +241,7 @@ def _same(t, src, off, n):
     return True
 
 
-def pid_offset(f, off):
-    """Offset of the packet id in the QoS 1/2 PUBLISH frame at f[off]."""
-    i = off + 1
-    while f[i] & 0x80:
-        i += 1
-    i += 1
-    return i + 2 + ((f[i] << 8) | f[i + 1])
+_NONE = []  # type: list  # an empty queue, shared: never added to (_push)
 
 
 class Session:
@@ -186,6 +262,11 @@ class Session:
     expiry = 0
     exp_at = -1
     fsid = None
+    # The queue, oldest first from q[qh]: per message two items, the Msg
+    # (None: a PUBREL only) and first byte | packet id << 8; qb: what it
+    # costs in bytes. Class attributes until a session queues something.
+    qh = 0
+    qb = 0
 
     def __init__(self, cid, clean, limits, stats, router):
         self.cid = cid
@@ -196,7 +277,7 @@ class Session:
         self.client = None  # the connected broker_core.Connection, or None
         self.filters = []  # broker_subs.Subs keeps these two
         self.fqos = []
-        self.q = []  # frames waiting, oldest first
+        self.q = _NONE  # the queue (_push makes it a list)
         # in-flight ring, allocated by _ring() on first use
         self.rbuf = None
         self.s_pid = None
@@ -271,7 +352,7 @@ class Session:
             if qos or self.lim.queue_qos0:
                 self._enqueue(first, r)
             return
-        if self.q or self.unsent:
+        if self.unsent or self.qh < len(self.q):
             # older messages are still waiting: keep the order
             self._enqueue(first, r)
             return
@@ -289,7 +370,8 @@ class Session:
                 need = size
             elif need < size:
                 need = size
-        if conn.space() < need or (qos and self._fit(size) < 0):
+        if (conn.space() < need and not grow_tx(conn, need, self.lim.tx)) or \
+                (qos and self._fit(size) < 0):
             self._enqueue(first, r)  # pump() writes it as the buffer drains
             return
         start = conn.tlen
@@ -330,66 +412,175 @@ class Session:
         return put_publish(dst, off, first, r.tsrc, r.toff, r.tn if ak < 0 else 0, pid,
                            r.psrc, r.poff, r.pn, r.prs, r.pro, self._prn(r), ak if ak > 0 else -ak)
 
-    def queue_full(self):
-        """True when a QoS 1/2 message for this session would be dropped:
-        its queue holds max_queued messages and none is QoS 0 (_enqueue).
-        A full queue is not empty, so send() would queue it. The router
-        asks before routing and refuses the publisher instead. No allocation."""
-        return len(self.q) >= self.lim.max_queued and self._qos0_at() < 0
+    def queued(self):
+        """Messages waiting in the queue."""
+        return (len(self.q) - self.qh) >> 1
+
+    def queue_full(self, size=0):
+        """True when a QoS 1/2 message costing `size` bytes (msg_size) would
+        not fit this session's queue, max_queued messages or
+        max_queued_bytes, even with every queued QoS 0 message dropped
+        (_enqueue drops those first). The router asks before routing and
+        refuses the publisher instead. No allocation."""
+        lim = self.lim
+        n = self.queued()
+        mb = lim.max_queued_bytes
+        need = size + ENTRY_COST
+        if n < lim.max_queued and (not mb or self.qb + need <= mb):
+            return False
+        q = self.q
+        i = self.qh
+        k = 0  # QoS 0 messages queued
+        b = 0  # and their bytes
+        while i < len(q):
+            if not q[i + 1] & 6:
+                k += 1
+                b += q[i].size + ENTRY_COST
+            i += 2
+        if n - k >= lim.max_queued:
+            return True
+        return bool(mb) and self.qb - b + need > mb
 
     def _qos0_at(self):
-        # the index of the oldest queued QoS 0 message (the one a full
-        # queue drops to make room), -1 when none is queued
+        # the index in q of the oldest queued QoS 0 message (the one a
+        # full queue drops to make room), -1 when none is queued
         q = self.q
-        i = 0
+        i = self.qh
         n = len(q)
         while i < n:
-            if not q[i][0] & 6:
+            if not q[i + 1] & 6:
                 return i
-            i += 1
+            i += 2
         return -1
 
+    def _push(self, m, v):
+        # queue message m (None: a PUBREL only) with v = first byte | pid << 8
+        q = self.q
+        if q is _NONE:
+            q = self.q = []
+        q.append(m)
+        q.append(v)
+        st = self.stats
+        c = ENTRY_COST
+        if m is not None:
+            m.refs += 1
+            c += m.size
+            if m.refs == 1:
+                st.qbytes += m.size  # its bytes, once for every queue
+        st.qbytes += ENTRY_COST
+        self.qb += c
+
+    def _take(self, i):
+        # forget queue entry i (the head, usually: no pop(0), the head index
+        # moves on and the lists are cut once it has gone far enough)
+        q = self.q
+        m = q[i]  # type: Msg | None
+        st = self.stats
+        c = ENTRY_COST
+        if m is not None:
+            c += m.size
+            m.refs -= 1
+            if not m.refs:
+                st.qbytes -= m.size
+        st.qbytes -= ENTRY_COST
+        self.qb -= c
+        h = self.qh
+        if i != h:
+            del q[i:i + 2]
+            return
+        q[h] = None
+        h += 2
+        if h == len(q):
+            del q[:]
+            h = 0
+        elif h >= 64 and h + h >= len(q):
+            del q[:h]
+            h = 0
+        self.qh = h
+
+    def clear(self):
+        """Forget every queued message (the session ends)."""
+        while self.qh < len(self.q):
+            self._take(self.qh)
+
+    def would_queue(self, r, qos):
+        """send() would queue route r's message at qos rather than write
+        it now. No allocation (but the ring's, once)."""
+        c = self.client
+        if c is None or self.unsent or self.qh < len(self.q):
+            return c is not None or qos > 0 or self.lim.queue_qos0
+        n = self._size(r, qos)
+        return c.conn.tlen + n > self.lim.tx or (qos > 0 and self._fit(n) < 0)
+
+    def _msize(self, m, qos):
+        # bytes of m's PUBLISH for this session
+        return publish_size(len(m.t), len(m.p), qos,
+                            -1 if self.level < 5 else (len(m.pr) if m.pr is not None else 0))
+
+    def _put_msg(self, dst, off, first, pid, m, up):
+        # m's PUBLISH for this session at dst[off]; its message expiry
+        # interval is what is left at uptime up (up 0: the uptime it ends,
+        # what the store keeps); returns the end offset
+        prn = -1 if self.level < 5 else (len(m.pr) if m.pr is not None else 0)
+        pn = len(m.p)
+        end = put_publish(dst, off, first, m.t, 0, len(m.t), pid, m.p, 0, pn, m.pr, 0, prn)
+        if m.xk >= 0 and prn > 0:
+            _put_u32(dst, end - pn - prn + m.xk, m.exp - up)
+        return end
+
     def _enqueue(self, first, r):
-        # Bounded by max_queued. When full, the oldest queued QoS 0 message
-        # makes room; with none to drop, the new message is dropped. A QoS
+        # Bounded by max_queued messages and max_queued_bytes: the oldest
+        # queued QoS 0 messages make room; with none to drop, a QoS 0
+        # message is dropped (a QoS 1/2 one was refused before routing,
+        # queue_full). The broker's mem_budget is checked here for QoS 0
+        # (dropped) and before routing for QoS 1/2 (Core). The message is
+        # held once (r.msg, shared by every session that queues it). A QoS
         # 1/2 message gets its packet id here, so that the record a
         # persistent session keeps of it is the frame that will be sent.
-        q = self.q
         lim = self.lim
+        st = self.stats
         qos = (first >> 1) & 3
         size = self._size(r, qos)
         if size > lim.max_frame or (self.maxpkt and size > self.maxpkt):
-            self.stats.dropped += 1
+            st.dropped += 1
             return
-        if len(q) >= lim.max_queued:
+        m = r.msg
+        need = (msg_size(r) if m is None else m.size) + ENTRY_COST
+        mb = lim.max_queued_bytes
+        while True:
+            full = self.queued() >= lim.max_queued
+            if not full and not (mb and self.qb + need > mb):
+                break
             i = self._qos0_at()
-            self.stats.dropped += 1
             if i < 0:
-                return
-            del q[i]
-        f = bytearray(size)
+                if full or not qos:
+                    st.dropped += 1  # (QoS 1/2: from the broker itself, a will)
+                    return
+                # a routed QoS 1/2 message is never lost for its bytes
+                # (queue_full counted them; its own subscription
+                # identifiers may add a few)
+                break
+            st.dropped += 1
+            self._take(i)
+        if not qos and st.over(need if m is None or not m.refs else ENTRY_COST):
+            st.dropped += 1  # the broker's memory budget is spent
+            st.dropped_mem += 1
+            return
+        if m is None:
+            m = r.msg = new_msg(r, st.up_s)
         pid = self._pid() if qos else 0
-        self._put(f, 0, first, size, r, pid)
-        k = -1
-        if self.level == 5 and r.prn:
-            k = expiry_at(f)
-            if k >= 0:
-                # while it waits, the frame holds the broker uptime at
-                # which it expires; pump() writes what is left back
-                _put_u32(f, k, _u32(f, k) + self.stats.up_s)
         if qos and self.fs is not None:
-            if k >= 0:
-                f[0] -= 0x30  # on disk, type 0 says so (broker_store restores it queued)
-            try:
-                self.fs.out_add(pid, r.tag, f, 0, size)  # durable before any ack
-            finally:
-                if k >= 0:
-                    f[0] += 0x30
-        q.append(f)
+            f = bytearray(size)
+            self._put_msg(f, 0, first, pid, m, 0)
+            if m.xk >= 0 and self.level == 5:
+                f[0] -= 0x30  # on disk, type 0: its expiry is an uptime (restore_queued)
+            self.fs.out_add(pid, r.tag, f, 0, size)  # durable before any ack
+        self._push(m, first | pid << 8)
 
     def pump(self):
         """Move what waits (unsent ring slots, then the queue) into the send
-        buffer while it has room, in order."""
+        buffer while it has room, in order; each queued message's frame is
+        built there."""
         conn = self.client.conn
         stats = self.stats
         if self.unsent:
@@ -400,7 +591,7 @@ class Session:
                 st = self.s_st[k]
                 if st == PUB:
                     n = self.s_len[k]
-                    if conn.space() < n:
+                    if conn.space() < n and not grow_tx(conn, n, self.lim.tx):
                         return
                     copy(conn.tx, conn.tlen, self.rbuf, self.s_off[k], n)
                     conn.tlen += n
@@ -416,87 +607,80 @@ class Session:
                 i += 1
         q = self.q
         tx = conn.tx
-        while q:
-            f = q[0]
-            n = len(f)
-            x = expiry_at(f) if self.level == 5 and f[0] != _QREL else -1
-            if self._expired(x, f):
-                q.pop(0)  # expired while it waited [MQTT-3.3.2-5 (5.0)]
-                stats.dropped += 1
-                if f[0] & 6 and self.fs is not None:
-                    self.fs.out_del(_frame_pid(f))
-                continue
-            if not f[0] & 6:
-                if self.maxpkt and n > self.maxpkt:
-                    q.pop(0)  # [MQTT-3.1.2-25]
-                    stats.dropped += 1
-                    continue
-                if len(tx) - conn.tlen < n:
-                    return
-                if x >= 0:
-                    self._age(f, x)
-                copy(tx, conn.tlen, f, 0, n)
-                conn.tlen += n
-                stats.sent += 1
-                q.pop(0)
-                continue
-            if f[0] == _QREL:
+        up = stats.up_s
+        while self.qh < len(q):
+            h = self.qh
+            m = q[h]
+            first = q[h + 1] & 255
+            pid = q[h + 1] >> 8
+            if m is None:
                 # PUBREL only: a slot that holds no bytes but the id
                 k = self._alloc(0)
                 if k < 0:
                     return
-                self.s_pid[k] = _frame_pid(f)
-                q.pop(0)
+                self.s_pid[k] = pid
+                self._take(h)
                 self.s_st[k] = REL
                 self.unsent += 1
                 if conn.space() < 4:
                     return
-                conn.tlen = encode_ack(tx, conn.tlen, PUBREL, self.s_pid[k])
+                conn.tlen = encode_ack(tx, conn.tlen, PUBREL, pid)
                 self.s_st[k] = REL_SENT
                 self.unsent -= 1
                 continue
+            if self.level == 5 and 0 <= m.exp <= up:
+                self._take(h)  # expired while it waited [MQTT-3.3.2-5 (5.0)]
+                stats.dropped += 1
+                if first & 6 and self.fs is not None:
+                    self.fs.out_del(pid)
+                continue
+            n = self._msize(m, (first >> 1) & 3)
+            if not first & 6:
+                if self.maxpkt and n > self.maxpkt:
+                    self._take(h)  # [MQTT-3.1.2-25]
+                    stats.dropped += 1
+                    continue
+                if len(tx) - conn.tlen < n:
+                    if not grow_tx(conn, n, self.lim.tx):
+                        return
+                    tx = conn.tx
+                conn.tlen = self._put_msg(tx, conn.tlen, first, 0, m, up)
+                stats.sent += 1
+                self._take(h)
+                continue
             if n > self.lim.max_frame or (self.maxpkt and n > self.maxpkt):
-                q.pop(0)
+                self._take(h)
                 stats.dropped += 1
                 if self.fs is not None:
-                    self.fs.out_del(_frame_pid(f))
+                    self.fs.out_del(pid)
                 continue
             k = self._alloc(n)
             if k < 0:
                 return
-            if x >= 0:
-                self._age(f, x)
             # its id came with it from _enqueue, and so did its record
-            self.s_pid[k] = _frame_pid(f)
-            copy(self.rbuf, self.s_off[k], f, 0, n)
-            q.pop(0)
+            self.s_pid[k] = pid
+            o = self.s_off[k]
+            self._put_msg(self.rbuf, o, first, pid, m, up)
+            self._take(h)
             if len(tx) - conn.tlen < n:
-                self.s_st[k] = PUB
-                self.unsent += 1
-                return
-            copy(tx, conn.tlen, f, 0, n)
+                if not grow_tx(conn, n, self.lim.tx):
+                    self.s_st[k] = PUB
+                    self.unsent += 1
+                    return
+                tx = conn.tx
+            copy(tx, conn.tlen, self.rbuf, o, n)
             conn.tlen += n
             self.s_st[k] = PUB_SENT
             stats.sent += 1
 
-    def _expired(self, k, f):
-        """A queued level-5 frame f whose message expiry interval (at
-        f[k], an uptime while it waits; k < 0: none) has passed. pump()
-        finds k once per frame."""
-        return k >= 0 and _u32(f, k) <= self.stats.up_s
-
-    def _age(self, f, k):
-        # the queued frame f goes out now: what is left of its message
-        # expiry interval, the time it waited taken off [MQTT-3.3.2-6 (5.0)]
-        _put_u32(f, k, _u32(f, k) - self.stats.up_s)
-
     def backlog(self):
-        return self.unsent or len(self.q)
+        return self.unsent or self.queued()
 
     # ------------------------------------------------------------ in-flight ring
     def _ring(self):
+        # the bytes start at most RING_START and grow on demand (_grow)
         ns = self.lim.max_inflight
-        self.rbuf = bytearray(self.lim.ring)
+        self.rbuf = bytearray(self.lim.ring if self.lim.ring < RING_START else RING_START)
         self.s_pid = [0] * ns
         self.s_off = [0] * ns
         self.s_len = [0] * ns
@@ -512,7 +696,7 @@ class Session:
             return -1
         size = len(self.rbuf)
         if not cnt:
-            return 0 if n <= size else -1
+            return 0 if n <= size or self._grow(0, n) else -1
         else:
             first = self.rhead
             last = (first + cnt - 1) % ns
@@ -523,6 +707,8 @@ class Session:
                     off = t
                 elif h >= n:
                     off = 0
+                elif self._grow(t, n):
+                    off = t
                 else:
                     return -1
             elif h - t >= n:  # wrapped: live bytes in [h, size) and [0, t)
@@ -530,6 +716,20 @@ class Session:
             else:
                 return -1
         return off
+
+    def _grow(self, t, n):
+        # a larger ring, up to Limits.ring, with n bytes free past t, where
+        # the live bytes end (not wrapped); False when it cannot be
+        size = len(self.rbuf)
+        cap = self.lim.ring
+        if t + n > cap:
+            return False
+        while size < t + n:
+            size += size
+        b = bytearray(size if size < cap else cap)
+        copy(b, 0, self.rbuf, 0, t)
+        self.rbuf = b
+        return True
 
     def _alloc(self, n):
         """A free slot with n contiguous ring bytes, or -1."""
@@ -796,16 +996,11 @@ class Session:
         """A stored message that found no room in the ring (the limits are
         lower than when it was written): it waits in the queue, in order;
         rel: its PUBREC came, so PUBREL is what goes out (pump)."""
-        f = bytearray(frame)
         if rel:
-            f[0] = _QREL
-        elif not f[0] >> 4:
-            f[0] += 0x30  # queued with its expiry as an uptime (_enqueue)
-        elif self.level == 5:
-            k = expiry_at(f)
-            if k >= 0:  # it was in flight, with what was left: an uptime in the queue
-                _put_u32(f, k, _u32(f, k) + self.stats.up_s)
-        self.q.append(f)
+            self._push(None, _QREL | pid << 8)
+        else:
+            first = frame[0] if frame[0] >> 4 else frame[0] + 0x30  # (type 0: _enqueue)
+            self._push(frame_msg(frame, self.level, self.stats.up_s), first | pid << 8)
         self.npid = pid
 
 
@@ -828,6 +1023,7 @@ class Sessions:
     def remove(self, s):
         del self.by_id[s.cid]
         self.all.remove(s)
+        s.clear()
         if not s.clean:
             self.npersist -= 1
 

@@ -471,3 +471,19 @@ def test_full_queue_checked_on_the_shared_member_that_gets_it():
             assert pub.expect(PUBACK, 3).rc == 0
             assert bytes(next_publish(m2).payload) == b"2"
             assert b.queue_full == 1
+
+
+def test_mem_budget_refuses_qos1_with_0x97():
+    # the broker's mem_budget spent: PUBACK 0x97 "quota exceeded" (3.4.2.1),
+    # counted in messages/refused/mem_budget; the connection stays
+    with running(max_queued_bytes=0, mem_budget=1500) as b:
+        leave(b, "off", 600, [("t/#", 1)])
+        with Raw(b) as pub:
+            connect5(pub, "p")
+            pub5(pub, "t/a", b"A" * 1000, 1, 1)
+            assert pub.expect(PUBACK, 1).rc == 0
+            pub5(pub, "t/b", b"B" * 1000, 1, 2)
+            assert pub.expect(PUBACK, 2).rc == 0x97
+            assert b.refused_mem == 1 and b.queue_full == 0
+            pub5(pub, "u", b"C", 1, 3)  # nobody would hold it: not refused
+            assert pub.expect(PUBACK, 3).rc == 0x10

@@ -9,6 +9,7 @@
 from broker_harness import (running, Raw, advance, wait_for, settle, pub_sub, junk,
                             over_sockets)
 from umqtt3 import codec
+from umqtt3.broker_session import MSG_COST, ENTRY_COST
 from umqtt3.codec import PUBACK, PUBREC, PUBREL, PUBCOMP, PINGREQ, PINGRESP, DISCONNECT
 
 
@@ -148,7 +149,7 @@ def test_slow_consumer_does_not_stall_others():
     # (a QoS 1 subscriber's full queue refuses the QoS 1 publisher instead:
     # test_full_queue_refuses_qos1_and_qos2_publisher_at_311).
     batches, per = (40, 100) if over_sockets() else (4, 30)
-    with running(max_queued=50, max_packet=2048) as b:
+    with running(max_queued=50, max_packet=2048, max_queued_bytes=0, mem_budget=0) as b:
         with Raw(b, rcvbuf=4096) as slow, Raw(b) as fast, Raw(b) as pub:
             slow.connect("slow")
             slow.subscribe(1, [("load/#", 0)])
@@ -164,7 +165,7 @@ def test_slow_consumer_does_not_stall_others():
                 for i in range(per // 2):
                     pub.expect(PUBACK)
             s = b.sessions()[b"slow"]
-            assert len(s.q) <= 50
+            assert s.queued() <= 50
             assert b.dropped > 0 and b.queue_full == 0
             assert wait_for(lambda: b.connected == 3)
 
@@ -186,11 +187,11 @@ def test_blocked_reader_resumes_when_it_drains():
                 for _ in range(50):
                     pub.publish("fill", b"z" * 24)
                 settle()
-                if len(s.q) >= 5 and c.conn.space() == 0:
+                if s.queued() >= 5 and c.conn.space() == 0:
                     settle()
                     if c.conn.space() == 0:
                         break
-            assert len(s.q) >= 5 and c.conn.space() == 0
+            assert s.queued() >= 5 and c.conn.space() == 0
             slow.simple(PINGREQ)
             assert wait_for(lambda: c.blocked)
             seen = set()
@@ -235,3 +236,112 @@ def test_stalled_half_packet_after_connect_is_bounded():
             assert not st.closed(0.1)
             advance(1700)
             assert st.closed()
+
+
+def _offline(b, cids, qos=1, filt="t/#"):
+    # persistent sessions subscribed to filt, their clients gone
+    for cid in cids:
+        with Raw(b) as s:
+            s.connect(cid, clean=False)
+            s.subscribe(1, [(filt, qos)])
+            s.simple(DISCONNECT)
+
+
+def test_queued_message_held_once_for_every_session():
+    # one message queued by 5 offline sessions is one object: the byte count
+    # ($SYS messages/queued/bytes) grows by its size once, and by a small
+    # reference per session; it drains in order and the count goes back to 0
+    with running(max_queued_bytes=0, mem_budget=0) as b:
+        _offline(b, ["s%d" % i for i in range(5)])
+        with Raw(b) as pub:
+            pub.connect("p")
+            for i in range(3):
+                pub.publish("t/x", b"%d" % i * 500, 1, pid=i + 1)
+                pub.expect(PUBACK, i + 1)
+        ss = [b.sessions()[("s%d" % i).encode()] for i in range(5)]
+        assert all(s.queued() == 3 for s in ss)
+        assert all(s.q[s.qh] is ss[0].q[ss[0].qh] for s in ss)  # the same Msg
+        m = ss[0].q[ss[0].qh]
+        assert m.refs == 5 and m.size == 3 + 500 + MSG_COST
+        assert b.qbytes == 3 * m.size + 5 * 3 * ENTRY_COST  # not 5 copies
+        for i, s in enumerate(ss):
+            with Raw(b) as c:
+                c.connect("s%d" % i, clean=False)
+                assert [m[1] for m in c.messages(3)] == [b"%d" % k * 500 for k in range(3)]
+                c.simple(DISCONNECT)
+        assert wait_for(lambda: b.qbytes == 0)
+
+
+def test_max_queued_bytes_drops_oldest_qos0_then_refuses_qos1():
+    # a per-client budget in bytes: QoS 0 messages queued (queue_qos0) go
+    # oldest first to make room for what comes; once only QoS 1/2 are left,
+    # a QoS 1 publisher is refused (3.1.1: closed without PUBACK) and counted
+    # in messages/refused/queue_full; nothing acknowledged is lost
+    with running(max_queued_bytes=2000, mem_budget=0, queue_qos0=True) as b:
+        _offline(b, ["q"])
+        with Raw(b) as pub:
+            pub.connect("p", clean=False)
+            pub.publish("t/a", b"a" * 600, 0)
+            pub.publish("t/b", b"b" * 600, 1, pid=1)
+            pub.expect(PUBACK, 1)
+            pub.publish("t/c", b"c" * 600, 1, pid=2)  # no room: t/a (QoS 0) goes
+            pub.expect(PUBACK, 2)
+            assert wait_for(lambda: b.dropped == 1)
+            pub.publish("t/d", b"d" * 600, 1, pid=3)  # no room, and no QoS 0 to drop
+            assert pub.closed()
+        assert b.queue_full == 1 and b.dropped == 1
+        with Raw(b) as sub:
+            sub.connect("q", clean=False)
+            assert [m[1][:1] for m in sub.messages(2)] == [b"b", b"c"]
+            assert sub.nothing()
+
+
+def test_mem_budget_refuses_qos1_and_drops_qos0():
+    # the broker-wide budget: a message held once however many sessions
+    # queue it; once the budget is spent a QoS 1 publisher is refused
+    # (messages/refused/mem_budget) and a QoS 0 message is not queued
+    # (messages/dropped/mem_budget); what was accepted is delivered
+    unit = 3 + 800 + MSG_COST + 3 * ENTRY_COST  # one message queued by three sessions
+    with running(max_queued_bytes=0, mem_budget=3 * unit + 50, queue_qos0=True) as b:
+        _offline(b, ["a", "b", "c"])
+        with Raw(b) as pub:
+            pub.connect("p")
+            for pid in (1, 2, 3):
+                pub.publish("t/x", b"%d" % pid * 800, 1, pid=pid)
+                pub.expect(PUBACK, pid)
+            pub.publish("t/x", b"0" * 800, 0)  # for each of the three sessions
+            assert wait_for(lambda: b.dropped_mem == 3)
+            assert b.qbytes == 3 * unit
+            pub.publish("t/x", b"4" * 800, 1, pid=4)
+            assert pub.closed()
+        assert b.refused_mem == 1 and b.queue_full == 0
+        for cid in ("a", "b", "c"):
+            with Raw(b) as sub:
+                sub.connect(cid, clean=False)
+                assert [m[1][:1] for m in sub.messages(3)] == [b"1", b"2", b"3"]
+                assert sub.nothing()
+        assert wait_for(lambda: b.qbytes == 0)
+
+
+def test_send_buffer_grows_on_demand():
+    # a connected client's send buffer starts small (broker.TX_START) and
+    # grows when a message does not fit, up to Limits.tx, and so does its
+    # in-flight ring (broker_session.RING_START, up to Limits.ring); the
+    # message arrives whole
+    with running(max_packet=16384, max_queued_bytes=0, mem_budget=0) as b:
+        with Raw(b) as sub, Raw(b) as pub:
+            sub.connect("s")
+            sub.subscribe(1, [("big", 1)])
+            pub.connect("p")
+            conn = b.sessions()[b"s"].client.conn
+            assert len(conn.tx) <= 4096
+            pub.publish("big", b"0", 1, pid=9)
+            pub.expect(PUBACK, 9)
+            sub.messages(1)
+            assert len(b.sessions()[b"s"].rbuf) == 4096
+            for pid, n in ((1, 100), (2, 7000), (3, 6000)):
+                pub.publish("big", b"%d" % pid * n, 1, pid=pid)
+                pub.expect(PUBACK, pid)
+                assert [m[1] for m in sub.messages(1)] == [b"%d" % pid * n]
+            assert 4096 < len(conn.tx) <= 16384
+            assert 4096 < len(b.sessions()[b"s"].rbuf) <= 16384

@@ -433,7 +433,7 @@ def test_ordered_topic():
     # [MQTT-4.6.0-5] every topic is an ordered topic: [MQTT-4.6.0-6] the
     # PUBLISHes one client sent on one topic at one QoS reach a subscriber
     # in the order they were received, though most wait behind max_inflight
-    with running(max_inflight=2, max_queued=40) as b:
+    with running(max_inflight=2, max_queued=40, max_queued_bytes=0) as b:
         sub, pub = pub_sub(b, filters=[("o/#", 2)])
         for i in range(15):
             pub.publish("o/1", b"%d" % i, 1, pid=i + 1)

@@ -5,6 +5,8 @@ mosquitto, in the same run, each in its own process on 127.0.0.1.
     python -m tools.measure.abuse flood --idle 1000 --seconds 30
     python -m tools.measure.abuse clients --clients 500
     python -m tools.measure.abuse slow --messages 5000 --size 8192
+    python -m tools.measure.abuse sessions --sessions 200 --messages 1000 --size 4096
+    python -m tools.measure.abuse fanout --sessions 500 --seconds 10
 
 fuzz     mutated and random packets at protocol levels 3, 4 and 5 (bits
          flipped, bytes replaced, cut, inserted, lengths corrupted, whole
@@ -22,6 +24,21 @@ slow     --messages QoS 1 messages of --size bytes to a QoS 1 subscriber
          whose connection the broker closes unacknowledged (a full queue at
          3.1.1) reconnects and sends what was not acknowledged again: how
          often is printed.
+sessions --sessions persistent sessions subscribe to # at QoS 1 and go
+         offline, then --messages QoS 1 messages of --size bytes are
+         published to them, one at a time (amplification: each is queued
+         once per session). A message refused (3.1.1: the connection closed
+         unacknowledged) is counted and not sent again. Then --check of the
+         sessions come back: each must get every acknowledged message, in
+         order, once; then every session ends. The broker's RSS shows what
+         holding the messages costs.
+fanout   --sessions persistent sessions subscribe to fan/# at QoS 1 and go
+         offline, with the broker's store on (umqtt3 --store, mosquitto
+         persistence; see --store-dir); for --seconds a publisher sends
+         QoS 1 messages of --size bytes to fan/x one after the other while
+         a well-behaved client sends itself a QoS 1 message every 20 ms:
+         the publisher's rate and that client's round trips (median, 99th
+         percentile, worst).
 
 Every run prints the broker's RSS (before, at the peak, after) and a health
 check: a new client connects, subscribes, and gets its own QoS 1 message
@@ -523,20 +540,183 @@ def slow(b, a, out):
     return h is not None
 
 
+# ---------------------------------------------------------------- amplification
+
+def sessions(b, a, out):
+    rss0 = b.rss()
+    t0 = time.monotonic()
+    for i in range(a.sessions):
+        c = Client(b.port, "amp%d" % i, clean=False, timeout=10)
+        c.send(encode_subscribe, 1, "#", 1)
+        c.packet()  # SUBACK
+        c.send(encode_simple, DISCONNECT)
+        c.close()
+    rss_sess = b.rss()
+    payload = bytearray(a.size)
+    pub = Client(b.port, "amp-pub", timeout=30)
+    acked = []  # message numbers acknowledged, in order
+    refused = 0
+    for i in range(a.messages):
+        if time.monotonic() - t0 > a.seconds:
+            break
+        payload[:8] = b"%08d" % i
+        try:
+            pub.send(encode_publish, "amp/t", bytes(payload), 1, 1 + i % 60000)
+            p = pub.packet()
+        except OSError:
+            p = None
+        if p is not None and p[0] >> 4 == 4:
+            acked.append(i)
+        else:
+            refused += 1  # closed unacknowledged (or a refusing PUBACK)
+            pub.close()
+            pub = Client(b.port, "amp-pub", timeout=30)
+        if i % 20 == 0:
+            b.rss()
+    t_pub = time.monotonic() - t0
+    pub.close()
+    rss_held = b.rss()
+    want = [b"%08d" % i for i in acked]
+    good = 0
+    for i in range(min(a.check, a.sessions)):
+        c = Client(b.port, "amp%d" % i, clean=False, timeout=10)
+        got = []
+        try:
+            while len(got) < len(want):
+                p = c.packet()
+                if p is None:
+                    break
+                if p[0] >> 4 == 3:
+                    t, pid, off = pub_id(p)
+                    if p[0] >> 1 & 3:
+                        c.send(encode_ack, PUBACK, pid)
+                    if t == b"amp/t":
+                        got.append(bytes(p[off:off + 8]))
+        except OSError:
+            pass
+        c.send(encode_simple, DISCONNECT)
+        c.close()
+        good += got == want
+    # the sessions end (CleanSession 1): what they held is let go, and the
+    # health check's QoS 1 message finds no full queue on #
+    for i in range(a.sessions):
+        try:
+            c = Client(b.port, "amp%d" % i, clean=True, timeout=10)
+            c.send(encode_simple, DISCONNECT)
+            c.close()
+        except OSError:
+            pass
+    time.sleep(0.5)
+    h = health(b.port)
+    out.update(sessions=a.sessions, size=a.size, messages=len(acked) + refused, acked=len(acked),
+               refused=refused, publish_s=t_pub, checked=min(a.check, a.sessions), whole=good,
+               rss0=rss0, rss_sess=rss_sess, rss_held=rss_held, rss_peak=b.peak,
+               rss1=b.rss(), checks=1, failed=h is None)
+    return h is not None
+
+
+# ---------------------------------------------------------------- fan-out with a store
+
+def fanout(b, a, out):
+    import threading
+    rss0 = b.rss()
+    for i in range(a.sessions):
+        c = Client(b.port, "fan%d" % i, clean=False, timeout=10)
+        c.send(encode_subscribe, 1, "fan/#", 1)
+        c.packet()  # SUBACK
+        c.send(encode_simple, DISCONNECT)
+        c.close()
+    stop = threading.Event()
+    sent = [0, 0]  # acknowledged, refused
+
+    def publish():
+        pub = Client(b.port, "fan-pub", timeout=30)
+        payload = bytes(a.size)
+        i = 0
+        while not stop.is_set():
+            i += 1
+            try:
+                pub.send(encode_publish, "fan/x", payload, 1, 1 + i % 60000)
+                p = pub.packet()
+            except OSError:
+                p = None
+            if p is not None and p[0] >> 4 == 4:
+                sent[0] += 1
+            else:
+                sent[1] += 1  # a full queue refused it (closed at 3.1.1)
+                pub.close()
+                try:
+                    pub = Client(b.port, "fan-pub", timeout=30)
+                except OSError:
+                    return
+        pub.close()
+
+    me = Client(b.port, "fan-rt", timeout=10)
+    me.send(encode_subscribe, 1, "rt/me", 1)
+    me.packet()
+    th = threading.Thread(target=publish)
+    t0 = time.monotonic()
+    th.start()
+    rts = []
+    lost = 0
+    try:
+        while time.monotonic() - t0 < a.seconds:
+            t1 = time.monotonic()
+            me.send(encode_publish, "rt/me", b"ping", 1, 1 + len(rts) % 60000)
+            got = False
+            while not got:
+                p = me.packet()
+                if p is None:
+                    raise OSError("the round-trip client was disconnected")
+                if p[0] >> 4 == 3:
+                    t, pid, off = pub_id(p)
+                    me.send(encode_ack, PUBACK, pid)
+                    got = True
+            rts.append(time.monotonic() - t1)
+            b.rss()
+            time.sleep(0.02)
+    except (OSError, socket.timeout):
+        lost += 1
+    finally:
+        stop.set()
+        th.join(60)
+        me.close()
+    dt = time.monotonic() - t0
+    rts.sort()
+    h = health(b.port)
+    out.update(sessions=a.sessions, size=a.size, acked=sent[0], refused=sent[1], seconds=dt,
+               rt_n=len(rts), rt_med=rts[len(rts) // 2] * 1000 if rts else 0,
+               rt_p99=rts[min(len(rts) - 1, len(rts) * 99 // 100)] * 1000 if rts else 0,
+               rt_max=rts[-1] * 1000 if rts else 0, lost=lost, rss0=rss0, rss_peak=b.peak,
+               rss1=b.rss(), checks=1, failed=h is None)
+    return h is not None and not lost
+
+
 # ---------------------------------------------------------------- the run
 
-JOBS = {"fuzz": fuzz, "flood": flood, "clients": clients, "slow": slow}
+JOBS = {"fuzz": fuzz, "flood": flood, "clients": clients, "slow": slow, "sessions": sessions,
+        "fanout": fanout}
 
 
-def broker_args(job, a, name):
+def broker_args(job, a, name, tmp):
     if name == "umqtt3":
         extra = list(a.umqtt3_args)
         if job == "clients":
             extra += ["--max-clients", str(a.clients + 10)]
+        if job == "fanout":
+            d = os.path.join(tmp, "umqtt3-store")
+            os.makedirs(d, exist_ok=True)
+            extra += ["--store", d]
         return extra
     extra = list(a.mosquitto_conf)
     if job == "clients":
         extra.append("max_connections -1")
+    if job == "fanout":
+        # mosquitto's persistence: its whole state written every second (no
+        # write per message; what came since the last save is lost in a crash)
+        d = os.path.join(tmp, "mosquitto-store") + "/"
+        os.makedirs(d, exist_ok=True)
+        extra += ["persistence true", "persistence_location " + d, "autosave_interval 1"]
     return extra
 
 
@@ -552,6 +732,20 @@ def report(job, name, ok, r):
         what = ("%d idle connections held, %d reopened; new clients connected %d of %d, "
                 "slowest %.0f ms" % (r["idle"], r["reopened"], r["ok"], r["tries"],
                                      r["worst_ms"]))
+    elif job == "fanout":
+        what = ("%d persistent sessions on fan/# with a store: %d QoS 1 messages of %d bytes "
+                "acknowledged in %.1f s (%.0f/s), %d refused; a client's QoS 1 round trip: "
+                "median %.1f ms, 99th percentile %.1f ms, worst %.1f ms (%d)"
+                % (r["sessions"], r["acked"], r["size"], r["seconds"], r["acked"] / r["seconds"],
+                   r["refused"], r["rt_med"], r["rt_p99"], r["rt_max"], r["rt_n"]))
+    elif job == "sessions":
+        what = ("%d persistent sessions on #, %d QoS 1 messages of %d bytes: %d acknowledged, "
+                "%d refused, in %.1f s; %d of %d sessions checked got every acknowledged "
+                "message; RSS %d KB, %d KB with the sessions, %d KB holding the messages "
+                "(peak %d KB)" % (r["sessions"], r["messages"], r["size"], r["acked"],
+                                  r["refused"], r["publish_s"], r["whole"], r["checked"],
+                                  r["rss0"], r["rss_sess"], r["rss_held"], r["rss_peak"]))
+        rss = "RSS after %d KB" % r["rss1"]
     elif job == "clients":
         what = ("%d clients connected and subscribed in %.2f s (%d refused); %d of %d got "
                 "their message in %.2f s" % (r["connected"], r["connect_s"], r["refused"],
@@ -584,8 +778,13 @@ def main(argv=None):
     ap.add_argument("--every", type=args.not_negative, default=0.1,
                     help="flood: seconds between new clients")
     ap.add_argument("--clients", type=args.count, default=500, help="clients: how many")
-    ap.add_argument("--messages", type=args.count, default=5000, help="slow: QoS 1 messages")
-    ap.add_argument("--size", type=args.count, default=8192, help="slow: payload bytes")
+    ap.add_argument("--messages", type=args.count, default=5000,
+                    help="slow, sessions: QoS 1 messages")
+    ap.add_argument("--size", type=args.count, default=8192, help="slow, sessions: payload bytes")
+    ap.add_argument("--sessions", type=args.count, default=200,
+                    help="sessions, fanout: persistent sessions")
+    ap.add_argument("--check", type=args.count, default=5,
+                    help="sessions: sessions drained and checked at the end")
     ap.add_argument("--behind", type=args.count, default=1000,
                     help="slow: messages the subscriber falls behind")
     ap.add_argument("--umqtt3-args", default="", help="more flags for python -m umqtt3.broker")
@@ -608,7 +807,7 @@ def main(argv=None):
     good = True
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
-            b = Broker(name, broker_args(a.job, a, name), tmp)
+            b = Broker(name, broker_args(a.job, a, name, tmp), tmp)
             r = {}
             try:
                 ok = JOBS[a.job](b, a, r) and b.alive()

@@ -162,7 +162,9 @@ def start_umqtt3(tmp, extra=()):
         # poll() and for a core on a busy machine counts for nothing
         pre = ["-c", CPU_PROFILE, prof]
     if QUEUED:
-        extra = list(extra) + ["--max-queued", str(QUEUED)]
+        # in messages only, as mosquitto's max_queued_messages (no byte budget)
+        extra = list(extra) + ["--max-queued", str(QUEUED), "--max-queued-bytes", "0",
+                               "--mem-budget", "0"]
     return Server("umqtt3", [sys.executable] + pre + ["-m", "umqtt3.broker", "--host", "127.0.0.1",
                              "--port", str(port), "--quiet", "--sys-interval", "0"] + list(extra),
                   port, env)
