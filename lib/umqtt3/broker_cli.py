@@ -27,7 +27,7 @@ DESKTOP = (
     ("ring_size", 0),
     ("max_qos2_in", 256),
     ("max_queued", 1000),
-    ("max_queued_bytes", 1048576),
+    ("max_queued_bytes", 16777216),
     ("mem_budget", 67108864),
     ("max_retained", 10000),
     ("max_sessions", 1000),
