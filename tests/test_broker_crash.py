@@ -331,15 +331,22 @@ def _caught(monkeypatch, obj, name, fn):
 
 
 def test_teeth_record_after_the_ack(monkeypatch):
-    # a subscriber's copy kept in RAM only: acknowledged, then lost
-    from umqtt3.store import FileStore
-    orig = FileStore.out_add
+    # a subscriber's copy kept in RAM only: acknowledged, then lost (its
+    # session's store writes a message sent at once with out_add, one
+    # queued with out_msg: neither writes)
+    from umqtt3.broker_store import _Refs
+    add = _Refs.out_add
+    queue = _Refs.out_msg
 
     def late(self, pid, key, buf, off, n):
-        if self.dir.startswith("/b/s0"):
-            return  # not written at all
-        orig(self, pid, key, buf, off, n)
-    assert "lost" in _caught(monkeypatch, FileStore, "out_add", late)
+        if not self.dir.startswith("/b/s0"):
+            add(self, pid, key, buf, off, n)
+
+    def late_queued(self, pid, key, first, m, s):
+        if not self.dir.startswith("/b/s0"):
+            queue(self, pid, key, first, m, s)
+    monkeypatch.setattr(_Refs, "out_msg", late_queued)
+    assert "lost" in _caught(monkeypatch, _Refs, "out_add", late)
 
 
 def test_teeth_bytes_leave_before_the_commit(monkeypatch):

@@ -41,12 +41,19 @@ def _record(out, op, path, data):
     out[i + 1] = op
     out[i + 2] = n >> 8
     out[i + 3] = n & 255
-    for k in range(4):
-        out[i + 4 + k] = (m >> (24 - 8 * k)) & 255
+    out[i + 4] = (m >> 24) & 255
+    out[i + 5] = (m >> 16) & 255
+    out[i + 6] = (m >> 8) & 255
+    out[i + 7] = m & 255
     out.extend(p)
     out.extend(data)
     c = _crc_from(out, i)
-    out.extend(bytes(((c >> 24) & 255, (c >> 16) & 255, (c >> 8) & 255, c & 255)))
+    out.extend(b"\0\0\0\0")
+    j = len(out) - 4
+    out[j] = (c >> 24) & 255
+    out[j + 1] = (c >> 16) & 255
+    out[j + 2] = (c >> 8) & 255
+    out[j + 3] = c & 255
 
 
 def _crc_from(out, i):

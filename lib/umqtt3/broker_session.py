@@ -570,12 +570,17 @@ class Session:
             m = r.msg = new_msg(r, st.up_s)
         pid = self._pid() if qos else 0
         if qos and self.fs is not None:
-            f = bytearray(size)
-            self._put_msg(f, 0, first, pid, m, 0)
-            if m.xk >= 0 and self.level == 5:
-                f[0] -= 0x30  # on disk, type 0: its expiry is an uptime (restore_queued)
-            self.fs.out_add(pid, r.tag, f, 0, size)  # durable before any ack
+            self.fs.out_msg(pid, r.tag, first, m, self)  # durable before any ack
         self._push(m, first | pid << 8)
+
+    def stored_frame(self, first, pid, m):
+        """The PUBLISH of queued message m as a persistent session's store
+        keeps it (broker_store asks once per message and protocol level)."""
+        f = bytearray(self._msize(m, (first >> 1) & 3))
+        self._put_msg(f, 0, first, pid, m, 0)
+        if m.xk >= 0 and self.level == 5:
+            f[0] -= 0x30  # on disk, type 0: its expiry is an uptime (restore_queued)
+        return f
 
     def pump(self):
         """Move what waits (unsent ring slots, then the queue) into the send
@@ -992,16 +997,21 @@ class Session:
         self.npid = pid  # slots come back oldest first: the last is the newest
         return True
 
-    def restore_queued(self, rel, pid, frame):
+    def restore_queued(self, rel, pid, frame, m=None):
         """A stored message that found no room in the ring (the limits are
         lower than when it was written): it waits in the queue, in order;
-        rel: its PUBREC came, so PUBREL is what goes out (pump)."""
+        rel: its PUBREC came, so PUBREL is what goes out (pump). m: the Msg
+        of frame when another session restored it already (the store keeps
+        a message once); returns the Msg queued."""
         if rel:
             self._push(None, _QREL | pid << 8)
         else:
             first = frame[0] if frame[0] >> 4 else frame[0] + 0x30  # (type 0: _enqueue)
-            self._push(frame_msg(frame, self.level, self.stats.up_s), first | pid << 8)
+            if m is None:
+                m = frame_msg(frame, self.level, self.stats.up_s)
+            self._push(m, first | pid << 8)
         self.npid = pid
+        return m
 
 
 class Sessions:

@@ -32,10 +32,20 @@
 #               body = topic length (2), topic, MQTT 5 property length (2),
 #               properties, message. Removed when it is sent or the session
 #               resumes [MQTT-3.1.3-9].
+#   m<k>        one message queued or in flight towards persistent
+#               sessions, written once however many of them hold it: seq
+#               field = k; body = its PUBLISH frame without the first byte
+#               and the packet id (what differs between sessions). Written
+#               before the first reference to it; removed after the last
+#               reference is (a crash in between leaves it unreferenced:
+#               load() removes it).
 #   s<k>/...    the session's messages: a store.FileStore (keep_last=False)
 #               with o<seq>.p|r for each QoS 1/2 message queued or in flight
 #               towards it and i<pid>.u|d for each inbound QoS 2 id it holds
-#               (broker_session.py says when each is written).
+#               (broker_session.py says when each is written). An o record's
+#               body is a reference (_Refs): 0xF0, the frame's first byte,
+#               0, 0, the packet id (2: where store.py reads it), the message
+#               record's k (4).
 #
 # On a desktop file system these files live in one appending log instead
 # (broker_log.LogFiles: every change of a step made durable by one sync in
@@ -44,14 +54,18 @@
 #
 # k is a small number reused when freed, so there are at most max_retained
 # r files, and max_sessions s<k> directories of at most max_inflight +
-# max_queued + max_qos2_in + 1 files each.
+# max_queued + max_qos2_in + 1 files each; m<k> numbers go on while any is
+# live and start again from 1 when none is.
 from .store import FileStore, frame, unframe, refuse_fat
+from .flow import StoreFull
 from .qos_state import STORED_PUB, STORED_REL, HELD
 from .broker_log import AppendFiles, LogFiles, layout
 
 _TAG_END = 0x3FFFFFFF  # tags stay small ints on MicroPython, and fit a record
 _NONE = 0xFFFFFFFF  # no end time in a session record
 _CLOCK_MIN = 60  # seconds between two writes of the clock record without a wall clock
+_KEY_MAX = 0xFFFFFFFE  # store.frame's key range
+_REF = 0xF0  # a reference record's first byte (type 15: never a stored PUBLISH)
 
 
 def wall():
@@ -74,6 +88,110 @@ def _put32(b, i, v):
     b[i + 1] = (v >> 16) & 255
     b[i + 2] = (v >> 8) & 255
     b[i + 3] = v & 255
+
+
+def _pid_at(b, i):
+    # where the packet id goes in a PUBLISH whose remaining length starts
+    # at b[i]: right after the topic
+    while b[i] & 0x80:
+        i += 1
+    i += 1
+    return i + 2 + _u16(b, i)
+
+
+class _Refs(FileStore):
+    """A persistent session's FileStore whose outbound records refer to a
+    message record (Disk.msg_ref), shared by every session that holds the
+    message, instead of each keeping the frame: a message fanned out to
+    500 sessions is written once plus 500 records of 23 bytes."""
+
+    def __init__(self, d, files, n, disk):
+        self.disk = disk
+        self.mids = {}  # pid -> the k of the m<k> its record refers to
+        FileStore.__init__(self, d, files, n, True, False)
+
+    def out_add(self, pid, key, buf, off, n):
+        """The PUBLISH at buf[off:off + n] is in flight (send_stored)."""
+        if len(self.out) + len(self.inb) >= self.max:
+            raise StoreFull("store full", 0x97)
+        k = self.disk.msg_ref(buf, off, n)
+        if k < 0:
+            FileStore.out_add(self, pid, key, buf, off, n)  # the frame itself
+        else:
+            self._ref(pid, key, buf[off], k)
+
+    def out_msg(self, pid, key, first, m, s):
+        """Session s queues broker_session.Msg m with first byte first:
+        the frame is built only when m is not the message stored last."""
+        if len(self.out) + len(self.inb) >= self.max:
+            raise StoreFull("store full", 0x97)
+        disk = self.disk
+        k = disk.msg_last(m, s.level)
+        if k < 0:
+            f = s.stored_frame(first, pid, m)
+            k = disk.msg_ref(f, 0, len(f), m, s.level)
+            if k < 0:
+                FileStore.out_add(self, pid, key, f, 0, len(f))  # the frame itself
+                return
+            first = f[0]
+        elif m.xk >= 0 and s.level == 5:
+            first -= 0x30  # (the type 0 stored_frame gives)
+        self._ref(pid, key, first, k)
+
+    def _ref(self, pid, key, first, mid):
+        # the reference record, after m<mid> (which counts it already):
+        # FileStore.out_add, its record framed here in one go (this runs
+        # once per session a message is fanned out to)
+        import binascii
+        k = -1 if key is None else key
+        try:
+            if k < -1 or k > _KEY_MAX:
+                raise ValueError("key out of range 0..2**32-2")
+            self._next_seq()
+            seq = self.nseq
+            b = bytearray(23)  # store.frame(seq, k, body)
+            b[0] = 0x55
+            _put32(b, 1, seq)
+            _put32(b, 5, k + 1)
+            b[9] = _REF
+            b[10] = first
+            b[13] = pid >> 8
+            b[14] = pid & 255
+            _put32(b, 15, mid)
+            _put32(b, 19, binascii.crc32(memoryview(b)[:19]) & 0xFFFFFFFF)
+            self.fs.write("%s/o%08d.p" % (self.dir, seq), b)
+            self.fs.sync_dir(self.dir)
+        except Exception:
+            self.disk.msg_unref(mid)
+            raise
+        self.out[pid] = [seq, "p", k]
+        if k > self.last_key:
+            self.last_key = k
+        self.mids[pid] = mid
+
+    def out_del(self, pid):
+        FileStore.out_del(self, pid)  # (raises: the message stays until load() drops it)
+        mid = self.mids.pop(pid, None)
+        if mid is not None:
+            self.disk.msg_unref(mid)
+
+    def recover(self):
+        """FileStore.recover, a reference's body left as it is (ref_frame
+        builds the frame); one whose message record is gone was torn before
+        it was acted on: removed."""
+        self.mids = {}
+        recs = FileStore.recover(self)
+        out = []
+        for r in recs:
+            b = r[3]
+            if len(b) == 10 and b[0] == _REF and r[1] != HELD:
+                mid = _u32(b, 6)
+                if mid not in self.disk.mload:
+                    FileStore.out_del(self, r[0])
+                    continue
+                self.mids[r[0]] = mid
+            out.append(r)
+        return out
 
 
 class _Counted:
@@ -135,6 +253,14 @@ class Disk:
         self.sfree = []
         self.snext = 0
 
+        self.mref = {}  # k of each live m<k> -> the records that refer to it
+        self.mnext = 0
+        self.mlast = None  # the last m<k> written: its body (what the next copy is checked against)
+        self.mlid = 0  # and its k
+        self.mobj = None  # and the broker_session.Msg it was built from (or None)
+        self.mlev = 0  # for this protocol level
+        self.mload = {}  # at load: k -> body of each m<k> found
+        self.msgs = None  # at load: the Msg restored for (k, level, type 0), shared
         self.taken = None  # tags live records still carry, after a wrap
         self.epoch = 0  # wall-clock time at uptime 0; 0: no clock was ever set
         self.t_clock = 0  # the uptime the clock record holds
@@ -318,8 +444,81 @@ class Disk:
 
     def _store(self, d):
         lim = self.lim
-        return FileStore(d, self.fs, lim.max_inflight + lim.max_queued + lim.max_qos2_in,
-                         True, False)
+        return _Refs(d, self.fs, lim.max_inflight + lim.max_queued + lim.max_qos2_in, self)
+
+    # ------------------------------------------------------------ messages
+    def msg_last(self, m, level):
+        """The k of the m<k> written last when it holds Msg m as built for
+        protocol level `level`, one more reference counted; else -1."""
+        k = self.mlid
+        if m is self.mobj and level == self.mlev and k in self.mref:
+            self.mref[k] += 1
+            return k
+        return -1
+
+    def msg_ref(self, buf, off, n, m=None, level=0):
+        """The k of the m<k> holding the PUBLISH at buf[off:off + n] (its
+        first byte and packet id aside), one more reference counted: the
+        one written last when it holds the same (a fan-out: the same
+        message for every session), else a new one. -1: keep the frame in
+        the session's own record, as the first copy of a message is with
+        one file per record (on flash a message for one session costs one
+        file, not two; a second session's copy brings the m<k>).
+        m: the Msg it was built from, at level."""
+        p = _pid_at(buf, off + 1)
+        body = bytes(buf[off + 1:p]) + bytes(buf[p + 2:off + n])
+        k = self.mlid
+        same = body == self.mlast
+        self.mobj = m
+        self.mlev = level
+        if same and k in self.mref:
+            self.mref[k] += 1
+            return k
+        if not same and self.log is None:
+            self.mlast = body  # the first copy: inline
+            self.mlid = 0
+            return -1
+        k = self.mnext + 1 if self.mref else 1
+        if k >= _TAG_END:
+            k = 1
+        while k in self.mref:
+            k += 1
+        self.mnext = k
+        self.fs.write(self._p("m%d" % k), frame(k, -1, body))  # torn: no reference yet
+        self.fs.sync_dir(self.dir)
+        self.mref[k] = 1
+        self.mlast = body
+        self.mlid = k
+        return k
+
+    def msg_unref(self, k):
+        """A record referring to m<k> is gone: the last one takes m<k>
+        with it. A failure to remove it is counted only (load() removes
+        what nothing refers to)."""
+        n = self.mref[k] - 1
+        if n:
+            self.mref[k] = n
+            return
+        del self.mref[k]
+        if k == self.mlid:
+            self.mlast = self.mobj = None
+        try:
+            self.fs.remove(self._p("m%d" % k))
+            self.fs.sync_dir(self.dir)
+        except OSError:
+            pass
+
+    def ref_frame(self, ref, pid):
+        """The PUBLISH frame a reference record (its body ref) stands for."""
+        m = self.mload[_u32(ref, 6)]
+        q = _pid_at(m, 0)
+        f = bytearray(len(m) + 3)
+        f[0] = ref[1]
+        f[1:1 + q] = m[:q]
+        f[1 + q] = pid >> 8
+        f[2 + q] = pid & 255
+        f[3 + q:] = m[q:]
+        return f
 
     def add_session(self, s):
         """A new persistent session: on disk before CONNACK [MQTT-3.1.2-4]."""
@@ -390,7 +589,11 @@ class Disk:
         d = self._sdir(s)
         self.fs.remove(d + "/sess")
         self.fs.sync_dir(d)
+        mids = list(s.fs.mids.values())
         self._wipe(d)
+        s.fs.mids = {}
+        for k in mids:
+            self.msg_unref(k)  # after the records that refer to it
         self.sfree.append(s.slot)
         s.bind_store(None, None, -1)
 
@@ -413,7 +616,16 @@ class Disk:
         rused = []  # type: list
         sused = []  # type: list
         found = []  # (session, its records)
-        for name in sorted(fs.listdir(self.dir)):
+        names = sorted(fs.listdir(self.dir))
+        self.mload = {}
+        for name in names:
+            if name[:1] == "m" and name[1:].isdigit():
+                rec = unframe(fs.read(self._p(name)))
+                if rec is None:
+                    fs.remove(self._p(name))  # torn: nothing refers to it
+                else:
+                    self.mload[int(name[1:])] = rec[2]
+        for name in names:
             path = self._p(name)
             if name[:1] == "r" and name[-2:] == ".t" and name[1:-2].isdigit():
                 fs.remove(path)  # a replacement that never took place
@@ -433,6 +645,7 @@ class Disk:
         self.rfree = [k for k in range(self.rnext) if k not in rused]
         self.snext = max(sused) + 1 if sused else 0
         self.sfree += [k for k in range(self.snext) if k not in sused]
+        self._count(found)
         cut = []
         for s, recs in found:
             for pid, st, key, body in recs:
@@ -451,8 +664,24 @@ class Disk:
             for pid, st, key, body in recs:
                 if st == HELD:
                     s.fs.in_del(pid)  # the publisher will send it again
+        self.msgs = {}
         for s, recs in found:
             self._restore(s, recs, cut)
+        self.msgs = None
+        self.mload = {}
+
+    def _count(self, found):
+        # the references to each m<k>; one that none refers to is removed
+        # (its last reference went, or the first never came)
+        mref = self.mref = {}
+        for s, recs in found:
+            for k in s.fs.mids.values():
+                mref[k] = mref.get(k, 0) + 1
+        for k in self.mload:
+            if k not in mref:
+                self.fs.remove(self._p("m%d" % k))
+        self.fs.sync_dir(self.dir)
+        self.mnext = max(mref) if mref else 0
 
     def _undo(self, found, cut):
         for s, recs in found:
@@ -529,11 +758,19 @@ class Disk:
             s.ipids = [0] * len(f.inb)
         for pid in f.inb:
             s.ipid_add(pid)  # routed, PUBREC may have gone: held [MQTT-4.3.3-2]
+        # A message many sessions hold comes back as one Msg they share.
         full = False
         for pid, st, key, body in recs:
             if st == HELD or (st == STORED_PUB and key in cut):
                 continue
+            k = f.mids.get(pid, -1)
+            if k >= 0:
+                body = self.ref_frame(body, pid)
             if not full and body[0] >> 4 and s.restore_slot(st, pid, body):
                 continue  # (type 0: queued with its expiry as an uptime: it waits)
             full = True  # the rest waits in the queue, in order
-            s.restore_queued(st == STORED_REL, pid, body)
+            if k < 0 or st == STORED_REL:
+                s.restore_queued(st == STORED_REL, pid, body)
+            else:
+                mk = (k, s.level, body[0] >> 4)
+                self.msgs[mk] = s.restore_queued(False, pid, body, self.msgs.get(mk))

@@ -6,7 +6,6 @@ mosquitto, in the same run, each in its own process on 127.0.0.1.
     python -m tools.measure.abuse clients --clients 500
     python -m tools.measure.abuse slow --messages 5000 --size 8192
     python -m tools.measure.abuse sessions --sessions 200 --messages 1000 --size 4096
-    python -m tools.measure.abuse fanout --sessions 500 --seconds 10
 
 fuzz     mutated and random packets at protocol levels 3, 4 and 5 (bits
          flipped, bytes replaced, cut, inserted, lengths corrupted, whole
@@ -32,13 +31,7 @@ sessions --sessions persistent sessions subscribe to # at QoS 1 and go
          sessions come back: each must get every acknowledged message, in
          order, once; then every session ends. The broker's RSS shows what
          holding the messages costs.
-fanout   --sessions persistent sessions subscribe to fan/# at QoS 1 and go
-         offline, with the broker's store on (umqtt3 --store, mosquitto
-         persistence; see --store-dir); for --seconds a publisher sends
-         QoS 1 messages of --size bytes to fan/x one after the other while
-         a well-behaved client sends itself a QoS 1 message every 20 ms:
-         the publisher's rate and that client's round trips (median, 99th
-         percentile, worst).
+(Fan-out to persistent sessions with a store: python -m tools.measure.fanout.)
 
 Every run prints the broker's RSS (before, at the peak, after) and a health
 check: a new client connects, subscribes, and gets its own QoS 1 message
@@ -615,87 +608,9 @@ def sessions(b, a, out):
     return h is not None
 
 
-# ---------------------------------------------------------------- fan-out with a store
-
-def fanout(b, a, out):
-    import threading
-    rss0 = b.rss()
-    for i in range(a.sessions):
-        c = Client(b.port, "fan%d" % i, clean=False, timeout=10)
-        c.send(encode_subscribe, 1, "fan/#", 1)
-        c.packet()  # SUBACK
-        c.send(encode_simple, DISCONNECT)
-        c.close()
-    stop = threading.Event()
-    sent = [0, 0]  # acknowledged, refused
-
-    def publish():
-        pub = Client(b.port, "fan-pub", timeout=30)
-        payload = bytes(a.size)
-        i = 0
-        while not stop.is_set():
-            i += 1
-            try:
-                pub.send(encode_publish, "fan/x", payload, 1, 1 + i % 60000)
-                p = pub.packet()
-            except OSError:
-                p = None
-            if p is not None and p[0] >> 4 == 4:
-                sent[0] += 1
-            else:
-                sent[1] += 1  # a full queue refused it (closed at 3.1.1)
-                pub.close()
-                try:
-                    pub = Client(b.port, "fan-pub", timeout=30)
-                except OSError:
-                    return
-        pub.close()
-
-    me = Client(b.port, "fan-rt", timeout=10)
-    me.send(encode_subscribe, 1, "rt/me", 1)
-    me.packet()
-    th = threading.Thread(target=publish)
-    t0 = time.monotonic()
-    th.start()
-    rts = []
-    lost = 0
-    try:
-        while time.monotonic() - t0 < a.seconds:
-            t1 = time.monotonic()
-            me.send(encode_publish, "rt/me", b"ping", 1, 1 + len(rts) % 60000)
-            got = False
-            while not got:
-                p = me.packet()
-                if p is None:
-                    raise OSError("the round-trip client was disconnected")
-                if p[0] >> 4 == 3:
-                    t, pid, off = pub_id(p)
-                    me.send(encode_ack, PUBACK, pid)
-                    got = True
-            rts.append(time.monotonic() - t1)
-            b.rss()
-            time.sleep(0.02)
-    except (OSError, socket.timeout):
-        lost += 1
-    finally:
-        stop.set()
-        th.join(60)
-        me.close()
-    dt = time.monotonic() - t0
-    rts.sort()
-    h = health(b.port)
-    out.update(sessions=a.sessions, size=a.size, acked=sent[0], refused=sent[1], seconds=dt,
-               rt_n=len(rts), rt_med=rts[len(rts) // 2] * 1000 if rts else 0,
-               rt_p99=rts[min(len(rts) - 1, len(rts) * 99 // 100)] * 1000 if rts else 0,
-               rt_max=rts[-1] * 1000 if rts else 0, lost=lost, rss0=rss0, rss_peak=b.peak,
-               rss1=b.rss(), checks=1, failed=h is None)
-    return h is not None and not lost
-
-
 # ---------------------------------------------------------------- the run
 
-JOBS = {"fuzz": fuzz, "flood": flood, "clients": clients, "slow": slow, "sessions": sessions,
-        "fanout": fanout}
+JOBS = {"fuzz": fuzz, "flood": flood, "clients": clients, "slow": slow, "sessions": sessions}
 
 
 def broker_args(job, a, name, tmp):
@@ -703,20 +618,10 @@ def broker_args(job, a, name, tmp):
         extra = list(a.umqtt3_args)
         if job == "clients":
             extra += ["--max-clients", str(a.clients + 10)]
-        if job == "fanout":
-            d = os.path.join(tmp, "umqtt3-store")
-            os.makedirs(d, exist_ok=True)
-            extra += ["--store", d]
         return extra
     extra = list(a.mosquitto_conf)
     if job == "clients":
         extra.append("max_connections -1")
-    if job == "fanout":
-        # mosquitto's persistence: its whole state written every second (no
-        # write per message; what came since the last save is lost in a crash)
-        d = os.path.join(tmp, "mosquitto-store") + "/"
-        os.makedirs(d, exist_ok=True)
-        extra += ["persistence true", "persistence_location " + d, "autosave_interval 1"]
     return extra
 
 
@@ -732,12 +637,6 @@ def report(job, name, ok, r):
         what = ("%d idle connections held, %d reopened; new clients connected %d of %d, "
                 "slowest %.0f ms" % (r["idle"], r["reopened"], r["ok"], r["tries"],
                                      r["worst_ms"]))
-    elif job == "fanout":
-        what = ("%d persistent sessions on fan/# with a store: %d QoS 1 messages of %d bytes "
-                "acknowledged in %.1f s (%.0f/s), %d refused; a client's QoS 1 round trip: "
-                "median %.1f ms, 99th percentile %.1f ms, worst %.1f ms (%d)"
-                % (r["sessions"], r["acked"], r["size"], r["seconds"], r["acked"] / r["seconds"],
-                   r["refused"], r["rt_med"], r["rt_p99"], r["rt_max"], r["rt_n"]))
     elif job == "sessions":
         what = ("%d persistent sessions on #, %d QoS 1 messages of %d bytes: %d acknowledged, "
                 "%d refused, in %.1f s; %d of %d sessions checked got every acknowledged "
@@ -782,7 +681,7 @@ def main(argv=None):
                     help="slow, sessions: QoS 1 messages")
     ap.add_argument("--size", type=args.count, default=8192, help="slow, sessions: payload bytes")
     ap.add_argument("--sessions", type=args.count, default=200,
-                    help="sessions, fanout: persistent sessions")
+                    help="sessions: persistent sessions")
     ap.add_argument("--check", type=args.count, default=5,
                     help="sessions: sessions drained and checked at the end")
     ap.add_argument("--behind", type=args.count, default=1000,
