@@ -382,7 +382,7 @@ class Bridge:
         # client's window has room for joins the burst first (forward():
         # only queued, so it leaves with these bytes): PUBRELs and new
         # PUBLISHes under one sync.
-        if self.durable and self.q.keys and self.forward():
+        if self.up and self.durable and self.q.keys and self.forward():
             self.handed = True
         m = self.marked
         if m:
@@ -607,8 +607,10 @@ class Bridge:
         c = self.client
         if c is not None:
             st = self.cfg["status_topic"]
+            up = self.up
+            self.up = False  # the sync hook forwards no more: nothing after DISCONNECT
             try:
-                if self.up and st:
+                if up and st:
                     c.publish(st, b"0", True, 0)
                 c.disconnect()  # a clean goodbye: the will is not sent
             except (OSError, MQTTError):
