@@ -262,7 +262,7 @@ def test_teeth_key_not_checked(monkeypatch):
             k = q.keys[0]
             qos, retain, topic, payload = q.read(k)
             try:
-                c.publish(topic, payload, retain, qos, key=k, wait=False)
+                c.queue(topic, payload, retain, qos, k)
             except Exception:
                 break
             q.remove(k)
@@ -281,3 +281,41 @@ def test_teeth_cut_routing_not_taken_back(monkeypatch):
     monkeypatch.setattr(me, "undo_cut", lambda store, files=None: 0)
     st = explore(FileBridgeWorld, None, (1,), margin=0, double=False, stop=True)
     assert st.failures and "duplicated" in str(st.failures[0][2]), st.failures[:1]
+
+
+def test_teeth_publish_leaves_before_its_record_is_durable(monkeypatch):
+    # the log layout with a sync hook that commits nothing: the client's
+    # record of a message, and the queue's removal of it, are not durable
+    # when its PUBLISH leaves; after a power loss the queue hands the
+    # message on again, under a new packet id, and upstream takes it twice
+    from umqtt3 import bridge
+    monkeypatch.setattr(bridge.Bridge, "_sync", lambda self: None)
+    st = explore(BridgeWorld, None, (1,), margin=0, double=False, stop=True)
+    assert st.failures and "duplicated" in str(st.failures[0][2]), st.failures[:1]
+
+
+def test_a_client_store_with_a_log_of_its_own_is_taken_over(tmp_path):
+    # a store written when the upstream client's outbound records had a log
+    # of their own (DIR/b<name>.up/log): the broker's log takes them over,
+    # durably, and that log goes
+    import os
+    from umqtt3.broker_log import AppendFiles, LogFiles
+    from umqtt3.bridge_queue import client_files
+    from umqtt3.codec import encode_publish
+    from umqtt3.store import FileStore
+    d = str(tmp_path / "g")
+    os.mkdir(d)
+    base = AppendFiles()
+    blog = LogFiles(d, base)
+    p = d + "/bup.up"
+    base.mkdir(p)
+    old = LogFiles(p, base)
+    buf = bytearray(64)
+    n = encode_publish(buf, 0, b"a/b", b"x", 2, 5, False, False, 4)
+    FileStore(p, old, 8, allow_fat=True).out_add(5, 7, buf, 0, n)
+    old.commit()
+    st = FileStore(p, client_files(p, base, blog), 8, allow_fat=True)
+    assert st.out_has(5) and st.accepted(7) and not st.accepted(8)
+    assert "log" not in os.listdir(p)
+    again = FileStore(p, LogFiles(d, base), 8, allow_fat=True)  # from the disk
+    assert again.out_has(5) and again.accepted(7)

@@ -273,7 +273,9 @@ class Bridge:
         """Hand queued messages to the upstream client, oldest first, while
         it has room. A message leaves the queue once the client stored it
         (accepted(key)): from then on the client sends it until the
-        upstream broker acknowledged it, across reconnects and restarts."""
+        upstream broker acknowledged it, across reconnects and restarts.
+        They are only queued (Core.queue): step() sends the burst, after
+        one sync of the client's records (set_sync, _sync)."""
         c = self.client
         q = self.q
         n = 0
@@ -282,7 +284,7 @@ class Bridge:
             if not c.accepted(k):
                 qos, retain, topic, payload = q.read(k)
                 try:
-                    c.publish(topic, payload, retain, qos, key=k, wait=False)
+                    c.queue(topic, payload, retain, qos, k)
                 except Busy:
                     break
                 except (OSError, MQTTError):
@@ -295,7 +297,7 @@ class Bridge:
         while q0 and self.up:
             t, pl, ret = q0[0]
             try:
-                c.publish(t, pl, ret, 0)
+                c.queue(t, pl, ret, 0)
             except Busy:
                 break
             except (OSError, MQTTError):
@@ -358,7 +360,7 @@ class Bridge:
                 self.tag = -1
             # (committed by _sync before the acknowledgement leaves, with the
             # client's inbound record: the same log, or files synced in
-            # this order; see bridge_queue.SplitLog)
+            # this order; see bridge_queue.client_files)
             if core.store_errors != se:
                 # not on the store: no acknowledgement; the client drops
                 # the link and the upstream sends it again
@@ -367,14 +369,21 @@ class Bridge:
             return
 
     def _sync(self):
-        # The client's sync hook: runs before its acknowledgements leave,
-        # after it recorded the deliveries (in_done) of what _in routed.
-        # One commit for the burst: the routings (group commit), the
-        # client's inbound records (SplitLog: also the release of an id
-        # before its PUBCOMP, or a reuse of the id could meet the old
-        # record) and the removal of the marks; nothing to do when nothing
-        # is pending. OSError: the client drops the link with its
-        # acknowledgements unsent.
+        # The client's sync hook: runs before its acknowledgements, its
+        # queued PUBLISHes and its PUBRELs leave, after it recorded the
+        # deliveries (in_done) of what _in routed. One commit for the
+        # burst: the routings (group commit), the client's records (in the
+        # broker's log, bridge_queue.client_files: its outbound messages
+        # and PUBRECs before the PUBLISH or PUBREL leaves, the release of
+        # an id before its PUBCOMP, or a reuse of the id could meet the
+        # old record) and the removal of the marks; nothing to do when
+        # nothing is pending. OSError: the client drops the link with what
+        # it had to send unsent. With a store, what the queue holds and the
+        # client's window has room for joins the burst first (forward():
+        # only queued, so it leaves with these bytes): PUBRELs and new
+        # PUBLISHes under one sync.
+        if self.up and self.durable and self.q.keys and self.forward():
+            self.handed = True
         m = self.marked
         if m:
             for pid in m:
@@ -383,6 +392,11 @@ class Bridge:
                 except OSError:
                     pass  # gone already, or the disk fails: undo_cut sorts it out
             del m[:]
+        self._commit()
+
+    def _commit(self):
+        # the broker's store: durable now (its log: also the client's
+        # records, see bridge_queue.client_files); OSError when it failed
         core = self.core
         se = core.store_errors
         core.commit()
@@ -427,6 +441,7 @@ class Bridge:
         cfg = self.cfg
         c = self.client
         if cfg["link"] is not None:
+            self._commit()  # what the client holds, durable before it is resent
             c.connect_start(False)  # a persistent upstream session [MQTT-3.1.2-4]
             self.linked = True
             return
@@ -463,6 +478,7 @@ class Bridge:
             self._late(now)
             return
         self.sock = None
+        self._commit()  # what the client holds, durable before it is resent
         c.connect_start(False, sock=s)  # the client closes s if this fails
         self.linked = True
 
@@ -499,25 +515,7 @@ class Bridge:
                 except OSError:
                     self._down(now)  # refused, unreachable, TLS failed, timed out
         else:
-            try:
-                n = c.poll(0)
-                if n:
-                    self.t_recv = now
-            except Busy:
-                pass  # its send buffer is full: the next step goes on
-            except OSError:
-                self._down(now)  # the link broke, or no CONNACK in time
-            except MQTTError as e:
-                if not self.up:
-                    # refused by the upstream (CONNACK: credentials, client
-                    # id, ...): asked again after the backoff, as the
-                    # upstream may be put right meanwhile
-                    self.refusals += 1
-                    log = self.core.log
-                    if log is not None:
-                        log("bridge %s: the upstream refused the connection (%d)"
-                            % (self.name, e.code))
-                self._down(now)
+            n = self._poll(now)
         up = c.is_connected()
         if up and not self.up:
             self.up = True
@@ -530,10 +528,37 @@ class Bridge:
         if up and self.todo:
             self._subscribe()
         k = self.forward()
+        if k and up:
+            n += self._poll(now)  # the burst leaves, after one sync (_sync)
         if k or self.handed:
             self.t_sent = now
             self.handed = False
         return n + k
+
+    def _poll(self, now):
+        # the client's I/O: what arrived handled, what is queued sent
+        c = self.client
+        n = 0
+        try:
+            n = c.poll(0)
+            if n:
+                self.t_recv = now
+        except Busy:
+            pass  # its send buffer is full: the next step goes on
+        except OSError:
+            self._down(now)  # the link broke, or no CONNACK in time
+        except MQTTError as e:
+            if not self.up:
+                # refused by the upstream (CONNACK: credentials, client
+                # id, ...): asked again after the backoff, as the
+                # upstream may be put right meanwhile
+                self.refusals += 1
+                log = self.core.log
+                if log is not None:
+                    log("bridge %s: the upstream refused the connection (%d)"
+                        % (self.name, e.code))
+            self._down(now)
+        return n
 
     def _online(self):
         c = self.client
@@ -582,8 +607,10 @@ class Bridge:
         c = self.client
         if c is not None:
             st = self.cfg["status_topic"]
+            up = self.up
+            self.up = False  # the sync hook forwards no more: nothing after DISCONNECT
             try:
-                if self.up and st:
+                if up and st:
                     c.publish(st, b"0", True, 0)
                 c.disconnect()  # a clean goodbye: the will is not sent
             except (OSError, MQTTError):
@@ -667,7 +694,8 @@ def install(core, configs, files=None):
         cfg = settings(cfg)
         if disk is not None:
             d = disk.dir
-            # the client's store beside the broker's records: synced as written
+            # the client's store beside the broker's records: in its log, or
+            # one file per record synced as written (client_files)
             p = d + "/b" + cfg["name"] + ".up"
             cs = FileStore(p, client_files(p, files, disk.fs), 2 * cfg["window"] +
                            cfg["inflight_in"], allow_fat=True)

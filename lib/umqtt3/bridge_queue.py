@@ -62,85 +62,41 @@ class RamFiles:
         pass
 
 
-class SyncedLog:
-    """The upstream client's FileStore files as one appending log
-    (broker_log.LogFiles) whose every change is synced before the call
-    returns: the store's rule "durable before the first send" holds, at
-    one sync per change instead of a file's and its directory's."""
-
-    def __init__(self, path, base):
-        from .broker_log import LogFiles
-        self.log = LogFiles(path, base)
-        self.read = self.log.read
-        self.listdir = self.log.listdir
-        self.mkdir = self.log.mkdir
-
-    def write(self, path, data):
-        self.log.write(path, data)
-        self.log.commit()
-
-    def rename(self, a, b):
-        self.log.rename(a, b)
-        self.log.commit()
-
-    def remove(self, path):
-        self.log.remove(path)
-        self.log.commit()
-
-    def sync_dir(self, path):
-        pass  # every change was synced as it was made
-
-
-class SplitLog:
-    """The upstream client's FileStore files with the log layout: its
-    outbound records (o<seq>, last) in a SyncedLog of their own, durable
-    before the client's first send; its inbound records (i<pid>.u|d) in
-    the broker's log, durable with the broker's next commit, which the
-    bridge runs in the client's sync hook, before the client's
-    acknowledgements leave (PUBACK, PUBREC, PUBCOMP). So an upstream
-    message, its local routing and the client's record of it take one
-    sync per burst, and a power loss keeps a prefix of them in order."""
-
-    def __init__(self, path, base, blog):
-        self.out = SyncedLog(path, base)
-        self.inb = blog
-
-    def _fs(self, path):
-        return self.inb if path[path.rfind("/") + 1:][:1] == "i" else self.out
-
-    def write(self, path, data):
-        self._fs(path).write(path, data)
-
-    def read(self, path):
-        return self._fs(path).read(path)
-
-    def rename(self, a, b):
-        self._fs(a).rename(a, b)
-
-    def remove(self, path):
-        self._fs(path).remove(path)
-
-    def listdir(self, path):
-        return self.out.listdir(path) + self.inb.listdir(path)
-
-    def mkdir(self, path):
-        self.out.mkdir(path)
-        self.inb.mkdir(path)
-
-    def sync_dir(self, path):
-        pass  # SyncedLog synced it; the broker's commit does the rest
-
-
 def client_files(path, files=None, blog=None):
-    """The files layer for the upstream client's store at path: SplitLog
-    where the broker's store has the log layout (blog: its LogFiles), else
-    files (one synced file per record, as on littlefs)."""
+    """The files layer for the upstream client's store at path: where the
+    broker's store has the log layout (blog: its LogFiles), that log. The
+    client's records then go out with the queue's and the routings' in one
+    log, whose prefix a power loss keeps: a queue entry's removal is never
+    durable without the client's record of the message that precedes it.
+    The bridge's sync hook (set_sync) commits the log before the client's
+    queued PUBLISHes, PUBRELs and acknowledgements leave: one sync for what
+    a step hands upstream. Else files (one synced file per record, as on
+    littlefs)."""
     from .broker_log import AppendFiles, LogFiles
     base = files or AppendFiles()
-    base.mkdir(path)
     if isinstance(blog, LogFiles):
-        return SplitLog(path, base, blog)
+        _adopt(path, base, blog)
+        return blog
+    base.mkdir(path)
     return base
+
+
+def _adopt(path, base, blog):
+    # A store written before the client's records moved into the broker's
+    # log kept its outbound records in path/log of its own: taken over
+    # (committed first, then that log removed; a power loss between the
+    # two takes the same records over again)
+    from .broker_log import LogFiles
+    try:
+        if "log" not in base.listdir(path):
+            return
+    except OSError:
+        return
+    old = LogFiles(path, base)
+    for k in old.files:
+        blog.write(k, old.files[k])
+    blog.commit()
+    base.remove(path + "/log")
 
 
 def _name(k):

@@ -127,7 +127,10 @@ class Core:
         """f() runs before any acknowledgement of a delivered message, and
         before the PUBCOMP of a released QoS 2 id, leaves: a callback (or a
         store) may buffer what it takes and f makes it durable, once for a
-        whole burst (group commit). None: acknowledge as soon as taken."""
+        whole burst (group commit). None: acknowledge as soon as taken.
+        Also before a queued QoS 1/2 PUBLISH or a PUBREL leaves: a store
+        that defers its syncs (the bridge's) is made durable by f, once for
+        everything queued since."""
         self.sync = f
 
     def set_last_will(self, topic, msg, retain=False, qos=0, props=None):
@@ -215,6 +218,8 @@ class Core:
             raise  # larger than the whole buffer: retrying cannot help
         if new is not None:
             al[topic] = new  # known to the server once this PUBLISH is queued
+        if qos:
+            self.unsynced = True  # stored: durable (set_sync) before it leaves
         if not up:
             c.tlen = start  # stored: it goes out when the connection is back
         return pid
@@ -324,8 +329,8 @@ class Core:
 
     def out(self, now):
         """Bytes ready to send, conn.tx[conn.sent:conn.tlen]: what the
-        callbacks took is made durable (set_sync) before the
-        acknowledgements behind it leave."""
+        callbacks and the store took is made durable (set_sync) before the
+        packets behind it leave."""
         if self.unsynced:
             self.unsynced = False
             if self.sync is not None:
@@ -398,9 +403,10 @@ class Core:
                 if self.state == _UP:
                     f = self.flow
                     f.on_ack(c, p)
-                    if t == _PUBREL:
-                        self.unsynced = True  # a store's release is durable before PUBCOMP
-                    elif f.last_done == p.pid:
+                    # what the store recorded is durable before the next
+                    # send: a release before PUBCOMP, a PUBREC before PUBREL
+                    self.unsynced = True
+                    if f.last_done == p.pid:
                         # a publish completed, or (MQTT 5) was refused
                         f.last_done = 0
                         self.ack_pid = p.pid
