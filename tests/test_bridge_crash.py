@@ -20,7 +20,7 @@
 # [MQTT-4.3.3-2, MQTT-4.6.0-6].
 import pytest
 
-from crashsim import (SimFiles, FileSimFiles, PowerLoss, BrokerTx, BrokerRx, SendPoint, Stats,
+from crashsim import (sized, SimFiles, FileSimFiles, PowerLoss, BrokerTx, BrokerRx, SendPoint, Stats,
                       explore, ack)
 from umqtt3.broker import Broker
 from umqtt3.bridge import install, undo_cut
@@ -234,15 +234,15 @@ def test_bridge_runs_without_a_crash(world):
 
 @WORLDS
 def test_power_loss_at_every_step_of_the_bridge(world):
-    st = explore(world, None, (1, 2, 3), margin=0, double=False)
+    st = explore(world, None, *sized((1, 2, 3)), double=False)
     print("bridge crash points: %d single, interrupted: %r" % (st.single, st.kinds))
-    assert st.single > 1000
+    assert st.single > 500  # one seed: about 900 with one file per record, 4,000 with the log
     assert not st.failures, st.failures[:3]
 
 
 @pytest.mark.slow
 def test_double_power_loss(world=FileBridgeWorld):
-    st = explore(world, None, (1,), margin=20, double=True)
+    st = explore(world, None, *sized((1,), 20), double=True)
     print("bridge crash points: %d single, %d double" % (st.single, st.double))
     assert st.double > 100
     assert not st.failures, st.failures[:3]

@@ -21,7 +21,7 @@
 # message at least once, first arrivals in order.
 import pytest
 
-from crashsim import (SimFiles, FileSimFiles, PowerLoss, BrokerTx, BrokerRx, SendPoint, explore,
+from crashsim import (sized, SimFiles, FileSimFiles, PowerLoss, BrokerTx, BrokerRx, SendPoint, explore,
                       TOPIC, payload, key_of)
 from umqtt3.broker import Broker
 from umqtt3.bridge import install, undo_cut
@@ -345,15 +345,15 @@ def test_in_runs_without_a_crash(world):
 
 @WORLDS
 def test_power_loss_at_every_step_of_the_in_direction(world):
-    st = explore(world, None, (1, 2, 3), margin=0, double=False)
+    st = explore(world, None, *sized((1, 2, 3)), double=False)
     print("bridge in crash points: %d single, interrupted: %r" % (st.single, st.kinds))
-    assert st.single > 1000
+    assert st.single > 500  # one seed: about 900 with one file per record, 4,000 with the log
     assert not st.failures, st.failures[:3]
 
 
 @pytest.mark.slow
 def test_double_power_loss_in(world=FileInWorld):
-    st = explore(world, None, (1,), margin=20, double=True)
+    st = explore(world, None, *sized((1,), 20), double=True)
     print("bridge in crash points: %d single, %d double" % (st.single, st.double))
     assert st.double > 100
     assert not st.failures, st.failures[:3]
@@ -405,7 +405,7 @@ def test_power_loss_at_every_step_of_the_in_direction_qos1(world):
     w = world()
     done, _ = w.boot(0)
     assert done and not w.problems and w.sub.delivered == list(range(12)), w.problems
-    st = explore(world, None, (1, 2), margin=0, double=False)
+    st = explore(world, None, *sized((1, 2)), double=False)
     print("bridge in QoS 1 crash points: %d single" % st.single)
     assert st.single > 300
     assert not st.failures, st.failures[:3]
