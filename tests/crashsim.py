@@ -740,6 +740,24 @@ class Stats:
             self.single, self.double, len(self.failures))
 
 
+def settle(b, peers, done, problems, stalled):
+    """Poll broker b, its peers answering (peers() says whether anything
+    moved), until done() holds and nothing moved for four steps; if that
+    never comes, a problem: "stalled: " + stalled()."""
+    quiet = 0
+    for _ in range(4000):
+        b.poll_once(0)
+        moved = peers()
+        if done():
+            if not moved:
+                quiet += 1
+                if quiet > 3:
+                    return
+        else:
+            quiet = 0
+    problems.append("stalled: " + stalled())
+
+
 # The bridge's explorations take minutes at full size: the suite runs their
 # first seed and a third of the margin; UMQTT3_CRASH_FULL=1 runs them whole
 # (the counts in docs/figures.md are from whole runs).

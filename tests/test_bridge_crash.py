@@ -20,7 +20,7 @@
 # [MQTT-4.3.3-2, MQTT-4.6.0-6].
 import pytest
 
-from crashsim import (sized, SimFiles, FileSimFiles, PowerLoss, BrokerTx, BrokerRx, SendPoint, Stats,
+from crashsim import (sized, settle, settle, SimFiles, FileSimFiles, PowerLoss, BrokerTx, BrokerRx, SendPoint, Stats,
                       explore, ack)
 from umqtt3.broker import Broker
 from umqtt3.bridge import install, undo_cut
@@ -128,20 +128,9 @@ class BridgeWorld:
             b.attach(SendPoint(theirs, sim))
             self.node = Conn(mine, 1024, 1024)
             mine.write(_connect(b"p"))
-            quiet = 0
-            for _ in range(4000):
-                b.poll_once(0)
-                moved = self._peers()
-                if self._done():
-                    if not moved:
-                        quiet += 1
-                        if quiet > 3:
-                            break
-                else:
-                    quiet = 0
-            else:
-                self.problems.append("stalled: node %r, upstream holds %r, got %r"
-                                     % (self.tx.flight, self.up.held, self.up.delivered))
+            settle(b, self._peers, self._done, self.problems,
+                   lambda: "node %r, upstream holds %r, got %r"
+                   % (self.tx.flight, self.up.held, self.up.delivered))
             if b.errors:
                 self.problems.append("broker internal errors: %d" % b.errors)
             self._final()

@@ -21,7 +21,7 @@
 # message at least once, first arrivals in order.
 import pytest
 
-from crashsim import (sized, SimFiles, FileSimFiles, PowerLoss, BrokerTx, BrokerRx, SendPoint, explore,
+from crashsim import (sized, settle, settle, SimFiles, FileSimFiles, PowerLoss, BrokerTx, BrokerRx, SendPoint, explore,
                       TOPIC, payload, key_of)
 from umqtt3.broker import Broker
 from umqtt3.bridge import install, undo_cut
@@ -171,20 +171,9 @@ class InWorld:
             b.attach(SendPoint(theirs, sim))
             self.node = Conn(mine, 1024, 1024)
             mine.write(_bytes(encode_connect, b"s", 4, False, 0))
-            quiet = 0
-            for _ in range(4000):
-                b.poll_once(0)
-                moved = self._peers()
-                if self._done():
-                    if not moved:
-                        quiet += 1
-                        if quiet > 3:
-                            break
-                else:
-                    quiet = 0
-            else:
-                self.problems.append("stalled: upstream flights %r, subscriber holds %r, got %r"
-                                     % (self.up.flight, self.sub.held, self.sub.delivered))
+            settle(b, self._peers, self._done, self.problems,
+                   lambda: "upstream flights %r, subscriber holds %r, got %r"
+                   % (self.up.flight, self.sub.held, self.sub.delivered))
             if b.errors:
                 self.problems.append("broker internal errors: %d" % b.errors)
             self._final()
