@@ -96,6 +96,85 @@ def test_poll_once_in_a_user_loop():
         b.close()
 
 
+def _recv_all(c, wait=0.05):
+    data = b""
+    c.settimeout(wait)
+    try:
+        while True:
+            b = c.recv(4096)
+            if not b:
+                return data
+            data += b
+    except OSError:
+        return data
+
+
+def _fanout_steps(tmp, fanout):
+    # 20 persistent sessions (offline, with a store) on t; a publisher's 10
+    # QoS 1 PUBLISHes arrive in one gulp with another client's PINGREQ.
+    # Returns the PUBACKs the publisher had after each step and whether the
+    # PINGREQ was answered in the first step.
+    from umqtt3.codec import encode_publish, encode_subscribe
+    b = Broker(port=0, sys_interval=0, store=tmp, burst=64, fanout=fanout,
+               max_clients=30, max_sessions=30)
+    socks = []
+    try:
+        buf = bytearray(256)
+        for i in range(20):
+            c = socket.create_connection(("127.0.0.1", b.port), timeout=5)
+            socks.append(c)
+            n = encode_subscribe(buf, 0, 1, "t", 1)
+            c.sendall(bytes(connect_bytes("s%d" % i, clean=False)) + bytes(buf[:n]) + b"\xe0\x00")
+            for _ in range(5):
+                b.poll_once(10)
+        pub = socket.create_connection(("127.0.0.1", b.port), timeout=5)
+        other = socket.create_connection(("127.0.0.1", b.port), timeout=5)
+        socks += [pub, other]
+        pub.sendall(bytes(connect_bytes("pub")))
+        other.sendall(bytes(connect_bytes("other")))
+        for _ in range(5):
+            b.poll_once(10)
+        assert _recv_all(pub) == b"\x20\x02\x00\x00"
+        assert _recv_all(other) == b"\x20\x02\x00\x00"
+        burst = b""
+        for k in range(10):
+            n = encode_publish(buf, 0, "t", b"m%d" % k, 1, k + 1)
+            burst += bytes(buf[:n])
+        pub.sendall(burst)
+        other.sendall(b"\xc0\x00")  # PINGREQ
+        time.sleep(0.1)  # both in the kernel before the step
+        acks = []
+        pong = None
+        while sum(acks) < 10 and len(acks) < 40:
+            b.poll_once(100)
+            acks.append(_recv_all(pub, 0.02).count(b"\x40\x02"))
+            if pong is None:
+                pong = _recv_all(other, 0.02) == b"\xd0\x00"
+        assert sum(acks) == 10
+        # every session holds every message, once (routed, none lost)
+        held = [s.queued() for s in b.sessions().values() if s.cid[:1] in (b"s", "s")]
+        assert held == [10] * 20
+        return acks, pong
+    finally:
+        for c in socks:
+            c.close()
+        b.close()
+
+
+def test_fanout_limit_ends_a_publishers_turn(tmp_path):
+    # CPython's read-ahead: a publisher's burst lands in one gulp. Once its
+    # packets have routed `fanout` deliveries (20: one PUBLISH to 20
+    # sessions) its turn ends, the rest stays in memory for its next turn,
+    # and the other connection's PINGREQ is answered in the first step.
+    acks, pong = _fanout_steps(str(tmp_path / "a"), 20)
+    assert pong
+    assert acks == [1] * 10
+    # a limit above the burst's deliveries: the whole burst in one turn
+    acks, pong = _fanout_steps(str(tmp_path / "b"), 1000)
+    assert pong
+    assert acks == [10]
+
+
 def test_packets_left_over_by_the_burst_limit_are_not_stranded():
     # CPython only: socket links are read in large gulps (compat.server_link),
     # so packets can wait in memory where poll cannot see them. The broker

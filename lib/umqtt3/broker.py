@@ -268,10 +268,25 @@ class Broker(Core):
             work = self.bridge.step(now)  # the upstream clients' I/O; sets wait
             if self.bridge.wait < timeout_ms:
                 timeout_ms = self.bridge.wait
+        cl = self.clients
+        if self._hot:
+            # what the last step left in memory (a turn that reached the
+            # burst or fanout limit, TLS, a send buffer that drained): read
+            # before poll, so that what poll reports meanwhile has its turn
+            # in this step too, before the connection's next turn
+            self._hot = False
+            timeout_ms = 0
+            i = 0
+            while i < len(cl):
+                c = cl[i]
+                if c.kick and c.state != CLOSED:
+                    c.kick = False
+                    if not c.blocked and c.io is not None:  # (pipes: read below)
+                        work += self._read(c, now)
+                i += 1
         if self._poller is not None:
-            if self._pipes or self._hot:
+            if self._pipes:
                 timeout_ms = 0
-                self._hot = False
             else:
                 d = ticks_diff(self._deadline, now)
                 if d < timeout_ms:
@@ -291,7 +306,8 @@ class Broker(Core):
                 if c.blocked:
                     if e & (POLLHUP | POLLERR):
                         self.disconnect(c, "connection lost", True)
-                elif e & (POLLIN | POLLHUP | POLLERR):
+                elif e & (POLLIN | POLLHUP | POLLERR) and not c.kick:
+                    # (kick: its turn came before poll and left bytes: next step)
                     work += self._read(c, now)
             if incoming:
                 self._accept()
@@ -304,17 +320,11 @@ class Broker(Core):
                 work += self._read(c, now)
             i += 1
         # one write per connection per step, whatever the step routed to it
-        cl = self.clients
         i = 0
         while i < len(cl):
             c = cl[i]
-            if c.state != CLOSED:
-                if c.kick:
-                    c.kick = False
-                    if not c.blocked:
-                        work += self._read(c, now)
-                if c.state != CLOSED and self.wants_send(c):
-                    self._flush(c)
+            if c.state != CLOSED and self.wants_send(c):
+                self._flush(c)
             i += 1
         self._deadline = self.tick(self.ticks())
         if not work:
@@ -359,8 +369,13 @@ class Broker(Core):
 
     # ------------------------------------------------------------ one connection
     def _read(self, c, now):
-        """Read and hand over up to `burst` packets from one connection."""
+        """Read and hand over up to `burst` packets from one connection,
+        fewer once they have routed `fanout` deliveries (at least one): a
+        publisher fanning out to many sessions does not hold the others'
+        packets unread for its whole burst. What is left waits in the
+        socket (or in memory: _read_ahead) for the connection's next turn."""
         k = 0
+        self.routed = 0
         if isinstance(c.conn, Pending):
             k = self._read_pending(c, now)
             if c.state != CONNECTED:
@@ -370,8 +385,9 @@ class Broker(Core):
             return k + self._read_ahead(c, now)
         conn = c.conn
         burst = self.limits.burst
+        fan = self.limits.fanout
         try:
-            while k < burst and c.state != CLOSED:
+            while k < burst and self.routed < fan and c.state != CLOSED:
                 n = conn.recv()
                 if not n:
                     break
@@ -404,9 +420,10 @@ class Broker(Core):
         link = conn.link
         k = 0
         burst = self.limits.burst
+        fan = self.limits.fanout
         short = False
         try:
-            while k < burst and c.state != CLOSED:
+            while k < burst and self.routed < fan and c.state != CLOSED:
                 if link.pos >= link.end:
                     if short:
                         break
@@ -419,13 +436,15 @@ class Broker(Core):
                     rx = bytearray(conn.max_packet)
                     copy(rx, 0, conn.rx, 0, conn.got)
                     conn.rx = rx
-                link.pos, n, stalled = consume(self, c, link.buf, link.pos, link.end, now, burst - k)
+                link.pos, n, stalled = consume(self, c, link.buf, link.pos, link.end, now, burst - k, True,
+                                               fan)
                 k += n
                 if stalled:
                     self._flush(c)
                     if c.state == CLOSED:
                         break
-                    link.pos, n, stalled = consume(self, c, link.buf, link.pos, link.end, now, 1)
+                    link.pos, n, stalled = consume(self, c, link.buf, link.pos, link.end, now, 1, True,
+                                                   fan)
                     k += n
                     if stalled:
                         c.blocked = True  # the peer is not reading: wait
@@ -435,7 +454,8 @@ class Broker(Core):
             self.disconnect(c, "connection lost", True)
         held = link.pos < link.end or (self.tls is not None and compat.tls_held(link))
         if c.state != CLOSED and not c.blocked and held:
-            # bytes left in memory (burst limit, TLS): poll would not report them
+            # bytes left in memory (burst or fanout limit, TLS): poll would
+            # not report them
             c.kick = True
             self._hot = True
         return k

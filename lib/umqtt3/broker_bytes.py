@@ -14,9 +14,10 @@ from .compat import copy
 from .broker_core import CLOSED
 
 
-def consume(core, c, buf, off, end, now, limit, careful=True):
-    """Handle up to `limit` packets of buf[off:end] for connection c.
-    Returns (offset reached, packets handled, stalled). careful: stop
+def consume(core, c, buf, off, end, now, limit, careful=True, fan=0x3FFFFFFF):
+    """Handle up to `limit` packets of buf[off:end] for connection c, fewer
+    once core.routed (deliveries, counted from 0 by the caller) reaches
+    fan. Returns (offset reached, packets handled, stalled). careful: stop
     before a packet whose answers do not fit c's send buffer (stalled:
     flush, then call again)."""
     conn = c.conn
@@ -24,7 +25,7 @@ def consume(core, c, buf, off, end, now, limit, careful=True):
     rx = conn.rx
     k = 0
     try:
-        while k < limit and c.state != CLOSED:
+        while k < limit and core.routed < fan and c.state != CLOSED:
             got = conn.got
             if got:
                 # the rest of a packet begun earlier, through rx
@@ -74,6 +75,7 @@ def feed(core, c, data, now):
     """Bytes received for c: handle every packet they complete; a partial
     one waits in c.conn.rx for the next call. Returns the packets handled.
     The caller take()s what is due between calls."""
+    core.routed = 0
     return consume(core, c, data, 0, len(data), now, 0x7FFFFFFF, False)[1]
 
 

@@ -36,6 +36,7 @@ DESKTOP = (
     ("sys_interval", 10),
     ("backlog", 64),
     ("burst", 64),
+    ("fanout", 500),
     ("max_aliases", 64),
     ("max_keepalive", 0),
     ("max_levels", 0),
@@ -67,6 +68,8 @@ HELP = {
     "sys_interval": "seconds between $SYS updates (0: none)",
     "backlog": "connections the listening socket queues",
     "burst": "packets read from one connection per step",
+    "fanout": "deliveries those packets route per step before the next connection's turn"
+              " (at least one packet is read)",
     "max_aliases": "MQTT 5 topic aliases per client (0: none; beyond: DISCONNECT 0x94)",
     "max_keepalive": "MQTT 5: longest keep alive, seconds, imposed as server keep alive (0: none)",
     "max_levels": "levels in a topic name or filter (0: any); beyond closes the connection",

@@ -143,6 +143,9 @@ class Core(Stats):
         self.atopic = None  # a level-5 PUBLISH's topic and properties after
         self.aprops = None  # its topic alias (broker5.publish_in)
         self.nhit = -1  # sessions the last routing reached (-1: none routed)
+        # deliveries routed since the driver last set it to 0 (at each
+        # connection's turn): what limits.fanout bounds per turn
+        self.routed = 0
         self.acl = None  # broker_acl.Acl: topic access per user (None: all allowed)
         self.auth_methods = {}  # MQTT 5 enhanced authentication: name -> hook(data) -> rc
         # delayed wills: [due (uptime s), cid, topic, msg, qos, retain, props]
@@ -859,6 +862,7 @@ class Core(Stats):
         if own:
             n = subs.match(r.tsrc, r.toff, r.tn, r.src)
         self.nhit = n
+        self.routed += n
         hit = subs.hit
         hq = subs.hq
         qos = r.qos

@@ -37,6 +37,7 @@ class Limits:
     sys_interval = 10  # seconds between $SYS updates
     backlog = 4  # listen() backlog
     burst = 16  # packets read from one connection per step
+    fanout = 64  # deliveries those packets route per step before the next connection's turn
     max_aliases = 8  # MQTT 5 topic aliases a client may set (0: none)
     max_keepalive = 0  # MQTT 5: longest keep alive, seconds, imposed in CONNACK (0: the client's)
     max_levels = 0  # levels in a topic name or filter (0: any); beyond closes

@@ -56,6 +56,19 @@ def _record(out, op, path, data):
     out[j + 3] = c & 255
 
 
+def _written(path, data):
+    # the write record of path, on its own: what LogFiles keeps per file
+    r = bytearray()
+    _record(r, 0x57, path, data)
+    return bytes(r)
+
+
+def _data(r):
+    # the data a write record holds
+    n = (r[2] << 8) | r[3]
+    return r[8 + n:len(r) - 4]
+
+
 def _crc_from(out, i):
     import binascii
     return binascii.crc32(memoryview(out)[i:]) & 0xFFFFFFFF
@@ -91,10 +104,6 @@ def replay(b):
             break
         i = j + 4
     return files, i
-
-
-def _cost(path, data):
-    return 12 + len(path) + len(data)  # its record: header, path, data, CRC
 
 
 class AppendFiles(OSFiles):
@@ -139,6 +148,10 @@ def layout(path, files):
 
 
 class LogFiles:
+    # Each live file is kept as its write record (recs: path -> record), so
+    # a rewrite joins them instead of framing every file again: with many
+    # sessions' references live, the snapshot is one copy, not a loop in
+    # Python that holds the step up.
     def __init__(self, path, base):
         self.base = base  # the real files: append, write, rename, sync_dir
         self.dir = path
@@ -151,51 +164,61 @@ class LogFiles:
         if "log.t" in names:
             base.remove(self.tmp)  # a rewrite that never took place
         data = base.read(self.log) if "log" in names else b""
-        self.files, good = replay(data)
+        files, good = replay(data)
+        self.recs = {}
         self.live = 0  # bytes a snapshot of the files would take
-        for k in self.files:
-            self.live += _cost(k, self.files[k])
+        for k in files:
+            r = self.recs[k] = _written(k, files[k])
+            self.live += len(r)
+        files = None
         self.size = good
         if good != len(data) or "log" not in names:
             self._rewrite()  # a torn tail would hide what is appended after it
 
     # the files layer
     def write(self, path, data):
-        f = self.files
+        f = self.recs
         if path in f:
-            self.live -= _cost(path, f[path])
-        f[path] = bytes(data)
-        self.live += _cost(path, data)
-        _record(self.buf, 0x57, path, data)
+            self.live -= len(f[path])
+        r = f[path] = _written(path, data)
+        self.live += len(r)
+        self.buf.extend(r)
 
     def read(self, path):
         try:
-            return self.files[path]
+            return _data(self.recs[path])
         except KeyError:
             raise OSError(2, "no such file: " + path)
 
     def rename(self, a, b):
-        f = self.files
+        f = self.recs
         if a not in f:
             raise OSError(2, "no such file: " + a)
         if b in f:
-            self.live -= _cost(b, f[b])
-        data = f.pop(a)
-        f[b] = data
-        self.live += _cost(b, data) - _cost(a, data)
+            self.live -= len(f[b])
+        old = f.pop(a)
+        r = f[b] = _written(b, _data(old))
+        self.live += len(r) - len(old)
         _record(self.buf, 0x52, a, b.encode())
 
     def remove(self, path):
-        if path not in self.files:
+        if path not in self.recs:
             raise OSError(2, "no such file: " + path)
-        self.live -= _cost(path, self.files.pop(path))
+        self.live -= len(self.recs.pop(path))
         _record(self.buf, 0x44, path, b"")
+
+    def contents(self):
+        """{path: data} of every file (what a replay of the log gives)."""
+        f = {}
+        for k in self.recs:
+            f[k] = _data(self.recs[k])
+        return f
 
     def listdir(self, path):
         p = path.rstrip("/") + "/"
         n = len(p)
         names = {}
-        for k in self.files:
+        for k in self.recs:
             if k.startswith(p):
                 names[k[n:].split("/")[0]] = 1
         for k in self.dirs:
@@ -231,9 +254,7 @@ class LogFiles:
         self.buf = bytearray()
 
     def _rewrite(self):
-        snap = bytearray()
-        for k in self.files:
-            _record(snap, 0x57, k, self.files[k])
+        snap = b"".join(self.recs.values())
         b = self.base
         try:
             b.write(self.tmp, snap)

@@ -17,7 +17,7 @@ def _mrecords(b, store):
     """The m<k> records live in the store, in either layout."""
     b.commit()
     log = b.disk.log
-    names = listdir(store) if log is None else [k[len(store) + 1:] for k in log.files]
+    names = listdir(store) if log is None else [k[len(store) + 1:] for k in log.contents()]
     return sorted(n for n in names if n[:1] == "m" and n[1:].isdigit())
 
 

@@ -345,3 +345,93 @@ def test_send_buffer_grows_on_demand():
                 assert [m[1] for m in sub.messages(1)] == [b"%d" % pid * n]
             assert 4096 < len(conn.tx) <= 16384
             assert 4096 < len(b.sessions()[b"s"].rbuf) <= 16384
+
+
+# ---------------------------------------------------------------- fairness: fanout
+
+def _enc(fn, *a, **kw):
+    buf = bytearray(256)
+    return bytes(buf[:fn(buf, 0, *a, **kw)])
+
+
+def _drain(end):
+    out = bytearray(4096)
+    got = b""
+    while True:
+        n = end.readinto(out, len(out))
+        if not n:
+            return got
+        got += bytes(out[:n])
+
+
+def _types(data):
+    # the packet types in data, whole packets of a one-byte remaining length
+    ts = []
+    i = 0
+    while i + 1 < len(data):
+        ts.append(data[i] >> 4)
+        i += 2 + data[i + 1]
+    return ts
+
+
+def _fan_burst(fanout):
+    # Over pipes (the device's driver: one packet per recv): 8 sessions on
+    # t, a publisher's 10 QoS 1 PUBLISHes to t and another client's PINGREQ
+    # all waiting before the first step. Returns the PUBACKs the publisher
+    # had after each step until all came, and the step that answered the
+    # PINGREQ.
+    from umqtt3.broker import Broker
+    from umqtt3.transport import Pipe
+    from broker_harness import connect_bytes
+    b = Broker(port=None, sys_interval=0, max_clients=12, burst=16, fanout=fanout)
+    try:
+        ends = []
+        for i in range(10):
+            mine, theirs = Pipe.pair(4096)
+            b.attach(theirs)
+            mine.write(connect_bytes("c%d" % i))
+            ends.append(mine)
+        subs = ends[:8]
+        pub = ends[8]
+        other = ends[9]
+        for s in subs:
+            s.write(_enc(codec.encode_subscribe, 1, "t", 0))
+        b.poll_once(0)
+        b.poll_once(0)
+        for e in ends:
+            _drain(e)  # CONNACKs, SUBACKs
+        for k in range(10):
+            pub.write(_enc(codec.encode_publish, "t", b"%d" % k, 1, k + 1))
+        other.write(b"\xc0\x00")  # PINGREQ
+        acks = []
+        pong = None
+        seen = [b""] * 8
+        for step in range(1, 30):
+            b.poll_once(0)
+            acks.append(_types(_drain(pub)).count(PUBACK))
+            if pong is None and PINGRESP in _types(_drain(other)):
+                pong = step
+            for i in range(8):
+                seen[i] += _drain(subs[i])
+            if sum(acks) == 10:
+                break
+        for i in range(8):
+            assert _types(seen[i]) == [3] * 10  # every message to every session, none lost
+            assert seen[i].count(b"t") == 10
+        return acks, pong
+    finally:
+        b.close()
+
+
+def test_fanout_limit_lets_the_other_connections_in():
+    # A publisher whose packets routed `fanout` deliveries (here 8: one
+    # PUBLISH to 8 sessions) ends its turn: the rest of its burst waits for
+    # its next turn while the others' packets are read. At least one packet
+    # is read per turn, so nothing starves and nothing is lost.
+    acks, pong = _fan_burst(8)
+    assert pong == 1
+    assert acks == [1] * 10
+    # the limit is what does it: a large one routes the whole burst in one turn
+    acks, pong = _fan_burst(1000)
+    assert pong == 1
+    assert acks == [10]

@@ -33,7 +33,7 @@ def test_changes_come_back_after_a_commit():
     log.remove(d + "/r0")
     log.commit()
     again = LogFiles(d, AppendFiles())
-    assert again.files == {d + "/s0/b": b"one"}
+    assert again.contents() == {d + "/s0/b": b"one"}
     assert again.listdir(d) == ["s0"] and again.listdir(d + "/s0") == ["b"]
     assert sorted(os.listdir(d)) == ["log"]  # the layout: one file
     rmtree(d)
