@@ -92,9 +92,9 @@ def _adopt(path, base, blog):
             return
     except OSError:
         return
-    old = LogFiles(path, base)
-    for k in old.files:
-        blog.write(k, old.files[k])
+    old = LogFiles(path, base).contents()
+    for k in old:
+        blog.write(k, old[k])
     blog.commit()
     base.remove(path + "/log")
 

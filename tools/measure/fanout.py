@@ -154,7 +154,8 @@ def probe(port, seconds, pub, every=0.05):
     rts = []
     pid = 1
     end = time.monotonic() + seconds
-    while time.monotonic() < end and pub.is_alive():
+    # at least one round trip, even when the publisher is done first
+    while not rts or (time.monotonic() < end and pub.is_alive()):
         pid = pid % 60000 + 1
         t0 = time.monotonic()
         c.send(encode_publish, "probe/rt", b"ping", 1, pid)
