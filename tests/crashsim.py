@@ -740,6 +740,34 @@ class Stats:
             self.single, self.double, len(self.failures))
 
 
+def frozen_ms():
+    """The bridge's worlds' clock: time stands still, so how many packets
+    one poll handles does not depend on the machine's speed."""
+    return 1000
+
+
+class GatewayWorld:
+    """What the bridge's crash worlds (tests/test_bridge_crash.py, out;
+    tests/test_bridge_crash_in.py, in) share: the uplink is a pipe whose
+    sends are steps, and a boot (_boot, the world's own) runs with the
+    client's clock stopped, so the steps repeat."""
+
+    def _uplink(self):
+        from umqtt3.transport import Pipe, Conn
+        mine, theirs = Pipe.pair(4096)
+        self.uconn = Conn(theirs, 1024, 1024)
+        return SendPoint(mine, self.sim)
+
+    def boot(self, crash_at):
+        import umqtt3.client as client_mod
+        saved = client_mod.ticks_ms
+        client_mod.ticks_ms = frozen_ms
+        try:
+            return self._boot(crash_at)
+        finally:
+            client_mod.ticks_ms = saved
+
+
 def settle(b, peers, done, problems, stalled):
     """Poll broker b, its peers answering (peers() says whether anything
     moved), until done() holds and nothing moved for four steps; if that

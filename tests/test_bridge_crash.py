@@ -20,7 +20,8 @@
 # [MQTT-4.3.3-2, MQTT-4.6.0-6].
 import pytest
 
-from crashsim import (sized, settle, settle, SimFiles, FileSimFiles, PowerLoss, BrokerTx, BrokerRx, SendPoint, Stats,
+from crashsim import (GatewayWorld, frozen_ms, sized, settle,
+                      SimFiles, FileSimFiles, PowerLoss, BrokerTx, BrokerRx, SendPoint, Stats,
                       explore, ack)
 from umqtt3.broker import Broker
 from umqtt3.bridge import install, undo_cut
@@ -28,11 +29,7 @@ from umqtt3.codec import (decode, encode_connect, Packet, CONNECT, PUBLISH, PUBR
                           PINGRESP, DISCONNECT, encode_simple)
 from umqtt3.codec_server import encode_connack
 from umqtt3.transport import Pipe, Conn
-import umqtt3.client as client_mod
 
-
-def _now():
-    return 1000
 
 
 class Upstream(BrokerRx):
@@ -72,7 +69,7 @@ def _connect(cid):
     return bytes(b[:encode_connect(b, 0, cid, 4, False, 0)])
 
 
-class BridgeWorld:
+class BridgeWorld(GatewayWorld):
     CONFIGS = {1: (12, 3, 4, 2, 2), 2: (10, 2, 3, 1, 1), 3: (12, 4, 5, 3, 3)}
     SIM = SimFiles  # the broker's store is one log; the client's store one file per record
 
@@ -96,21 +93,6 @@ class BridgeWorld:
         w.problems = list(self.problems)
         return w
 
-    def _uplink(self):
-        mine, theirs = Pipe.pair(4096)
-        self.uconn = Conn(theirs, 1024, 1024)
-        return SendPoint(mine, self.sim)
-
-    def boot(self, crash_at):
-        # the time stands still: how many packets one poll handles must not
-        # depend on the machine's speed, or the steps would not repeat
-        saved = client_mod.ticks_ms
-        client_mod.ticks_ms = _now
-        try:
-            return self._boot(crash_at)
-        finally:
-            client_mod.ticks_ms = saved
-
     def _boot(self, crash_at):
         sim = self.sim = self.SIM(self.files, crash_at)
         self.node = None
@@ -118,7 +100,7 @@ class BridgeWorld:
         self.acked = False
         try:
             undo_cut("/g", sim)
-            b = Broker(port=None, store="/g", files=sim, sys_interval=0, clock=_now,
+            b = Broker(port=None, store="/g", files=sim, sys_interval=0, clock=frozen_ms,
                        max_inflight=self.inflight, max_queued=16, max_qos2_in=4)
             install(b, [{"name": "up", "rules": ["a/# out 2"], "link": self._uplink,
                          "status_topic": None, "window": self.up_window, "queue_size": 32,

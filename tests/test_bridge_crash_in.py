@@ -21,7 +21,8 @@
 # message at least once, first arrivals in order.
 import pytest
 
-from crashsim import (sized, settle, settle, SimFiles, FileSimFiles, PowerLoss, BrokerTx, BrokerRx, SendPoint, explore,
+from crashsim import (GatewayWorld, frozen_ms, sized, settle,
+                      SimFiles, FileSimFiles, PowerLoss, BrokerTx, BrokerRx, SendPoint, explore,
                       TOPIC, payload, key_of)
 from umqtt3.broker import Broker
 from umqtt3.bridge import install, undo_cut
@@ -30,11 +31,7 @@ from umqtt3.codec import (decode, encode_connect, encode_subscribe, encode_simpl
                           PINGRESP, DISCONNECT, encode_publish, encode_ack)
 from umqtt3.codec_server import encode_connack, encode_suback
 from umqtt3.transport import Pipe, Conn
-import umqtt3.client as client_mod
 
-
-def _now():
-    return 1000
 
 
 def _bytes(f, *a):
@@ -117,7 +114,7 @@ class Subscriber(BrokerRx):
             self.receive(data, out)
 
 
-class InWorld:
+class InWorld(GatewayWorld):
     CONFIGS = {1: (12, 3, 4, 2), 2: (10, 2, 3, 1), 3: (12, 4, 5, 3)}
     SIM = SimFiles  # the broker's store is one log (with the client's inbound records)
     UP = Upstream
@@ -143,26 +140,13 @@ class InWorld:
         w.problems = list(self.problems)
         return w
 
-    def _uplink(self):
-        mine, theirs = Pipe.pair(4096)
-        self.uconn = Conn(theirs, 1024, 1024)
-        return SendPoint(mine, self.sim)
-
-    def boot(self, crash_at):
-        saved = client_mod.ticks_ms
-        client_mod.ticks_ms = _now  # the steps must not depend on the machine's speed
-        try:
-            return self._boot(crash_at)
-        finally:
-            client_mod.ticks_ms = saved
-
     def _boot(self, crash_at):
         sim = self.sim = self.SIM(self.files, crash_at)
         self.node = None
         self.uconn = None
         try:
             undo_cut("/g", sim)
-            b = Broker(port=None, store="/g", files=sim, sys_interval=0, clock=_now,
+            b = Broker(port=None, store="/g", files=sim, sys_interval=0, clock=frozen_ms,
                        max_inflight=self.inflight, max_queued=16, max_qos2_in=4)
             install(b, [{"name": "up", "rules": [self.RULE], "link": self._uplink,
                          "status_topic": None, "window": 2, "backoff_ms": (1, 1)}], files=sim)
