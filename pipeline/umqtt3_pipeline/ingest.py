@@ -186,12 +186,14 @@ def main(argv=None):
     ap.add_argument("--share", metavar="GROUP",
                     help="subscribe as a member of the shared subscription $share/GROUP/... "
                     "(MQTT 5)")
-    ap.add_argument("--level", type=int, choices=(4, 5), help="MQTT 3.1.1 (4) or 5 "
-                    "(default: 5 with --share, else 4)")
+    ap.add_argument("--level", type=int, choices=(4, 5), default=5,
+                    help="MQTT 5 (default: the broker's window is the ingest's Receive Maximum, "
+                    "up to the broker's cap) or 3.1.1 (4: the broker's --max-inflight), for a "
+                    "broker without MQTT 5")
     a = ap.parse_args(argv)
     if a.share is not None and (not a.share or "/" in a.share or "+" in a.share or "#" in a.share):
         ap.error("--share %r: a group name has no '/', '+' or '#' [MQTT-4.8.2-2]" % a.share)
-    level = a.level or (5 if a.share else 4)
+    level = a.level
     if a.share and level != 5:
         ap.error("--share needs MQTT 5 (--level 5)")
     topics = [t for t in a.topics.split(",") if t]
