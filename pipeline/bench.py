@@ -5,7 +5,8 @@ measured in the same run; and the end-to-end latency.
 
     python -m pipeline.bench [--messages 40000] [--naive-messages N] [--rounds 2]
         [--only naive,ingest,ingest2,noop,job,job2,run,run2,spark,latency,latency2]
-        [--parts 2] [--broker-inflight 32] [--min-rows N] [--max-delay S]
+        [--parts 2] [--broker-inflight 32] [--broker-inflight-v5 1024] [--ingest-level 5]
+        [--min-rows N] [--max-delay S]
         [--conf KEY=VALUE] [--progress]
 
 Every throughput measurement is the same: two publisher processes put N
@@ -41,8 +42,10 @@ reading's publish to the first Parquet file holding its window, beside the
 naive subscriber's publish to fsync (latency()).
 
 The header and the last line give the load average and the disk's fdatasync
-time: with the broker's in-flight window of 32 messages, one ingest makes at
-most 32 messages per fsync, so a slow fsync caps it.
+time: one ingest makes at most one in-flight window of messages per fsync, so a
+slow fsync caps it: at MQTT 3.1.1 (--ingest-level 4) our broker's window for
+every client (--broker-inflight, 32), at MQTT 5 the ingest's Receive Maximum up
+to --broker-inflight-v5 (1024).
 """
 import argparse
 import json
@@ -674,8 +677,8 @@ def main():
                     help="ingest processes under one shared subscription for the ingest2, job2 "
                     "and latency2 rows")
     ap.add_argument("--broker-inflight", type=int, default=32,
-                    help="our broker's --max-inflight: messages it sends a subscriber before "
-                    "it waits for acknowledgements (its default: 32)")
+                    help="our broker's --max-inflight: messages it sends an MQTT 3.1.1 "
+                    "subscriber before it waits for acknowledgements (its default: 32)")
     ap.add_argument("--broker-inflight-v5", type=int, default=1024,
                     help="our broker's --max-inflight-v5: the same for an MQTT 5 subscriber, "
                     "whose Receive Maximum (the ingest's: 65535) it honours up to this "
