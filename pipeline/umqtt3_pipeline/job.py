@@ -101,7 +101,7 @@ def spark_conf(shuffle_partitions=None, ui=False, conf=()):
 
 
 def readings(spark, broker, topics, path, qos=1, client_id="umqtt3-telemetry", max_rows=0,
-             trim=True, min_rows=0, max_delay=1.0, external=False, level=4):
+             trim=True, min_rows=0, max_delay=1.0, external=False, level=5):
     """The stream of parsed readings (rows with a value). external: the
     logs under path are written by ingest processes of their own."""
     r = spark.readStream.format("umqtt3")
@@ -192,7 +192,7 @@ def _refuse(pkt, redelivered):
     raise _Queued()  # not taken: no acknowledgement, the broker keeps it
 
 
-def ensure_session(broker, topics, qos, client_id, level=4):
+def ensure_session(broker, topics, qos, client_id, level=5):
     """Make sure the broker holds the persistent session of client_id, so
     that it keeps what is published from now on for the ingest, even before
     Spark has started it. A message the broker delivers meanwhile is refused
