@@ -5,7 +5,8 @@ measured in the same run; and the end-to-end latency.
 
     python -m pipeline.bench [--messages 40000] [--naive-messages N] [--rounds 2]
         [--only naive,ingest,ingest2,noop,job,job2,run,run2,spark,latency,latency2]
-        [--parts 2] [--broker-inflight 32] [--min-rows N] [--max-delay S]
+        [--parts 2] [--broker-inflight 32] [--broker-inflight-v5 1024] [--ingest-level 5]
+        [--min-rows N] [--max-delay S]
         [--conf KEY=VALUE] [--progress]
 
 Every throughput measurement is the same: two publisher processes put N
@@ -41,8 +42,10 @@ reading's publish to the first Parquet file holding its window, beside the
 naive subscriber's publish to fsync (latency()).
 
 The header and the last line give the load average and the disk's fdatasync
-time: with the broker's in-flight window of 32 messages, one ingest makes at
-most 32 messages per fsync, so a slow fsync caps it.
+time: one ingest makes at most one in-flight window of messages per fsync, so a
+slow fsync caps it: at MQTT 3.1.1 (--ingest-level 4) our broker's window for
+every client (--broker-inflight, 32), at MQTT 5 the ingest's Receive Maximum up
+to --broker-inflight-v5 (1024).
 """
 import argparse
 import json
@@ -153,8 +156,9 @@ class Ingests:
     shared subscription $share/<group>/<topics> (k > 1), each into
     root/<name>: the scale-out of docs/pipeline.md."""
 
-    def __init__(self, broker, root, k, cid, topics):
+    def __init__(self, broker, root, k, cid, topics, level=4):
         self.broker, self.root, self.cid, self.topics = broker, root, cid, topics
+        self.level = level  # of one ingest alone; several share at MQTT 5
         self.names = ["p%d" % i for i in range(k)]
         self.procs = []
         self.at = {}
@@ -162,9 +166,10 @@ class Ingests:
     def start(self):
         import subprocess
         from tools import procs
-        # one alone subscribes plainly (MQTT 3.1.1): a shared subscription
-        # needs MQTT 5, which costs our broker more CPU per message
-        share = ["--share", self.cid] if len(self.names) > 1 else []
+        # one alone subscribes plainly, at --ingest-level; a shared
+        # subscription needs MQTT 5
+        share = (["--share", self.cid] if len(self.names) > 1
+                 else ["--level", str(self.level)])
         self.procs = [subprocess.Popen(
             [sys.executable, "-m", "umqtt3_pipeline.ingest", "--log",
              os.path.join(self.root, name), "--broker", "127.0.0.1:%d" % self.broker.port,
@@ -203,7 +208,7 @@ class Ingests:
             drop_session(self.broker, "%s-%s" % (self.cid, name))
 
 
-def ingest(broker, msgs, tmp, parts=1):
+def ingest(broker, msgs, tmp, parts=1, level=4):
     """The umqtt3 ingest alone: broker to durable log; with parts > 1 that
     many ingest processes under one shared subscription. Returns msg/s and
     messages per fsync (one ingest only, else None)."""
@@ -229,12 +234,12 @@ def ingest(broker, msgs, tmp, parts=1):
         ings.drop()
         shutil.rmtree(os.path.join(tmp, cid))
         return n / dt, None
-    ensure_session("127.0.0.1:%d" % broker.port, prefix + "/+/+", 1, cid)
+    ensure_session("127.0.0.1:%d" % broker.port, prefix + "/+/+", 1, cid, level)
     join(publish(broker, n, prefix))  # the backlog, queued by the broker
     m = metered(broker)
     t0 = time.perf_counter()
     ing = Ingest(os.path.join(tmp, "ingest-log"), "127.0.0.1:%d" % broker.port,
-                 [prefix + "/+/+"], cid).start()
+                 [prefix + "/+/+"], cid, level=level).start()
     end = time.monotonic() + 600
     while ing.log.durable()[1] < n:
         ing.check()
@@ -372,7 +377,7 @@ def counted(out):
 
 
 def spark_run(spark, broker, msgs, tmp, k, sink="job", show=False, batch=(), parts=1,
-              running=False):
+              running=False, level=4):
     """broker -> ingest log -> committed batch of the telemetry job (sink
     "job"), or of the bare source into Spark's noop sink ("noop"). parts 1:
     the job's own ingest (on the driver); more, or running: that many ingest
@@ -396,9 +401,9 @@ def spark_run(spark, broker, msgs, tmp, k, sink="job", show=False, batch=(), par
     a = job.parser().parse_args(["--broker", "127.0.0.1:%d" % broker.port, "--log", d + "/log",
                                  "--out", d + "/out", "--checkpoint", d + "/ckpt",
                                  "--client-id", cid, "--trigger", "0.001", "--max-rows", "0",
-                                 "--topics", topics] + list(batch)
+                                 "--topics", topics, "--level", str(level)] + list(batch)
                                 + (["--ingest", "external"] if external else []))
-    ings = Ingests(broker, a.log, parts, cid, topics) if external else None
+    ings = Ingests(broker, a.log, parts, cid, topics, level) if external else None
 
     def start():
         if ings is not None:
@@ -406,9 +411,9 @@ def spark_run(spark, broker, msgs, tmp, k, sink="job", show=False, batch=(), par
         if sink == "job":
             return job.start(spark, a)
         if not external:
-            job.ensure_session(a.broker, topics, 1, cid)
+            job.ensure_session(a.broker, topics, 1, cid, a.level)
         return (job.readings(spark, a.broker, topics, a.log, 1, cid, min_rows=a.min_rows,
-                             max_delay=a.max_delay, external=external)
+                             max_delay=a.max_delay, external=external, level=a.level)
                 .writeStream.format("noop")
                 .option("checkpointLocation", a.checkpoint).trigger(processingTime="0 seconds")
                 .start())
@@ -672,8 +677,15 @@ def main():
                     help="ingest processes under one shared subscription for the ingest2, job2 "
                     "and latency2 rows")
     ap.add_argument("--broker-inflight", type=int, default=32,
-                    help="our broker's --max-inflight: messages it sends a subscriber before "
-                    "it waits for acknowledgements (its default: 32)")
+                    help="our broker's --max-inflight: messages it sends an MQTT 3.1.1 "
+                    "subscriber before it waits for acknowledgements (its default: 32)")
+    ap.add_argument("--broker-inflight-v5", type=int, default=1024,
+                    help="our broker's --max-inflight-v5: the same for an MQTT 5 subscriber, "
+                    "whose Receive Maximum (the ingest's: 65535) it honours up to this "
+                    "(its default: 1024)")
+    ap.add_argument("--ingest-level", type=int, choices=(4, 5), default=5,
+                    help="MQTT level of the ingest in the one-ingest rows (ingest, job, run); "
+                    "several ingests share a subscription at 5")
     ap.add_argument("--min-rows", type=int, help="the job's --min-rows for the Spark runs "
                     "(default: the job's)")
     ap.add_argument("--max-delay", type=float, help="the job's --max-delay (default: the job's)")
@@ -696,9 +708,13 @@ def main():
     t_start = time.perf_counter()
     tmp = tempfile.mkdtemp(prefix="umqtt3-bench-pipeline-")
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    # its offline queue per session: the largest it takes (max_inflight + max_queued < 65535)
-    broker = Broker(store=None, max_queued=65535 - a.broker_inflight - 1,
-                    args=["--max-inflight", str(a.broker_inflight)]).start()
+    # its offline queue per session: the largest it takes (max_inflight and
+    # max_inflight_v5 + max_queued < 65535), bounded by count alone: 40,000
+    # readings cost more than the desktop's 16 MB of queued bytes per client
+    window = max(a.broker_inflight, a.broker_inflight_v5)
+    broker = Broker(store=None, max_queued=65535 - window - 1,
+                    args=["--max-inflight", str(a.broker_inflight), "--max-inflight-v5",
+                          str(a.broker_inflight_v5), "--max-queued-bytes", "0"]).start()
     try:
         import pyspark
         from umqtt3_pipeline import job
@@ -708,9 +724,11 @@ def main():
         spark = session("local[2]", app="umqtt3-bench", conf=conf)
         spark.sparkContext.setLogLevel("ERROR")
         msgs = backlog(a.messages, "bench")
-        print("umqtt3 pipeline benchmark: our broker on 127.0.0.1:%d (--max-inflight %d), a "
-              "backlog of %d messages a round, %d round(s)"
-              % (broker.port, a.broker_inflight, a.messages, a.rounds))
+        print("umqtt3 pipeline benchmark: our broker on 127.0.0.1:%d (--max-inflight %d, "
+              "--max-inflight-v5 %d), a backlog of %d messages a round, %d round(s); one "
+              "ingest at MQTT %s" % (broker.port, a.broker_inflight, a.broker_inflight_v5,
+                                     a.messages, a.rounds, "5" if a.ingest_level == 5
+                                     else "3.1.1"))
         print("  python: %s" % python_version())
         print("  pyspark %s (local[2]), paho-mqtt %s, %d cores, load average %s, fdatasync "
               "%.2f ms (median)" % (pyspark.__version__, dist_version("paho-mqtt"),
@@ -738,17 +756,20 @@ def main():
                 if key == "naive":
                     r = naive(broker, msgs[:a.naive_messages or len(msgs)], tmp)
                 elif key.startswith("ingest"):
-                    r, ps = ingest(broker, msgs, tmp, a.parts if key == "ingest2" else 1)
+                    r, ps = ingest(broker, msgs, tmp, a.parts if key == "ingest2" else 1,
+                                   a.ingest_level)
                     if ps:
                         per_sync.append(ps)
                 elif key == "spark":
                     r, nb, st = spark_only(spark, msgs, tmp, k, a.progress, batch)
                 elif key.startswith("run"):
                     r, nb, st = spark_run(spark, broker, msgs, tmp, k, "job", a.progress, batch,
-                                          a.parts if key == "run2" else 1, running=True)
+                                          a.parts if key == "run2" else 1, running=True,
+                                          level=a.ingest_level)
                 else:
                     r, nb, st = spark_run(spark, broker, msgs, tmp, k, key.rstrip("2"),
-                                          a.progress, batch, a.parts if key == "job2" else 1)
+                                          a.progress, batch, a.parts if key == "job2" else 1,
+                                          level=a.ingest_level)
                     if st:
                         after[key].append(st)
                 rows[key].append(r)

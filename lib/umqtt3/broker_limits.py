@@ -25,6 +25,8 @@ class Limits:
     txsize = 0  # send buffer per connection (at least max_packet)
     max_subs = 16  # subscriptions per client
     max_inflight = 8  # outbound QoS 1/2 messages awaiting an ack, per client
+    # the same for an MQTT 5 client: its Receive Maximum, at most this
+    max_inflight_v5 = 8
     ring_size = 0  # bytes that hold those (at least max_packet)
     max_qos2_in = 32  # inbound QoS 2 ids held until PUBREL, per client
     max_queued = 32  # messages queued per client, offline or slow
@@ -60,6 +62,8 @@ class Limits:
         # queued QoS 1/2 messages hold their packet ids too (Session.new_pid)
         if self.max_inflight + self.max_queued >= 65535:
             raise ValueError("max_inflight + max_queued must stay below 65535")
+        if self.max_inflight_v5 + self.max_queued >= 65535:
+            raise ValueError("max_inflight_v5 + max_queued must stay below 65535")
         # a queued message is up to max_packet bytes: a byte budget below
         # that (the device's, with a larger max_packet) is raised to it, or
         # such a message would be refused for ever

@@ -247,8 +247,9 @@ _NONE = []  # type: list  # an empty queue, shared: never added to (_push)
 class Session:
     # What MQTT 5 adds, as class attributes: an instance holds its own only
     # once they differ, so a 3.1.1 session costs no RAM for them. level:
-    # the protocol level frames are built for; maxpkt and rmax: the
-    # client's maximum packet size (0: any) and receive maximum; expiry:
+    # the protocol level frames are built for; maxpkt: the client's maximum
+    # packet size (0: any); rmax: the most QoS 1/2 messages in flight to it,
+    # set at attach once the session has been MQTT 5 (_window); expiry:
     # the session expiry interval (s), exp_at: the broker uptime (s) at
     # which it ends (-1: never); fsid: subscription identifiers, with
     # filters once one is given; tam: how many topic aliases of the
@@ -682,14 +683,51 @@ class Session:
         return self.unsent or self.queued()
 
     # ------------------------------------------------------------ in-flight ring
+    def _window(self, v):
+        # The most QoS 1/2 messages in flight to a client: max_inflight at
+        # MQTT 3.1.1; at MQTT 5 its Receive Maximum [MQTT-3.3.4-9] (65535
+        # when absent, 3.2.2.3.3 of CONNECT), at most max_inflight_v5 (4.9:
+        # a sender may keep fewer in flight than the receiver allows).
+        # v: the connection's broker5.V5, None at MQTT 3.1.1.
+        lim = self.lim
+        if v is None:
+            return lim.max_inflight
+        return v.rmax if v.rmax < lim.max_inflight_v5 else lim.max_inflight_v5
+
     def _ring(self):
-        # the bytes start at most RING_START and grow on demand (_grow)
-        ns = self.lim.max_inflight
-        self.rbuf = bytearray(self.lim.ring if self.lim.ring < RING_START else RING_START)
-        self.s_pid = [0] * ns
-        self.s_off = [0] * ns
-        self.s_len = [0] * ns
-        self.s_st = bytearray(ns)
+        # the bytes start at most RING_START and grow on demand (_grow);
+        # one slot per message the client's window takes (a session
+        # restored before its client attaches: the level's largest)
+        lim = self.lim
+        if self.level != 5:
+            ns = lim.max_inflight
+        else:
+            ns = self.rmax if self.rmax < lim.max_inflight_v5 else lim.max_inflight_v5
+        self.rbuf = bytearray(lim.ring if lim.ring < RING_START else RING_START)
+        self._slots(ns)
+
+    def _slots(self, ns):
+        # ns slots; the live ones of the slots before keep their order,
+        # moved to the front
+        pids = [0] * ns
+        offs = [0] * ns
+        lens = [0] * ns
+        sts = bytearray(ns)
+        if self.s_st is not None:
+            n = len(self.s_st)
+            i = 0
+            while i < self.rcount:
+                k = (self.rhead + i) % n
+                pids[i] = self.s_pid[k]
+                offs[i] = self.s_off[k]
+                lens[i] = self.s_len[k]
+                sts[i] = self.s_st[k]
+                i += 1
+            self.rhead = 0
+        self.s_pid = pids
+        self.s_off = offs
+        self.s_len = lens
+        self.s_st = sts
 
     def _fit(self, n):
         """Where n contiguous ring bytes in a free slot start, or -1."""
@@ -697,7 +735,7 @@ class Session:
             self._ring()
         ns = len(self.s_st)
         cnt = self.rcount
-        if cnt >= ns or cnt >= self.rmax:  # the client's receive maximum [MQTT-3.3.4-9]
+        if cnt >= ns or cnt >= self.rmax:  # the client's window (_window) [MQTT-3.3.4-9]
             return -1
         size = len(self.rbuf)
         if not cnt:
@@ -877,10 +915,11 @@ class Session:
         if self.exp_at >= 0:
             self.exp_at = -1
         v = client.v5
+        win = 0
         if v is not None or self.level == 5:
             self.level = 4 if v is None else 5
             self.maxpkt = 0 if v is None else v.maxpkt
-            self.rmax = 65535 if v is None else v.rmax
+            self.rmax = win = self._window(v)
             # the broker's topic aliases start afresh with each connection [MQTT-3.3.2-7]
             tam = 0 if v is None else v.tam
             lim = self.lim.max_aliases
@@ -889,6 +928,8 @@ class Session:
                 self.oal = [] if self.tam else None
         if self.rbuf is None:
             return
+        if len(self.s_st) < win:
+            self._slots(win)  # a larger window than the ring was made for
         ns = len(self.s_st)
         self.unsent = 0
         i = 0

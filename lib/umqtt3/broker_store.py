@@ -444,7 +444,8 @@ class Disk:
 
     def _store(self, d):
         lim = self.lim
-        return _Refs(d, self.fs, lim.max_inflight + lim.max_queued + lim.max_qos2_in, self)
+        n = lim.max_inflight if lim.max_inflight > lim.max_inflight_v5 else lim.max_inflight_v5
+        return _Refs(d, self.fs, n + lim.max_queued + lim.max_qos2_in, self)
 
     # ------------------------------------------------------------ messages
     def msg_last(self, m, level):

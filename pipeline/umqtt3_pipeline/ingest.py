@@ -57,9 +57,10 @@ class LogStore(MemoryStore):
 # At MQTT 5 the client's window is its Receive Maximum: how many QoS 1/2
 # messages the broker may send before it waits for acknowledgements
 # [MQTT-3.3.4-9]. The client's default (8) held the ingest to 8 messages per
-# fsync, a 40th of what our broker's window gives an MQTT 3.1.1 session
-# (measured: docs/pipeline.md); the largest leaves the broker's own window
-# as the limit. The ingest publishes nothing, so the window costs no memory.
+# fsync (measured: docs/pipeline.md); with the largest, the broker's cap is
+# the limit (ours: max_inflight_v5, 1024 on the desktop; mosquitto 2.0:
+# none), not its window for MQTT 3.1.1 clients (32 and 20): hence level 5
+# by default. The ingest publishes nothing, so the window costs no memory.
 RECEIVE_MAX = 65535
 
 
@@ -77,7 +78,7 @@ class Ingest:
 
     def __init__(self, path, broker="127.0.0.1:1883", topics=("#",), client_id="umqtt3-spark",
                  qos=1, keepalive=30, segment_bytes=64 << 20, bufsize=65536, clock=time.time,
-                 level=4, publish_synced=False):
+                 level=5, publish_synced=False):
         assert qos in (1, 2), "the ingest acknowledges after the log: QoS 1 or 2"
         self.path = path
         self.host, self.port = parse_broker(broker)
@@ -88,7 +89,7 @@ class Ingest:
         self.segment_bytes = segment_bytes
         self.bufsize = bufsize
         self.clock = clock
-        self.level = level  # 5 for MQTT 5 (a shared subscription: $share/<group>/<filter>)
+        self.level = level  # 5: MQTT 5 (RECEIVE_MAX, and $share/<group>/<filter>); 4: 3.1.1
         self.publish_synced = publish_synced  # for a job in another process (log.synced)
         self.log = None
         self.client = None
@@ -186,12 +187,14 @@ def main(argv=None):
     ap.add_argument("--share", metavar="GROUP",
                     help="subscribe as a member of the shared subscription $share/GROUP/... "
                     "(MQTT 5)")
-    ap.add_argument("--level", type=int, choices=(4, 5), help="MQTT 3.1.1 (4) or 5 "
-                    "(default: 5 with --share, else 4)")
+    ap.add_argument("--level", type=int, choices=(4, 5), default=5,
+                    help="MQTT 5 (default: the broker's window is the ingest's Receive Maximum, "
+                    "up to the broker's cap) or 3.1.1 (4: the broker's --max-inflight), for a "
+                    "broker without MQTT 5")
     a = ap.parse_args(argv)
     if a.share is not None and (not a.share or "/" in a.share or "+" in a.share or "#" in a.share):
         ap.error("--share %r: a group name has no '/', '+' or '#' [MQTT-4.8.2-2]" % a.share)
-    level = a.level or (5 if a.share else 4)
+    level = a.level
     if a.share and level != 5:
         ap.error("--share needs MQTT 5 (--level 5)")
     topics = [t for t in a.topics.split(",") if t]

@@ -101,7 +101,7 @@ def spark_conf(shuffle_partitions=None, ui=False, conf=()):
 
 
 def readings(spark, broker, topics, path, qos=1, client_id="umqtt3-telemetry", max_rows=0,
-             trim=True, min_rows=0, max_delay=1.0, external=False):
+             trim=True, min_rows=0, max_delay=1.0, external=False, level=5):
     """The stream of parsed readings (rows with a value). external: the
     logs under path are written by ingest processes of their own."""
     r = spark.readStream.format("umqtt3")
@@ -110,7 +110,7 @@ def readings(spark, broker, topics, path, qos=1, client_id="umqtt3-telemetry", m
     else:
         r = (r
              .option("broker", broker).option("topics", topics).option("qos", str(qos))
-             .option("clientId", client_id).option("path", path)
+             .option("clientId", client_id).option("path", path).option("level", str(level))
              .option("trim", "true" if trim else "false"))
         if max_rows:
             r = r.option("maxRowsPerBatch", str(max_rows))
@@ -192,7 +192,7 @@ def _refuse(pkt, redelivered):
     raise _Queued()  # not taken: no acknowledgement, the broker keeps it
 
 
-def ensure_session(broker, topics, qos, client_id):
+def ensure_session(broker, topics, qos, client_id, level=5):
     """Make sure the broker holds the persistent session of client_id, so
     that it keeps what is published from now on for the ingest, even before
     Spark has started it. A message the broker delivers meanwhile is refused
@@ -201,7 +201,9 @@ def ensure_session(broker, topics, qos, client_id):
     from .ingest import parse_broker
     host, port = parse_broker(broker)
     for _ in range(5):
-        c = MQTTClient(client_id, host, port, keepalive=30)
+        # at the ingest's level: what the broker has in flight is resent
+        # as it was built, for one level
+        c = MQTTClient(client_id, host, port, keepalive=30, level=level)
         c.set_callback(_refuse, raw=True)
         try:
             if not c.connect(clean_session=False):
@@ -224,11 +226,11 @@ def start(spark, a):
     from .source import cancel_close
     external = a.ingest == "external"
     if not external:
-        ensure_session(a.broker, a.topics, a.qos, a.client_id)
+        ensure_session(a.broker, a.topics, a.qos, a.client_id, a.level)
     if os.path.isdir(a.log):
         cancel_close(a.log)  # a close asked by a run that died before it
     df = readings(spark, a.broker, a.topics, a.log, a.qos, a.client_id, a.max_rows,
-                  not a.keep_log, a.min_rows, a.max_delay, external)
+                  not a.keep_log, a.min_rows, a.max_delay, external, a.level)
     out, fold_every = a.out, a.fold_every
 
     def write(batch, batch_id):  # on the driver; a replayed batch writes the same files
@@ -390,6 +392,12 @@ def parser():
                     help="driver: the job runs the ingest; external: --log holds one log per "
                     "sub-directory, each written by its own python -m umqtt3_pipeline.ingest "
                     "(scale-out under a shared subscription)")
+    ap.add_argument("--level", type=int, choices=(4, 5), default=5,
+                    help="MQTT level of the job's ingest: 5 (default), where the broker's "
+                    "in-flight window is the ingest's Receive Maximum (65535) up to the "
+                    "broker's cap (ours: --max-inflight-v5; mosquitto: none), or 4 (3.1.1, for "
+                    "a broker without MQTT 5), where it is the broker's --max-inflight "
+                    "(mosquitto: max_inflight_messages)")
     ap.add_argument("--keep-log", action="store_true", help="do not trim the log after commits")
     ap.add_argument("--available-now", action="store_true",
                     help="process what the log holds, then stop")

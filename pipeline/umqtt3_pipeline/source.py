@@ -20,7 +20,7 @@ Options: path (the log directory; required), broker (host:port), topics
 (comma-separated filters), qos (1 or 2), clientId (fixed: it names the
 persistent session), maxRowsPerBatch, minRowsPerBatch and maxTriggerDelay
 (while the log keeps growing, a batch waits for that many rows, at most that
-many seconds), keepalive,
+many seconds), keepalive, level (5: MQTT 5, the default; 4: MQTT 3.1.1),
 segmentBytes, splitBytes, trim ("false" keeps the history for the batch
 reader), ingest ("external": no ingest here; path holds one log per
 sub-directory, each written by its own ``python -m umqtt3_pipeline.ingest``,
@@ -267,7 +267,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._ingest = Ingest(self.path, o.get("broker", "127.0.0.1:1883"), topics,
                                   o.get("clientid", "umqtt3-spark"), int(o.get("qos", 1)),
                                   int(o.get("keepalive", 30)),
-                                  int(o.get("segmentbytes", 64 << 20))).start()
+                                  int(o.get("segmentbytes", 64 << 20)),
+                                  level=int(o.get("level", 5))).start()
         self._ingest.check()
         return self._ingest.log
 
