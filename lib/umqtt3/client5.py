@@ -47,13 +47,13 @@ def on_connack(c, p):
     reconnects (they must resume the session under it)."""
     b, o, n = p.buf, p.props_off, p.props_len
     rm = get(b, o, n, _RECEIVE_MAX)  # [MQTT-3.3.4-7]
-    if rm and rm < c.flow.window:
-        c.flow.window = rm
+    if rm and rm < c.window:
+        c.window = rm
     ka = get(b, o, n, _SERVER_KEEPALIVE)  # [MQTT-3.2.2-21]
     if ka is not None:
         c.keepalive = ka
-    c.flow.max_packet = get(b, o, n, _MAX_PACKET, 0)  # [MQTT-3.1.2-24]
-    c.flow.alias_max = get(b, o, n, _ALIAS_MAX, 0)  # [MQTT-3.3.2-9]
+    c.max_packet = get(b, o, n, _MAX_PACKET, 0)  # [MQTT-3.1.2-24]
+    c.alias_max = get(b, o, n, _ALIAS_MAX, 0)  # [MQTT-3.3.2-9]
     cid = get(b, o, n, _ASSIGNED_ID)
     if cid is not None:
         c.client_id = cid  # [MQTT-3.2.2-16]

@@ -10,18 +10,19 @@
 #     core.refill()             # after a flush: more of a resume backlog
 #
 # The core keeps the connection's state (CONNACK, keepalive, the resume after
-# a reconnect), the QoS flows (flow.Flow over the store) and the buffers
-# (a conn.Conn, whose link only the driver uses). Events reach the
+# a reconnect), the QoS 1/2 flows over the store and the buffers (a
+# conn.Conn, whose link only the driver uses). The flows are the rules of
+# umqtt3.flow (the broker's sessions use that module), written into the
+# core: a client loads neither flow.py nor its Flow object. Events reach the
 # application as callbacks (messages, acknowledgements) and as state the
 # driver reads: is_connected(), wait_pid and answer (SUBACK/UNSUBACK),
 # ack_pid and ack_rc (the last publish completed), disconnect_rc. It never
 # opens a socket, resolves a name, reads a clock or sleeps: the drivers,
 # client.MQTTClient (blocking) and aio.AsyncClient (asyncio), do.
 from .compat import ticks_add, ticks_diff, const
-from .codec import (Packet, MQTTError, decode, encode_connect, encode_simple,
-                    encode_subscribe, encode_unsubscribe, encode_disconnect)
+from .client_codec import (Packet, MQTTError, Busy, decode, encode_connect, encode_publish,
+                           encode_ack, encode_simple, encode_filter)
 from .conn import Conn, Closed
-from .flow import Flow, Busy
 
 # Underscored consts take no slot in the module's dict (the drivers define
 # the states again: MicroPython cannot import a const() name).
@@ -29,10 +30,12 @@ _DOWN = const(0)  # no link
 _OPENING = const(1)  # CONNECT sent, CONNACK awaited
 _UP = const(2)
 _IDLE_MS = const(60000)  # tick()'s answer when no timer runs
+_RESERVE = const(8)  # send-buffer bytes a PUBLISH may not take: acks and PINGREQ always fit
 # packet types, as in codec
 _CONNACK = const(2)
 _PUBLISH = const(3)
 _PUBACK = const(4)
+_PUBREC = const(5)
 _PUBREL = const(6)
 _PUBCOMP = const(7)
 _SUBACK = const(9)
@@ -70,10 +73,14 @@ class Core:
             from .nostore import NoStore
             store = NoStore(window, 32)
         self.store = store
-        self.flow = Flow(store, self, window, level)
+        self.window = window  # QoS 1/2 publishes in flight at once
         # MQTT 5: the Receive Maximum we send; the broker's own may lower
-        # flow.window (what we send), never this (what we take)
+        # window (what we send), never this (what we take)
         self.receive_max = window
+        self.pid = 0  # the packet id taken last
+        # MQTT 5 limits the server set in CONNACK
+        self.max_packet = 0  # Maximum Packet Size, 0: none [MQTT-3.1.2-24]
+        self.alias_max = 0  # Topic Alias Maximum
         self.reconnect = reconnect
         self.auto = reconnect  # restored by connect() after disconnect()
         self.timeout_ms = timeout_ms
@@ -163,7 +170,8 @@ class Core:
         return props_of(self.cur)
 
     def deliver(self, pkt, redelivered):
-        # called by Flow for every inbound message, exactly once per message
+        # every inbound message, exactly once per message (packet(), and the
+        # resume's redelivery)
         if self.answer_hook is not None:
             from .client5 import take_answer
             if take_answer(self, pkt):
@@ -208,10 +216,25 @@ class Core:
             props = al.get(topic)
             if props is not None:
                 topic = b""
-            elif len(al) < self.flow.alias_max and len(al) < 8:
+            elif len(al) < self.alias_max and len(al) < 8:
                 props = new = bytes((0x23, 0, len(al) + 1))
+        pid = 0
         try:
-            pid = self.flow.publish(c, topic, msg, qos, retain, key, props)
+            if qos:
+                if self.store.out_count() >= self.window:
+                    raise Busy("busy", 0x97)
+                pid = self.new_pid()
+            end = encode_publish(c.tx, start, topic, msg, qos, pid, retain, False, self.level,
+                                 props)
+            if (self.max_packet and end - start > self.max_packet) or len(c.tx) - end < _RESERVE:
+                # never sent to a server that would close on it
+                # [MQTT-3.1.2-24]; the last bytes are for acks and PINGREQ
+                raise MQTTError("too large", 0x95)
+            if qos:
+                # stored before its first send; nothing is queued if the
+                # store refuses (StoreFull, OSError)
+                self.store.out_add(pid, key, c.tx, start, end - start)
+            c.tlen = end
         except MQTTError as e:
             if e.code == 0x95 and start:
                 raise Busy("busy", 0x97)
@@ -238,7 +261,7 @@ class Core:
             # as umqtt.simple: messages would have nowhere to go
             assert self.cb is not None, "set_callback() before subscribe()"
             self.subs[topic] = (qos, props)  # props too: asked the same way again
-        pid = self.flow.new_pid()
+        pid = self.new_pid()
         if not self.ask(pid, topic):
             raise Busy("busy", 0x97)
         self.req = topic
@@ -257,17 +280,23 @@ class Core:
     def unsubscribe_start(self, topic):
         return self.subscribe_start(topic, -1)
 
+    def new_pid(self):
+        p = self.pid
+        for _ in range(65535):
+            p = p % 65535 + 1
+            if not self.store.out_has(p):
+                self.pid = p
+                return p
+        raise Busy("busy", 0x97)
+
     def ask(self, pid, topic):
         # SUBSCRIBE for a filter in subs (with its options and properties),
         # else UNSUBSCRIBE; False when the send buffer has no room
         c = self.conn
         if c.space() < len(topic) + 16:
             return False
-        s = self.subs.get(topic)
-        if s is not None:
-            c.tlen = encode_subscribe(c.tx, c.tlen, pid, topic, s[0], self.level, s[1])
-        else:
-            c.tlen = encode_unsubscribe(c.tx, c.tlen, pid, topic, self.level)
+        s = self.subs.get(topic) or (-1, None)
+        c.tlen = encode_filter(c.tx, c.tlen, pid, topic, s[0], self.level, s[1])
         return True
 
     def pingreq(self, now):
@@ -285,7 +314,7 @@ class Core:
             return False
         c = self.conn
         try:
-            c.tlen = encode_disconnect(c.tx, c.tlen, None, self.level)
+            c.tlen = encode_simple(c.tx, c.tlen, _DISCONNECT)
         except MQTTError:
             return False
         return True
@@ -397,22 +426,52 @@ class Core:
         try:
             if t == _PUBLISH:
                 if self.state == _UP:
-                    self.flow.on_publish(c, p)
+                    # hand it to the application once, answer it
+                    q = p.qos
+                    pid = p.pid  # read first: the callback may reuse the packet
+                    st = self.store
+                    if q == 2:
+                        if not st.in_has(pid):
+                            st.in_add(pid, p.buf, 0, p.end)  # durable before PUBREC
+                            try:
+                                self.deliver(p, False)
+                            except Exception:
+                                # not taken: forgotten, no PUBREC, so the
+                                # sender's resend delivers it again
+                                st.in_del(pid)
+                                raise
+                            st.in_done(pid)
+                        # a known id: PUBREC again, no second delivery [MQTT-4.3.3-2]
+                        c.tlen = encode_ack(c.tx, c.tlen, _PUBREC, pid)
+                    else:
+                        self.deliver(p, False)  # raising here sends no PUBACK either
+                        if q:
+                            c.tlen = encode_ack(c.tx, c.tlen, _PUBACK, pid)
                     return
             elif _PUBACK <= t <= _PUBCOMP:
                 if self.state == _UP:
-                    f = self.flow
-                    f.on_ack(c, p)
-                    # what the store recorded is durable before the next
+                    pid = p.pid
+                    st = self.store
+                    # what the store records is durable before the next
                     # send: a release before PUBCOMP, a PUBREC before PUBREL
                     self.unsynced = True
-                    if f.last_done == p.pid:
-                        # a publish completed, or (MQTT 5) was refused
-                        f.last_done = 0
-                        self.ack_pid = p.pid
+                    if t == _PUBREL:
+                        st.in_del(pid)  # removed durably before PUBCOMP
+                        # unknown ids are answered too, so the sender can finish
+                        c.tlen = encode_ack(c.tx, c.tlen, _PUBCOMP, pid)
+                    elif t == _PUBREC and p.rc < 0x80:
+                        # recorded before PUBREL [MQTT-4.3.3-1] (True: the
+                        # store sends PUBREL itself, in its own order)
+                        if not (st.out_has(pid) and st.out_rel(pid)):
+                            c.tlen = encode_ack(c.tx, c.tlen, _PUBREL, pid)
+                    elif st.out_has(pid):
+                        # PUBACK, PUBCOMP, or a v5 PUBREC refusing the
+                        # message: a publish completed, or was refused
+                        st.out_del(pid)
+                        self.ack_pid = pid
                         self.ack_rc = p.rc
                         if self.on_ack is not None:
-                            self.on_ack(p.pid, p.rc)
+                            self.on_ack(pid, p.rc)
                     return
             elif t == _AUTH and self.level == 5:
                 from .client5 import on_auth
@@ -458,7 +517,7 @@ class Core:
         if self.level == 5:
             from .client5 import on_connack
             on_connack(self, p)
-            self.aliases = {} if self.flow.alias_max else None
+            self.aliases = {} if self.alias_max else None
         self.ping_at = None
         sp = self.session_present = p.session_present
         # A new connection. Only what a reconnect or a kept session needs

@@ -16,7 +16,7 @@
 # instead of two; the few bytes read past it are moved to the front on the
 # next recv(), so the packet handed out stays intact until then.
 from .compat import copy
-from .codec import frame_len
+from .client_codec import frame_len
 
 
 class Closed(OSError):

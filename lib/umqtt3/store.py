@@ -31,7 +31,7 @@
 # the same modules on MicroPython and CPython; only fsync and rename differ,
 # and those come from compat.
 from .compat import fsync, fsync_dir, replace, const
-from .flow import StoreFull
+from .client_codec import StoreFull
 
 
 # ----------------------------------------------------------------- on flash

@@ -58,11 +58,11 @@ RUN_MJS = os.path.join(REPO, "tests", "mp", "run.mjs")
 WASM_PKG = os.path.join(REPO, "node_modules", "@micropython", "micropython-webassembly-pyscript")
 
 # Listed bottom layer first (see docs); any other module found is appended.
-ORDER = ["compat", "codec", "topic", "props", "flow", "memstore", "nostore", "store", "conn",
+ORDER = ["compat", "client_codec", "codec", "topic", "props", "flow", "memstore", "nostore", "store", "conn",
          "transport", "client_core", "client", "aio", "broker", "__init__"]
 # What a sensor node needs to talk MQTT: the fair comparison with umqtt.simple.
 # what `from umqtt3.client import MQTTClient` and its default MemoryStore load
-CLIENT_SET = ["compat", "codec", "flow", "memstore", "conn", "client_core", "client"]
+CLIENT_SET = ["compat", "client_codec", "memstore", "conn", "client_core", "client"]
 # CPython's half of compat: compiled (so --check covers it) but never imported
 # on a device, so it has no import RAM and is left out of the sets.
 CPYTHON_ONLY = ["compat/cpython", "broker_cli"]  # broker_cli: argparse, desktop only
@@ -368,6 +368,10 @@ async def main():
         c.publish(b"nodes/node1/temp", b"21.5", qos=1)
         await collect()
         grew.append(gc.mem_alloc() - last)
+        # the configuration's list must name every module the client loaded
+        extra = [m for m in sys.modules if m.startswith("umqtt3.") and m not in sys.argv[5:]]
+        if extra:
+            raise ImportError("loaded but not listed in CONFIGS: " + " ".join(sorted(extra)))
         print("RAM", " ".join(str(g) for g in grew))
     except Exception as e:
         print("ERR %s: %s" % (type(e).__name__, e))
@@ -534,10 +538,10 @@ def function_sizes(cmd, path, name, tmp):
 CONFIGS = [
     ("umqtt3, QoS 0/1/2, MemoryStore (default)", "umqtt3", 4, "memory", CLIENT_SET),
     ("umqtt3, QoS 2, FileStore", "umqtt3", 4, "file",
-     ["compat", "codec", "flow", "store", "conn", "client_core", "client"]),
+     ["compat", "client_codec", "store", "conn", "client_core", "client"]),
     ("umqtt3, MQTT 5, MemoryStore", "umqtt3", 5, "memory", CLIENT_SET + ["props", "client5"]),
     ("umqtt3, QoS 0/1/2, no store (store=False)", "umqtt3", 4, "none",
-     ["compat", "codec", "flow", "nostore", "conn", "client_core", "client"]),
+     ["compat", "client_codec", "nostore", "conn", "client_core", "client"]),
 ]
 
 
