@@ -217,8 +217,15 @@ class FileStore:
         outs = []
         ins = []
         for name in sorted(self.fs.listdir(self.dir)):
-            if not _ours(name):
-                continue  # not a record: never touch other files
+            # ours: o<seq>.p|r with 8 digits or more (a sequence past 10**8
+            # has 9), i<pid>.u|d with 5, or last; never touch other files
+            n = len(name)
+            c = name[:1]
+            if name != "last" and not (
+                    name[-2:-1] == "." and name[1:-2].isdigit() and
+                    ((c == "o" and n >= 11 and name[-1] in "pr") or
+                     (c == "i" and n == 8 and name[-1] in "ud"))):
+                continue
             path = self.dir + "/" + name
             try:
                 data = self.fs.read(path)
@@ -237,7 +244,13 @@ class FileStore:
             if key > self.last_key and name[0] == "o":
                 self.last_key = key
             if name[0] == "o" and len(body) > 4:
-                pid = _publish_pid(body)
+                # the packet id of the encoded QoS 1/2 PUBLISH: after the
+                # fixed header and the topic
+                i = 1
+                while body[i] & 0x80:
+                    i += 1
+                i += 3 + ((body[i + 1] << 8) | body[i + 2])
+                pid = (body[i] << 8) | body[i + 1]
                 st = name[-1]
                 self.out[pid] = [seq, st, key]
                 outs.append((seq, pid, st, key, body))
@@ -250,32 +263,6 @@ class FileStore:
         outs.sort()
         ins.sort()
         return [x[1:] for x in outs] + [x[1:] for x in ins]
-
-
-def _ours(name):
-    # o<seq>.p|r with 8 digits or more (a sequence past 10**8 has 9),
-    # i<pid>.u|d with 5, or last
-    if name == "last":
-        return True
-    n = len(name)
-    c = name[:1]
-    if c == "o" and n >= 11:
-        st = "pr"
-    elif c == "i" and n == 8:
-        st = "ud"
-    else:
-        return False
-    return name[-2] == "." and name[-1] in st and name[1:-2].isdigit()
-
-
-def _publish_pid(pkt):
-    # packet id of an encoded QoS 1/2 PUBLISH: after the header and topic
-    i = 1
-    while pkt[i] & 0x80:
-        i += 1
-    i += 1
-    i += 2 + ((pkt[i] << 8) | pkt[i + 1])
-    return (pkt[i] << 8) | pkt[i + 1]
 
 
 def refuse_fat(path):

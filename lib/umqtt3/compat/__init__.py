@@ -87,30 +87,41 @@ if MICROPYTHON:
         # removes are atomic metadata commits.
         pass
 
-    def replace(src, dst):
-        import os
-        os.rename(src, dst)
+    # littlefs renames atomically, over an existing file too
+    from os import rename as replace
 
     def link(sock):
         # MicroPython sockets (and TLS sockets) already have readinto(buf, n)
         # and write(buf, off, n), returning None when they would block.
         return sock
 
-    def nodelay(sock):
+    def dial(host, port, ctx, params, timeout_ms):
+        # blocking TCP connect (+ TLS handshake) for the blocking client; the
+        # network stack's own timeout applies. What compat/gateway.py's
+        # nodelay() and tls_context() do is written out here, so that a
+        # client loads neither.
+        ai = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)[0]
+        s = socket.socket(ai[0], socket.SOCK_STREAM, ai[2])
         try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except Exception:
-            pass  # not every port has TCP_NODELAY
-
-    # -- opening a connection (the client's drivers): TLS and timeouts
-    def tls_context(ctx):
-        # ssl=True: a context that encrypts but, with no CA bundle on the
-        # device, cannot authenticate the broker (docs/client.md)
-        if ctx is True:
-            import ssl
-            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-            ctx.verify_mode = ssl.CERT_NONE
-        return ctx
+            s.connect(ai[-1])
+            try:
+                # one write per packet, no Nagle stall on QoS 1
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except Exception:
+                pass  # not every port has TCP_NODELAY
+            if ctx:
+                if ctx is True:
+                    # ssl=True: a context that encrypts but, with no CA
+                    # bundle on the device, cannot authenticate the broker
+                    # (docs/client.md)
+                    import ssl
+                    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+                    ctx.verify_mode = ssl.CERT_NONE
+                s = ctx.wrap_socket(s, server_hostname=host, **params)
+        except BaseException:
+            s.close()
+            raise
+        return s
 
     def __getattr__(name):
         # what a client never uses (the broker's and asyncio's platform
@@ -125,24 +136,6 @@ if MICROPYTHON:
 else:
     # the emulation lives in its own module, which MicroPython never loads
     from .cpython import *  # noqa: F401,F403
-
-
-def dial(host, port, ctx, params, timeout_ms):
-    # blocking TCP connect (+ TLS handshake) for the blocking client; on
-    # MicroPython the network stack's own timeout applies
-    ai = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)[0]
-    s = socket.socket(ai[0], socket.SOCK_STREAM, ai[2])
-    try:
-        if not MICROPYTHON:
-            s.settimeout(timeout_ms / 1000)
-        s.connect(ai[-1])
-        nodelay(s)  # one write per packet, no Nagle stall on QoS 1
-        if ctx:
-            s = tls_context(ctx).wrap_socket(s, server_hostname=host, **params)
-    except BaseException:
-        s.close()
-        raise
-    return s
 
 
 POLLIN = 1
