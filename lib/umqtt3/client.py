@@ -64,7 +64,7 @@ class MQTTClient(Core):
         try:
             self._open(sock)
         except Exception:
-            self._close()  # no half-open socket left behind
+            self.down()  # no half-open socket left behind
             raise
 
     def disconnect(self):
@@ -73,7 +73,7 @@ class MQTTClient(Core):
                 self.drain()
             except (OSError, MQTTError):
                 pass
-        self._close()
+        self.down()
 
     def ping(self):
         self.pingreq(ticks_ms())
@@ -92,7 +92,7 @@ class MQTTClient(Core):
                     raise Busy("busy", 0x97)
             except OSError:
                 # the link broke: store the message for the next connection
-                self._lost()
+                self.lost(ticks_ms())
                 if not (qos and self.reconnect):
                     raise
         pid = self.queue(topic, msg, retain, qos, key, props)
@@ -101,7 +101,7 @@ class MQTTClient(Core):
                 self.send()
             except OSError:
                 # the link broke; a stored message goes out after the reconnect
-                self._lost()
+                self.lost(ticks_ms())
                 if not (qos and self.reconnect):
                     raise
         if qos and wait and not self.depth:
@@ -178,7 +178,7 @@ class MQTTClient(Core):
             try:
                 self._open()
             except OSError:
-                self._lost()
+                self.lost(ticks_ms())
                 return 0
         try:
             n = self._io(timeout_ms)
@@ -190,7 +190,7 @@ class MQTTClient(Core):
         except (OSError, MQTTError) as e:
             if isinstance(e, Busy):
                 raise
-            self._lost()
+            self.lost(ticks_ms())
             if not self.reconnect:
                 raise
             return 0
@@ -232,7 +232,7 @@ class MQTTClient(Core):
     def _open(self, sock=None):
         # a new connection: sock already connected by the caller, else
         # dialled here, blocking
-        self._close()
+        self.down()
         if self.connect_link:
             lk = self.connect_link()
         else:
@@ -246,7 +246,8 @@ class MQTTClient(Core):
         self.start(ticks_ms())
         self.send()
 
-    def _close(self):
+    def down(self):
+        # the link is closed (the core's down(), which lost() calls too)
         c = self.conn
         if c.link is not None:
             c.close()
@@ -256,11 +257,7 @@ class MQTTClient(Core):
         self.sock = None
         self.poller = None
         self.wmask = False
-        self.down()
-
-    def _lost(self):
-        self._close()
-        self.lost(ticks_ms())
+        Core.down(self)
 
     def _io(self, timeout_ms):
         # Handles what arrives until timeout_ms has passed, at least one
@@ -282,7 +279,7 @@ class MQTTClient(Core):
                 self.packet(n, now)
             except Exception:
                 if self.state == _DOWN:
-                    self._close()  # a callback refused a QoS 1/2 message
+                    self.down()  # a callback refused a QoS 1/2 message
                 raise
             handled += 1
             if self.backlog is not None:

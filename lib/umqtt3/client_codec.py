@@ -117,7 +117,8 @@ def mqtt5():
 
 def _srv():
     # umqtt3.codec_server: what only a server decodes (CONNECT, SUBSCRIBE,
-    # UNSUBSCRIBE); a client never meets one, so never loads it
+    # UNSUBSCRIBE); a client never meets one, so never loads it. (Kept
+    # here after the first use: an import in decode() would allocate.)
     global _S
     if _S is None:
         from . import codec_server
@@ -127,10 +128,10 @@ def _srv():
 
 # ---------------------------------------------------------------- framing
 
-def frame_len(buf, off, end, max_size=0):
+def frame_len(buf, off, end, max_packet=0):
     """Bytes the packet starting at buf[off] occupies, header included, or 0
     while its fixed header is still incomplete. Refuses a fifth length byte
-    and anything larger than max_size (when set) before the body is read."""
+    and anything larger than max_packet (when set) before the body is read."""
     n = 0
     shift = 0
     i = off + 1
@@ -143,7 +144,7 @@ def frame_len(buf, off, end, max_size=0):
             if b == 0 and i - off > 2:
                 fail(_E_LENGTH_NOT_MINIMAL)
             n += i - off
-            if max_size and n > max_size:
+            if max_packet and n > max_packet:
                 fail(_E_OVER_MAXIMUM, _TOO_LARGE)
             return n
         shift += 7
@@ -152,20 +153,20 @@ def frame_len(buf, off, end, max_size=0):
     return 0
 
 
-def put_header(buf, off, first, rl):
-    """The fixed header: the first byte, then the remaining length rl; the
-    whole packet must fit in buf."""
-    if rl > _MAX_REMAINING:
+def put_header(buf, off, t, n):
+    """The fixed header: the first byte t, then the remaining length n;
+    the whole packet must fit in buf."""
+    if n > _MAX_REMAINING:
         fail(_E_LENGTH_TOO_LARGE, _TOO_LARGE)
-    if off + rl + (2 if rl < 128 else 3 if rl < 16384 else 4 if rl < 2097152 else 5) > len(buf):
+    if off + n + (2 if n < 128 else 3 if n < 16384 else 4 if n < 2097152 else 5) > len(buf):
         fail(_E_BUFFER, _TOO_LARGE)
-    buf[off] = first
+    buf[off] = t
     off += 1
-    while rl > 127:
-        buf[off] = (rl & 0x7F) | 0x80
-        rl >>= 7
+    while n > 127:
+        buf[off] = (n & 0x7F) | 0x80
+        n >>= 7
         off += 1
-    buf[off] = rl
+    buf[off] = n
     return off + 1
 
 
@@ -290,13 +291,13 @@ def encode_publish(buf, off, topic, payload, qos=0, pid=0, retain=False,
     return off + pl
 
 
-def encode_ack(buf, off, ptype, pid, rc=None, level=4, props=None):
+def encode_ack(buf, off, t, pid, rc=None, level=4, props=None):
     """PUBACK, PUBREC, PUBREL, PUBCOMP (and v3/v4 UNSUBACK). For MQTT 5 the
     reason code and properties are omitted when rc is None and props is None
     (remaining length 2); props=b"" writes an explicit empty property list."""
     if not 0 < pid < 65536:
         fail(_E_PID_RANGE, _PROTOCOL_ERROR)  # [MQTT-2.3.1-1]
-    first = (ptype << 4) | (2 if ptype == _PUBREL else 0)
+    first = (t << 4) | (2 if t == _PUBREL else 0)
     if level != 5 or (rc is None and props is None):
         # the usual four bytes, written directly (what put_header checks)
         if off + 4 > len(buf):
@@ -316,9 +317,9 @@ def encode_ack(buf, off, ptype, pid, rc=None, level=4, props=None):
     return off + 1
 
 
-def encode_filter(buf, off, pid, topic, opts=0, level=4, props=None):
+def encode_filter(buf, off, pid, topic, qos=0, level=4, props=None):
     """SUBSCRIBE for one filter with its options (the QoS for v3/v4, the
-    v5 subscription options byte), or UNSUBSCRIBE when opts is -1."""
+    v5 subscription options byte), or UNSUBSCRIBE when qos is -1."""
     if not 0 < pid < 65536:
         fail(_E_PID_RANGE, _PROTOCOL_ERROR)  # [MQTT-2.3.1-1]
     f = as_bytes(topic)
@@ -335,8 +336,8 @@ def encode_filter(buf, off, pid, topic, opts=0, level=4, props=None):
             ok = False
     if not ok:
         fail(_E_FILTER, _PROTOCOL_ERROR)
-    sub = opts >= 0
-    if sub and ((opts & 3) == 3 or opts & (0xC0 if level == 5 else 0xFC) or (opts & 0x30) == 0x30):
+    sub = qos >= 0
+    if sub and ((qos & 3) == 3 or qos & (0xC0 if level == 5 else 0xFC) or (qos & 0x30) == 0x30):
         fail(_E_SUB_OPTIONS, _PROTOCOL_ERROR)  # [MQTT-3.8.3-4]
     rl = n + 4 + sub
     if level == 5:
@@ -348,14 +349,14 @@ def encode_filter(buf, off, pid, topic, opts=0, level=4, props=None):
         off = p5.put(buf, off, props)
     off = _put(buf, off, f)
     if sub:
-        buf[off] = opts
+        buf[off] = qos
         off += 1
     return off
 
 
-def encode_simple(buf, off, ptype):
+def encode_simple(buf, off, t):
     """PINGREQ, PINGRESP and DISCONNECT without a reason: two bytes."""
-    return put_header(buf, off, ptype << 4, 0)
+    return put_header(buf, off, t << 4, 0)
 
 
 # ---------------------------------------------------------------- decoding
@@ -472,13 +473,7 @@ def read_pid(pkt, buf, off, end):
     return off + 2
 
 
-# fixed-header flags every type but PUBLISH must carry [MQTT-2.2.2-1, MQTT-2.2.2-2]
-_FLAGS = b"\x00\x00\x00\x00\x00\x00\x02\x00\x02\x00\x02\x00\x00\x00\x00\x00"
-# first bytes of PUBACK, PUBREC, PUBREL, PUBCOMP with the flags they must carry
-_ACK4 = b"\x40\x50\x62\x70"
-
-
-def decode(pkt, buf, off, end, max_size=0):
+def decode(pkt, buf, off, end, max_packet=0):
     """Decode the packet in buf[off:end] (exactly one packet) into pkt.
     Raises MQTTError for anything malformed; returns pkt.type."""
     if end <= off:
@@ -490,13 +485,15 @@ def decode(pkt, buf, off, end, max_size=0):
     pkt.end = end
     pkt.rc = 0
     pkt.props_off = pkt.props_len = 0
-    if end - off == 4 and buf[off + 1] == 2 and first in _ACK4 and (buf[off + 2] or buf[off + 3]) \
-            and not 0 < max_size < 4:
-        # the common acknowledgement: PUBACK, PUBREC, PUBREL or PUBCOMP with
-        # a packet id and nothing else, what the long way below finds too
+    # (the bytes literals below are constants of the code: no module names)
+    if end - off == 4 and buf[off + 1] == 2 and first in b"\x40\x50\x62\x70" and \
+            (buf[off + 2] or buf[off + 3]) and not 0 < max_packet < 4:
+        # the common acknowledgement: PUBACK, PUBREC, PUBREL or PUBCOMP
+        # (first bytes with the flags they must carry) with a packet id and
+        # nothing else, what the long way below finds too
         pkt.pid = (buf[off + 2] << 8) | buf[off + 3]
         return t
-    total = frame_len(buf, off, end, max_size)
+    total = frame_len(buf, off, end, max_packet)
     if not total or off + total != end:
         fail(_E_LENGTH_DISAGREES)
     i = off + 1
@@ -543,9 +540,11 @@ def decode(pkt, buf, off, end, max_size=0):
         return _PUBLISH
     if t == 0 or (t == _AUTH and not v5):
         fail(_E_RESERVED_TYPE)
-    # MQTT 3.1 marks these bits unused (a 3.1 sender sets DUP on a resent
-    # SUBSCRIBE), so only 3.1.1 and 5.0 insist on them
-    if fl != _FLAGS[t] and level > 3:
+    # the fixed-header flags every type but PUBLISH must carry [MQTT-2.2.2-1,
+    # MQTT-2.2.2-2]; MQTT 3.1 marks these bits unused (a 3.1 sender sets DUP
+    # on a resent SUBSCRIBE), so only 3.1.1 and 5.0 insist on them
+    if fl != b"\x00\x00\x00\x00\x00\x00\x02\x00\x02\x00\x02\x00\x00\x00\x00\x00"[t] and \
+            level > 3:
         fail(_E_RESERVED_FLAGS)
     n = end - i
     if _PUBACK <= t <= _PUBCOMP or (t == _UNSUBACK and not v5):

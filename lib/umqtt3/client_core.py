@@ -32,6 +32,7 @@ _UP = const(2)
 _IDLE_MS = const(60000)  # tick()'s answer when no timer runs
 _RESERVE = const(8)  # send-buffer bytes a PUBLISH may not take: acks and PINGREQ always fit
 # packet types, as in codec
+_CONNECT = const(1)
 _CONNACK = const(2)
 _PUBLISH = const(3)
 _PUBACK = const(4)
@@ -56,7 +57,7 @@ class Core:
                  backoff_ms=(500, 30000), session_expiry=None, auth=None, now=0):
         self.client_id = client_id
         self.user = user
-        self.pswd = password
+        self.password = password
         self.keepalive = keepalive
         self.level = level
         self.session_expiry = session_expiry  # MQTT 5: seconds, None: see client5
@@ -84,7 +85,7 @@ class Core:
         self.reconnect = reconnect
         self.auto = reconnect  # restored by connect() after disconnect()
         self.timeout_ms = timeout_ms
-        self.backoff = backoff_ms
+        self.backoff_ms = backoff_ms
         self.cb = None
         self.raw = False
         self.sync = None  # () -> None, made durable what deliver() took
@@ -96,7 +97,6 @@ class Core:
         self.disconnect_rc = None  # MQTT 5: the reason code of a server's DISCONNECT
         self.cur = None  # the packet being handed to the callback
         self.aliases = None  # MQTT 5: topic -> Topic Alias property, per connection
-        self.answer_hook = None  # umqtt3.client5.request() waiting for its answer
         self.pkt = Packet(level)
         # one Conn for the client's life: buffers allocated once; a larger
         # head reads a PUBACK in one read
@@ -166,16 +166,12 @@ class Core:
         """MQTT 5: the properties of the message the callback is handling,
         as a dict {id: value} (allocates; see umqtt3.client5.value_at for
         reading them from a raw callback without allocating)."""
-        from .client5 import props_of
-        return props_of(self.cur)
+        from .client5 import event
+        return event(self, _PUBLISH, self.cur)
 
     def deliver(self, pkt, redelivered):
         # every inbound message, exactly once per message (packet(), and the
         # resume's redelivery)
-        if self.answer_hook is not None:
-            from .client5 import take_answer
-            if take_answer(self, pkt):
-                return  # the answer request() waits for
         f = self.cb
         if f is None:
             return
@@ -326,10 +322,10 @@ class Core:
         lw = self.lw or (None, b"", 0, False, None)
         props = None
         if self.level == 5:
-            from .client5 import connect_props
-            props = connect_props(self)
+            from .client5 import event
+            props = event(self, _CONNECT, None)
         c.tlen = encode_connect(c.tx, 0, self.client_id, self.level, self.clean,
-                                self.keepalive, self.user, self.pswd, lw[0], lw[1],
+                                self.keepalive, self.user, self.password, lw[0], lw[1],
                                 lw[2], lw[3], props, lw[4])
         self.state = _OPENING
         self.pkt.level = self.level
@@ -346,10 +342,10 @@ class Core:
 
     def lost(self, now):
         """The link broke: down, and the next attempt after a backoff.
-        Attempt k waits backoff[0] * 2**(k-1) ms, at most backoff[1]."""
+        Attempt k waits backoff_ms[0] * 2**(k-1) ms, at most backoff_ms[1]."""
         self.down()
         self.tries += 1
-        lo, hi = self.backoff
+        lo, hi = self.backoff_ms
         d = min(hi, lo << min(self.tries - 1, 16))
         # jitter 75%..125%: the clock's low bits as noise (the device stubs
         # make ticks opaque, to stop arithmetic on them meant as time)
@@ -474,12 +470,39 @@ class Core:
                             self.on_ack(pid, p.rc)
                     return
             elif t == _AUTH and self.level == 5:
-                from .client5 import on_auth
-                on_auth(self, p)  # enhanced authentication, also before CONNACK
+                from .client5 import event
+                event(self, _AUTH, p)  # enhanced authentication, also before CONNACK
                 return
             elif self.state == _OPENING:
                 if t == _CONNACK:
-                    self._connack(p)
+                    if p.rc:
+                        # server unavailable / busy / quota / rate: try
+                        # again later; any other refusal (version, id,
+                        # credentials) is final
+                        self.reconnect = self.reconnect and p.rc in (3, 0x88, 0x89, 0x97, 0x9F)
+                        raise MQTTError("refused", p.rc)
+                    self.state = _UP
+                    self.tries = 0
+                    if self.level == 5:
+                        from .client5 import event
+                        event(self, _CONNACK, p)
+                        self.aliases = {} if self.alias_max else None
+                    self.ping_at = None
+                    sp = self.session_present = p.session_present
+                    # A new connection. Only what a reconnect or a kept
+                    # session needs loads umqtt3.client_resume; a first
+                    # connect with nothing stored leaves it unloaded.
+                    if (self.subs and not sp) or self.wait_pid or self.redelivered or \
+                            self.store.out_count():
+                        from .client_resume import resume
+                        self.backlog = resume(self, sp)
+                        self.refill()
+                    elif not sp:
+                        # The broker has no session: the packet ids of
+                        # inbound QoS 2 messages still waiting for PUBREL
+                        # mean nothing now, and a new message reusing one
+                        # would be taken for a duplicate and dropped.
+                        self.store.in_clear()
                     return
             elif t == _SUBACK or t == _UNSUBACK:
                 if p.pid == self.wait_pid:
@@ -504,32 +527,3 @@ class Core:
                 self.lost(now)
             raise
         raise MQTTError("protocol error", 0x82)  # (before CONNACK: not CONNACK)
-
-    # ---------------------------------------------------------- internals
-    def _connack(self, p):
-        if p.rc:
-            # server unavailable / busy / quota / rate: try again later;
-            # any other refusal (version, id, credentials) is final
-            self.reconnect = self.reconnect and p.rc in (3, 0x88, 0x89, 0x97, 0x9F)
-            raise MQTTError("refused", p.rc)
-        self.state = _UP
-        self.tries = 0
-        if self.level == 5:
-            from .client5 import on_connack
-            on_connack(self, p)
-            self.aliases = {} if self.alias_max else None
-        self.ping_at = None
-        sp = self.session_present = p.session_present
-        # A new connection. Only what a reconnect or a kept session needs
-        # loads umqtt3.client_resume; a first connect with nothing stored
-        # leaves it unloaded.
-        if (self.subs and not sp) or self.wait_pid or self.redelivered or \
-                self.store.out_count():
-            from .client_resume import resume
-            self.backlog = resume(self, sp)
-            self.refill()
-        elif not sp:
-            # The broker has no session: the packet ids of inbound QoS 2
-            # messages still waiting for PUBREL mean nothing now, and a new
-            # message reusing one would be taken for a duplicate and dropped.
-            self.store.in_clear()

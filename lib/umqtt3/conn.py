@@ -34,9 +34,9 @@ class Conn:
         self.spent = 0  # of rx[0:got], bytes done() consumed
         self.rx = bytearray(rxsize)
         self.tx = bytearray(txsize)
-        self._rxv = memoryview(self.rx)
         # views at the offsets a header can end at: reads there never allocate
-        self._at = [self.rx] + [self._rxv[i:] for i in range(1, 6)]
+        v = memoryview(self.rx)
+        self._at = [self.rx] + [v[i:] for i in range(1, 6)]
         self.max_packet = min(max_packet or rxsize, rxsize)
         self.got = 0  # bytes of the current packet in rx
         self.need = 2  # bytes wanted before looking again
@@ -66,7 +66,7 @@ class Conn:
                 else:
                     self.need = got + 1  # one more remaining-length byte
             want = self.need - got if got else self.head
-            buf = self._at[got] if got < 6 else self._rxv[got:]
+            buf = self._at[got] if got < 6 else self._at[1][got - 1:]
             r = link.readinto(buf, want)
             if r is None:
                 return 0

@@ -158,7 +158,7 @@ def test_connack_limits_and_assigned_id():
     # the server's Receive Maximum bounds what we send, not what we take:
     # a reconnect's CONNECT still offers our own window (3.1.2.11.3;
     # [MQTT-3.3.4-7] binds only what we send)
-    mine = client5.connect_props(c)
+    mine = client5.event(c, 1, None)  # CONNECT's properties
     assert props.get(mine, 0, len(mine), 0x21) == 8
     e = _raises(MQTTError, c.publish, b"t", b"x" * 120)
     assert e.code == 0x95 and s.published == 0

@@ -72,8 +72,8 @@ if MICROPYTHON:
 
     # CPython has a strict decoder; MicroPython checks UTF-8 in codec.py.
     valid_utf8 = None
-    topic_ok = None  # codec and broker_core check names byte by byte
-    name_levels = None
+    topic_ok = None  # the codec checks names byte by byte
+    # (name_levels, None here too, is compat/gateway.py's: the broker's)
 
     def as_bytes(s):
         return s.encode() if isinstance(s, str) else s
