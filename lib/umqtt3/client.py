@@ -180,13 +180,48 @@ class MQTTClient(Core):
             except OSError:
                 self.lost(ticks_ms())
                 return 0
+        # Handles what arrives until timeout_ms has passed, at least one
+        # packet when one is there; a peer that keeps sending cannot hold
+        # poll() longer: the rest waits in the socket for the next call.
+        c = self.conn
+        start = ticks_ms()
+        handled = 0
         try:
-            n = self._io(timeout_ms)
+            if self.poller is not None and timeout_ms and not c.spent:  # (nothing read ahead)
+                for obj, ev in self.poller.ipoll(timeout_ms):
+                    if ev & (_POLLERR | _POLLHUP) and not ev & _POLLIN:
+                        raise Closed(104)
+            # inside the message callback only write (publish from a
+            # callback queues and returns)
+            n = 0 if self.depth else c.recv()
+            while n:
+                now = ticks_ms()
+                try:
+                    self.packet(n, now)
+                except Exception:
+                    if self.state == _DOWN:
+                        self.down()  # a callback refused a QoS 1/2 message
+                    raise
+                handled += 1
+                if self.backlog is not None:
+                    self.drain()  # the resume after CONNACK, within timeout_ms
+                elif c.tlen > len(c.tx) >> 1:
+                    self.send()  # acks pile up while a long burst is read
+                if ticks_diff(now, start) > timeout_ms or \
+                        (self.ack_pid == self.want and not self.ssl):
+                    # time is up, or the acknowledgement a waiting publish
+                    # wants came: it returns without a read that would find
+                    # nothing (on TLS a record may hold more, which poll()
+                    # cannot see)
+                    break
+                n = c.recv()
+            if c.tlen:
+                self.send()
             if self.keepalive or self.state != _UP:  # else no timer runs
                 self.tick(ticks_ms())
-                if self.conn.tlen:
+                if c.tlen:
                     self.send()  # the PINGREQ tick() queued
-            return n
+            return handled
         except (OSError, MQTTError) as e:
             if isinstance(e, Busy):
                 raise
@@ -259,48 +294,10 @@ class MQTTClient(Core):
         self.wmask = False
         Core.down(self)
 
-    def _io(self, timeout_ms):
-        # Handles what arrives until timeout_ms has passed, at least one
-        # packet when one is there; a peer that keeps sending cannot hold
-        # poll() longer: the rest waits in the socket for the next call.
-        c = self.conn
-        start = ticks_ms()
-        if self.poller is not None and timeout_ms and not c.spent:  # (nothing read ahead)
-            for obj, ev in self.poller.ipoll(timeout_ms):
-                if ev & (_POLLERR | _POLLHUP) and not ev & _POLLIN:
-                    raise Closed(104)
-        handled = 0
-        # inside the message callback only write (publish from a callback
-        # queues and returns)
-        n = 0 if self.depth else c.recv()
-        while n:
-            now = ticks_ms()
-            try:
-                self.packet(n, now)
-            except Exception:
-                if self.state == _DOWN:
-                    self.down()  # a callback refused a QoS 1/2 message
-                raise
-            handled += 1
-            if self.backlog is not None:
-                self.drain()  # the resume after CONNACK, within timeout_ms
-            elif c.tlen > len(c.tx) >> 1:
-                self.send()  # acks pile up while a long burst is read
-            if ticks_diff(now, start) > timeout_ms or \
-                    (self.ack_pid == self.want and not self.ssl):
-                # time is up, or the acknowledgement a waiting publish wants
-                # came: it returns without a read that would find nothing
-                # (on TLS a record may hold more, which poll() cannot see)
-                break
-            n = c.recv()
-        if c.tlen:
-            self.send()
-        return handled
-
     def _request(self, pid):
         # SUBSCRIBE/UNSUBSCRIBE pid is sent: wait for the answer
         if self.depth:
-            return None  # from a callback: sent, not waited for (see _io)
+            return None  # from a callback: sent, not waited for (see poll)
         start = ticks_ms()
         while self.wait_pid == pid:
             if ticks_diff(ticks_ms(), start) > self.timeout_ms:

@@ -447,9 +447,6 @@ def _utf8_ok(buf, off, n):
     return True
 
 
-_utf8 = valid_utf8 or _utf8_ok  # CPython: its strict decoder, in C
-
-
 def str_end(buf, off, end):
     """Check a length-prefixed UTF-8 string at off; return its end offset."""
     if off + 2 > end:
@@ -458,40 +455,41 @@ def str_end(buf, off, end):
     off += 2
     if off + n > end:
         fail(_E_STRING_PAST_END)
-    if not _utf8(buf, off, n):
+    # CPython: its strict decoder, in C
+    if not (_utf8_ok(buf, off, n) if valid_utf8 is None else valid_utf8(buf, off, n)):
         fail(_E_UTF8)  # [MQTT-1.5.3-1, MQTT-1.5.3-2]
     return off + n
 
 
-def read_pid(pkt, buf, off, end):
+def read_pid(p, buf, off, end):
     if off + 2 > end:
         fail(_E_TRUNCATED)
     pid = (buf[off] << 8) | buf[off + 1]
     if not pid:
         fail(_E_PID_0, _PROTOCOL_ERROR)  # [MQTT-2.3.1-1]
-    pkt.pid = pid
+    p.pid = pid
     return off + 2
 
 
-def decode(pkt, buf, off, end, max_packet=0):
-    """Decode the packet in buf[off:end] (exactly one packet) into pkt.
-    Raises MQTTError for anything malformed; returns pkt.type."""
+def decode(p, buf, off, end, max_packet=0):
+    """Decode the packet in buf[off:end] (exactly one packet) into p.
+    Raises MQTTError for anything malformed; returns p.type."""
     if end <= off:
         fail(_E_LENGTH_DISAGREES)
     first = buf[off]
-    pkt.buf = buf
-    pkt.type = t = first >> 4
-    pkt.flags = fl = first & 15
-    pkt.end = end
-    pkt.rc = 0
-    pkt.props_off = pkt.props_len = 0
+    p.buf = buf
+    p.type = t = first >> 4
+    p.flags = fl = first & 15
+    p.end = end
+    p.rc = 0
+    p.props_off = p.props_len = 0
     # (the bytes literals below are constants of the code: no module names)
     if end - off == 4 and buf[off + 1] == 2 and first in b"\x40\x50\x62\x70" and \
             (buf[off + 2] or buf[off + 3]) and not 0 < max_packet < 4:
         # the common acknowledgement: PUBACK, PUBREC, PUBREL or PUBCOMP
         # (first bytes with the flags they must carry) with a packet id and
         # nothing else, what the long way below finds too
-        pkt.pid = (buf[off + 2] << 8) | buf[off + 3]
+        p.pid = (buf[off + 2] << 8) | buf[off + 3]
         return t
     total = frame_len(buf, off, end, max_packet)
     if not total or off + total != end:
@@ -500,7 +498,7 @@ def decode(pkt, buf, off, end, max_packet=0):
     while buf[i] & 0x80:
         i += 1
     i += 1  # body start
-    level = pkt.level
+    level = p.level
     v5 = level == 5
     if t == _PUBLISH:
         qos = (fl >> 1) & 3
@@ -509,9 +507,9 @@ def decode(pkt, buf, off, end, max_packet=0):
         dup = fl & 8
         if dup and not qos:
             fail(_E_DUP_QOS0)  # [MQTT-3.3.1-2]
-        pkt.qos = qos
-        pkt.dup = dup != 0
-        pkt.retain = fl & 1 == 1
+        p.qos = qos
+        p.dup = dup != 0
+        p.retain = fl & 1 == 1
         t0 = i + 2
         tn = (buf[i] << 8) | buf[i + 1] if t0 <= end else 0
         if topic_ok is not None and t0 + tn <= end and topic_ok(buf, t0, tn):
@@ -525,18 +523,18 @@ def decode(pkt, buf, off, end, max_packet=0):
                 if c == 0x23 or c == 0x2B:
                     fail(_E_WILDCARD)  # [MQTT-3.3.2-2]
                 j += 1
-        pkt.topic_off = t0
-        pkt.topic_len = tn
+        p.topic_off = t0
+        p.topic_len = tn
         if qos:
-            i = read_pid(pkt, buf, i, end)
+            i = read_pid(p, buf, i, end)
         else:
-            pkt.pid = 0
+            p.pid = 0
         if v5:
-            i = mqtt5().read(pkt, buf, i, end, _PUBLISH)
+            i = mqtt5().read(p, buf, i, end, _PUBLISH)
         elif not tn:
             fail(_E_EMPTY_TOPIC)  # [MQTT-4.7.3-1]
-        pkt.payload_off = i
-        pkt.payload_len = end - i
+        p.payload_off = i
+        p.payload_len = end - i
         return _PUBLISH
     if t == 0 or (t == _AUTH and not v5):
         fail(_E_RESERVED_TYPE)
@@ -550,8 +548,8 @@ def decode(pkt, buf, off, end, max_packet=0):
     if _PUBACK <= t <= _PUBCOMP or (t == _UNSUBACK and not v5):
         if n < 2 or (n != 2 and not v5):
             fail(_E_LENGTH)
-        i = read_pid(pkt, buf, i, end)
-        return mqtt5().tail(pkt, buf, i, end, t) if i < end else t
+        i = read_pid(p, buf, i, end)
+        return mqtt5().tail(p, buf, i, end, t) if i < end else t
     if t == _PINGREQ or t == _PINGRESP:
         if n:
             fail(_E_LENGTH)
@@ -559,27 +557,27 @@ def decode(pkt, buf, off, end, max_packet=0):
     if t == _DISCONNECT or t == _AUTH:
         if n and not v5:
             fail(_E_LENGTH)
-        return mqtt5().tail(pkt, buf, i, end, t) if n else t
+        return mqtt5().tail(p, buf, i, end, t) if n else t
     if t == _CONNACK:
         if n < 2 or (n != 2 and not v5):
             fail(_E_LENGTH)
         if buf[i] & 0xFE:
             fail(_E_CONNACK_BITS)  # (5.0: MQTT-3.2.2-1; unnumbered in 3.1.1)
-        pkt.session_present = buf[i] == 1
+        p.session_present = buf[i] == 1
         if not v5:
-            pkt.rc = buf[i + 1]
+            p.rc = buf[i + 1]
             return t
         if n < 3:
             fail(_E_LENGTH)  # 5.0 always has reason code and properties
-        return mqtt5().tail(pkt, buf, i + 1, end, t)
+        return mqtt5().tail(p, buf, i + 1, end, t)
     if t == _SUBSCRIBE or t == _UNSUBSCRIBE:
-        return _srv().decode_filters(pkt, buf, i, end, v5)
+        return _srv().decode_filters(p, buf, i, end, v5)
     if t == _SUBACK or t == _UNSUBACK:
-        i = read_pid(pkt, buf, i, end)
+        i = read_pid(p, buf, i, end)
         if v5:
-            i = mqtt5().read(pkt, buf, i, end, t)
-        pkt.payload_off = i
-        pkt.payload_len = end - i
+            i = mqtt5().read(p, buf, i, end, t)
+        p.payload_off = i
+        p.payload_len = end - i
         if i == end:
             fail(_E_NO_CODES)  # one per filter, and there is at least one
         while i < end:
@@ -588,4 +586,5 @@ def decode(pkt, buf, off, end, max_packet=0):
                 fail(_E_RETURN_CODE)  # [MQTT-3.9.3-2]
             i += 1
         return t
-    return _srv().decode_connect(pkt, buf, i, end)
+    return _srv().decode_connect(p, buf, i, end)
+

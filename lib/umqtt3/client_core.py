@@ -106,7 +106,8 @@ class Core:
         self.session_present = False
         self.subs = {}  # filter -> (options, props), re-subscribed when the session is gone
         self.tries = 0
-        self.retry_at = self.last_tx = self.opened = now
+        # when the next attempt may start (while opening: when it started)
+        self.retry_at = self.last_tx = now
         self.ping_at = None
         self.wait_pid = 0  # SUBSCRIBE/UNSUBSCRIBE waiting for its ack
         self.req = None  # its filter, asked again if the link drops first
@@ -169,7 +170,7 @@ class Core:
         from .client5 import event
         return event(self, _PUBLISH, self.cur)
 
-    def deliver(self, pkt, redelivered):
+    def deliver(self, p, redelivered):
         # every inbound message, exactly once per message (packet(), and the
         # resume's redelivery)
         f = self.cb
@@ -180,12 +181,12 @@ class Core:
         self.depth += 1
         self.redelivery = redelivered
         self.unsynced = True
-        self.cur = pkt
+        self.cur = p
         try:
             if self.raw:
-                f(pkt, redelivered)
+                f(p, redelivered)
             else:
-                f(bytes(pkt.topic), bytes(pkt.payload))
+                f(bytes(p.topic), bytes(p.payload))
         finally:
             self.depth -= 1
             self.redelivery = False
@@ -329,7 +330,7 @@ class Core:
                                 lw[2], lw[3], props, lw[4])
         self.state = _OPENING
         self.pkt.level = self.level
-        self.opened = now
+        self.retry_at = now  # the CONNACK timeout counts from here
 
     def down(self):
         """The driver closed the link: nothing read or queued on it is kept."""
@@ -374,7 +375,7 @@ class Core:
         if st == _DOWN:
             t = ticks_diff(self.retry_at, now) if self.reconnect else _IDLE_MS
         elif st == _OPENING:
-            t = self.timeout_ms - ticks_diff(now, self.opened)
+            t = self.timeout_ms - ticks_diff(now, self.retry_at)
             if t < 0:
                 raise Closed(110)  # no CONNACK
         elif not self.keepalive:

@@ -42,14 +42,15 @@ _MAGIC = const(0x55)  # 'U'
 _KEY_MAX = const(0xFFFFFFFE)  # stored as key + 1 in 32 bits; -1 ("no key") stores 0
 
 
-def frame(seq, key, body):
+def frame(n, key, b):
     # one record (public: the broker's store frames its records the same way)
-    # magic, 4-byte seq, 4-byte key (+1, so -1 "no key" stores 0), body, CRC-32
+    # magic, 4-byte sequence number n, 4-byte key (+1, so -1 "no key"
+    # stores 0), the body b, CRC-32
     import binascii
     import struct
     if key < -1 or key > _KEY_MAX:
         raise ValueError("key out of range 0..2**32-2")
-    b = struct.pack(">BII", _MAGIC, seq & 0xFFFFFFFF, key + 1) + body
+    b = struct.pack(">BII", _MAGIC, n & 0xFFFFFFFF, key + 1) + b
     return b + struct.pack(">I", binascii.crc32(b) & 0xFFFFFFFF)
 
 
@@ -127,10 +128,6 @@ class FileStore:
         # use are only right once the records of the last boot are known
         self.recover()
 
-    def _p(self, fmt, n, state):
-        # a record's path: fmt "o%08d.%s" (n: its seq) or "i%05d.%s" (n: pid)
-        return self.dir + "/" + fmt % (n, state)
-
     def _next_seq(self):
         # Numbering starts again whenever nothing it orders is left (no
         # outbound record, no undelivered inbound one), so names and the
@@ -146,7 +143,7 @@ class FileStore:
             raise StoreFull("store full", 0x97)
         k = -1 if key is None else key
         self._next_seq()  # a key out of range: frame raises, nothing written
-        self.fs.write(self._p("o%08d.%s", self.nseq, "p"),
+        self.fs.write("%s/o%08d.%s" % (self.dir, self.nseq, "p"),
                       frame(self.nseq, k, bytes(buf[off:off + n])))
         self.fs.sync_dir(self.dir)
         self.out[pid] = [self.nseq, "p", k]
@@ -156,14 +153,15 @@ class FileStore:
     def out_rel(self, pid):
         e = self.out.get(pid)
         if e and e[1] == "p":
-            self.fs.rename(self._p("o%08d.%s", e[0], "p"), self._p("o%08d.%s", e[0], "r"))
+            d = self.dir
+            self.fs.rename("%s/o%08d.%s" % (d, e[0], "p"), "%s/o%08d.%s" % (d, e[0], "r"))
             self.fs.sync_dir(self.dir)
             e[1] = "r"
 
     def out_del(self, pid):
         e = self.out.pop(pid, None)
         if e:
-            name = self._p("o%08d.%s", e[0], e[1])
+            name = "%s/o%08d.%s" % (self.dir, e[0], e[1])
             if self.keep_last and e[2] >= 0 and e[2] >= self.last_key:
                 # keep the newest key's record as "last": accepted() survives
                 self.fs.rename(name, self.dir + "/last")
@@ -181,13 +179,15 @@ class FileStore:
         if len(self.out) + len(self.inb) >= self.max:
             raise StoreFull("store full", 0x97)
         self._next_seq()  # arrival order, for handing them over again
-        self.fs.write(self._p("i%05d.%s", pid, "u"), frame(self.nseq, key, bytes(buf[off:off + n])))
+        self.fs.write("%s/i%05d.%s" % (self.dir, pid, "u"),
+                      frame(self.nseq, key, bytes(buf[off:off + n])))
         self.fs.sync_dir(self.dir)
         self.inb[pid] = "u"
 
     def in_done(self, pid):
         if self.inb.get(pid) == "u":
-            self.fs.rename(self._p("i%05d.%s", pid, "u"), self._p("i%05d.%s", pid, "d"))
+            d = self.dir
+            self.fs.rename("%s/i%05d.%s" % (d, pid, "u"), "%s/i%05d.%s" % (d, pid, "d"))
             self.fs.sync_dir(self.dir)
             self.inb[pid] = "d"
 
@@ -197,7 +197,7 @@ class FileStore:
     def in_del(self, pid):
         st = self.inb.pop(pid, None)
         if st:
-            self.fs.remove(self._p("i%05d.%s", pid, st))
+            self.fs.remove("%s/i%05d.%s" % (self.dir, pid, st))
             self.fs.sync_dir(self.dir)
 
     def accepted(self, key):

@@ -429,10 +429,12 @@ def test_utf8_checker_direct_MQTT_1_5_3():
 
 
 def test_utf8_through_decode_MQTT_1_5_3_1_and_2():
-    saved = client_codec._utf8
+    # str_end() asks compat.valid_utf8 when there is one (CPython), else
+    # its own checker: both ways, by setting the name it reads
+    saved = client_codec.valid_utf8
     try:
         for check in _checkers():
-            client_codec._utf8 = check
+            client_codec.valid_utf8 = None if check is client_codec._utf8_ok else check
             for b in _BAD_UTF8:
                 t = b"t" + b
                 bad(frame(0x30, s16(t)))  # PUBLISH topic
@@ -444,7 +446,7 @@ def test_utf8_through_decode_MQTT_1_5_3_1_and_2():
                 p = dec(frame(0x10, s16(b"MQTT") + b"\x04\x02\x00\x00" + s16(t)))
                 assert span(p, p.cid_off, p.cid_len) == t
     finally:
-        client_codec._utf8 = saved
+        client_codec.valid_utf8 = saved
 
 
 def test_packet_id_zero_MQTT_2_3_1_1():

@@ -46,8 +46,8 @@ if MICROPYTHON:
         exec(
             "import micropython\n"
             "@micropython.viper\n"
-            "def _v(d: ptr8, doff: int, s: ptr8, soff: int, n: int, back: int):\n"
-            "    if back:\n"
+            "def _v(d: ptr8, doff: int, s: ptr8, soff: int, n: int, b: int):\n"
+            "    if b:\n"
             "        i = n - 1\n"
             "        while i >= 0:\n"
             "            d[doff + i] = s[soff + i]\n"
