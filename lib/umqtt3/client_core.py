@@ -52,6 +52,21 @@ _AUTH = const(15)
 
 
 class Core:
+    # Defaults set on the instance only when they change (set_sync(),
+    # set_last_will(), ..., MQTT 5's CONNACK): each costs a slot in the
+    # class's table, not in every instance's, nor a line of __init__.
+    sync = None  # () -> None, made durable what deliver() took
+    lw = None  # the will: (topic, msg, qos, retain, props)
+    on_ack = None  # f(pid, reason code) when a QoS 1/2 publish completes
+    disconnect_rc = None  # MQTT 5: the reason code of a server's DISCONNECT
+    aliases = None  # type: dict | None  # MQTT 5: topic -> Topic Alias property, per connection
+    # MQTT 5 limits the server set in CONNACK
+    max_packet = 0  # Maximum Packet Size, 0: none [MQTT-3.1.2-24]
+    alias_max = 0  # Topic Alias Maximum
+    cur = None  # the packet being handed to the callback
+    depth = 0  # > 0 while the message callback runs
+    redelivery = False  # True while the callback gets a redelivered message
+
     def __init__(self, client_id, keepalive=0, user=None, password=None, level=4,
                  store=None, window=8, bufsize=512, reconnect=False, timeout_ms=5000,
                  backoff_ms=(500, 30000), session_expiry=None, auth=None, now=0):
@@ -79,24 +94,15 @@ class Core:
         # window (what we send), never this (what we take)
         self.receive_max = window
         self.pid = 0  # the packet id taken last
-        # MQTT 5 limits the server set in CONNACK
-        self.max_packet = 0  # Maximum Packet Size, 0: none [MQTT-3.1.2-24]
-        self.alias_max = 0  # Topic Alias Maximum
         self.reconnect = reconnect
         self.auto = reconnect  # restored by connect() after disconnect()
         self.timeout_ms = timeout_ms
         self.backoff_ms = backoff_ms
         self.cb = None
         self.raw = False
-        self.sync = None  # () -> None, made durable what deliver() took
         self.unsynced = False
-        self.lw = None
-        self.on_ack = None  # f(pid, reason code) when a QoS 1/2 publish completes
         self.ack_pid = self.ack_rc = 0  # the last completed publish
         self.want = -1  # the packet id a waiting publish() waits for
-        self.disconnect_rc = None  # MQTT 5: the reason code of a server's DISCONNECT
-        self.cur = None  # the packet being handed to the callback
-        self.aliases = None  # MQTT 5: topic -> Topic Alias property, per connection
         self.pkt = Packet(level)
         # one Conn for the client's life: buffers allocated once; a larger
         # head reads a PUBACK in one read
@@ -112,10 +118,8 @@ class Core:
         self.wait_pid = 0  # SUBSCRIBE/UNSUBSCRIBE waiting for its ack
         self.req = None  # its filter, asked again if the link drops first
         self.answer = -1  # SUBACK's code for it (MQTT 5: UNSUBACK's too)
-        self.depth = 0  # > 0 while the message callback runs
         self.backlog = None  # the resume after CONNACK, while it waits for room
         self.redelivered = []  # inbound QoS 2 messages to hand over again
-        self.redelivery = False  # True while the callback gets one of them
         for pid, state, key, body in store.recover():
             if state == "u":
                 self.redelivered.append((pid, body))
