@@ -102,28 +102,25 @@ def fail(e, code=_MALFORMED):
     raise MQTTError(TEXT[e], code)
 
 
-_P = None
-_S = None
+_M = [None, None]  # type: list  # umqtt3.props and umqtt3.codec_server, once imported
 
 
 def mqtt5():
     # umqtt3.props, imported on first use of protocol level 5
-    global _P
-    if _P is None:
+    if _M[0] is None:
         from . import props
-        _P = props
-    return _P
+        _M[0] = props
+    return _M[0]
 
 
 def _srv():
     # umqtt3.codec_server: what only a server decodes (CONNECT, SUBSCRIBE,
     # UNSUBSCRIBE); a client never meets one, so never loads it. (Kept
     # here after the first use: an import in decode() would allocate.)
-    global _S
-    if _S is None:
+    if _M[1] is None:
         from . import codec_server
-        _S = codec_server
-    return _S
+        _M[1] = codec_server
+    return _M[1]
 
 
 # ---------------------------------------------------------------- framing
@@ -352,11 +349,6 @@ def encode_filter(buf, off, pid, topic, qos=0, level=4, props=None):
         buf[off] = qos
         off += 1
     return off
-
-
-def encode_simple(buf, off, t):
-    """PINGREQ, PINGRESP and DISCONNECT without a reason: two bytes."""
-    return put_header(buf, off, t << 4, 0)
 
 
 # ---------------------------------------------------------------- decoding

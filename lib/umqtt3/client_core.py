@@ -21,7 +21,7 @@
 # client.MQTTClient (blocking) and aio.AsyncClient (asyncio), do.
 from .compat import ticks_add, ticks_diff, const
 from .client_codec import (Packet, MQTTError, Busy, decode, encode_connect, encode_publish,
-                           encode_ack, encode_simple, encode_filter)
+                           encode_ack, encode_filter, put_header)
 from .conn import Conn, Closed
 
 # Underscored consts take no slot in the module's dict (the drivers define
@@ -41,7 +41,6 @@ _PUBREL = const(6)
 _PUBCOMP = const(7)
 _SUBACK = const(9)
 _UNSUBACK = const(11)
-_PINGREQ = const(12)
 _PINGRESP = const(13)
 _DISCONNECT = const(14)
 _AUTH = const(15)
@@ -304,7 +303,7 @@ class Core:
         if self.state != _UP:
             raise OSError(107)
         c = self.conn
-        c.tlen = encode_simple(c.tx, c.tlen, _PINGREQ)
+        c.tlen = put_header(c.tx, c.tlen, 0xC0, 0)  # PINGREQ
         self.ping_at = now
 
     def bye(self):
@@ -315,7 +314,7 @@ class Core:
             return False
         c = self.conn
         try:
-            c.tlen = encode_simple(c.tx, c.tlen, _DISCONNECT)
+            c.tlen = put_header(c.tx, c.tlen, 0xE0, 0)  # DISCONNECT, no reason
         except MQTTError:
             return False
         return True

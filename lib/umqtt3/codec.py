@@ -13,7 +13,7 @@
 from .compat import const
 from .client_codec import (MQTTError, Busy, StoreFull, fail, mqtt5, frame_len,  # noqa: F401
                            put_header, encode_connect, encode_publish, encode_ack,
-                           encode_filter, encode_simple, Packet, str_end, read_pid, decode)
+                           encode_filter, Packet, str_end, read_pid, decode)
 
 _PROTOCOL_ERROR = const(0x82)
 _TOO_LARGE = const(0x95)
@@ -185,6 +185,12 @@ def encode_unsubscribe(buf, off, pid, topics, level=4, props=None):
     if isinstance(topics, list):
         return _srv().encode_filters(buf, off, 0xA2, pid, topics, level, props)
     return encode_filter(buf, off, pid, topics, -1, level, props)
+
+
+def encode_simple(buf, off, ptype):
+    """PINGREQ, PINGRESP and DISCONNECT without a reason: two bytes (the
+    client writes them with put_header)."""
+    return put_header(buf, off, ptype << 4, 0)
 
 
 def encode_disconnect(buf, off, rc=None, level=4, props=None):

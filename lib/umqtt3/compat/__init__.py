@@ -46,7 +46,7 @@ if MICROPYTHON:
         exec(
             "import micropython\n"
             "@micropython.viper\n"
-            "def _v(d: ptr8, doff: int, s: ptr8, soff: int, n: int, b: int):\n"
+            "def v(d: ptr8, doff: int, s: ptr8, soff: int, n: int, b: int):\n"
             "    if b:\n"
             "        i = n - 1\n"
             "        while i >= 0:\n"
@@ -59,13 +59,13 @@ if MICROPYTHON:
             "            i += 1\n",
             _g,
         )
-        _v = _g["_v"]
 
-        def copy(dst, doff, src, soff, n):
+        def copy(dst, doff, src, soff, n, v=_g["v"]):  # type: ignore[misc]
             # viper does no bounds checks: check here, then copy natively
+            # (v, the native loop, is bound here: no module name for it)
             if doff < 0 or soff < 0 or n < 0 or doff + n > len(dst) or soff + n > len(src):
                 raise IndexError
-            _v(dst, doff, src, soff, n, dst is src and soff < doff)
+            v(dst, doff, src, soff, n, dst is src and soff < doff)
     except Exception:
         pass
     del _g  # (on a port without viper too: it holds what exec() left)
