@@ -201,7 +201,7 @@ def made():
     for c in cs:
         c.reconnect = False
         try:
-            c._close()
+            c.down()
         except Exception:
             pass
 

@@ -178,7 +178,7 @@ def test_server_disconnect_reason(broker_factory, v5):
     b = broker_factory(extra=["max_packet_size 200"])
     c = v5(b.port, "v5-too-big")
     c.connect()
-    c.flow.max_packet = 0
+    c.max_packet = 0
     c.publish(b"v5/big", b"x" * 300)
     with pytest.raises(OSError):
         for _ in range(300):
@@ -220,7 +220,7 @@ def test_topic_aliases_for_repeated_topics(broker, v5):
     try:
         c = v5(broker.port, "v5-alias")
         c.connect()
-        assert c.flow.alias_max > 0
+        assert c.alias_max > 0
         sent = []
         real = c.conn.flush
 
@@ -247,7 +247,7 @@ def test_receive_maximum_and_maximum_packet_size(broker_factory, v5):
     b = broker_factory(extra=["max_inflight_messages 2", "max_packet_size 200"])
     c = v5(b.port, "v5-limits")
     c.connect()
-    assert c.flow.window == 2 and c.flow.max_packet == 200
+    assert c.window == 2 and c.max_packet == 200
     with pytest.raises(MQTTError) as e:
         c.publish(b"v5/big", b"x" * 300, qos=0)  # never sent [MQTT-3.1.2-24]
     assert e.value.code == 0x95

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from umqtt3 import codec, compat, props
+from umqtt3 import codec, client_codec, compat, props
 from support import span, entries
 from umqtt3.codec import (
     MQTTError, Packet, decode, frame_len, encode_connect, encode_publish, encode_ack,
@@ -439,4 +439,4 @@ def test_frame_len_random(data):
 @given(st.binary(max_size=24) | st.text(_CHARS, max_size=8).map(str.encode))
 @MORE
 def test_utf8_checkers_agree(data):
-    assert codec._utf8_ok(data, 0, len(data)) == compat.valid_utf8(data, 0, len(data))
+    assert client_codec._utf8_ok(data, 0, len(data)) == compat.valid_utf8(data, 0, len(data))

@@ -286,7 +286,7 @@ class NoLast(FileStore):
     def out_del(self, pid):
         e = self.out.pop(pid, None)
         if e:
-            self.fs.remove(self._p("o%08d.%s", e[0], e[1]))
+            self.fs.remove("%s/o%08d.%s" % (self.dir, e[0], e[1]))
             self.fs.sync_dir(self.dir)
 
 

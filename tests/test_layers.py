@@ -17,7 +17,7 @@ LIB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 LAYERS = (
     ("compat", "compat.cpython", "compat.aio", "compat.gateway"),
     ("codec_errors",),
-    ("codec", "codec_server", "props", "topic"),  # codec loads the next two on demand
+    ("client_codec", "codec", "codec_server", "props", "topic"),  # the codecs load the next two on demand
     ("transport", "conn", "store", "flow", "memstore", "nostore", "qos_state", "broker_limits",
      "broker_auth", "broker_acl", "broker_log"),
     ("client_core", "client", "client5", "client_resume", "broker_session"),

@@ -9,8 +9,7 @@
 # first, instead of waking up every few milliseconds.
 from .compat import asleep_ms, ticks_ms, ticks_diff, link, const
 from .compat.aio import dial_async, wait_io, current_task
-from .codec import MQTTError
-from .flow import Busy
+from .client_codec import MQTTError, Busy
 from .client_core import Core
 
 _DOWN = const(0)  # client_core's states

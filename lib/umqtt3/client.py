@@ -9,9 +9,8 @@
 # publish at QoS 1/2, subscribe, wait_msg) loop on poll() until their answer
 # or a timeout.
 from .compat import ticks_ms, ticks_diff, sleep_ms, poll, link, dial, const
-from .codec import MQTTError
+from .client_codec import MQTTError, Busy
 from .conn import Closed
-from .flow import Busy
 from .client_core import Core
 
 # as select's and client_core's (underscored consts take no dict slot)
@@ -65,7 +64,7 @@ class MQTTClient(Core):
         try:
             self._open(sock)
         except Exception:
-            self._close()  # no half-open socket left behind
+            self.down()  # no half-open socket left behind
             raise
 
     def disconnect(self):
@@ -74,7 +73,7 @@ class MQTTClient(Core):
                 self.drain()
             except (OSError, MQTTError):
                 pass
-        self._close()
+        self.down()
 
     def ping(self):
         self.pingreq(ticks_ms())
@@ -93,7 +92,7 @@ class MQTTClient(Core):
                     raise Busy("busy", 0x97)
             except OSError:
                 # the link broke: store the message for the next connection
-                self._lost()
+                self.lost(ticks_ms())
                 if not (qos and self.reconnect):
                     raise
         pid = self.queue(topic, msg, retain, qos, key, props)
@@ -102,7 +101,7 @@ class MQTTClient(Core):
                 self.send()
             except OSError:
                 # the link broke; a stored message goes out after the reconnect
-                self._lost()
+                self.lost(ticks_ms())
                 if not (qos and self.reconnect):
                     raise
         if qos and wait and not self.depth:
@@ -179,19 +178,54 @@ class MQTTClient(Core):
             try:
                 self._open()
             except OSError:
-                self._lost()
+                self.lost(ticks_ms())
                 return 0
+        # Handles what arrives until timeout_ms has passed, at least one
+        # packet when one is there; a peer that keeps sending cannot hold
+        # poll() longer: the rest waits in the socket for the next call.
+        c = self.conn
+        start = ticks_ms()
+        handled = 0
         try:
-            n = self._io(timeout_ms)
+            if self.poller is not None and timeout_ms and not c.spent:  # (nothing read ahead)
+                for obj, ev in self.poller.ipoll(timeout_ms):
+                    if ev & (_POLLERR | _POLLHUP) and not ev & _POLLIN:
+                        raise Closed(104)
+            # inside the message callback only write (publish from a
+            # callback queues and returns)
+            n = 0 if self.depth else c.recv()
+            while n:
+                now = ticks_ms()
+                try:
+                    self.packet(n, now)
+                except Exception:
+                    if self.state == _DOWN:
+                        self.down()  # a callback refused a QoS 1/2 message
+                    raise
+                handled += 1
+                if self.backlog is not None:
+                    self.drain()  # the resume after CONNACK, within timeout_ms
+                elif c.tlen > len(c.tx) >> 1:
+                    self.send()  # acks pile up while a long burst is read
+                if ticks_diff(now, start) > timeout_ms or \
+                        (self.ack_pid == self.want and not self.ssl):
+                    # time is up, or the acknowledgement a waiting publish
+                    # wants came: it returns without a read that would find
+                    # nothing (on TLS a record may hold more, which poll()
+                    # cannot see)
+                    break
+                n = c.recv()
+            if c.tlen:
+                self.send()
             if self.keepalive or self.state != _UP:  # else no timer runs
                 self.tick(ticks_ms())
-                if self.conn.tlen:
+                if c.tlen:
                     self.send()  # the PINGREQ tick() queued
-            return n
+            return handled
         except (OSError, MQTTError) as e:
             if isinstance(e, Busy):
                 raise
-            self._lost()
+            self.lost(ticks_ms())
             if not self.reconnect:
                 raise
             return 0
@@ -233,7 +267,7 @@ class MQTTClient(Core):
     def _open(self, sock=None):
         # a new connection: sock already connected by the caller, else
         # dialled here, blocking
-        self._close()
+        self.down()
         if self.connect_link:
             lk = self.connect_link()
         else:
@@ -247,7 +281,8 @@ class MQTTClient(Core):
         self.start(ticks_ms())
         self.send()
 
-    def _close(self):
+    def down(self):
+        # the link is closed (the core's down(), which lost() calls too)
         c = self.conn
         if c.link is not None:
             c.close()
@@ -257,54 +292,12 @@ class MQTTClient(Core):
         self.sock = None
         self.poller = None
         self.wmask = False
-        self.down()
-
-    def _lost(self):
-        self._close()
-        self.lost(ticks_ms())
-
-    def _io(self, timeout_ms):
-        # Handles what arrives until timeout_ms has passed, at least one
-        # packet when one is there; a peer that keeps sending cannot hold
-        # poll() longer: the rest waits in the socket for the next call.
-        c = self.conn
-        start = ticks_ms()
-        if self.poller is not None and timeout_ms and not c.spent:  # (nothing read ahead)
-            for obj, ev in self.poller.ipoll(timeout_ms):
-                if ev & (_POLLERR | _POLLHUP) and not ev & _POLLIN:
-                    raise Closed(104)
-        handled = 0
-        # inside the message callback only write (publish from a callback
-        # queues and returns)
-        n = 0 if self.depth else c.recv()
-        while n:
-            now = ticks_ms()
-            try:
-                self.packet(n, now)
-            except Exception:
-                if self.state == _DOWN:
-                    self._close()  # a callback refused a QoS 1/2 message
-                raise
-            handled += 1
-            if self.backlog is not None:
-                self.drain()  # the resume after CONNACK, within timeout_ms
-            elif c.tlen > len(c.tx) >> 1:
-                self.send()  # acks pile up while a long burst is read
-            if ticks_diff(now, start) > timeout_ms or \
-                    (self.ack_pid == self.want and not self.ssl):
-                # time is up, or the acknowledgement a waiting publish wants
-                # came: it returns without a read that would find nothing
-                # (on TLS a record may hold more, which poll() cannot see)
-                break
-            n = c.recv()
-        if c.tlen:
-            self.send()
-        return handled
+        Core.down(self)
 
     def _request(self, pid):
         # SUBSCRIBE/UNSUBSCRIBE pid is sent: wait for the answer
         if self.depth:
-            return None  # from a callback: sent, not waited for (see _io)
+            return None  # from a callback: sent, not waited for (see poll)
         start = ticks_ms()
         while self.wait_pid == pid:
             if ticks_diff(ticks_ms(), start) > self.timeout_ms:

@@ -1,89 +1,86 @@
 # umqtt3.client5 -- what MQTTClient does only at MQTT 5 (level=5), imported on
 # first use so that a 3.1.1 client never loads it (nor umqtt3.props).
 #
-# The client calls connect_props() for CONNECT, on_connack() for the
-# server's limits, on_auth() for enhanced authentication. The application
-# reads a message's properties with props_of() (a dict; allocates) or, in a
-# raw callback without allocating, with value_at() and props.get(); and
-# asks with request() for the answer to a request (response topic and
+# The client core calls event() for CONNECT's properties, CONNACK's limits,
+# enhanced authentication and msg_props(). The application reads a
+# message's properties with msg_props() (a dict; allocates) or, in a raw
+# callback without allocating, with value_at() and props.get(); and asks
+# with request() for the answer to a request (response topic and
 # correlation data).
-from .compat import ticks_ms, ticks_diff
+from .compat import ticks_ms, ticks_diff, const
 from .props import TYPES, get, parse, encode, encode_auth, varint_end
 
+_CONNECT = const(1)  # packet types, as in client_codec
+_CONNACK = const(2)
+_PUBLISH = const(3)
 # property ids (MQTT 5.0 section 2.2.2.2)
-_SESSION_EXPIRY = 0x11
-_ASSIGNED_ID = 0x12
-_SERVER_KEEPALIVE = 0x13
-_AUTH_METHOD = 0x15
-_AUTH_DATA = 0x16
-_REASON_STRING = 0x1F
-_RECEIVE_MAX = 0x21
-_ALIAS_MAX = 0x22
-_MAX_PACKET = 0x27
-_RESPONSE_TOPIC = 0x08
-_CORRELATION = 0x09
+_SESSION_EXPIRY = const(0x11)
+_ASSIGNED_ID = const(0x12)
+_SERVER_KEEPALIVE = const(0x13)
+_AUTH_METHOD = const(0x15)
+_AUTH_DATA = const(0x16)
+_REASON_STRING = const(0x1F)
+_RECEIVE_MAX = const(0x21)
+_ALIAS_MAX = const(0x22)
+_MAX_PACKET = const(0x27)
+_RESPONSE_TOPIC = const(0x08)
+_CORRELATION = const(0x09)
 
 
-def connect_props(c):
-    """CONNECT's properties: session expiry (the client's, else "never"
-    for a persistent session and none for a clean one), the receive
-    maximum, enhanced authentication."""
-    d = {}
-    exp = c.session_expiry
-    if exp is None and not c.clean:
-        exp = 0xFFFFFFFF
-    if exp:
-        d[_SESSION_EXPIRY] = exp
-    d[_RECEIVE_MAX] = c.receive_max  # at most this many QoS 1/2 at once to us
-    if c.auth is not None:
-        d[_AUTH_METHOD] = c.auth[0]
-        if c.auth[1] is not None:
-            d[_AUTH_DATA] = c.auth[1]
-    return encode(d)
-
-
-def on_connack(c, p):
-    """The server's limits bind the client; an assigned id is kept for the
-    reconnects (they must resume the session under it)."""
+def event(c, t, p):
+    """What MQTT 5 adds where the core meets packet type t (one entry, so
+    that the core names one function of this module):
+    CONNECT (p None): its properties: session expiry (the client's, else
+      "never" for a persistent session and none for a clean one), the
+      receive maximum, enhanced authentication;
+    CONNACK: the server's limits bind the client; an assigned id is kept
+      for the reconnects (they must resume the session under it);
+    AUTH: continue (0x18) asks the application's hook for the next
+      authentication data [MQTT-4.12.0-2];
+    PUBLISH: the message's properties as a dict (msg_props(); allocates)."""
+    if t == _PUBLISH:
+        return parse(p.buf, p.props_off, p.props_len) if p.props_len else {}
+    if t == _CONNECT:
+        d = {}
+        exp = c.session_expiry
+        if exp is None and not c.clean:
+            exp = 0xFFFFFFFF
+        if exp:
+            d[_SESSION_EXPIRY] = exp
+        d[_RECEIVE_MAX] = c.receive_max  # at most this many QoS 1/2 at once to us
+        if c.auth is not None:
+            d[_AUTH_METHOD] = c.auth[0]
+            if c.auth[1] is not None:
+                d[_AUTH_DATA] = c.auth[1]
+        return encode(d)
     b, o, n = p.buf, p.props_off, p.props_len
-    rm = get(b, o, n, _RECEIVE_MAX)  # [MQTT-3.3.4-7]
-    if rm and rm < c.flow.window:
-        c.flow.window = rm
-    ka = get(b, o, n, _SERVER_KEEPALIVE)  # [MQTT-3.2.2-21]
-    if ka is not None:
-        c.keepalive = ka
-    c.flow.max_packet = get(b, o, n, _MAX_PACKET, 0)  # [MQTT-3.1.2-24]
-    c.flow.alias_max = get(b, o, n, _ALIAS_MAX, 0)  # [MQTT-3.3.2-9]
-    cid = get(b, o, n, _ASSIGNED_ID)
-    if cid is not None:
-        c.client_id = cid  # [MQTT-3.2.2-16]
-
-
-def on_auth(c, p):
-    """AUTH from the server: continue (0x18) asks the application's hook
-    for the next authentication data [MQTT-4.12.0-2]."""
-    if c.auth is None or p.rc != 0x18:
-        return  # success (0x00) needs nothing; no hook: the server will close
-    method, _, f = c.auth
-    data = get(p.buf, p.props_off, p.props_len, _AUTH_DATA)
-    d = {_AUTH_METHOD: method}
-    reply = f(data)
-    if reply is not None:
-        d[_AUTH_DATA] = reply
-    conn = c.conn
-    conn.tlen = encode_auth(conn.tx, conn.tlen, 0x18, d)
+    if t == _CONNACK:
+        rm = get(b, o, n, _RECEIVE_MAX)  # [MQTT-3.3.4-7]
+        if rm and rm < c.window:
+            c.window = rm
+        ka = get(b, o, n, _SERVER_KEEPALIVE)  # [MQTT-3.2.2-21]
+        if ka is not None:
+            c.keepalive = ka
+        c.max_packet = get(b, o, n, _MAX_PACKET, 0)  # [MQTT-3.1.2-24]
+        c.alias_max = get(b, o, n, _ALIAS_MAX, 0)  # [MQTT-3.3.2-9]
+        cid = get(b, o, n, _ASSIGNED_ID)
+        if cid is not None:
+            c.client_id = cid  # [MQTT-3.2.2-16]
+    elif c.auth is not None and p.rc == 0x18:
+        # (success, 0x00, needs nothing; without a hook the server closes)
+        method, _, f = c.auth
+        d = {_AUTH_METHOD: method}
+        reply = f(get(b, o, n, _AUTH_DATA))
+        if reply is not None:
+            d[_AUTH_DATA] = reply
+        conn = c.conn
+        conn.tlen = encode_auth(conn.tx, conn.tlen, 0x18, d)
+    return None
 
 
 def reason(p):
     """The Reason String of an ack or DISCONNECT, or None."""
     return get(p.buf, p.props_off, p.props_len, _REASON_STRING) if p.props_len else None
-
-
-def props_of(pkt):
-    """The packet's properties as a dict {id: value} (allocates):
-    strings as str, binary data as bytes, User Property and Subscription
-    Identifier as lists."""
-    return parse(pkt.buf, pkt.props_off, pkt.props_len) if pkt.props_len else {}
 
 
 def value_at(pkt, want):
@@ -111,12 +108,6 @@ def value_at(pkt, want):
     return -1
 
 
-class _Answer:
-    def __init__(self, corr):
-        self.corr = corr
-        self.msg = None
-
-
 def request(c, topic, msg, response_topic, timeout_ms=None, qos=1, corr=None):
     """Publish a request with Response Topic and Correlation Data, and return
     the payload of the answer that carries the same correlation data (a
@@ -128,32 +119,33 @@ def request(c, topic, msg, response_topic, timeout_ms=None, qos=1, corr=None):
         corr = str(c.corr_n).encode()
     if response_topic not in c.subs:
         c.subscribe(response_topic, qos)
-    ans = _Answer(corr)
-    c.answer_hook = ans
+    got = []
+    f, raw = c.cb, c.raw
+
+    def take(pkt, redelivered):
+        # the answer is kept here; anything else goes to the callback
+        o = value_at(pkt, _CORRELATION)
+        if o >= 0:
+            b = pkt.buf
+            if bytes(b[o + 2:o + 2 + ((b[o] << 8) | b[o + 1])]) == corr:
+                got.append(bytes(pkt.payload))
+                return
+        if f is not None:
+            if raw:
+                f(pkt, redelivered)
+            else:
+                f(bytes(pkt.topic), bytes(pkt.payload))
+
+    c.set_callback(take, True)
     try:
         c.publish(topic, msg, qos=qos, props={_RESPONSE_TOPIC: response_topic,
                                               _CORRELATION: corr})
         t = c.timeout_ms if timeout_ms is None else timeout_ms
         start = ticks_ms()
-        while ans.msg is None:
+        while not got:
             if ticks_diff(ticks_ms(), start) > t:
                 raise OSError(110, "timed out")
             c.poll(10)
     finally:
-        c.answer_hook = None
-    return ans.msg
-
-
-def take_answer(c, pkt):
-    """For the client's deliver(): True when pkt is the answer request()
-    waits for (it is then not handed to the callback)."""
-    ans = c.answer_hook
-    o = value_at(pkt, _CORRELATION)
-    if o < 0:
-        return False
-    b = pkt.buf
-    n = (b[o] << 8) | b[o + 1]
-    if bytes(b[o + 2:o + 2 + n]) != ans.corr:
-        return False
-    ans.msg = bytes(pkt.payload)
-    return True
+        c.set_callback(f, raw)
+    return got[0]

@@ -10,18 +10,19 @@
 #     core.refill()             # after a flush: more of a resume backlog
 #
 # The core keeps the connection's state (CONNACK, keepalive, the resume after
-# a reconnect), the QoS flows (flow.Flow over the store) and the buffers
-# (a conn.Conn, whose link only the driver uses). Events reach the
+# a reconnect), the QoS 1/2 flows over the store and the buffers (a
+# conn.Conn, whose link only the driver uses). The flows are the rules of
+# umqtt3.flow (the broker's sessions use that module), written into the
+# core: a client loads neither flow.py nor its Flow object. Events reach the
 # application as callbacks (messages, acknowledgements) and as state the
 # driver reads: is_connected(), wait_pid and answer (SUBACK/UNSUBACK),
 # ack_pid and ack_rc (the last publish completed), disconnect_rc. It never
 # opens a socket, resolves a name, reads a clock or sleeps: the drivers,
 # client.MQTTClient (blocking) and aio.AsyncClient (asyncio), do.
 from .compat import ticks_add, ticks_diff, const
-from .codec import (Packet, MQTTError, decode, encode_connect, encode_simple,
-                    encode_subscribe, encode_unsubscribe, encode_disconnect)
+from .client_codec import (Packet, MQTTError, Busy, decode, encode_connect, encode_publish,
+                           encode_ack, encode_filter, put_header)
 from .conn import Conn, Closed
-from .flow import Flow, Busy
 
 # Underscored consts take no slot in the module's dict (the drivers define
 # the states again: MicroPython cannot import a const() name).
@@ -29,15 +30,17 @@ _DOWN = const(0)  # no link
 _OPENING = const(1)  # CONNECT sent, CONNACK awaited
 _UP = const(2)
 _IDLE_MS = const(60000)  # tick()'s answer when no timer runs
+_RESERVE = const(8)  # send-buffer bytes a PUBLISH may not take: acks and PINGREQ always fit
 # packet types, as in codec
+_CONNECT = const(1)
 _CONNACK = const(2)
 _PUBLISH = const(3)
 _PUBACK = const(4)
+_PUBREC = const(5)
 _PUBREL = const(6)
 _PUBCOMP = const(7)
 _SUBACK = const(9)
 _UNSUBACK = const(11)
-_PINGREQ = const(12)
 _PINGRESP = const(13)
 _DISCONNECT = const(14)
 _AUTH = const(15)
@@ -48,12 +51,27 @@ _AUTH = const(15)
 
 
 class Core:
+    # Defaults set on the instance only when they change (set_sync(),
+    # set_last_will(), ..., MQTT 5's CONNACK): each costs a slot in the
+    # class's table, not in every instance's, nor a line of __init__.
+    sync = None  # () -> None, made durable what deliver() took
+    lw = None  # the will: (topic, msg, qos, retain, props)
+    on_ack = None  # f(pid, reason code) when a QoS 1/2 publish completes
+    disconnect_rc = None  # MQTT 5: the reason code of a server's DISCONNECT
+    aliases = None  # type: dict | None  # MQTT 5: topic -> Topic Alias property, per connection
+    # MQTT 5 limits the server set in CONNACK
+    max_packet = 0  # Maximum Packet Size, 0: none [MQTT-3.1.2-24]
+    alias_max = 0  # Topic Alias Maximum
+    cur = None  # the packet being handed to the callback
+    depth = 0  # > 0 while the message callback runs
+    redelivery = False  # True while the callback gets a redelivered message
+
     def __init__(self, client_id, keepalive=0, user=None, password=None, level=4,
                  store=None, window=8, bufsize=512, reconnect=False, timeout_ms=5000,
                  backoff_ms=(500, 30000), session_expiry=None, auth=None, now=0):
         self.client_id = client_id
         self.user = user
-        self.pswd = password
+        self.password = password
         self.keepalive = keepalive
         self.level = level
         self.session_expiry = session_expiry  # MQTT 5: seconds, None: see client5
@@ -70,26 +88,20 @@ class Core:
             from .nostore import NoStore
             store = NoStore(window, 32)
         self.store = store
-        self.flow = Flow(store, self, window, level)
+        self.window = window  # QoS 1/2 publishes in flight at once
         # MQTT 5: the Receive Maximum we send; the broker's own may lower
-        # flow.window (what we send), never this (what we take)
+        # window (what we send), never this (what we take)
         self.receive_max = window
+        self.pid = 0  # the packet id taken last
         self.reconnect = reconnect
         self.auto = reconnect  # restored by connect() after disconnect()
         self.timeout_ms = timeout_ms
-        self.backoff = backoff_ms
+        self.backoff_ms = backoff_ms
         self.cb = None
         self.raw = False
-        self.sync = None  # () -> None, made durable what deliver() took
         self.unsynced = False
-        self.lw = None
-        self.on_ack = None  # f(pid, reason code) when a QoS 1/2 publish completes
         self.ack_pid = self.ack_rc = 0  # the last completed publish
         self.want = -1  # the packet id a waiting publish() waits for
-        self.disconnect_rc = None  # MQTT 5: the reason code of a server's DISCONNECT
-        self.cur = None  # the packet being handed to the callback
-        self.aliases = None  # MQTT 5: topic -> Topic Alias property, per connection
-        self.answer_hook = None  # umqtt3.client5.request() waiting for its answer
         self.pkt = Packet(level)
         # one Conn for the client's life: buffers allocated once; a larger
         # head reads a PUBACK in one read
@@ -99,15 +111,14 @@ class Core:
         self.session_present = False
         self.subs = {}  # filter -> (options, props), re-subscribed when the session is gone
         self.tries = 0
-        self.retry_at = self.last_tx = self.opened = now
+        # when the next attempt may start (while opening: when it started)
+        self.retry_at = self.last_tx = now
         self.ping_at = None
         self.wait_pid = 0  # SUBSCRIBE/UNSUBSCRIBE waiting for its ack
         self.req = None  # its filter, asked again if the link drops first
         self.answer = -1  # SUBACK's code for it (MQTT 5: UNSUBACK's too)
-        self.depth = 0  # > 0 while the message callback runs
         self.backlog = None  # the resume after CONNACK, while it waits for room
         self.redelivered = []  # inbound QoS 2 messages to hand over again
-        self.redelivery = False  # True while the callback gets one of them
         for pid, state, key, body in store.recover():
             if state == "u":
                 self.redelivered.append((pid, body))
@@ -159,15 +170,12 @@ class Core:
         """MQTT 5: the properties of the message the callback is handling,
         as a dict {id: value} (allocates; see umqtt3.client5.value_at for
         reading them from a raw callback without allocating)."""
-        from .client5 import props_of
-        return props_of(self.cur)
+        from .client5 import event
+        return event(self, _PUBLISH, self.cur)
 
-    def deliver(self, pkt, redelivered):
-        # called by Flow for every inbound message, exactly once per message
-        if self.answer_hook is not None:
-            from .client5 import take_answer
-            if take_answer(self, pkt):
-                return  # the answer request() waits for
+    def deliver(self, p, redelivered):
+        # every inbound message, exactly once per message (packet(), and the
+        # resume's redelivery)
         f = self.cb
         if f is None:
             return
@@ -176,12 +184,12 @@ class Core:
         self.depth += 1
         self.redelivery = redelivered
         self.unsynced = True
-        self.cur = pkt
+        self.cur = p
         try:
             if self.raw:
-                f(pkt, redelivered)
+                f(p, redelivered)
             else:
-                f(bytes(pkt.topic), bytes(pkt.payload))
+                f(bytes(p.topic), bytes(p.payload))
         finally:
             self.depth -= 1
             self.redelivery = False
@@ -208,10 +216,25 @@ class Core:
             props = al.get(topic)
             if props is not None:
                 topic = b""
-            elif len(al) < self.flow.alias_max and len(al) < 8:
+            elif len(al) < self.alias_max and len(al) < 8:
                 props = new = bytes((0x23, 0, len(al) + 1))
+        pid = 0
         try:
-            pid = self.flow.publish(c, topic, msg, qos, retain, key, props)
+            if qos:
+                if self.store.out_count() >= self.window:
+                    raise Busy("busy", 0x97)
+                pid = self.new_pid()
+            end = encode_publish(c.tx, start, topic, msg, qos, pid, retain, False, self.level,
+                                 props)
+            if (self.max_packet and end - start > self.max_packet) or len(c.tx) - end < _RESERVE:
+                # never sent to a server that would close on it
+                # [MQTT-3.1.2-24]; the last bytes are for acks and PINGREQ
+                raise MQTTError("too large", 0x95)
+            if qos:
+                # stored before its first send; nothing is queued if the
+                # store refuses (StoreFull, OSError)
+                self.store.out_add(pid, key, c.tx, start, end - start)
+            c.tlen = end
         except MQTTError as e:
             if e.code == 0x95 and start:
                 raise Busy("busy", 0x97)
@@ -238,7 +261,7 @@ class Core:
             # as umqtt.simple: messages would have nowhere to go
             assert self.cb is not None, "set_callback() before subscribe()"
             self.subs[topic] = (qos, props)  # props too: asked the same way again
-        pid = self.flow.new_pid()
+        pid = self.new_pid()
         if not self.ask(pid, topic):
             raise Busy("busy", 0x97)
         self.req = topic
@@ -257,24 +280,30 @@ class Core:
     def unsubscribe_start(self, topic):
         return self.subscribe_start(topic, -1)
 
+    def new_pid(self):
+        p = self.pid
+        for _ in range(65535):
+            p = p % 65535 + 1
+            if not self.store.out_has(p):
+                self.pid = p
+                return p
+        raise Busy("busy", 0x97)
+
     def ask(self, pid, topic):
         # SUBSCRIBE for a filter in subs (with its options and properties),
         # else UNSUBSCRIBE; False when the send buffer has no room
         c = self.conn
         if c.space() < len(topic) + 16:
             return False
-        s = self.subs.get(topic)
-        if s is not None:
-            c.tlen = encode_subscribe(c.tx, c.tlen, pid, topic, s[0], self.level, s[1])
-        else:
-            c.tlen = encode_unsubscribe(c.tx, c.tlen, pid, topic, self.level)
+        s = self.subs.get(topic) or (-1, None)
+        c.tlen = encode_filter(c.tx, c.tlen, pid, topic, s[0], self.level, s[1])
         return True
 
     def pingreq(self, now):
         if self.state != _UP:
             raise OSError(107)
         c = self.conn
-        c.tlen = encode_simple(c.tx, c.tlen, _PINGREQ)
+        c.tlen = put_header(c.tx, c.tlen, 0xC0, 0)  # PINGREQ
         self.ping_at = now
 
     def bye(self):
@@ -285,7 +314,7 @@ class Core:
             return False
         c = self.conn
         try:
-            c.tlen = encode_disconnect(c.tx, c.tlen, None, self.level)
+            c.tlen = put_header(c.tx, c.tlen, 0xE0, 0)  # DISCONNECT, no reason
         except MQTTError:
             return False
         return True
@@ -297,14 +326,14 @@ class Core:
         lw = self.lw or (None, b"", 0, False, None)
         props = None
         if self.level == 5:
-            from .client5 import connect_props
-            props = connect_props(self)
+            from .client5 import event
+            props = event(self, _CONNECT, None)
         c.tlen = encode_connect(c.tx, 0, self.client_id, self.level, self.clean,
-                                self.keepalive, self.user, self.pswd, lw[0], lw[1],
+                                self.keepalive, self.user, self.password, lw[0], lw[1],
                                 lw[2], lw[3], props, lw[4])
         self.state = _OPENING
         self.pkt.level = self.level
-        self.opened = now
+        self.retry_at = now  # the CONNACK timeout counts from here
 
     def down(self):
         """The driver closed the link: nothing read or queued on it is kept."""
@@ -317,10 +346,10 @@ class Core:
 
     def lost(self, now):
         """The link broke: down, and the next attempt after a backoff.
-        Attempt k waits backoff[0] * 2**(k-1) ms, at most backoff[1]."""
+        Attempt k waits backoff_ms[0] * 2**(k-1) ms, at most backoff_ms[1]."""
         self.down()
         self.tries += 1
-        lo, hi = self.backoff
+        lo, hi = self.backoff_ms
         d = min(hi, lo << min(self.tries - 1, 16))
         # jitter 75%..125%: the clock's low bits as noise (the device stubs
         # make ticks opaque, to stop arithmetic on them meant as time)
@@ -349,7 +378,7 @@ class Core:
         if st == _DOWN:
             t = ticks_diff(self.retry_at, now) if self.reconnect else _IDLE_MS
         elif st == _OPENING:
-            t = self.timeout_ms - ticks_diff(now, self.opened)
+            t = self.timeout_ms - ticks_diff(now, self.retry_at)
             if t < 0:
                 raise Closed(110)  # no CONNACK
         elif not self.keepalive:
@@ -397,30 +426,87 @@ class Core:
         try:
             if t == _PUBLISH:
                 if self.state == _UP:
-                    self.flow.on_publish(c, p)
+                    # hand it to the application once, answer it
+                    q = p.qos
+                    pid = p.pid  # read first: the callback may reuse the packet
+                    st = self.store
+                    if q == 2:
+                        if not st.in_has(pid):
+                            st.in_add(pid, p.buf, 0, p.end)  # durable before PUBREC
+                            try:
+                                self.deliver(p, False)
+                            except Exception:
+                                # not taken: forgotten, no PUBREC, so the
+                                # sender's resend delivers it again
+                                st.in_del(pid)
+                                raise
+                            st.in_done(pid)
+                        # a known id: PUBREC again, no second delivery [MQTT-4.3.3-2]
+                        c.tlen = encode_ack(c.tx, c.tlen, _PUBREC, pid)
+                    else:
+                        self.deliver(p, False)  # raising here sends no PUBACK either
+                        if q:
+                            c.tlen = encode_ack(c.tx, c.tlen, _PUBACK, pid)
                     return
             elif _PUBACK <= t <= _PUBCOMP:
                 if self.state == _UP:
-                    f = self.flow
-                    f.on_ack(c, p)
-                    # what the store recorded is durable before the next
+                    pid = p.pid
+                    st = self.store
+                    # what the store records is durable before the next
                     # send: a release before PUBCOMP, a PUBREC before PUBREL
                     self.unsynced = True
-                    if f.last_done == p.pid:
-                        # a publish completed, or (MQTT 5) was refused
-                        f.last_done = 0
-                        self.ack_pid = p.pid
+                    if t == _PUBREL:
+                        st.in_del(pid)  # removed durably before PUBCOMP
+                        # unknown ids are answered too, so the sender can finish
+                        c.tlen = encode_ack(c.tx, c.tlen, _PUBCOMP, pid)
+                    elif t == _PUBREC and p.rc < 0x80:
+                        # recorded before PUBREL [MQTT-4.3.3-1] (True: the
+                        # store sends PUBREL itself, in its own order)
+                        if not (st.out_has(pid) and st.out_rel(pid)):
+                            c.tlen = encode_ack(c.tx, c.tlen, _PUBREL, pid)
+                    elif st.out_has(pid):
+                        # PUBACK, PUBCOMP, or a v5 PUBREC refusing the
+                        # message: a publish completed, or was refused
+                        st.out_del(pid)
+                        self.ack_pid = pid
                         self.ack_rc = p.rc
                         if self.on_ack is not None:
-                            self.on_ack(p.pid, p.rc)
+                            self.on_ack(pid, p.rc)
                     return
             elif t == _AUTH and self.level == 5:
-                from .client5 import on_auth
-                on_auth(self, p)  # enhanced authentication, also before CONNACK
+                from .client5 import event
+                event(self, _AUTH, p)  # enhanced authentication, also before CONNACK
                 return
             elif self.state == _OPENING:
                 if t == _CONNACK:
-                    self._connack(p)
+                    if p.rc:
+                        # server unavailable / busy / quota / rate: try
+                        # again later; any other refusal (version, id,
+                        # credentials) is final
+                        self.reconnect = self.reconnect and p.rc in (3, 0x88, 0x89, 0x97, 0x9F)
+                        raise MQTTError("refused", p.rc)
+                    self.state = _UP
+                    self.tries = 0
+                    if self.level == 5:
+                        from .client5 import event
+                        event(self, _CONNACK, p)
+                        self.aliases = {} if self.alias_max else None
+                    self.ping_at = None
+                    sp = self.session_present = p.session_present
+                    # A new connection. Only what a reconnect or a kept
+                    # session needs loads umqtt3.client_resume; a first
+                    # connect with nothing stored leaves it unloaded.
+                    if (self.subs and not sp) or self.wait_pid or self.redelivered or \
+                            self.store.out_count():
+                        from .client_resume import resume
+                        self.backlog = resume(self, sp)
+                        self.refill()
+                    elif not sp:
+                        # The broker has no session: the packet ids of
+                        # inbound QoS 2 messages still waiting for PUBREL
+                        # mean nothing now, and a new message reusing one
+                        # would be taken for a duplicate and dropped.
+                        self.store.in_clear()
                     return
             elif t == _SUBACK or t == _UNSUBACK:
                 if p.pid == self.wait_pid:
@@ -445,32 +531,3 @@ class Core:
                 self.lost(now)
             raise
         raise MQTTError("protocol error", 0x82)  # (before CONNACK: not CONNACK)
-
-    # ---------------------------------------------------------- internals
-    def _connack(self, p):
-        if p.rc:
-            # server unavailable / busy / quota / rate: try again later;
-            # any other refusal (version, id, credentials) is final
-            self.reconnect = self.reconnect and p.rc in (3, 0x88, 0x89, 0x97, 0x9F)
-            raise MQTTError("refused", p.rc)
-        self.state = _UP
-        self.tries = 0
-        if self.level == 5:
-            from .client5 import on_connack
-            on_connack(self, p)
-            self.aliases = {} if self.flow.alias_max else None
-        self.ping_at = None
-        sp = self.session_present = p.session_present
-        # A new connection. Only what a reconnect or a kept session needs
-        # loads umqtt3.client_resume; a first connect with nothing stored
-        # leaves it unloaded.
-        if (self.subs and not sp) or self.wait_pid or self.redelivered or \
-                self.store.out_count():
-            from .client_resume import resume
-            self.backlog = resume(self, sp)
-            self.refill()
-        elif not sp:
-            # The broker has no session: the packet ids of inbound QoS 2
-            # messages still waiting for PUBREL mean nothing now, and a new
-            # message reusing one would be taken for a duplicate and dropped.
-            self.store.in_clear()

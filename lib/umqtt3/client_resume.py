@@ -1,7 +1,10 @@
 # umqtt3.client_resume -- what a client does on a connection that follows
 # another: loaded by the client core only when there is something to resume,
 # so a client that connects once with nothing stored never loads it.
-from .codec import Packet, decode, encode_ack, PUBREL
+from .compat import const
+from .client_codec import Packet, decode, encode_ack
+
+_PUBREL = const(6)
 
 
 def resend(store, conn, sp):
@@ -26,7 +29,7 @@ def resend(store, conn, sp):
             tx[o] |= 8  # DUP [MQTT-3.3.1-1]
             conn.tlen = o + n
         else:
-            conn.tlen = encode_ack(tx, o, PUBREL, pid)
+            conn.tlen = encode_ack(tx, o, _PUBREL, pid)
 
 
 def resume(c, sp):
@@ -46,7 +49,7 @@ def resume(c, sp):
     if not sp:
         for topic in c.subs:
             if topic != pending:
-                pid = c.flow.new_pid()
+                pid = c.new_pid()
                 while not c.ask(pid, topic):
                     yield
     r = c.redelivered

@@ -1,99 +1,33 @@
 # umqtt3.codec -- MQTT control packets to and from bytes. No I/O, no state.
 #
+# The broker's codec: umqtt3.client_codec (every packet a client sends or
+# receives, the Packet and decode(); re-exported here, the same objects)
+# plus the wire primitives by public name that codec_server, the broker and
+# its sessions build on, and the forms only they use (a list of filters,
+# DISCONNECT with a reason). A client loads client_codec alone.
+#
 # Encoders write one packet into a caller's bytearray at `off` and return the
 # end offset; they refuse (MQTTError, code 0x95) rather than grow the buffer.
-# decode() reads one complete packet into a reusable Packet whose topic,
-# payload and properties are spans (offset, length) of the caller's buffer:
-# nothing is copied and, in steady state, nothing is allocated. Protocol
-# levels: 3 (MQTT 3.1, "MQIsdp"), 4 (3.1.1) and 5 (5.0); what only 5.0 has
-# (properties, reason codes, AUTH) is umqtt3.props's, imported on first use.
-from .compat import const, valid_utf8, as_bytes, topic_ok
+# Protocol levels: 3 (MQTT 3.1, "MQIsdp"), 4 (3.1.1) and 5 (5.0); what only
+# 5.0 has (properties, reason codes, AUTH) is umqtt3.props's.
+from .compat import const
+from .client_codec import (MQTTError, Busy, StoreFull, fail, mqtt5, frame_len,  # noqa: F401
+                           put_header, encode_connect, encode_publish, encode_ack,
+                           encode_filter, Packet, str_end, read_pid, decode)
 
-# Packet types and reason codes; codec_server names them publicly (codec's
-# __getattr__ hands them out), as a client needs none of them by name.
-_CONNECT = const(1)
-_CONNACK = const(2)
-_PUBLISH = const(3)
-_PUBACK = const(4)
-_PUBREC = const(5)
-_PUBREL = const(6)
-_PUBCOMP = const(7)
-_SUBSCRIBE = const(8)
-_SUBACK = const(9)
-_UNSUBSCRIBE = const(10)
-_UNSUBACK = const(11)
-_PINGREQ = const(12)
-_PINGRESP = const(13)
-_DISCONNECT = const(14)
-_AUTH = const(15)
-
-# MQTT 5 reason codes this module raises with; a v3/v4 peer just closes.
-_MALFORMED = const(0x81)
 _PROTOCOL_ERROR = const(0x82)
-_BAD_PROTOCOL_VERSION = const(0x84)
 _TOO_LARGE = const(0x95)
-
 _MAX_REMAINING = const(268435455)
 
-# Why a packet is refused or cannot be encoded: fail(_E_...) raises
-# MQTTError with the text at that index of umqtt3.codec_errors, imported only
-# then, so the texts take no RAM until something goes wrong (as qstrs they
-# took about 1.5 KB). codec_server.py numbers its refusals the same way.
+# indexes into umqtt3.codec_errors, as in client_codec
 _E_LENGTH_TOO_LARGE = const(0)
-_E_LENGTH_NOT_MINIMAL = const(1)
-_E_OVER_MAXIMUM = const(2)
-_E_LENGTH_OVER_4 = const(3)
-_E_LENGTH_DISAGREES = const(4)
-_E_BUFFER = const(5)
 _E_STRING_TOO_LONG = const(6)
 _E_FILTER = const(7)
 _E_SUB_OPTIONS = const(8)
 _E_PID_RANGE = const(9)
-_E_LEVEL = const(10)
-_E_EMPTY_ID = const(11)
-_E_WILL_QOS = const(12)
-_E_PASSWORD = const(13)
-_E_KEEPALIVE = const(14)
-_E_QOS = const(15)
-_E_TOPIC = const(16)
-_E_STRING_TRUNCATED = const(19)
-_E_STRING_PAST_END = const(20)
-_E_UTF8 = const(21)
 _E_BINARY_TRUNCATED = const(22)
 _E_BINARY_PAST_END = const(23)
-_E_TRUNCATED = const(24)
-_E_PID_0 = const(25)
-_E_RESERVED_TYPE = const(26)
-_E_RESERVED_FLAGS = const(27)
-_E_LENGTH = const(28)
-_E_CONNACK_BITS = const(29)
-_E_NO_CODES = const(30)
-_E_RETURN_CODE = const(31)
-_E_DUP_QOS0 = const(32)
-_E_WILDCARD = const(33)
-_E_EMPTY_TOPIC = const(34)
 
-
-
-class MQTTError(Exception):
-    """Every malformed, refused or unencodable packet: `reason` says what,
-    `code` is the MQTT 5 reason code to send the peer (0x81 malformed,
-    0x82 protocol error, 0x84 unsupported protocol version, 0x95 too large)."""
-
-    def __init__(self, reason, code=_MALFORMED):
-        super().__init__(reason, code)
-        self.reason = reason
-        self.code = code
-
-
-def fail(e, code=_MALFORMED):
-    # e: one of the _E_ numbers above (codec_server and props number theirs
-    # in the same table)
-    from .codec_errors import TEXT
-    raise MQTTError(TEXT[e], code)
-
-
-# ---------------------------------------------------------------- topics
 # topic names and filters (umqtt3.topic matches them; it defines these
 # bytes again, as const() names cannot be imported on MicroPython)
 _SLASH = const(0x2F)
@@ -107,8 +41,7 @@ def valid_name(buf, off, n):
     if not 0 < n < 65536:
         return False
     if not off and n == len(buf) and type(buf) is not memoryview:
-        # a whole bytes/bytearray (what publish() gets): find() runs in C
-        # and allocates nothing
+        # a whole bytes/bytearray: find() runs in C and allocates nothing
         return buf.find(b"+") < 0 and buf.find(b"#") < 0 and buf.find(b"\x00") < 0
     for i in range(off, off + n):
         c = buf[i]
@@ -139,8 +72,8 @@ def valid_filter(buf, off, n):
 
 
 # ---------------------------------------------------------------- framing
-# The wire primitives below (fail, varint_size, put_varint, put_header,
-# put_str, check_pid, head_pid, str_end, bin_end, read_pid, mqtt5) are public:
+# The wire primitives (fail, varint_size, put_varint, put_header, put_str,
+# check_pid, head_pid, str_end, bin_end, read_pid, mqtt5) are public:
 # codec_server, props and the broker build on them.
 
 def varint_size(n):
@@ -164,38 +97,6 @@ def put_varint(buf, off, n):
     return off + 1
 
 
-def frame_len(buf, off, end, max_size=0):
-    """Bytes the packet starting at buf[off] occupies, header included, or 0
-    while its fixed header is still incomplete. Refuses a fifth length byte
-    and anything larger than max_size (when set) before the body is read."""
-    n = 0
-    shift = 0
-    i = off + 1
-    while i < end:
-        b = buf[i]
-        n |= (b & 0x7F) << shift
-        i += 1
-        if not b & 0x80:
-            # a multi-byte length whose last byte is 0 is not minimal [MQTT-1.5.5-1]
-            if b == 0 and i - off > 2:
-                fail(_E_LENGTH_NOT_MINIMAL)
-            n += i - off
-            if max_size and n > max_size:
-                fail(_E_OVER_MAXIMUM, _TOO_LARGE)
-            return n
-        shift += 7
-        if shift == 28:
-            fail(_E_LENGTH_OVER_4)
-    return 0
-
-
-def put_header(buf, off, first, rl):
-    if off + 1 + varint_size(rl) + rl > len(buf):
-        fail(_E_BUFFER, _TOO_LARGE)
-    buf[off] = first
-    return put_varint(buf, off + 1, rl)
-
-
 def put_str(buf, off, s):
     # s is bytes-like (as_bytes applied); 2-byte length then the bytes
     n = len(s)
@@ -206,13 +107,6 @@ def put_str(buf, off, s):
     return off + n
 
 
-def _str_len(s):
-    n = len(s)
-    if n > 65535:
-        fail(_E_STRING_TOO_LONG, _PROTOCOL_ERROR)
-    return n + 2
-
-
 def filter_len(f, opts, level):
     # a valid filter [MQTT-4.7.1-2, MQTT-4.7.1-3] with valid options
     # [MQTT-3.8.3-4]: its encoded length
@@ -220,7 +114,9 @@ def filter_len(f, opts, level):
         fail(_E_FILTER, _PROTOCOL_ERROR)
     if (opts & 3) == 3 or opts & (0xC0 if level == 5 else 0xFC) or (opts & 0x30) == 0x30:
         fail(_E_SUB_OPTIONS, _PROTOCOL_ERROR)
-    return _str_len(f)
+    if len(f) > 65535:
+        fail(_E_STRING_TOO_LONG, _PROTOCOL_ERROR)
+    return len(f) + 2
 
 
 def check_pid(pid):
@@ -228,16 +124,11 @@ def check_pid(pid):
         fail(_E_PID_RANGE, _PROTOCOL_ERROR)  # [MQTT-2.3.1-1]
 
 
-# v5 properties: None (none), a pre-encoded bytes-like (copied as is: the
-# zero-allocation form), or a dict {id: value}. Their framing lives in
-# umqtt3.props with the rest of MQTT 5, which v3/v4 devices never load.
-_P = None
 _S = None
 
 
 def _srv():
-    # umqtt3.codec_server: what only a server reads (CONNECT, SUBSCRIBE,
-    # UNSUBSCRIBE) or writes; a client-only device never loads it
+    # umqtt3.codec_server: what only a server reads or writes
     global _S
     if _S is None:
         from . import codec_server
@@ -251,15 +142,6 @@ def __getattr__(name):
     v = getattr(_srv(), name)
     globals()[name] = v
     return v
-
-
-def mqtt5():
-    # umqtt3.props, imported on first use of protocol level 5
-    global _P
-    if _P is None:
-        from . import props
-        _P = props
-    return _P
 
 
 def head_pid(buf, off, first, rl, pid, level, props):
@@ -277,282 +159,6 @@ def head_pid(buf, off, first, rl, pid, level, props):
     return off + 2
 
 
-# ---------------------------------------------------------------- encoders
-
-def encode_connect(buf, off, client_id, level=4, clean=True, keepalive=0,
-                   user=None, password=None, will_topic=None, will_msg=b"",
-                   will_qos=0, will_retain=False, props=None, will_props=None):
-    if not 3 <= level <= 5:
-        fail(_E_LEVEL, _BAD_PROTOCOL_VERSION)
-    cid = as_bytes(client_id)
-    if not cid and (level == 3 or (level == 4 and not clean)):
-        # 3.1 wants 1..23 characters; 3.1.1 an empty id only with a clean
-        # session [MQTT-3.1.3-7]; 5.0 lets the server assign one
-        fail(_E_EMPTY_ID, _PROTOCOL_ERROR)
-    name = b"MQIsdp" if level == 3 else b"MQTT"
-    flags = 2 if clean else 0
-    rl = len(name) + 2 + 4 + _str_len(cid)
-    if level == 5:
-        p5 = mqtt5()
-        props = p5.encoded(props)
-        rl += p5.size(props)
-    if will_topic is not None:
-        if will_qos > 2:
-            fail(_E_WILL_QOS, _PROTOCOL_ERROR)  # [MQTT-3.1.2-14] (5.0: MQTT-3.1.2-12)
-        will_topic = as_bytes(will_topic)
-        will_msg = as_bytes(will_msg)
-        flags |= 4 | (will_qos << 3) | (32 if will_retain else 0)
-        rl += _str_len(will_topic) + _str_len(will_msg)
-        if level == 5:
-            will_props = p5.encoded(will_props)
-            rl += p5.size(will_props)
-    if user is not None:
-        user = as_bytes(user)
-        flags |= 128
-        rl += _str_len(user)
-    if password is not None:
-        if user is None and level < 5:
-            fail(_E_PASSWORD, _PROTOCOL_ERROR)  # [MQTT-3.1.2-22]
-        password = as_bytes(password)
-        flags |= 64
-        rl += _str_len(password)
-    if not 0 <= keepalive < 65536:
-        fail(_E_KEEPALIVE, _PROTOCOL_ERROR)
-    off = put_header(buf, off, 0x10, rl)
-    off = put_str(buf, off, name)
-    buf[off] = level
-    buf[off + 1] = flags
-    buf[off + 2] = keepalive >> 8
-    buf[off + 3] = keepalive & 0xFF
-    off += 4
-    if level == 5:
-        off = p5.put(buf, off, props)
-    off = put_str(buf, off, cid)
-    if will_topic is not None:
-        if level == 5:
-            off = p5.put(buf, off, will_props)
-        off = put_str(buf, off, will_topic)
-        off = put_str(buf, off, will_msg)
-    if user is not None:
-        off = put_str(buf, off, user)
-    if password is not None:
-        off = put_str(buf, off, password)
-    return off
-
-
-def encode_publish(buf, off, topic, payload, qos=0, pid=0, retain=False,
-                   dup=False, level=4, props=None):
-    topic = as_bytes(topic)
-    payload = as_bytes(payload)
-    if qos > 2:
-        fail(_E_QOS, _MALFORMED)  # [MQTT-3.3.1-4]
-    if not (valid_name(topic, 0, len(topic)) or (level == 5 and not topic)):
-        # refused before the flows store it: a broker would close on it,
-        # and a stored one would be resent after every reconnect
-        fail(_E_TOPIC, _PROTOCOL_ERROR)  # [MQTT-3.3.2-2, MQTT-4.7.3-1]
-    pl = len(payload)
-    rl = _str_len(topic) + pl
-    first = 0x30 | (qos << 1)
-    if qos:
-        check_pid(pid)
-        rl += 2
-        if dup:
-            first |= 8
-    # DUP is never set on QoS 0 [MQTT-3.3.1-2]
-    if retain:
-        first |= 1
-    if level == 5:
-        p5 = mqtt5()
-        props = p5.encoded(props)
-        rl += p5.size(props)
-    off = put_header(buf, off, first, rl)
-    off = put_str(buf, off, topic)
-    if qos:
-        buf[off] = pid >> 8
-        buf[off + 1] = pid & 0xFF
-        off += 2
-    if level == 5:
-        off = p5.put(buf, off, props)
-    buf[off:off + pl] = payload
-    return off + pl
-
-
-def encode_ack(buf, off, ptype, pid, rc=None, level=4, props=None):
-    """PUBACK, PUBREC, PUBREL, PUBCOMP (and v3/v4 UNSUBACK). For MQTT 5 the
-    reason code and properties are omitted when rc is None and props is None
-    (remaining length 2); props=b"" writes an explicit empty property list."""
-    check_pid(pid)
-    if level != 5 or (rc is None and props is None):
-        # the usual four bytes, written directly (what put_header checks)
-        if off + 4 > len(buf):
-            fail(_E_BUFFER, _TOO_LARGE)
-        buf[off] = (ptype << 4) | (2 if ptype == _PUBREL else 0)
-        buf[off + 1] = 2
-        buf[off + 2] = pid >> 8
-        buf[off + 3] = pid & 0xFF
-        return off + 4
-    rl = 2
-    if level == 5 and (rc is not None or props is not None):
-        p5 = mqtt5()
-        props = p5.encoded(props)
-        rl = 3 if props is None else 3 + p5.size(props)
-    off = put_header(buf, off, (ptype << 4) | (2 if ptype == _PUBREL else 0), rl)
-    buf[off] = pid >> 8
-    buf[off + 1] = pid & 0xFF
-    off += 2
-    if rl > 2:
-        buf[off] = rc or 0
-        off += 1
-        if props is not None:
-            off = p5.put(buf, off, props)
-    return off
-
-
-def encode_subscribe(buf, off, pid, topics, qos=0, level=4, props=None):
-    """topics: one filter (str/bytes) with `qos`, or a list of (filter,
-    options) pairs (encoded by codec_server, loaded then: a client
-    subscribes one filter at a time); options is the QoS for v3/v4 and the
-    v5 subscription options byte."""
-    if isinstance(topics, list):
-        return _srv().encode_filters(buf, off, 0x82, pid, topics, level, props)
-    check_pid(pid)
-    topics = as_bytes(topics)
-    off = head_pid(buf, off, 0x82, filter_len(topics, qos, level) + 1, pid, level, props)
-    off = put_str(buf, off, topics)
-    buf[off] = qos
-    return off + 1
-
-
-def encode_unsubscribe(buf, off, pid, topics, level=4, props=None):
-    """topics: one filter, or a list of filters (codec_server's, as above)."""
-    if isinstance(topics, list):
-        return _srv().encode_filters(buf, off, 0xA2, pid, topics, level, props)
-    check_pid(pid)
-    topics = as_bytes(topics)
-    off = head_pid(buf, off, 0xA2, filter_len(topics, 0, level), pid, level, props)
-    return put_str(buf, off, topics)
-
-
-def encode_simple(buf, off, ptype):
-    """PINGREQ, PINGRESP and v3/v4 DISCONNECT: two bytes."""
-    off = put_header(buf, off, ptype << 4, 0)
-    return off
-
-
-def encode_disconnect(buf, off, rc=None, level=4, props=None):
-    """DISCONNECT. With rc None and no props the v5 form is two bytes
-    (reason 0x00 implied); AUTH is umqtt3.props.encode_auth."""
-    if level == 5 and (rc is not None or props is not None):
-        return mqtt5().encode_rc(buf, off, 0xE0, rc, props)
-    return put_header(buf, off, 0xE0, 0)
-
-
-# ---------------------------------------------------------------- decoding
-
-class Packet:
-    """One decoded packet, reused for every decode. Spans are offsets into
-    `buf`; the properties below turn them into memoryview slices on demand
-    (a slice is a small heap object on MicroPython, so hot paths use spans).
-    An absent optional string has offset -1."""
-
-    # What only a server reads, set by umqtt3.codec_server when it decodes a
-    # CONNECT (will, clean, keepalive, client id, user, password, the will's
-    # properties) or a SUBSCRIBE/UNSUBSCRIBE entry (read_filter: f_off, f_len,
-    # opts): a client's Packet never carries them (fewer slots, fewer names).
-    will: bool
-    clean: bool
-    keepalive: int
-    cid_off: int
-    cid_len: int
-    user_off: int
-    user_len: int
-    pw_off: int
-    pw_len: int
-    wprops_off: int
-    wprops_len: int
-    f_off: int
-    f_len: int
-    opts: int
-
-    def __init__(self, level=4):
-        self.level = level  # protocol level the bytes are decoded as
-        self.buf = None
-        self.type = 0
-        self.flags = 0
-        self.qos = 0  # PUBLISH QoS; CONNECT: will QoS
-        self.dup = False
-        self.retain = False  # PUBLISH RETAIN; CONNECT: will retain
-        self.pid = 0
-        self.rc = 0  # CONNACK return code; v5 reason code (0 when absent)
-        self.session_present = False
-        self.topic_off = 0  # PUBLISH topic; CONNECT: will topic
-        self.topic_len = 0
-        self.payload_off = 0  # PUBLISH payload; CONNECT: will message;
-        self.payload_len = 0  # SUB/UNSUB: the filter list; SUBACK: codes
-        self.props_off = 0  # v5 property bytes, without their length
-        self.props_len = 0
-        self.end = 0  # offset just past the packet
-
-    # memoryview slices of the spans (allocate); None for an absent one
-    @property
-    def topic(self):
-        o = self.topic_off
-        return None if o < 0 else memoryview(self.buf)[o:o + self.topic_len]
-
-    @property
-    def payload(self):
-        o = self.payload_off
-        return None if o < 0 else memoryview(self.buf)[o:o + self.payload_len]
-
-
-def _utf8_ok(buf, off, n):
-    # Well-formed UTF-8 without U+0000 [MQTT-1.5.3-1, MQTT-1.5.3-2]: no
-    # overlong forms, no surrogates (U+D800..U+DFFF), nothing past U+10FFFF.
-    end = off + n
-    i = off
-    while i < end:
-        c = buf[i]
-        i += 1
-        if c < 0x80:
-            if c == 0:
-                return False
-            continue
-        if c < 0xC2 or c > 0xF4:
-            return False
-        k = 1 if c < 0xE0 else 2 if c < 0xF0 else 3
-        if i + k > end:
-            return False
-        c2 = buf[i]
-        if c2 & 0xC0 != 0x80:
-            return False
-        if (c == 0xE0 and c2 < 0xA0) or (c == 0xED and c2 > 0x9F) or \
-                (c == 0xF0 and c2 < 0x90) or (c == 0xF4 and c2 > 0x8F):
-            return False
-        j = 1
-        while j < k:
-            if buf[i + j] & 0xC0 != 0x80:
-                return False
-            j += 1
-        i += k
-    return True
-
-
-_utf8 = valid_utf8 or _utf8_ok
-
-
-def str_end(buf, off, end):
-    """Check a length-prefixed UTF-8 string at off; return its end offset."""
-    if off + 2 > end:
-        fail(_E_STRING_TRUNCATED)
-    n = (buf[off] << 8) | buf[off + 1]
-    off += 2
-    if off + n > end:
-        fail(_E_STRING_PAST_END)
-    if not _utf8(buf, off, n):
-        fail(_E_UTF8)  # [MQTT-1.5.3-1, MQTT-1.5.3-2]
-    return off + n
-
-
 def bin_end(buf, off, end):
     if off + 2 > end:
         fail(_E_BINARY_TRUNCATED)
@@ -562,138 +168,34 @@ def bin_end(buf, off, end):
     return off
 
 
-def read_pid(pkt, buf, off, end):
-    if off + 2 > end:
-        fail(_E_TRUNCATED)
-    pid = (buf[off] << 8) | buf[off + 1]
-    if not pid:
-        fail(_E_PID_0, _PROTOCOL_ERROR)  # [MQTT-2.3.1-1]
-    pkt.pid = pid
-    return off + 2
+# ---------------------------------------------------------------- encoders
+# (CONNECT, PUBLISH, the acks, PINGREQ/PINGRESP are client_codec's)
+
+def encode_subscribe(buf, off, pid, topics, qos=0, level=4, props=None):
+    """topics: one filter (str/bytes) with `qos`, or a list of (filter,
+    options) pairs (encoded by codec_server); options is the QoS for v3/v4
+    and the v5 subscription options byte."""
+    if isinstance(topics, list):
+        return _srv().encode_filters(buf, off, 0x82, pid, topics, level, props)
+    return encode_filter(buf, off, pid, topics, qos, level, props)
 
 
-# fixed-header flags every type but PUBLISH must carry [MQTT-2.2.2-1, MQTT-2.2.2-2]
-_FLAGS = b"\x00\x00\x00\x00\x00\x00\x02\x00\x02\x00\x02\x00\x00\x00\x00\x00"
-# first bytes of PUBACK, PUBREC, PUBREL, PUBCOMP with the flags they must carry
-_ACK4 = b"\x40\x50\x62\x70"
+def encode_unsubscribe(buf, off, pid, topics, level=4, props=None):
+    """topics: one filter, or a list of filters (codec_server's, as above)."""
+    if isinstance(topics, list):
+        return _srv().encode_filters(buf, off, 0xA2, pid, topics, level, props)
+    return encode_filter(buf, off, pid, topics, -1, level, props)
 
 
-def decode(pkt, buf, off, end, max_size=0):
-    """Decode the packet in buf[off:end] (exactly one packet) into pkt.
-    Raises MQTTError for anything malformed; returns pkt.type."""
-    if end - off == 4 and buf[off + 1] == 2 and buf[off] in _ACK4 and (buf[off + 2] or buf[off + 3]) \
-            and not 0 < max_size < 4:
-        # the common acknowledgement: PUBACK, PUBREC, PUBREL or PUBCOMP with
-        # a packet id and nothing else, what the long way below finds too
-        first = buf[off]
-        pkt.buf = buf
-        pkt.type = first >> 4
-        pkt.flags = first & 15
-        pkt.end = end
-        pkt.rc = 0
-        pkt.props_off = pkt.props_len = 0
-        pkt.pid = (buf[off + 2] << 8) | buf[off + 3]
-        return first >> 4
-    total = frame_len(buf, off, end, max_size)
-    if not total or off + total != end:
-        fail(_E_LENGTH_DISAGREES)
-    first = buf[off]
-    t = first >> 4
-    fl = first & 15
-    pkt.buf = buf
-    pkt.type = t
-    pkt.flags = fl
-    pkt.end = end
-    pkt.rc = 0
-    pkt.props_off = pkt.props_len = 0
-    i = end - total + 1
-    while buf[i] & 0x80:
-        i += 1
-    i += 1  # body start
-    level = pkt.level
-    v5 = level == 5
-    if t == _PUBLISH:
-        qos = (fl >> 1) & 3
-        if qos == 3:
-            fail(_E_QOS)  # [MQTT-3.3.1-4]
-        dup = fl & 8
-        if dup and not qos:
-            fail(_E_DUP_QOS0)  # [MQTT-3.3.1-2]
-        pkt.qos = qos
-        pkt.dup = dup != 0
-        pkt.retain = fl & 1 == 1
-        t0 = i + 2
-        tn = (buf[i] << 8) | buf[i + 1] if t0 <= end else 0
-        if topic_ok is not None and t0 + tn <= end and topic_ok(buf, t0, tn):
-            i = t0 + tn  # CPython: UTF-8, no U+0000, no wildcard, checked in C
-        else:
-            i = str_end(buf, i, end)
-            tn = i - t0
-            j = t0
-            while j < i:
-                c = buf[j]
-                if c == 0x23 or c == 0x2B:
-                    fail(_E_WILDCARD)  # [MQTT-3.3.2-2]
-                j += 1
-        pkt.topic_off = t0
-        pkt.topic_len = tn
-        if qos:
-            i = read_pid(pkt, buf, i, end)
-        else:
-            pkt.pid = 0
-        if v5:
-            i = mqtt5().read(pkt, buf, i, end, _PUBLISH)
-        elif not tn:
-            fail(_E_EMPTY_TOPIC)  # [MQTT-4.7.3-1]
-        pkt.payload_off = i
-        pkt.payload_len = end - i
-        return _PUBLISH
-    if t == 0 or (t == _AUTH and not v5):
-        fail(_E_RESERVED_TYPE)
-    # MQTT 3.1 marks these bits unused (a 3.1 sender sets DUP on a resent
-    # SUBSCRIBE), so only 3.1.1 and 5.0 insist on them
-    if fl != _FLAGS[t] and level > 3:
-        fail(_E_RESERVED_FLAGS)
-    n = end - i
-    if _PUBACK <= t <= _PUBCOMP or (t == _UNSUBACK and not v5):
-        if n < 2 or (n != 2 and not v5):
-            fail(_E_LENGTH)
-        i = read_pid(pkt, buf, i, end)
-        return mqtt5().tail(pkt, buf, i, end, t) if i < end else t
-    if t == _PINGREQ or t == _PINGRESP:
-        if n:
-            fail(_E_LENGTH)
-        return t
-    if t == _DISCONNECT or t == _AUTH:
-        if n and not v5:
-            fail(_E_LENGTH)
-        return mqtt5().tail(pkt, buf, i, end, t) if n else t
-    if t == _CONNACK:
-        if n < 2 or (n != 2 and not v5):
-            fail(_E_LENGTH)
-        if buf[i] & 0xFE:
-            fail(_E_CONNACK_BITS)  # (5.0: MQTT-3.2.2-1; unnumbered in 3.1.1)
-        pkt.session_present = buf[i] == 1
-        if not v5:
-            pkt.rc = buf[i + 1]
-            return t
-        if n < 3:
-            fail(_E_LENGTH)  # 5.0 always has reason code and properties
-        return mqtt5().tail(pkt, buf, i + 1, end, t)
-    if t == _SUBSCRIBE or t == _UNSUBSCRIBE:
-        return _srv().decode_filters(pkt, buf, i, end, v5)
-    if t == _SUBACK or t == _UNSUBACK:
-        i = read_pid(pkt, buf, i, end)
-        if v5:
-            i = mqtt5().read(pkt, buf, i, end, t)
-        pkt.payload_off = i
-        pkt.payload_len = end - i
-        if i == end:
-            fail(_E_NO_CODES)  # one per filter, and there is at least one
-        while i < end:
-            c = buf[i]
-            if not (mqtt5().reason_ok(t, c) if v5 else c < 3 or c == 0x80):
-                fail(_E_RETURN_CODE)  # [MQTT-3.9.3-2]
-            i += 1
-        return t
-    return _srv().decode_connect(pkt, buf, i, end)
+def encode_simple(buf, off, ptype):
+    """PINGREQ, PINGRESP and DISCONNECT without a reason: two bytes (the
+    client writes them with put_header)."""
+    return put_header(buf, off, ptype << 4, 0)
+
+
+def encode_disconnect(buf, off, rc=None, level=4, props=None):
+    """DISCONNECT. With rc None and no props the v5 form is two bytes
+    (reason 0x00 implied); AUTH is umqtt3.props.encode_auth."""
+    if level == 5 and (rc is not None or props is not None):
+        return mqtt5().encode_rc(buf, off, 0xE0, rc, props)
+    return put_header(buf, off, 0xE0, 0)

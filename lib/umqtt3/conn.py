@@ -16,7 +16,7 @@
 # instead of two; the few bytes read past it are moved to the front on the
 # next recv(), so the packet handed out stays intact until then.
 from .compat import copy
-from .codec import frame_len
+from .client_codec import frame_len
 
 
 class Closed(OSError):
@@ -25,19 +25,19 @@ class Closed(OSError):
 
 
 class Conn:
-    def __init__(self, link, rxsize=1024, txsize=1024, max_packet=0, head=2):
+    def __init__(self, link, rx=1024, tx=1024, max_packet=0, head=2):
         self.link = link
         # bytes asked for at a packet's start: at most 5, so that what follows
         # lands at an offset with a view made once (_at)
-        self.head = min(head, 5, rxsize)
+        self.head = min(head, 5, rx)
         self.last = 0  # length of the packet recv() returned
         self.spent = 0  # of rx[0:got], bytes done() consumed
-        self.rx = bytearray(rxsize)
-        self.tx = bytearray(txsize)
-        self._rxv = memoryview(self.rx)
+        self.rx = bytearray(rx)
+        self.tx = bytearray(tx)
         # views at the offsets a header can end at: reads there never allocate
-        self._at = [self.rx] + [self._rxv[i:] for i in range(1, 6)]
-        self.max_packet = min(max_packet or rxsize, rxsize)
+        v = memoryview(self.rx)
+        self._at = [self.rx] + [v[i:] for i in range(1, 6)]
+        self.max_packet = min(max_packet or rx, rx)
         self.got = 0  # bytes of the current packet in rx
         self.need = 2  # bytes wanted before looking again
         self.tlen = 0  # bytes queued in tx
@@ -66,7 +66,7 @@ class Conn:
                 else:
                     self.need = got + 1  # one more remaining-length byte
             want = self.need - got if got else self.head
-            buf = self._at[got] if got < 6 else self._rxv[got:]
+            buf = self._at[got] if got < 6 else self._at[1][got - 1:]
             r = link.readinto(buf, want)
             if r is None:
                 return 0

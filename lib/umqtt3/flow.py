@@ -13,7 +13,7 @@
 # outbound messages live in its in-flight ring, and whose out_rel() may
 # answer True, "I send the PUBREL myself, later", to keep its send order.
 from .compat import const
-from .codec import encode_publish, encode_ack, MQTTError
+from .client_codec import encode_publish, encode_ack, MQTTError, Busy, StoreFull  # noqa: F401
 
 
 _RESERVE = const(8)  # send-buffer bytes a PUBLISH may not take
@@ -21,18 +21,6 @@ _PUBACK = const(4)  # packet types, as in codec
 _PUBREC = const(5)
 _PUBREL = const(6)
 _PUBCOMP = const(7)
-
-
-class Busy(MQTTError):
-    """Refused for now: the in-flight window or the send buffer is full.
-    Nothing was stored or sent; try again after acknowledgements arrive.
-    (Raised as Busy("busy", 0x97): no __init__ of its own to load.)"""
-
-
-class StoreFull(MQTTError):
-    """Refused: the store has no room. Nothing already stored is lost.
-    (Raised by the stores, MemoryStore and FileStore, as
-    StoreFull("store full", 0x97).)"""
 
 
 def send_stored(store, conn, start, end, pid, key=None):

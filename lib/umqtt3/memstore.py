@@ -10,7 +10,7 @@
 # messages. An acknowledgement removes its message and moves the ones sent
 # after it down (acks mostly come in order, so usually the first one goes).
 from .compat import copy
-from .flow import StoreFull
+from .client_codec import StoreFull
 
 
 class MemoryStore:

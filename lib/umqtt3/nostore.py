@@ -5,7 +5,7 @@
 # flight when the link drops is not resent on the next one. What it saves is
 # memstore's module and its pool (docs/client.md). Nothing is allocated per
 # message: ids live in two lists made at construction.
-from .flow import StoreFull
+from .client_codec import StoreFull
 
 
 def _put(ids, pid):

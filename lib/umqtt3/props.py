@@ -8,10 +8,11 @@ from .compat import const, as_bytes
 # Not circular: codec imports this module lazily. Importing here, not inside
 # the functions, keeps check() free of a per-call import (which allocates on
 # MicroPython).
-from .codec import (fail, str_end, bin_end, put_header,
-                    varint_size, put_varint)
+from .client_codec import fail, str_end, put_header
 
 # indexes into umqtt3.codec_errors, as in codec.py
+_E_BINARY_TRUNCATED = const(22)
+_E_BINARY_PAST_END = const(23)
 _E_LENGTH = const(28)
 _E_VARINT = const(45)
 _E_VARINT_NOT_MINIMAL = const(46)
@@ -146,7 +147,11 @@ def _value_end(buf, i, end, t):
         i = varint_end(buf, i)
     else:
         if t == _BIN:
-            i = bin_end(buf, i, end)
+            if i + 2 > end:
+                fail(_E_BINARY_TRUNCATED)
+            i += 2 + ((buf[i] << 8) | buf[i + 1])
+            if i > end:
+                fail(_E_BINARY_PAST_END)
         else:
             i = str_end(buf, i, end)
             if t == _PAIR:
@@ -340,7 +345,8 @@ def size(p):
     """Bytes the property list p takes in a packet, its length included."""
     if p is None:
         return 1
-    return varint_size(len(p)) + len(p)
+    n = len(p)
+    return n + (1 if n < 128 else 2 if n < 16384 else 3 if n < 2097152 else 4)
 
 
 def put(buf, off, p):
@@ -349,7 +355,13 @@ def put(buf, off, p):
         buf[off] = 0
         return off + 1
     n = len(p)
-    off = put_varint(buf, off, n)
+    v = n
+    while v > 127:
+        buf[off] = (v & 0x7F) | 0x80
+        v >>= 7
+        off += 1
+    buf[off] = v
+    off += 1
     buf[off:off + n] = p
     return off + n
 

@@ -31,7 +31,7 @@
 # the same modules on MicroPython and CPython; only fsync and rename differ,
 # and those come from compat.
 from .compat import fsync, fsync_dir, replace, const
-from .flow import StoreFull
+from .client_codec import StoreFull
 
 
 # ----------------------------------------------------------------- on flash
@@ -42,14 +42,15 @@ _MAGIC = const(0x55)  # 'U'
 _KEY_MAX = const(0xFFFFFFFE)  # stored as key + 1 in 32 bits; -1 ("no key") stores 0
 
 
-def frame(seq, key, body):
+def frame(n, key, b):
     # one record (public: the broker's store frames its records the same way)
-    # magic, 4-byte seq, 4-byte key (+1, so -1 "no key" stores 0), body, CRC-32
+    # magic, 4-byte sequence number n, 4-byte key (+1, so -1 "no key"
+    # stores 0), the body b, CRC-32
     import binascii
     import struct
     if key < -1 or key > _KEY_MAX:
         raise ValueError("key out of range 0..2**32-2")
-    b = struct.pack(">BII", _MAGIC, seq & 0xFFFFFFFF, key + 1) + body
+    b = struct.pack(">BII", _MAGIC, n & 0xFFFFFFFF, key + 1) + b
     return b + struct.pack(">I", binascii.crc32(b) & 0xFFFFFFFF)
 
 
@@ -127,10 +128,6 @@ class FileStore:
         # use are only right once the records of the last boot are known
         self.recover()
 
-    def _p(self, fmt, n, state):
-        # a record's path: fmt "o%08d.%s" (n: its seq) or "i%05d.%s" (n: pid)
-        return self.dir + "/" + fmt % (n, state)
-
     def _next_seq(self):
         # Numbering starts again whenever nothing it orders is left (no
         # outbound record, no undelivered inbound one), so names and the
@@ -146,7 +143,7 @@ class FileStore:
             raise StoreFull("store full", 0x97)
         k = -1 if key is None else key
         self._next_seq()  # a key out of range: frame raises, nothing written
-        self.fs.write(self._p("o%08d.%s", self.nseq, "p"),
+        self.fs.write("%s/o%08d.%s" % (self.dir, self.nseq, "p"),
                       frame(self.nseq, k, bytes(buf[off:off + n])))
         self.fs.sync_dir(self.dir)
         self.out[pid] = [self.nseq, "p", k]
@@ -156,14 +153,15 @@ class FileStore:
     def out_rel(self, pid):
         e = self.out.get(pid)
         if e and e[1] == "p":
-            self.fs.rename(self._p("o%08d.%s", e[0], "p"), self._p("o%08d.%s", e[0], "r"))
+            d = self.dir
+            self.fs.rename("%s/o%08d.%s" % (d, e[0], "p"), "%s/o%08d.%s" % (d, e[0], "r"))
             self.fs.sync_dir(self.dir)
             e[1] = "r"
 
     def out_del(self, pid):
         e = self.out.pop(pid, None)
         if e:
-            name = self._p("o%08d.%s", e[0], e[1])
+            name = "%s/o%08d.%s" % (self.dir, e[0], e[1])
             if self.keep_last and e[2] >= 0 and e[2] >= self.last_key:
                 # keep the newest key's record as "last": accepted() survives
                 self.fs.rename(name, self.dir + "/last")
@@ -181,13 +179,15 @@ class FileStore:
         if len(self.out) + len(self.inb) >= self.max:
             raise StoreFull("store full", 0x97)
         self._next_seq()  # arrival order, for handing them over again
-        self.fs.write(self._p("i%05d.%s", pid, "u"), frame(self.nseq, key, bytes(buf[off:off + n])))
+        self.fs.write("%s/i%05d.%s" % (self.dir, pid, "u"),
+                      frame(self.nseq, key, bytes(buf[off:off + n])))
         self.fs.sync_dir(self.dir)
         self.inb[pid] = "u"
 
     def in_done(self, pid):
         if self.inb.get(pid) == "u":
-            self.fs.rename(self._p("i%05d.%s", pid, "u"), self._p("i%05d.%s", pid, "d"))
+            d = self.dir
+            self.fs.rename("%s/i%05d.%s" % (d, pid, "u"), "%s/i%05d.%s" % (d, pid, "d"))
             self.fs.sync_dir(self.dir)
             self.inb[pid] = "d"
 
@@ -197,7 +197,7 @@ class FileStore:
     def in_del(self, pid):
         st = self.inb.pop(pid, None)
         if st:
-            self.fs.remove(self._p("i%05d.%s", pid, st))
+            self.fs.remove("%s/i%05d.%s" % (self.dir, pid, st))
             self.fs.sync_dir(self.dir)
 
     def accepted(self, key):
@@ -217,8 +217,15 @@ class FileStore:
         outs = []
         ins = []
         for name in sorted(self.fs.listdir(self.dir)):
-            if not _ours(name):
-                continue  # not a record: never touch other files
+            # ours: o<seq>.p|r with 8 digits or more (a sequence past 10**8
+            # has 9), i<pid>.u|d with 5, or last; never touch other files
+            n = len(name)
+            c = name[:1]
+            if name != "last" and not (
+                    name[-2:-1] == "." and name[1:-2].isdigit() and
+                    ((c == "o" and n >= 11 and name[-1] in "pr") or
+                     (c == "i" and n == 8 and name[-1] in "ud"))):
+                continue
             path = self.dir + "/" + name
             try:
                 data = self.fs.read(path)
@@ -237,7 +244,13 @@ class FileStore:
             if key > self.last_key and name[0] == "o":
                 self.last_key = key
             if name[0] == "o" and len(body) > 4:
-                pid = _publish_pid(body)
+                # the packet id of the encoded QoS 1/2 PUBLISH: after the
+                # fixed header and the topic
+                i = 1
+                while body[i] & 0x80:
+                    i += 1
+                i += 3 + ((body[i + 1] << 8) | body[i + 2])
+                pid = (body[i] << 8) | body[i + 1]
                 st = name[-1]
                 self.out[pid] = [seq, st, key]
                 outs.append((seq, pid, st, key, body))
@@ -250,32 +263,6 @@ class FileStore:
         outs.sort()
         ins.sort()
         return [x[1:] for x in outs] + [x[1:] for x in ins]
-
-
-def _ours(name):
-    # o<seq>.p|r with 8 digits or more (a sequence past 10**8 has 9),
-    # i<pid>.u|d with 5, or last
-    if name == "last":
-        return True
-    n = len(name)
-    c = name[:1]
-    if c == "o" and n >= 11:
-        st = "pr"
-    elif c == "i" and n == 8:
-        st = "ud"
-    else:
-        return False
-    return name[-2] == "." and name[-1] in st and name[1:-2].isdigit()
-
-
-def _publish_pid(pkt):
-    # packet id of an encoded QoS 1/2 PUBLISH: after the header and topic
-    i = 1
-    while pkt[i] & 0x80:
-        i += 1
-    i += 1
-    i += 2 + ((pkt[i] << 8) | pkt[i + 1])
-    return (pkt[i] << 8) | pkt[i + 1]
 
 
 def refuse_fat(path):

@@ -154,11 +154,11 @@ def test_connack_limits_and_assigned_id():
                                     0x12, 0, 5]) + b"given")
     c = _client(s)
     c.connect()
-    assert c.flow.window == 3 and c.flow.max_packet == 100 and c.client_id == "given"
+    assert c.window == 3 and c.max_packet == 100 and c.client_id == "given"
     # the server's Receive Maximum bounds what we send, not what we take:
     # a reconnect's CONNECT still offers our own window (3.1.2.11.3;
     # [MQTT-3.3.4-7] binds only what we send)
-    mine = client5.connect_props(c)
+    mine = client5.event(c, 1, None)  # CONNECT's properties
     assert props.get(mine, 0, len(mine), 0x21) == 8
     e = _raises(MQTTError, c.publish, b"t", b"x" * 120)
     assert e.code == 0x95 and s.published == 0

@@ -6,7 +6,7 @@
 # Portable: runs under pytest and under MicroPython (tests/mp/testrunner.py).
 from support import SkipTest, raises, unhex, tohex, MICROPYTHON, locked, span, entries
 
-from umqtt3 import codec, compat, props, topic
+from umqtt3 import codec, client_codec, compat, props, topic
 from umqtt3.codec import (
     MQTTError, Packet, decode, frame_len, put_varint, varint_size,
     encode_connect, encode_publish, encode_ack, encode_subscribe,
@@ -407,7 +407,7 @@ _GOOD_UTF8 = (
 
 def _checkers():
     # the portable checker, and CPython's fast one (compat.valid_utf8) if any
-    out = [codec._utf8_ok]
+    out = [client_codec._utf8_ok]
     if compat.valid_utf8 is not None:
         out.append(compat.valid_utf8)
     return out
@@ -425,14 +425,16 @@ def test_utf8_checker_direct_MQTT_1_5_3():
             buf = b"\xff" + b + b"\xff"
             assert check(buf, 1, len(b)), b
     # a span ends where it says, even inside a sequence
-    assert not codec._utf8_ok(b"\xe2\x82\xac", 0, 2)
+    assert not client_codec._utf8_ok(b"\xe2\x82\xac", 0, 2)
 
 
 def test_utf8_through_decode_MQTT_1_5_3_1_and_2():
-    saved = codec._utf8
+    # str_end() asks compat.valid_utf8 when there is one (CPython), else
+    # its own checker: both ways, by setting the name it reads
+    saved = client_codec.valid_utf8
     try:
         for check in _checkers():
-            codec._utf8 = check
+            client_codec.valid_utf8 = None if check is client_codec._utf8_ok else check
             for b in _BAD_UTF8:
                 t = b"t" + b
                 bad(frame(0x30, s16(t)))  # PUBLISH topic
@@ -444,7 +446,7 @@ def test_utf8_through_decode_MQTT_1_5_3_1_and_2():
                 p = dec(frame(0x10, s16(b"MQTT") + b"\x04\x02\x00\x00" + s16(t)))
                 assert span(p, p.cid_off, p.cid_len) == t
     finally:
-        codec._utf8 = saved
+        client_codec.valid_utf8 = saved
 
 
 def test_packet_id_zero_MQTT_2_3_1_1():
@@ -1101,7 +1103,7 @@ def test_refusal_numbers_agree():
         raise SkipTest("const() names exist only on CPython")
     from umqtt3 import codec_errors, codec_server
     seen = {}
-    for mod in (codec, codec_server, props):
+    for mod in (client_codec, codec, codec_server, props):
         for name, v in sorted(vars(mod).items()):
             if name.startswith("_E_"):
                 assert seen.setdefault(name, v) == v, (mod.__name__, name)

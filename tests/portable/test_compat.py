@@ -301,7 +301,7 @@ def test_valid_utf8_agrees_with_codec_fallback():
     # codec uses compat.valid_utf8 on CPython and its own byte checker on
     # MicroPython; the two must give the same answers.
     _cpython_only()
-    from umqtt3 import codec
+    from umqtt3 import client_codec
 
     samples = [b"", b"a", b"\x00", b"\x7f", b"\x80", b"\xbf", b"\xc0", b"\xc1",
                b"\xc2", b"\xdf", b"\xe0", b"\xed", b"\xee", b"\xef", b"\xf0",
@@ -313,7 +313,7 @@ def test_valid_utf8_agrees_with_codec_fallback():
             for c2 in conts:
                 for c3 in (b"", b"\x80", b"\xbf"):
                     s = lead + c1 + c2 + c3
-                    assert compat.valid_utf8(s, 0, len(s)) == codec._utf8_ok(s, 0, len(s)), s
+                    assert compat.valid_utf8(s, 0, len(s)) == client_codec._utf8_ok(s, 0, len(s)), s
                     seen += 1
     assert seen == len(samples) * len(conts) * len(conts) * 3
 
@@ -328,13 +328,13 @@ def test_topic_ok_agrees_with_the_codec_byte_checks():
     # UTF-8 and wildcards byte by byte on MicroPython: the same answers,
     # for the span only (a byte either side is not looked at)
     _cpython_only()
-    from umqtt3 import codec
+    from umqtt3 import client_codec
 
     for t in _NAMES:
         for pad in (b"", b"#\x00"):
             buf = pad + t + pad
             off = len(pad)
-            want = codec._utf8_ok(t, 0, len(t)) and b"+" not in t and b"#" not in t
+            want = client_codec._utf8_ok(t, 0, len(t)) and b"+" not in t and b"#" not in t
             assert compat.topic_ok(buf, off, len(t)) == want, t
 
 

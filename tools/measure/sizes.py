@@ -58,11 +58,11 @@ RUN_MJS = os.path.join(REPO, "tests", "mp", "run.mjs")
 WASM_PKG = os.path.join(REPO, "node_modules", "@micropython", "micropython-webassembly-pyscript")
 
 # Listed bottom layer first (see docs); any other module found is appended.
-ORDER = ["compat", "codec", "topic", "props", "flow", "memstore", "nostore", "store", "conn",
+ORDER = ["compat", "client_codec", "codec", "topic", "props", "flow", "memstore", "nostore", "store", "conn",
          "transport", "client_core", "client", "aio", "broker", "__init__"]
 # What a sensor node needs to talk MQTT: the fair comparison with umqtt.simple.
 # what `from umqtt3.client import MQTTClient` and its default MemoryStore load
-CLIENT_SET = ["compat", "codec", "flow", "memstore", "conn", "client_core", "client"]
+CLIENT_SET = ["compat", "client_codec", "memstore", "conn", "client_core", "client"]
 # CPython's half of compat: compiled (so --check covers it) but never imported
 # on a device, so it has no import RAM and is left out of the sets.
 CPYTHON_ONLY = ["compat/cpython", "broker_cli"]  # broker_cli: argparse, desktop only
@@ -369,6 +369,7 @@ async def main():
         await collect()
         grew.append(gc.mem_alloc() - last)
         print("RAM", " ".join(str(g) for g in grew))
+        print(*sys.modules)  # (checked by Vm.steps; a new name here would count)
     except Exception as e:
         print("ERR %s: %s" % (type(e).__name__, e))
 
@@ -411,6 +412,7 @@ class Vm:
     def run(self, script, args, what):
         """The probe's "RAM" figures as ints ("-" stays "-"), or None on error."""
         p = subprocess.run(self.cmd + [script] + args, capture_output=True, text=True, timeout=120)
+        self.out = p.stdout
         m = re.search(r"^RAM ([\d -]+)$", p.stdout, re.M)
         if m and p.returncode == 0:
             return [int(x) if x.isdigit() else x for x in m.group(1).split()]
@@ -427,8 +429,16 @@ class Vm:
     def steps(self, level, store, names):
         """Heap added by each module of names imported in turn, then by
         connecting (a list one longer than names), or None on error."""
-        return self.run(self.steps_probe, ["umqtt3", str(level), store, "mpy"] + names,
-                        "steps level %d store %s" % (level, store))
+        what = "steps level %d store %s" % (level, store)
+        got = self.run(self.steps_probe, ["umqtt3", str(level), store, "mpy"] + names, what)
+        # the configuration's list must name every module the client loaded
+        lines = self.out.strip().splitlines()
+        extra = sorted(set(m for m in lines[-1].split() if m.startswith("umqtt3.")) - set(names)) \
+            if got else []
+        if extra:
+            self.errors.append("%s: loaded but not listed in CONFIGS: %s" % (what, " ".join(extra)))
+            return None
+        return got
 
     def import_ram(self, which, names):
         """Bytes of heap still in use after importing names, or an error string."""
@@ -534,10 +544,10 @@ def function_sizes(cmd, path, name, tmp):
 CONFIGS = [
     ("umqtt3, QoS 0/1/2, MemoryStore (default)", "umqtt3", 4, "memory", CLIENT_SET),
     ("umqtt3, QoS 2, FileStore", "umqtt3", 4, "file",
-     ["compat", "codec", "flow", "store", "conn", "client_core", "client"]),
+     ["compat", "client_codec", "store", "conn", "client_core", "client"]),
     ("umqtt3, MQTT 5, MemoryStore", "umqtt3", 5, "memory", CLIENT_SET + ["props", "client5"]),
     ("umqtt3, QoS 0/1/2, no store (store=False)", "umqtt3", 4, "none",
-     ["compat", "codec", "flow", "nostore", "conn", "client_core", "client"]),
+     ["compat", "client_codec", "nostore", "conn", "client_core", "client"]),
 ]
 
 

@@ -46,8 +46,8 @@ if MICROPYTHON:
         exec(
             "import micropython\n"
             "@micropython.viper\n"
-            "def _v(d: ptr8, doff: int, s: ptr8, soff: int, n: int, back: int):\n"
-            "    if back:\n"
+            "def v(d: ptr8, doff: int, s: ptr8, soff: int, n: int, b: int):\n"
+            "    if b:\n"
             "        i = n - 1\n"
             "        while i >= 0:\n"
             "            d[doff + i] = s[soff + i]\n"
@@ -59,21 +59,21 @@ if MICROPYTHON:
             "            i += 1\n",
             _g,
         )
-        _v = _g["_v"]
 
-        def copy(dst, doff, src, soff, n):
+        def copy(dst, doff, src, soff, n, v=_g["v"]):  # type: ignore[misc]
             # viper does no bounds checks: check here, then copy natively
+            # (v, the native loop, is bound here: no module name for it)
             if doff < 0 or soff < 0 or n < 0 or doff + n > len(dst) or soff + n > len(src):
                 raise IndexError
-            _v(dst, doff, src, soff, n, dst is src and soff < doff)
+            v(dst, doff, src, soff, n, dst is src and soff < doff)
     except Exception:
         pass
     del _g  # (on a port without viper too: it holds what exec() left)
 
     # CPython has a strict decoder; MicroPython checks UTF-8 in codec.py.
     valid_utf8 = None
-    topic_ok = None  # codec and broker_core check names byte by byte
-    name_levels = None
+    topic_ok = None  # the codec checks names byte by byte
+    # (name_levels, None here too, is compat/gateway.py's: the broker's)
 
     def as_bytes(s):
         return s.encode() if isinstance(s, str) else s
@@ -87,30 +87,41 @@ if MICROPYTHON:
         # removes are atomic metadata commits.
         pass
 
-    def replace(src, dst):
-        import os
-        os.rename(src, dst)
+    # littlefs renames atomically, over an existing file too
+    from os import rename as replace
 
     def link(sock):
         # MicroPython sockets (and TLS sockets) already have readinto(buf, n)
         # and write(buf, off, n), returning None when they would block.
         return sock
 
-    def nodelay(sock):
+    def dial(host, port, ctx, params, timeout_ms):
+        # blocking TCP connect (+ TLS handshake) for the blocking client; the
+        # network stack's own timeout applies. What compat/gateway.py's
+        # nodelay() and tls_context() do is written out here, so that a
+        # client loads neither.
+        ai = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)[0]
+        s = socket.socket(ai[0], socket.SOCK_STREAM, ai[2])
         try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except Exception:
-            pass  # not every port has TCP_NODELAY
-
-    # -- opening a connection (the client's drivers): TLS and timeouts
-    def tls_context(ctx):
-        # ssl=True: a context that encrypts but, with no CA bundle on the
-        # device, cannot authenticate the broker (docs/client.md)
-        if ctx is True:
-            import ssl
-            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-            ctx.verify_mode = ssl.CERT_NONE
-        return ctx
+            s.connect(ai[-1])
+            try:
+                # one write per packet, no Nagle stall on QoS 1
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except Exception:
+                pass  # not every port has TCP_NODELAY
+            if ctx:
+                if ctx is True:
+                    # ssl=True: a context that encrypts but, with no CA
+                    # bundle on the device, cannot authenticate the broker
+                    # (docs/client.md)
+                    import ssl
+                    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+                    ctx.verify_mode = ssl.CERT_NONE
+                s = ctx.wrap_socket(s, server_hostname=host, **params)
+        except BaseException:
+            s.close()
+            raise
+        return s
 
     def __getattr__(name):
         # what a client never uses (the broker's and asyncio's platform
@@ -125,24 +136,6 @@ if MICROPYTHON:
 else:
     # the emulation lives in its own module, which MicroPython never loads
     from .cpython import *  # noqa: F401,F403
-
-
-def dial(host, port, ctx, params, timeout_ms):
-    # blocking TCP connect (+ TLS handshake) for the blocking client; on
-    # MicroPython the network stack's own timeout applies
-    ai = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)[0]
-    s = socket.socket(ai[0], socket.SOCK_STREAM, ai[2])
-    try:
-        if not MICROPYTHON:
-            s.settimeout(timeout_ms / 1000)
-        s.connect(ai[-1])
-        nodelay(s)  # one write per packet, no Nagle stall on QoS 1
-        if ctx:
-            s = tls_context(ctx).wrap_socket(s, server_hostname=host, **params)
-    except BaseException:
-        s.close()
-        raise
-    return s
 
 
 POLLIN = 1

@@ -290,6 +290,22 @@ def tls_context(ctx):
     return ctx
 
 
+def dial(host, port, ctx, params, timeout_ms):
+    # blocking TCP connect (+ TLS handshake) for the blocking client
+    ai = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)[0]
+    s = socket.socket(ai[0], socket.SOCK_STREAM, ai[2])
+    try:
+        s.settimeout(timeout_ms / 1000)
+        s.connect(ai[-1])
+        nodelay(s)  # one write per packet, no Nagle stall on QoS 1
+        if ctx:
+            s = tls_context(ctx).wrap_socket(s, server_hostname=host, **params)
+    except BaseException:
+        s.close()
+        raise
+    return s
+
+
 def tls_client(cafile):
     """A client context that trusts the CA certificates in cafile (PEM)
     alone and checks the peer's chain and name."""

@@ -22,6 +22,27 @@ def asleep_ms(ms):
     return asyncio.sleep_ms(ms)  # type: ignore[attr-defined, unused-ignore]
 
 
+name_levels = None  # broker_core checks names byte by byte
+
+
+def nodelay(sock):
+    # one write per packet, no Nagle stall (the broker, compat.aio's dialling)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except Exception:
+        pass  # not every port has TCP_NODELAY
+
+
+def tls_context(ctx):
+    # ssl=True: a context that encrypts but, with no CA bundle on the
+    # device, cannot authenticate the broker (docs/client.md)
+    if ctx is True:
+        import ssl
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
 # the broker's platform differences (broker.py, broker_core.py)
 def mem_free():
     import gc
