@@ -942,7 +942,8 @@ def test_qos2_publisher_sigkill_exactly_once(broker, client, tmp_path):
     ours.subscribe(topic, 2)
     pumper = Pumped(ours)
     env = dict(os.environ)
-    env["PYTHONPATH"] = LIB + os.pathsep + env.get("PYTHONPATH", "")
+    # the library, and the checkout for the helpers this file imports (tools.procs)
+    env["PYTHONPATH"] = os.pathsep.join((LIB, os.path.dirname(HERE), env.get("PYTHONPATH", "")))
     cmd = [sys.executable, os.path.abspath(__file__), "publish", str(broker.port), store,
            str(n), topic, "kill-pub"]
     inflight_at_kill = []
