@@ -264,9 +264,17 @@ def _ends(q):
                 yield end
 
 
+def _messages(end):
+    """The message number of an offset: with --ingest external, the
+    messages of every log together."""
+    if "parts" in end:
+        return sum(p["n"] for p in end["parts"].values())
+    return end["n"]
+
+
 def _committed(q):
     """The message number up to which the query has committed."""
-    return max((e["n"] for e in _ends(q)), default=0)
+    return max((_messages(e) for e in _ends(q)), default=0)
 
 
 def _closed(q):
