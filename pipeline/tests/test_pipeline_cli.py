@@ -7,10 +7,11 @@ import re
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
-from pipeline_support import Broker, have_spark
+from pipeline_support import Broker, have_spark, reading
 from refusal import refused  # tests/refusal.py
 from tools import procs
 
@@ -127,3 +128,25 @@ def test_ctrl_c_stops_the_job_with_a_summary(tmp_path):
     assert "stopping: writing every window first" in err
     for bad in ("Traceback", "ERROR", "Exception"):
         assert bad not in err, err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(have_spark() is not None, reason=have_spark() or "")
+def test_bounded_run_over_external_logs_counts_every_reading_in_its_summary(tmp_path):
+    # --ingest external: the offsets are per log; the summary adds them up
+    from umqtt3_pipeline.log import Log
+    for name, boot in (("a", 1), ("b", 2)):
+        log = Log(str(tmp_path / "log" / name), publish_synced=True)
+        for i in range(30):
+            log.append_msg(*reading("n%d" % boot, "temp", float(i), boot, i), 1, False, False, 0,
+                           1000 * int(time.time()))
+        log.sync()
+        log.close()
+    p = subprocess.run([sys.executable, "-m", JOB] + job_args(tmp_path, "--ingest", "external",
+                                                             "--master", "local[1]",
+                                                             "--seconds", "3"),
+                       capture_output=True, text=True, timeout=300,
+                       env=dict(procs.python_env(), SPARK_LOCAL_IP="127.0.0.1"))
+    assert p.returncode == 0, p.stderr
+    assert re.search(r"^umqtt3 telemetry: stopped after \d+ s; 60 readings committed", p.stdout,
+                     re.M), p.stdout + p.stderr

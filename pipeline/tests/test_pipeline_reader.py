@@ -22,7 +22,8 @@ pytest.importorskip("pyspark", reason="pyspark is not installed (pip install '.[
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows  # noqa: E402
 
 from umqtt3_pipeline import log as L  # noqa: E402
-from umqtt3_pipeline.source import BLOCK, StreamReader, BatchReader  # noqa: E402
+from umqtt3_pipeline.source import (BLOCK, SCHEMA, BatchReader, StreamReader,  # noqa: E402
+                                    Umqtt3DataSource)
 
 
 def options(broker, path, **kw):
@@ -167,6 +168,15 @@ def test_batch_reader_reads_the_whole_log(umqtt3_broker, tmp_path):
     rows = [x for p in parts for x in tuples(b.read(p))]
     assert [x[11] for x in rows] == list(range(40))
     assert [x[5] for x in rows] == list(range(40))
+    # only the columns asked for, in the schema's order, the same values
+    b = BatchReader({"path": str(tmp_path / "log"), "columns": "seq, value,node"})
+    assert b.names == ("node", "value", "seq")
+    narrow = [x for p in b.partitions() for x in tuples(b.read(p))]
+    assert narrow == [(x[7], x[9], x[11]) for x in rows]
+    assert Umqtt3DataSource({"path": "-", "columns": "seq,node"}).schema() == "node string, seq long"
+    assert Umqtt3DataSource({"path": "-"}).schema() == SCHEMA
+    with pytest.raises(ValueError, match="no column nod, payloads"):
+        BatchReader({"path": str(tmp_path / "log"), "columns": "nod,payloads,seq"})
     pub.disconnect()
 
 

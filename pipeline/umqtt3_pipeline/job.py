@@ -100,11 +100,17 @@ def spark_conf(shuffle_partitions=None, ui=False, conf=()):
     return c
 
 
+# the source's columns windows() uses: the rest (the payload above all)
+# would only widen the Arrow batches and the JVM's rows (docs/pipeline.md)
+COLUMNS = "topic,received_at,sent_at,node,metric,value,boot,seq"
+
+
 def readings(spark, broker, topics, path, qos=1, client_id="umqtt3-telemetry", max_rows=0,
              trim=True, min_rows=0, max_delay=1.0, external=False, level=5):
-    """The stream of parsed readings (rows with a value). external: the
-    logs under path are written by ingest processes of their own."""
-    r = spark.readStream.format("umqtt3")
+    """The stream of parsed readings, in the columns windows() uses.
+    external: the logs under path are written by ingest processes of their
+    own."""
+    r = spark.readStream.format("umqtt3").option("columns", COLUMNS)
     if external:
         r = r.option("path", path).option("ingest", "external")
     else:
@@ -180,7 +186,7 @@ def windows(df, window="10 seconds", watermark="10 seconds", max_early=5.0):
 def history(spark, log, window="10 seconds", watermark="10 seconds", max_early=5.0):
     """The windows of everything the log retains (--keep-log), as a batch:
     a bounded run's output again, for re-processing."""
-    df = spark.read.format("umqtt3").option("path", log).load()
+    df = spark.read.format("umqtt3").option("path", log).option("columns", COLUMNS).load()
     return windows(df, window, watermark, max_early)
 
 
@@ -258,9 +264,17 @@ def _ends(q):
                 yield end
 
 
+def _messages(end):
+    """The message number of an offset: with --ingest external, the
+    messages of every log together."""
+    if "parts" in end:
+        return sum(p["n"] for p in end["parts"].values())
+    return end["n"]
+
+
 def _committed(q):
     """The message number up to which the query has committed."""
-    return max((e["n"] for e in _ends(q)), default=0)
+    return max((_messages(e) for e in _ends(q)), default=0)
 
 
 def _closed(q):

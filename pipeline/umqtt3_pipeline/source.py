@@ -25,7 +25,9 @@ segmentBytes, splitBytes, trim ("false" keeps the history for the batch
 reader), ingest ("external": no ingest here; path holds one log per
 sub-directory, each written by its own ``python -m umqtt3_pipeline.ingest``,
 for instance under one MQTT 5 shared subscription; offsets per log;
-minRowsPerBatch counts the rows of all of them).
+minRowsPerBatch counts the rows of all of them), columns (comma-separated
+names of SCHEMA's columns: only these reach Spark; the job asks for the
+eight it uses, so the payload never crosses into the JVM).
 """
 import os
 import time
@@ -58,14 +60,37 @@ QUIET = 0.1  # seconds without a sync after which the log is not growing
 BLOCK = 2.0
 
 
-def _arrow_schema():
+NAMES = tuple(c.split()[0] for c in SCHEMA.split(", "))
+
+
+def columns(options):
+    """The columns option as a tuple of SCHEMA's names, in SCHEMA's order
+    (all of them without it); ValueError for a name SCHEMA has not."""
+    given = {k.lower(): v for k, v in options.items()}.get("columns")
+    if not given:
+        return NAMES
+    want = {c.strip() for c in given.split(",") if c.strip()}
+    unknown = sorted(want.difference(NAMES))
+    if unknown:
+        raise ValueError("umqtt3: option 'columns': no column %s (the columns: %s)"
+                         % (", ".join(unknown), ", ".join(NAMES)))
+    return tuple(c for c in NAMES if c in want)
+
+
+def schema_of(names):
+    """The Spark schema (DDL) of the given columns of SCHEMA."""
+    return ", ".join(c for c in SCHEMA.split(", ") if c.split()[0] in names)
+
+
+def _arrow_schema(names=NAMES):
     import pyarrow as pa
     ts = pa.timestamp("us", tz="UTC")  # Spark's TimestampType in Arrow
-    return pa.schema([("topic", pa.string()), ("payload", pa.binary()), ("qos", pa.int32()),
+    full = pa.schema([("topic", pa.string()), ("payload", pa.binary()), ("qos", pa.int32()),
                       ("retain", pa.bool_()), ("dup", pa.bool_()), ("offset", pa.int64()),
                       ("received_at", ts), ("node", pa.string()), ("metric", pa.string()),
                       ("value", pa.float64()), ("boot", pa.int32()), ("seq", pa.int64()),
                       ("sent_at", ts)])
+    return pa.schema([f for f in full if f.name in names])
 
 
 class LogRange(InputPartition):
@@ -82,12 +107,14 @@ class LogRange(InputPartition):
         return "LogRange(%d, %d, %d, %r)" % (self.start, self.n, self.end, self.part)
 
 
-def rows(path, part):
-    """The messages of a LogRange as Arrow record batches in SCHEMA's
-    columns (built column by column: no per-row conversion in Spark)."""
+def rows(path, part, names=NAMES):
+    """The messages of a LogRange as Arrow record batches in the given
+    columns of SCHEMA (built column by column: no per-row conversion in
+    Spark)."""
     import pyarrow as pa
-    schema = _arrow_schema()
+    schema = _arrow_schema(names)
     cols = [[] for _ in range(13)]
+    keep = [cols[i] for i, c in enumerate(NAMES) if c in names]
     (topic, payload, qos, retain, dup, offset, received, node, metric, value, boot, seq,
      sent) = cols
     for _, n, flags, _, t_ms, tp, pl in _log.read_range(path, part.start, part.n, part.end):
@@ -114,12 +141,12 @@ def rows(path, part):
             seq.append(p[4] if -(1 << 63) <= p[4] < (1 << 63) else None)
             sent.append(None if p[5] is None else int(p[5] * 1000000))
         if len(topic) >= _BATCH_ROWS:
-            yield pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(cols, schema)],
+            yield pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(keep, schema)],
                                              schema=schema)
             for c in cols:
                 del c[:]
     if topic:
-        yield pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(cols, schema)],
+        yield pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(keep, schema)],
                                          schema=schema)
 
 
@@ -130,13 +157,12 @@ class CloseMark(InputPartition):
         self.at = at
 
 
-def close_row(at_ms):
-    """The close as an Arrow record batch in SCHEMA's columns."""
+def close_row(at_ms, names=NAMES):
+    """The close as an Arrow record batch in the given columns of SCHEMA."""
     import pyarrow as pa
-    schema = _arrow_schema()
-    cols = [[None] for _ in schema]
-    cols[0] = [CLOSE_TOPIC]
-    cols[6] = [at_ms * 1000]
+    schema = _arrow_schema(names)
+    given = {"topic": CLOSE_TOPIC, "received_at": at_ms * 1000}
+    cols = [[given.get(f.name)] for f in schema]
     return pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(cols, schema)],
                                       schema=schema)
 
@@ -220,7 +246,7 @@ class Umqtt3DataSource(DataSource):
         return "umqtt3"
 
     def schema(self):
-        return SCHEMA
+        return schema_of(columns(self.options))
 
     def streamReader(self, schema):
         return StreamReader(self.options)
@@ -238,6 +264,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         options = _lower(options)
         self.options = options
         self.path = options["path"]
+        self.names = columns(options)
         self.max_rows = int(options.get("maxrowsperbatch", 0) or 0)
         # Kafka's minOffsetsPerTrigger and maxTriggerDelay: each batch costs
         # Spark a fixed part, so under load fewer, larger batches go faster
@@ -447,8 +474,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition):
         if isinstance(partition, CloseMark):
-            return iter([close_row(partition.at)])
-        return rows(_part_path(self.path, partition), partition)
+            return iter([close_row(partition.at, self.names)])
+        return rows(_part_path(self.path, partition), partition, self.names)
 
     def commit(self, end):
         if self.external:
@@ -474,6 +501,7 @@ class BatchReader(DataSourceReader):
     def __init__(self, options):
         options = _lower(options)
         self.path = options["path"]
+        self.names = columns(options)
         self.split_bytes = int(options.get("splitbytes", 16 << 20))
         self.external = options.get("ingest", "") == "external"
 
@@ -493,4 +521,4 @@ class BatchReader(DataSourceReader):
         return parts or [LogRange(0, 0, 0)]
 
     def read(self, partition):
-        return rows(_part_path(self.path, partition), partition)
+        return rows(_part_path(self.path, partition), partition, self.names)
