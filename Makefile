@@ -54,7 +54,8 @@ MP_TESTS ?=
 # The slow (Spark, long-running) tests: a plain `pytest` skips them (pyproject.toml);
 # make test and CI run everything, unless MQ_FAST=1. The 15 slowest tests are
 # named at the end: the whole run must stay under CI's 20 minutes.
-PYTEST_ARGS ?= $(if $(filter 1,$(MQ_FAST)),-m "not slow",-m "slow or not slow") --durations=15
+PYTEST_MARKS ?= $(if $(filter 1,$(MQ_FAST)),not slow,slow or not slow)
+PYTEST_ARGS ?= --durations=15
 
 .PHONY: help setup packages test test-py test-mp sizes bench demo pipeline typecheck deploy flash selftest selftest-wasm simulate
 
@@ -91,16 +92,23 @@ test: $(STAMP)
 	@status=0; require=; \
 	echo "== mpy-cross: every module compiles"; \
 	$(PYTHON) -m tools.measure.sizes --check || status=1; \
-	echo "== CPython: pytest"; \
-	$(PYTHON) -m pytest $(PYTEST_ARGS) || { rc=$$?; \
+	echo "== CPython: pytest (the power-loss explorations in a second process)"; \
+	mkdir -p build; \
+	$(PYTHON) -m pytest -m "($(PYTEST_MARKS)) and powerloss" $(PYTEST_ARGS) \
+		> build/pytest-powerloss.log 2>&1 & bg=$$!; \
+	$(PYTHON) -m pytest -m "($(PYTEST_MARKS)) and not powerloss" $(PYTEST_ARGS) || { rc=$$?; \
 		if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; require=--require-tests; \
 		else status=1; fi; }; \
+	wait $$bg; rc=$$?; \
+	echo "== CPython: pytest, the power-loss explorations (build/pytest-powerloss.log)"; \
+	cat build/pytest-powerloss.log; \
+	[ $$rc -eq 0 ] || [ $$rc -eq 5 ] || status=1; \
 	echo "== MicroPython (WebAssembly): portable tests"; \
 	$(NODE) tests/mp/run.mjs --heap $(MP_HEAP) tests/mp/testrunner.py $$require $(MP_TESTS) || status=1; \
 	exit $$status
 
 test-py: $(STAMP)
-	$(PYTHON) -m pytest $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -m "$(PYTEST_MARKS)" $(PYTEST_ARGS)
 
 test-mp: $(STAMP)
 	$(NODE) tests/mp/run.mjs --heap $(MP_HEAP) tests/mp/testrunner.py $(MP_TESTS)

@@ -30,6 +30,9 @@ from umqtt3.codec import (decode, encode_connect, Packet, CONNECT, PUBLISH, PUBR
 from umqtt3.codec_server import encode_connack
 from umqtt3.transport import Pipe, Conn
 
+# CPU-bound power-loss explorations on simulated files and clocks: make test
+# runs them in a process of their own, beside the rest (Makefile)
+pytestmark = pytest.mark.powerloss
 
 
 class Upstream(BrokerRx):

@@ -32,6 +32,10 @@ from umqtt3.codec import (decode, encode_connect, encode_subscribe, encode_simpl
 from umqtt3.codec_server import encode_connack, encode_suback
 from umqtt3.transport import Pipe, Conn
 
+# CPU-bound power-loss explorations on simulated files and clocks: make test
+# runs them in a process of their own, beside the rest (Makefile)
+pytestmark = pytest.mark.powerloss
+
 
 
 def _bytes(f, *a):

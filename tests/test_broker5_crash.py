@@ -15,12 +15,18 @@
 #     properties, the queued one reaches the subscriber with its
 #     properties, byte for byte [MQTT-3.3.2-17 .. 20 (5.0)], and the
 #     subscription identifier after them.
+import pytest
+
 from broker_harness import running, Raw, Timeout
 from crashsim import SimFiles, PowerLoss
 from test_broker5_connect import connect5, sub5, pub5, disconnect5, next_publish
 from test_broker5_store import wall_clock, T0
 from umqtt3 import props as P
 from umqtt3.codec import encode_ack, PUBACK
+
+# CPU-bound power-loss explorations on simulated files and clocks: make test
+# runs them in a process of their own, beside the rest (Makefile)
+pytestmark = pytest.mark.powerloss
 
 RPROPS = P.encode({P.CONTENT_TYPE: "text/plain", P.USER_PROPERTY: [("k", "v")]})
 QPROPS = P.encode({P.CORRELATION_DATA: b"\x01\x02", P.RESPONSE_TOPIC: "re"})

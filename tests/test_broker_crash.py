@@ -47,6 +47,10 @@ from umqtt3.codec import decode, encode_connect, encode_publish, encode_subscrib
     CONNACK, SUBACK, PUBACK, DISCONNECT
 from umqtt3.transport import Pipe, Conn
 
+# CPU-bound power-loss explorations on simulated files and clocks: make test
+# runs them in a process of their own, beside the rest (Makefile)
+pytestmark = pytest.mark.powerloss
+
 RTOPIC = b"r/x"
 ROPS = (b"v0", b"", b"v2", b"v3", b"", b"v5")  # b"": clear [MQTT-3.3.1-10]
 

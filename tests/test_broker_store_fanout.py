@@ -13,6 +13,10 @@ from umqtt3.codec import encode_connect, encode_subscribe, encode_publish, encod
     frame_len, PUBACK
 from umqtt3.transport import Pipe
 
+# CPU-bound power-loss explorations on simulated files and clocks: make test
+# runs them in a process of their own, beside the rest (Makefile)
+pytestmark = pytest.mark.powerloss
+
 LAYOUTS = pytest.mark.parametrize("sim", [SimFiles, FileSimFiles], ids=["log", "files"])
 _buf = bytearray(4096)
 

@@ -18,6 +18,9 @@ from umqtt3.flow import Flow  # noqa: E402
 from umqtt3.codec import (encode_publish, encode_ack, PUBREC, PUBREL,  # noqa: E402
                           PUBCOMP)
 
+# CPU-bound power-loss explorations on simulated files and clocks: make test
+# runs them in a process of their own, beside the rest (Makefile)
+pytestmark = pytest.mark.powerloss
 
 # ---------------------------------------------------------------- the simulator
 
