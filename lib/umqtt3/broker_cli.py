@@ -274,14 +274,8 @@ def main(argv=None):
         return 1
     print("umqtt3 broker listening on %s:%d%s" % (a.host, b.port, " (TLS)" if b.tls else ""),
           flush=True)
-    try:
-        import signal
-
-        def term(*_):
-            b.stop()
-        signal.signal(signal.SIGTERM, term)
-    except (ImportError, ValueError):
-        pass
+    from umqtt3.compat import on_term
+    on_term(b.stop)  # SIGTERM: stop, the store closed
     try:
         b.serve_forever()
     except KeyboardInterrupt:

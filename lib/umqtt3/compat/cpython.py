@@ -42,6 +42,16 @@ def sleep_ms(ms):
     _time.sleep(ms / 1000)
 
 
+def on_term(fn):
+    # fn() on SIGTERM (the broker's CLI stops cleanly); not from a thread
+    # other than the main one, where signal handlers cannot be set
+    import signal
+    try:
+        signal.signal(signal.SIGTERM, lambda *_: fn())
+    except ValueError:
+        pass
+
+
 def wall_s():
     # the wall clock in whole seconds, None while it is not set (before 2024)
     t = int(_time.time())

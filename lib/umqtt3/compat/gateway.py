@@ -25,6 +25,11 @@ def asleep_ms(ms):
 name_levels = None  # broker_core checks names byte by byte
 
 
+def on_term(fn):
+    # MicroPython has no signals: a board's broker stops by reset
+    pass
+
+
 def nodelay(sock):
     # one write per packet, no Nagle stall (the broker, compat.aio's dialling)
     try:
