@@ -103,12 +103,17 @@ def test_demo_without_spark_runs_and_readings_arrive(tmp_path):
     assert max(first_frame_rates(r.stdout)) < 2 * 15, r.stdout
 
 
+def ignore_sigint():
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def test_ctrl_c_stops_the_demo_with_a_summary():
     mark = uuid.uuid4().hex
-    # as a terminal does: SIGINT to the demo's whole process group
+    # as a terminal does: SIGINT to the demo's whole process group; started
+    # with SIGINT ignored, as a non-interactive shell's `&` starts it
     p = subprocess.Popen(DEMO + ["--no-spark", "--period", "0.2"], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, cwd=ROOT, env=marked_env(mark),
-                         start_new_session=True)
+                         start_new_session=True, preexec_fn=ignore_sigint)
     try:
         for line in p.stdout:
             if re.match(r"node3\s+online", line):
@@ -121,6 +126,28 @@ def test_ctrl_c_stops_the_demo_with_a_summary():
     assert p.returncode == 0, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert re.search(r"readings received: \d+ from 3 nodes", out), out
+    assert none_left(mark) == []
+
+
+def test_ctrl_c_stops_the_simulation_with_a_summary():
+    mark = uuid.uuid4().hex
+    p = subprocess.Popen([sys.executable, "-m", "tools.desktop.simulate", "--nodes", "2",
+                          "--start-broker", "--period", "0.2"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, cwd=ROOT, env=marked_env(mark),
+                         start_new_session=True, preexec_fn=ignore_sigint)
+    try:
+        for line in p.stdout:
+            if " nodes (" in line:
+                break
+        time.sleep(1.0)  # a few readings each
+        os.killpg(p.pid, signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert re.search(r"sim1: [1-9]\d* readings accepted", out), out
     assert none_left(mark) == []
 
 

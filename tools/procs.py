@@ -16,6 +16,15 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def stop_on_signals(stop):
+    """SIGTERM and SIGHUP set the event stop; Ctrl-C raises KeyboardInterrupt
+    even where the program was started with SIGINT ignored (a command run with
+    `&` by a non-interactive shell: Python then keeps it ignored)."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def free_port():
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -25,7 +25,6 @@ import collections
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -254,12 +253,7 @@ def main(argv=None):
     a = parse(argv)
     out = Out()
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, lambda *_: stop.set())
-    # Ctrl-C stops the demo even where it was started with SIGINT ignored
-    # (a command run with `&` by a non-interactive shell: Python then keeps
-    # it ignored), as the telemetry job's own handler does
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    procs.stop_on_signals(stop)
     port = a.port or procs.free_port()
     kind = broker_kind(a.broker)
     tmp = tempfile.mkdtemp(prefix="umqtt3-demo-")

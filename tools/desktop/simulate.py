@@ -18,7 +18,6 @@ dropped are printed; the exit status is 1 if a node accepted none.
 import json
 import os
 import shutil
-import signal
 import sys
 import tempfile
 import threading
@@ -93,7 +92,7 @@ def main(argv=None):
         return 2
 
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    procs.stop_on_signals(stop)
     nodes = {}
     names = ["%s%d" % (a.id_prefix, i) for i in range(1, a.nodes + 1)]
     threads = []
