@@ -28,8 +28,8 @@ way) in a ROMFS image instead, which `mpremote romfs deploy` writes to the
 board's ROMFS partition: imported from there their bytecode runs in place
 from flash, as frozen modules do, without building a firmware. It needs a
 MicroPython 1.25+ firmware built with MICROPY_VFS_ROM and a ROMFS partition
-(the stock ESP32 and RP2040 builds have none; the board profile's ROMFS
-says which); on a board without one, mpremote's error ends the deploy
+(the stock ESP32 and RP2040 builds do not enable it; the board profile's
+ROMFS says so); on a board without one, mpremote's error ends the deploy
 before anything is copied. The image holds umqtt3/ and the apps at its
 root (/rom is on sys.path); the rest is copied as with --frozen, and the
 filesystem's own copies of what the image holds are removed (they would
@@ -359,8 +359,8 @@ def main(argv=None):
         image, shadows = None, ()
         if romfs:
             if not getattr(board, "ROMFS", False):
-                print("boards/%s.py: ROMFS = False: stock MicroPython firmware for this board "
-                      "has no ROMFS partition; one built with it is needed" % a.board)
+                print("boards/%s.py: ROMFS = False: the stock MicroPython firmware for this "
+                      "board does not enable ROMFS; one built with it is needed" % a.board)
             image = os.path.join(out_dir, "umqtt3-%s.romfs" % role)
             show_image(image, *write_image(out_dir, image))
             shadows = romfs_shadows(entries)
