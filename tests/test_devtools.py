@@ -543,6 +543,59 @@ def test_romfs_deploy_passes_mpremotes_error_on_in_one_line(tmp_path):
     assert "Traceback" not in p.stdout + p.stderr
 
 
+@pytest.fixture
+def wasm_board():
+    """start(*options) -> port: the WebAssembly MicroPython served as a board
+    for mpremote on 127.0.0.1 (tests/mp/board.mjs), stopped after the test."""
+    started = []
+
+    def start(*options):
+        port = procs.free_port()
+        started.append(procs.start([NODE, os.path.join(ROOT, "tests", "mp", "board.mjs"),
+                                    "--port", str(port)] + list(options), port,
+                                   stdout=subprocess.DEVNULL))
+        return port
+    yield start
+    for p in started:
+        procs.stop(p)
+
+
+def board_files(port):
+    p = subprocess.run([PY, "-m", "mpremote", "connect", "socket://127.0.0.1:%d" % port, "exec",
+                        "import os; print(sorted(os.listdir('/')))"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.strip()
+
+
+@needs_mpremote
+@needs_wasm
+def test_romfs_deploy_to_a_board_without_romfs(wasm_board, tmp_path):
+    # a real MicroPython behind mpremote, its vfs without rom_ioctl as in a
+    # firmware built without ROMFS: mpremote's own error, in one line, and
+    # nothing copied
+    port = wasm_board("--no-romfs")
+    url = "socket://127.0.0.1:%d" % port
+    assert "'rom'" not in board_files(port)
+    p = cli("deploy.py", "--board", "esp32", "--romfs", "--port", url,
+            "--build", str(tmp_path / "b"))
+    assert p.returncode == 1, p
+    assert p.stderr.strip().splitlines() == [
+        "deploy: mpremote: ROMFS is not enabled on this device"], p.stderr
+    assert "Image size is " in p.stdout  # mpremote's own output, passed on
+    files = board_files(port)
+    assert "main.py" not in files and "board.mpy" not in files and "config.json" not in files
+    # this port's own ROMFS partition is empty: mpremote fails in a traceback
+    # of its own, of which only the last line is shown
+    port = wasm_board()
+    p = cli("deploy.py", "--board", "esp32", "--romfs", "--port",
+            "socket://127.0.0.1:%d" % port, "--build", str(tmp_path / "b"))
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 1 and len(lines) == 1 and lines[0].startswith("deploy: mpremote: "), \
+        p.stderr
+    assert "Traceback" not in p.stdout + p.stderr and "main.py" not in board_files(port)
+
+
 def test_run_holds_back_the_last_line_as_the_error(capsys):
     prog = ("import sys\nprint('Image size is 4096 bytes')\nprint('Preparing at offset 0')\n"
             "print('ROMFS image is too big for the target partition')\nsys.exit(%d)")
@@ -555,6 +608,13 @@ def test_run_holds_back_the_last_line_as_the_error(capsys):
     assert out.endswith("'\nImage size is 4096 bytes\nPreparing at offset 0\n"), out
     devices.run([PY, "-c", prog % 0], last_line_is_error=True)  # success: every line shown
     assert "too big for the target partition" in capsys.readouterr().out
+    # the command's own traceback: held, and only its last line shown
+    with pytest.raises(devices.Usage) as e:
+        devices.run([PY, "-c", "print('Image size is 4096 bytes')\n1 // 0"],
+                    last_line_is_error=True)
+    assert e.value.msg.endswith(": ZeroDivisionError: integer division or modulo by zero")
+    out = capsys.readouterr().out
+    assert out.endswith("\nImage size is 4096 bytes\n") and "Traceback" not in out, out
 
 
 @pytest.mark.parametrize("argv,msg", [

@@ -188,22 +188,29 @@ def run(cmd, dry_run=False, last_line_is_error=False):
 
 def _run_holding_last_line(cmd):
     """Run cmd with its output passed on line by line, one line behind;
-    returns (exit status, the last line, not yet printed if it failed)."""
+    returns (exit status, the last line, not yet printed if it failed). A
+    Python traceback (mpremote's own failure) is held whole and, if the
+    command fails, only its last line is shown."""
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out = getattr(sys.stdout, "buffer", None)
-    held = b""
+    held = []
+    traceback = False
     for line in p.stdout:
-        if held:
-            _write(out, held)
-        held = line
+        if not traceback:
+            traceback = line.startswith(b"Traceback (most recent call last):")
+            for h in held:
+                _write(out, h)
+            held = []
+        held.append(line)
     p.stdout.close()
     rc = p.wait()
     if rc == 0:
-        _write(out, held)
+        for h in held:
+            _write(out, h)
         return rc, ""
+    last = ([h for h in held if h.strip()] or [b""])[-1].decode("utf-8", "replace")
     # progress lines end in \r, not \n: the last one written is the text
-    return rc, held.decode("utf-8", "replace").split("\r")[-1].strip() or \
-        held.decode("utf-8", "replace").strip()
+    return rc, last.split("\r")[-1].strip() or last.strip()
 
 
 def _write(out, data):
