@@ -28,3 +28,7 @@ BRIDGE_WINDOW = 4
 # for tools/deploy.py and flash.py: mpy-cross -march (Xtensa LX6, windowed ABI), the chip
 ARCH = "xtensawin"
 CHIP = "esp32"
+# for tools/deploy.py --romfs: the stock MicroPython firmware for this board does not
+# enable ROMFS (mpremote romfs query tells); True for one built with MICROPY_VFS_ROM and
+# a ROMFS partition
+ROMFS = False

@@ -26,3 +26,7 @@ BRIDGE_WINDOW = 8
 # for tools/deploy.py and flash.py: mpy-cross -march (Xtensa LX7, windowed ABI), the chip
 ARCH = "xtensawin"
 CHIP = "esp32s3"
+# for tools/deploy.py --romfs: the stock MicroPython firmware for this board does not
+# enable ROMFS (mpremote romfs query tells); True for one built with MICROPY_VFS_ROM and
+# a ROMFS partition
+ROMFS = False

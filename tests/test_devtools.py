@@ -296,6 +296,338 @@ def test_mpremote_parses_the_deploy_command(tmp_path):
     assert steps[2][1].path == ["firmware/selftest.py"]
 
 
+# ------------------------------------------------------------------ ROMFS (--romfs)
+HAVE_MPREMOTE = devices.importlib.util.find_spec("mpremote") is not None
+needs_mpremote = pytest.mark.skipif(not HAVE_MPREMOTE, reason="no mpremote (its ROMFS builder)")
+needs_wasm = pytest.mark.skipif(not (NODE and os.path.exists(WASM)),
+                                reason="no WebAssembly MicroPython")
+
+
+def read_romfs(image):
+    """{path: bytes} of a ROMFS image, read here by the format (a header
+    b"\\xd2\\xcd\\x31" and a length, then records kind, length, payload with
+    7-bit big-endian lengths; kind 4 a directory, 5 a file whose data is a
+    kind 2 record), not by mpremote's code that wrote it."""
+    def uint(b, i):
+        v = 0
+        while True:
+            x = b[i]
+            i += 1
+            v = (v << 7) | (x & 0x7F)
+            if not x & 0x80:
+                return v, i
+
+    def records(b, i, end, prefix, out):
+        while i < end:
+            kind, i = uint(b, i)
+            n, i = uint(b, i)
+            body = i
+            i += n
+            if kind in (0, 1):  # unused, padding
+                continue
+            ln, j = uint(b, body)
+            name = prefix + b[j:j + ln].decode()
+            if kind == 4:
+                records(b, j + ln, i, name + "/", out)
+            else:
+                assert kind == 5, kind
+                dkind, k = uint(b, j + ln)
+                dn, k = uint(b, k)
+                assert dkind == 2, dkind  # the data in place
+                out[name] = b[k:k + dn]
+        return out
+
+    assert image[:3] == b"\xd2\xcd\x31"
+    size, i = uint(image, 3)
+    assert i + size == len(image)
+    return records(image, i, i + size, "", {})
+
+
+@needs_mpremote
+@pytest.mark.parametrize("board,role", [("esp32", "node"), ("picow", "gateway")])
+def test_romfs_image_holds_the_roles_modules_as_a_plain_deploy_compiles_them(board, role,
+                                                                             tmp_path):
+    out = str(tmp_path / ("%s.romfs" % role))
+    p = cli("deploy.py", "--board", board, "--role", role, "--romfs-out", out,
+            "--build", str(tmp_path / "b"))
+    assert p.returncode == 0 and not p.stderr, p.stderr
+    with open(out, "rb") as f:
+        files = read_romfs(f.read())
+    # the modules and apps a plain deploy copies under lib/ and /, at the
+    # image's root (on the board /rom is on sys.path), and nothing else
+    plain = str(tmp_path / "plain")
+    staged = deploy.stage(deploy.plan(board, role), plain, devices.device_board(board).ARCH, role)
+    want = {(d[4:] if d.startswith("lib/") else d): path for path, d in staged
+            if d.endswith(".mpy") and d != "board.mpy"}
+    assert sorted(files) == sorted(want)
+    assert "umqtt3/client.mpy" in files and (role + ".mpy") in files
+    assert ("umqtt3/broker.mpy" in files) == (role == "gateway")
+    for name, data in files.items():  # byte for byte: -march, no line numbers in the library
+        with open(want[name], "rb") as f:
+            assert data == f.read(), name
+    assert "/rom/umqtt3/client.mpy" in p.stdout and "mpremote romfs deploy " + out in p.stdout
+
+
+def test_romfs_plan_moves_the_library_and_apps_into_the_image():
+    plan = deploy.plan("esp32", "node", romfs=True)
+    fs = [d for d, _, how in plan if how != "rom"]
+    rom = [d for d, _, how in plan if how == "rom"]
+    assert fs == [d for d, _, _ in deploy.plan("esp32", "node", frozen=True)]
+    assert "umqtt3/client.mpy" in rom and "node.mpy" in rom and not any(
+        d.startswith("lib/") for d in rom)
+    shadows = deploy.romfs_shadows(plan)
+    for f in ("lib/umqtt3/client.mpy", "lib/umqtt3/client.py", "node.mpy", "gateway.py"):
+        assert f in shadows
+    assert "main.py" not in shadows and "board.mpy" not in shadows
+
+
+@needs_mpremote
+def test_romfs_deploy_command(tmp_path):
+    staged = [("/b/board.mpy", "board.mpy"), ("/b/main.py", "main.py")]
+    shadows = ["lib/umqtt3/client.mpy", "node.mpy"]
+    cmd = deploy.mpremote_command("/dev/ttyUSB0", staged, image="/b/umqtt3-node.romfs",
+                                  shadows=shadows)
+    assert cmd[:9] == [PY, "-m", "mpremote", "connect", "/dev/ttyUSB0",
+                       "romfs", "deploy", "/b/umqtt3-node.romfs", "+"]
+    steps = mpremote_parse(cmd)
+    assert [s[0] for s in steps] == ["connect", "romfs", "exec", "fs", "fs", "exec"]
+    assert steps[1][1].command == ["deploy"] and steps[1][1].path == "/b/umqtt3-node.romfs"
+    assert steps[1][1].partition == 0
+    assert steps[2][1].expr == [deploy.prepare_code(["board.mpy", "main.py"], shadows=shadows)]
+    # the image is the one deploy staged, named so that mpremote reads it as an image
+    p = cli("deploy.py", "--board", "esp32s3", "--romfs", "--build", str(tmp_path / "b"),
+            "--dry-run")
+    assert p.returncode == 0, p.stderr
+    image = str(tmp_path / "b" / "umqtt3-node.romfs")
+    assert "connect '<PORT>' romfs deploy %s" % image in p.stdout
+    assert os.path.isfile(image) and image.endswith(deploy.ROMFS_SUFFIXES)
+    assert "ROMFS = False" in p.stdout  # the profile: stock firmware has none
+    assert ":umqtt3/" not in p.stdout and ":lib/" not in p.stdout  # nothing of it copied
+
+
+def test_prepare_code_removes_what_the_image_shadows(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "lib" / "umqtt3").mkdir(parents=True)
+    for f in ("lib/umqtt3/client.mpy", "lib/umqtt3/codec.py", "node.mpy", "config.json"):
+        (tmp_path / f).write_text("old")
+    plan = deploy.plan("esp32", "node", romfs=True)
+    exec(deploy.prepare_code(["board.mpy", "config.json", "main.py"],
+                             shadows=deploy.romfs_shadows(plan)), {})
+    assert os.listdir(str(tmp_path / "lib" / "umqtt3")) == []
+    assert not (tmp_path / "node.mpy").exists() and (tmp_path / "config.json").exists()
+
+
+ROM_CLIENT = r'''
+# The ROMFS image deploy built, mounted at /rom as a board mounts it, is the
+# only place umqtt3 can come from; a subscriber and a publisher talk through
+# the image's broker over an in-memory link pair.
+import sys, vfs
+with open("/img/image.romfs", "rb") as f:
+    vfs.mount(vfs.VfsRom(f.read()), "/rom")
+sys.path[:] = ["/rom", "/rom/lib"]
+from umqtt3.broker import Broker
+from umqtt3.client import MQTTClient
+
+
+class End:
+    """One end of the pair; reading the clients' end with nothing there
+    lets the broker (same thread) serve first."""
+
+    def __init__(self, pump=None):
+        self.buf = bytearray(2048)
+        self.n = 0
+        self.peer = None
+        self.closed = False
+        self.pump = pump
+
+    def readinto(self, buf, n=-1):
+        if not self.n and self.pump:
+            self.pump()
+        if not self.n:
+            return 0 if self.closed or self.peer.closed else None
+        if n < 0 or n > len(buf):
+            n = len(buf)
+        n = min(n, self.n)
+        buf[:n] = self.buf[:n]
+        self.buf[:self.n - n] = self.buf[n:self.n]
+        self.n -= n
+        return n
+
+    def write(self, buf, off=0, n=-1):
+        if n < 0:
+            n = len(buf) - off
+        p = self.peer
+        n = min(n, len(p.buf) - p.n)
+        if not n:
+            return None
+        p.buf[p.n:p.n + n] = buf[off:off + n]
+        p.n += n
+        return n
+
+    def close(self):
+        self.closed = True
+
+    def readable(self):
+        return self.n > 0 or self.closed or self.peer.closed
+
+
+broker = Broker(port=None)
+
+
+def pump():
+    for _ in range(3):
+        broker.poll_once(0)
+
+
+def link():
+    a, b = End(pump), End()
+    a.peer, b.peer = b, a
+    broker.attach(b)
+    return a
+
+
+got = []
+sub = MQTTClient("sub", "gw", keepalive=60, store=False, connect_link=link)
+sub.set_callback(lambda t, m: got.append((t, m)))
+sub.connect()
+sub.subscribe(b"nodes/+/temp", 1)
+pub = MQTTClient("pub", "gw", keepalive=60, connect_link=link)
+pub.connect()
+pub.publish(b"nodes/n1/temp", b"21.5", qos=1)
+for _ in range(50):
+    if got:
+        break
+    sub.check_msg()
+mods = [m for m in sys.modules if m.startswith("umqtt3")]
+outside = [m for m in mods if not getattr(sys.modules[m], "__file__", "").startswith("/rom/")]
+print("got", got, "from /rom:", len(mods) - len(outside), "outside:", outside)
+'''
+
+
+@needs_mpremote
+@needs_wasm
+def test_romfs_image_mounts_and_the_client_publishes_from_it(tmp_path):
+    script = tmp_path / "run" / "rom_client.py"
+    script.parent.mkdir()
+    script.write_text(ROM_CLIENT)
+
+    def run(role):
+        image = str(tmp_path / ("%s.romfs" % role))
+        p = cli("deploy.py", "--board", "esp32", "--role", role, "--romfs-out", image,
+                "--build", str(tmp_path / "b"))
+        assert p.returncode == 0, p.stderr
+        return subprocess.run([NODE, os.path.join(ROOT, "tests", "mp", "run.mjs"), "--no-shared",
+                               "--mount", image + "=/img/image.romfs", str(script)],
+                              capture_output=True, text=True, timeout=120)
+    p = run("gateway")
+    assert p.returncode == 0, p.stderr
+    assert "got [(b'nodes/n1/temp', b'21.5')]" in p.stdout and "outside: []" in p.stdout, p.stdout
+    p = run("node")  # a node's image has no broker: nothing else supplies one
+    assert p.returncode != 0 and "umqtt3.broker" in p.stderr, p.stderr
+
+
+@needs_mpremote
+def test_romfs_deploy_passes_mpremotes_error_on_in_one_line(tmp_path):
+    # a board mpremote cannot reach (nothing listens there): its own error,
+    # one line, its exit status, nothing copied after it
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    p = cli("deploy.py", "--board", "esp32", "--romfs", "--port", "socket://127.0.0.1:%d" % port,
+            "--build", str(tmp_path / "b"))
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 1 and len(lines) == 1, p.stderr
+    assert lines[0].startswith("deploy: mpremote: failed to access socket://"), lines
+    assert "Traceback" not in p.stdout + p.stderr
+
+
+@pytest.fixture
+def wasm_board():
+    """start(*options) -> port: the WebAssembly MicroPython served as a board
+    for mpremote on 127.0.0.1 (tests/mp/board.mjs), stopped after the test."""
+    started = []
+
+    def start(*options):
+        port = procs.free_port()
+        started.append(procs.start([NODE, os.path.join(ROOT, "tests", "mp", "board.mjs"),
+                                    "--port", str(port)] + list(options), port,
+                                   stdout=subprocess.DEVNULL))
+        return port
+    yield start
+    for p in started:
+        procs.stop(p)
+
+
+def board_files(port):
+    p = subprocess.run([PY, "-m", "mpremote", "connect", "socket://127.0.0.1:%d" % port, "exec",
+                        "import os; print(sorted(os.listdir('/')))"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.strip()
+
+
+@needs_mpremote
+@needs_wasm
+def test_romfs_deploy_to_a_board_without_romfs(wasm_board, tmp_path):
+    # a real MicroPython behind mpremote, its vfs without rom_ioctl as in a
+    # firmware built without ROMFS: mpremote's own error, in one line, and
+    # nothing copied
+    port = wasm_board("--no-romfs")
+    url = "socket://127.0.0.1:%d" % port
+    assert "'rom'" not in board_files(port)
+    p = cli("deploy.py", "--board", "esp32", "--romfs", "--port", url,
+            "--build", str(tmp_path / "b"))
+    assert p.returncode == 1, p
+    assert p.stderr.strip().splitlines() == [
+        "deploy: mpremote: ROMFS is not enabled on this device"], p.stderr
+    assert "Image size is " in p.stdout  # mpremote's own output, passed on
+    files = board_files(port)
+    assert "main.py" not in files and "board.mpy" not in files and "config.json" not in files
+    # this port's own ROMFS partition is empty: mpremote fails in a traceback
+    # of its own, of which only the last line is shown
+    port = wasm_board()
+    p = cli("deploy.py", "--board", "esp32", "--romfs", "--port",
+            "socket://127.0.0.1:%d" % port, "--build", str(tmp_path / "b"))
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 1 and len(lines) == 1 and lines[0].startswith("deploy: mpremote: "), \
+        p.stderr
+    assert "Traceback" not in p.stdout + p.stderr and "main.py" not in board_files(port)
+
+
+def test_run_holds_back_the_last_line_as_the_error(capsys):
+    prog = ("import sys\nprint('Image size is 4096 bytes')\nprint('Preparing at offset 0')\n"
+            "print('ROMFS image is too big for the target partition')\nsys.exit(%d)")
+    with pytest.raises(devices.Usage) as e:
+        devices.run([PY, "-c", prog % 1], last_line_is_error=True)
+    assert e.value.code == 1
+    assert e.value.msg == "%s: ROMFS image is too big for the target partition" % (
+        os.path.basename(PY)), e.value.msg
+    out = capsys.readouterr().out
+    assert out.endswith("'\nImage size is 4096 bytes\nPreparing at offset 0\n"), out
+    devices.run([PY, "-c", prog % 0], last_line_is_error=True)  # success: every line shown
+    assert "too big for the target partition" in capsys.readouterr().out
+    # the command's own traceback: held, and only its last line shown
+    with pytest.raises(devices.Usage) as e:
+        devices.run([PY, "-c", "print('Image size is 4096 bytes')\n1 // 0"],
+                    last_line_is_error=True)
+    assert e.value.msg.endswith(": ZeroDivisionError: integer division or modulo by zero")
+    out = capsys.readouterr().out
+    assert out.endswith("\nImage size is 4096 bytes\n") and "Traceback" not in out, out
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--romfs-out", "x.bin"], "name it NAME.romfs or NAME.img"),
+    (["--romfs", "--frozen", "--dry-run"], "--frozen and --romfs exclude each other"),
+    (["--romfs-out", "/etc/hostname/x.romfs"], "is not a directory"),
+])
+def test_romfs_options_refused_in_one_line(argv, msg):
+    p = cli("deploy.py", "--board", "esp32", *argv)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and msg in lines[0], p.stderr
+
+
 # ------------------------------------------------------------------ esptool and UF2
 def test_esptool_commands_exact():
     esp = [PY, "-m", "esptool"]

@@ -161,19 +161,65 @@ def show(cmd):
     return " \\\n    + ".join(shlex.join(p) for p in parts)
 
 
-def run(cmd, dry_run=False):
-    """Print `cmd`, then run it unless dry_run; a non-zero exit ends the tool."""
+def run(cmd, dry_run=False, last_line_is_error=False):
+    """Print `cmd`, then run it unless dry_run; a non-zero exit ends the tool.
+    last_line_is_error: the command's output (stdout and stderr) is passed
+    on as it comes but for its last line, which on failure becomes the one
+    line of the error (mpremote's "ROMFS is not enabled on this device")."""
     print("$ " + show(cmd), flush=True)
     if dry_run:
         return
+    last = ""
     try:
-        rc = subprocess.call(cmd)
+        if last_line_is_error:
+            rc, last = _run_holding_last_line(cmd)
+        else:
+            rc = subprocess.call(cmd)
     except OSError as e:
         fail("cannot run %s: %s" % (cmd[0], e.strerror))
     if rc != 0:
         # `python -m mpremote ...` is named by its module
         name = cmd[2] if cmd[0] == sys.executable and cmd[1] == "-m" else os.path.basename(cmd[0])
-        fail("%s exited with status %d" % (name, rc), rc if 0 < rc < 128 else 1)
+        code = rc if 0 < rc < 128 else 1
+        if last:
+            fail(last if last.startswith(name + ": ") else "%s: %s" % (name, last), code)
+        fail("%s exited with status %d" % (name, rc), code)
+
+
+def _run_holding_last_line(cmd):
+    """Run cmd with its output passed on line by line, one line behind;
+    returns (exit status, the last line, not yet printed if it failed). A
+    Python traceback (mpremote's own failure) is held whole and, if the
+    command fails, only its last line is shown."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    out = getattr(sys.stdout, "buffer", None)
+    held = []
+    traceback = False
+    for line in p.stdout:
+        if not traceback:
+            traceback = line.startswith(b"Traceback (most recent call last):")
+            for h in held:
+                _write(out, h)
+            held = []
+        held.append(line)
+    p.stdout.close()
+    rc = p.wait()
+    if rc == 0:
+        for h in held:
+            _write(out, h)
+        return rc, ""
+    last = ([h for h in held if h.strip()] or [b""])[-1].decode("utf-8", "replace")
+    # progress lines end in \r, not \n: the last one written is the text
+    return rc, last.split("\r")[-1].strip() or last.strip()
+
+
+def _write(out, data):
+    if out is None:  # a stdout without bytes (captured in a test)
+        sys.stdout.write(data.decode("utf-8", "replace"))
+    else:
+        sys.stdout.flush()
+        out.write(data)
+        out.flush()
 
 
 # ------------------------------------------------------------------ mpy-cross
@@ -205,6 +251,18 @@ def compile_mpy(src, dst, arch, name, cmd=None):
         fail("mpy-cross cannot compile %s%s: %s" % (
             os.path.relpath(src, ROOT) if src.startswith(ROOT + os.sep) else src,
             ", " + where[-1].strip() if where else "", lines[-1].strip()))
+
+
+# ------------------------------------------------------------------ ROMFS
+def romfs_image(tree):
+    """The bytes of a ROMFS image of the directory tree, made by mpremote's
+    builder (as `mpremote romfs build` does; the files are .mpy already)."""
+    need_tool("mpremote")
+    import contextlib
+    import io
+    from mpremote.romfs import make_romfs
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints the tree
+        return make_romfs(tree, mpy_cross=False)
 
 
 def mpy_header(path):

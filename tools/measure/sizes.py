@@ -12,6 +12,9 @@
     python -m tools.measure.sizes --steps         per client configuration, the heap each
                                               module adds imported one after the other
                                               (from .mpy), then what connecting adds
+    python -m tools.measure.sizes --romfs         also import RAM and connected heap with the
+                                              .mpy files in a ROMFS image (bytecode run
+                                              in place, as from frozen modules)
 
 Flash: every module of lib/umqtt3 (subpackages too) is compiled with
 mpy-cross into a temporary directory. RAM: each module is imported in a
@@ -23,6 +26,16 @@ so the rows do not add up; the "all" and "client set" rows are measured by
 importing those modules together. compat/cpython.py, CPython's half of
 compat, is compiled but never imported on a device, so it has no RAM figure
 and is in neither set.
+
+Bytecode in flash (--romfs): the .mpy files, ours and the peers', are put
+in one ROMFS image (mpremote's builder), which the VM reads into a bytes
+object and mounts with vfs.VfsRom at /rom before the first reading, so the
+image itself is not counted: it stands for memory-mapped flash. Imported
+from there, bytecode and constant strings and bytes stay in the image, as
+with ROMFS on a board (MicroPython 1.25+, firmware built with
+MICROPY_VFS_ROM and a ROMFS partition) or frozen modules; what the heap
+still holds is the module, class and function objects and their dicts.
+These figures are extra columns beside the filesystem ones.
 
 Connected client: per configuration (the default MemoryStore, a FileStore,
 MQTT 5, no store), the heap in use after import, constructing the client, connect,
@@ -41,11 +54,14 @@ scripted broker. mqtt_async connects through asyncio streams, which the
 WebAssembly build lacks, so only its import is measured.
 
 Modules that do not exist yet are skipped. Exit status: 1 if a module does not
-compile (or cannot be imported when measuring RAM), 2 if a tool is missing.
+compile (or cannot be imported when measuring RAM), 2 if a tool is missing
+(node, the WebAssembly MicroPython, mpy-cross; mpremote for --romfs).
 """
 
 import argparse
 import ast
+import contextlib
+import io
 import os
 import re
 import shutil
@@ -122,8 +138,21 @@ def dotted(mod):
     return "umqtt3" if mod == "__init__" else "umqtt3." + mod.replace("/", ".")
 
 
+# Mounts the ROMFS image (--romfs) when the directory to import from is
+# under /rom. The image is read into a bytes object before the first reading:
+# it stands for memory-mapped flash, which a board's heap does not hold.
+ROM_IMAGE = "/img/umqtt3.romfs"
+MOUNT_ROM = """\
+def mount_rom(root):
+    if root.startswith("rom/"):
+        import vfs
+        with open("%s", "rb") as f:
+            vfs.mount(vfs.VfsRom(f.read()), "/rom")
+
+""" % ROM_IMAGE
+
 # Runs inside MicroPython. argv: which directory to import from (py, mpy,
-# peer_py, peer_mpy), then the module names.
+# peer_py, peer_mpy, or rom/ and one of those), then the module names.
 # Prints "RAM <bytes>" or "ERR <exception>".
 # The WebAssembly port's gc.collect() only marks a collection as due: it runs
 # once control is back in JavaScript. So the probe is a coroutine the runner
@@ -140,8 +169,9 @@ async def collect():
 PROBE = """\
 import sys, gc, asyncio
 which = sys.argv[1]
+""" + MOUNT_ROM + """mount_rom(which)
 sys.path[:] = ["/" + which]
-if which.startswith("peer"):
+if "peer" in which:
     sys.path += ["/stubs", "/probe"]
     import usocket, machine, network, uasyncio
 
@@ -280,12 +310,14 @@ STUBS = {
 }
 
 # Runs inside MicroPython. argv: kind (umqtt3, simple, mqtt_async), protocol
-# level, store (memory, file), the directory to import from. Prints
+# level, store (memory, file), the directory to import from (mpy, peer_mpy,
+# or rom/ and one of those). Prints
 # "RAM <import> <connected>": heap in use after the imports, and after
 # constructing, connecting, subscribing (QoS 1) and one QoS 1 publish.
 CONNECTED_PROBE = """\
 import sys, gc, asyncio
 kind, level, store, root = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+""" + MOUNT_ROM + """mount_rom(root)
 sys.path[:] = ["/" + root, "/probe"]
 if kind != "umqtt3":
     sys.path.append("/stubs")
@@ -383,7 +415,7 @@ mp_await = main()
 class Vm:
     """Runs the probe under tests/mp/run.mjs, one fresh interpreter per call."""
 
-    def __init__(self, tmp, heap, peer_dirs):
+    def __init__(self, tmp, heap, peer_dirs, image=None):
         node = shutil.which("node")
         if not node:
             die("node not found; install Node.js 18 or newer, then run npm ci")
@@ -411,6 +443,8 @@ class Vm:
             self.cmd += ["--mount", os.path.join(tmp, which) + "=/" + which]
         for which, d in peer_dirs.items():
             self.cmd += ["--mount", d + "=/" + which]
+        if image:
+            self.cmd += ["--mount", image + "=" + ROM_IMAGE]
 
     def run(self, script, args, what):
         """The probe's "RAM" figures as ints ("-" stays "-"), or None on error."""
@@ -429,11 +463,11 @@ class Vm:
                      "%s level %d store %s" % (kind, level, store))
         return tuple(r) if r else ("error", "error")
 
-    def steps(self, level, store, names):
+    def steps(self, level, store, names, root="mpy"):
         """Heap added by each module of names imported in turn, then by
         connecting (a list one longer than names), or None on error."""
-        what = "steps level %d store %s" % (level, store)
-        got = self.run(self.steps_probe, ["umqtt3", str(level), store, "mpy"] + names, what)
+        what = "steps level %d store %s from %s" % (level, store, root)
+        got = self.run(self.steps_probe, ["umqtt3", str(level), store, root] + names, what)
         # the configuration's list must name every module the client loaded
         lines = self.out.strip().splitlines()
         extra = sorted(set(m for m in lines[-1].split() if m.startswith("umqtt3.")) - set(names)) \
@@ -447,6 +481,27 @@ class Vm:
         """Bytes of heap still in use after importing names, or an error string."""
         r = self.run(self.probe, [which] + names, "importing " + " ".join(names))
         return r[0] if r else "error"
+
+
+def build_romfs(tmp, dirs):
+    """One ROMFS image of the compiled trees under tmp named in dirs (mpy,
+    peer_mpy), each under its own name, made by mpremote's builder (as
+    `mpremote romfs build` would, the files being .mpy already); returns
+    its path."""
+    try:
+        from mpremote.romfs import make_romfs
+    except ImportError:
+        die("mpremote not found (its ROMFS builder makes the image); "
+            "run 'pip install -r requirements-dev.txt' (or 'make setup')")
+    src = os.path.join(tmp, "romsrc")
+    for d in dirs:
+        shutil.copytree(os.path.join(tmp, d), os.path.join(src, d))
+    with contextlib.redirect_stdout(io.StringIO()):  # it prints the tree
+        image = make_romfs(src, mpy_cross=False)
+    path = os.path.join(tmp, "umqtt3.romfs")
+    with open(path, "wb") as f:
+        f.write(image)
+    return path
 
 
 def find_peer(arg, env, patterns):
@@ -554,9 +609,10 @@ CONFIGS = [
 ]
 
 
-def steps_table(vm, sizes, markdown):
+def steps_table(vm, sizes, markdown, root="mpy"):
     """Per configuration, the heap each module adds when imported one after
-    the other (bottom layer first, from .mpy), and what connecting adds."""
+    the other (bottom layer first, from .mpy, or from the ROMFS image with
+    root "rom/mpy"), and what connecting adds."""
     mods = []
     for _, _, _, _, loads in CONFIGS:
         mods += [m for m in loads if m in sizes and m not in mods]
@@ -564,35 +620,46 @@ def steps_table(vm, sizes, markdown):
     rows = []
     for label, kind, level, store, loads in CONFIGS:
         loads = [m for m in loads if m in sizes]
-        got = vm.steps(level, store, [dotted(m) for m in loads])
+        got = vm.steps(level, store, [dotted(m) for m in loads], root)
         by = dict(zip(loads, got or ())) if got else {}
         rows.append([label.replace("umqtt3, ", "")] + [by.get(m) for m in mods] +
                     [got[-1] if got else "error", sum(got) if got else "error"])
-    print_table(["heap added (from .mpy)"] + mods + ["connect", "total"], rows, markdown)
+    where = "ROMFS" if root.startswith("rom/") else ".mpy"
+    print_table(["heap added (from %s)" % where] + mods + ["connect", "total"], rows, markdown)
     print()
     print("each module imported after the ones before it in the configuration's list "
           "(CONFIGS), so what it imports itself counts for it; connect: construct, connect, "
           "subscribe (QoS 1), one QoS 1 publish")
 
 
-def connected_table(vm, sizes, peers, markdown):
+def connected_table(vm, sizes, peers, markdown, romfs=False):
     """Import RAM and the heap in use once connected, subscribed and one
-    QoS 1 message published, per configuration, from .mpy, next to the peers
-    [(label, kind, .mpy path)]."""
+    QoS 1 message published, per configuration, from .mpy (and with romfs
+    from the ROMFS image too), next to the peers [(label, kind, .mpy path)]."""
     rows = []
-    for label, kind, level, store, loads in CONFIGS:
-        loads = [m for m in loads if m in sizes]
-        mpy = sum(sizes[m][1] or 0 for m in loads)
-        imp, run = vm.connected(kind, level, store, "mpy")
-        rows.append([label, mpy, imp, run])
-    for label, kind, mpy in peers:
-        imp, run = vm.connected(kind, 4, "-", "peer_mpy")
-        rows.append([label, os.path.getsize(mpy), imp, run])
-    print_table(["connected client (from .mpy)", ".mpy bytes", "import RAM", "heap in use"],
-                rows, markdown)
+    runs = [(kind, level, store, [m for m in loads if m in sizes], label)
+            for label, kind, level, store, loads in CONFIGS]
+    runs += [(kind, 4, "-", None, (label, mpy)) for label, kind, mpy in peers]
+    for kind, level, store, loads, label in runs:
+        if loads is None:  # a peer
+            label, path = label
+            mpy, root = os.path.getsize(path), "peer_mpy"
+        else:
+            mpy, root = sum(sizes[m][1] or 0 for m in loads), "mpy"
+        row = [label, mpy] + list(vm.connected(kind, level, store, root))
+        if romfs:
+            row += list(vm.connected(kind, level, store, "rom/" + root))
+        rows.append(row)
+    headers = ["connected client (from .mpy)", ".mpy bytes", "import RAM", "heap in use"]
+    if romfs:
+        headers += ["import RAM (ROMFS)", "heap in use (ROMFS)"]
+    print_table(headers, rows, markdown)
     print()
     print("heap in use: gc.mem_alloc() growth after import, construct, connect, subscribe "
           "(QoS 1) and one QoS 1 publish, against a scripted broker in the same VM")
+    if romfs:
+        print("ROMFS: the same .mpy files imported from a ROMFS image mounted at /rom "
+              "(bytecode run in place, as frozen modules are; the image itself not counted)")
 
 
 def main():
@@ -611,10 +678,15 @@ def main():
                     help="list the .mpy bytes of MODULE's functions and classes (e.g. codec)")
     ap.add_argument("--steps", action="store_true",
                     help="per client configuration, the heap each module adds imported in turn")
+    ap.add_argument("--romfs", action="store_true",
+                    help="also measure import RAM and connected heap with the .mpy files "
+                         "(ours and the peers') in a ROMFS image: bytecode run in place")
     ap.add_argument("--heap", default="2m", help="MicroPython heap for the RAM probe (default 2m)")
     ap.add_argument("--lib", default=os.path.join(REPO, "lib", "umqtt3"),
                     help="the umqtt3 package directory (default lib/umqtt3)")
     args = ap.parse_args()
+    if args.romfs and args.no_ram:
+        ap.error("--romfs measures RAM: drop --no-ram")
 
     cmd = mpy_cross_cmd()
     if args.no_source_lines:
@@ -694,9 +766,14 @@ def main():
                 name = rel[:-3]
                 peers.append((name + " (asyncio; import only)", name, mpy))
 
+        image = build_romfs(tmp, ["mpy"] + sorted(set(peer_dirs) & {"peer_mpy"})) \
+            if args.romfs else None
         if args.steps:
-            vm = Vm(tmp, args.heap, {})
+            vm = Vm(tmp, args.heap, {}, image)
             steps_table(vm, sizes, args.markdown)
+            if image:
+                print()
+                steps_table(vm, sizes, args.markdown, "rom/mpy")
             for e in vm.errors:
                 print("sizes: error " + e, file=sys.stderr)
             return 1 if vm.errors else 0
@@ -704,29 +781,33 @@ def main():
         ram = {}
         vm = None
         if not args.no_ram:
-            vm = Vm(tmp, args.heap, peer_dirs)
+            vm = Vm(tmp, args.heap, peer_dirs, image)
             for m in mods:
                 if m in CPYTHON_ONLY:
-                    ram[m] = ("CPython only", "CPython only")
+                    ram[m] = ("CPython only",) * (3 if image else 2)
                     continue
                 ram[m] = (vm.import_ram("py", [dotted(m)]),
                           vm.import_ram("mpy", [dotted(m)]) if sizes[m][1] else None)
+                if image:
+                    ram[m] += (vm.import_ram("rom/mpy", [dotted(m)]) if sizes[m][1] else None,)
 
         # Per-module table.
         rows = []
         for m in mods:
-            r = ram.get(m, (None, None))
+            r = ram.get(m, (None,) * (3 if image else 2))
             rows.append([dotted(m)] + list(sizes[m]) + list(r))
 
         def group_row(label, group):
             py = sum(sizes[m][0] for m in group)
             mpy = None if any(sizes[m][1] is None for m in group) else sum(sizes[m][1] for m in group)
-            r_py = r_mpy = None
+            r_py = r_mpy = r_rom = None
             if vm and group:
                 names = [dotted(m) for m in group]
                 r_py = vm.import_ram("py", names)
                 r_mpy = vm.import_ram("mpy", names) if mpy is not None else None
-            return [label, py, mpy, r_py, r_mpy]
+                if image and mpy is not None:
+                    r_rom = vm.import_ram("rom/mpy", names)
+            return [label, py, mpy, r_py, r_mpy] + ([r_rom] if image else [])
 
         good = [m for m in mods if sizes[m][1] is not None and m not in CPYTHON_ONLY]
         device = [m for m in mods if m not in CPYTHON_ONLY]
@@ -740,9 +821,13 @@ def main():
             peer_row = ["umqtt.simple (peer)", os.path.getsize(peer_py), os.path.getsize(peer_mpy),
                         vm.import_ram("peer_py", ["umqtt.simple"]) if vm else None,
                         vm.import_ram("peer_mpy", ["umqtt.simple"]) if vm else None]
+            if image:
+                peer_row.append(vm.import_ram("rom/peer_mpy", ["umqtt.simple"]))
             rows.append(peer_row)
 
         headers = ["module", ".py bytes", ".mpy bytes", "import RAM from .py", "import RAM from .mpy"]
+        if image:
+            headers.append("import RAM from ROMFS")
         if args.markdown:
             print("Sizes measured with mpy-cross and the WebAssembly MicroPython 1.29 "
                   "(import RAM = gc.mem_alloc() growth).\n")
@@ -758,6 +843,9 @@ def main():
                 ["import RAM from .mpy", client_row[4], peer_row[4], ratio(client_row[4], peer_row[4])],
                 ["import RAM from .py", client_row[3], peer_row[3], ratio(client_row[3], peer_row[3])],
             ]
+            if image:
+                cmp_rows.append(["import RAM from ROMFS", client_row[5], peer_row[5],
+                                 ratio(client_row[5], peer_row[5])])
             print_table(["client set vs umqtt.simple", "ours", "peer", "ours / peer"],
                         cmp_rows, args.markdown)
             print()
@@ -767,7 +855,7 @@ def main():
 
         if vm:
             print()
-            connected_table(vm, sizes, peers, args.markdown)
+            connected_table(vm, sizes, peers, args.markdown, bool(image))
 
         sys.stdout.flush()
         for e in (vm.errors if vm else []):

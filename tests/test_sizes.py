@@ -1,0 +1,90 @@
+"""tools/measure/sizes.py: its ROMFS mode (--romfs) runs, and reads what it
+should: every configuration and peer measured from the filesystem's .mpy
+files and from a ROMFS image, the image costing less heap (bytecode run in
+place). Figures themselves are the tool's output, not asserted here."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WASM = os.path.join(ROOT, "node_modules", "@micropython", "micropython-webassembly-pyscript",
+                    "micropython.mjs")
+needs_vm = pytest.mark.skipif(
+    not (shutil.which("node") and os.path.exists(WASM)), reason="no WebAssembly MicroPython")
+needs_mpremote = pytest.mark.skipif(
+    __import__("importlib").util.find_spec("mpremote") is None, reason="no mpremote")
+
+
+def sizes(*argv):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "lib"),
+                                                      os.path.join(ROOT, "pipeline")]))
+    return subprocess.run([sys.executable, "-m", "tools.measure.sizes"] + list(argv),
+                          capture_output=True, text=True, timeout=900, cwd=ROOT, env=env)
+
+
+def table(out, first_header):
+    """The rows of the text table whose header starts with first_header:
+    [cells], split on two or more spaces."""
+    lines = out.splitlines()
+    i = next(k for k, ln in enumerate(lines) if ln.startswith(first_header))
+    rows = []
+    for ln in lines[i + 2:]:
+        if not ln.strip():
+            break
+        rows.append(re.split(r"\s{2,}", ln.strip()))
+    return re.split(r"\s{2,}", lines[i].strip()), rows
+
+
+def num(cell):
+    return int(cell.replace(",", ""))
+
+
+def test_romfs_needs_the_ram_probe():
+    p = sizes("--romfs", "--no-ram")
+    assert p.returncode == 2 and p.stderr.strip().splitlines()[-1] == \
+        "sizes.py: error: --romfs measures RAM: drop --no-ram", p.stderr
+
+
+@needs_vm
+@needs_mpremote
+def test_steps_from_a_romfs_image():
+    p = sizes("--steps", "--romfs", "--no-source-lines")
+    assert p.returncode == 0, p.stderr
+    _, mpy = table(p.stdout, "heap added (from .mpy)")
+    head, rom = table(p.stdout, "heap added (from ROMFS)")
+    assert [r[0] for r in rom] == [r[0] for r in mpy] and len(rom) == 4
+    for a, b in zip(mpy, rom):
+        # total: every module's bytecode stays in the image
+        assert 0 < num(b[-1]) < num(a[-1]), (a, b)
+        assert num(b[head.index("client")]) < num(a[head.index("client")])
+
+
+@pytest.mark.slow
+@needs_vm
+@needs_mpremote
+def test_romfs_columns_beside_the_filesystem_ones():
+    p = sizes("--romfs", "--no-source-lines")
+    assert p.returncode == 0, p.stderr
+    head, rows = table(p.stdout, "module ")
+    assert head[-3:] == ["import RAM from .py", "import RAM from .mpy", "import RAM from ROMFS"]
+    by = {r[0]: r for r in rows}
+    for name in ("umqtt3.client", "client set", "all modules"):
+        assert 0 < num(by[name][-1]) < num(by[name][-2]), by[name]
+    assert by["umqtt3.compat.cpython"][-1] == "CPython only"
+    head, rows = table(p.stdout, "connected client (from .mpy)")
+    assert head[2:] == ["import RAM", "heap in use", "import RAM (ROMFS)", "heap in use (ROMFS)"]
+    labels = [r[0] for r in rows]
+    assert labels[:4] == ["umqtt3, QoS 0/1/2, MemoryStore (default)", "umqtt3, QoS 2, FileStore",
+                          "umqtt3, MQTT 5, MemoryStore",
+                          "umqtt3, QoS 0/1/2, no store (store=False)"]
+    for r in rows:
+        if r[0].startswith("umqtt3") or r[0].startswith("umqtt.simple"):
+            imp, run, rimp, rrun = (num(c) for c in r[2:6])
+            assert 0 < rimp < imp and rimp <= rrun < run, r
+    if any(r[0].startswith("umqtt.simple") for r in rows):  # the peer, when it is there
+        _, cmp_rows = table(p.stdout, "client set vs umqtt.simple")
+        assert cmp_rows[-1][0] == "import RAM from ROMFS"
