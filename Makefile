@@ -26,7 +26,8 @@
 #>                  BOARD=picow FIRMWARE=img.uf2 [DRIVE=...] copies it to the RPI-RP2 drive
 #>   make deploy BOARD=esp32 PORT=/dev/ttyUSB0 ROLE=node  mpy-cross the library and apps into
 #>                  build/<board>/, copy them with the profile, config.json and secrets.json
-#>                  (CONFIG=, SECRETS= to pick other files), reset (mpremote)
+#>                  (CONFIG=, SECRETS= to pick other files), reset (mpremote); ROMFS=1 puts
+#>                  the library and apps in a ROMFS image instead (firmware with ROMFS only)
 #>   make selftest BOARD=esp32 PORT=/dev/ttyUSB0          run firmware/selftest.py on the board
 #>   make selftest-wasm                                   the same under the WebAssembly MicroPython
 #>   BOARD: esp32, esp32s3, esp32c3, picow; ROLE: node or gateway (default: the config's, else
@@ -148,7 +149,7 @@ typecheck: $(STAMP)
 # ------------------------------------------------------------ devices
 deploy:
 	@$(PYTHON) -m tools.device.deploy --board "$(BOARD)" --port "$(PORT)" $(if $(ROLE),--role "$(ROLE)") \
-		$(if $(CONFIG),--config "$(CONFIG)") $(if $(SECRETS),--secrets "$(SECRETS)") $(DEVICE_FLAGS)
+		$(if $(CONFIG),--config "$(CONFIG)") $(if $(SECRETS),--secrets "$(SECRETS)") $(if $(ROMFS),--romfs) $(DEVICE_FLAGS)
 
 flash:
 	@$(PYTHON) -m tools.device.flash --board "$(BOARD)" --firmware "$(FIRMWARE)" --port "$(PORT)" \
