@@ -208,10 +208,12 @@ class Ingests:
             drop_session(self.broker, "%s-%s" % (self.cid, name))
 
 
-def ingest(broker, msgs, tmp, parts=1, level=4):
+def ingest(broker, msgs, tmp, parts=1, level=4, show=False):
     """The umqtt3 ingest alone: broker to durable log; with parts > 1 that
     many ingest processes under one shared subscription. Returns msg/s and
-    messages per fsync (one ingest only, else None)."""
+    messages per fsync (one ingest only, else None). show: print the CPU of
+    the broker and of the ingest (one: a thread of this process, which only
+    polls the log's durable end beside it; several: their processes)."""
     from umqtt3_pipeline.ingest import Ingest
     cid = "bench-ingest%d" % parts
     prefix = cid
@@ -229,7 +231,9 @@ def ingest(broker, msgs, tmp, parts=1, level=4):
                 raise SystemExit("ingest: only %d of %d messages" % (ings.count(), n))
             time.sleep(0.002)
         dt = time.perf_counter() - t0
-        m(n)
+        c0, c1 = m(n)
+        if show:
+            show_cpu(c0, c1, dt)
         ings.stop()
         ings.drop()
         shutil.rmtree(os.path.join(tmp, cid))
@@ -247,7 +251,9 @@ def ingest(broker, msgs, tmp, parts=1, level=4):
             raise SystemExit("ingest: only %d of %d messages" % (ing.log.durable()[1], n))
         time.sleep(0.002)
     dt = time.perf_counter() - t0
-    m(n)
+    c0, c1 = m(n)
+    if show:
+        show_cpu(c0, c1, dt)
     syncs = ing.log.syncs
     ing.stop()
     shutil.rmtree(os.path.join(tmp, "ingest-log"))
@@ -705,8 +711,8 @@ def main():
                     "(default: the job's)")
     ap.add_argument("--max-delay", type=float, help="the job's --max-delay (default: the job's)")
     ap.add_argument("--progress", action="store_true",
-                    help="print the CPU each kind of process used and Spark's durations per "
-                    "batch and phase, for each Spark run")
+                    help="print the CPU each kind of process used (every row but naive) and "
+                    "Spark's durations per batch and phase, for each Spark run")
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                     help="a Spark setting for the session (repeatable)")
     ap.add_argument("--only", help="comma-separated subset of naive,ingest,ingest2,noop,job,"
@@ -772,7 +778,7 @@ def main():
                     r = naive(broker, msgs[:a.naive_messages or len(msgs)], tmp)
                 elif key.startswith("ingest"):
                     r, ps = ingest(broker, msgs, tmp, a.parts if key == "ingest2" else 1,
-                                   a.ingest_level)
+                                   a.ingest_level, a.progress)
                     if ps:
                         per_sync.append(ps)
                 elif key == "spark":
