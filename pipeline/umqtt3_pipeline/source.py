@@ -122,23 +122,21 @@ def rows(path, part, names=NAMES):
             text = topics.cast(pa.string())  # UTF-8 [MQTT-1.5.3-1], checked here
         except pa.ArrowInvalid:
             text = None
-        p = None if text is None or t_ms.min() < 0 or t_ms.max() > _MAX_MS else \
-            parse_columns(text, payloads)
-        if p is not None:
-            # int(t * 1000000) of parse()'s seconds: truncated, never beyond int64
-            over = pc.any(pc.greater_equal(pc.abs(p["t"]), _MAX_S)).as_py()
-        if p is None or over:
+        p = None
+        if text is not None and t_ms.min() >= 0 and t_ms.max() <= _MAX_MS:
+            p = parse_columns(text, payloads)
+        if p is None or pc.any(pc.greater_equal(p["t"], _MAX_S)).as_py():
+            # a row only parse() takes, or a time beyond Spark's timestamps
             yield _rows_slow(numbers, flags, t_ms, topics, payloads, schema)
             continue
-        cols = {"topic": text, "payload": payloads,
-                "qos": pa.array(flags & 3, pa.int32()), "retain": pa.array((flags & 4) != 0),
-                "dup": pa.array((flags & 8) != 0), "offset": pa.array(numbers),
-                "received_at": pa.array(t_ms * 1000).cast(schema.field("received_at").type)
-                if "received_at" in names else None,
+        ts = pa.timestamp("us", tz="UTC")  # as in _arrow_schema()
+        cols = {"topic": text, "payload": payloads, "qos": pa.array(flags & 3, pa.int32()),
+                "retain": pa.array((flags & 4) != 0), "dup": pa.array((flags & 8) != 0),
+                "offset": pa.array(numbers), "received_at": pa.array(t_ms * 1000).cast(ts),
                 "node": p["node"], "metric": p["metric"], "value": p["value"],
                 "boot": p["boot"], "seq": p["seq"],
-                "sent_at": pc.multiply(p["t"], 1e6).cast(pa.int64(), safe=False)
-                .cast(schema.field("sent_at").type) if "sent_at" in names else None}
+                # int(t * 1000000) of parse()'s seconds: truncated toward zero
+                "sent_at": pc.multiply(p["t"], 1e6).cast(pa.int64(), safe=False).cast(ts)}
         yield pa.RecordBatch.from_arrays([cols[f.name] for f in schema], schema=schema)
 
 

@@ -27,7 +27,8 @@ _FIRMWARE = re.compile(rb'\{"v":(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?),"boot":' + _I
 # levels of a topic of at least three
 _NUM = r"-?(?:0|[1-9][0-9]*)"
 _FIRMWARE_RE2 = (r'\A\{"v":(?P<v>' + _NUM + r'(?:\.[0-9]+)?),"boot":(?P<boot>' + _NUM
-                 + r'),"seq":(?P<seq>' + _NUM + r')(?:,"t":(?P<t>(?:0|[1-9][0-9]*)(?:\.[0-9]+)?))?\}\z')
+                 + r'),"seq":(?P<seq>' + _NUM
+                 + r')(?:,"t":(?P<t>(?:0|[1-9][0-9]*)(?:\.[0-9]+)?))?\}\z')
 _LEVELS_RE2 = r"/(?P<node>[^/]*)/(?P<metric>[^/]*)\z"
 
 
@@ -46,18 +47,19 @@ def parse_columns(topics, payloads):
     # rows parse() would try json.loads on: a topic with a node and a metric
     # and a payload starting with "{" that is not the firmware's
     other = pc.and_kleene(pc.is_valid(levels), pc.invert(pc.is_valid(fw)))
-    if pc.any(pc.and_(other, pc.starts_with(payloads.cast(pa.binary()), b"{"))).as_py():
+    if pc.any(pc.and_(other, pc.starts_with(payloads, b"{"))).as_py():
         return None
-    def field(s, name, kind):
-        col = pc.if_else(ok, s.field(name), None)
-        return col.cast(pa.string()).cast(kind) if kind != pa.string() else col.cast(kind)
+
+    def number(name, kind):  # the digits of a group, where both patterns matched
+        return pc.if_else(ok, fw.field(name), None).cast(pa.string()).cast(kind)
     try:
-        value = field(fw, "v", pa.float64())
-        boot = field(fw, "boot", pa.int64())
-        seq = field(fw, "seq", pa.int64())
+        value = number("v", pa.float64())
+        boot = number("boot", pa.int64())
+        seq = number("seq", pa.int64())
         t_text = pc.if_else(ok, fw.field("t"), None)
-        t_text = pc.if_else(pc.equal(pc.binary_length(t_text), 0), None, t_text)
-        t = t_text.cast(pa.string()).cast(pa.float64())
+        # "t" is optional: RE2 gives "" where the group took no part
+        t = pc.if_else(pc.equal(pc.binary_length(t_text), 0), None, t_text) \
+            .cast(pa.string()).cast(pa.float64())
     except pa.ArrowInvalid:
         return None  # an integer beyond int64: parse() keeps it, then checks its range
     in32 = pc.and_(pc.greater_equal(boot, -0x80000000), pc.less(boot, 0x80000000))
