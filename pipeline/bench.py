@@ -7,7 +7,7 @@ measured in the same run; and the end-to-end latency.
         [--only naive,ingest,ingest2,noop,job,job2,run,run2,spark,latency,latency2]
         [--parts 2] [--broker-inflight 32] [--broker-inflight-v5 1024] [--ingest-level 5]
         [--min-rows N] [--max-delay S]
-        [--conf KEY=VALUE] [--progress]
+        [--conf KEY=VALUE] [--progress] [--profile FILE]
 
 Every throughput measurement is the same: two publisher processes put N
 firmware-format readings (50 nodes) at QoS 1 into our broker while the
@@ -208,10 +208,13 @@ class Ingests:
             drop_session(self.broker, "%s-%s" % (self.cid, name))
 
 
-def ingest(broker, msgs, tmp, parts=1, level=4):
+def ingest(broker, msgs, tmp, parts=1, level=4, show=False, profile=None):
     """The umqtt3 ingest alone: broker to durable log; with parts > 1 that
     many ingest processes under one shared subscription. Returns msg/s and
-    messages per fsync (one ingest only, else None)."""
+    messages per fsync (one ingest only, else None). show: print the CPU of
+    the broker and of the ingest (one: a thread of this process, which only
+    polls the log's durable end beside it; several: their processes).
+    profile: a cProfile.Profile that the one ingest's thread runs under."""
     from umqtt3_pipeline.ingest import Ingest
     cid = "bench-ingest%d" % parts
     prefix = cid
@@ -229,7 +232,9 @@ def ingest(broker, msgs, tmp, parts=1, level=4):
                 raise SystemExit("ingest: only %d of %d messages" % (ings.count(), n))
             time.sleep(0.002)
         dt = time.perf_counter() - t0
-        m(n)
+        c0, c1 = m(n)
+        if show:
+            show_cpu(c0, c1, dt)
         ings.stop()
         ings.drop()
         shutil.rmtree(os.path.join(tmp, cid))
@@ -238,8 +243,15 @@ def ingest(broker, msgs, tmp, parts=1, level=4):
     join(publish(broker, n, prefix))  # the backlog, queued by the broker
     m = metered(broker)
     t0 = time.perf_counter()
-    ing = Ingest(os.path.join(tmp, "ingest-log"), "127.0.0.1:%d" % broker.port,
-                 [prefix + "/+/+"], cid, level=level).start()
+    if profile is not None:
+        # the profiler of the thread the ingest starts (threading's hook
+        # runs in each new thread before its target)
+        threading.setprofile(lambda *_: (sys.setprofile(None), profile.enable()))
+    try:
+        ing = Ingest(os.path.join(tmp, "ingest-log"), "127.0.0.1:%d" % broker.port,
+                     [prefix + "/+/+"], cid, level=level).start()
+    finally:
+        threading.setprofile(None)
     end = time.monotonic() + 600
     while ing.log.durable()[1] < n:
         ing.check()
@@ -247,7 +259,9 @@ def ingest(broker, msgs, tmp, parts=1, level=4):
             raise SystemExit("ingest: only %d of %d messages" % (ing.log.durable()[1], n))
         time.sleep(0.002)
     dt = time.perf_counter() - t0
-    m(n)
+    c0, c1 = m(n)
+    if show:
+        show_cpu(c0, c1, dt)
     syncs = ing.log.syncs
     ing.stop()
     shutil.rmtree(os.path.join(tmp, "ingest-log"))
@@ -334,7 +348,8 @@ def show_cpu(before, after, dt):
     total = sum(after.get(k, 0) - before.get(k, 0) for k in after)
     print("    CPU in %.2f s of wall time (2 cores: %.2f s available): %s" % (
         dt, 2 * dt, ", ".join("%s %.2f s" % (k, after[k] - before.get(k, 0))
-                              for k in sorted(after, key=lambda k: before.get(k, 0) - after[k]))))
+                              for k in sorted(after, key=lambda k: before.get(k, 0) - after[k])
+                              if after[k] - before.get(k, 0) >= 0.005)))
     print("    total %.2f s, %.0f %% of the 2 cores" % (total, 50 * total / dt))
 
 
@@ -705,8 +720,11 @@ def main():
                     "(default: the job's)")
     ap.add_argument("--max-delay", type=float, help="the job's --max-delay (default: the job's)")
     ap.add_argument("--progress", action="store_true",
-                    help="print the CPU each kind of process used and Spark's durations per "
-                    "batch and phase, for each Spark run")
+                    help="print the CPU each kind of process used (every row but naive) and "
+                    "Spark's durations per batch and phase, for each Spark run")
+    ap.add_argument("--profile", metavar="FILE",
+                    help="run the one ingest of the ingest row under cProfile (every round), "
+                    "write the statistics to FILE (pstats) and print the top 20 by own time")
     ap.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                     help="a Spark setting for the session (repeatable)")
     ap.add_argument("--only", help="comma-separated subset of naive,ingest,ingest2,noop,job,"
@@ -762,6 +780,10 @@ def main():
         after = {"noop": [], "job": [], "job2": [], "run": [], "run2": []}
         used = {k: [] for k, _ in ROWS}
         per_sync = []
+        prof = None
+        if a.profile:
+            import cProfile
+            prof = cProfile.Profile()
         for k in range(a.rounds):
             line = []
             for key, _ in ROWS:
@@ -772,7 +794,8 @@ def main():
                     r = naive(broker, msgs[:a.naive_messages or len(msgs)], tmp)
                 elif key.startswith("ingest"):
                     r, ps = ingest(broker, msgs, tmp, a.parts if key == "ingest2" else 1,
-                                   a.ingest_level)
+                                   a.ingest_level, a.progress,
+                                   prof if key == "ingest" else None)
                     if ps:
                         per_sync.append(ps)
                 elif key == "spark":
@@ -838,6 +861,11 @@ def main():
                       median([x[0][0] for x in lats]), median([x[0][1] for x in lats]),
                       median([x[1][0] for x in lats]) * 1e3,
                       median([x[1][1] for x in lats]) * 1e3), flush=True)
+        if prof is not None and rows["ingest"]:
+            import pstats
+            prof.dump_stats(a.profile)
+            print("  the ingest's thread under cProfile, %d round(s) (%s):" % (a.rounds, a.profile))
+            pstats.Stats(a.profile).sort_stats("tottime").print_stats(20)
         print("  total run time %.1f s, load average %s, fdatasync %.2f ms (median)" % (
             time.perf_counter() - t_start, " ".join("%.2f" % x for x in os.getloadavg()),
             fsync_ms(tmp)))

@@ -38,7 +38,7 @@ from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxRows,
                                               SupportsTriggerAvailableNow)
 
 from . import log as _log
-from .telemetry import parse
+from .telemetry import parse, parse_columns
 
 # The row a bounded run's close adds to the stream (request_close()): its
 # received_at is when the ingest stopped, and the job turns it into an event
@@ -109,45 +109,63 @@ class LogRange(InputPartition):
 
 def rows(path, part, names=NAMES):
     """The messages of a LogRange as Arrow record batches in the given
-    columns of SCHEMA (built column by column: no per-row conversion in
-    Spark)."""
+    columns of SCHEMA, built column by column: the log's fields picked out by
+    numpy (log.read_columns), the readings parsed by Arrow's compute
+    functions (telemetry.parse_columns); a batch with a row those cannot take
+    is built row by row (_rows_slow), with the same result."""
     import pyarrow as pa
+    import pyarrow.compute as pc
     schema = _arrow_schema(names)
-    cols = [[] for _ in range(13)]
-    keep = [cols[i] for i, c in enumerate(NAMES) if c in names]
-    (topic, payload, qos, retain, dup, offset, received, node, metric, value, boot, seq,
-     sent) = cols
-    for _, n, flags, _, t_ms, tp, pl in _log.read_range(path, part.start, part.n, part.end):
-        topic.append(tp.decode("utf-8", "replace"))
-        payload.append(pl)
-        qos.append(flags & 3)
-        retain.append(bool(flags & 4))
-        dup.append(bool(flags & 8))
-        offset.append(n)
-        received.append(t_ms * 1000)
+    for numbers, flags, t_ms, topics, payloads in _log.read_columns(path, part.start, part.n,
+                                                                   part.end, _BATCH_ROWS):
+        try:
+            text = topics.cast(pa.string())  # UTF-8 [MQTT-1.5.3-1], checked here
+        except pa.ArrowInvalid:
+            text = None
+        p = None
+        if text is not None and t_ms.min() >= 0 and t_ms.max() <= _MAX_MS:
+            p = parse_columns(text, payloads)
+        if p is None or pc.any(pc.greater_equal(p["t"], _MAX_S)).as_py():
+            # a row only parse() takes, or a time beyond Spark's timestamps
+            yield _rows_slow(numbers, flags, t_ms, topics, payloads, schema)
+            continue
+        ts = pa.timestamp("us", tz="UTC")  # as in _arrow_schema()
+        cols = {"topic": text, "payload": payloads, "qos": pa.array(flags & 3, pa.int32()),
+                "retain": pa.array((flags & 4) != 0), "dup": pa.array((flags & 8) != 0),
+                "offset": pa.array(numbers), "received_at": pa.array(t_ms * 1000).cast(ts),
+                "node": p["node"], "metric": p["metric"], "value": p["value"],
+                "boot": p["boot"], "seq": p["seq"],
+                # int(t * 1000000) of parse()'s seconds: truncated toward zero
+                "sent_at": pc.multiply(p["t"], 1e6).cast(pa.int64(), safe=False).cast(ts)}
+        yield pa.RecordBatch.from_arrays([cols[f.name] for f in schema], schema=schema)
+
+
+_MAX_MS = (1 << 63) // 1000 - 1  # received ms that fit Spark's timestamps (µs)
+_MAX_S = float(1 << 63) / 1e6  # and event times in seconds
+
+
+def _rows_slow(numbers, flags, t_ms, topics, payloads, schema):
+    """One record batch of the given columns, row by row with parse()."""
+    import pyarrow as pa
+    cols = {f.name: [] for f in schema}
+    for i, tp in enumerate(topics.to_pylist()):
+        pl = payloads[i].as_py()
+        fl = int(flags[i])
         p = parse(tp, pl)
+        row = {"topic": tp.decode("utf-8", "replace"), "payload": pl, "qos": fl & 3,
+               "retain": bool(fl & 4), "dup": bool(fl & 8), "offset": int(numbers[i]),
+               "received_at": int(t_ms[i]) * 1000}
         if p is None:
-            node.append(None)
-            metric.append(None)
-            value.append(None)
-            boot.append(None)
-            seq.append(None)
-            sent.append(None)
+            row.update(node=None, metric=None, value=None, boot=None, seq=None, sent_at=None)
         else:
-            node.append(p[0])
-            metric.append(p[1])
-            value.append(p[2])
-            boot.append(p[3] if -0x80000000 <= p[3] < 0x80000000 else None)
-            seq.append(p[4] if -(1 << 63) <= p[4] < (1 << 63) else None)
-            sent.append(None if p[5] is None else int(p[5] * 1000000))
-        if len(topic) >= _BATCH_ROWS:
-            yield pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(keep, schema)],
-                                             schema=schema)
-            for c in cols:
-                del c[:]
-    if topic:
-        yield pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(keep, schema)],
-                                         schema=schema)
+            row.update(node=p[0], metric=p[1], value=p[2],
+                       boot=p[3] if -0x80000000 <= p[3] < 0x80000000 else None,
+                       seq=p[4] if -(1 << 63) <= p[4] < (1 << 63) else None,
+                       sent_at=None if p[5] is None else int(p[5] * 1000000))
+        for k, v in cols.items():
+            v.append(row[k])
+    return pa.RecordBatch.from_arrays([pa.array(cols[f.name], f.type) for f in schema],
+                                      schema=schema)
 
 
 class CloseMark(InputPartition):

@@ -22,6 +22,53 @@ _FIRMWARE = re.compile(rb'\{"v":(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?),"boot":' + _I
                        + rb',"seq":' + _INT + rb'(?:,"t":((?:0|[1-9][0-9]*)(?:\.[0-9]+)?))?\}\Z')
 
 
+# The same two patterns for Arrow's regular expressions (RE2), to parse a
+# whole column at once (parse_columns): the node and metric are the last two
+# levels of a topic of at least three
+_NUM = r"-?(?:0|[1-9][0-9]*)"
+_FIRMWARE_RE2 = (r'\A\{"v":(?P<v>' + _NUM + r'(?:\.[0-9]+)?),"boot":(?P<boot>' + _NUM
+                 + r'),"seq":(?P<seq>' + _NUM
+                 + r')(?:,"t":(?P<t>(?:0|[1-9][0-9]*)(?:\.[0-9]+)?))?\}\z')
+_LEVELS_RE2 = r"/(?P<node>[^/]*)/(?P<metric>[^/]*)\z"
+
+
+def parse_columns(topics, payloads):
+    """parse() for whole columns (topics: an Arrow string array, payloads: a
+    binary one), with Arrow's compute functions: {"node", "metric", "value",
+    "boot", "seq", "t": Arrow arrays, null where parse() gives None; boot
+    and seq null outside int32 and int64}, or None when a row needs
+    parse()'s own path (a payload in JSON other than the firmware's, a
+    number too large for Arrow's casts): the caller then parses row by row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    levels = pc.extract_regex(topics, _LEVELS_RE2)
+    fw = pc.extract_regex(payloads, _FIRMWARE_RE2)
+    ok = pc.and_(pc.is_valid(levels), pc.is_valid(fw))
+    # rows parse() would try json.loads on: a topic with a node and a metric
+    # and a payload starting with "{" that is not the firmware's
+    other = pc.and_kleene(pc.is_valid(levels), pc.invert(pc.is_valid(fw)))
+    if pc.any(pc.and_(other, pc.starts_with(payloads, b"{"))).as_py():
+        return None
+
+    def number(name, kind):  # the digits of a group, where both patterns matched
+        return pc.if_else(ok, fw.field(name), None).cast(pa.string()).cast(kind)
+    try:
+        value = number("v", pa.float64())
+        boot = number("boot", pa.int64())
+        seq = number("seq", pa.int64())
+        t_text = pc.if_else(ok, fw.field("t"), None)
+        # "t" is optional: RE2 gives "" where the group took no part
+        t = pc.if_else(pc.equal(pc.binary_length(t_text), 0), None, t_text) \
+            .cast(pa.string()).cast(pa.float64())
+    except pa.ArrowInvalid:
+        return None  # an integer beyond int64: parse() keeps it, then checks its range
+    in32 = pc.and_(pc.greater_equal(boot, -0x80000000), pc.less(boot, 0x80000000))
+    return {"node": pc.if_else(ok, levels.field("node"), None),
+            "metric": pc.if_else(ok, levels.field("metric"), None),
+            "value": value, "boot": pc.if_else(in32, boot, None).cast(pa.int32()),
+            "seq": seq, "t": t}
+
+
 def parse(topic, payload):
     """(node, metric, value, boot, seq, t) or None."""
     if payload[:1] != b"{":
