@@ -99,11 +99,15 @@ class poll:
         # (MicroPython's one-shot flag is not emulated)
         r = self._p.poll(timeout)
         if r:
-            o = self._objs
-            i = 0
-            for fd, ev in r:
-                r[i] = (o[fd], ev)
-                i += 1
+            if len(r) == 1:
+                fd, ev = r[0]
+                r[0] = (self._objs[fd], ev)
+            else:
+                o = self._objs
+                i = 0
+                for fd, ev in r:
+                    r[i] = (o[fd], ev)
+                    i += 1
         return iter(r)
 
 
