@@ -431,3 +431,47 @@ def test_poll_ipoll_pairs():
     finally:
         a.close()
         b.close()
+
+
+# ---------------------------------------------------------------- link
+
+def test_link_stream_methods_cpython():
+    # compat.link gives a CPython socket MicroPython's stream methods: None
+    # when it would block, the bytes moved otherwise, 0 at end of stream;
+    # write(buf, off, n) sends that span only, small or large
+    _cpython_only()
+    a, b = compat.socket.socketpair()
+    try:
+        a.setblocking(False)
+        b.settimeout(5)
+        lk = compat.link(a)
+        assert lk.fileno() == a.fileno()
+        buf = bytearray(8)
+        assert lk.readinto(buf, 5) is None
+        b.send(b"abcdefg")
+        assert lk.readinto(buf, 5) == 5 and buf[:5] == b"abcde"
+        assert lk.readinto(buf, 5) == 2 and buf[:2] == b"fg"
+        tx = bytearray(b"0123456789")
+        assert lk.write(tx, 2, 3) == 3
+        assert lk.write(tx, 8) == 2  # n < 0: to the end
+        got = bytearray()
+        while len(got) < 5:
+            got += b.recv(16)
+        assert got == b"23489"
+        big = bytearray(range(256)) * 16  # past the size written as a copy
+        assert lk.write(big, 50, 4000) == 4000
+        got = bytearray()
+        while len(got) < 4000:
+            got += b.recv(4096)
+        assert got == big[50:4050]
+        n = 0
+        while lk.write(big, 0, len(big)) is not None:
+            n += 1  # fills the socket's buffers: then None, as on the device
+            assert n < 100000
+        b.shutdown(compat.socket.SHUT_WR)
+        assert lk.readinto(buf, 8) == 0  # end of stream
+        lk.close()
+        assert a.fileno() == -1
+    finally:
+        a.close()
+        b.close()

@@ -2,6 +2,9 @@
 
     python -m tools.measure.client            # about 40 s
     python -m tools.measure.client --quick    # about 8 s
+    python -m tools.measure.client --cpu      # CPU per QoS 1 message, one process
+    python -m tools.measure.client --profile  # where umqtt3's QoS 1 time goes
+    python -m tools.measure.client --instructions  # the same under valgrind
 
 Starts its own mosquitto (Debian's binary) on 127.0.0.1 and a free port, then
 measures in one run, on one broker, for each client:
@@ -41,6 +44,24 @@ umqtt.simple     /tmp/exp/peer/umqtt/simple.py if that file exists, run on
 
 "raw-socket" is not a client but a bound: a hand-written loop (see Floor).
 Rates are medians over the rounds. This prints; it asserts nothing.
+
+The other modes look at sequential QoS 1 alone, umqtt3 against the bound:
+--cpu           both in this one process, alternating rounds of 3,000
+                messages (20 rounds; --quick: 10): the CPU time
+                (process_time) per message, min and median, and the ratio of
+                the medians. The machine's load moves this much less than
+                the rates.
+--profile       cProfile of 20,000 umqtt3 messages: the time per message by
+                module and the functions that take most (under the
+                profiler, which inflates every Python call; system calls
+                include their wait for the broker).
+--instructions  each of the two under valgrind (cachegrind): the user-space
+                instructions per message, from runs of 1,000 and 3,000
+                messages (the difference, so that start-up cancels out).
+                Neither the load nor the machine's speed moves it; system
+                calls count only their user-space part, and a clock read
+                counts about 2,000 instructions here (valgrind does not run
+                the kernel's fast clock path; natively it takes about 90 ns).
 """
 
 import argparse
@@ -156,6 +177,13 @@ class Ours:
                 pub(t, p, False, qos)
             n += 10
         return n
+
+    def seq_n(self, qos, n):
+        pub = self.c.publish
+        t = TOPIC.encode()
+        p = PAYLOAD
+        for _ in range(n):
+            pub(t, p, False, qos)
 
     def close(self):
         self.c.disconnect()
@@ -348,6 +376,21 @@ class Floor:
             n += 1
         return n
 
+    def seq_n(self, qos, n):
+        # seq()'s loop for a count of messages instead of a time
+        s = self.s
+        t = TOPIC.encode()
+        head = len(t).to_bytes(2, "big") + t
+        first = bytes([0x30 | qos << 1, len(head) + 2 + len(PAYLOAD)])
+        for _ in range(n):
+            self.pid = self.pid % 65535 + 1
+            pid = self.pid.to_bytes(2, "big")
+            s.sendall(first + head + pid + PAYLOAD)
+            self._read(4)  # PUBACK / PUBREC
+            if qos == 2:
+                s.sendall(b"\x62\x02" + pid)
+                self._read(4)  # PUBCOMP
+
     def close(self):
         self.s.sendall(b"\xe0\x00")
         self.s.close()
@@ -429,6 +472,139 @@ def run_qos0(w, port, n, tag):
     return (n / (t2 - t0) if ok else None), n / handed, line
 
 
+# ------------------------------------------------------------ QoS 1 alone
+
+CPU_N = 3000  # messages per --cpu round
+PROFILE_N = 20000
+IR_N = (1000, 3000)  # --instructions: two runs, start-up cancels out
+
+
+def _broker():
+    if not mosq.MOSQUITTO:
+        raise SystemExit("mosquitto is not installed")
+    import tempfile
+    return mosq.Broker(tempfile.mkdtemp(prefix="umqtt3-bench-")).start()
+
+
+def _load():
+    return "load average %.1f" % os.getloadavg()[0]
+
+
+def cpu_main(rounds):
+    """--cpu: umqtt3 and the bound in this process, alternating rounds;
+    process_time per message."""
+    broker = _broker()
+    try:
+        ours, floor = Ours(broker.port, "bench-cpu-ours"), Floor(broker.port, "bench-cpu-raw")
+        pair = [("umqtt3", ours), ("raw-socket", floor)]
+        for _, cl in pair:
+            cl.seq_n(1, 500)  # warm up
+        us = {"umqtt3": [], "raw-socket": []}
+        print("sequential QoS 1, CPU time per message in one process: %d rounds of %d "
+              "messages each, alternating; %s" % (rounds, CPU_N, _load()))
+        for r in range(rounds):
+            for name, cl in pair if r % 2 == 0 else pair[::-1]:
+                c0 = time.process_time()
+                cl.seq_n(1, CPU_N)
+                us[name].append((time.process_time() - c0) / CPU_N * 1e6)
+        for name, xs in us.items():
+            print("  %-12s %6.2f us/msg median, %6.2f min" % (name, _common.median(xs), min(xs)))
+        print("  umqtt3 / raw-socket: %.2fx CPU per message (medians); %s at the end" % (
+            _common.median(us["umqtt3"]) / _common.median(us["raw-socket"]), _load()))
+        ours.close()
+        floor.close()
+    finally:
+        broker.stop()
+        broker.kill()
+
+
+def profile_main():
+    """--profile: cProfile of sequential QoS 1, by module and by function."""
+    import cProfile
+    import pstats
+    broker = _broker()
+    try:
+        ours = Ours(broker.port, "bench-profile")
+        ours.seq_n(1, 500)
+        pr = cProfile.Profile()
+        pr.enable()
+        ours.seq_n(1, PROFILE_N)
+        pr.disable()
+        ours.close()
+    finally:
+        broker.stop()
+        broker.kill()
+    st = pstats.Stats(pr).stats  # (file, line, name) -> (cc, calls, tottime, cumtime, callers)
+    n = PROFILE_N
+    rows = []
+    for (fn, line, name), (_, calls, tt, _, _) in st.items():
+        if fn == "~":  # a built-in; the socket's and poll's methods are system calls
+            where = "system calls" if ("socket" in name or "select" in name) else "built-ins"
+            label = name
+        else:
+            if name == "seq_n":
+                continue  # this benchmark's own loop
+            where = fn.split("lib" + os.sep, 1)[-1]
+            label = "%s:%d %s" % (where, line, name)
+        rows.append((where, label, calls, tt))
+    total = sum(r[3] for r in rows)
+    py = sum(r[3] for r in rows if r[0] != "system calls")
+    calls = sum(r[2] for r in rows if r[0] != "system calls")
+    print("sequential QoS 1 under cProfile: %d messages, %.1f us per message, of which "
+          "Python %.1f us (%.0f calls per message); %s" % (
+              n, total / n * 1e6, py / n * 1e6, calls / n, _load()))
+    print("(the profiler inflates every call; system calls include the wait for the broker)")
+    by = {}
+    for where, _, c, tt in rows:
+        by[where] = by.get(where, 0) + tt
+    print("  %-34s %8s %8s" % ("by module", "us/msg", "% Python"))
+    for where, tt in sorted(by.items(), key=lambda x: -x[1]):
+        share = "" if where == "system calls" else "%.0f %%" % (tt / py * 100)
+        print("  %-34s %8.2f %8s" % (where, tt / n * 1e6, share))
+    print("  %-50s %9s %8s" % ("functions", "calls/msg", "us/msg"))
+    for where, label, c, tt in sorted(rows, key=lambda r: -r[3])[:25]:
+        print("  %-50s %9.1f %8.2f" % (label[:50], c / n, tt / n * 1e6))
+
+
+def instructions_main():
+    """--instructions: user-space instructions per message under valgrind."""
+    import re
+    import shutil
+    vg = shutil.which("valgrind")
+    if not vg:
+        raise SystemExit("valgrind is not installed")
+    broker = _broker()
+    try:
+        print("sequential QoS 1 under valgrind (cachegrind, no cache simulation): user-space "
+              "instructions per message, from runs of %d and %d messages" % IR_N)
+        res = {}
+        for kind in ("umqtt3", "raw-socket"):
+            refs = []
+            for n in IR_N:
+                out = subprocess.run(
+                    [vg, "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+                     sys.executable, "-m", "tools.measure.client", "--seq-n", kind,
+                     str(broker.port), str(n)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    timeout=600).stderr.decode()
+                m = re.search(r"I\s+refs:\s+([\d,]+)", out)
+                if not m:
+                    raise SystemExit("no instruction count from valgrind: " + out[-500:])
+                refs.append(int(m.group(1).replace(",", "")))
+            res[kind] = (refs[1] - refs[0]) / (IR_N[1] - IR_N[0])
+            print("  %-12s %9.0f instructions/msg" % (kind, res[kind]))
+        print("  umqtt3 / raw-socket: %.2fx" % (res["umqtt3"] / res["raw-socket"]))
+    finally:
+        broker.stop()
+        broker.kill()
+
+
+def seq_n_main(kind, port, n):
+    """Subprocess (--instructions): connect, n sequential QoS 1 messages."""
+    cl = KINDS[kind](port, "bench-ir-" + kind)
+    cl.seq_n(1, n)
+    cl.close()
+
+
 # ------------------------------------------------------------ main
 
 def main(argv=None):
@@ -440,9 +616,28 @@ def main(argv=None):
     if argv[:1] == ["--worker"]:
         worker_main(argv[1], int(argv[2]))
         return
+    if argv[:1] == ["--seq-n"]:
+        seq_n_main(argv[1], int(argv[2]), int(argv[3]))
+        return
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--quick", action="store_true", help="short rounds (about 10 s in all)")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--cpu", action="store_true",
+                      help="QoS 1 only: CPU per message, umqtt3 and the bound in one process")
+    mode.add_argument("--profile", action="store_true",
+                      help="QoS 1 only: where umqtt3's time goes (cProfile)")
+    mode.add_argument("--instructions", action="store_true",
+                      help="QoS 1 only: instructions per message under valgrind")
     args = ap.parse_args(argv)
+    if args.cpu:
+        cpu_main(10 if args.quick else 20)
+        return
+    if args.profile:
+        profile_main()
+        return
+    if args.instructions:
+        instructions_main()
+        return
     rounds = 1 if args.quick else 3
     seconds = 0.5 if args.quick else 1.0
     n0 = 20000 if args.quick else 50000
@@ -539,6 +734,10 @@ def main(argv=None):
             us = ["%.1f" % (cpu[q, k][0] / cpu[q, k][1] * 1e6) if cpu[q, k][1] else "n/a"
                   for q in (1, 2)]
             print("  %-14s %14s %14s" % (k, us[0], us[1]))
+        cr = ["%.2fx" % (cpu[q, "umqtt3"][0] / cpu[q, "umqtt3"][1] /
+                         (cpu[q, "raw-socket"][0] / cpu[q, "raw-socket"][1]))
+              if cpu[q, "umqtt3"][1] and cpu[q, "raw-socket"][1] else "n/a" for q in (1, 2)]
+        print("  %-14s %14s %14s" % ("umqtt3 / raw", cr[0], cr[1]))
         print()
 
         def ratio(t, peer):

@@ -23,8 +23,12 @@ _TICKS_HALF = TICKS_PERIOD // 2
 _ticks_base = 0
 
 
+_mono_ns = _time.monotonic_ns
+
+
 def ticks_ms():
-    return (int(_time.monotonic() * 1000) + _ticks_base) & _TICKS_MAX
+    # one C call and integer arithmetic: the drivers read it per message
+    return (_mono_ns() // 1000000 + _ticks_base) & _TICKS_MAX
 
 
 def ticks_add(t, delta):
@@ -79,10 +83,32 @@ class poll:
         self._p.unregister(fd)
 
     def poll(self, timeout=-1):
-        return [(self._objs[fd], ev) for fd, ev in self._p.poll(timeout)]
+        # select.poll's list with the objects registered in place of their
+        # file descriptors: changed in place, no second list
+        r = self._p.poll(timeout)
+        if r:
+            o = self._objs
+            i = 0
+            for fd, ev in r:
+                r[i] = (o[fd], ev)
+                i += 1
+        return r
 
     def ipoll(self, timeout=-1, flags=0):
-        return iter(self.poll(timeout))
+        # poll()'s body again: one Python call less on every client poll()
+        # (MicroPython's one-shot flag is not emulated)
+        r = self._p.poll(timeout)
+        if r:
+            if len(r) == 1:
+                fd, ev = r[0]
+                r[0] = (self._objs[fd], ev)
+            else:
+                o = self._objs
+                i = 0
+                for fd, ev in r:
+                    r[i] = (o[fd], ev)
+                    i += 1
+        return iter(r)
 
 
 def copy(dst, doff, src, soff, n):
@@ -168,10 +194,13 @@ class link:
 
     def __init__(self, sock):
         self.sock = sock
+        # the socket's methods, bound once: the client calls these per packet
+        self._recv_into = sock.recv_into
+        self._send = sock.send
 
     def readinto(self, buf, n):
         try:
-            return self.sock.recv_into(buf, n)
+            return self._recv_into(buf, n)
         except _WOULD_BLOCK:
             return None
 
@@ -179,7 +208,9 @@ class link:
         if n < 0:
             n = len(buf) - off
         try:
-            return self.sock.send(memoryview(buf)[off:off + n])
+            # a packet's copy costs less than a view of the buffer and its
+            # slice; a large write goes through a view
+            return self._send(buf[off:off + n] if n < 1024 else memoryview(buf)[off:off + n])
         except _WOULD_BLOCK:
             return None
 
