@@ -67,14 +67,6 @@ class MQTTClient(Core):
             self.down()  # no half-open socket left behind
             raise
 
-    def disconnect(self):
-        if self.bye():
-            try:
-                self.drain()
-            except (OSError, MQTTError):
-                pass
-        self.down()
-
     def ping(self):
         self.pingreq(ticks_ms())
         self.send()
@@ -129,17 +121,9 @@ class MQTTClient(Core):
         props, e.g. {0x0B: 7} for Subscription Identifier 7."""
         pid = self.subscribe_start(topic, qos | no_local << 2 | retain_as_published << 3 |
                                    retain_handling << 4, props)
-        if self._request(pid) is None:
+        if self.wait_answer(pid) is None:
             return None  # from a callback: not waited for
         return self.subscribe_end(topic)
-
-    def unsubscribe(self, topic):
-        """MQTT 5: returns UNSUBACK's reason code (0x11: there was no such
-        subscription); raises MQTTError for a refusal."""
-        rc = self._request(self.unsubscribe_start(topic))
-        if rc is not None and rc >= 0x80:
-            raise MQTTError("refused", rc)
-        return rc
 
     # The halves of subscribe/unsubscribe, for callers that wait their own
     # way: *_start sends and returns the packet id; the answer has come when
@@ -294,7 +278,7 @@ class MQTTClient(Core):
         self.wmask = False
         Core.down(self)
 
-    def _request(self, pid):
+    def wait_answer(self, pid):
         # SUBSCRIBE/UNSUBSCRIBE pid is sent: wait for the answer
         if self.depth:
             return None  # from a callback: sent, not waited for (see poll)
