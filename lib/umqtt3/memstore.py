@@ -9,7 +9,7 @@
 # is room, so a small pool serves both many small readings and a few large
 # messages. An acknowledgement removes its message and moves the ones sent
 # after it down (acks mostly come in order, so usually the first one goes).
-from .compat import copy
+from .compat import move
 from .client_codec import StoreFull
 
 
@@ -44,7 +44,7 @@ class MemoryStore:
         i = self.n
         if i == len(self.pid) or self.used + n > len(self.data):
             raise StoreFull("store full", 0x97)
-        copy(self.data, self.used, buf, off, n)
+        move(self.data, self.used, buf, off, n)
         self.used += n
         self.pid[i] = pid
         self.len[i] = n
@@ -67,7 +67,7 @@ class MemoryStore:
         k = self.len[i]
         m = self.used - o - k
         if m:  # the messages sent after it move down
-            copy(self.data, o, self.data, o + k, m)
+            move(self.data, o, self.data, o + k, m)
         self.used -= k
         n = self.n - 1
         for j in range(i, n):
