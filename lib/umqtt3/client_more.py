@@ -6,7 +6,7 @@
 # never loads it (docs/client.md, "What it costs in RAM").
 #
 # Each function is a method of the client (self: client_core.Core, or
-# client.MQTTClient for the blocking driver's two at the end). Nothing is
+# client.MQTTClient for the blocking driver's three at the end). Nothing is
 # imported at module level: every public name here becomes a client
 # attribute on first use.
 
@@ -74,6 +74,20 @@ def bye(self):
 
 
 # ---------------------------------------------------------- client.MQTTClient
+
+def connect_start(self, clean_session=True, sock=None):
+    """Open the connection (on sock, when the caller connected one) and
+    send CONNECT; poll() takes it from there (is_connected() once
+    CONNACK accepted it). connect() without the wait."""
+    self.clean = clean_session
+    self.tries = 0
+    self.reconnect = self.auto
+    try:
+        self.open_link(sock)
+    except Exception:
+        self.down()  # no half-open socket left behind
+        raise
+
 
 def unsubscribe(self, topic):
     """MQTT 5: returns UNSUBACK's reason code (0x11: there was no such

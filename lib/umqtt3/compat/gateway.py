@@ -32,7 +32,7 @@ try:
         _g,
     )
 
-    def copy(dst, doff, src, soff, n, v=_g["v"]):  # type: ignore[misc]
+    def copy(dst, doff, src, soff, n, v=_g["v"]):
         # viper does no bounds checks: check here, then copy natively
         # (v, the native loop, is bound here: no module name for it)
         if doff < 0 or soff < 0 or n < 0 or doff + n > len(dst) or soff + n > len(src):
