@@ -34,12 +34,6 @@ class MemoryStore:
                 return i
         return -1
 
-    def _off(self, i):
-        o = 0
-        for j in range(i):
-            o += self.len[j]
-        return o
-
     def out_add(self, pid, key, buf, off, n):
         i = self.n
         if i == len(self.pid) or self.used + n > len(self.data):
@@ -63,7 +57,9 @@ class MemoryStore:
         i = self._find(pid)
         if i < 0:
             return
-        o = self._off(i)
+        o = 0  # its offset: the lengths of those sent before it
+        for j in range(i):
+            o += self.len[j]
         k = self.len[i]
         m = self.used - o - k
         if m:  # the messages sent after it move down
