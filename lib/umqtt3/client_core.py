@@ -124,12 +124,11 @@ class Core:
                 self.redelivered.append((pid, body))
 
     def __getattr__(self, name):
-        # What a sensor node seldom calls (set_last_will, set_sync,
-        # set_ack_callback, accepted, inflight, msg_props, unsubscribe,
-        # disconnect, ...) is in client_more.py: loaded on the
-        # first use of one of its names, which is then kept in the class, so
-        # that later calls find it as any method. Any other name: the
-        # AttributeError getattr() raises.
+        # What a sensor node seldom calls (set_sync, set_ack_callback,
+        # accepted, inflight, msg_props, unsubscribe, disconnect, ...) is
+        # in client_more.py: loaded on the first use of one of its names,
+        # which is then kept in the class, so that later calls find it as
+        # any method. Any other name: the AttributeError getattr() raises.
         if name[:1] == "_":
             raise AttributeError(name)
         from . import client_more
@@ -149,6 +148,13 @@ class Core:
 
     def is_connected(self):
         return self.state == _UP
+
+    def set_last_will(self, topic, msg, retain=False, qos=0, props=None):
+        """props (MQTT 5): the will's properties, e.g. {0x18: 30} for a Will
+        Delay Interval of 30 s. (Here, not in client_more.py: a node with a
+        will sets it before every first connect.)"""
+        assert 0 <= qos <= 2 and topic
+        self.lw = (topic, msg, qos, retain, props)
 
     def deliver(self, p, redelivered):
         # every inbound message, exactly once per message (packet(), and the

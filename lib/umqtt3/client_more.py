@@ -1,5 +1,5 @@
-# umqtt3.client_more -- the client's calls a sensor node seldom makes (the
-# last will, unsubscribe, disconnect, the hooks and the store's questions):
+# umqtt3.client_more -- the client's calls a sensor node seldom makes
+# (unsubscribe, disconnect, the hooks and the store's questions):
 # loaded by client_core.Core.__getattr__ on the first use of one of them,
 # which then puts it into the client's class, so that a later call is a
 # plain method call. A node that only connects, subscribes and publishes
@@ -20,13 +20,6 @@ def set_sync(self, f):
     that defers its syncs (the bridge's) is made durable by f, once for
     everything queued since."""
     self.sync = f
-
-
-def set_last_will(self, topic, msg, retain=False, qos=0, props=None):
-    """props (MQTT 5): the will's properties, e.g. {0x18: 30} for a Will
-    Delay Interval of 30 s."""
-    assert 0 <= qos <= 2 and topic
-    self.lw = (topic, msg, qos, retain, props)
 
 
 def set_ack_callback(self, f):
