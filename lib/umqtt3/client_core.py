@@ -19,7 +19,7 @@
 # ack_pid and ack_rc (the last publish completed), disconnect_rc. It never
 # opens a socket, resolves a name, reads a clock or sleeps: the drivers,
 # client.MQTTClient (blocking) and aio.AsyncClient (asyncio), do.
-from .compat import ticks_add, ticks_diff, const
+from .compat import ticks_add, ticks_diff, const, MICROPYTHON
 from .client_codec import (Packet, MQTTError, Busy, decode, encode_connect, encode_publish,
                            encode_ack, encode_filter, put_header)
 from .conn import Conn, Closed
@@ -129,6 +129,7 @@ class Core:
         # in client_more.py: loaded on the first use of one of its names,
         # which is then kept in the class, so that later calls find it as
         # any method. Any other name: the AttributeError getattr() raises.
+        # (CPython: see the end of this module.)
         if name[:1] == "_":
             raise AttributeError(name)
         from . import client_more
@@ -498,3 +499,14 @@ class Core:
                 self.lost(now)
             raise
         raise MQTTError("protocol error", 0x82)  # (before CONNACK: not CONNACK)
+
+
+if not MICROPYTHON:
+    # CPython reads every attribute of a class with __getattr__ the slow way
+    # (2-4 times as long: no specialised reads), so there the seldom calls
+    # are the class's methods from the start, and it has no __getattr__
+    del Core.__getattr__
+    from . import client_more
+    for n in dir(client_more):
+        if n[0] != "_":
+            setattr(Core, n, getattr(client_more, n))
