@@ -1,9 +1,10 @@
 # umqtt3.client_more -- the client's calls a sensor node seldom makes
 # (unsubscribe, disconnect, the hooks and the store's questions):
-# loaded by client_core.Core.__getattr__ on the first use of one of them,
-# which then puts it into the client's class, so that a later call is a
-# plain method call. A node that only connects, subscribes and publishes
-# never loads it (docs/client.md, "What it costs in RAM").
+# on MicroPython loaded by client_core.Core.__getattr__ on the first use of
+# one of them, which then puts it into the client's class, so that a later
+# call is a plain method call; a node that only connects, subscribes and
+# publishes never loads it (docs/client.md, "What it costs in RAM"). On
+# CPython client_core puts them all into the class at import.
 #
 # Each function is a method of the client (self: client_core.Core, or
 # client.MQTTClient for the blocking driver's three at the end). Nothing is
