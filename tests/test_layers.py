@@ -20,7 +20,7 @@ LAYERS = (
     ("client_codec", "codec", "codec_server", "props", "topic"),  # the codecs load the next two on demand
     ("transport", "conn", "store", "flow", "memstore", "nostore", "qos_state", "broker_limits",
      "broker_auth", "broker_acl", "broker_log"),
-    ("client_core", "client", "client5", "client_resume", "broker_session"),
+    ("client_core", "client", "client5", "client_resume", "client_more", "broker_session"),
     ("aio", "broker_subs", "broker_retain", "broker_store", "bridge_queue"),
     ("broker_core", "broker5"),
     ("broker_bytes",),

@@ -23,14 +23,13 @@ _UP = const(2)
 
 
 class MQTTClient(Core):
+    # umqtt.simple's arguments, then connect_link and, by keyword, the
+    # core's: level=4, store=None, window=8, bufsize=512, reconnect=False,
+    # timeout_ms=5000, backoff_ms=(500, 30000), session_expiry=None, auth=None
+    # (client_core.Core; docs/client.md)
     def __init__(self, client_id, server, port=0, user=None, password=None,
-                 keepalive=0, ssl=None, ssl_params=None, level=4, store=None,
-                 window=8, bufsize=512, reconnect=False, timeout_ms=5000,
-                 backoff_ms=(500, 30000), connect_link=None, session_expiry=None,
-                 auth=None):
-        Core.__init__(self, client_id, keepalive, user, password, level, store, window,
-                      bufsize, reconnect, timeout_ms, backoff_ms, session_expiry, auth,
-                      ticks_ms())
+                 keepalive=0, ssl=None, ssl_params=None, connect_link=None, **kw):
+        Core.__init__(self, client_id, keepalive, user, password, now=ticks_ms(), **kw)
         self.server = server
         self.port = port or (8883 if ssl else 1883)
         self.ssl = ssl
@@ -42,8 +41,16 @@ class MQTTClient(Core):
 
     # ---------------------------------------------------------- umqtt API
     def connect(self, clean_session=True, timeout_ms=None):
-        """Connect and wait for CONNACK; returns the session-present flag."""
-        self.connect_start(clean_session)
+        """Connect and wait for CONNACK; returns the session-present flag.
+        (connect_start(), in client_more.py, is the half that does not wait.)"""
+        self.clean = clean_session
+        self.tries = 0
+        self.reconnect = self.auto
+        try:
+            self.open_link()
+        except Exception:
+            self.down()  # no half-open socket left behind
+            raise
         t = self.timeout_ms if timeout_ms is None else timeout_ms
         start = ticks_ms()
         while self.state != _UP:
@@ -53,27 +60,6 @@ class MQTTClient(Core):
                 raise OSError(110)
             self.poll(10)
         return self.session_present
-
-    def connect_start(self, clean_session=True, sock=None):
-        """Open the connection (on sock, when the caller connected one) and
-        send CONNECT; poll() takes it from there (is_connected() once
-        CONNACK accepted it)."""
-        self.clean = clean_session
-        self.tries = 0
-        self.reconnect = self.auto
-        try:
-            self._open(sock)
-        except Exception:
-            self.down()  # no half-open socket left behind
-            raise
-
-    def disconnect(self):
-        if self.bye():
-            try:
-                self.drain()
-            except (OSError, MQTTError):
-                pass
-        self.down()
 
     def ping(self):
         self.pingreq(ticks_ms())
@@ -129,17 +115,9 @@ class MQTTClient(Core):
         props, e.g. {0x0B: 7} for Subscription Identifier 7."""
         pid = self.subscribe_start(topic, qos | no_local << 2 | retain_as_published << 3 |
                                    retain_handling << 4, props)
-        if self._request(pid) is None:
+        if self.wait_answer(pid) is None:
             return None  # from a callback: not waited for
         return self.subscribe_end(topic)
-
-    def unsubscribe(self, topic):
-        """MQTT 5: returns UNSUBACK's reason code (0x11: there was no such
-        subscription); raises MQTTError for a refusal."""
-        rc = self._request(self.unsubscribe_start(topic))
-        if rc is not None and rc >= 0x80:
-            raise MQTTError("refused", rc)
-        return rc
 
     # The halves of subscribe/unsubscribe, for callers that wait their own
     # way: *_start sends and returns the packet id; the answer has come when
@@ -176,7 +154,7 @@ class MQTTClient(Core):
                 sleep_ms(min(timeout_ms, w))
                 return 0
             try:
-                self._open()
+                self.open_link()
             except OSError:
                 self.lost(ticks_ms())
                 return 0
@@ -264,7 +242,7 @@ class MQTTClient(Core):
                 sleep_ms(1)
 
     # ---------------------------------------------------------- internals
-    def _open(self, sock=None):
+    def open_link(self, sock=None):
         # a new connection: sock already connected by the caller, else
         # dialled here, blocking
         self.down()
@@ -288,13 +266,13 @@ class MQTTClient(Core):
             c.close()
             c.link = None
         elif self.sock is not None:
-            self.sock.close()  # connect or TLS handshake failed in _open
+            self.sock.close()  # connect or TLS handshake failed in open_link
         self.sock = None
         self.poller = None
         self.wmask = False
         Core.down(self)
 
-    def _request(self, pid):
+    def wait_answer(self, pid):
         # SUBSCRIBE/UNSUBSCRIBE pid is sent: wait for the answer
         if self.depth:
             return None  # from a callback: sent, not waited for (see poll)

@@ -19,7 +19,7 @@
 # ack_pid and ack_rc (the last publish completed), disconnect_rc. It never
 # opens a socket, resolves a name, reads a clock or sleeps: the drivers,
 # client.MQTTClient (blocking) and aio.AsyncClient (asyncio), do.
-from .compat import ticks_add, ticks_diff, const
+from .compat import ticks_add, ticks_diff, const, MICROPYTHON
 from .client_codec import (Packet, MQTTError, Busy, decode, encode_connect, encode_publish,
                            encode_ack, encode_filter, put_header)
 from .conn import Conn, Closed
@@ -123,6 +123,19 @@ class Core:
             if state == "u":
                 self.redelivered.append((pid, body))
 
+    def __getattr__(self, name):
+        # What a sensor node seldom calls (set_sync, set_ack_callback,
+        # accepted, inflight, msg_props, unsubscribe, disconnect, ...) is
+        # in client_more.py: loaded on the first use of one of its names,
+        # which is then kept in the class, so that later calls find it as
+        # any method. Any other name: the AttributeError getattr() raises.
+        # (CPython: see the end of this module.)
+        if name[:1] == "_":
+            raise AttributeError(name)
+        from . import client_more
+        setattr(type(self), name, getattr(client_more, name))
+        return getattr(self, name)
+
     # ---------------------------------------------------------- application
     def set_callback(self, f, raw=False):
         """f(topic, msg) with bytes, as umqtt.simple (client.redelivery tells
@@ -134,44 +147,15 @@ class Core:
         self.cb = f
         self.raw = raw
 
-    def set_sync(self, f):
-        """f() runs before any acknowledgement of a delivered message, and
-        before the PUBCOMP of a released QoS 2 id, leaves: a callback (or a
-        store) may buffer what it takes and f makes it durable, once for a
-        whole burst (group commit). None: acknowledge as soon as taken.
-        Also before a queued QoS 1/2 PUBLISH or a PUBREL leaves: a store
-        that defers its syncs (the bridge's) is made durable by f, once for
-        everything queued since."""
-        self.sync = f
-
-    def set_last_will(self, topic, msg, retain=False, qos=0, props=None):
-        """props (MQTT 5): the will's properties, e.g. {0x18: 30} for a Will
-        Delay Interval of 30 s."""
-        assert 0 <= qos <= 2 and topic
-        self.lw = (topic, msg, qos, retain, props)
-
-    def set_ack_callback(self, f):
-        """f(pid, reason_code) when a QoS 1/2 publish completes (PUBACK,
-        PUBCOMP) or is refused (MQTT 5: reason code 0x80 or more in PUBACK
-        or PUBREC). With wait=True a refusal raises MQTTError instead."""
-        self.on_ack = f
-
-    def accepted(self, key):
-        """After a reboot: was the publish with this key taken (stored)?"""
-        return self.store.accepted(key)
-
-    def inflight(self):
-        return self.store.out_count()
-
     def is_connected(self):
         return self.state == _UP
 
-    def msg_props(self):
-        """MQTT 5: the properties of the message the callback is handling,
-        as a dict {id: value} (allocates; see umqtt3.client5.value_at for
-        reading them from a raw callback without allocating)."""
-        from .client5 import event
-        return event(self, _PUBLISH, self.cur)
+    def set_last_will(self, topic, msg, retain=False, qos=0, props=None):
+        """props (MQTT 5): the will's properties, e.g. {0x18: 30} for a Will
+        Delay Interval of 30 s. (Here, not in client_more.py: a node with a
+        will sets it before every first connect.)"""
+        assert 0 <= qos <= 2 and topic
+        self.lw = (topic, msg, qos, retain, props)
 
     def deliver(self, p, redelivered):
         # every inbound message, exactly once per message (packet(), and the
@@ -277,9 +261,6 @@ class Core:
             raise MQTTError("refused", rc)
         return rc
 
-    def unsubscribe_start(self, topic):
-        return self.subscribe_start(topic, -1)
-
     def new_pid(self):
         p = self.pid
         for _ in range(65535):
@@ -305,19 +286,6 @@ class Core:
         c = self.conn
         c.tlen = put_header(c.tx, c.tlen, 0xC0, 0)  # PINGREQ
         self.ping_at = now
-
-    def bye(self):
-        """Queue DISCONNECT if connected; no reconnect until the next
-        connect. True when there is something to send."""
-        self.reconnect = False
-        if self.state != _UP:
-            return False
-        c = self.conn
-        try:
-            c.tlen = put_header(c.tx, c.tlen, 0xE0, 0)  # DISCONNECT, no reason
-        except MQTTError:
-            return False
-        return True
 
     # ---------------------------------------------------------- connection
     def start(self, now):
@@ -531,3 +499,14 @@ class Core:
                 self.lost(now)
             raise
         raise MQTTError("protocol error", 0x82)  # (before CONNACK: not CONNACK)
+
+
+if not MICROPYTHON:
+    # CPython reads every attribute of a class with __getattr__ the slow way
+    # (2-4 times as long: no specialised reads), so there the seldom calls
+    # are the class's methods from the start, and it has no __getattr__
+    del Core.__getattr__
+    from . import client_more
+    for n in dir(client_more):
+        if n[0] != "_":
+            setattr(Core, n, getattr(client_more, n))

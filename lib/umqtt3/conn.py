@@ -15,7 +15,7 @@
 # packet, such as the PUBACK a QoS 1 publish waits for, comes in one read
 # instead of two; the few bytes read past it are moved to the front on the
 # next recv(), so the packet handed out stays intact until then.
-from .compat import copy
+from .compat import move
 from .client_codec import frame_len
 
 
@@ -52,7 +52,7 @@ class Conn:
         if s:
             # bytes read past the last packet: the start of the next one
             self.got -= s
-            copy(self.rx, 0, self.rx, s, self.got)
+            move(self.rx, 0, self.rx, s, self.got)
             self.spent = 0
         while True:
             got = self.got

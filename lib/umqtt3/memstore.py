@@ -9,7 +9,7 @@
 # is room, so a small pool serves both many small readings and a few large
 # messages. An acknowledgement removes its message and moves the ones sent
 # after it down (acks mostly come in order, so usually the first one goes).
-from .compat import copy
+from .compat import move
 from .client_codec import StoreFull
 
 
@@ -34,17 +34,11 @@ class MemoryStore:
                 return i
         return -1
 
-    def _off(self, i):
-        o = 0
-        for j in range(i):
-            o += self.len[j]
-        return o
-
     def out_add(self, pid, key, buf, off, n):
         i = self.n
         if i == len(self.pid) or self.used + n > len(self.data):
             raise StoreFull("store full", 0x97)
-        copy(self.data, self.used, buf, off, n)
+        move(self.data, self.used, buf, off, n)
         self.used += n
         self.pid[i] = pid
         self.len[i] = n
@@ -63,11 +57,13 @@ class MemoryStore:
         i = self._find(pid)
         if i < 0:
             return
-        o = self._off(i)
+        o = 0  # its offset: the lengths of those sent before it
+        for j in range(i):
+            o += self.len[j]
         k = self.len[i]
         m = self.used - o - k
         if m:  # the messages sent after it move down
-            copy(self.data, o, self.data, o + k, m)
+            move(self.data, o, self.data, o + k, m)
         self.used -= k
         n = self.n - 1
         for j in range(i, n):

@@ -26,10 +26,13 @@ if MICROPYTHON:
 
     poll = select.poll
 
-    def copy(dst, doff, src, soff, n):
-        # A memoryview slice would allocate; a byte loop does not. Replaced by a
-        # native (viper) loop below on ports that have a native emitter.
-        # Backwards when moving up within one buffer, like memmove.
+    def move(dst, doff, src, soff, n):
+        # n bytes from src[soff:] to dst[doff:]: a memoryview slice would
+        # allocate, a byte loop does not; backwards when moving up within
+        # one buffer, like memmove. The client's few bytes (Conn's
+        # read-ahead, MemoryStore's messages) go this way; copy(), which
+        # the broker moves its blocks with, is this loop or a native one
+        # (compat/gateway.py), handed out by __getattr__ on first use.
         if doff + n > len(dst) or soff + n > len(src):
             raise IndexError
         if dst is src and soff < doff:
@@ -38,37 +41,6 @@ if MICROPYTHON:
         else:
             for i in range(n):
                 dst[doff + i] = src[soff + i]
-
-    _g = {}  # type: dict
-    try:
-        # Compiled on the device from a string so that every file still builds
-        # with a plain `mpy-cross` (no -march) and on ports without viper.
-        exec(
-            "import micropython\n"
-            "@micropython.viper\n"
-            "def v(d: ptr8, doff: int, s: ptr8, soff: int, n: int, b: int):\n"
-            "    if b:\n"
-            "        i = n - 1\n"
-            "        while i >= 0:\n"
-            "            d[doff + i] = s[soff + i]\n"
-            "            i -= 1\n"
-            "    else:\n"
-            "        i = 0\n"
-            "        while i < n:\n"
-            "            d[doff + i] = s[soff + i]\n"
-            "            i += 1\n",
-            _g,
-        )
-
-        def copy(dst, doff, src, soff, n, v=_g["v"]):  # type: ignore[misc]
-            # viper does no bounds checks: check here, then copy natively
-            # (v, the native loop, is bound here: no module name for it)
-            if doff < 0 or soff < 0 or n < 0 or doff + n > len(dst) or soff + n > len(src):
-                raise IndexError
-            v(dst, doff, src, soff, n, dst is src and soff < doff)
-    except Exception:
-        pass
-    del _g  # (on a port without viper too: it holds what exec() left)
 
     # CPython has a strict decoder; MicroPython checks UTF-8 in codec.py.
     valid_utf8 = None
@@ -136,6 +108,7 @@ if MICROPYTHON:
 else:
     # the emulation lives in its own module, which MicroPython never loads
     from .cpython import *  # noqa: F401,F403
+    move = copy  # noqa: F405  (one copy on CPython: slices, in C)
 
 
 POLLIN = 1

@@ -1,10 +1,46 @@
 # umqtt3.compat.gateway -- MicroPython's platform differences that a client
-# never uses: the broker's (memory, socket buffers, links, the TLS listener),
-# asyncio's sleep and the wall clock. compat/__init__.py hands these names
-# out on first use (its __getattr__), so a client device never loads them;
-# on CPython compat/cpython.py has them all.
+# never uses: the broker's (memory, socket buffers, links, the TLS listener,
+# the native block copy), asyncio's sleep and the wall clock.
+# compat/__init__.py hands these names out on first use (its __getattr__),
+# so a client device never loads them; on CPython compat/cpython.py has
+# them all.
 import time
-from . import socket
+from . import socket, move
+
+# copy(dst, doff, src, soff, n): compat.move, or on ports with a native
+# emitter the same loop in viper, for the blocks the broker and the bridge
+# move (a client moves a few bytes with move() and never loads this).
+copy = move
+_g = {}  # type: dict
+try:
+    # Compiled on the device from a string so that every file still builds
+    # with a plain `mpy-cross` (no -march) and on ports without viper.
+    exec(
+        "import micropython\n"
+        "@micropython.viper\n"
+        "def v(d: ptr8, doff: int, s: ptr8, soff: int, n: int, b: int):\n"
+        "    if b:\n"
+        "        i = n - 1\n"
+        "        while i >= 0:\n"
+        "            d[doff + i] = s[soff + i]\n"
+        "            i -= 1\n"
+        "    else:\n"
+        "        i = 0\n"
+        "        while i < n:\n"
+        "            d[doff + i] = s[soff + i]\n"
+        "            i += 1\n",
+        _g,
+    )
+
+    def copy(dst, doff, src, soff, n, v=_g["v"]):
+        # viper does no bounds checks: check here, then copy natively
+        # (v, the native loop, is bound here: no module name for it)
+        if doff < 0 or soff < 0 or n < 0 or doff + n > len(dst) or soff + n > len(src):
+            raise IndexError
+        v(dst, doff, src, soff, n, dst is src and soff < doff)
+except Exception:
+    pass
+del _g  # (on a port without viper too: it holds what exec() left)
 
 
 def wall_s():

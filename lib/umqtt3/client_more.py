@@ -1,0 +1,104 @@
+# umqtt3.client_more -- the client's calls a sensor node seldom makes
+# (unsubscribe, disconnect, the hooks and the store's questions):
+# on MicroPython loaded by client_core.Core.__getattr__ on the first use of
+# one of them, which then puts it into the client's class, so that a later
+# call is a plain method call; a node that only connects, subscribes and
+# publishes never loads it (docs/client.md, "What it costs in RAM"). On
+# CPython client_core puts them all into the class at import.
+#
+# Each function is a method of the client (self: client_core.Core, or
+# client.MQTTClient for the blocking driver's three at the end). Nothing is
+# imported at module level: every public name here becomes a client
+# attribute on first use.
+
+
+def set_sync(self, f):
+    """f() runs before any acknowledgement of a delivered message, and
+    before the PUBCOMP of a released QoS 2 id, leaves: a callback (or a
+    store) may buffer what it takes and f makes it durable, once for a
+    whole burst (group commit). None: acknowledge as soon as taken.
+    Also before a queued QoS 1/2 PUBLISH or a PUBREL leaves: a store
+    that defers its syncs (the bridge's) is made durable by f, once for
+    everything queued since."""
+    self.sync = f
+
+
+def set_ack_callback(self, f):
+    """f(pid, reason_code) when a QoS 1/2 publish completes (PUBACK,
+    PUBCOMP) or is refused (MQTT 5: reason code 0x80 or more in PUBACK
+    or PUBREC). With wait=True a refusal raises MQTTError instead."""
+    self.on_ack = f
+
+
+def accepted(self, key):
+    """After a reboot: was the publish with this key taken (stored)?"""
+    return self.store.accepted(key)
+
+
+def inflight(self):
+    return self.store.out_count()
+
+
+def msg_props(self):
+    """MQTT 5: the properties of the message the callback is handling,
+    as a dict {id: value} (allocates; see umqtt3.client5.value_at for
+    reading them from a raw callback without allocating)."""
+    from .client5 import event
+    return event(self, 3, self.cur)  # 3: PUBLISH
+
+
+def unsubscribe_start(self, topic):
+    # the half of unsubscribe() that queues it (see Core.subscribe_start)
+    return self.subscribe_start(topic, -1)
+
+
+def bye(self):
+    """Queue DISCONNECT if connected; no reconnect until the next
+    connect. True when there is something to send."""
+    self.reconnect = False
+    if not self.is_connected():
+        return False
+    c = self.conn
+    from .client_codec import MQTTError, put_header
+    try:
+        c.tlen = put_header(c.tx, c.tlen, 0xE0, 0)  # DISCONNECT, no reason
+    except MQTTError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------- client.MQTTClient
+
+def connect_start(self, clean_session=True, sock=None):
+    """Open the connection (on sock, when the caller connected one) and
+    send CONNECT; poll() takes it from there (is_connected() once
+    CONNACK accepted it). connect() without the wait."""
+    self.clean = clean_session
+    self.tries = 0
+    self.reconnect = self.auto
+    try:
+        self.open_link(sock)
+    except Exception:
+        self.down()  # no half-open socket left behind
+        raise
+
+
+def unsubscribe(self, topic):
+    """MQTT 5: returns UNSUBACK's reason code (0x11: there was no such
+    subscription); raises MQTTError for a refusal."""
+    rc = self.wait_answer(self.unsubscribe_start(topic))
+    if rc is not None and rc >= 0x80:
+        from .client_codec import MQTTError
+        raise MQTTError("refused", rc)
+    return rc
+
+
+def disconnect(self):
+    if self.bye():
+        from .client_codec import MQTTError
+        try:
+            self.drain()
+        except (OSError, MQTTError):
+            pass
+    self.down()
+
