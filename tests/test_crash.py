@@ -291,6 +291,7 @@ class NoLast(FileStore):
         if e:
             self.fs.remove("%s/o%08d.%s" % (self.dir, e[0], e[1]))
             self.fs.sync_dir(self.dir)
+        return bool(e)
 
 
 class ResendByPid(FileStore):

@@ -91,7 +91,7 @@ class MQTTClient(Core):
                 if not (qos and self.reconnect):
                     raise
         if qos and wait and not self.depth:
-            start = ticks_ms()
+            start = -1  # the clock is read once the first poll() has not brought the ack
             self.want = pid
             self.ack_pid = 0
             try:
@@ -99,7 +99,9 @@ class MQTTClient(Core):
                     self.poll(10)
                     if self.ack_pid == pid or not self.store.out_has(pid):
                         break
-                    if ticks_diff(ticks_ms(), start) > self.timeout_ms:
+                    if start < 0:
+                        start = ticks_ms()
+                    elif ticks_diff(ticks_ms(), start) > self.timeout_ms:
                         raise OSError(110)
             finally:
                 self.want = -1
@@ -173,9 +175,8 @@ class MQTTClient(Core):
             # callback queues and returns)
             n = 0 if self.depth else c.recv()
             while n:
-                now = ticks_ms()
                 try:
-                    self.packet(n, now)
+                    self.packet(n, start)  # (the time only sets a backoff)
                 except Exception:
                     if self.state == _DOWN:
                         self.down()  # a callback refused a QoS 1/2 message
@@ -185,8 +186,8 @@ class MQTTClient(Core):
                     self.drain()  # the resume after CONNACK, within timeout_ms
                 elif c.tlen > len(c.tx) >> 1:
                     self.send()  # acks pile up while a long burst is read
-                if ticks_diff(now, start) > timeout_ms or \
-                        (self.ack_pid == self.want and not self.ssl):
+                if (self.ack_pid == self.want and not self.ssl) or \
+                        ticks_diff(ticks_ms(), start) > timeout_ms:
                     # time is up, or the acknowledgement a waiting publish
                     # wants came: it returns without a read that would find
                     # nothing (on TLS a record may hold more, which poll()
@@ -211,8 +212,8 @@ class MQTTClient(Core):
     def send(self):
         # write what is queued; True when all of it went out
         c = self.conn
-        if self.unsynced or (c.tlen and self.keepalive):
-            self.out(ticks_ms())  # (the time only matters for keepalive)
+        if (self.unsynced and self.sync is not None) or (c.tlen and self.keepalive):
+            self.out(ticks_ms() if self.keepalive else 0)  # (the time only matters for keepalive)
         # POLLOUT is asked for only while bytes wait: a writable socket would
         # otherwise end every poll() at once and spin
         if c.flush():

@@ -205,9 +205,13 @@ class Core:
         pid = 0
         try:
             if qos:
-                if self.store.out_count() >= self.window:
+                k = self.store.out_count()
+                if k >= self.window:
                     raise Busy("busy", 0x97)
-                pid = self.new_pid()
+                if k:
+                    pid = self.new_pid()
+                else:  # nothing stored: the next id is free
+                    pid = self.pid = self.pid % 65535 + 1
             end = encode_publish(c.tx, start, topic, msg, qos, pid, retain, False, self.level,
                                  props)
             if (self.max_packet and end - start > self.max_packet) or len(c.tx) - end < _RESERVE:
@@ -432,10 +436,9 @@ class Core:
                         # store sends PUBREL itself, in its own order)
                         if not (st.out_has(pid) and st.out_rel(pid)):
                             c.tlen = encode_ack(c.tx, c.tlen, _PUBREL, pid)
-                    elif st.out_has(pid):
+                    elif st.out_del(pid):
                         # PUBACK, PUBCOMP, or a v5 PUBREC refusing the
                         # message: a publish completed, or was refused
-                        st.out_del(pid)
                         self.ack_pid = pid
                         self.ack_rc = p.rc
                         if self.on_ack is not None:

@@ -56,7 +56,10 @@ class MemoryStore:
     def out_del(self, pid):
         i = self._find(pid)
         if i < 0:
-            return
+            return False
+        if self.n == 1:  # the only one (sequential QoS 1): nothing moves
+            self.used = self.n = self.pid[0] = 0
+            return True
         o = 0  # its offset: the lengths of those sent before it
         for j in range(i):
             o += self.len[j]
@@ -73,6 +76,7 @@ class MemoryStore:
             self.key[j] = self.key[j + 1]
         self.pid[n] = 0
         self.n = n
+        return True
 
     def out_has(self, pid):
         return self._find(pid) >= 0

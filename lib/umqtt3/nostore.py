@@ -32,7 +32,9 @@ class NoStore:
         return False  # the flow sends the PUBREL
 
     def out_del(self, pid):
+        had = pid in self.out
         _drop(self.out, pid)
+        return had
 
     def out_has(self, pid):
         return pid in self.out

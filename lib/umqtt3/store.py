@@ -6,7 +6,7 @@
 #   out_rel(pid)                    PUBREC came: durable before PUBREL is sent;
 #                                   True: the store sends PUBREL itself later
 #                                   (a broker session keeping its send order)
-#   out_del(pid)                    PUBACK/PUBCOMP came
+#   out_del(pid)                    PUBACK/PUBCOMP came: True if it held pid
 #   out_has(pid), out_count()
 #   in_add(pid, buf, off, n)        inbound QoS 2 PUBLISH: durable before PUBREC
 #                                   (FileStore: key=, a tag kept in the record)
@@ -168,6 +168,7 @@ class FileStore:
             else:
                 self.fs.remove(name)
             self.fs.sync_dir(self.dir)
+        return bool(e)
 
     def out_has(self, pid):
         return pid in self.out
