@@ -122,6 +122,15 @@ def new_msg(r, up):
     return Msg(bytes(r.tsrc[r.toff:r.toff + r.tn]), bytes(r.psrc[r.poff:r.poff + r.pn]), pr, xk, exp)
 
 
+def stored_first(first, level, uptime=False):
+    """The first byte a store keeps for a PUBLISH whose first byte is
+    `first`, built for protocol level `level`: its type says the level (1:
+    below 5; 2: 5; 0: 5 with its message expiry as an uptime, not what is
+    left), so that a session resumed at another level, and restored after
+    a restart, reads each frame as it was built (stored_level)."""
+    return first - (0x30 if uptime else 0x10 if level == 5 else 0x20)
+
+
 def frame_msg(f, level, up):
     """The Msg of the PUBLISH frame f a store kept (level: its protocol
     level; a first byte of type 0: its expiry is an uptime, not what is
@@ -268,6 +277,9 @@ class Session:
     # costs in bytes. Class attributes until a session queues something.
     qh = 0
     qb = 0
+    # the level its store's records of type 3 were built for (written
+    # before records said their level; stored_first): 0 when none were
+    lv3 = 0
 
     def __init__(self, cid, clean, limits, stats, router):
         self.cid = cid
@@ -579,8 +591,8 @@ class Session:
         keeps it (broker_store asks once per message and protocol level)."""
         f = bytearray(self._msize(m, (first >> 1) & 3))
         self._put_msg(f, 0, first, pid, m, 0)
-        if m.xk >= 0 and self.level == 5:
-            f[0] -= 0x30  # on disk, type 0: its expiry is an uptime (restore_queued)
+        # type 0: its expiry is an uptime (restore_queued)
+        f[0] = stored_first(first, self.level, m.xk >= 0 and self.level == 5)
         return f
 
     def pump(self):
@@ -837,7 +849,12 @@ class Session:
         if self._fit(n) < 0:
             raise MQTTError("in-flight ring full", 0x97)  # deliver() checked
         if self.fs is not None:
-            self.fs.out_add(pid, key, buf, off, n)
+            b0 = buf[off]
+            buf[off] = stored_first(b0, self.level)  # its level, on disk
+            try:
+                self.fs.out_add(pid, key, buf, off, n)
+            finally:
+                buf[off] = b0
         k = self._alloc(n)
         self.s_pid[k] = pid
         copy(self.rbuf, self.s_off[k], buf, off, n)
@@ -910,12 +927,14 @@ class Session:
 
     def attach(self, client):
         """The client (re)connects to this session: what was written and not
-        acknowledged is due again, PUBLISH with DUP=1 [MQTT-4.4.0-1]."""
+        acknowledged is due again, PUBLISH with DUP=1 [MQTT-4.4.0-1], built
+        for the level it connects at (_relevel)."""
         self.client = client
         if self.exp_at >= 0:
             self.exp_at = -1
         v = client.v5
         win = 0
+        old = self.level
         if v is not None or self.level == 5:
             self.level = 4 if v is None else 5
             self.maxpkt = 0 if v is None else v.maxpkt
@@ -930,6 +949,8 @@ class Session:
             return
         if len(self.s_st) < win:
             self._slots(win)  # a larger window than the ring was made for
+        if self.level != old and self.rcount:
+            self._relevel(old)
         ns = len(self.s_st)
         self.unsent = 0
         i = 0
@@ -945,6 +966,66 @@ class Session:
                 self.s_st[k] = st
                 self.unsent += 1
             i += 1
+
+    def _relevel(self, old):
+        # The client came back at another protocol level than the ring's
+        # frames were built for (old): each PUBLISH in flight is built
+        # again for this one, as a first send would build it: its
+        # properties dropped below 5 [MQTT-3.3.2-*], going to 5 the ones it
+        # has (none, from a 3.1.1 frame: an empty list), never a topic alias
+        # [MQTT-3.3.2-7]; dropped, as sent [MQTT-3.1.2-25], when it is now
+        # over the client's maximum packet size, or expired [MQTT-3.3.2-5
+        # (5.0)]. Packet ids, order and QoS 2 state stay: a PUBREL due is
+        # due at either level (it holds no bytes). The ring is built anew,
+        # oldest first; it may pass Limits.ring by the few bytes per frame
+        # an empty property list adds. Only here (attach): it allocates.
+        ns = len(self.s_st)
+        up = self.stats.up_s
+        msgs = []
+        total = 0
+        i = 0
+        while i < self.rcount:
+            k = (self.rhead + i) % ns
+            st = self.s_st[k]
+            m = None
+            n = 0
+            if st == PUB or st == PUB_SENT:
+                o = self.s_off[k]
+                m = frame_msg(self.rbuf[o:o + self.s_len[k]], old, up)
+                n = self._msize(m, (self.rbuf[o] >> 1) & 3)
+                if (self.maxpkt and n > self.maxpkt) or \
+                        (self.level == 5 and 0 <= m.exp <= up):
+                    self.stats.dropped += 1
+                    if self.fs is not None:
+                        self.fs.out_del(self.s_pid[k])
+                    st = FREE
+            if st:
+                msgs.append((self.s_pid[k], st, self.rbuf[self.s_off[k]] if m else 0, m, n))
+                total += n
+            i += 1
+        size = len(self.rbuf)
+        b = bytearray(total if total > size else size)
+        pids = [0] * ns
+        offs = [0] * ns
+        lens = [0] * ns
+        sts = bytearray(ns)
+        o = 0
+        i = 0
+        for pid, st, first, m, n in msgs:
+            pids[i] = pid
+            sts[i] = st
+            offs[i] = o
+            lens[i] = n
+            if m is not None:
+                o = self._put_msg(b, o, first, pid, m, up)
+            i += 1
+        self.rbuf = b
+        self.s_pid = pids
+        self.s_off = offs
+        self.s_len = lens
+        self.s_st = sts
+        self.rhead = 0
+        self.rcount = i
 
     # ------------------------------------------------------------ inbound QoS 2
     # The held ids are kept packed in ipids[0:nipids], so each lookup scans
@@ -1027,16 +1108,39 @@ class Session:
     # ------------------------------------------------------------ persistence
     def restore_slot(self, st, pid, frame):
         """Put a stored message back (at load, before any client
-        attaches); st is its record state (qos_state.STORED_*)."""
+        attaches); st is its record state (qos_state.STORED_*). A frame
+        built for another level than the session's is built again for it."""
+        lev = self.stored_level(frame[0])
+        first = 0x30 | (frame[0] & 15)
         n = len(frame)
+        m = None
+        if lev != self.level:
+            m = frame_msg(frame, lev, self.stats.up_s)
+            n = self._msize(m, (first >> 1) & 3)
         k = self._alloc(n)
         if k < 0:
             return False
         self.s_pid[k] = pid
-        copy(self.rbuf, self.s_off[k], frame, 0, n)
+        o = self.s_off[k]
+        if m is None:
+            copy(self.rbuf, o, frame, 0, n)
+            self.rbuf[o] = first
+        else:
+            self._put_msg(self.rbuf, o, first, pid, m, self.stats.up_s)
         self.s_st[k] = from_stored(st)  # attach() resends
         self.npid = pid  # slots come back oldest first: the last is the newest
         return True
+
+    def stored_level(self, first):
+        """The protocol level a stored frame whose first byte is `first` was
+        built for (stored_first); type 3, from before records said it: the
+        level of the session's record, which keeps saying it (lv3)."""
+        t = first >> 4
+        if t == 3:
+            if not self.lv3:
+                self.lv3 = self.level
+            return self.lv3
+        return 4 if t == 1 else 5
 
     def restore_queued(self, rel, pid, frame, m=None):
         """A stored message that found no room in the ring (the limits are
@@ -1047,9 +1151,9 @@ class Session:
         if rel:
             self._push(None, _QREL | pid << 8)
         else:
-            first = frame[0] if frame[0] >> 4 else frame[0] + 0x30  # (type 0: _enqueue)
+            first = 0x30 | (frame[0] & 15)
             if m is None:
-                m = frame_msg(frame, self.level, self.stats.up_s)
+                m = frame_msg(frame, self.stored_level(frame[0]), self.stats.up_s)
             self._push(m, first | pid << 8)
         self.npid = pid
         return m
