@@ -626,11 +626,14 @@ class Session:
         q = self.q
         tx = conn.tx
         up = stats.up_s
+        lev5 = self.level == 5
+        maxpkt = self.maxpkt
         while self.qh < len(q):
             h = self.qh
             m = q[h]
-            first = q[h + 1] & 255
-            pid = q[h + 1] >> 8
+            v = q[h + 1]
+            first = v & 255
+            pid = v >> 8
             if m is None:
                 # PUBREL only: a slot that holds no bytes but the id
                 k = self._alloc(0)
@@ -646,15 +649,25 @@ class Session:
                 self.s_st[k] = REL_SENT
                 self.unsent -= 1
                 continue
-            if self.level == 5 and 0 <= m.exp <= up:
+            if lev5 and 0 <= m.exp <= up:
                 self._take(h)  # expired while it waited [MQTT-3.3.2-5 (5.0)]
                 stats.dropped += 1
                 if first & 6 and self.fs is not None:
                     self.fs.out_del(pid)
                 continue
-            n = self._msize(m, (first >> 1) & 3)
+            # its size (_msize, inline: this loop is a drain's every message)
+            t = m.t
+            tn = len(t)
+            pr = m.pr
+            prn = 0
+            rl = tn + len(m.p) + (4 if first & 6 else 2)
+            if lev5:
+                if pr is not None:
+                    prn = len(pr)
+                rl += prn + (1 if prn < 128 else 2 if prn < 16384 else 3)
+            n = rl + (2 if rl < 128 else 3 if rl < 16384 else 4 if rl < 2097152 else 5)
             if not first & 6:
-                if self.maxpkt and n > self.maxpkt:
+                if maxpkt and n > maxpkt:
                     self._take(h)  # [MQTT-3.1.2-25]
                     stats.dropped += 1
                     continue
@@ -666,7 +679,7 @@ class Session:
                 stats.sent += 1
                 self._take(h)
                 continue
-            if n > self.lim.max_frame or (self.maxpkt and n > self.maxpkt):
+            if n > self.lim.max_frame or (maxpkt and n > maxpkt):
                 self._take(h)
                 stats.dropped += 1
                 if self.fs is not None:
@@ -678,8 +691,50 @@ class Session:
             # its id came with it from _enqueue, and so did its record
             self.s_pid[k] = pid
             o = self.s_off[k]
-            self._put_msg(self.rbuf, o, first, pid, m, up)
-            self._take(h)
+            # the frame into the ring (_put_msg, inline)
+            rb = self.rbuf
+            rb[o] = first
+            if rl < 128:
+                rb[o + 1] = rl
+                i = o + 2
+            else:
+                i = put_varint(rb, o + 1, rl)
+            rb[i] = tn >> 8
+            rb[i + 1] = tn & 255
+            copy(rb, i + 2, t, 0, tn)
+            i += tn + 2
+            rb[i] = pid >> 8
+            rb[i + 1] = pid & 255
+            i += 2
+            if lev5:
+                if prn < 128:
+                    rb[i] = prn
+                    i += 1
+                else:
+                    i = put_varint(rb, i, prn)
+                if prn:
+                    copy(rb, i, pr, 0, prn)
+                    if m.xk >= 0:
+                        _put_u32(rb, i + m.xk, m.exp - up)  # what is left of its interval
+                    i += prn
+            copy(rb, i, m.p, 0, o + n - i)
+            # _take(h), inline for the head
+            q[h] = None
+            c = ENTRY_COST + m.size
+            m.refs -= 1
+            if not m.refs:
+                stats.qbytes -= c
+            else:
+                stats.qbytes -= ENTRY_COST
+            self.qb -= c
+            h += 2
+            if h == len(q):
+                del q[:]
+                h = 0
+            elif h >= 64 and h + h >= len(q):
+                del q[:h]
+                h = 0
+            self.qh = h
             if len(tx) - conn.tlen < n:
                 if not grow_tx(conn, n, self.lim.tx):
                     self.s_st[k] = PUB
@@ -788,6 +843,24 @@ class Session:
 
     def _alloc(self, n):
         """A free slot with n contiguous ring bytes, or -1."""
+        cnt = self.rcount
+        if cnt:
+            # the usual case first (_fit's, inline): room after the newest
+            # slot, the live bytes not wrapped
+            sts = self.s_st
+            ns = len(sts)
+            if cnt < ns and cnt < self.rmax:
+                h = self.rhead
+                last = (h + cnt - 1) % ns
+                offs = self.s_off
+                lo = offs[last]
+                t = lo + self.s_len[last]
+                if lo >= offs[h] and len(self.rbuf) - t >= n:
+                    k = (h + cnt) % ns
+                    self.rcount = cnt + 1
+                    offs[k] = t
+                    self.s_len[k] = n
+                    return k
         off = self._fit(n)
         if off < 0:
             return -1
@@ -878,6 +951,23 @@ class Session:
 
     def out_has(self, pid):
         return self._find(pid) >= 0
+
+    def puback(self, pid):
+        """A PUBACK for pid: ack_fits and out_del in one look (the core's
+        path for the PUBACKs of a drain, Core.puback). False, with nothing
+        changed, when it does not fit the flow of that id."""
+        k = self._find(pid)
+        if k < 0:
+            return False
+        st = self.s_st[k]
+        if st >= REL or (self.rbuf[self.s_off[k]] >> 1) & 3 != 1:
+            return False
+        if self.fs is not None:
+            self.fs.out_del(pid)
+        if st == PUB:
+            self.unsent -= 1
+        self._free(k)
+        return True
 
     def out_count(self):
         return self.inflight()
