@@ -623,11 +623,17 @@ class Session:
                     self.s_st[k] = REL_SENT
                     self.unsent -= 1
                 i += 1
+        # The frames of QoS 1/2 messages are built in the ring; those that
+        # lie end to end there, ring[rs:re], are copied into the send
+        # buffer in one go, before anything else is written to it and when
+        # the loop ends; tl: where the send buffer ends once they are.
         q = self.q
         tx = conn.tx
         up = stats.up_s
         lev5 = self.level == 5
         maxpkt = self.maxpkt
+        rs = re = 0
+        tl = conn.tlen
         while self.qh < len(q):
             h = self.qh
             m = q[h]
@@ -636,16 +642,20 @@ class Session:
             pid = v >> 8
             if m is None:
                 # PUBREL only: a slot that holds no bytes but the id
+                if re > rs:
+                    copy(tx, conn.tlen, self.rbuf, rs, re - rs)
+                    conn.tlen = tl
+                    rs = re = 0
                 k = self._alloc(0)
                 if k < 0:
-                    return
+                    break
                 self.s_pid[k] = pid
                 self._take(h)
                 self.s_st[k] = REL
                 self.unsent += 1
                 if conn.space() < 4:
-                    return
-                conn.tlen = encode_ack(tx, conn.tlen, PUBREL, pid)
+                    break
+                conn.tlen = tl = encode_ack(tx, conn.tlen, PUBREL, pid)
                 self.s_st[k] = REL_SENT
                 self.unsent -= 1
                 continue
@@ -666,33 +676,44 @@ class Session:
                     prn = len(pr)
                 rl += prn + (1 if prn < 128 else 2 if prn < 16384 else 3)
             n = rl + (2 if rl < 128 else 3 if rl < 16384 else 4 if rl < 2097152 else 5)
+            if (maxpkt and n > maxpkt) or (first & 6 and n > self.lim.max_frame):
+                self._take(h)  # [MQTT-3.1.2-25]
+                stats.dropped += 1
+                if first & 6 and self.fs is not None:
+                    self.fs.out_del(pid)
+                continue
+            if len(tx) - tl < n:
+                if re > rs:
+                    copy(tx, conn.tlen, self.rbuf, rs, re - rs)
+                    conn.tlen = tl
+                    rs = re = 0
+                if not grow_tx(conn, n, self.lim.tx):
+                    break
+                tx = conn.tx
             if not first & 6:
-                if maxpkt and n > maxpkt:
-                    self._take(h)  # [MQTT-3.1.2-25]
-                    stats.dropped += 1
-                    continue
-                if len(tx) - conn.tlen < n:
-                    if not grow_tx(conn, n, self.lim.tx):
-                        return
-                    tx = conn.tx
-                conn.tlen = self._put_msg(tx, conn.tlen, first, 0, m, up)
+                if re > rs:
+                    copy(tx, conn.tlen, self.rbuf, rs, re - rs)
+                    conn.tlen = tl
+                    rs = re = 0
+                conn.tlen = tl = self._put_msg(tx, tl, first, 0, m, up)
                 stats.sent += 1
                 self._take(h)
                 continue
-            if n > self.lim.max_frame or (maxpkt and n > maxpkt):
-                self._take(h)
-                stats.dropped += 1
-                if self.fs is not None:
-                    self.fs.out_del(pid)
-                continue
             k = self._alloc(n)
             if k < 0:
-                return
+                break
             # its id came with it from _enqueue, and so did its record
             self.s_pid[k] = pid
             o = self.s_off[k]
-            # the frame into the ring (_put_msg, inline)
             rb = self.rbuf
+            if o != re:
+                if re > rs:
+                    copy(tx, conn.tlen, rb, rs, re - rs)
+                    conn.tlen = tl
+                rs = o
+            re = o + n
+            tl += n
+            # the frame into the ring (_put_msg, inline)
             rb[o] = first
             if rl < 128:
                 rb[o + 1] = rl
@@ -717,7 +738,9 @@ class Session:
                     if m.xk >= 0:
                         _put_u32(rb, i + m.xk, m.exp - up)  # what is left of its interval
                     i += prn
-            copy(rb, i, m.p, 0, o + n - i)
+            copy(rb, i, m.p, 0, re - i)
+            self.s_st[k] = PUB_SENT
+            stats.sent += 1
             # _take(h), inline for the head
             q[h] = None
             c = ENTRY_COST + m.size
@@ -735,16 +758,9 @@ class Session:
                 del q[:h]
                 h = 0
             self.qh = h
-            if len(tx) - conn.tlen < n:
-                if not grow_tx(conn, n, self.lim.tx):
-                    self.s_st[k] = PUB
-                    self.unsent += 1
-                    return
-                tx = conn.tx
-            copy(tx, conn.tlen, self.rbuf, o, n)
-            conn.tlen += n
-            self.s_st[k] = PUB_SENT
-            stats.sent += 1
+        if re > rs:
+            copy(tx, conn.tlen, self.rbuf, rs, re - rs)
+            conn.tlen = tl
 
     def backlog(self):
         return self.unsent or self.queued()
