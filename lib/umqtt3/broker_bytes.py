@@ -54,10 +54,10 @@ def consume(core, c, buf, off, end, now, limit, careful=True, fan=0x3FFFFFFF):
                 if n > 129 or n > mp:
                     n = frame_len(buf, off, end, mp)  # longer, or refused
             if n == 4 and buf[off] == 0x40 and off + 4 <= end and c.state == CONNECTED:
-                # a PUBACK that is only its id: no answer, no decode
-                core.puback(c, (buf[off + 2] << 8) | buf[off + 3], now)
-                off += 4
-                k += 1
+                # PUBACKs that are only their id: no answer, no decode
+                o = core.pubacks(c, buf, off, end, now)
+                k += (o - off) >> 2
+                off = o
                 continue
             if n and off + n <= end:
                 # Core.room(), inline: the answers fit the send buffer

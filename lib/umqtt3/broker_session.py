@@ -968,22 +968,47 @@ class Session:
     def out_has(self, pid):
         return self._find(pid) >= 0
 
-    def puback(self, pid):
-        """A PUBACK for pid: ack_fits and out_del in one look (the core's
-        path for the PUBACKs of a drain, Core.puback). False, with nothing
-        changed, when it does not fit the flow of that id."""
-        k = self._find(pid)
-        if k < 0:
-            return False
-        st = self.s_st[k]
-        if st >= REL or (self.rbuf[self.s_off[k]] >> 1) & 3 != 1:
-            return False
-        if self.fs is not None:
-            self.fs.out_del(pid)
-        if st == PUB:
-            self.unsent -= 1
-        self._free(k)
-        return True
+    def pubacks(self, buf, off, end):
+        """The PUBACKs that are only their packet id (40 02, the id), one
+        after the other from buf[off] on: each ends the flow of its id
+        [MQTT-4.3.2-1] as ack_fits and out_del would, in one look at the
+        ring (a drain's acknowledgements come in runs: Core.pubacks).
+        Returns where they end: at the first other packet, or at a PUBACK
+        that does not fit the flow of its id, which is left as it was."""
+        sts = self.s_st
+        if sts is None:
+            return off
+        pids = self.s_pid
+        offs = self.s_off
+        rb = self.rbuf
+        ns = len(sts)
+        fs = self.fs
+        while off + 4 <= end and buf[off] == 0x40 and buf[off + 1] == 2:
+            pid = (buf[off + 2] << 8) | buf[off + 3]
+            cnt = self.rcount
+            h = self.rhead
+            d = (pid - pids[h]) % 65535  # (_find's first look)
+            k = (h + d) % ns
+            if not (d < cnt and pids[k] == pid and sts[k]):
+                k = self._find(pid)
+                if k < 0:
+                    return off
+            st = sts[k]
+            if st >= REL or (rb[offs[k]] >> 1) & 3 != 1:
+                return off  # not QoS 1, or its PUBREL went
+            if fs is not None:
+                fs.out_del(pid)
+            if st == PUB:
+                self.unsent -= 1
+            sts[k] = FREE
+            if k == h:  # (_free)
+                while cnt and not sts[h]:
+                    h = (h + 1) % ns
+                    cnt -= 1
+                self.rhead = h
+                self.rcount = cnt
+            off += 4
+        return off
 
     def out_count(self):
         return self.inflight()
