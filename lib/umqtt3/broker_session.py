@@ -436,7 +436,7 @@ class Session:
         (_enqueue drops those first). The router asks before routing and
         refuses the publisher instead. No allocation."""
         lim = self.lim
-        n = self.queued()
+        n = (len(self.q) - self.qh) >> 1  # (queued())
         mb = lim.max_queued_bytes
         need = size + ENTRY_COST
         if n < lim.max_queued and (not mb or self.qb + need <= mb):
@@ -553,15 +553,23 @@ class Session:
         lim = self.lim
         st = self.stats
         qos = (first >> 1) & 3
-        size = self._size(r, qos)
+        # its frame's size (_size, inline: a subscriber that lags behind
+        # queues every message)
+        prn = 0
+        rl = r.tn + r.pn + (4 if qos else 2)
+        if r.prs is not None:
+            prn = r.prn
+            if self.level == 5:
+                rl += prn + (1 if prn < 128 else 2 if prn < 16384 else 3)
+        size = rl + (2 if rl < 128 else 3 if rl < 16384 else 4 if rl < 2097152 else 5)
         if size > lim.max_frame or (self.maxpkt and size > self.maxpkt):
             st.dropped += 1
             return
         m = r.msg
-        need = (msg_size(r) if m is None else m.size) + ENTRY_COST
+        need = (r.tn + r.pn + prn + MSG_COST if m is None else m.size) + ENTRY_COST  # (msg_size)
         mb = lim.max_queued_bytes
         while True:
-            full = self.queued() >= lim.max_queued
+            full = (len(self.q) - self.qh) >> 1 >= lim.max_queued  # (queued())
             if not full and not (mb and self.qb + need > mb):
                 break
             i = self._qos0_at()
