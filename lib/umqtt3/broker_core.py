@@ -651,7 +651,10 @@ class Core(Stats):
                     return
             self.nhit = -1
             try:
-                s.flow.on_publish(conn, p)  # routes through s.deliver -> route_in
+                if p.qos:
+                    s.flow.on_publish(conn, p)  # routes through s.deliver -> route_in
+                else:
+                    self.route_in(p, s.tag)  # what Flow does at QoS 0: nothing else
             except QueueFull:
                 # nothing routed or retained; Flow dropped a QoS 2 id (in_del)
                 mem = self._why == 2
