@@ -6,7 +6,7 @@
 # same QoS 2 state; also from the broker's store after a restart.
 #
 # The same bodies run over pipes (pytest, and tests/mp/testrunner.py under
-# the WebAssembly MicroPython); tests/test_broker_resume_level.py checks
+# the WebAssembly MicroPython); tests/test_broker_level_interop.py checks
 # the same with paho-mqtt against this broker and mosquitto.
 from broker_harness import running, Raw, wait_for, build, tempdir, rmtree
 from umqtt3 import props as P
