@@ -11,7 +11,7 @@
 # loads this module.
 from .codec import frame_len, MQTTError, SUBSCRIBE
 from .compat import copy
-from .broker_core import CLOSED
+from .broker_core import CLOSED, CONNECTED
 
 
 def consume(core, c, buf, off, end, now, limit, careful=True, fan=0x3FFFFFFF):
@@ -53,6 +53,12 @@ def consume(core, c, buf, off, end, now, limit, careful=True, fan=0x3FFFFFFF):
                 n = buf[off + 1] + 2  # a one-byte remaining length, inline
                 if n > 129 or n > mp:
                     n = frame_len(buf, off, end, mp)  # longer, or refused
+            if n == 4 and buf[off] == 0x40 and off + 4 <= end and c.state == CONNECTED:
+                # PUBACKs that are only their id: no answer, no decode
+                o = core.pubacks(c, buf, off, end, now)
+                k += (o - off) >> 2
+                off = o
+                continue
             if n and off + n <= end:
                 # Core.room(), inline: the answers fit the send buffer
                 if careful and len(conn.tx) - conn.tlen < (n if buf[off] >> 4 == SUBSCRIBE else 8):

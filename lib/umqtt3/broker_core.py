@@ -252,6 +252,25 @@ class Core(Stats):
             self.errors += 1
             self.disconnect(c, "internal error: %r" % (e,), True)
 
+    def pubacks(self, c, buf, off, end, now):
+        """What packet_at does with each PUBACK of connected c from
+        buf[off] on that is only its packet id (4 bytes, the usual one at
+        every level), for the whole run of them in one call
+        (Session.pubacks; a session's QoS 1 drain reads one per message,
+        broker_bytes.consume). Returns where the run ends."""
+        c.t_last = now
+        se = self.store_errors
+        try:
+            o = c.sess.pubacks(buf, off, end)
+        except OSError:
+            self.disconnect(c, "store write failed" if self.store_errors != se
+                            else "connection lost", True)
+            return end
+        if o == off:
+            self.fail(c, MQTTError("acknowledgement out of its flow", 0x82))
+            return off + 4
+        return o
+
     def wants_send(self, c):
         """c has bytes in its send buffer, or messages waiting for room."""
         if c.conn.tlen:
@@ -632,7 +651,10 @@ class Core(Stats):
                     return
             self.nhit = -1
             try:
-                s.flow.on_publish(conn, p)  # routes through s.deliver -> route_in
+                if p.qos:
+                    s.flow.on_publish(conn, p)  # routes through s.deliver -> route_in
+                else:
+                    self.route_in(p, s.tag)  # what Flow does at QoS 0: nothing else
             except QueueFull:
                 # nothing routed or retained; Flow dropped a QoS 2 id (in_del)
                 mem = self._why == 2

@@ -122,6 +122,15 @@ def new_msg(r, up):
     return Msg(bytes(r.tsrc[r.toff:r.toff + r.tn]), bytes(r.psrc[r.poff:r.poff + r.pn]), pr, xk, exp)
 
 
+def stored_first(first, level, uptime=False):
+    """The first byte a store keeps for a PUBLISH whose first byte is
+    `first`, built for protocol level `level`: its type says the level (1:
+    below 5; 2: 5; 0: 5 with its message expiry as an uptime, not what is
+    left), so that a session resumed at another level, and restored after
+    a restart, reads each frame as it was built (stored_level)."""
+    return first - (0x30 if uptime else 0x10 if level == 5 else 0x20)
+
+
 def frame_msg(f, level, up):
     """The Msg of the PUBLISH frame f a store kept (level: its protocol
     level; a first byte of type 0: its expiry is an uptime, not what is
@@ -268,6 +277,9 @@ class Session:
     # costs in bytes. Class attributes until a session queues something.
     qh = 0
     qb = 0
+    # the level its store's records of type 3 were built for (written
+    # before records said their level; stored_first): 0 when none were
+    lv3 = 0
 
     def __init__(self, cid, clean, limits, stats, router):
         self.cid = cid
@@ -358,9 +370,33 @@ class Session:
             self._enqueue(first, r)
             return
         conn = c.conn
-        size = self._size(r, qos)
+        # its frame's size (_size, inline: every forward comes here)
+        rl = r.tn + r.pn + (4 if qos else 2)
+        lev = self.level
+        if lev == 5:
+            prn = r.prn if r.prs is not None else 0
+            rl += prn + (1 if prn < 128 else 2 if prn < 16384 else 3)
+        size = rl + (2 if rl < 128 else 3 if rl < 16384 else 4 if rl < 2097152 else 5)
         if self.maxpkt and size > self.maxpkt:
             self.stats.dropped += 1  # never more than the client takes [MQTT-3.1.2-25]
+            return
+        if not qos and not self.tam:
+            # QoS 0 (_put inline): the publisher's frame when it is the same
+            start = conn.tlen
+            tx = conn.tx
+            if len(tx) - start < size:
+                if not grow_tx(conn, size, self.lim.tx):
+                    self._enqueue(first, r)  # pump() writes it as the buffer drains
+                    return
+                tx = conn.tx
+            fs = r.frame
+            if fs is not None and r.flen == size and r.flevel == lev:
+                copy(tx, start, fs, r.foff, size)
+                tx[start] = first
+                conn.tlen = start + size
+            else:
+                conn.tlen = self._put(tx, start, first, size, r, 0)
+            self.stats.sent += 1
             return
         ak = self._alias(r) if self.tam else 0
         need = size
@@ -424,7 +460,7 @@ class Session:
         (_enqueue drops those first). The router asks before routing and
         refuses the publisher instead. No allocation."""
         lim = self.lim
-        n = self.queued()
+        n = (len(self.q) - self.qh) >> 1  # (queued())
         mb = lim.max_queued_bytes
         need = size + ENTRY_COST
         if n < lim.max_queued and (not mb or self.qb + need <= mb):
@@ -541,15 +577,23 @@ class Session:
         lim = self.lim
         st = self.stats
         qos = (first >> 1) & 3
-        size = self._size(r, qos)
+        # its frame's size (_size, inline: a subscriber that lags behind
+        # queues every message)
+        prn = 0
+        rl = r.tn + r.pn + (4 if qos else 2)
+        if r.prs is not None:
+            prn = r.prn
+            if self.level == 5:
+                rl += prn + (1 if prn < 128 else 2 if prn < 16384 else 3)
+        size = rl + (2 if rl < 128 else 3 if rl < 16384 else 4 if rl < 2097152 else 5)
         if size > lim.max_frame or (self.maxpkt and size > self.maxpkt):
             st.dropped += 1
             return
         m = r.msg
-        need = (msg_size(r) if m is None else m.size) + ENTRY_COST
+        need = (r.tn + r.pn + prn + MSG_COST if m is None else m.size) + ENTRY_COST  # (msg_size)
         mb = lim.max_queued_bytes
         while True:
-            full = self.queued() >= lim.max_queued
+            full = (len(self.q) - self.qh) >> 1 >= lim.max_queued  # (queued())
             if not full and not (mb and self.qb + need > mb):
                 break
             i = self._qos0_at()
@@ -579,8 +623,8 @@ class Session:
         keeps it (broker_store asks once per message and protocol level)."""
         f = bytearray(self._msize(m, (first >> 1) & 3))
         self._put_msg(f, 0, first, pid, m, 0)
-        if m.xk >= 0 and self.level == 5:
-            f[0] -= 0x30  # on disk, type 0: its expiry is an uptime (restore_queued)
+        # type 0: its expiry is an uptime (restore_queued)
+        f[0] = stored_first(first, self.level, m.xk >= 0 and self.level == 5)
         return f
 
     def pump(self):
@@ -611,73 +655,152 @@ class Session:
                     self.s_st[k] = REL_SENT
                     self.unsent -= 1
                 i += 1
+        # The frames of QoS 1/2 messages are built in the ring; those that
+        # lie end to end there, ring[rs:re], are copied into the send
+        # buffer in one go, before anything else is written to it and when
+        # the loop ends; tl: where the send buffer ends once they are.
         q = self.q
         tx = conn.tx
         up = stats.up_s
+        lev5 = self.level == 5
+        maxpkt = self.maxpkt
+        rs = re = 0
+        tl = conn.tlen
         while self.qh < len(q):
             h = self.qh
             m = q[h]
-            first = q[h + 1] & 255
-            pid = q[h + 1] >> 8
+            v = q[h + 1]
+            first = v & 255
+            pid = v >> 8
             if m is None:
                 # PUBREL only: a slot that holds no bytes but the id
+                if re > rs:
+                    copy(tx, conn.tlen, self.rbuf, rs, re - rs)
+                    conn.tlen = tl
+                    rs = re = 0
                 k = self._alloc(0)
                 if k < 0:
-                    return
+                    break
                 self.s_pid[k] = pid
                 self._take(h)
                 self.s_st[k] = REL
                 self.unsent += 1
                 if conn.space() < 4:
-                    return
-                conn.tlen = encode_ack(tx, conn.tlen, PUBREL, pid)
+                    break
+                conn.tlen = tl = encode_ack(tx, conn.tlen, PUBREL, pid)
                 self.s_st[k] = REL_SENT
                 self.unsent -= 1
                 continue
-            if self.level == 5 and 0 <= m.exp <= up:
+            if lev5 and 0 <= m.exp <= up:
                 self._take(h)  # expired while it waited [MQTT-3.3.2-5 (5.0)]
                 stats.dropped += 1
                 if first & 6 and self.fs is not None:
                     self.fs.out_del(pid)
                 continue
-            n = self._msize(m, (first >> 1) & 3)
+            # its size (_msize, inline: this loop is a drain's every message)
+            t = m.t
+            tn = len(t)
+            pr = m.pr
+            prn = 0
+            rl = tn + len(m.p) + (4 if first & 6 else 2)
+            if lev5:
+                if pr is not None:
+                    prn = len(pr)
+                rl += prn + (1 if prn < 128 else 2 if prn < 16384 else 3)
+            n = rl + (2 if rl < 128 else 3 if rl < 16384 else 4 if rl < 2097152 else 5)
+            if (maxpkt and n > maxpkt) or (first & 6 and n > self.lim.max_frame):
+                self._take(h)  # [MQTT-3.1.2-25]
+                stats.dropped += 1
+                if first & 6 and self.fs is not None:
+                    self.fs.out_del(pid)
+                continue
+            if len(tx) - tl < n:
+                if re > rs:
+                    copy(tx, conn.tlen, self.rbuf, rs, re - rs)
+                    conn.tlen = tl
+                    rs = re = 0
+                if not grow_tx(conn, n, self.lim.tx):
+                    break
+                tx = conn.tx
             if not first & 6:
-                if self.maxpkt and n > self.maxpkt:
-                    self._take(h)  # [MQTT-3.1.2-25]
-                    stats.dropped += 1
-                    continue
-                if len(tx) - conn.tlen < n:
-                    if not grow_tx(conn, n, self.lim.tx):
-                        return
-                    tx = conn.tx
-                conn.tlen = self._put_msg(tx, conn.tlen, first, 0, m, up)
+                if re > rs:
+                    copy(tx, conn.tlen, self.rbuf, rs, re - rs)
+                    conn.tlen = tl
+                    rs = re = 0
+                conn.tlen = tl = self._put_msg(tx, tl, first, 0, m, up)
                 stats.sent += 1
                 self._take(h)
                 continue
-            if n > self.lim.max_frame or (self.maxpkt and n > self.maxpkt):
-                self._take(h)
-                stats.dropped += 1
-                if self.fs is not None:
-                    self.fs.out_del(pid)
-                continue
             k = self._alloc(n)
             if k < 0:
-                return
+                break
             # its id came with it from _enqueue, and so did its record
             self.s_pid[k] = pid
             o = self.s_off[k]
-            self._put_msg(self.rbuf, o, first, pid, m, up)
-            self._take(h)
-            if len(tx) - conn.tlen < n:
-                if not grow_tx(conn, n, self.lim.tx):
-                    self.s_st[k] = PUB
-                    self.unsent += 1
-                    return
-                tx = conn.tx
-            copy(tx, conn.tlen, self.rbuf, o, n)
-            conn.tlen += n
+            rb = self.rbuf
+            if o != re:
+                if re > rs:
+                    copy(tx, conn.tlen, rb, rs, re - rs)
+                    conn.tlen = tl
+                rs = o
+            re = o + n
+            tl += n
+            # the frame into the ring (_put_msg, inline)
+            rb[o] = first
+            if rl < 128:
+                rb[o + 1] = rl
+                i = o + 2
+            else:
+                i = put_varint(rb, o + 1, rl)
+            rb[i] = tn >> 8
+            rb[i + 1] = tn & 255
+            i += 2
+            # (CPython: a slice, sized above, costs less than copy's call)
+            if MICROPYTHON:
+                copy(rb, i, t, 0, tn)
+            else:
+                rb[i:i + tn] = t
+            i += tn
+            rb[i] = pid >> 8
+            rb[i + 1] = pid & 255
+            i += 2
+            if lev5:
+                if prn < 128:
+                    rb[i] = prn
+                    i += 1
+                else:
+                    i = put_varint(rb, i, prn)
+                if prn:
+                    copy(rb, i, pr, 0, prn)
+                    if m.xk >= 0:
+                        _put_u32(rb, i + m.xk, m.exp - up)  # what is left of its interval
+                    i += prn
+            if MICROPYTHON:
+                copy(rb, i, m.p, 0, re - i)
+            else:
+                rb[i:re] = m.p
             self.s_st[k] = PUB_SENT
             stats.sent += 1
+            # _take(h), inline for the head
+            q[h] = None
+            c = ENTRY_COST + m.size
+            m.refs -= 1
+            if not m.refs:
+                stats.qbytes -= c
+            else:
+                stats.qbytes -= ENTRY_COST
+            self.qb -= c
+            h += 2
+            if h == len(q):
+                del q[:]
+                h = 0
+            elif h >= 64 and h + h >= len(q):
+                del q[:h]
+                h = 0
+            self.qh = h
+        if re > rs:
+            copy(tx, conn.tlen, self.rbuf, rs, re - rs)
+            conn.tlen = tl
 
     def backlog(self):
         return self.unsent or self.queued()
@@ -776,6 +899,24 @@ class Session:
 
     def _alloc(self, n):
         """A free slot with n contiguous ring bytes, or -1."""
+        cnt = self.rcount
+        if cnt:
+            # the usual case first (_fit's, inline): room after the newest
+            # slot, the live bytes not wrapped
+            sts = self.s_st
+            ns = len(sts)
+            if cnt < ns and cnt < self.rmax:
+                h = self.rhead
+                last = (h + cnt - 1) % ns
+                offs = self.s_off
+                lo = offs[last]
+                t = lo + self.s_len[last]
+                if lo >= offs[h] and len(self.rbuf) - t >= n:
+                    k = (h + cnt) % ns
+                    self.rcount = cnt + 1
+                    offs[k] = t
+                    self.s_len[k] = n
+                    return k
         off = self._fit(n)
         if off < 0:
             return -1
@@ -837,7 +978,12 @@ class Session:
         if self._fit(n) < 0:
             raise MQTTError("in-flight ring full", 0x97)  # deliver() checked
         if self.fs is not None:
-            self.fs.out_add(pid, key, buf, off, n)
+            b0 = buf[off]
+            buf[off] = stored_first(b0, self.level)  # its level, on disk
+            try:
+                self.fs.out_add(pid, key, buf, off, n)
+            finally:
+                buf[off] = b0
         k = self._alloc(n)
         self.s_pid[k] = pid
         copy(self.rbuf, self.s_off[k], buf, off, n)
@@ -861,6 +1007,48 @@ class Session:
 
     def out_has(self, pid):
         return self._find(pid) >= 0
+
+    def pubacks(self, buf, off, end):
+        """The PUBACKs that are only their packet id (40 02, the id), one
+        after the other from buf[off] on: each ends the flow of its id
+        [MQTT-4.3.2-1] as ack_fits and out_del would, in one look at the
+        ring (a drain's acknowledgements come in runs: Core.pubacks).
+        Returns where they end: at the first other packet, or at a PUBACK
+        that does not fit the flow of its id, which is left as it was."""
+        sts = self.s_st
+        if sts is None:
+            return off
+        pids = self.s_pid
+        offs = self.s_off
+        rb = self.rbuf
+        ns = len(sts)
+        fs = self.fs
+        while off + 4 <= end and buf[off] == 0x40 and buf[off + 1] == 2:
+            pid = (buf[off + 2] << 8) | buf[off + 3]
+            cnt = self.rcount
+            h = self.rhead
+            d = (pid - pids[h]) % 65535  # (_find's first look)
+            k = (h + d) % ns
+            if not (d < cnt and pids[k] == pid and sts[k]):
+                k = self._find(pid)
+                if k < 0:
+                    return off
+            st = sts[k]
+            if st >= REL or (rb[offs[k]] >> 1) & 3 != 1:
+                return off  # not QoS 1, or its PUBREL went
+            if fs is not None:
+                fs.out_del(pid)
+            if st == PUB:
+                self.unsent -= 1
+            sts[k] = FREE
+            if k == h:  # (_free)
+                while cnt and not sts[h]:
+                    h = (h + 1) % ns
+                    cnt -= 1
+                self.rhead = h
+                self.rcount = cnt
+            off += 4
+        return off
 
     def out_count(self):
         return self.inflight()
@@ -910,12 +1098,14 @@ class Session:
 
     def attach(self, client):
         """The client (re)connects to this session: what was written and not
-        acknowledged is due again, PUBLISH with DUP=1 [MQTT-4.4.0-1]."""
+        acknowledged is due again, PUBLISH with DUP=1 [MQTT-4.4.0-1], built
+        for the level it connects at (_relevel)."""
         self.client = client
         if self.exp_at >= 0:
             self.exp_at = -1
         v = client.v5
         win = 0
+        old = self.level
         if v is not None or self.level == 5:
             self.level = 4 if v is None else 5
             self.maxpkt = 0 if v is None else v.maxpkt
@@ -930,6 +1120,8 @@ class Session:
             return
         if len(self.s_st) < win:
             self._slots(win)  # a larger window than the ring was made for
+        if self.level != old and self.rcount:
+            self._relevel(old)
         ns = len(self.s_st)
         self.unsent = 0
         i = 0
@@ -945,6 +1137,66 @@ class Session:
                 self.s_st[k] = st
                 self.unsent += 1
             i += 1
+
+    def _relevel(self, old):
+        # The client came back at another protocol level than the ring's
+        # frames were built for (old): each PUBLISH in flight is built
+        # again for this one, as a first send would build it: its
+        # properties dropped below 5 [MQTT-3.3.2-*], going to 5 the ones it
+        # has (none, from a 3.1.1 frame: an empty list), never a topic alias
+        # [MQTT-3.3.2-7]; dropped, as sent [MQTT-3.1.2-25], when it is now
+        # over the client's maximum packet size, or expired [MQTT-3.3.2-5
+        # (5.0)]. Packet ids, order and QoS 2 state stay: a PUBREL due is
+        # due at either level (it holds no bytes). The ring is built anew,
+        # oldest first; it may pass Limits.ring by the few bytes per frame
+        # an empty property list adds. Only here (attach): it allocates.
+        ns = len(self.s_st)
+        up = self.stats.up_s
+        msgs = []
+        total = 0
+        i = 0
+        while i < self.rcount:
+            k = (self.rhead + i) % ns
+            st = self.s_st[k]
+            m = None
+            n = 0
+            if st == PUB or st == PUB_SENT:
+                o = self.s_off[k]
+                m = frame_msg(self.rbuf[o:o + self.s_len[k]], old, up)
+                n = self._msize(m, (self.rbuf[o] >> 1) & 3)
+                if (self.maxpkt and n > self.maxpkt) or \
+                        (self.level == 5 and 0 <= m.exp <= up):
+                    self.stats.dropped += 1
+                    if self.fs is not None:
+                        self.fs.out_del(self.s_pid[k])
+                    st = FREE
+            if st:
+                msgs.append((self.s_pid[k], st, self.rbuf[self.s_off[k]] if m else 0, m, n))
+                total += n
+            i += 1
+        size = len(self.rbuf)
+        b = bytearray(total if total > size else size)
+        pids = [0] * ns
+        offs = [0] * ns
+        lens = [0] * ns
+        sts = bytearray(ns)
+        o = 0
+        i = 0
+        for pid, st, first, m, n in msgs:
+            pids[i] = pid
+            sts[i] = st
+            offs[i] = o
+            lens[i] = n
+            if m is not None:
+                o = self._put_msg(b, o, first, pid, m, up)
+            i += 1
+        self.rbuf = b
+        self.s_pid = pids
+        self.s_off = offs
+        self.s_len = lens
+        self.s_st = sts
+        self.rhead = 0
+        self.rcount = i
 
     # ------------------------------------------------------------ inbound QoS 2
     # The held ids are kept packed in ipids[0:nipids], so each lookup scans
@@ -1027,16 +1279,39 @@ class Session:
     # ------------------------------------------------------------ persistence
     def restore_slot(self, st, pid, frame):
         """Put a stored message back (at load, before any client
-        attaches); st is its record state (qos_state.STORED_*)."""
+        attaches); st is its record state (qos_state.STORED_*). A frame
+        built for another level than the session's is built again for it."""
+        lev = self.stored_level(frame[0])
+        first = 0x30 | (frame[0] & 15)
         n = len(frame)
+        m = None
+        if lev != self.level:
+            m = frame_msg(frame, lev, self.stats.up_s)
+            n = self._msize(m, (first >> 1) & 3)
         k = self._alloc(n)
         if k < 0:
             return False
         self.s_pid[k] = pid
-        copy(self.rbuf, self.s_off[k], frame, 0, n)
+        o = self.s_off[k]
+        if m is None:
+            copy(self.rbuf, o, frame, 0, n)
+            self.rbuf[o] = first
+        else:
+            self._put_msg(self.rbuf, o, first, pid, m, self.stats.up_s)
         self.s_st[k] = from_stored(st)  # attach() resends
         self.npid = pid  # slots come back oldest first: the last is the newest
         return True
+
+    def stored_level(self, first):
+        """The protocol level a stored frame whose first byte is `first` was
+        built for (stored_first); type 3, from before records said it: the
+        level of the session's record, which keeps saying it (lv3)."""
+        t = first >> 4
+        if t == 3:
+            if not self.lv3:
+                self.lv3 = self.level
+            return self.lv3
+        return 4 if t == 1 else 5
 
     def restore_queued(self, rel, pid, frame, m=None):
         """A stored message that found no room in the ring (the limits are
@@ -1047,9 +1322,9 @@ class Session:
         if rel:
             self._push(None, _QREL | pid << 8)
         else:
-            first = frame[0] if frame[0] >> 4 else frame[0] + 0x30  # (type 0: _enqueue)
+            first = 0x30 | (frame[0] & 15)
             if m is None:
-                m = frame_msg(frame, self.level, self.stats.up_s)
+                m = frame_msg(frame, self.stored_level(frame[0]), self.stats.up_s)
             self._push(m, first | pid << 8)
         self.npid = pid
         return m

@@ -17,7 +17,8 @@
 #               atomic rename; cleared by removing it.
 #   s<k>/sess   one persistent session: seq field = MQTT 5 session expiry
 #               interval (0 at 3.1.1: none), key field = 1 (2: its client
-#               speaks MQTT 5, what it queues is built for it); body = client id
+#               speaks MQTT 5; either is also the level of its records of
+#               type 3, below); body = client id
 #               length (2), client id, the uptime at which it ends (4;
 #               0xFFFFFFFF: a client is connected, or never), then per
 #               subscription options (1: QoS, and at 5.0 no local, retain as
@@ -43,9 +44,13 @@
 #               with o<seq>.p|r for each QoS 1/2 message queued or in flight
 #               towards it and i<pid>.u|d for each inbound QoS 2 id it holds
 #               (broker_session.py says when each is written). An o record's
-#               body is a reference (_Refs): 0xF0, the frame's first byte,
-#               0, 0, the packet id (2: where store.py reads it), the message
-#               record's k (4).
+#               body is the frame, or a reference (_Refs): 0xF0, the frame's
+#               first byte, 0, 0, the packet id (2: where store.py reads it),
+#               the message record's k (4). A stored frame's first byte says
+#               the protocol level it was built for in its type
+#               (broker_session.stored_first): 1 below 5, 2 at 5, 0 at 5 with
+#               its message expiry as an uptime; 3 (written before records
+#               said it): the level of the session record.
 #
 # On a desktop file system these files live in one appending log instead
 # (broker_log.LogFiles: every change of a step made durable by one sync in
@@ -60,6 +65,7 @@ from .store import FileStore, frame, unframe, refuse_fat
 from .flow import StoreFull
 from .qos_state import STORED_PUB, STORED_REL, HELD
 from .broker_log import AppendFiles, LogFiles, layout
+from .broker_session import stored_first
 
 _TAG_END = 0x3FFFFFFF  # tags stay small ints on MicroPython, and fit a record
 _NONE = 0xFFFFFFFF  # no end time in a session record
@@ -134,8 +140,8 @@ class _Refs(FileStore):
                 FileStore.out_add(self, pid, key, f, 0, len(f))  # the frame itself
                 return
             first = f[0]
-        elif m.xk >= 0 and s.level == 5:
-            first -= 0x30  # (the type 0 stored_frame gives)
+        else:
+            first = stored_first(first, s.level, m.xk >= 0 and s.level == 5)  # as stored_frame
         self._ref(pid, key, first, k)
 
     def _ref(self, pid, key, first, mid):
@@ -439,8 +445,10 @@ class Disk:
             b[i + 7:i + 7 + len(f)] = f
             i += 7 + len(f)
         # seq field: the MQTT 5 session expiry; key field: the protocol
-        # level its frames are built for (1: below 5, 2: 5)
-        return frame(s.expiry, 2 if s.level == 5 else 1, b)
+        # level its frames are built for (1: below 5, 2: 5), kept at the
+        # level of records of type 3 while it may hold some (Session.lv3)
+        lv = s.lv3 or s.level
+        return frame(s.expiry, 2 if lv == 5 else 1, b)
 
     def _store(self, d):
         lim = self.lim

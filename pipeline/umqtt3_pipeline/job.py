@@ -207,8 +207,8 @@ def ensure_session(broker, topics, qos, client_id, level=5):
     from .ingest import parse_broker
     host, port = parse_broker(broker)
     for _ in range(5):
-        # at the ingest's level: what the broker has in flight is resent
-        # as it was built, for one level
+        # at the ingest's level (what the broker has in flight is resent
+        # built for the level of the connection, whichever it is)
         c = MQTTClient(client_id, host, port, keepalive=30, level=level)
         c.set_callback(_refuse, raw=True)
         try:

@@ -7,6 +7,7 @@
     python -m tools.measure.broker --store --only umqtt3
     python -m tools.measure.broker --level 5 --only umqtt3,mosquitto
     python -m tools.measure.broker --backlog 40000 --only umqtt3,mosquitto
+    python -m tools.measure.broker --core 8
 
 Scenarios, each at QoS 0, 1 and 2:
   fan-in   8 publishers -> 1 subscriber
@@ -51,6 +52,13 @@ broker's CPU time per message drained at each level, and the level-5 /
 level-4 ratio. Each broker queues N (umqtt3 --max-queued, mosquitto
 max_queued_messages) with 32 in flight per client (umqtt3's default,
 mosquitto's max_inflight_messages).
+
+--core S measures umqtt3's broker core alone, in this process, without
+sockets or a peer: one publisher's QoS 0 PUBLISHes fed in gulps of 50 with
+broker_bytes.feed() to S subscribers at QoS 0, each subscriber's bytes
+taken after each gulp. Printed: CPU time per delivered message (the
+routing path without the driver and the kernel); compare two trees by
+running it in each, alternately.
 """
 import argparse
 import os
@@ -408,7 +416,8 @@ def run_load(port, scenario, qos, seconds, persistent=False):
 def run_backlog(srv, n, order):
     """--backlog: queue n QoS 1 messages for an offline level-4 and an
     offline level-5 persistent subscriber, then drain each in turn, in
-    `order` (levels). Returns {level: broker CPU seconds of its drain}."""
+    `order` (levels). Returns {level: (broker CPU seconds of its drain, of
+    which system time)}."""
     port = srv.port
     for lv in (4, 5):
         Peer(port, "backlog%d" % lv, 1, False, lv).close()
@@ -431,7 +440,7 @@ def run_backlog(srv, n, order):
     time.sleep(0.2)  # let the broker finish its queueing before the first drain
     cpu = {}
     for lv in order:
-        c0 = srv.cpu()
+        t0 = srv.times()
         p = Peer(port, "backlog%d" % lv, None, False, lv)
         p.s.setblocking(True)
         p.s.settimeout(10)
@@ -446,7 +455,8 @@ def run_backlog(srv, n, order):
                 del p.wbuf[:]
         p.close()
         time.sleep(0.1)
-        cpu[lv] = srv.cpu() - c0
+        t1 = srv.times()
+        cpu[lv] = (t1[0] + t1[1] - t0[0] - t0[1], t1[1] - t0[1])
         Peer(port, p.cid).close()  # end the session
     return cpu
 
@@ -471,7 +481,8 @@ def started(names):
 def backlog_main(names, n):
     print("backlog drain: %d QoS 1 messages queued for one offline persistent subscriber,"
           " then drained (%d-core machine)" % (n, os.cpu_count() or 0))
-    print("%-14s%16s%16s%12s" % ("broker", "level 4 us/msg", "level 5 us/msg", "5 / 4"))
+    print("%-14s%16s%16s%12s%18s" % ("broker", "level 4 us/msg", "level 5 us/msg", "5 / 4",
+                                     "system time 4/5"))
     res = {}
     for name, srv in started(names):
         try:
@@ -479,13 +490,15 @@ def backlog_main(names, n):
             # little more than the first, whatever its level
             a = run_backlog(srv, n, (4, 5))
             b = run_backlog(srv, n, (5, 4))
-            cpu = {lv: (a[lv] + b[lv]) / 2 for lv in (4, 5)}
+            cpu = {lv: (a[lv][0] + b[lv][0]) / 2 for lv in (4, 5)}
+            sys_ = {lv: (a[lv][1] + b[lv][1]) / 2 for lv in (4, 5)}
         except Exception as e:
             print("%s failed: %s" % (name, e))
             continue
         res[name] = cpu
-        print("%-14s%16.1f%16.1f%11.2fx" % (name, cpu[4] * 1e6 / n, cpu[5] * 1e6 / n,
-                                            cpu[5] / cpu[4] if cpu[4] else 0.0))
+        print("%-14s%16.1f%16.1f%11.2fx%11.0f %%/%2.0f %%"
+              % (name, cpu[4] * 1e6 / n, cpu[5] * 1e6 / n, cpu[5] / cpu[4] if cpu[4] else 0.0,
+                 100 * sys_[4] / cpu[4] if cpu[4] else 0, 100 * sys_[5] / cpu[5] if cpu[5] else 0))
     u = res.get("umqtt3")
     for o in res:
         if u and o != "umqtt3" and res[o][4] and res[o][5]:
@@ -532,6 +545,36 @@ def mp_ram():
     return None
 
 
+def core_main(nsubs, n=60000):
+    from umqtt3.broker_core import Core
+    from umqtt3.broker_bytes import feed, take
+    from umqtt3.broker_limits import Limits
+    from umqtt3.transport import Conn
+    buf = bytearray(256)
+
+    def put(fn, *a):
+        return bytes(buf[:fn(buf, 0, *a)])
+
+    b = Core(Limits(sys_interval=0, max_packet=65536, max_clients=nsubs + 1))
+    subs = []
+    for i in range(nsubs + 1):
+        c = b.open(Conn(None, b.limits.max_packet, b.limits.tx), "core", 0)
+        feed(b, c, put(encode_connect, "c%d" % i, 4, True, 0), 0)
+        if i < nsubs:
+            feed(b, c, put(encode_subscribe, 1, [(TOPIC.decode(), 0)]), 0)
+            subs.append(c)
+        take(b, c)
+    gulp = put(encode_publish, TOPIC, PAYLOAD, 0, 0) * 50
+    t0 = time.process_time()
+    for _ in range(n // 50):
+        feed(b, c, gulp, 0)
+        for s in subs:
+            take(b, s)
+    dt = time.process_time() - t0
+    print("broker core, QoS 0 to %d subscribers: %.2f us CPU per delivered message"
+          % (nsubs, dt * 1e6 / (n // 50 * 50) / nsubs))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="short runs (under 20 s in all)")
@@ -543,12 +586,19 @@ def main():
                     help="protocol level of every client: 4 (3.1.1) or 5 (5.0)")
     ap.add_argument("--backlog", type=int, metavar="N",
                     help="instead: CPU to drain N queued QoS 1 messages at level 4 and 5")
+    ap.add_argument("--core", type=int, metavar="S",
+                    help="instead: umqtt3's core alone, QoS 0 to S subscribers, in process")
     ap.add_argument("--store", action="store_true",
                     help="also umqtt3 with a store; persistent sessions in every column")
     a = ap.parse_args()
     secs = a.seconds or (0.4 if a.quick else 2.0)
     global LEVEL
     LEVEL = a.level
+    if a.core is not None:
+        if not 1 <= a.core <= 64:
+            ap.error("--core: 1 to 64 subscribers")
+        core_main(a.core)
+        return
     names = [n for n in a.only.split(",") if n and not ((a.level == 5 or a.backlog) and n == "amqtt")]
     if a.backlog is not None:
         if not 1 <= a.backlog <= 60000:
