@@ -176,10 +176,11 @@ class _Refs(FileStore):
         self.mids[pid] = mid
 
     def out_del(self, pid):
-        FileStore.out_del(self, pid)  # (raises: the message stays until load() drops it)
+        had = FileStore.out_del(self, pid)  # (raises: the message stays until load() drops it)
         mid = self.mids.pop(pid, None)
         if mid is not None:
             self.disk.msg_unref(mid)
+        return had
 
     def recover(self):
         """FileStore.recover, a reference's body left as it is (ref_frame
