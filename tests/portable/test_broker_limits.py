@@ -10,7 +10,8 @@ from broker_harness import (running, Raw, advance, wait_for, settle, pub_sub, ju
                             over_sockets)
 from umqtt3 import codec
 from umqtt3.broker_session import MSG_COST, ENTRY_COST
-from umqtt3.codec import PUBACK, PUBREC, PUBREL, PUBCOMP, PINGREQ, PINGRESP, DISCONNECT
+from umqtt3.codec import (PUBACK, PUBREC, PUBREL, PUBCOMP, PINGREQ, PINGRESP, DISCONNECT,
+                          PUBLISH)
 
 
 def test_max_clients_connack_3():
@@ -174,34 +175,44 @@ def test_blocked_reader_resumes_when_it_drains():
     # a client whose send buffer is full is not read from (its answers would
     # not fit); once it drains, a packet already read whole is handled even
     # though nothing more arrives to wake poll
-    with running(max_packet=1024, max_queued=10, sndbuf=4096) as b:
+    with running(max_packet=1024, max_queued=128, max_queued_bytes=0, mem_budget=0,
+                 sndbuf=4096) as b:
         with Raw(b, rcvbuf=4096) as slow, Raw(b) as pub:
             slow.connect("slow")
             slow.subscribe(1, "fill", 0)
             pub.connect("pub")
             s = b.sessions()[b"slow"]
-            # 32-byte frames fill the 1024-byte send buffer to the last byte;
-            # go on until the buffers under it are full too and messages wait
+            # 256-byte frames (3 + 2 + 4 + 247) fill the 1024-byte send buffer
+            # to the last byte, and the queue's drain writes whole frames: as
+            # long as 4 wait, each refill leaves the buffer full. The buffers
+            # under it are not full for good: over TCP they take more when
+            # the PINGREQ's ACK reopens the window, or a timer does (up to
+            # 2 x SO_SNDBUF + 2 x SO_RCVBUF on Linux, about 17 KB here).
+            # 100 queued frames (25.6 KB) outlast that, so the PINGREQ still
+            # finds the buffer full whatever the kernel takes meanwhile.
             c = s.client
+            payload = b"z" * 247
             for _ in range(200):
-                for _ in range(50):
-                    pub.publish("fill", b"z" * 24)
+                for _ in range(20):
+                    pub.publish("fill", payload)
                 settle()
-                if s.queued() >= 5 and c.conn.space() == 0:
-                    settle()
-                    if c.conn.space() == 0:
-                        break
-            assert s.queued() >= 5 and c.conn.space() == 0
+                if s.queued() >= 100 and c.conn.space() == 0:
+                    break
+            assert s.queued() >= 100 and c.conn.space() == 0
             slow.simple(PINGREQ)
             assert wait_for(lambda: c.blocked)
-            seen = set()
+            # it drains: every message written before the PINGRESP arrives,
+            # then the PINGRESP, though the PINGREQ came long before
+            n = 0
             for _ in range(2000):
                 p = slow.recv()
                 assert p is not None
-                seen.add(p.type)
-                if PINGRESP in seen:
+                if p.type == PINGRESP:
                     break
-            assert PINGRESP in seen
+                assert p.type == PUBLISH and len(p.payload) == 247
+                n += 1
+            assert p.type == PINGRESP
+            assert n == b.sent and s.queued() == 0 and not c.blocked
 
 
 def test_garbage_closes_only_that_connection():
