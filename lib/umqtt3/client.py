@@ -91,7 +91,7 @@ class MQTTClient(Core):
                 if not (qos and self.reconnect):
                     raise
         if qos and wait and not self.depth:
-            start = -1  # the clock is read once the first poll() has not brought the ack
+            first = True  # the clock is read once the first poll() has not brought the ack
             self.want = pid
             self.ack_pid = 0
             try:
@@ -99,7 +99,8 @@ class MQTTClient(Core):
                     self.poll(10)
                     if self.ack_pid == pid or not self.store.out_has(pid):
                         break
-                    if start < 0:
+                    if first:
+                        first = False
                         start = ticks_ms()
                     elif ticks_diff(ticks_ms(), start) > self.timeout_ms:
                         raise OSError(110)
