@@ -82,32 +82,29 @@ class poll:
         self._objs.pop(fd, None)
         self._p.unregister(fd)
 
-    def poll(self, timeout=-1):
+    def _named(self, r):
         # select.poll's list with the objects registered in place of their
         # file descriptors: changed in place, no second list
-        r = self._p.poll(timeout)
-        if r:
-            o = self._objs
-            i = 0
-            for fd, ev in r:
-                r[i] = (o[fd], ev)
-                i += 1
+        o = self._objs
+        i = 0
+        for fd, ev in r:
+            r[i] = (o[fd], ev)
+            i += 1
         return r
 
-    def ipoll(self, timeout=-1, flags=0):
-        # poll()'s body again: one Python call less on every client poll()
-        # (MicroPython's one-shot flag is not emulated)
+    def poll(self, timeout=-1):
         r = self._p.poll(timeout)
-        if r:
-            if len(r) == 1:
-                fd, ev = r[0]
-                r[0] = (self._objs[fd], ev)
-            else:
-                o = self._objs
-                i = 0
-                for fd, ev in r:
-                    r[i] = (o[fd], ev)
-                    i += 1
+        return self._named(r) if r else r
+
+    def ipoll(self, timeout=-1, flags=0):
+        # poll() without its call, and without a loop for the one object a
+        # client polls (MicroPython's one-shot flag is not emulated)
+        r = self._p.poll(timeout)
+        if len(r) == 1:
+            fd, ev = r[0]
+            r[0] = (self._objs[fd], ev)
+        elif r:
+            self._named(r)
         return iter(r)
 
 
