@@ -114,23 +114,13 @@ def decode_body(body):
 
 
 def starts(buf, off=0, end=None):
-    """The offsets of the whole records in buf[off:end] (as scan(): up to the
+    """The offsets of the whole records in buf[off:end] (scan()'s: up to the
     first torn or corrupt one), and the offset after the last of them."""
-    end = len(buf) if end is None else end
-    mv = memoryview(buf)
-    unpack = _REC.unpack_from
-    crc32 = zlib.crc32
-    low = _BODY.size
-    out = []
-    add = out.append
-    while off + 8 <= end:
-        n, crc = unpack(buf, off)
-        nxt = off + 8 + n
-        if n < low or n > _MAX_BODY or nxt > end or crc32(mv[off + 8:nxt]) != crc:
-            break
-        add(off)
-        off = nxt
-    return out, off
+    at = []
+    stop = off
+    for o, stop, _ in scan(buf, off, end):
+        at.append(o)
+    return at, stop
 
 
 def _gather(a, at, lens):
