@@ -125,8 +125,11 @@ class FileStore:
         self.nseq = 0
         self.last_key = -1
         # scan now: accepted(), the sequence numbers and the packet ids in
-        # use are only right once the records of the last boot are known
-        self.recover()
+        # use are only right once the records of the last boot are known;
+        # what it found is the first recover()'s answer, unless the store
+        # changes before (a client's start-up reads each record once)
+        self.found = None
+        self.found = self.recover()
 
     def _next_seq(self):
         # Numbering starts again whenever nothing it orders is left (no
@@ -136,7 +139,13 @@ class FileStore:
         if not self.out and "u" not in self.inb.values():
             self.nseq = 0
         self.nseq += 1
+        self.found = None  # (the broker's store adds records of its own)
         return self.nseq
+
+    def _sync(self):
+        # every change ends here: durable, and the scan's answer is stale
+        self.found = None
+        self.fs.sync_dir(self.dir)
 
     def out_add(self, pid, key, buf, off, n):
         if len(self.out) + len(self.inb) >= self.max:
@@ -145,7 +154,7 @@ class FileStore:
         self._next_seq()  # a key out of range: frame raises, nothing written
         self.fs.write("%s/o%08d.%s" % (self.dir, self.nseq, "p"),
                       frame(self.nseq, k, bytes(buf[off:off + n])))
-        self.fs.sync_dir(self.dir)
+        self._sync()
         self.out[pid] = [self.nseq, "p", k]
         if k > self.last_key:
             self.last_key = k
@@ -155,7 +164,7 @@ class FileStore:
         if e and e[1] == "p":
             d = self.dir
             self.fs.rename("%s/o%08d.%s" % (d, e[0], "p"), "%s/o%08d.%s" % (d, e[0], "r"))
-            self.fs.sync_dir(self.dir)
+            self._sync()
             e[1] = "r"
 
     def out_del(self, pid):
@@ -167,7 +176,7 @@ class FileStore:
                 self.fs.rename(name, self.dir + "/last")
             else:
                 self.fs.remove(name)
-            self.fs.sync_dir(self.dir)
+            self._sync()
         return bool(e)
 
     def out_has(self, pid):
@@ -182,14 +191,14 @@ class FileStore:
         self._next_seq()  # arrival order, for handing them over again
         self.fs.write("%s/i%05d.%s" % (self.dir, pid, "u"),
                       frame(self.nseq, key, bytes(buf[off:off + n])))
-        self.fs.sync_dir(self.dir)
+        self._sync()
         self.inb[pid] = "u"
 
     def in_done(self, pid):
         if self.inb.get(pid) == "u":
             d = self.dir
             self.fs.rename("%s/i%05d.%s" % (d, pid, "u"), "%s/i%05d.%s" % (d, pid, "d"))
-            self.fs.sync_dir(self.dir)
+            self._sync()
             self.inb[pid] = "d"
 
     def in_has(self, pid):
@@ -199,7 +208,7 @@ class FileStore:
         st = self.inb.pop(pid, None)
         if st:
             self.fs.remove("%s/i%05d.%s" % (self.dir, pid, st))
-            self.fs.sync_dir(self.dir)
+            self._sync()
 
     def accepted(self, key):
         return key <= self.last_key
@@ -212,7 +221,13 @@ class FileStore:
 
     def recover(self):
         """Scan the directory: drop torn or corrupt files, rebuild the maps,
-        return outbound records in send order, then undelivered inbound."""
+        return outbound records in send order, then undelivered inbound.
+        The first call after construction answers with the construction's
+        scan, if nothing changed since (and then lets it go)."""
+        recs = self.found
+        self.found = None
+        if recs is not None:
+            return recs
         self.out = {}
         self.inb = {}
         outs = []
