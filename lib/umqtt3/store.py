@@ -30,6 +30,8 @@
 # The file layer (OSFiles, refuse_fat) uses os and vfs directly: they are
 # the same modules on MicroPython and CPython; only fsync and rename differ,
 # and those come from compat.
+from binascii import crc32
+from struct import pack, unpack
 from .compat import fsync, fsync_dir, replace, const
 from .client_codec import StoreFull
 
@@ -39,30 +41,22 @@ from .client_codec import StoreFull
 _MAGIC = const(0x55)  # 'U'
 
 
-_KEY_MAX = const(0xFFFFFFFE)  # stored as key + 1 in 32 bits; -1 ("no key") stores 0
-
-
 def frame(n, key, b):
     # one record (public: the broker's store frames its records the same way)
     # magic, 4-byte sequence number n, 4-byte key (+1, so -1 "no key"
     # stores 0), the body b, CRC-32
-    import binascii
-    import struct
-    if key < -1 or key > _KEY_MAX:
+    if key < -1 or (key + 1) >> 32:
         raise ValueError("key out of range 0..2**32-2")
-    b = struct.pack(">BII", _MAGIC, n & 0xFFFFFFFF, key + 1) + b
-    return b + struct.pack(">I", binascii.crc32(b) & 0xFFFFFFFF)
+    b = pack(">BII", _MAGIC, n & 0xFFFFFFFF, key + 1) + b
+    return b + pack(">I", crc32(b))  # (crc32 is unsigned on both Pythons)
 
 
 def unframe(b):
     """(seq, key, body) or None for a torn or corrupt record."""
-    import binascii
-    import struct
     n = len(b) - 4
-    if n < 9 or b[0] != _MAGIC or \
-            binascii.crc32(b[:n]) & 0xFFFFFFFF != struct.unpack(">I", b[n:])[0]:
+    if n < 9 or b[0] != _MAGIC or crc32(b[:n]) != unpack(">I", b[n:])[0]:
         return None
-    m, seq, key = struct.unpack(">BII", b[:9])
+    seq, key = unpack(">II", b[1:9])
     return seq, key - 1, bytes(b[9:n])
 
 
