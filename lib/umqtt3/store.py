@@ -30,6 +30,7 @@
 # The file layer (OSFiles, refuse_fat) uses os and vfs directly: they are
 # the same modules on MicroPython and CPython; only fsync and rename differ,
 # and those come from compat.
+import os
 from binascii import crc32
 from struct import pack, unpack
 from .compat import fsync, fsync_dir, replace, const
@@ -77,22 +78,18 @@ class OSFiles:
         replace(a, b)
 
     def remove(self, path):
-        import os
         os.remove(path)
 
-    def listdir(self, path):
-        import os
-        return os.listdir(path)
+    listdir = staticmethod(os.listdir)
 
     def mkdir(self, path):
-        import os
         try:
             os.mkdir(path)
         except OSError:
             return  # there already
         # a new directory's name is durable once its parent is synced
         i = path.rstrip("/").rfind("/")
-        fsync_dir(path[:i] if i > 0 else "/" if i == 0 else ".")
+        fsync_dir(path[:i] or "/" if i >= 0 else ".")
 
     def sync_dir(self, path):
         fsync_dir(path)
