@@ -111,26 +111,30 @@ class FileStore:
         self.fs.mkdir(path)
         if not allow_fat:
             refuse_fat(path)
-        self.out = {}  # pid -> [seq, state, key]
-        self.inb = {}  # pid -> state ('u' or 'd')
         self.nseq = 0
         self.last_key = -1
-        # scan now: accepted(), the sequence numbers and the packet ids in
-        # use are only right once the records of the last boot are known;
-        # what it found is the first recover()'s answer, unless the store
-        # changes before (a client's start-up reads each record once)
+        # scan now (recover() also makes self.out, pid -> [seq, state, key],
+        # and self.inb, pid -> state): accepted(), the sequence numbers and
+        # the packet ids in use are only right once the records of the last
+        # boot are known. What it found is the first recover()'s answer,
+        # unless the store changes before (a client's start-up reads each
+        # record once).
         self.found = None
         self.found = self.recover()
 
     def _next_seq(self):
+        # every new record starts here: refused when full (nothing written),
+        # and the scan's answer is stale.
         # Numbering starts again whenever nothing it orders is left (no
         # outbound record, no undelivered inbound one), so names and the
         # 32-bit field stay short (and small ints on MicroPython) on a
         # store that runs for years. Rule 6 holds: no live record is passed.
+        if len(self.out) + len(self.inb) >= self.max:
+            raise StoreFull("store full", 0x97)
+        self.found = None
         if not self.out and "u" not in self.inb.values():
             self.nseq = 0
         self.nseq += 1
-        self.found = None  # (the broker's store adds records of its own)
         return self.nseq
 
     def _sync(self):
@@ -139,14 +143,11 @@ class FileStore:
         self.fs.sync_dir(self.dir)
 
     def out_add(self, pid, key, buf, off, n):
-        if len(self.out) + len(self.inb) >= self.max:
-            raise StoreFull("store full", 0x97)
         k = -1 if key is None else key
-        self._next_seq()  # a key out of range: frame raises, nothing written
-        self.fs.write("%s/o%08d.%s" % (self.dir, self.nseq, "p"),
-                      frame(self.nseq, k, bytes(buf[off:off + n])))
+        seq = self._next_seq()  # a key out of range: frame raises, nothing written
+        self.fs.write("%s/o%08d.%s" % (self.dir, seq, "p"), frame(seq, k, buf[off:off + n]))
         self._sync()
-        self.out[pid] = [self.nseq, "p", k]
+        self.out[pid] = [seq, "p", k]
         if k > self.last_key:
             self.last_key = k
 
@@ -177,11 +178,8 @@ class FileStore:
         return len(self.out)
 
     def in_add(self, pid, buf, off, n, key=-1):
-        if len(self.out) + len(self.inb) >= self.max:
-            raise StoreFull("store full", 0x97)
-        self._next_seq()  # arrival order, for handing them over again
-        self.fs.write("%s/i%05d.%s" % (self.dir, pid, "u"),
-                      frame(self.nseq, key, bytes(buf[off:off + n])))
+        seq = self._next_seq()  # arrival order, for handing them over again
+        self.fs.write("%s/i%05d.%s" % (self.dir, pid, "u"), frame(seq, key, buf[off:off + n]))
         self._sync()
         self.inb[pid] = "u"
 
@@ -221,17 +219,17 @@ class FileStore:
             return recs
         self.out = {}
         self.inb = {}
-        outs = []
-        ins = []
+        recs = []
         for name in sorted(self.fs.listdir(self.dir)):
             # ours: o<seq>.p|r with 8 digits or more (a sequence past 10**8
             # has 9), i<pid>.u|d with 5, or last; never touch other files
             n = len(name)
-            c = name[:1]
+            c = name[0]
+            st = name[-1]
             if name != "last" and not (
                     name[-2:-1] == "." and name[1:-2].isdigit() and
-                    ((c == "o" and n >= 11 and name[-1] in "pr") or
-                     (c == "i" and n == 8 and name[-1] in "ud"))):
+                    (c == "o" and n > 10 and st in "pr" or
+                     c == "i" and n == 8 and st in "ud")):
                 continue
             path = self.dir + "/" + name
             try:
@@ -245,12 +243,9 @@ class FileStore:
             seq, key, body = rec
             if seq > self.nseq:
                 self.nseq = seq
-            if name == "last":
-                self.last_key = max(self.last_key, key)
-                continue
-            if key > self.last_key and name[0] == "o":
-                self.last_key = key
-            if name[0] == "o" and len(body) > 4:
+            if c != "i" and key > self.last_key:
+                self.last_key = key  # "last", or an outbound record
+            if c == "o" and len(body) > 4:
                 # the packet id of the encoded QoS 1/2 PUBLISH: after the
                 # fixed header and the topic
                 i = 1
@@ -258,18 +253,18 @@ class FileStore:
                     i += 1
                 i += 3 + ((body[i + 1] << 8) | body[i + 2])
                 pid = (body[i] << 8) | body[i + 1]
-                st = name[-1]
                 self.out[pid] = [seq, st, key]
-                outs.append((seq, pid, st, key, body))
-            elif name[0] == "i":
+                recs.append((0, seq, pid, st, key, body))
+            elif c == "i":
                 pid = int(name[1:6])
-                st = name[-1]
                 self.inb[pid] = st
                 if st == "u":
-                    ins.append((seq, pid, "u", key, body))
-        outs.sort()
-        ins.sort()
-        return [x[1:] for x in outs] + [x[1:] for x in ins]
+                    recs.append((1, seq, pid, st, key, body))
+        # outbound in send order, then inbound in arrival order
+        recs.sort()
+        for i in range(len(recs)):
+            recs[i] = recs[i][2:]
+        return recs
 
 
 def refuse_fat(path):
