@@ -269,19 +269,20 @@ class FileStore:
 
 def refuse_fat(path):
     # FAT is not power-loss safe: a reset during a write can corrupt the
-    # directory. Refuse unless the caller opts in (allow_fat=True).
+    # directory. Refuse unless the caller opts in (allow_fat=True). The
+    # directory is on the mount with the longest matching mount point.
     try:
         import vfs
         mounts = vfs.mount()
     except (ImportError, TypeError, AttributeError):
         return  # CPython, or a port that cannot list its mounts
-    if not path.startswith("/"):
-        import os
+    if path[:1] != "/":
         path = os.getcwd().rstrip("/") + "/" + path
-    best = None
+    fat = n = 0
     for fs, mp in mounts:
-        under = mp == "/" or path == mp or path.startswith(mp.rstrip("/") + "/")
-        if under and (best is None or len(mp) > len(best[1])):
-            best = (fs, mp)
-    if best and type(best[0]).__name__ == "VfsFat":
+        mp = mp.rstrip("/") + "/"  # ("/" stays "/")
+        if (path + "/").startswith(mp) and len(mp) > n:
+            n = len(mp)
+            fat = type(fs).__name__ == "VfsFat"
+    if fat:
         raise OSError("FileStore on FAT is not power-loss safe; use littlefs or allow_fat=True")
