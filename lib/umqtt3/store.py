@@ -285,4 +285,4 @@ def refuse_fat(path):
             n = len(mp)
             fat = type(fs).__name__ == "VfsFat"
     if fat:
-        raise OSError("FileStore on FAT is not power-loss safe; use littlefs or allow_fat=True")
+        raise OSError("FAT is not power-loss safe (allow_fat=True)")
