@@ -608,6 +608,56 @@ def test_file_refuses_fat():
         _cleanup(d)
 
 
+class _FakeMounts:
+    # MicroPython's vfs module with the given (fs, mount point) pairs
+    def __init__(self, *mounts):
+        self.mounts = list(mounts)
+
+    def mount(self):
+        return self.mounts
+
+
+def test_refuse_fat_goes_by_the_longest_mount_point():
+    fat = type("VfsFat", (), {})()
+    lfs = type("VfsLfs2", (), {})()
+    old = sys.modules.get("vfs")
+    try:
+        sys.modules["vfs"] = _FakeMounts((fat, "/"), (lfs, "/flash"))
+        import vfs
+        if not isinstance(vfs, _FakeMounts):
+            raise SkipTest("the built-in vfs module cannot be replaced here")
+        store_mod.refuse_fat("/flash/mq")  # littlefs mounted over FAT
+        store_mod.refuse_fat("/flash")
+        for p in ("/mq", "/flashy/mq"):  # on FAT: /flashy is not under /flash
+            assert "FAT" in str(_raises(OSError, store_mod.refuse_fat, p))
+        sys.modules["vfs"] = _FakeMounts((lfs, "/flash"), (fat, "/"))  # in any order
+        store_mod.refuse_fat("/flash/mq")
+        _raises(OSError, store_mod.refuse_fat, "/mq")
+        sys.modules["vfs"] = _FakeMounts((lfs, "/"), (fat, "/sd"))
+        store_mod.refuse_fat("/mq")
+        store_mod.refuse_fat("/sdx/mq")
+        _raises(OSError, store_mod.refuse_fat, "/sd/mq")
+        _raises(OSError, store_mod.refuse_fat, "/sd")
+        # a relative path is under the current directory
+        d = _tmpdir()
+        os.mkdir(d)
+        cwd = os.getcwd()
+        os.chdir(d)
+        try:
+            sys.modules["vfs"] = _FakeMounts((lfs, "/"), (fat, d))
+            _raises(OSError, store_mod.refuse_fat, "mq")
+            sys.modules["vfs"] = _FakeMounts((fat, "/"), (lfs, d))
+            store_mod.refuse_fat("mq")
+        finally:
+            os.chdir(cwd)
+            _cleanup(d)
+    finally:
+        if old is None:
+            del sys.modules["vfs"]
+        else:
+            sys.modules["vfs"] = old
+
+
 def test_file_recover_leaves_other_files_alone():
     # FileStore("/") on a board must not wipe main.py: only names of its own
     # records (o<seq>.p/.r, i<pid>.u/.d, last) are read, dropped or kept.
