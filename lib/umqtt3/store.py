@@ -30,6 +30,9 @@
 # The file layer (OSFiles, refuse_fat) uses os and vfs directly: they are
 # the same modules on MicroPython and CPython; only fsync and rename differ,
 # and those come from compat.
+import os
+from binascii import crc32
+from struct import pack, unpack
 from .compat import fsync, fsync_dir, replace, const
 from .client_codec import StoreFull
 
@@ -39,30 +42,22 @@ from .client_codec import StoreFull
 _MAGIC = const(0x55)  # 'U'
 
 
-_KEY_MAX = const(0xFFFFFFFE)  # stored as key + 1 in 32 bits; -1 ("no key") stores 0
-
-
 def frame(n, key, b):
     # one record (public: the broker's store frames its records the same way)
     # magic, 4-byte sequence number n, 4-byte key (+1, so -1 "no key"
     # stores 0), the body b, CRC-32
-    import binascii
-    import struct
-    if key < -1 or key > _KEY_MAX:
+    if key < -1 or (key + 1) >> 32:
         raise ValueError("key out of range 0..2**32-2")
-    b = struct.pack(">BII", _MAGIC, n & 0xFFFFFFFF, key + 1) + b
-    return b + struct.pack(">I", binascii.crc32(b) & 0xFFFFFFFF)
+    b = pack(">BII", _MAGIC, n & 0xFFFFFFFF, key + 1) + b
+    return b + pack(">I", crc32(b))  # (crc32 is unsigned on both Pythons)
 
 
 def unframe(b):
     """(seq, key, body) or None for a torn or corrupt record."""
-    import binascii
-    import struct
     n = len(b) - 4
-    if n < 9 or b[0] != _MAGIC or \
-            binascii.crc32(b[:n]) & 0xFFFFFFFF != struct.unpack(">I", b[n:])[0]:
+    if n < 9 or b[0] != _MAGIC or crc32(b[:n]) != unpack(">I", b[n:])[0]:
         return None
-    m, seq, key = struct.unpack(">BII", b[:9])
+    seq, key = unpack(">II", b[1:9])
     return seq, key - 1, bytes(b[9:n])
 
 
@@ -83,22 +78,18 @@ class OSFiles:
         replace(a, b)
 
     def remove(self, path):
-        import os
         os.remove(path)
 
-    def listdir(self, path):
-        import os
-        return os.listdir(path)
+    listdir = staticmethod(os.listdir)
 
     def mkdir(self, path):
-        import os
         try:
             os.mkdir(path)
         except OSError:
             return  # there already
         # a new directory's name is durable once its parent is synced
         i = path.rstrip("/").rfind("/")
-        fsync_dir(path[:i] if i > 0 else "/" if i == 0 else ".")
+        fsync_dir(path[:i] or "/" if i >= 0 else ".")
 
     def sync_dir(self, path):
         fsync_dir(path)
@@ -120,33 +111,43 @@ class FileStore:
         self.fs.mkdir(path)
         if not allow_fat:
             refuse_fat(path)
-        self.out = {}  # pid -> [seq, state, key]
-        self.inb = {}  # pid -> state ('u' or 'd')
         self.nseq = 0
         self.last_key = -1
-        # scan now: accepted(), the sequence numbers and the packet ids in
-        # use are only right once the records of the last boot are known
-        self.recover()
+        # scan now (recover() also makes self.out, pid -> [seq, state, key],
+        # and self.inb, pid -> state): accepted(), the sequence numbers and
+        # the packet ids in use are only right once the records of the last
+        # boot are known. What it found is the first recover()'s answer,
+        # unless the store changes before (a client's start-up reads each
+        # record once).
+        self.found = None
+        self.found = self.recover()
 
     def _next_seq(self):
+        # every new record starts here: refused when full (nothing written),
+        # and the scan's answer is stale.
         # Numbering starts again whenever nothing it orders is left (no
         # outbound record, no undelivered inbound one), so names and the
         # 32-bit field stay short (and small ints on MicroPython) on a
         # store that runs for years. Rule 6 holds: no live record is passed.
+        if len(self.out) + len(self.inb) >= self.max:
+            raise StoreFull("store full", 0x97)
+        self.found = None
         if not self.out and "u" not in self.inb.values():
             self.nseq = 0
         self.nseq += 1
         return self.nseq
 
-    def out_add(self, pid, key, buf, off, n):
-        if len(self.out) + len(self.inb) >= self.max:
-            raise StoreFull("store full", 0x97)
-        k = -1 if key is None else key
-        self._next_seq()  # a key out of range: frame raises, nothing written
-        self.fs.write("%s/o%08d.%s" % (self.dir, self.nseq, "p"),
-                      frame(self.nseq, k, bytes(buf[off:off + n])))
+    def _sync(self):
+        # every change ends here: durable, and the scan's answer is stale
+        self.found = None
         self.fs.sync_dir(self.dir)
-        self.out[pid] = [self.nseq, "p", k]
+
+    def out_add(self, pid, key, buf, off, n):
+        k = -1 if key is None else key
+        seq = self._next_seq()  # a key out of range: frame raises, nothing written
+        self.fs.write("%s/o%08d.%s" % (self.dir, seq, "p"), frame(seq, k, buf[off:off + n]))
+        self._sync()
+        self.out[pid] = [seq, "p", k]
         if k > self.last_key:
             self.last_key = k
 
@@ -155,7 +156,7 @@ class FileStore:
         if e and e[1] == "p":
             d = self.dir
             self.fs.rename("%s/o%08d.%s" % (d, e[0], "p"), "%s/o%08d.%s" % (d, e[0], "r"))
-            self.fs.sync_dir(self.dir)
+            self._sync()
             e[1] = "r"
 
     def out_del(self, pid):
@@ -167,7 +168,7 @@ class FileStore:
                 self.fs.rename(name, self.dir + "/last")
             else:
                 self.fs.remove(name)
-            self.fs.sync_dir(self.dir)
+            self._sync()
         return bool(e)
 
     def out_has(self, pid):
@@ -177,19 +178,16 @@ class FileStore:
         return len(self.out)
 
     def in_add(self, pid, buf, off, n, key=-1):
-        if len(self.out) + len(self.inb) >= self.max:
-            raise StoreFull("store full", 0x97)
-        self._next_seq()  # arrival order, for handing them over again
-        self.fs.write("%s/i%05d.%s" % (self.dir, pid, "u"),
-                      frame(self.nseq, key, bytes(buf[off:off + n])))
-        self.fs.sync_dir(self.dir)
+        seq = self._next_seq()  # arrival order, for handing them over again
+        self.fs.write("%s/i%05d.%s" % (self.dir, pid, "u"), frame(seq, key, buf[off:off + n]))
+        self._sync()
         self.inb[pid] = "u"
 
     def in_done(self, pid):
         if self.inb.get(pid) == "u":
             d = self.dir
             self.fs.rename("%s/i%05d.%s" % (d, pid, "u"), "%s/i%05d.%s" % (d, pid, "d"))
-            self.fs.sync_dir(self.dir)
+            self._sync()
             self.inb[pid] = "d"
 
     def in_has(self, pid):
@@ -199,7 +197,7 @@ class FileStore:
         st = self.inb.pop(pid, None)
         if st:
             self.fs.remove("%s/i%05d.%s" % (self.dir, pid, st))
-            self.fs.sync_dir(self.dir)
+            self._sync()
 
     def accepted(self, key):
         return key <= self.last_key
@@ -212,20 +210,26 @@ class FileStore:
 
     def recover(self):
         """Scan the directory: drop torn or corrupt files, rebuild the maps,
-        return outbound records in send order, then undelivered inbound."""
+        return outbound records in send order, then undelivered inbound.
+        The first call after construction answers with the construction's
+        scan, if nothing changed since (and then lets it go)."""
+        recs = self.found
+        self.found = None
+        if recs is not None:
+            return recs
         self.out = {}
         self.inb = {}
-        outs = []
-        ins = []
+        recs = []
         for name in sorted(self.fs.listdir(self.dir)):
             # ours: o<seq>.p|r with 8 digits or more (a sequence past 10**8
             # has 9), i<pid>.u|d with 5, or last; never touch other files
             n = len(name)
-            c = name[:1]
+            c = name[0]
+            st = name[-1]
             if name != "last" and not (
                     name[-2:-1] == "." and name[1:-2].isdigit() and
-                    ((c == "o" and n >= 11 and name[-1] in "pr") or
-                     (c == "i" and n == 8 and name[-1] in "ud"))):
+                    (c == "o" and n > 10 and st in "pr" or
+                     c == "i" and n == 8 and st in "ud")):
                 continue
             path = self.dir + "/" + name
             try:
@@ -239,12 +243,9 @@ class FileStore:
             seq, key, body = rec
             if seq > self.nseq:
                 self.nseq = seq
-            if name == "last":
-                self.last_key = max(self.last_key, key)
-                continue
-            if key > self.last_key and name[0] == "o":
-                self.last_key = key
-            if name[0] == "o" and len(body) > 4:
+            if c != "i" and key > self.last_key:
+                self.last_key = key  # "last", or an outbound record
+            if c == "o" and len(body) > 4:
                 # the packet id of the encoded QoS 1/2 PUBLISH: after the
                 # fixed header and the topic
                 i = 1
@@ -252,35 +253,36 @@ class FileStore:
                     i += 1
                 i += 3 + ((body[i + 1] << 8) | body[i + 2])
                 pid = (body[i] << 8) | body[i + 1]
-                st = name[-1]
                 self.out[pid] = [seq, st, key]
-                outs.append((seq, pid, st, key, body))
-            elif name[0] == "i":
+                recs.append((0, seq, pid, st, key, body))
+            elif c == "i":
                 pid = int(name[1:6])
-                st = name[-1]
                 self.inb[pid] = st
                 if st == "u":
-                    ins.append((seq, pid, "u", key, body))
-        outs.sort()
-        ins.sort()
-        return [x[1:] for x in outs] + [x[1:] for x in ins]
+                    recs.append((1, seq, pid, st, key, body))
+        # outbound in send order, then inbound in arrival order
+        recs.sort()
+        for i in range(len(recs)):
+            recs[i] = recs[i][2:]
+        return recs
 
 
 def refuse_fat(path):
     # FAT is not power-loss safe: a reset during a write can corrupt the
-    # directory. Refuse unless the caller opts in (allow_fat=True).
+    # directory. Refuse unless the caller opts in (allow_fat=True). The
+    # directory is on the mount with the longest matching mount point.
     try:
         import vfs
         mounts = vfs.mount()
     except (ImportError, TypeError, AttributeError):
         return  # CPython, or a port that cannot list its mounts
-    if not path.startswith("/"):
-        import os
+    if path[:1] != "/":
         path = os.getcwd().rstrip("/") + "/" + path
-    best = None
+    fat = n = 0
     for fs, mp in mounts:
-        under = mp == "/" or path == mp or path.startswith(mp.rstrip("/") + "/")
-        if under and (best is None or len(mp) > len(best[1])):
-            best = (fs, mp)
-    if best and type(best[0]).__name__ == "VfsFat":
-        raise OSError("FileStore on FAT is not power-loss safe; use littlefs or allow_fat=True")
+        mp = mp.rstrip("/") + "/"  # ("/" stays "/")
+        if (path + "/").startswith(mp) and len(mp) > n:
+            n = len(mp)
+            fat = type(fs).__name__ == "VfsFat"
+    if fat:
+        raise OSError("FAT is not power-loss safe (allow_fat=True)")

@@ -279,6 +279,68 @@ def test_file_reboot_recovers_in_sequence_order():
         _cleanup(d)
 
 
+class _CountingFiles(store_mod.OSFiles):
+    # the real files, counting the records read
+    def __init__(self):
+        self.reads = 0
+
+    def read(self, path):
+        self.reads += 1
+        return store_mod.OSFiles.read(self, path)
+
+
+def test_file_start_up_reads_each_record_once():
+    # FileStore() scans; the first recover() (the client core's, at its
+    # construction) answers with that scan instead of reading every record
+    # again; a later one scans
+    d = _tmpdir()
+    try:
+        s = FileStore(d)
+        for pid in (1, 2, 3):
+            _add(s, pid, key=pid, msg=b"m%d" % pid)
+        s.out_rel(2)
+        fs = _CountingFiles()
+        s2 = FileStore(d, files=fs)
+        assert fs.reads == 3
+        first = s2.recover()
+        assert fs.reads == 3
+        assert [x[:3] for x in first] == [(1, "p", 1), (2, "r", 2), (3, "p", 3)]
+        assert s2.recover() == first and fs.reads == 6
+    finally:
+        _cleanup(d)
+
+
+def test_file_recover_after_a_change_reads_again():
+    # any change between FileStore() and the first recover() makes the
+    # scan's answer stale: recover() reports the store as it is now
+    d = _tmpdir()
+    buf, n = _pub(7)
+    changes = [
+        lambda s: s.out_rel(3),
+        lambda s: s.out_del(1),
+        lambda s: _add(s, 4, key=4),
+        lambda s: s.in_add(7, buf, 0, n),
+        lambda s: s.in_done(7),
+        lambda s: s.in_del(7),
+        lambda s: s.out_del(4),
+    ]
+    try:
+        s = FileStore(d)
+        for pid in (1, 2, 3):
+            _add(s, pid, key=pid)
+        for change in changes:
+            fs = _CountingFiles()
+            s = FileStore(d, files=fs)
+            before = fs.reads
+            change(s)
+            got = s.recover()
+            assert fs.reads > before
+            assert got == FileStore(d).recover()
+            assert [r[:2] for r in got] == [(r[0], r[1]) for r in s.recover()]
+    finally:
+        _cleanup(d)
+
+
 def test_file_sequence_past_eight_digits():
     # a store that never empties for 10**8 records writes o100000000.p:
     # it is still a record, recovered in sequence order (rule 5), and
@@ -544,6 +606,56 @@ def test_file_refuses_fat():
         else:
             sys.modules["vfs"] = old
         _cleanup(d)
+
+
+class _FakeMounts:
+    # MicroPython's vfs module with the given (fs, mount point) pairs
+    def __init__(self, *mounts):
+        self.mounts = list(mounts)
+
+    def mount(self):
+        return self.mounts
+
+
+def test_refuse_fat_goes_by_the_longest_mount_point():
+    fat = type("VfsFat", (), {})()
+    lfs = type("VfsLfs2", (), {})()
+    old = sys.modules.get("vfs")
+    try:
+        sys.modules["vfs"] = _FakeMounts((fat, "/"), (lfs, "/flash"))
+        import vfs
+        if not isinstance(vfs, _FakeMounts):
+            raise SkipTest("the built-in vfs module cannot be replaced here")
+        store_mod.refuse_fat("/flash/mq")  # littlefs mounted over FAT
+        store_mod.refuse_fat("/flash")
+        for p in ("/mq", "/flashy/mq"):  # on FAT: /flashy is not under /flash
+            assert "FAT" in str(_raises(OSError, store_mod.refuse_fat, p))
+        sys.modules["vfs"] = _FakeMounts((lfs, "/flash"), (fat, "/"))  # in any order
+        store_mod.refuse_fat("/flash/mq")
+        _raises(OSError, store_mod.refuse_fat, "/mq")
+        sys.modules["vfs"] = _FakeMounts((lfs, "/"), (fat, "/sd"))
+        store_mod.refuse_fat("/mq")
+        store_mod.refuse_fat("/sdx/mq")
+        _raises(OSError, store_mod.refuse_fat, "/sd/mq")
+        _raises(OSError, store_mod.refuse_fat, "/sd")
+        # a relative path is under the current directory
+        d = _tmpdir()
+        os.mkdir(d)
+        cwd = os.getcwd()
+        os.chdir(d)
+        try:
+            sys.modules["vfs"] = _FakeMounts((lfs, "/"), (fat, d))
+            _raises(OSError, store_mod.refuse_fat, "mq")
+            sys.modules["vfs"] = _FakeMounts((fat, "/"), (lfs, d))
+            store_mod.refuse_fat("mq")
+        finally:
+            os.chdir(cwd)
+            _cleanup(d)
+    finally:
+        if old is None:
+            del sys.modules["vfs"]
+        else:
+            sys.modules["vfs"] = old
 
 
 def test_file_recover_leaves_other_files_alone():
