@@ -284,6 +284,24 @@ def test_as_bytes():
     assert compat.as_bytes(mv) is mv
 
 
+def test_as_bytes_subclasses_cpython():
+    # CPython's as_bytes() skips isinstance() for exact bytes: a str
+    # subclass (an enum's value, say) is still encoded, a bytes subclass
+    # still returned as it is
+    _cpython_only()
+
+    class Name(str):
+        pass
+
+    class Raw(bytes):
+        pass
+
+    got = compat.as_bytes(Name("a/\u00e9"))
+    assert got == b"a/\xc3\xa9" and type(got) is bytes
+    r = Raw(b"a/b")
+    assert compat.as_bytes(r) is r
+
+
 def test_valid_utf8_cpython():
     _cpython_only()
     v = compat.valid_utf8
@@ -438,6 +456,19 @@ def test_poll_ipoll_pairs():
         p.register(a, compat.POLLIN)
         res = p.poll(0)
         assert isinstance(res, list) and len(res) == 1 and res[0][0] is a
+        # Back to one object after two: ipoll names the one left (CPython
+        # names a lone object without a look-up), whichever it is.
+        p.register(b, compat.POLLOUT)
+        p.unregister(a)
+        got = list(p.ipoll(1000))
+        assert len(got) == 1 and got[0][0] is b and got[0][1] & compat.POLLOUT, got
+        p.register(a, compat.POLLIN)
+        p.unregister(b)
+        assert a.recv(16) == b"y"  # sent above, not read yet
+        assert list(p.ipoll(0)) == []
+        b.send(b"z")
+        got = list(p.ipoll(1000))
+        assert len(got) == 1 and got[0][0] is a and got[0][1] & compat.POLLIN, got
     finally:
         a.close()
         b.close()

@@ -5,6 +5,7 @@
     python -m tools.measure.client --cpu      # CPU per QoS 1 message, one process
     python -m tools.measure.client --profile  # where umqtt3's QoS 1 time goes
     python -m tools.measure.client --instructions  # the same under valgrind
+    python -m tools.measure.client --bytecodes     # Python bytecodes per message, by function
 
 Starts its own mosquitto (Debian's binary) on 127.0.0.1 and a free port, then
 measures in one run, on one broker, for each client:
@@ -62,6 +63,16 @@ The other modes look at sequential QoS 1 alone, umqtt3 against the bound:
                 calls count only their user-space part, and a clock read
                 counts about 2,000 instructions here (valgrind does not run
                 the kernel's fast clock path; natively it takes about 90 ns).
+--bytecodes     the Python bytecodes each of the two runs per message, by
+                function, and the Python calls (sys.settrace with opcode
+                events, 300 messages after a warm-up): which function's
+                code a change shortens, independent of the load, the
+                machine and the interpreter's build. Here umqtt3's path
+                takes about 50 user-space instructions per bytecode, the
+                C functions it calls included.
+The header's "python build" line says whether libpython is a shared
+library (pyenv's default build: slower Python code, so a lower ratio to
+the bound, whose time is mostly system calls) or linked into the executable.
 """
 
 import argparse
@@ -480,6 +491,29 @@ def _load():
     return "load average %.1f" % os.getloadavg()[0]
 
 
+def python_build():
+    """How the interpreter was built, as far as it moves this benchmark:
+    umqtt3's time is mostly the interpreter's, the bound's mostly system
+    calls. An interpreter in a shared libpython (pyenv's default) runs
+    Python code slower than one linked into its executable with PGO/LTO
+    (Debian's /usr/bin/python3), so the ratio to the bound is lower."""
+    import sysconfig
+    conf = sysconfig.get_config_var("CONFIG_ARGS") or ""
+    flags = [f for f in ("--enable-optimizations", "--with-lto") if f in conf]
+    lib = None
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                if "libpython" in line:
+                    lib = line.split()[-1]
+                    break
+        where = "libpython shared: %s" % lib if lib else "libpython in the executable"
+    except OSError:
+        where = "libpython: unknown"
+    return "%s; CONFIG_ARGS %s" % (where, " ".join(flags) if flags else
+                                  "without --enable-optimizations or --with-lto")
+
+
 def cpu_main(rounds):
     """--cpu: umqtt3 and the bound in this process, alternating rounds;
     process_time per message."""
@@ -588,6 +622,67 @@ def instructions_main():
         broker.kill()
 
 
+BC_N = 300  # --bytecodes: messages traced
+
+
+def _bytecodes(run):
+    """(bytecodes, calls) per function (file:line name) while run() runs."""
+    ops = {}
+    calls = {}
+
+    def trace(frame, event, arg):
+        c = frame.f_code
+        f = os.path.relpath(c.co_filename)
+        if f.startswith("lib" + os.sep):
+            f = f[4:]
+        key = "%s:%d %s" % (f, c.co_firstlineno, c.co_name)
+        if event == "opcode":
+            ops[key] = ops.get(key, 0) + 1
+        elif event == "call":
+            frame.f_trace_opcodes = True
+            calls[key] = calls.get(key, 0) + 1
+        return trace
+
+    sys.settrace(trace)
+    try:
+        run()
+    finally:
+        sys.settrace(None)
+    return ops, calls
+
+
+def bytecodes_main():
+    """--bytecodes: Python bytecodes and calls per QoS 1 message, by function,
+    umqtt3 and the bound."""
+    broker = _broker()
+    try:
+        ours, floor = Ours(broker.port, "bench-bc-ours"), Floor(broker.port, "bench-bc-raw")
+        print("sequential QoS 1: Python bytecodes per message (sys.settrace opcode events, "
+              "%d messages after 500)" % BC_N)
+        total = {}
+        for name, cl in (("umqtt3", ours), ("raw-socket", floor)):
+            cl.seq_n(1, 500)  # warm up
+            # (seq_n is the loop: umqtt3's calls publish(), the bound's
+            # builds and sends the packet itself)
+            ops, calls = _bytecodes(lambda: cl.seq_n(1, BC_N))
+            n = sum(ops.values()) / BC_N
+            total[name] = n
+            print("  %-12s %7.0f bytecodes/msg in %5.1f Python calls" % (
+                name, n, sum(calls.values()) / BC_N))
+            if name == "umqtt3":
+                for k, v in sorted(ops.items(), key=lambda x: -x[1]):
+                    if v < BC_N / 10:
+                        continue  # the run's own start (the lambda)
+                    print("    %-52s %6.1f  (%.1f calls)" % (k[:52], v / BC_N,
+                                                             calls.get(k, 0) / BC_N))
+        print("  umqtt3 / raw-socket: %.1fx" % (total["umqtt3"] / max(total["raw-socket"], 1)))
+        ours.close()
+        floor.close()
+    finally:
+        broker.stop()
+        broker.kill()
+
+
 def seq_n_main(kind, port, n):
     """Subprocess (--instructions): connect, n sequential QoS 1 messages."""
     cl = KINDS[kind](port, "bench-ir-" + kind)
@@ -618,6 +713,8 @@ def main(argv=None):
                       help="QoS 1 only: where umqtt3's time goes (cProfile)")
     mode.add_argument("--instructions", action="store_true",
                       help="QoS 1 only: instructions per message under valgrind")
+    mode.add_argument("--bytecodes", action="store_true",
+                      help="QoS 1 only: Python bytecodes per message, by function")
     args = ap.parse_args(argv)
     if args.cpu:
         cpu_main(10 if args.quick else 20)
@@ -627,6 +724,9 @@ def main(argv=None):
         return
     if args.instructions:
         instructions_main()
+        return
+    if args.bytecodes:
+        bytecodes_main()
         return
     rounds = 1 if args.quick else 3
     seconds = 0.5 if args.quick else 1.0
@@ -648,6 +748,7 @@ def main(argv=None):
         print("umqtt3 client benchmark: mosquitto on 127.0.0.1:%d, MQTT 3.1.1" % broker.port)
         print("  topic %r, payload %d bytes" % (TOPIC, len(PAYLOAD)))
         print("  python: %s" % _common.python_version())
+        print("  python build: %s" % python_build())
         print("  broker: %s" % out.splitlines()[0])
         print("  paho-mqtt %s" % _common.dist_version("paho-mqtt"))
         if have_simple:

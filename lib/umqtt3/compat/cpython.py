@@ -68,11 +68,13 @@ class poll:
     def __init__(self):
         self._p = _select.poll()
         self._objs = {}
+        self._one = None  # the object while it is the only one registered
 
     def register(self, obj, mask=_select.POLLIN | _select.POLLOUT):
         fd = obj if isinstance(obj, int) else obj.fileno()
         self._objs[fd] = obj
         self._p.register(fd, mask)
+        self._single()
 
     def modify(self, obj, mask):
         self._p.modify(obj if isinstance(obj, int) else obj.fileno(), mask)
@@ -81,6 +83,11 @@ class poll:
         fd = obj if isinstance(obj, int) else obj.fileno()
         self._objs.pop(fd, None)
         self._p.unregister(fd)
+        self._single()
+
+    def _single(self):
+        o = self._objs
+        self._one = next(iter(o.values())) if len(o) == 1 else None
 
     def _named(self, r):
         # select.poll's list with the objects registered in place of their
@@ -97,14 +104,16 @@ class poll:
         return self._named(r) if r else r
 
     def ipoll(self, timeout=-1, flags=0):
-        # poll() without its call, and without a loop for the one object a
-        # client polls (MicroPython's one-shot flag is not emulated)
+        # poll() without its call; for the one object a client polls, no
+        # loop, no len() and no look-up (MicroPython's one-shot flag is not
+        # emulated)
         r = self._p.poll(timeout)
-        if len(r) == 1:
-            fd, ev = r[0]
-            r[0] = (self._objs[fd], ev)
-        elif r:
-            self._named(r)
+        if r:
+            one = self._one
+            if one is not None:
+                r[0] = (one, r[0][1])
+            else:
+                self._named(r)
         return iter(r)
 
 
@@ -153,7 +162,8 @@ def name_levels(buf, off, n):
 
 
 def as_bytes(s):
-    return s.encode() if isinstance(s, str) else s
+    # exact bytes, what a client publishes, without the call to isinstance()
+    return s if s.__class__ is bytes or not isinstance(s, str) else s.encode()
 
 
 def fsync(f):
