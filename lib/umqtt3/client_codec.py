@@ -288,30 +288,20 @@ def encode_publish(buf, off, topic, payload, qos=0, pid=0, retain=False,
     return off + pl
 
 
-def encode_ack(buf, off, t, pid, rc=None, level=4, props=None):
-    """PUBACK, PUBREC, PUBREL, PUBCOMP (and v3/v4 UNSUBACK). For MQTT 5 the
-    reason code and properties are omitted when rc is None and props is None
-    (remaining length 2); props=b"" writes an explicit empty property list."""
+def encode_ack(buf, off, t, pid):
+    """PUBACK, PUBREC, PUBREL, PUBCOMP (and v3/v4 UNSUBACK): the packet id
+    alone, four bytes, at every level (MQTT 5 leaves out a success code
+    without properties). The MQTT 5 form with a reason code and properties
+    is umqtt3.codec's encode_ack, the broker's."""
     if not 0 < pid < 65536:
         fail(_E_PID_RANGE, _PROTOCOL_ERROR)  # [MQTT-2.3.1-1]
-    first = (t << 4) | (2 if t == _PUBREL else 0)
-    if level != 5 or (rc is None and props is None):
-        # the usual four bytes, written directly (what put_header checks)
-        if off + 4 > len(buf):
-            fail(_E_BUFFER, _TOO_LARGE)
-        buf[off] = first
-        buf[off + 1] = 2
-        buf[off + 2] = pid >> 8
-        buf[off + 3] = pid & 0xFF
-        return off + 4
-    p5 = mqtt5()
-    props = p5.encoded(props)
-    rl = 3 if props is None else 3 + p5.size(props)
-    off = _put(buf, put_header(buf, off, first, rl), None, pid)
-    buf[off] = rc or 0
-    if props is not None:
-        return p5.put(buf, off + 1, props)
-    return off + 1
+    if off + 4 > len(buf):
+        fail(_E_BUFFER, _TOO_LARGE)
+    buf[off] = (t << 4) | (2 if t == _PUBREL else 0)
+    buf[off + 1] = 2
+    buf[off + 2] = pid >> 8
+    buf[off + 3] = pid & 0xFF
+    return off + 4
 
 
 def encode_filter(buf, off, pid, topic, qos=0, level=4, props=None):
