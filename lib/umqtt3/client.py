@@ -9,8 +9,7 @@
 # publish at QoS 1/2, subscribe, wait_msg) loop on poll() until their answer
 # or a timeout.
 from .compat import ticks_ms, ticks_diff, sleep_ms, poll, link, dial, const
-from .client_codec import MQTTError, Busy
-from .conn import Closed
+from .client_codec import MQTTError, Busy, Closed
 from .client_core import Core
 
 # as select's and client_core's (underscored consts take no dict slot)

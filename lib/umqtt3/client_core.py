@@ -21,8 +21,7 @@
 # client.MQTTClient (blocking) and aio.AsyncClient (asyncio), do.
 from .compat import ticks_add, ticks_diff, const, MICROPYTHON
 from .client_codec import (Packet, MQTTError, Busy, decode, encode_connect, encode_publish,
-                           encode_ack, encode_filter, put_header)
-from .conn import Conn, Closed
+                           encode_ack, encode_filter, put_header, Conn, Closed)
 
 # Underscored consts take no slot in the module's dict (the drivers define
 # the states again: MicroPython cannot import a const() name).
