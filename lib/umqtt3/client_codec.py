@@ -113,16 +113,6 @@ def mqtt5():
     return _M[0]
 
 
-def _srv():
-    # umqtt3.codec_server: what only a server decodes (CONNECT, SUBSCRIBE,
-    # UNSUBSCRIBE); a client never meets one, so never loads it. (Kept
-    # here after the first use: an import in decode() would allocate.)
-    if _M[1] is None:
-        from . import codec_server
-        _M[1] = codec_server
-    return _M[1]
-
-
 # ---------------------------------------------------------------- framing
 
 def frame_len(buf, off, end, max_packet=0):
@@ -552,8 +542,6 @@ def decode(p, buf, off, end, max_packet=0):
         if n < 3:
             fail(_E_LENGTH)  # 5.0 always has reason code and properties
         return mqtt5().tail(p, buf, i + 1, end, t)
-    if t == _SUBSCRIBE or t == _UNSUBSCRIBE:
-        return _srv().decode_filters(p, buf, i, end, v5)
     if t == _SUBACK or t == _UNSUBACK:
         i = read_pid(p, buf, i, end)
         if v5:
@@ -568,7 +556,14 @@ def decode(p, buf, off, end, max_packet=0):
                 fail(_E_RETURN_CODE)  # [MQTT-3.9.3-2]
             i += 1
         return t
-    return _srv().decode_connect(p, buf, i, end)
+    # CONNECT, SUBSCRIBE, UNSUBSCRIBE: what only a server decodes, in
+    # umqtt3.codec_server, which a client never loads (kept in _M after the
+    # first import: an import each time would allocate)
+    s = _M[1]
+    if s is None:
+        from . import codec_server as s
+        _M[1] = s
+    return s.decode_server(p, buf, i, end, v5)
 
 
 # ---------------------------------------------------------------- the connection
