@@ -516,54 +516,49 @@ def decode(p, buf, off, end, max_packet=0):
     if fl != b"\x00\x00\x00\x00\x00\x00\x02\x00\x02\x00\x02\x00\x00\x00\x00\x00"[t] and \
             level > 3:
         fail(_E_RESERVED_FLAGS)
+    if t in b"\x01\x08\x0a":
+        # CONNECT, SUBSCRIBE, UNSUBSCRIBE: what only a server decodes, in
+        # umqtt3.codec_server, which a client never loads (kept in _M after
+        # the first import: an import each time would allocate)
+        s = _M[1]
+        if s is None:
+            from . import codec_server as s
+            _M[1] = s
+        return s.decode_server(p, buf, i, end, v5)
+    if v5:
+        # the rest at level 5 (reason codes, properties): umqtt3.props's,
+        # so that a 3.1.1 client carries none of it
+        return mqtt5().decode5(p, buf, i, end, t)
     n = end - i
-    if _PUBACK <= t <= _PUBCOMP or (t == _UNSUBACK and not v5):
-        if n < 2 or (n != 2 and not v5):
+    if _PUBACK <= t <= _PUBCOMP or t == _UNSUBACK:
+        if n != 2:
             fail(_E_LENGTH)
-        i = read_pid(p, buf, i, end)
-        return mqtt5().tail(p, buf, i, end, t) if i < end else t
-    if t == _PINGREQ or t == _PINGRESP:
+        read_pid(p, buf, i, end)
+        return t
+    if t == _PINGREQ or t == _PINGRESP or t == _DISCONNECT:
         if n:
             fail(_E_LENGTH)
         return t
-    if t == _DISCONNECT or t == _AUTH:
-        if n and not v5:
-            fail(_E_LENGTH)
-        return mqtt5().tail(p, buf, i, end, t) if n else t
     if t == _CONNACK:
-        if n < 2 or (n != 2 and not v5):
+        if n != 2:
             fail(_E_LENGTH)
         if buf[i] & 0xFE:
-            fail(_E_CONNACK_BITS)  # (5.0: MQTT-3.2.2-1; unnumbered in 3.1.1)
+            fail(_E_CONNACK_BITS)  # (unnumbered in 3.1.1)
         p.session_present = buf[i] == 1
-        if not v5:
-            p.rc = buf[i + 1]
-            return t
-        if n < 3:
-            fail(_E_LENGTH)  # 5.0 always has reason code and properties
-        return mqtt5().tail(p, buf, i + 1, end, t)
-    if t == _SUBACK or t == _UNSUBACK:
-        i = read_pid(p, buf, i, end)
-        if v5:
-            i = mqtt5().read(p, buf, i, end, t)
-        p.payload_off = i
-        p.payload_len = end - i
-        if i == end:
-            fail(_E_NO_CODES)  # one per filter, and there is at least one
-        while i < end:
-            c = buf[i]
-            if not (mqtt5().reason_ok(t, c) if v5 else c < 3 or c == 0x80):
-                fail(_E_RETURN_CODE)  # [MQTT-3.9.3-2]
-            i += 1
+        p.rc = buf[i + 1]
         return t
-    # CONNECT, SUBSCRIBE, UNSUBSCRIBE: what only a server decodes, in
-    # umqtt3.codec_server, which a client never loads (kept in _M after the
-    # first import: an import each time would allocate)
-    s = _M[1]
-    if s is None:
-        from . import codec_server as s
-        _M[1] = s
-    return s.decode_server(p, buf, i, end, v5)
+    # SUBACK: the packet id, a return code per filter
+    i = read_pid(p, buf, i, end)
+    p.payload_off = i
+    p.payload_len = end - i
+    if i == end:
+        fail(_E_NO_CODES)  # one per filter, and there is at least one
+    while i < end:
+        c = buf[i]
+        if not (c < 3 or c == 0x80):
+            fail(_E_RETURN_CODE)  # [MQTT-3.9.3-2]
+        i += 1
+    return t
 
 
 # ---------------------------------------------------------------- the connection
