@@ -201,9 +201,9 @@ class MQTTClient(Core):
                 if c.tlen:
                     self.send()  # the PINGREQ tick() queued
             return handled
-        except (OSError, MQTTError) as e:
-            if isinstance(e, Busy):
-                raise
+        except Busy:
+            raise
+        except (OSError, MQTTError):
             self.lost(ticks_ms())
             if not self.reconnect:
                 raise

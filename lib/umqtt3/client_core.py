@@ -376,9 +376,9 @@ class Core:
             return False
         n = self.conn.tlen
         try:
-            next(b)  # returns when the send buffer is full again
-        except StopIteration:
-            self.backlog = None
+            # returns when the send buffer is full again, b once it is done
+            if next(b, b) is b:
+                self.backlog = None
         except BaseException:
             self.backlog = None
             raise
