@@ -599,7 +599,7 @@ class Conn:
         self.tx = bytearray(tx)
         # views at the offsets a header can end at: reads there never allocate
         v = memoryview(self.rx)
-        self._at = [self.rx] + [v[i:] for i in range(1, 6)]
+        self._at = [self.rx, v[1:], v[2:], v[3:], v[4:], v[5:]]
         self.max_packet = min(max_packet or rx, rx)
         self.got = 0  # bytes of the current packet in rx
         self.need = 2  # bytes wanted before looking again
