@@ -61,9 +61,6 @@ class Core:
     # MQTT 5 limits the server set in CONNACK
     max_packet = 0  # Maximum Packet Size, 0: none [MQTT-3.1.2-24]
     alias_max = 0  # Topic Alias Maximum
-    cur = None  # the packet being handed to the callback
-    depth = 0  # > 0 while the message callback runs
-    redelivery = False  # True while the callback gets a redelivered message
 
     def __init__(self, client_id, keepalive=0, user=None, password=None, level=4,
                  store=None, window=8, bufsize=512, reconnect=False, timeout_ms=5000,
@@ -101,6 +98,11 @@ class Core:
         self.unsynced = False
         self.ack_pid = self.ack_rc = 0  # the last completed publish
         self.want = -1  # the packet id a waiting publish() waits for
+        # set by deliver(), so on the instance from the start (no table of
+        # the class's grows for them; the instance's has room)
+        self.cur = None  # the packet being handed to the callback
+        self.depth = 0  # > 0 while the message callback runs
+        self.redelivery = False  # True while the callback gets a redelivered message
         self.pkt = Packet(level)
         # one Conn for the client's life: buffers allocated once; a larger
         # head reads a PUBACK in one read
