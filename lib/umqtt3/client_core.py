@@ -43,6 +43,10 @@ _UNSUBACK = const(11)
 _PINGRESP = const(13)
 _DISCONNECT = const(14)
 _AUTH = const(15)
+# const() has done its work (MicroPython's compiler replaced every use): its
+# name would take a slot in this module's dict (18 names: a table of 23
+# slots, 17 names: 17)
+del const
 # I/O errors carry an errno and no text (each text would be a string in RAM
 # from import on): 107 not connected, 110 timed out (also no CONNACK or
 # PINGRESP in time), 111 connection failed, 104 the link or the server
