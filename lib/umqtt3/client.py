@@ -132,10 +132,6 @@ class MQTTClient(Core):
         self.send()
         return pid
 
-    def check_msg(self):
-        """Handle whatever has arrived, without waiting (umqtt.simple)."""
-        return self.poll(0)
-
     def wait_msg(self, timeout_ms=None):
         """Wait for and handle at least one incoming packet. Without a
         timeout it waits as long as it takes (umqtt.simple's behaviour),
@@ -208,6 +204,10 @@ class MQTTClient(Core):
             if not self.reconnect:
                 raise
             return 0
+
+    # umqtt.simple's check_msg(): handle whatever has arrived, without
+    # waiting (poll() with its default timeout, 0)
+    check_msg = poll
 
     def send(self):
         # write what is queued; True when all of it went out
