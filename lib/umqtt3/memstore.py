@@ -99,9 +99,7 @@ class MemoryStore:
 
     def in_clear(self):
         # the broker lost the session: held inbound ids mean nothing now
-        p = self.inpid
-        for i in range(len(p)):
-            p[i] = 0
+        self.inpid = [0] * len(self.inpid)  # (once a connection: may allocate)
 
     def recover(self):
         r = []
