@@ -79,7 +79,8 @@ class MQTTError(Exception):
     0x82 protocol error, 0x84 unsupported protocol version, 0x95 too large)."""
 
     def __init__(self, reason, code=_MALFORMED):
-        super().__init__(reason, code)
+        # (args is (reason, code) without a super().__init__: both
+        # Pythons take an exception's args from its constructor call)
         self.reason = reason
         self.code = code
 
