@@ -135,7 +135,7 @@ class Core:
         # which is then kept in the class, so that later calls find it as
         # any method. Any other name: the AttributeError getattr() raises.
         # (CPython: see the end of this module.)
-        if name[:1] == "_":
+        if name[0] == "_":
             raise AttributeError(name)
         from . import client_more
         setattr(type(self), name, getattr(client_more, name))
@@ -459,7 +459,7 @@ class Core:
                         # server unavailable / busy / quota / rate: try
                         # again later; any other refusal (version, id,
                         # credentials) is final
-                        self.reconnect = self.reconnect and p.rc in (3, 0x88, 0x89, 0x97, 0x9F)
+                        self.reconnect = self.reconnect and p.rc in b"\x03\x88\x89\x97\x9f"
                         raise MQTTError("refused", p.rc)
                     self.state = _UP
                     self.tries = 0
