@@ -77,7 +77,7 @@ def test_plan_per_board_and_role(board):
         assert dests[-2:] == ["boot.py", "main.py"]
         assert "board.mpy" in dests and "config.json" in dests
         for m in ("__init__", "compat/__init__", "codec", "client", "store", "memstore", "flow",
-                  "conn", "topic"):
+                  "topic"):
             assert "lib/umqtt3/%s.mpy" % m in dests or (
                 m == "compat/__init__" and "lib/umqtt3/compat.mpy" in dests)
         assert not [d for d in dests if "cpython" in d or "broker_cli" in d]
@@ -89,6 +89,8 @@ def test_plan_per_board_and_role(board):
     assert {"lib/umqtt3/broker.mpy", "lib/umqtt3/broker_session.mpy", "gateway.mpy",
             "secrets.json"} <= set(dg)
     assert set(dn) < set(dg)
+    # Conn is client_codec's: only the broker imports it by conn's name
+    assert "lib/umqtt3/conn.mpy" in dg and "lib/umqtt3/conn.mpy" not in dn
     srcs = dict((d, (s, how)) for d, s, how in gw)
     assert srcs["board.mpy"] == (os.path.join(ROOT, "boards", board + ".py"), "mpy")
     assert srcs["secrets.json"] == ("s.json", "copy")

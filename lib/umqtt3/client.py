@@ -9,8 +9,7 @@
 # publish at QoS 1/2, subscribe, wait_msg) loop on poll() until their answer
 # or a timeout.
 from .compat import ticks_ms, ticks_diff, sleep_ms, poll, link, dial, const
-from .client_codec import MQTTError, Busy
-from .conn import Closed
+from .client_codec import MQTTError, Busy, Closed
 from .client_core import Core
 
 # as select's and client_core's (underscored consts take no dict slot)
@@ -133,10 +132,6 @@ class MQTTClient(Core):
         self.send()
         return pid
 
-    def check_msg(self):
-        """Handle whatever has arrived, without waiting (umqtt.simple)."""
-        return self.poll(0)
-
     def wait_msg(self, timeout_ms=None):
         """Wait for and handle at least one incoming packet. Without a
         timeout it waits as long as it takes (umqtt.simple's behaviour),
@@ -202,13 +197,17 @@ class MQTTClient(Core):
                 if c.tlen:
                     self.send()  # the PINGREQ tick() queued
             return handled
-        except (OSError, MQTTError) as e:
-            if isinstance(e, Busy):
-                raise
+        except Busy:
+            raise
+        except (OSError, MQTTError):
             self.lost(ticks_ms())
             if not self.reconnect:
                 raise
             return 0
+
+    # umqtt.simple's check_msg(): handle whatever has arrived, without
+    # waiting (poll() with its default timeout, 0)
+    check_msg = poll
 
     def send(self):
         # write what is queued; True when all of it went out

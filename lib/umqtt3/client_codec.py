@@ -11,7 +11,7 @@
 # umqtt3.props's, imported on first use. umqtt3.codec, the broker's codec,
 # is this module plus the wire primitives by name and the server's half
 # (codec_server): a client never loads it.
-from .compat import const, valid_utf8, as_bytes, topic_ok
+from .compat import const, valid_utf8, as_bytes, topic_ok, move
 
 # packet types
 _CONNACK = const(2)
@@ -79,7 +79,8 @@ class MQTTError(Exception):
     0x82 protocol error, 0x84 unsupported protocol version, 0x95 too large)."""
 
     def __init__(self, reason, code=_MALFORMED):
-        super().__init__(reason, code)
+        # (args is (reason, code) without a super().__init__: both
+        # Pythons take an exception's args from its constructor call)
         self.reason = reason
         self.code = code
 
@@ -111,16 +112,6 @@ def mqtt5():
         from . import props
         _M[0] = props
     return _M[0]
-
-
-def _srv():
-    # umqtt3.codec_server: what only a server decodes (CONNECT, SUBSCRIBE,
-    # UNSUBSCRIBE); a client never meets one, so never loads it. (Kept
-    # here after the first use: an import in decode() would allocate.)
-    if _M[1] is None:
-        from . import codec_server
-        _M[1] = codec_server
-    return _M[1]
 
 
 # ---------------------------------------------------------------- framing
@@ -288,30 +279,20 @@ def encode_publish(buf, off, topic, payload, qos=0, pid=0, retain=False,
     return off + pl
 
 
-def encode_ack(buf, off, t, pid, rc=None, level=4, props=None):
-    """PUBACK, PUBREC, PUBREL, PUBCOMP (and v3/v4 UNSUBACK). For MQTT 5 the
-    reason code and properties are omitted when rc is None and props is None
-    (remaining length 2); props=b"" writes an explicit empty property list."""
+def encode_ack(buf, off, t, pid):
+    """PUBACK, PUBREC, PUBREL, PUBCOMP (and v3/v4 UNSUBACK): the packet id
+    alone, four bytes, at every level (MQTT 5 leaves out a success code
+    without properties). The MQTT 5 form with a reason code and properties
+    is umqtt3.codec's encode_ack, the broker's."""
     if not 0 < pid < 65536:
         fail(_E_PID_RANGE, _PROTOCOL_ERROR)  # [MQTT-2.3.1-1]
-    first = (t << 4) | (2 if t == _PUBREL else 0)
-    if level != 5 or (rc is None and props is None):
-        # the usual four bytes, written directly (what put_header checks)
-        if off + 4 > len(buf):
-            fail(_E_BUFFER, _TOO_LARGE)
-        buf[off] = first
-        buf[off + 1] = 2
-        buf[off + 2] = pid >> 8
-        buf[off + 3] = pid & 0xFF
-        return off + 4
-    p5 = mqtt5()
-    props = p5.encoded(props)
-    rl = 3 if props is None else 3 + p5.size(props)
-    off = _put(buf, put_header(buf, off, first, rl), None, pid)
-    buf[off] = rc or 0
-    if props is not None:
-        return p5.put(buf, off + 1, props)
-    return off + 1
+    if off + 4 > len(buf):
+        fail(_E_BUFFER, _TOO_LARGE)
+    buf[off] = (t << 4) | (2 if t == _PUBREL else 0)
+    buf[off + 1] = 2
+    buf[off + 2] = pid >> 8
+    buf[off + 3] = pid & 0xFF
+    return off + 4
 
 
 def encode_filter(buf, off, pid, topic, qos=0, level=4, props=None):
@@ -536,47 +517,156 @@ def decode(p, buf, off, end, max_packet=0):
     if fl != b"\x00\x00\x00\x00\x00\x00\x02\x00\x02\x00\x02\x00\x00\x00\x00\x00"[t] and \
             level > 3:
         fail(_E_RESERVED_FLAGS)
+    if t in b"\x01\x08\x0a":
+        # CONNECT, SUBSCRIBE, UNSUBSCRIBE: what only a server decodes, in
+        # umqtt3.codec_server, which a client never loads (kept in _M after
+        # the first import: an import each time would allocate)
+        s = _M[1]
+        if s is None:
+            from . import codec_server as s
+            _M[1] = s
+        return s.decode_server(p, buf, i, end, v5)
+    if v5:
+        # the rest at level 5 (reason codes, properties): umqtt3.props's,
+        # so that a 3.1.1 client carries none of it
+        return mqtt5().decode5(p, buf, i, end, t)
     n = end - i
-    if _PUBACK <= t <= _PUBCOMP or (t == _UNSUBACK and not v5):
-        if n < 2 or (n != 2 and not v5):
+    if _PUBACK <= t <= _PUBCOMP or t == _UNSUBACK:
+        if n != 2:
             fail(_E_LENGTH)
-        i = read_pid(p, buf, i, end)
-        return mqtt5().tail(p, buf, i, end, t) if i < end else t
-    if t == _PINGREQ or t == _PINGRESP:
+        read_pid(p, buf, i, end)
+        return t
+    if t == _PINGREQ or t == _PINGRESP or t == _DISCONNECT:
         if n:
             fail(_E_LENGTH)
         return t
-    if t == _DISCONNECT or t == _AUTH:
-        if n and not v5:
-            fail(_E_LENGTH)
-        return mqtt5().tail(p, buf, i, end, t) if n else t
     if t == _CONNACK:
-        if n < 2 or (n != 2 and not v5):
+        if n != 2:
             fail(_E_LENGTH)
         if buf[i] & 0xFE:
-            fail(_E_CONNACK_BITS)  # (5.0: MQTT-3.2.2-1; unnumbered in 3.1.1)
+            fail(_E_CONNACK_BITS)  # (unnumbered in 3.1.1)
         p.session_present = buf[i] == 1
-        if not v5:
-            p.rc = buf[i + 1]
-            return t
-        if n < 3:
-            fail(_E_LENGTH)  # 5.0 always has reason code and properties
-        return mqtt5().tail(p, buf, i + 1, end, t)
-    if t == _SUBSCRIBE or t == _UNSUBSCRIBE:
-        return _srv().decode_filters(p, buf, i, end, v5)
-    if t == _SUBACK or t == _UNSUBACK:
-        i = read_pid(p, buf, i, end)
-        if v5:
-            i = mqtt5().read(p, buf, i, end, t)
-        p.payload_off = i
-        p.payload_len = end - i
-        if i == end:
-            fail(_E_NO_CODES)  # one per filter, and there is at least one
-        while i < end:
-            c = buf[i]
-            if not (mqtt5().reason_ok(t, c) if v5 else c < 3 or c == 0x80):
-                fail(_E_RETURN_CODE)  # [MQTT-3.9.3-2]
-            i += 1
+        p.rc = buf[i + 1]
         return t
-    return _srv().decode_connect(p, buf, i, end)
+    # SUBACK: the packet id, a return code per filter
+    i = read_pid(p, buf, i, end)
+    p.payload_off = i
+    p.payload_len = end - i
+    if i == end:
+        fail(_E_NO_CODES)  # one per filter, and there is at least one
+    while i < end:
+        c = buf[i]
+        if not (c < 3 or c == 0x80):
+            fail(_E_RETURN_CODE)  # [MQTT-3.9.3-2]
+        i += 1
+    return t
 
+
+# ---------------------------------------------------------------- the connection
+# Conn: one framed, non-blocking MQTT connection over a stream (umqtt3.conn
+# names it too; here so that a client loads one module for the wire).
+#
+# A "link" is anything with MicroPython's stream methods: readinto(buf, n)
+# and write(buf, off, n), returning None when they would block and 0 bytes
+# read at end of stream. MicroPython sockets (plain and TLS) are links as
+# they are; on CPython compat.link() adapts a socket; transport.Pipe is an
+# in-memory link pair for tests and for running broker and clients in one
+# process (kept apart so that a device client never loads it).
+#
+# Reads land where they belong in the receive buffer: the start of a packet
+# (`head` bytes asked for, 2 by default: exact reads), then any further
+# length bytes, then the body. So a packet is whole in rx[0:n], and reads at
+# offsets 0..5 use views made once; only a packet that arrives in pieces
+# costs a memoryview slice. With a larger `head` (the client's) a small
+# packet, such as the PUBACK a QoS 1 publish waits for, comes in one read
+# instead of two; the few bytes read past it are moved to the front on the
+# next recv(), so the packet handed out stays intact until then.
+
+
+class Closed(OSError):
+    """The peer closed the connection (or the link failed): errno 104, or 32
+    when a write failed; no text, to keep strings out of RAM."""
+
+
+class Conn:
+    def __init__(self, link, rx=1024, tx=1024, max_packet=0, head=2):
+        self.link = link
+        # bytes asked for at a packet's start: at most 5, so that what follows
+        # lands at an offset with a view made once (_at)
+        self.head = min(head, 5, rx)
+        self.last = 0  # length of the packet recv() returned
+        self.spent = 0  # of rx[0:got], bytes done() consumed
+        self.rx = bytearray(rx)
+        self.tx = bytearray(tx)
+        # views at the offsets a header can end at: reads there never allocate
+        v = memoryview(self.rx)
+        self._at = [self.rx, v[1:], v[2:], v[3:], v[4:], v[5:]]
+        self.max_packet = min(max_packet or rx, rx)
+        self.got = 0  # bytes of the current packet in rx
+        self.need = 2  # bytes wanted before looking again
+        self.tlen = 0  # bytes queued in tx
+        self.sent = 0  # of which already written
+
+    # ------------------------------------------------------------ receive
+    def recv(self):
+        """Read what is available; return the length of a whole packet now in
+        rx[0:n], or 0 if none is complete yet. Call done() after decoding."""
+        link = self.link
+        s = self.spent
+        if s:
+            # bytes read past the last packet: the start of the next one
+            self.got -= s
+            move(self.rx, 0, self.rx, s, self.got)
+            self.spent = 0
+        while True:
+            got = self.got
+            if got >= 2:
+                n = frame_len(self.rx, 0, got, self.max_packet)
+                if n:
+                    if got >= n:
+                        self.last = n
+                        return n
+                    self.need = n
+                else:
+                    self.need = got + 1  # one more remaining-length byte
+            want = self.need - got if got else self.head
+            buf = self._at[got] if got < 6 else self._at[1][got - 1:]
+            r = link.readinto(buf, want)
+            if r is None:
+                return 0
+            if not r:
+                raise Closed(104)  # closed by the peer
+            self.got = got + r
+
+    def done(self):
+        """The packet recv() returned is consumed (set got to 0 first to
+        drop everything read)."""
+        if self.got > self.last > 0:
+            self.spent = self.last  # moved at the next recv(): rx stays intact
+        else:
+            self.got = 0
+            self.spent = 0  # (dropped with the rest: a read-ahead of a link now gone)
+        self.last = 0
+        self.need = 2
+
+    # ------------------------------------------------------------ send
+    def space(self):
+        return len(self.tx) - self.tlen
+
+    def flush(self):
+        """Write queued bytes; True when tx is empty afterwards."""
+        while self.sent < self.tlen:
+            r = self.link.write(self.tx, self.sent, self.tlen - self.sent)
+            if not r:
+                if r is None:
+                    return False
+                raise Closed(32)  # write failed
+            self.sent += r
+        self.sent = self.tlen = 0
+        return True
+
+    def close(self):
+        try:
+            self.link.close()
+        except Exception:
+            pass

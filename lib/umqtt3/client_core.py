@@ -21,8 +21,7 @@
 # client.MQTTClient (blocking) and aio.AsyncClient (asyncio), do.
 from .compat import ticks_add, ticks_diff, const, MICROPYTHON
 from .client_codec import (Packet, MQTTError, Busy, decode, encode_connect, encode_publish,
-                           encode_ack, encode_filter, put_header)
-from .conn import Conn, Closed
+                           encode_ack, encode_filter, put_header, Conn, Closed)
 
 # Underscored consts take no slot in the module's dict (the drivers define
 # the states again: MicroPython cannot import a const() name).
@@ -44,6 +43,10 @@ _UNSUBACK = const(11)
 _PINGRESP = const(13)
 _DISCONNECT = const(14)
 _AUTH = const(15)
+# const() has done its work (MicroPython's compiler replaced every use): its
+# name would take a slot in this module's dict (18 names: a table of 23
+# slots, 17 names: 17)
+del const
 # I/O errors carry an errno and no text (each text would be a string in RAM
 # from import on): 107 not connected, 110 timed out (also no CONNACK or
 # PINGRESP in time), 111 connection failed, 104 the link or the server
@@ -62,9 +65,6 @@ class Core:
     # MQTT 5 limits the server set in CONNACK
     max_packet = 0  # Maximum Packet Size, 0: none [MQTT-3.1.2-24]
     alias_max = 0  # Topic Alias Maximum
-    cur = None  # the packet being handed to the callback
-    depth = 0  # > 0 while the message callback runs
-    redelivery = False  # True while the callback gets a redelivered message
 
     def __init__(self, client_id, keepalive=0, user=None, password=None, level=4,
                  store=None, window=8, bufsize=512, reconnect=False, timeout_ms=5000,
@@ -102,6 +102,11 @@ class Core:
         self.unsynced = False
         self.ack_pid = self.ack_rc = 0  # the last completed publish
         self.want = -1  # the packet id a waiting publish() waits for
+        # set by deliver(), so on the instance from the start (no table of
+        # the class's grows for them; the instance's has room)
+        self.cur = None  # the packet being handed to the callback
+        self.depth = 0  # > 0 while the message callback runs
+        self.redelivery = False  # True while the callback gets a redelivered message
         self.pkt = Packet(level)
         # one Conn for the client's life: buffers allocated once; a larger
         # head reads a PUBACK in one read
@@ -130,7 +135,7 @@ class Core:
         # which is then kept in the class, so that later calls find it as
         # any method. Any other name: the AttributeError getattr() raises.
         # (CPython: see the end of this module.)
-        if name[:1] == "_":
+        if name[0] == "_":
             raise AttributeError(name)
         from . import client_more
         setattr(type(self), name, getattr(client_more, name))
@@ -377,9 +382,9 @@ class Core:
             return False
         n = self.conn.tlen
         try:
-            next(b)  # returns when the send buffer is full again
-        except StopIteration:
-            self.backlog = None
+            # returns when the send buffer is full again, b once it is done
+            if next(b, b) is b:
+                self.backlog = None
         except BaseException:
             self.backlog = None
             raise
@@ -454,7 +459,7 @@ class Core:
                         # server unavailable / busy / quota / rate: try
                         # again later; any other refusal (version, id,
                         # credentials) is final
-                        self.reconnect = self.reconnect and p.rc in (3, 0x88, 0x89, 0x97, 0x9F)
+                        self.reconnect = self.reconnect and p.rc in b"\x03\x88\x89\x97\x9f"
                         raise MQTTError("refused", p.rc)
                     self.state = _UP
                     self.tries = 0

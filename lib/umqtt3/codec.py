@@ -11,8 +11,9 @@
 # Protocol levels: 3 (MQTT 3.1, "MQIsdp"), 4 (3.1.1) and 5 (5.0); what only
 # 5.0 has (properties, reason codes, AUTH) is umqtt3.props's.
 from .compat import const
+from .client_codec import encode_ack as _ack
 from .client_codec import (MQTTError, Busy, StoreFull, fail, mqtt5, frame_len,  # noqa: F401
-                           put_header, encode_connect, encode_publish, encode_ack,
+                           put_header, encode_connect, encode_publish,
                            encode_filter, Packet, str_end, read_pid, decode)
 
 _PROTOCOL_ERROR = const(0x82)
@@ -185,6 +186,24 @@ def encode_unsubscribe(buf, off, pid, topics, level=4, props=None):
     if isinstance(topics, list):
         return _srv().encode_filters(buf, off, 0xA2, pid, topics, level, props)
     return encode_filter(buf, off, pid, topics, -1, level, props)
+
+
+def encode_ack(buf, off, t, pid, rc=None, level=4, props=None):
+    """PUBACK, PUBREC, PUBREL, PUBCOMP (and v3/v4 UNSUBACK). For MQTT 5 the
+    reason code and properties are omitted when rc is None and props is None
+    (remaining length 2: client_codec's four bytes, which the client sends);
+    props=b"" writes an explicit empty property list."""
+    if level != 5 or (rc is None and props is None):
+        return _ack(buf, off, t, pid)
+    check_pid(pid)
+    p5 = mqtt5()
+    props = p5.encoded(props)
+    off = put_header(buf, off, (t << 4) | (2 if t == 6 else 0),  # PUBREL: flags 0010
+                     3 if props is None else 3 + p5.size(props))
+    buf[off] = pid >> 8
+    buf[off + 1] = pid & 0xFF
+    buf[off + 2] = rc or 0
+    return off + 3 if props is None else p5.put(buf, off + 3, props)
 
 
 def encode_simple(buf, off, ptype):

@@ -109,9 +109,12 @@ def _encode_codes(buf, off, first, pid, codes, level, props):
     return off + n
 
 
-def decode_filters(pkt, buf, i, end, v5):
-    """SUBSCRIBE/UNSUBSCRIBE body: packet id, v5 properties, then at least
-    one entry [MQTT-3.8.3-3, MQTT-3.10.3-2], each checked by read_filter."""
+def decode_server(pkt, buf, i, end, v5):
+    """The body of what only a server receives (called by decode()): CONNECT,
+    or SUBSCRIBE/UNSUBSCRIBE: packet id, v5 properties, then at least one
+    entry [MQTT-3.8.3-3, MQTT-3.10.3-2], each checked by read_filter."""
+    if pkt.type == 1:
+        return decode_connect(pkt, buf, i, end)
     i = read_pid(pkt, buf, i, end)
     if v5:
         i = mqtt5().read(pkt, buf, i, end, pkt.type)

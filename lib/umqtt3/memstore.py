@@ -26,13 +26,9 @@ class MemoryStore:
         self.inpid = [0] * inbound
 
     def _find(self, pid):
+        # the free slots hold 0, which no packet id is: a search in C
         p = self.pid
-        if p[0] == pid:  # the oldest: acks mostly come in order (ids are never 0)
-            return 0
-        for i in range(self.n):
-            if p[i] == pid:
-                return i
-        return -1
+        return p.index(pid) if pid in p else -1
 
     def out_add(self, pid, key, buf, off, n):
         i = self.n
@@ -79,39 +75,31 @@ class MemoryStore:
         return True
 
     def out_has(self, pid):
-        return self._find(pid) >= 0
+        return pid in self.pid
 
     def out_count(self):
         return self.n
 
     def in_add(self, pid, buf, off, n):
         p = self.inpid
-        for i in range(len(p)):
-            if not p[i]:
-                p[i] = pid
-                return
-        raise StoreFull("store full", 0x97)
+        if 0 not in p:
+            raise StoreFull("store full", 0x97)
+        p[p.index(0)] = pid
 
     def in_done(self, pid):
         pass  # delivered at once; nothing survives a reset anyway
 
     def in_has(self, pid):
-        for p in self.inpid:
-            if p == pid:
-                return True
-        return False
+        return pid in self.inpid
 
     def in_del(self, pid):
         p = self.inpid
-        for i in range(len(p)):
-            if p[i] == pid:
-                p[i] = 0
+        if pid in p:  # (held once: in_add follows in_has)
+            p[p.index(pid)] = 0
 
     def in_clear(self):
         # the broker lost the session: held inbound ids mean nothing now
-        p = self.inpid
-        for i in range(len(p)):
-            p[i] = 0
+        self.inpid = [0] * len(self.inpid)  # (once a connection: may allocate)
 
     def recover(self):
         r = []

@@ -8,12 +8,15 @@ from .compat import const, as_bytes
 # Not circular: codec imports this module lazily. Importing here, not inside
 # the functions, keeps check() free of a per-call import (which allocates on
 # MicroPython).
-from .client_codec import fail, str_end, put_header
+from .client_codec import fail, str_end, put_header, read_pid
 
 # indexes into umqtt3.codec_errors, as in codec.py
 _E_BINARY_TRUNCATED = const(22)
 _E_BINARY_PAST_END = const(23)
 _E_LENGTH = const(28)
+_E_CONNACK_BITS = const(29)
+_E_NO_CODES = const(30)
+_E_RETURN_CODE = const(31)
 _E_VARINT = const(45)
 _E_VARINT_NOT_MINIMAL = const(46)
 _E_PROPS_PAST_END = const(47)
@@ -395,6 +398,45 @@ def tail(pkt, buf, i, end, ptype):
         if i + 1 < end and read(pkt, buf, i + 1, end, ptype) != end:
             fail(_E_LENGTH)  # bytes after the properties
     return ptype
+
+
+def decode5(p, buf, i, end, t):
+    """The body (buf[i:end]) of packet type t at level 5, for
+    client_codec.decode(): every type but PUBLISH and what only a server
+    decodes. The acks, CONNACK, DISCONNECT and AUTH may carry a reason code
+    and properties; SUBACK and UNSUBACK a reason code per filter. Returns t."""
+    n = end - i
+    if 4 <= t <= 7:  # PUBACK, PUBREC, PUBREL, PUBCOMP
+        if n < 2:
+            fail(_E_LENGTH)
+        i = read_pid(p, buf, i, end)
+        return tail(p, buf, i, end, t) if i < end else t
+    if t == 12 or t == 13:  # PINGREQ, PINGRESP
+        if n:
+            fail(_E_LENGTH)
+        return t
+    if t >= 14:  # DISCONNECT, AUTH
+        return tail(p, buf, i, end, t) if n else t
+    if t == 2:  # CONNACK
+        if n < 2:
+            fail(_E_LENGTH)
+        if buf[i] & 0xFE:
+            fail(_E_CONNACK_BITS)  # [MQTT-3.2.2-1]
+        p.session_present = buf[i] == 1
+        if n < 3:
+            fail(_E_LENGTH)  # 5.0 always has reason code and properties
+        return tail(p, buf, i + 1, end, t)
+    # SUBACK, UNSUBACK: packet id, properties, a reason code per filter
+    i = read(p, buf, read_pid(p, buf, i, end), end, t)
+    p.payload_off = i
+    p.payload_len = end - i
+    if i == end:
+        fail(_E_NO_CODES)  # one per filter, and there is at least one
+    while i < end:
+        if not reason_ok(t, buf[i]):
+            fail(_E_RETURN_CODE)  # [MQTT-3.9.3-2]
+        i += 1
+    return t
 
 
 def encode_rc(buf, off, first, rc, props):

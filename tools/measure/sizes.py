@@ -78,7 +78,7 @@ ORDER = ["compat", "client_codec", "codec", "topic", "props", "flow", "memstore"
          "transport", "client_core", "client", "aio", "broker", "__init__"]
 # What a sensor node needs to talk MQTT: the fair comparison with umqtt.simple.
 # what `from umqtt3.client import MQTTClient` and its default MemoryStore load
-CLIENT_SET = ["compat", "client_codec", "memstore", "conn", "client_core", "client"]
+CLIENT_SET = ["compat", "client_codec", "memstore", "client_core", "client"]
 # CPython's half of compat: compiled (so --check covers it) but never imported
 # on a device, so it has no import RAM and is left out of the sets.
 CPYTHON_ONLY = ["compat/cpython", "broker_cli"]  # broker_cli: argparse, desktop only
@@ -594,10 +594,10 @@ def function_sizes(cmd, path, name, tmp):
 CONFIGS = [
     ("umqtt3, QoS 0/1/2, MemoryStore (default)", "umqtt3", 4, "memory", CLIENT_SET),
     ("umqtt3, QoS 2, FileStore", "umqtt3", 4, "file",
-     ["compat", "client_codec", "store", "conn", "client_core", "client"]),
+     ["compat", "client_codec", "store", "client_core", "client"]),
     ("umqtt3, MQTT 5, MemoryStore", "umqtt3", 5, "memory", CLIENT_SET + ["props", "client5"]),
     ("umqtt3, QoS 0/1/2, no store (store=False)", "umqtt3", 4, "none",
-     ["compat", "client_codec", "nostore", "conn", "client_core", "client"]),
+     ["compat", "client_codec", "nostore", "client_core", "client"]),
 ]
 
 

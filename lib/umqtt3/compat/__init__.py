@@ -9,22 +9,16 @@ import sys
 MICROPYTHON = sys.implementation.name == "micropython"
 
 if MICROPYTHON:
+    # names, not modules: each name in this module's dict costs RAM (the
+    # broker's errno and POLL* bits are compat/gateway.py's)
     from micropython import const
-    import time
-    import errno
-    import select
+    from time import ticks_ms, ticks_add, ticks_diff, sleep_ms
+    from select import poll
 
     try:
         import socket
     except ImportError:  # the WebAssembly port has no sockets
         socket = None
-
-    ticks_ms = time.ticks_ms
-    ticks_add = time.ticks_add
-    ticks_diff = time.ticks_diff
-    sleep_ms = time.sleep_ms
-
-    poll = select.poll
 
     def move(dst, doff, src, soff, n):
         # n bytes from src[soff:] to dst[doff:]: a memoryview slice would
@@ -109,9 +103,9 @@ else:
     # the emulation lives in its own module, which MicroPython never loads
     from .cpython import *  # noqa: F401,F403
     move = copy  # noqa: F405  (one copy on CPython: slices, in C)
+    POLLIN = 1
+    POLLOUT = 4
+    POLLERR = 8
+    POLLHUP = 16
 
-
-POLLIN = 1
-POLLOUT = 4
-POLLERR = 8
-POLLHUP = 16
+del sys

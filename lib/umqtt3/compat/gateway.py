@@ -5,7 +5,15 @@
 # so a client device never loads them; on CPython compat/cpython.py has
 # them all.
 import time
+import errno  # noqa: F401  (compat.errno)
 from . import socket, move
+
+# select's event bits by name, for the broker (compat.POLLIN, ...; a client
+# writes them as consts)
+POLLIN = 1
+POLLOUT = 4
+POLLERR = 8
+POLLHUP = 16
 
 # copy(dst, doff, src, soff, n): compat.move, or on ports with a native
 # emitter the same loop in viper, for the blocks the broker and the bridge
