@@ -233,27 +233,35 @@ def encode_connect(buf, off, client_id, level=4, clean=True, keepalive=0,
     return off
 
 
+_valid = None  # type: bytes | None  # the topic last found valid (bytes: it stays valid)
+
+
 def encode_publish(buf, off, topic, payload, qos=0, pid=0, retain=False,
                    dup=False, level=4, props=None):
-    topic = as_bytes(topic)
-    payload = as_bytes(payload)
+    global _valid
     if qos > 2:
         fail(_E_QOS, _MALFORMED)  # [MQTT-3.3.1-4]
+    if topic is not _valid:  # (a node publishes to the same few topics)
+        topic = as_bytes(topic)
+        n = len(topic)
+        # a topic name: 1..65535 bytes, no wildcards, no U+0000 [MQTT-4.7.3-1,
+        # MQTT-4.7.3-2, MQTT-3.3.2-2] (5.0: empty with a topic alias). Refused
+        # before the flows store it: a broker would close on it, and a stored
+        # one would be resent after every reconnect.
+        ok = 0 < n < 65536 or (level == 5 and not n)
+        if type(topic) is memoryview:
+            for i in range(n):
+                c = topic[i]
+                if c == 0x2B or c == 0x23 or c == 0:
+                    ok = False
+        elif topic.find(b"+") >= 0 or topic.find(b"#") >= 0 or topic.find(b"\x00") >= 0:
+            ok = False  # find() runs in C and allocates nothing
+        if not ok:
+            fail(_E_TOPIC, _PROTOCOL_ERROR)
+        if n and type(topic) is bytes:
+            _valid = topic  # immutable: it stays valid
+    payload = as_bytes(payload)
     n = len(topic)
-    # a topic name: 1..65535 bytes, no wildcards, no U+0000 [MQTT-4.7.3-1,
-    # MQTT-4.7.3-2, MQTT-3.3.2-2] (5.0: empty with a topic alias). Refused
-    # before the flows store it: a broker would close on it, and a stored
-    # one would be resent after every reconnect.
-    ok = 0 < n < 65536 or (level == 5 and not n)
-    if type(topic) is memoryview:
-        for i in range(n):
-            c = topic[i]
-            if c == 0x2B or c == 0x23 or c == 0:
-                ok = False
-    elif topic.find(b"+") >= 0 or topic.find(b"#") >= 0 or topic.find(b"\x00") >= 0:
-        ok = False  # find() runs in C and allocates nothing
-    if not ok:
-        fail(_E_TOPIC, _PROTOCOL_ERROR)
     pl = len(payload)
     rl = n + 2 + pl
     first = 0x30 | (qos << 1)

@@ -1070,6 +1070,31 @@ def test_encoders_refuse_invalid_topics_and_filters():
     assert codec.encode_subscribe(b, 0, 1, [(b"a/+", 1), (b"#", 2)]) > 0
 
 
+def test_encode_publish_checks_a_changed_topic_again():
+    # encode_publish() skips the topic rules for the bytes object it last
+    # found valid (immutable: still valid); anything else is checked
+    # again [MQTT-3.3.2-2, MQTT-4.7.3-1, MQTT-4.7.3-2]
+    b = bytearray(64)
+    t = b"a/b"
+    n = codec.encode_publish(b, 0, t, b"x", 1, 1)
+    assert codec.encode_publish(b, 0, t, b"x", 1, 1) == n and b[4:7] == b"a/b"
+    ba = bytearray(b"a/b")  # mutable: never taken as checked
+    codec.encode_publish(b, 0, ba, b"x")
+    ba[1] = 0x2B  # "a+b"
+    raises(codec.MQTTError, codec.encode_publish, b, 0, ba, b"x")
+    mv = memoryview(bytearray(b"c/d"))
+    codec.encode_publish(b, 0, mv, b"x")
+    mv[1] = 0x23
+    raises(codec.MQTTError, codec.encode_publish, b, 0, mv, b"x")
+    # an empty topic, valid at level 5 with an alias, is still refused at 4
+    e = b""
+    assert codec.encode_publish(b, 0, e, b"x", level=5, props=b"\x23\x00\x01") > 0
+    raises(codec.MQTTError, codec.encode_publish, b, 0, e, b"x")
+    # a str is encoded each time, and checked each time
+    codec.encode_publish(b, 0, "s/t", b"x")
+    raises(codec.MQTTError, codec.encode_publish, b, 0, "s/#", b"x")
+
+
 # ---------------------------------------------------------------- refusal texts
 
 def test_refusals_carry_their_text():
