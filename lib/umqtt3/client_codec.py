@@ -280,7 +280,9 @@ def encode_publish(buf, off, topic, payload, qos=0, pid=0, retain=False,
         rl += p5.size(props)
     off = _put(buf, put_header(buf, off, first, rl), topic)
     if qos:
-        off = _put(buf, off, None, pid)
+        buf[off] = pid >> 8
+        buf[off + 1] = pid & 0xFF
+        off += 2
     if level == 5:
         off = p5.put(buf, off, props)
     buf[off:off + pl] = payload
