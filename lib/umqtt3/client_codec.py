@@ -631,7 +631,9 @@ class Conn:
         while True:
             got = self.got
             if got >= 2:
-                n = frame_len(self.rx, 0, got, self.max_packet)
+                n = self.rx[1] + 2  # a one-byte remaining length: the usual case
+                if n > 129 or n > self.max_packet:
+                    n = frame_len(self.rx, 0, got, self.max_packet)
                 if n:
                     if got >= n:
                         self.last = n

@@ -91,3 +91,30 @@ def test_dropping_what_was_read_past_a_packet():
     c.done()
     c.link = Chunks(PUBLISH)
     assert c.recv() == len(PUBLISH) and bytes(c.rx[0:len(PUBLISH)]) == PUBLISH
+
+
+def test_lengths_one_byte_and_longer_and_over_the_maximum():
+    # recv() reads a one-byte remaining length itself and leaves longer
+    # ones, and any packet over max_packet, to frame_len(), which refuses
+    # before the body is read
+    from umqtt3.client_codec import MQTTError
+    body = b"\x00\x01t" + b"p" * 200  # remaining length 203: two bytes
+    big = b"\x30\xcb\x01" + body
+    link = Chunks(PUBACK + big + b"\x30\x7f" + b"\x00\x01t" + b"q" * 124)
+    c = Conn(link, 512, 64, 0, 5)
+    assert c.recv() == 4
+    c.done()
+    assert c.recv() == len(big) and bytes(c.rx[0:len(big)]) == big
+    c.done()
+    assert c.recv() == 129 and c.rx[128] == 0x71  # 127: the largest one-byte length
+    c.done()
+    for packet in (b"\x30\x0a" + b"\x00\x01t" + b"x" * 7, b"\x30\xcb\x01" + body):
+        c = Conn(Chunks(packet), 512, 64, 11, 5)  # at most 11 bytes a packet
+        try:
+            c.recv()
+        except MQTTError:
+            pass
+        else:
+            raise AssertionError("a packet of %d bytes passed max_packet 11" % len(packet))
+    c = Conn(Chunks(b"\x30\x09" + b"\x00\x01t" + b"x" * 6), 512, 64, 11, 5)
+    assert c.recv() == 11  # exactly the maximum
