@@ -71,7 +71,7 @@ class MQTTClient(Core):
         QoS 0). Raises Busy when the window or buffer is full: nothing is
         lost, retry after poll()."""
         c = self.conn
-        if self.state == _UP and c.tlen:
+        if c.tlen and self.state == _UP:
             try:
                 if not self.send() and c.space() < len(msg) + 64:
                     raise Busy("busy", 0x97)
