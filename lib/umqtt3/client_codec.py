@@ -278,7 +278,13 @@ def encode_publish(buf, off, topic, payload, qos=0, pid=0, retain=False,
         p5 = mqtt5()
         props = p5.encoded(props)
         rl += p5.size(props)
-    off = _put(buf, put_header(buf, off, first, rl), topic)
+    off = put_header(buf, off, first, rl)
+    # the topic's length was checked above (or when it became _valid)
+    buf[off] = n >> 8
+    buf[off + 1] = n & 0xFF
+    off += 2
+    buf[off:off + n] = topic
+    off += n
     if qos:
         buf[off] = pid >> 8
         buf[off + 1] = pid & 0xFF
