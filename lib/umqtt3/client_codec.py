@@ -473,13 +473,14 @@ def decode(p, buf, off, end, max_packet=0):
     p.rc = 0
     p.props_off = p.props_len = 0
     # (the bytes literals below are constants of the code: no module names)
-    if end - off == 4 and buf[off + 1] == 2 and first in b"\x40\x50\x62\x70" and \
-            (buf[off + 2] or buf[off + 3]) and not 0 < max_packet < 4:
+    if end - off == 4 and buf[off + 1] == 2 and first in b"\x40\x50\x62\x70":
         # the common acknowledgement: PUBACK, PUBREC, PUBREL or PUBCOMP
         # (first bytes with the flags they must carry) with a packet id and
         # nothing else, what the long way below finds too
-        p.pid = (buf[off + 2] << 8) | buf[off + 3]
-        return t
+        pid = (buf[off + 2] << 8) | buf[off + 3]
+        if pid and (max_packet == 0 or max_packet > 3):
+            p.pid = pid
+            return t
     total = frame_len(buf, off, end, max_packet)
     if not total or off + total != end:
         fail(_E_LENGTH_DISAGREES)

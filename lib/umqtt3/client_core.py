@@ -395,9 +395,8 @@ class Core:
         QoS 1/2 message the state is then DOWN: the driver closes the link)."""
         p = self.pkt
         c = self.conn
-        decode(p, c.rx, 0, n)
+        t = decode(p, c.rx, 0, n)
         c.done()  # consumed even if the callback raises; rx stays intact
-        t = p.type
         try:
             if t == _PUBLISH:
                 if self.state == _UP:
