@@ -212,7 +212,7 @@ class MQTTClient(Core):
     def send(self):
         # write what is queued; True when all of it went out
         c = self.conn
-        if (self.unsynced and self.sync is not None) or (c.tlen and self.keepalive):
+        if (self.sync is not None and self.unsynced) or (c.tlen and self.keepalive):
             self.out(ticks_ms() if self.keepalive else 0)  # (the time only matters for keepalive)
         # POLLOUT is asked for only while bytes wait: a writable socket would
         # otherwise end every poll() at once and spin

@@ -635,8 +635,8 @@ class Conn:
             self.got -= s
             move(self.rx, 0, self.rx, s, self.got)
             self.spent = 0
+        got = self.got
         while True:
-            got = self.got
             if got >= 2:
                 n = self.rx[1] + 2  # a one-byte remaining length: the usual case
                 if n > 129 or n > self.max_packet:
@@ -655,7 +655,8 @@ class Conn:
                 return 0
             if not r:
                 raise Closed(104)  # closed by the peer
-            self.got = got + r
+            got += r
+            self.got = got
 
     def done(self):
         """The packet recv() returned is consumed (set got to 0 first to
@@ -674,13 +675,16 @@ class Conn:
 
     def flush(self):
         """Write queued bytes; True when tx is empty afterwards."""
-        while self.sent < self.tlen:
-            r = self.link.write(self.tx, self.sent, self.tlen - self.sent)
+        s = self.sent
+        t = self.tlen
+        while s < t:
+            r = self.link.write(self.tx, s, t - s)
             if not r:
+                self.sent = s
                 if r is None:
                     return False
                 raise Closed(32)  # write failed
-            self.sent += r
+            s += r
         self.sent = self.tlen = 0
         return True
 
