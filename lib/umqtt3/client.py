@@ -15,8 +15,7 @@ from .client_core import Core
 # as select's and client_core's (underscored consts take no dict slot)
 _POLLIN = const(1)
 _POLLOUT = const(4)
-_POLLERR = const(8)
-_POLLHUP = const(16)
+_POLLERR_HUP = const(24)  # POLLERR | POLLHUP
 _DOWN = const(0)
 _UP = const(2)
 
@@ -165,7 +164,7 @@ class MQTTClient(Core):
         try:
             if self.poller is not None and timeout_ms and not c.spent:  # (nothing read ahead)
                 for obj, ev in self.poller.ipoll(timeout_ms):
-                    if ev & (_POLLERR | _POLLHUP) and not ev & _POLLIN:
+                    if ev & _POLLERR_HUP and not ev & _POLLIN:
                         raise Closed(104)
             # inside the message callback only write (publish from a
             # callback queues and returns)

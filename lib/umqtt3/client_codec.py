@@ -260,7 +260,8 @@ def encode_publish(buf, off, topic, payload, qos=0, pid=0, retain=False,
             fail(_E_TOPIC, _PROTOCOL_ERROR)
         if n and type(topic) is bytes:
             _valid = topic  # immutable: it stays valid
-    payload = as_bytes(payload)
+    if type(payload) is not bytes:  # (a call to as_bytes() less for bytes)
+        payload = as_bytes(payload)
     n = len(topic)
     pl = len(payload)
     rl = n + 2 + pl
@@ -278,7 +279,12 @@ def encode_publish(buf, off, topic, payload, qos=0, pid=0, retain=False,
         p5 = mqtt5()
         props = p5.encoded(props)
         rl += p5.size(props)
-    off = put_header(buf, off, first, rl)
+    if rl < 128 and off + rl + 2 <= len(buf):
+        buf[off] = first  # a reading's header: put_header() without its call
+        buf[off + 1] = rl
+        off += 2
+    else:
+        off = put_header(buf, off, first, rl)
     # the topic's length was checked above (or when it became _valid)
     buf[off] = n >> 8
     buf[off + 1] = n & 0xFF
