@@ -106,9 +106,9 @@ class poll:
     def ipoll(self, timeout=-1, flags=0):
         # poll() without its call; for the one object a client polls, no
         # loop, no len() and no look-up (MicroPython's one-shot flag is not
-        # emulated)
-        # (the list itself: what callers do with an iterator, for and
-        # next(iter(...)), works on it without a call to iter())
+        # emulated). The list itself, not iter() of it: every caller (the
+        # drivers, the broker) runs a for loop over it, which a list serves
+        # as well as MicroPython's iterator.
         r = self._p.poll(timeout)
         if r:
             one = self._one
