@@ -15,8 +15,7 @@ from .client_core import Core
 # as select's and client_core's (underscored consts take no dict slot)
 _POLLIN = const(1)
 _POLLOUT = const(4)
-_POLLERR = const(8)
-_POLLHUP = const(16)
+_POLLERR_HUP = const(24)  # POLLERR | POLLHUP
 _DOWN = const(0)
 _UP = const(2)
 
@@ -71,7 +70,7 @@ class MQTTClient(Core):
         QoS 0). Raises Busy when the window or buffer is full: nothing is
         lost, retry after poll()."""
         c = self.conn
-        if self.state == _UP and c.tlen:
+        if c.tlen and self.state == _UP:
             try:
                 if not self.send() and c.space() < len(msg) + 64:
                     raise Busy("busy", 0x97)
@@ -165,7 +164,7 @@ class MQTTClient(Core):
         try:
             if self.poller is not None and timeout_ms and not c.spent:  # (nothing read ahead)
                 for obj, ev in self.poller.ipoll(timeout_ms):
-                    if ev & (_POLLERR | _POLLHUP) and not ev & _POLLIN:
+                    if ev & _POLLERR_HUP and not ev & _POLLIN:
                         raise Closed(104)
             # inside the message callback only write (publish from a
             # callback queues and returns)
@@ -212,7 +211,7 @@ class MQTTClient(Core):
     def send(self):
         # write what is queued; True when all of it went out
         c = self.conn
-        if (self.unsynced and self.sync is not None) or (c.tlen and self.keepalive):
+        if (self.sync is not None and self.unsynced) or (c.tlen and self.keepalive):
             self.out(ticks_ms() if self.keepalive else 0)  # (the time only matters for keepalive)
         # POLLOUT is asked for only while bytes wait: a writable socket would
         # otherwise end every poll() at once and spin

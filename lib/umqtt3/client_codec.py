@@ -260,7 +260,8 @@ def encode_publish(buf, off, topic, payload, qos=0, pid=0, retain=False,
             fail(_E_TOPIC, _PROTOCOL_ERROR)
         if n and type(topic) is bytes:
             _valid = topic  # immutable: it stays valid
-    payload = as_bytes(payload)
+    if type(payload) is not bytes:  # (a call to as_bytes() less for bytes)
+        payload = as_bytes(payload)
     n = len(topic)
     pl = len(payload)
     rl = n + 2 + pl
@@ -278,7 +279,18 @@ def encode_publish(buf, off, topic, payload, qos=0, pid=0, retain=False,
         p5 = mqtt5()
         props = p5.encoded(props)
         rl += p5.size(props)
-    off = _put(buf, put_header(buf, off, first, rl), topic)
+    if rl < 128 and off + rl + 2 <= len(buf):
+        buf[off] = first  # a reading's header: put_header() without its call
+        buf[off + 1] = rl
+        off += 2
+    else:
+        off = put_header(buf, off, first, rl)
+    # the topic's length was checked above (or when it became _valid)
+    buf[off] = n >> 8
+    buf[off + 1] = n & 0xFF
+    off += 2
+    buf[off:off + n] = topic
+    off += n
     if qos:
         buf[off] = pid >> 8
         buf[off + 1] = pid & 0xFF
@@ -467,13 +479,14 @@ def decode(p, buf, off, end, max_packet=0):
     p.rc = 0
     p.props_off = p.props_len = 0
     # (the bytes literals below are constants of the code: no module names)
-    if end - off == 4 and buf[off + 1] == 2 and first in b"\x40\x50\x62\x70" and \
-            (buf[off + 2] or buf[off + 3]) and not 0 < max_packet < 4:
+    if end - off == 4 and buf[off + 1] == 2 and first in b"\x40\x50\x62\x70":
         # the common acknowledgement: PUBACK, PUBREC, PUBREL or PUBCOMP
         # (first bytes with the flags they must carry) with a packet id and
         # nothing else, what the long way below finds too
-        p.pid = (buf[off + 2] << 8) | buf[off + 3]
-        return t
+        pid = (buf[off + 2] << 8) | buf[off + 3]
+        if pid and (max_packet == 0 or max_packet > 3):
+            p.pid = pid
+            return t
     total = frame_len(buf, off, end, max_packet)
     if not total or off + total != end:
         fail(_E_LENGTH_DISAGREES)
@@ -628,8 +641,8 @@ class Conn:
             self.got -= s
             move(self.rx, 0, self.rx, s, self.got)
             self.spent = 0
+        got = self.got
         while True:
-            got = self.got
             if got >= 2:
                 n = self.rx[1] + 2  # a one-byte remaining length: the usual case
                 if n > 129 or n > self.max_packet:
@@ -648,7 +661,8 @@ class Conn:
                 return 0
             if not r:
                 raise Closed(104)  # closed by the peer
-            self.got = got + r
+            got += r
+            self.got = got
 
     def done(self):
         """The packet recv() returned is consumed (set got to 0 first to
@@ -667,13 +681,16 @@ class Conn:
 
     def flush(self):
         """Write queued bytes; True when tx is empty afterwards."""
-        while self.sent < self.tlen:
-            r = self.link.write(self.tx, self.sent, self.tlen - self.sent)
+        s = self.sent
+        t = self.tlen
+        while s < t:
+            r = self.link.write(self.tx, s, t - s)
             if not r:
+                self.sent = s
                 if r is None:
                     return False
                 raise Closed(32)  # write failed
-            self.sent += r
+            s += r
         self.sent = self.tlen = 0
         return True
 

@@ -227,17 +227,15 @@ class Core:
                 # stored before its first send; nothing is queued if the
                 # store refuses (StoreFull, OSError)
                 self.store.out_add(pid, key, c.tx, start, end - start)
-            c.tlen = end
+                self.unsynced = True  # stored: durable (set_sync) before it leaves
+            # while down, stored only: it goes out when the connection is back
+            c.tlen = end if up else start
         except MQTTError as e:
             if e.code == 0x95 and start:
                 raise Busy("busy", 0x97)
             raise  # larger than the whole buffer: retrying cannot help
         if new is not None:
             al[topic] = new  # known to the server once this PUBLISH is queued
-        if qos:
-            self.unsynced = True  # stored: durable (set_sync) before it leaves
-        if not up:
-            c.tlen = start  # stored: it goes out when the connection is back
         return pid
 
     # The halves of subscribe/unsubscribe, for drivers that wait their own
@@ -397,9 +395,8 @@ class Core:
         QoS 1/2 message the state is then DOWN: the driver closes the link)."""
         p = self.pkt
         c = self.conn
-        decode(p, c.rx, 0, n)
+        t = decode(p, c.rx, 0, n)
         c.done()  # consumed even if the callback raises; rx stays intact
-        t = p.type
         try:
             if t == _PUBLISH:
                 if self.state == _UP:

@@ -39,9 +39,11 @@ class MemoryStore:
         self.pid[i] = pid
         self.len[i] = n
         self.state[i] = 0x70  # 'p'
-        self.key[i] = -1 if key is None else key
-        if key is not None and key > self.last_key:
+        if key is None:
+            key = -1
+        elif key > self.last_key:
             self.last_key = key
+        self.key[i] = key
         self.n = i + 1
 
     def out_rel(self, pid):
@@ -50,12 +52,13 @@ class MemoryStore:
             self.state[i] = 0x72  # 'r'
 
     def out_del(self, pid):
+        p = self.pid
+        if p[0] == pid and self.n == 1:  # the only one (sequential QoS 1): nothing moves
+            self.used = self.n = p[0] = 0
+            return True
         i = self._find(pid)
         if i < 0:
             return False
-        if self.n == 1:  # the only one (sequential QoS 1): nothing moves
-            self.used = self.n = self.pid[0] = 0
-            return True
         o = 0  # its offset: the lengths of those sent before it
         for j in range(i):
             o += self.len[j]

@@ -102,7 +102,6 @@ if MICROPYTHON:
 else:
     # the emulation lives in its own module, which MicroPython never loads
     from .cpython import *  # noqa: F401,F403
-    move = copy  # noqa: F405  (one copy on CPython: slices, in C)
     POLLIN = 1
     POLLOUT = 4
     POLLERR = 8

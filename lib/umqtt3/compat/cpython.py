@@ -106,7 +106,9 @@ class poll:
     def ipoll(self, timeout=-1, flags=0):
         # poll() without its call; for the one object a client polls, no
         # loop, no len() and no look-up (MicroPython's one-shot flag is not
-        # emulated)
+        # emulated). The list itself, not iter() of it: every caller (the
+        # drivers, the broker) runs a for loop over it, which a list serves
+        # as well as MicroPython's iterator.
         r = self._p.poll(timeout)
         if r:
             one = self._one
@@ -114,7 +116,7 @@ class poll:
                 r[0] = (one, r[0][1])
             else:
                 self._named(r)
-        return iter(r)
+        return r
 
 
 def copy(dst, doff, src, soff, n):
@@ -125,6 +127,16 @@ def copy(dst, doff, src, soff, n):
         dst[doff:doff + n] = src[soff:soff + n]  # a small slice is cheaper than a view
     else:
         dst[doff:doff + n] = memoryview(src)[soff:soff + n]
+
+
+def move(dst, doff, src, soff, n):
+    # the client's copy (Conn's read-ahead, MemoryStore's messages), with
+    # the checks of MicroPython's byte loop: a range past either end is an
+    # error, never a resized buffer; offsets and lengths are the caller's
+    # own, never negative
+    if doff + n > len(dst) or soff + n > len(src):
+        raise IndexError("move out of range")
+    dst[doff:doff + n] = src[soff:soff + n] if n < 1024 else memoryview(src)[soff:soff + n]
 
 
 def valid_utf8(buf, off, n):
