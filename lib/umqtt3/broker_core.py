@@ -650,8 +650,16 @@ class Core(Stats):
                     self._denied(c, p)
                     return
             self.nhit = -1
+            q = p.qos
             try:
-                if p.qos:
+                if q == 1:
+                    # what Flow.on_publish does at QoS 1, without its call
+                    # and Session.deliver's: route it once, then PUBACK
+                    # [MQTT-4.3.2-2]; refused (QueueFull), no PUBACK
+                    pid = p.pid
+                    self.route_in(p, s.tag)
+                    conn.tlen = encode_ack(conn.tx, conn.tlen, PUBACK, pid)
+                elif q:
                     s.flow.on_publish(conn, p)  # routes through s.deliver -> route_in
                 else:
                     self.route_in(p, s.tag)  # what Flow does at QoS 0: nothing else
@@ -804,33 +812,48 @@ class Core(Stats):
         tn = p.topic_len
         if tn and buf[toff] == 36 and is_sys(buf, toff, tn):
             return  # clients do not publish into $SYS
+        # every field of the Route (Route.set's, and the frame's), each
+        # written once
         r = self.route
-        r.set(buf, toff, tn, buf, p.payload_off, p.payload_len, p.qos)
+        r.psrc = buf
+        r.poff = p.payload_off
+        r.pn = p.payload_len
+        r.qos = p.qos
         r.retain = p.retain
         r.src = self.cur.sess
+        r.msg = None
+        r.tag = tag
         at = None
         if self.cur.v5 is not None:
             r.flevel = 5
-            r.prs = buf
-            r.pro = p.props_off
-            r.prn = p.props_len
             at = self.atopic
-            if at is not None:  # a topic alias: its topic, its properties less the alias
-                r.tsrc = at
-                r.toff = 0
-                r.tn = len(at)
-                r.prs = ap = self.aprops
-                r.pro = 0
-                r.prn = len(ap)
         else:
             r.flevel = 4
+            r.prs = None
+            r.pro = r.prn = 0
         if at is None:
+            r.tsrc = buf
+            r.toff = toff
+            r.tn = tn
+            if r.flevel == 5:
+                r.prs = buf
+                r.pro = p.props_off
+                r.prn = p.props_len
             f = self._foff
             r.frame = buf  # the frame is buf[f:p.end] (see Session._put)
             r.foff = f
             r.flen = p.end - f
             r.fpid = toff + tn - f
-        r.tag = tag
+        else:
+            # a topic alias: its topic, its properties less the alias
+            r.tsrc = at
+            r.toff = 0
+            r.tn = len(at)
+            r.prs = ap = self.aprops
+            r.pro = 0
+            r.prn = len(ap)
+            r.frame = None
+            r.foff = r.flen = r.fpid = 0
         subs = self.subs
         n = subs.match(r.tsrc, r.toff, r.tn, r.src)
         try:
