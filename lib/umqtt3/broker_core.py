@@ -32,7 +32,7 @@ from .codec import (Packet, decode, MQTTError, encode_simple, encode_ack, BAD_PR
 from .codec_server import encode_connack, encode_suback, encode_unsuback, read_filter
 from .compat import ticks_add, ticks_diff, const, mem_free, name_levels
 from .broker_limits import Limits
-from .broker_session import Session, Sessions, Route, msg_size, ENTRY_COST, grow_tx
+from .broker_session import Session, Sessions, Route, msg_size, ENTRY_COST, MSG_COST, grow_tx
 from .broker_subs import Subs, shared_at
 from .broker_retain import Retained, is_sys
 
@@ -881,16 +881,17 @@ class Core(Stats):
         # allocation.
         hit = self.subs.hit
         hq = self.subs.hq
-        size = msg_size(r)
+        size = r.tn + r.pn + (r.prn if r.prs is not None else 0) + MSG_COST  # (msg_size)
         held = r.retain and r.pn
+        q = r.qos
         i = 0
         while i < n:
             g = hq[i] & 3
             if g:
-                s = hit[i]
-                if s.queue_full(size):
+                w = hit[i].admit(r, g if g < q else q, size)
+                if w < 0:
                     return 1
-                if not held and s.would_queue(r, g if g < r.qos else r.qos):
+                if w:
                     held = True
             i += 1
         return 2 if held and self.over(size + ENTRY_COST) else 0

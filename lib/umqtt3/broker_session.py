@@ -540,14 +540,24 @@ class Session:
         while self.qh < len(self.q):
             self._take(self.qh)
 
-    def would_queue(self, r, qos):
-        """send() would queue route r's message at qos rather than write
-        it now. No allocation (but the ring's, once)."""
+    def admit(self, r, qos, size):
+        """What the router asks of each matching session before it routes
+        the QoS 1/2 message of route r (at `qos` for this session, costing
+        `size` bytes, msg_size): -1 when the queue could not take it
+        (queue_full: the publisher is refused), 1 when send() would queue
+        it rather than write it now, else 0. One call per session and
+        message; no allocation (but the ring's, once)."""
+        lim = self.lim
+        n = len(self.q) - self.qh  # two items per message
+        mb = lim.max_queued_bytes
+        if (n >> 1 >= lim.max_queued or (mb and self.qb + size + ENTRY_COST > mb)) and \
+                self.queue_full(size):
+            return -1
         c = self.client
-        if c is None or self.unsent or self.qh < len(self.q):
-            return c is not None or qos > 0 or self.lim.queue_qos0
+        if c is None or self.unsent or n:
+            return 1 if c is not None or qos > 0 or lim.queue_qos0 else 0
         n = self._size(r, qos)
-        return c.conn.tlen + n > self.lim.tx or (qos > 0 and self._fit(n) < 0)
+        return 1 if c.conn.tlen + n > lim.tx or (qos > 0 and self._fit(n) < 0) else 0
 
     def _msize(self, m, qos):
         # bytes of m's PUBLISH for this session
@@ -612,11 +622,30 @@ class Session:
             st.dropped_mem += 1
             return
         if m is None:
-            m = r.msg = new_msg(r, st.up_s)
-        pid = self._pid() if qos else 0
-        if qos and self.fs is not None:
-            self.fs.out_msg(pid, r.tag, first, m, self)  # durable before any ack
-        self._push(m, first | pid << 8)
+            if r.prs is None:  # (new_msg, inline: no properties)
+                m = Msg(bytes(r.tsrc[r.toff:r.toff + r.tn]), bytes(r.psrc[r.poff:r.poff + r.pn]),
+                        None, -1, -1)
+            else:
+                m = new_msg(r, st.up_s)
+            r.msg = m
+        pid = 0
+        if qos:
+            pid = self._pid()
+            if self.fs is not None:
+                self.fs.out_msg(pid, r.tag, first, m, self)  # durable before any ack
+        # _push(m, first | pid << 8), inline
+        q = self.q
+        if q is _NONE:
+            q = self.q = []
+        q.append(m)
+        q.append(first | pid << 8)
+        m.refs += 1
+        c = ENTRY_COST + m.size
+        if m.refs == 1:
+            st.qbytes += c  # its bytes, once for every queue
+        else:
+            st.qbytes += ENTRY_COST
+        self.qb += c
 
     def stored_frame(self, first, pid, m):
         """The PUBLISH of queued message m as a persistent session's store

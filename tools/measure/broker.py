@@ -591,9 +591,10 @@ CORE_IN_GULP = 16  # --core-in: PUBLISHes per publisher per round
 CORE_IN_N = (6400, 19200)  # --core-in --instructions: two runs' messages
 
 
-def core_in_run(qos, n):
+def core_in_run(qos, n, trace=None):
     """--core-in: n QoS qos messages from 8 publishers to 1 subscriber
-    through the core alone; returns the CPU seconds of the loop."""
+    through the core alone; returns the CPU seconds of the loop and the
+    messages delivered. trace: a sys.settrace function for the loop."""
     from umqtt3.broker_core import Core
     from umqtt3.broker_bytes import feed, take
     from umqtt3.broker_limits import Limits
@@ -664,19 +665,28 @@ def core_in_run(qos, n):
     rels = [b"".join(b"\x62\x02" + bytes(((r * g + i) % 16384 + 1).to_bytes(2, "big"))
                      for i in range(g)) for r in range(16384 // g)]
     nf = len(frames)
+
+    def loop():
+        for r in range(rounds):
+            for c in pubs:
+                feed(b, c, frames[r % nf], 0)
+                if qos == 2:
+                    take(b, c)  # the PUBRECs
+                    feed(b, c, rels[r % nf], 0)
+                take(b, c)  # PUBACKs or PUBCOMPs
+            while True:
+                out = take(b, sub)
+                if not out:
+                    break
+                feed(b, sub, answer(me, out), 0)
+
     t0 = time.process_time()
-    for r in range(rounds):
-        for c in pubs:
-            feed(b, c, frames[r % nf], 0)
-            if qos == 2:
-                take(b, c)  # the PUBRECs
-                feed(b, c, rels[r % nf], 0)
-            take(b, c)  # PUBACKs or PUBCOMPs
-        while True:
-            out = take(b, sub)
-            if not out:
-                break
-            feed(b, sub, answer(me, out), 0)
+    if trace:
+        sys.settrace(trace)
+    try:
+        loop()
+    finally:
+        sys.settrace(None)
     dt = time.process_time() - t0
     want = rounds * g * NCLIENTS
     if me.got != want:
@@ -684,7 +694,34 @@ def core_in_run(qos, n):
     return dt, want
 
 
-def core_in_main(qos, instructions):
+def core_in_bytecodes(qos, n=6400):
+    """--core-in Q --bytecodes: Python bytecodes and calls per delivered
+    message, by function (sys.settrace opcode events)."""
+    ops = {}
+    calls = {}
+
+    def trace(frame, event, arg):
+        c = frame.f_code
+        key = "%s:%d %s" % (os.path.relpath(c.co_filename, LIB), c.co_firstlineno, c.co_name)
+        if event == "opcode":
+            ops[key] = ops.get(key, 0) + 1
+        elif event == "call":
+            frame.f_trace_opcodes = True
+            calls[key] = calls.get(key, 0) + 1
+        return trace
+
+    n = core_in_run(qos, n, trace)[1]
+    print("broker core, fan-in QoS %d: %.0f Python bytecodes per delivered message in %.1f calls"
+          " (the load's own included)" % (qos, sum(ops.values()) / n, sum(calls.values()) / n))
+    for k, v in sorted(ops.items(), key=lambda x: -x[1]):
+        if v >= n / 10:
+            print("  %-56s %7.1f  (%.2f calls)" % (k[-56:], v / n, calls.get(k, 0) / n))
+
+
+def core_in_main(qos, instructions, bytecodes=False):
+    if bytecodes:
+        core_in_bytecodes(qos)
+        return
     if not instructions:
         dt, n = core_in_run(qos, 60000)
         print("broker core, fan-in QoS %d, %d publishers to 1 subscriber: %.2f us CPU per"
@@ -730,6 +767,8 @@ def main():
                     help="instead: umqtt3's core alone, fan-in at QoS Q, in process")
     ap.add_argument("--instructions", action="store_true",
                     help="with --core-in: instructions per message under valgrind")
+    ap.add_argument("--bytecodes", action="store_true",
+                    help="with --core-in: Python bytecodes per message, by function")
     ap.add_argument("--store", action="store_true",
                     help="also umqtt3 with a store; persistent sessions in every column")
     a = ap.parse_args()
@@ -742,10 +781,10 @@ def main():
         core_main(a.core)
         return
     if a.core_in is not None:
-        core_in_main(a.core_in, a.instructions)
+        core_in_main(a.core_in, a.instructions, a.bytecodes)
         return
-    if a.instructions:
-        ap.error("--instructions: only with --core-in")
+    if a.instructions or a.bytecodes:
+        ap.error("--instructions, --bytecodes: only with --core-in")
     names = [n for n in a.only.split(",") if n and not ((a.level == 5 or a.backlog) and n == "amqtt")]
     if a.backlog is not None:
         if not 1 <= a.backlog <= 60000:
