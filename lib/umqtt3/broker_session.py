@@ -30,7 +30,7 @@
 # allocation.
 from .codec import put_varint, varint_size, encode_ack, PUBREL, MQTTError
 from .compat import copy, const, MICROPYTHON
-from .flow import Flow, send_stored
+from .flow import send_stored
 from .qos_state import FREE, PUB, PUB_SENT, REL, REL_SENT, from_stored
 
 # first byte of a queued frame whose next packet is PUBREL: a record that
@@ -227,6 +227,22 @@ def put_publish(dst, off, first, tsrc, toff, tn, pid, psrc, poff, pn, prs=None, 
     return off + pn
 
 
+def put_ack(conn, b0, pid):
+    """A 4-byte PUBACK (b0 0x40), PUBREC (0x50), PUBREL (0x62) or PUBCOMP
+    (0x70) for pid into conn's send buffer: codec.encode_ack's, inline
+    where it fits (the router's every QoS 1/2 message writes one)."""
+    tx = conn.tx
+    o = conn.tlen
+    if len(tx) - o < 4:
+        conn.tlen = encode_ack(tx, o, b0 >> 4, pid)  # refused as the codec does
+        return
+    tx[o] = b0
+    tx[o + 1] = 2
+    tx[o + 2] = pid >> 8
+    tx[o + 3] = pid & 255
+    conn.tlen = o + 4
+
+
 def _u32(f, k):
     return (f[k] << 24) | (f[k + 1] << 16) | (f[k + 2] << 8) | f[k + 3]
 
@@ -307,21 +323,12 @@ class Session:
         self.fs = None  # a persistent session's FileStore (broker_store.py)
         self.new_tag = None  # and the store's tag source, with it
         self.slot = -1  # its number in the store directory
-        # the client's QoS machine, on this session as its store; its
-        # application is deliver() below
-        self.flow = Flow(self, self)
 
     def bind_store(self, fs, new_tag, slot):
         """Write every QoS 1/2 step to fs first (broker_store.Disk)."""
         self.fs = fs
         self.new_tag = new_tag
         self.slot = slot
-
-    # ------------------------------------------------------------ inbound
-    def deliver(self, p, redelivered):
-        """Flow hands over each inbound PUBLISH once (a QoS 2 resend before
-        PUBREL is answered, not routed again): the router routes it."""
-        self.router.route_in(p, self.tag)
 
     # ------------------------------------------------------------ delivery
     def _put(self, dst, off, first, size, r, pid):
@@ -1034,6 +1041,49 @@ class Session:
         q = (self.rbuf[self.s_off[k]] >> 1) & 3
         return q == (1 if t == 4 else 2)
 
+    def ack_out(self, conn, t, pid, rc=0):
+        """A PUBACK (4), PUBREC (5) or PUBCOMP (7) for pid from the client
+        (rc: its reason code): False, nothing changed, when it does not fit
+        the flow of that id (ack_fits); else what Flow.on_ack does with it
+        (out_rel, out_del), in one look at the ring: a PUBREC is recorded
+        and its PUBREL written to conn now, or by pump() behind older
+        messages [MQTT-4.3.3-1]; a PUBACK, a PUBCOMP or a refusing v5
+        PUBREC ends the flow [MQTT-4.3.2-1]."""
+        k = self._find(pid)
+        if k < 0:
+            return False
+        sts = self.s_st
+        st = sts[k]
+        if st == REL or st == REL_SENT:
+            if t == 4:
+                return False  # PUBCOMP; a PUBREC again is answered with PUBREL again
+        elif t == 7 or (self.rbuf[self.s_off[k]] >> 1) & 3 != (1 if t == 4 else 2):
+            return False  # PUBCOMP before PUBREL, or not the message's QoS
+        fs = self.fs
+        if t == 5 and rc < 0x80:
+            # (out_rel)
+            if st == REL:
+                return True  # its PUBREL is already waiting
+            if st <= PUB_SENT:
+                if fs is not None:
+                    fs.out_rel(pid)  # durable before PUBREL [MQTT-4.3.3-1]
+                if st == PUB:
+                    self.unsent -= 1
+            if self.unsent:
+                sts[k] = REL  # pump() writes it after the older ones
+                self.unsent += 1
+                return True
+            sts[k] = REL_SENT
+            put_ack(conn, 0x62, pid)
+            return True
+        # (out_del)
+        if fs is not None:
+            fs.out_del(pid)
+        if st == PUB or st == REL:
+            self.unsent -= 1
+        self._free(k)
+        return True
+
     def out_has(self, pid):
         return self._find(pid) >= 0
 
@@ -1230,14 +1280,11 @@ class Session:
     # ------------------------------------------------------------ inbound QoS 2
     # The held ids are kept packed in ipids[0:nipids], so each lookup scans
     # only the ids in flight, not the whole table.
+    # (ids[nipids:] are 0, never a packet id: `in` and index() scan them
+    # in C, fewer steps than a loop over the held ones)
     def ipid_has(self, pid):
         ids = self.ipids
-        i = 0
-        while i < self.nipids:
-            if ids[i] == pid:
-                return True
-            i += 1
-        return False
+        return ids is not None and pid in ids
 
     def ipid_add(self, pid):
         """Hold pid until PUBREL; False when max_qos2_in ids are held."""
@@ -1253,16 +1300,13 @@ class Session:
 
     def ipid_del(self, pid):
         ids = self.ipids
-        n = self.nipids
-        i = 0
-        while i < n:
-            if ids[i] == pid:
-                n -= 1
-                ids[i] = ids[n]
-                ids[n] = 0
-                self.nipids = n
-                return
-            i += 1
+        if ids is None or pid not in ids:
+            return
+        i = ids.index(pid)
+        n = self.nipids - 1
+        ids[i] = ids[n]
+        ids[n] = 0
+        self.nipids = n
 
     # The inbound half of the store interface: the broker receives with
     # Flow.on_publish / on_ack, the client's exactly-once machine. A
