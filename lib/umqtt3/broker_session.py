@@ -637,7 +637,10 @@ class Session:
             r.msg = m
         pid = 0
         if qos:
-            pid = self._pid()
+            pid = self.npid + 1  # (_pid, inline)
+            if pid > 65535:
+                pid = 1
+            self.npid = pid
             if self.fs is not None:
                 self.fs.out_msg(pid, r.tag, first, m, self)  # durable before any ack
         # _push(m, first | pid << 8), inline
@@ -947,7 +950,10 @@ class Session:
                 offs = self.s_off
                 lo = offs[last]
                 t = lo + self.s_len[last]
-                if lo >= offs[h] and len(self.rbuf) - t >= n:
+                ho = offs[h]
+                # not wrapped, room up to the end; or wrapped (live bytes
+                # in [ho, size) and [0, t)), room up to the oldest's bytes
+                if (len(self.rbuf) - t >= n) if lo >= ho else (ho - t >= n):
                     k = (h + cnt) % ns
                     self.rcount = cnt + 1
                     offs[k] = t
