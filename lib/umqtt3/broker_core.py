@@ -180,7 +180,7 @@ class Core(Stats):
         self.acl = None if text is None else parse(text)
 
     def _new_session(self, cid, clean):
-        return Session(cid, clean, self.limits, self, self)
+        return Session(cid, clean, self.limits, self)
 
     def sessions(self):
         return self.sess.by_id

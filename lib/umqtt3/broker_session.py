@@ -16,9 +16,9 @@
 #     is built into the send buffer when it goes (pump). Bounded in
 #     messages and in bytes; see _enqueue();
 #   - the packet ids of inbound QoS 2 messages waiting for PUBREL;
-#   - its own flow.Flow, the client's QoS machine, over the session as its
-#     store (store.py's interface); the Flow hands each inbound PUBLISH to
-#     deliver(), which passes it to the router (the broker core);
+#   - the store of its QoS 1/2 flows (store.py's interface), which the
+#     broker core runs by umqtt3.flow's rules (Core._packet, Core._ack,
+#     ack_out() here); the core routes each inbound PUBLISH once;
 #   - for a persistent session of a broker with a store, a store.FileStore
 #     (self.fs) that every QoS 1/2 step is written to first (broker_store.py).
 #
@@ -297,12 +297,11 @@ class Session:
     # before records said their level; stored_first): 0 when none were
     lv3 = 0
 
-    def __init__(self, cid, clean, limits, stats, router):
+    def __init__(self, cid, clean, limits, stats):
         self.cid = cid
         self.clean = clean
         self.lim = limits  # broker_limits.Limits, shared
         self.stats = stats  # counters, shared (sent, dropped)
-        self.router = router  # has route_in(pkt, tag): inbound PUBLISHes go there
         self.client = None  # the connected broker_core.Connection, or None
         self.filters = []  # broker_subs.Subs keeps these two
         self.fqos = []
