@@ -1285,11 +1285,14 @@ class Session:
     # ------------------------------------------------------------ inbound QoS 2
     # The held ids are kept packed in ipids[0:nipids], so each lookup scans
     # only the ids in flight, not the whole table.
-    # (ids[nipids:] are 0, never a packet id: `in` and index() scan them
-    # in C, fewer steps than a loop over the held ones)
     def ipid_has(self, pid):
         ids = self.ipids
-        return ids is not None and pid in ids
+        i = 0
+        while i < self.nipids:
+            if ids[i] == pid:
+                return True
+            i += 1
+        return False
 
     def ipid_add(self, pid):
         """Hold pid until PUBREL; False when max_qos2_in ids are held."""
@@ -1305,13 +1308,16 @@ class Session:
 
     def ipid_del(self, pid):
         ids = self.ipids
-        if ids is None or pid not in ids:
-            return
-        i = ids.index(pid)
-        n = self.nipids - 1
-        ids[i] = ids[n]
-        ids[n] = 0
-        self.nipids = n
+        n = self.nipids
+        i = 0
+        while i < n:
+            if ids[i] == pid:
+                n -= 1
+                ids[i] = ids[n]
+                ids[n] = 0
+                self.nipids = n
+                return
+            i += 1
 
     # The inbound half of the store interface: the broker receives with
     # Flow.on_publish / on_ack, the client's exactly-once machine. A
