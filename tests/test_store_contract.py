@@ -56,7 +56,7 @@ class BrokerSession(Impl):
     records = False  # the RAM ring: its durability is the FileStore below it
 
     def __init__(self, tmp):
-        self.store = Session(b"c", True, Limits(max_inflight=8), Stats(), None)
+        self.store = Session(b"c", True, Limits(max_inflight=8), Stats())
 
 
 class PersistentSession(Impl):
@@ -70,7 +70,7 @@ class PersistentSession(Impl):
         self.store = self._session()
 
     def _session(self):
-        s = Session(b"c", False, Limits(max_inflight=8), Stats(), None)
+        s = Session(b"c", False, Limits(max_inflight=8), Stats())
         s.bind_store(FileStore(self.dir, max_messages=16, keep_last=False), self._tag, 0)
         return s
 

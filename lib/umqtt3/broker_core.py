@@ -32,7 +32,8 @@ from .codec import (Packet, decode, MQTTError, encode_simple, encode_ack, BAD_PR
 from .codec_server import encode_connack, encode_suback, encode_unsuback, read_filter
 from .compat import ticks_add, ticks_diff, const, mem_free, name_levels
 from .broker_limits import Limits
-from .broker_session import Session, Sessions, Route, msg_size, ENTRY_COST, grow_tx
+from .broker_session import (Session, Sessions, Route, msg_size, ENTRY_COST, MSG_COST, grow_tx,
+                             put_ack)
 from .broker_subs import Subs, shared_at
 from .broker_retain import Retained, is_sys
 
@@ -179,7 +180,7 @@ class Core(Stats):
         self.acl = None if text is None else parse(text)
 
     def _new_session(self, cid, clean):
-        return Session(cid, clean, self.limits, self, self)
+        return Session(cid, clean, self.limits, self)
 
     def sessions(self):
         return self.sess.by_id
@@ -224,7 +225,16 @@ class Core(Stats):
         try:
             c.t_last = now
             self.cur = c
-            t = buf[off] >> 4
+            b0 = buf[off]
+            t = b0 >> 4
+            if n == 4 and (b0 == 0x50 or b0 == 0x62 or b0 == 0x70) and buf[off + 1] == 2 and \
+                    c.state == CONNECTED:
+                # a PUBREC, PUBREL or PUBCOMP that is only its packet id
+                # (the usual one at every level): no decode
+                pid = (buf[off + 2] << 8) | buf[off + 3]
+                if pid:  # (0 is refused by the decoder [MQTT-2.3.1-1])
+                    self._ack(c, t, pid, 0)
+                    return
             p.level = c.level
             decode(p, buf, off, off + n)
             self._foff = off
@@ -650,9 +660,30 @@ class Core(Stats):
                     self._denied(c, p)
                     return
             self.nhit = -1
+            q = p.qos
             try:
-                if p.qos:
-                    s.flow.on_publish(conn, p)  # routes through s.deliver -> route_in
+                if q == 1:
+                    # what Flow.on_publish does at QoS 1, without its call
+                    # and Session.deliver's: route it once, then PUBACK
+                    # [MQTT-4.3.2-2]; refused (QueueFull), no PUBACK
+                    pid = p.pid
+                    self.route_in(p, s.tag)
+                    put_ack(conn, 0x40, pid)
+                elif q:
+                    # what Flow.on_publish does at QoS 2, the same way
+                    pid = p.pid
+                    if not s.in_has(pid):
+                        s.in_add(pid, p.buf, 0, p.end)  # durable before PUBREC
+                        try:
+                            self.route_in(p, s.tag)
+                        except Exception:
+                            # not routed: the id is forgotten, no PUBREC,
+                            # so the sender's resend is routed
+                            s.in_del(pid)
+                            raise
+                        s.in_done(pid)
+                    # a known id: PUBREC again, no second delivery [MQTT-4.3.3-2]
+                    put_ack(conn, 0x50, pid)
                 else:
                     self.route_in(p, s.tag)  # what Flow does at QoS 0: nothing else
             except QueueFull:
@@ -673,16 +704,7 @@ class Core(Stats):
             if not self.nhit and p.qos and c.v5 is not None:
                 self.b5.no_match(conn, p)  # PUBACK / PUBREC 0x10
         elif t == PUBACK or t == PUBREC or t == PUBCOMP or t == PUBREL:
-            # the client's machine on both sides: outbound acks change the
-            # session's ring (and its records), PUBREL forgets an inbound id,
-            # each durably before PUBREL / PUBCOMP is written. An ack that
-            # does not fit the flow of its id is a protocol error.
-            if t != PUBREL and not s.ack_fits(t, p.pid):
-                raise MQTTError("acknowledgement out of its flow", 0x82)
-            if t == PUBREL and c.v5 is not None and not s.in_has(p.pid):
-                self.b5.no_pid(conn, p)  # PUBCOMP 0x92
-                return
-            s.flow.on_ack(conn, p)
+            self._ack(c, t, p.pid, p.rc)
         elif t == PINGREQ:
             conn.tlen = encode_simple(conn.tx, conn.tlen, PINGRESP)
         elif t == SUBSCRIBE:
@@ -714,6 +736,27 @@ class Core(Stats):
             self.b5.auth_in(self, c, p)  # re-authentication, or a protocol error
         else:
             self.disconnect(c, "unexpected packet type %d" % t, True)
+
+    def _ack(self, c, t, pid, rc):
+        # PUBACK, PUBREC, PUBREL or PUBCOMP for pid (rc: its reason code,
+        # 0 when absent). What Flow.on_ack does, the client's machine on
+        # both sides, in one look at the session's ring (Session.ack_out):
+        # outbound acks change the ring (and its records), PUBREL forgets
+        # an inbound id, each durably before PUBREL / PUBCOMP is written.
+        # An ack that does not fit the flow of its id is a protocol error.
+        s = c.sess
+        conn = c.conn
+        if t != PUBREL:
+            if not s.ack_out(conn, t, pid, rc):
+                raise MQTTError("acknowledgement out of its flow", 0x82)
+            return
+        if c.v5 is not None and not s.in_has(pid):
+            # PUBCOMP 0x92, packet identifier not found (broker5.no_pid)
+            conn.tlen = encode_ack(conn.tx, conn.tlen, PUBCOMP, pid, 0x92, 5)
+            return
+        s.in_del(pid)  # removed durably before PUBCOMP
+        # unknown ids are answered too, so the sender can finish
+        put_ack(conn, 0x70, pid)
 
     def _denied(self, c, p):
         # a PUBLISH the ACL does not allow: dropped, and acknowledged so
@@ -804,33 +847,48 @@ class Core(Stats):
         tn = p.topic_len
         if tn and buf[toff] == 36 and is_sys(buf, toff, tn):
             return  # clients do not publish into $SYS
+        # every field of the Route (Route.set's, and the frame's), each
+        # written once
         r = self.route
-        r.set(buf, toff, tn, buf, p.payload_off, p.payload_len, p.qos)
+        r.psrc = buf
+        r.poff = p.payload_off
+        r.pn = p.payload_len
+        r.qos = p.qos
         r.retain = p.retain
         r.src = self.cur.sess
+        r.msg = None
+        r.tag = tag
         at = None
         if self.cur.v5 is not None:
             r.flevel = 5
-            r.prs = buf
-            r.pro = p.props_off
-            r.prn = p.props_len
             at = self.atopic
-            if at is not None:  # a topic alias: its topic, its properties less the alias
-                r.tsrc = at
-                r.toff = 0
-                r.tn = len(at)
-                r.prs = ap = self.aprops
-                r.pro = 0
-                r.prn = len(ap)
         else:
             r.flevel = 4
+            r.prs = None
+            r.pro = r.prn = 0
         if at is None:
+            r.tsrc = buf
+            r.toff = toff
+            r.tn = tn
+            if r.flevel == 5:
+                r.prs = buf
+                r.pro = p.props_off
+                r.prn = p.props_len
             f = self._foff
             r.frame = buf  # the frame is buf[f:p.end] (see Session._put)
             r.foff = f
             r.flen = p.end - f
             r.fpid = toff + tn - f
-        r.tag = tag
+        else:
+            # a topic alias: its topic, its properties less the alias
+            r.tsrc = at
+            r.toff = 0
+            r.tn = len(at)
+            r.prs = ap = self.aprops
+            r.pro = 0
+            r.prn = len(ap)
+            r.frame = None
+            r.foff = r.flen = r.fpid = 0
         subs = self.subs
         n = subs.match(r.tsrc, r.toff, r.tn, r.src)
         try:
@@ -858,16 +916,17 @@ class Core(Stats):
         # allocation.
         hit = self.subs.hit
         hq = self.subs.hq
-        size = msg_size(r)
+        size = r.tn + r.pn + (r.prn if r.prs is not None else 0) + MSG_COST  # (msg_size)
         held = r.retain and r.pn
+        q = r.qos
         i = 0
         while i < n:
             g = hq[i] & 3
             if g:
-                s = hit[i]
-                if s.queue_full(size):
+                w = hit[i].admit(r, g if g < q else q, size)
+                if w < 0:
                     return 1
-                if not held and s.would_queue(r, g if g < r.qos else r.qos):
+                if w:
                     held = True
             i += 1
         return 2 if held and self.over(size + ENTRY_COST) else 0

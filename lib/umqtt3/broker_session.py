@@ -16,9 +16,9 @@
 #     is built into the send buffer when it goes (pump). Bounded in
 #     messages and in bytes; see _enqueue();
 #   - the packet ids of inbound QoS 2 messages waiting for PUBREL;
-#   - its own flow.Flow, the client's QoS machine, over the session as its
-#     store (store.py's interface); the Flow hands each inbound PUBLISH to
-#     deliver(), which passes it to the router (the broker core);
+#   - the store of its QoS 1/2 flows (store.py's interface), which the
+#     broker core runs by umqtt3.flow's rules (Core._packet, Core._ack,
+#     ack_out() here); the core routes each inbound PUBLISH once;
 #   - for a persistent session of a broker with a store, a store.FileStore
 #     (self.fs) that every QoS 1/2 step is written to first (broker_store.py).
 #
@@ -30,7 +30,7 @@
 # allocation.
 from .codec import put_varint, varint_size, encode_ack, PUBREL, MQTTError
 from .compat import copy, const, MICROPYTHON
-from .flow import Flow, send_stored
+from .flow import send_stored
 from .qos_state import FREE, PUB, PUB_SENT, REL, REL_SENT, from_stored
 
 # first byte of a queued frame whose next packet is PUBREL: a record that
@@ -227,6 +227,22 @@ def put_publish(dst, off, first, tsrc, toff, tn, pid, psrc, poff, pn, prs=None, 
     return off + pn
 
 
+def put_ack(conn, b0, pid):
+    """A 4-byte PUBACK (b0 0x40), PUBREC (0x50), PUBREL (0x62) or PUBCOMP
+    (0x70) for pid into conn's send buffer: codec.encode_ack's, inline
+    where it fits (the router's every QoS 1/2 message writes one)."""
+    tx = conn.tx
+    o = conn.tlen
+    if len(tx) - o < 4:
+        conn.tlen = encode_ack(tx, o, b0 >> 4, pid)  # refused as the codec does
+        return
+    tx[o] = b0
+    tx[o + 1] = 2
+    tx[o + 2] = pid >> 8
+    tx[o + 3] = pid & 255
+    conn.tlen = o + 4
+
+
 def _u32(f, k):
     return (f[k] << 24) | (f[k + 1] << 16) | (f[k + 2] << 8) | f[k + 3]
 
@@ -281,12 +297,11 @@ class Session:
     # before records said their level; stored_first): 0 when none were
     lv3 = 0
 
-    def __init__(self, cid, clean, limits, stats, router):
+    def __init__(self, cid, clean, limits, stats):
         self.cid = cid
         self.clean = clean
         self.lim = limits  # broker_limits.Limits, shared
         self.stats = stats  # counters, shared (sent, dropped)
-        self.router = router  # has route_in(pkt, tag): inbound PUBLISHes go there
         self.client = None  # the connected broker_core.Connection, or None
         self.filters = []  # broker_subs.Subs keeps these two
         self.fqos = []
@@ -307,21 +322,12 @@ class Session:
         self.fs = None  # a persistent session's FileStore (broker_store.py)
         self.new_tag = None  # and the store's tag source, with it
         self.slot = -1  # its number in the store directory
-        # the client's QoS machine, on this session as its store; its
-        # application is deliver() below
-        self.flow = Flow(self, self)
 
     def bind_store(self, fs, new_tag, slot):
         """Write every QoS 1/2 step to fs first (broker_store.Disk)."""
         self.fs = fs
         self.new_tag = new_tag
         self.slot = slot
-
-    # ------------------------------------------------------------ inbound
-    def deliver(self, p, redelivered):
-        """Flow hands over each inbound PUBLISH once (a QoS 2 resend before
-        PUBREL is answered, not routed again): the router routes it."""
-        self.router.route_in(p, self.tag)
 
     # ------------------------------------------------------------ delivery
     def _put(self, dst, off, first, size, r, pid):
@@ -540,14 +546,24 @@ class Session:
         while self.qh < len(self.q):
             self._take(self.qh)
 
-    def would_queue(self, r, qos):
-        """send() would queue route r's message at qos rather than write
-        it now. No allocation (but the ring's, once)."""
+    def admit(self, r, qos, size):
+        """What the router asks of each matching session before it routes
+        the QoS 1/2 message of route r (at `qos` for this session, costing
+        `size` bytes, msg_size): -1 when the queue could not take it
+        (queue_full: the publisher is refused), 1 when send() would queue
+        it rather than write it now, else 0. One call per session and
+        message; no allocation (but the ring's, once)."""
+        lim = self.lim
+        n = len(self.q) - self.qh  # two items per message
+        mb = lim.max_queued_bytes
+        if (n >> 1 >= lim.max_queued or (mb and self.qb + size + ENTRY_COST > mb)) and \
+                self.queue_full(size):
+            return -1
         c = self.client
-        if c is None or self.unsent or self.qh < len(self.q):
-            return c is not None or qos > 0 or self.lim.queue_qos0
+        if c is None or self.unsent or n:
+            return 1 if c is not None or qos > 0 or lim.queue_qos0 else 0
         n = self._size(r, qos)
-        return c.conn.tlen + n > self.lim.tx or (qos > 0 and self._fit(n) < 0)
+        return 1 if c.conn.tlen + n > lim.tx or (qos > 0 and self._fit(n) < 0) else 0
 
     def _msize(self, m, qos):
         # bytes of m's PUBLISH for this session
@@ -612,11 +628,33 @@ class Session:
             st.dropped_mem += 1
             return
         if m is None:
-            m = r.msg = new_msg(r, st.up_s)
-        pid = self._pid() if qos else 0
-        if qos and self.fs is not None:
-            self.fs.out_msg(pid, r.tag, first, m, self)  # durable before any ack
-        self._push(m, first | pid << 8)
+            if r.prs is None:  # (new_msg, inline: no properties)
+                m = Msg(bytes(r.tsrc[r.toff:r.toff + r.tn]), bytes(r.psrc[r.poff:r.poff + r.pn]),
+                        None, -1, -1)
+            else:
+                m = new_msg(r, st.up_s)
+            r.msg = m
+        pid = 0
+        if qos:
+            pid = self.npid + 1  # (_pid, inline)
+            if pid > 65535:
+                pid = 1
+            self.npid = pid
+            if self.fs is not None:
+                self.fs.out_msg(pid, r.tag, first, m, self)  # durable before any ack
+        # _push(m, first | pid << 8), inline
+        q = self.q
+        if q is _NONE:
+            q = self.q = []
+        q.append(m)
+        q.append(first | pid << 8)
+        m.refs += 1
+        c = ENTRY_COST + m.size
+        if m.refs == 1:
+            st.qbytes += c  # its bytes, once for every queue
+        else:
+            st.qbytes += ENTRY_COST
+        self.qb += c
 
     def stored_frame(self, first, pid, m):
         """The PUBLISH of queued message m as a persistent session's store
@@ -911,7 +949,10 @@ class Session:
                 offs = self.s_off
                 lo = offs[last]
                 t = lo + self.s_len[last]
-                if lo >= offs[h] and len(self.rbuf) - t >= n:
+                ho = offs[h]
+                # not wrapped, room up to the end; or wrapped (live bytes
+                # in [ho, size) and [0, t)), room up to the oldest's bytes
+                if (len(self.rbuf) - t >= n) if lo >= ho else (ho - t >= n):
                     k = (h + cnt) % ns
                     self.rcount = cnt + 1
                     offs[k] = t
@@ -1004,6 +1045,49 @@ class Session:
             return False  # PUBCOMP before PUBREL
         q = (self.rbuf[self.s_off[k]] >> 1) & 3
         return q == (1 if t == 4 else 2)
+
+    def ack_out(self, conn, t, pid, rc=0):
+        """A PUBACK (4), PUBREC (5) or PUBCOMP (7) for pid from the client
+        (rc: its reason code): False, nothing changed, when it does not fit
+        the flow of that id (ack_fits); else what Flow.on_ack does with it
+        (out_rel, out_del), in one look at the ring: a PUBREC is recorded
+        and its PUBREL written to conn now, or by pump() behind older
+        messages [MQTT-4.3.3-1]; a PUBACK, a PUBCOMP or a refusing v5
+        PUBREC ends the flow [MQTT-4.3.2-1]."""
+        k = self._find(pid)
+        if k < 0:
+            return False
+        sts = self.s_st
+        st = sts[k]
+        if st == REL or st == REL_SENT:
+            if t == 4:
+                return False  # PUBCOMP; a PUBREC again is answered with PUBREL again
+        elif t == 7 or (self.rbuf[self.s_off[k]] >> 1) & 3 != (1 if t == 4 else 2):
+            return False  # PUBCOMP before PUBREL, or not the message's QoS
+        fs = self.fs
+        if t == 5 and rc < 0x80:
+            # (out_rel)
+            if st == REL:
+                return True  # its PUBREL is already waiting
+            if st <= PUB_SENT:
+                if fs is not None:
+                    fs.out_rel(pid)  # durable before PUBREL [MQTT-4.3.3-1]
+                if st == PUB:
+                    self.unsent -= 1
+            if self.unsent:
+                sts[k] = REL  # pump() writes it after the older ones
+                self.unsent += 1
+                return True
+            sts[k] = REL_SENT
+            put_ack(conn, 0x62, pid)
+            return True
+        # (out_del)
+        if fs is not None:
+            fs.out_del(pid)
+        if st == PUB or st == REL:
+            self.unsent -= 1
+        self._free(k)
+        return True
 
     def out_has(self, pid):
         return self._find(pid) >= 0

@@ -7,11 +7,13 @@
 # before its first send, PUBREC is recorded before PUBREL goes out, an
 # inbound QoS 2 packet id is stored before PUBREC and removed before PUBCOMP.
 #
-# The client has one Flow over a MemoryStore or FileStore. The broker has
-# one Flow for all its connections and sets `store` to the session of the
-# packet at hand: a session is a store (broker_session.Session) whose
-# outbound messages live in its in-flight ring, and whose out_rel() may
-# answer True, "I send the PUBREL myself, later", to keep its send order.
+# A Flow works over a MemoryStore or FileStore, or over a broker session
+# (broker_session.Session), whose outbound messages live in its in-flight
+# ring and whose out_rel() may answer True, "I send the PUBREL myself,
+# later", to keep its send order. The client core and the broker core
+# have these rules written in (broker_core's _packet and _ack, and
+# Session.ack_out), in fewer steps per message, and make no Flow; the
+# broker's sessions send with send_stored().
 from .compat import const
 from .client_codec import encode_publish, encode_ack, MQTTError, Busy, StoreFull  # noqa: F401
 

@@ -8,6 +8,8 @@
     python -m tools.measure.broker --level 5 --only umqtt3,mosquitto
     python -m tools.measure.broker --backlog 40000 --only umqtt3,mosquitto
     python -m tools.measure.broker --core 8
+    python -m tools.measure.broker --core-in 1
+    python -m tools.measure.broker --core-in 1 --instructions
 
 Scenarios, each at QoS 0, 1 and 2:
   fan-in   8 publishers -> 1 subscriber
@@ -59,6 +61,16 @@ broker_bytes.feed() to S subscribers at QoS 0, each subscriber's bytes
 taken after each gulp. Printed: CPU time per delivered message (the
 routing path without the driver and the kernel); compare two trees by
 running it in each, alternately.
+
+--core-in Q is the same for fan-in at QoS Q: 8 publishers' QoS Q PUBLISHes
+fed in gulps of 16 each, in turn, to one subscriber at QoS Q whose window
+(32 in flight) is soon full, so that most messages queue; after each round
+of the 8 gulps the subscriber takes what it is sent and answers every flow
+(PUBACK, or PUBREC then PUBCOMP) until nothing is left, and each publisher
+answers its PUBRECs with PUBREL. Printed: CPU time per delivered message.
+With --instructions, user-space instructions per delivered message under
+valgrind (cachegrind without cache simulation; runs of two sizes, so that
+the start-up cancels out): independent of the machine's load.
 """
 import argparse
 import os
@@ -575,7 +587,170 @@ def core_main(nsubs, n=60000):
           % (nsubs, dt * 1e6 / (n // 50 * 50) / nsubs))
 
 
+CORE_IN_GULP = 16  # --core-in: PUBLISHes per publisher per round
+CORE_IN_N = (6400, 19200)  # --core-in --instructions: two runs' messages
+
+
+def core_in_run(qos, n, trace=None):
+    """--core-in: n QoS qos messages from 8 publishers to 1 subscriber
+    through the core alone; returns the CPU seconds of the loop and the
+    messages delivered. trace: a sys.settrace function for the loop."""
+    from umqtt3.broker_core import Core
+    from umqtt3.broker_bytes import feed, take
+    from umqtt3.broker_limits import Limits
+    from umqtt3.transport import Conn
+    buf = bytearray(256)
+
+    def put(fn, *a):
+        return bytes(buf[:fn(buf, 0, *a)])
+
+    from umqtt3.broker_cli import DESKTOP
+    kw = dict(DESKTOP)  # the limits `python -m umqtt3.broker` runs with
+    kw["sys_interval"] = 0
+    b = Core(Limits(**kw))
+
+    def client(cid, sub):
+        c = b.open(Conn(None, b.limits.max_packet, b.limits.tx), "core", 0)
+        feed(b, c, put(encode_connect, cid, 4, True, 0), 0)
+        if sub:
+            feed(b, c, put(encode_subscribe, 1, [(TOPIC.decode(), qos)]), 0)
+        take(b, c)
+        return c
+
+    pubs = [client("pub%d" % i, False) for i in range(NCLIENTS)]
+    sub = client("sub", True)
+
+    class Side:  # what _parse() needs of a Peer
+        def __init__(self):
+            self.rbuf = bytearray()
+            self.wbuf = bytearray()
+            self.got = 0
+            self.inflight = 0
+
+    me = Side()
+    L = len(_frame(qos, 1, 4))
+    po = L - len(PAYLOAD) - 2  # a frame's packet id
+    ack = b"\x40\x02" if qos == 1 else b"\x50\x02"
+
+    def answer(me, out):
+        # the subscriber's answers, in C where out is only PUBLISHes (or
+        # only PUBRELs), so that the loop measures the broker, not this
+        k = len(out) // L
+        if len(out) == k * L and out[::L] == bytes((0x30 | qos << 1,)) * k:
+            if not qos:
+                me.got += k
+                return b""
+            a = bytearray(4 * k)
+            a[0::4] = ack[:1] * k
+            a[1::4] = b"\x02" * k
+            a[2::4] = out[po::L]
+            a[3::4] = out[po + 1::L]
+            me.got += k
+            return a
+        k = len(out) >> 2
+        if qos == 2 and len(out) == 4 * k and out[::4] == b"\x62" * k and out[1::4] == b"\x02" * k:
+            a = bytearray(out)
+            a[0::4] = b"\x70" * k  # PUBREL -> PUBCOMP
+            return a
+        me.rbuf += out
+        _parse(me)
+        a = bytes(me.wbuf)
+        del me.wbuf[:]
+        return a
+    g = CORE_IN_GULP
+    rounds = n // (g * NCLIENTS)
+    # a publisher's gulps cycle through packet ids 1..16384 (< 65535)
+    frames = [b"".join(_frame(qos, (r * g + i) % 16384 + 1, 4) for i in range(g))
+              for r in range(16384 // g)]
+    rels = [b"".join(b"\x62\x02" + bytes(((r * g + i) % 16384 + 1).to_bytes(2, "big"))
+                     for i in range(g)) for r in range(16384 // g)]
+    nf = len(frames)
+
+    def loop():
+        for r in range(rounds):
+            for c in pubs:
+                feed(b, c, frames[r % nf], 0)
+                if qos == 2:
+                    take(b, c)  # the PUBRECs
+                    feed(b, c, rels[r % nf], 0)
+                take(b, c)  # PUBACKs or PUBCOMPs
+            while True:
+                out = take(b, sub)
+                if not out:
+                    break
+                feed(b, sub, answer(me, out), 0)
+
+    t0 = time.process_time()
+    if trace:
+        sys.settrace(trace)
+    try:
+        loop()
+    finally:
+        sys.settrace(None)
+    dt = time.process_time() - t0
+    want = rounds * g * NCLIENTS
+    if me.got != want:
+        raise SystemExit("--core-in: %d messages delivered, %d sent" % (me.got, want))
+    return dt, want
+
+
+def core_in_bytecodes(qos, n=6400):
+    """--core-in Q --bytecodes: Python bytecodes and calls per delivered
+    message, by function (sys.settrace opcode events)."""
+    ops = {}
+    calls = {}
+
+    def trace(frame, event, arg):
+        c = frame.f_code
+        key = "%s:%d %s" % (os.path.relpath(c.co_filename, LIB), c.co_firstlineno, c.co_name)
+        if event == "opcode":
+            ops[key] = ops.get(key, 0) + 1
+        elif event == "call":
+            frame.f_trace_opcodes = True
+            calls[key] = calls.get(key, 0) + 1
+        return trace
+
+    n = core_in_run(qos, n, trace)[1]
+    print("broker core, fan-in QoS %d: %.0f Python bytecodes per delivered message in %.1f calls"
+          " (the load's own included)" % (qos, sum(ops.values()) / n, sum(calls.values()) / n))
+    for k, v in sorted(ops.items(), key=lambda x: -x[1]):
+        if v >= n / 10:
+            print("  %-56s %7.1f  (%.2f calls)" % (k[-56:], v / n, calls.get(k, 0) / n))
+
+
+def core_in_main(qos, instructions, bytecodes=False):
+    if bytecodes:
+        core_in_bytecodes(qos)
+        return
+    if not instructions:
+        dt, n = core_in_run(qos, 60000)
+        print("broker core, fan-in QoS %d, %d publishers to 1 subscriber: %.2f us CPU per"
+              " delivered message" % (qos, NCLIENTS, dt * 1e6 / n))
+        return
+    import re
+    vg = shutil.which("valgrind")
+    if not vg:
+        raise SystemExit("valgrind is not installed")
+    refs = []
+    for n in CORE_IN_N:
+        out = subprocess.run(
+            [vg, "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+             sys.executable, "-m", "tools.measure.broker", "--core-in-n", str(qos), str(n)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=900,
+            env=dict(os.environ, PYTHONPATH=LIB + os.pathsep + REPO)).stderr.decode()
+        m = re.search(r"I\s+refs:\s+([\d,]+)", out)
+        if not m:
+            raise SystemExit("no instruction count from valgrind: " + out[-500:])
+        refs.append(int(m.group(1).replace(",", "")))
+    print("broker core, fan-in QoS %d, %d publishers to 1 subscriber, under valgrind: %.0f"
+          " user-space instructions per delivered message (runs of %d and %d)"
+          % (qos, NCLIENTS, (refs[1] - refs[0]) / (CORE_IN_N[1] - CORE_IN_N[0]), *CORE_IN_N))
+
+
 def main():
+    if sys.argv[1:2] == ["--core-in-n"]:  # the process valgrind runs (--instructions)
+        core_in_run(int(sys.argv[2]), int(sys.argv[3]))
+        return
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="short runs (under 20 s in all)")
     ap.add_argument("--seconds", type=float, help="seconds of load per scenario")
@@ -588,6 +763,12 @@ def main():
                     help="instead: CPU to drain N queued QoS 1 messages at level 4 and 5")
     ap.add_argument("--core", type=int, metavar="S",
                     help="instead: umqtt3's core alone, QoS 0 to S subscribers, in process")
+    ap.add_argument("--core-in", type=int, metavar="Q", choices=(0, 1, 2),
+                    help="instead: umqtt3's core alone, fan-in at QoS Q, in process")
+    ap.add_argument("--instructions", action="store_true",
+                    help="with --core-in: instructions per message under valgrind")
+    ap.add_argument("--bytecodes", action="store_true",
+                    help="with --core-in: Python bytecodes per message, by function")
     ap.add_argument("--store", action="store_true",
                     help="also umqtt3 with a store; persistent sessions in every column")
     a = ap.parse_args()
@@ -599,6 +780,11 @@ def main():
             ap.error("--core: 1 to 64 subscribers")
         core_main(a.core)
         return
+    if a.core_in is not None:
+        core_in_main(a.core_in, a.instructions, a.bytecodes)
+        return
+    if a.instructions or a.bytecodes:
+        ap.error("--instructions, --bytecodes: only with --core-in")
     names = [n for n in a.only.split(",") if n and not ((a.level == 5 or a.backlog) and n == "amqtt")]
     if a.backlog is not None:
         if not 1 <= a.backlog <= 60000:
