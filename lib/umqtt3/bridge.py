@@ -23,7 +23,7 @@
 # backoff, and hands the connected socket to the client.
 from .topic import match_span
 from .codec import valid_filter, MQTTError
-from .flow import Busy
+from .client_codec import Busy
 from .compat import ticks_diff, ticks_add, copy
 from .bridge_queue import Queue, RamFiles, undo, marks, client_files
 

@@ -30,7 +30,6 @@
 # allocation.
 from .codec import put_varint, varint_size, encode_ack, PUBREL, MQTTError
 from .compat import copy, const, MICROPYTHON
-from .flow import send_stored
 from .qos_state import FREE, PUB, PUB_SENT, REL, REL_SENT, from_stored
 
 # first byte of a queued frame whose next packet is PUBREL: a record that
@@ -361,7 +360,7 @@ class Session:
         a new subscription [MQTT-3.3.1-8, MQTT-3.3.1-9]. Written into the
         connection's send buffer when it has room, else queued. A QoS 1/2
         message of a persistent session is on disk when this returns
-        (send_stored or _enqueue), so before the publisher gets its PUBACK
+        (out_add before the send, or _enqueue), so before the publisher gets its PUBACK
         or PUBREC."""
         first = 0x30 | (qos << 1) | retain
         c = self.client
@@ -425,7 +424,9 @@ class Session:
         else:
             pid = self._pid()
             end = self._put(conn.tx, start, first, size, r, pid)
-            send_stored(self, conn, start, end, pid, r.tag)  # the client's rule 1
+            # stored before its first send (the client's rule 1), then queued
+            self.out_add(pid, r.tag, conn.tx, start, end - start)
+            conn.tlen = end
             if ak:
                 # the ring keeps the whole frame (a resend goes on a new
                 # connection, whose aliases start afresh); the wire gets
@@ -1010,9 +1011,9 @@ class Session:
         return p
 
     # ------------------------------------------------------------ the store
-    # The outbound half of the store interface umqtt3.flow uses (store.py):
-    # the broker answers PUBACK, PUBREC and PUBCOMP with Flow.on_ack, the
-    # client's machine, and sends with flow.send_stored. A persistent
+    # The outbound half of the store interface (store.py): the core answers
+    # PUBACK, PUBREC and PUBCOMP through ack_out(), with umqtt3.flow's rules
+    # written in, and send() stores before it queues. A persistent
     # session writes each step to its FileStore (self.fs) before the RAM
     # state changes, so what is on disk is never behind what was sent.
     def out_add(self, pid, key, buf, off, n):

@@ -62,7 +62,7 @@
 # max_queued + max_qos2_in + 1 files each; m<k> numbers go on while any is
 # live and start again from 1 when none is.
 from .store import FileStore, frame, unframe, refuse_fat
-from .flow import StoreFull
+from .client_codec import StoreFull
 from .qos_state import STORED_PUB, STORED_REL, HELD
 from .broker_log import AppendFiles, LogFiles, layout
 from .broker_session import stored_first

@@ -31,8 +31,10 @@ DESKTOP_ONLY = tuple(m[len("umqtt3."):].replace(".", "/") + ".py" for m in libgr
 
 # package file -> (name, its entry modules, the package files it depends on)
 PACKAGES = {
+    # umqtt3.flow: the QoS 1/2 machine on its own (the client and broker cores have its rules
+    # written in; a driver of one's own, and the power-loss simulation, use it)
     "package.json": ("umqtt3", ("umqtt3", "umqtt3.client", "umqtt3.aio", "umqtt3.store", "umqtt3.client5",
-                                "umqtt3.transport"), ()),
+                                "umqtt3.transport", "umqtt3.flow"), ()),
     "package-broker.json": ("umqtt3-broker", ("umqtt3.broker", "umqtt3.bridge", "umqtt3.bridge_config"), ("package.json",)),
 }
 
