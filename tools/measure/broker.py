@@ -697,18 +697,8 @@ def core_in_run(qos, n, trace=None):
 def core_in_bytecodes(qos, n=6400):
     """--core-in Q --bytecodes: Python bytecodes and calls per delivered
     message, by function (sys.settrace opcode events)."""
-    ops = {}
-    calls = {}
-
-    def trace(frame, event, arg):
-        c = frame.f_code
-        key = "%s:%d %s" % (os.path.relpath(c.co_filename, LIB), c.co_firstlineno, c.co_name)
-        if event == "opcode":
-            ops[key] = ops.get(key, 0) + 1
-        elif event == "call":
-            frame.f_trace_opcodes = True
-            calls[key] = calls.get(key, 0) + 1
-        return trace
+    from tools.measure.common import bytecode_counter
+    trace, ops, calls = bytecode_counter(LIB)
 
     n = core_in_run(qos, n, trace)[1]
     print("broker core, fan-in QoS %d: %.0f Python bytecodes per delivered message in %.1f calls"

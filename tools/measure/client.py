@@ -627,22 +627,7 @@ BC_N = 300  # --bytecodes: messages traced
 
 def _bytecodes(run):
     """(bytecodes, calls) per function (file:line name) while run() runs."""
-    ops = {}
-    calls = {}
-
-    def trace(frame, event, arg):
-        c = frame.f_code
-        f = os.path.relpath(c.co_filename)
-        if f.startswith("lib" + os.sep):
-            f = f[4:]
-        key = "%s:%d %s" % (f, c.co_firstlineno, c.co_name)
-        if event == "opcode":
-            ops[key] = ops.get(key, 0) + 1
-        elif event == "call":
-            frame.f_trace_opcodes = True
-            calls[key] = calls.get(key, 0) + 1
-        return trace
-
+    trace, ops, calls = _common.bytecode_counter(os.path.join(os.getcwd(), "lib"))
     sys.settrace(trace)
     try:
         run()
