@@ -11,7 +11,7 @@
 # Protocol levels: 3 (MQTT 3.1, "MQIsdp"), 4 (3.1.1) and 5 (5.0); what only
 # 5.0 has (properties, reason codes, AUTH) is umqtt3.props's.
 from .compat import const
-from .client_codec import encode_ack as _ack
+from .client_codec import encode_ack as encode_ack4  # the four-byte form, all a client sends
 from .client_codec import (MQTTError, Busy, StoreFull, fail, mqtt5, frame_len,  # noqa: F401
                            put_header, encode_connect, encode_publish,
                            encode_filter, Packet, str_end, read_pid, decode)
@@ -194,7 +194,7 @@ def encode_ack(buf, off, t, pid, rc=None, level=4, props=None):
     (remaining length 2: client_codec's four bytes, which the client sends);
     props=b"" writes an explicit empty property list."""
     if level != 5 or (rc is None and props is None):
-        return _ack(buf, off, t, pid)
+        return encode_ack4(buf, off, t, pid)
     check_pid(pid)
     p5 = mqtt5()
     props = p5.encoded(props)
