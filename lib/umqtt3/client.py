@@ -8,7 +8,7 @@
 # link and reconnect when the backoff allows. The blocking calls (connect,
 # publish at QoS 1/2, subscribe, wait_msg) loop on poll() until their answer
 # or a timeout.
-from .compat import ticks_ms, ticks_diff, sleep_ms, poll, link, dial, const
+from .compat import ticks_ms, ticks_diff, sleep_ms, poll, waiter, link, dial, const
 from .client_codec import MQTTError, Busy, Closed
 from .client_core import Core
 
@@ -35,6 +35,7 @@ class MQTTClient(Core):
         self.connect_link = connect_link  # () -> link, instead of a socket
         self.sock = None
         self.poller = None
+        self.wait_io = None  # the poller's wait: f(timeout_ms) -> (obj, events) pairs
         self.wmask = False  # POLLOUT registered
 
     # ---------------------------------------------------------- umqtt API
@@ -163,7 +164,7 @@ class MQTTClient(Core):
         handled = 0
         try:
             if self.poller is not None and timeout_ms and not c.spent:  # (nothing read ahead)
-                for obj, ev in self.poller.ipoll(timeout_ms):
+                for obj, ev in self.wait_io(timeout_ms):
                     if ev & _POLLERR_HUP and not ev & _POLLIN:
                         raise Closed(104)
             # inside the message callback only write (publish from a
@@ -236,7 +237,7 @@ class MQTTClient(Core):
             elif ticks_diff(ticks_ms(), start) > self.timeout_ms:
                 raise OSError(110)
             elif self.poller is not None:
-                for _ in self.poller.ipoll(10):
+                for _ in self.wait_io(10):
                     break
             else:
                 sleep_ms(1)
@@ -253,8 +254,9 @@ class MQTTClient(Core):
             self.sock = s
             s.setblocking(False)
             lk = link(s)
-            self.poller = poll()
-            self.poller.register(s, _POLLIN)
+            p = self.poller = poll()
+            p.register(s, _POLLIN)
+            self.wait_io = waiter(p)
         self.conn.link = lk
         self.start(ticks_ms())
         self.send()
@@ -268,7 +270,7 @@ class MQTTClient(Core):
         elif self.sock is not None:
             self.sock.close()  # connect or TLS handshake failed in open_link
         self.sock = None
-        self.poller = None
+        self.poller = self.wait_io = None
         self.wmask = False
         Core.down(self)
 

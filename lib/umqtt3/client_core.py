@@ -393,9 +393,24 @@ class Core:
         protocol error and OSError when the connection must end; an
         exception from the application's callback leaves as it is (after a
         QoS 1/2 message the state is then DOWN: the driver closes the link)."""
-        p = self.pkt
         c = self.conn
-        t = decode(p, c.rx, 0, n)
+        rx = c.rx
+        if n == 4 and rx[0] == 0x40 and self.state == _UP and (rx[2] or rx[3]):
+            # a PUBACK with its packet id alone (n == 4: remaining length
+            # 2), what a sequential QoS 1 publish waits for: the branch
+            # below without decode() (a packet id 0 is malformed
+            # [MQTT-2.3.1-1]: decode() says so)
+            pid = (rx[2] << 8) | rx[3]
+            c.done()
+            self.unsynced = True
+            if self.store.out_del(pid):
+                self.ack_pid = pid
+                self.ack_rc = 0
+                if self.on_ack is not None:
+                    self.on_ack(pid, 0)
+            return
+        p = self.pkt
+        t = decode(p, rx, 0, n)
         c.done()  # consumed even if the callback raises; rx stays intact
         try:
             if t == _PUBLISH:

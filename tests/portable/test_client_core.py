@@ -170,6 +170,44 @@ def test_qos1_publish_acknowledged_and_reported():
     assert c.inflight() == 0 and log.acks == [(pid, 0)] and c.ack_pid == pid
 
 
+def test_puback_without_decode_keeps_every_rule():
+    # The four-byte PUBACK is handled without decode(): the same answers
+    from umqtt3.codec import MQTTError
+    c = connected(core())
+    log = Log()
+    c.set_ack_callback(log.ack)
+    syncs = []
+    c.set_sync(lambda: syncs.append(1))
+    p1 = c.queue(b"t", b"1", qos=1)
+    p2 = c.queue(b"t", b"2", qos=1)
+    take(c, 0)
+    syncs.clear()
+    feed(c, puback(999), 1)  # an id not in flight: nothing completes
+    assert log.acks == [] and c.inflight() == 2 and c.ack_pid == 0
+    # two in one read (the first read takes a byte of the second): both, in order
+    assert feed(c, puback(p1) + puback(p2), 2) == 2
+    assert log.acks == [(p1, 0), (p2, 0)] and c.inflight() == 0 and c.ack_pid == p2
+    # the removal is made durable before the next bytes leave
+    c.queue(b"t", b"3", qos=0)
+    take(c, 3)
+    assert syncs == [1]
+    # packet id 0 is malformed [MQTT-2.3.1-1]
+    try:
+        feed(c, puback(0), 4)
+        raise AssertionError("PUBACK with packet id 0 taken")
+    except MQTTError as e:
+        assert e.reason == "packet id 0" and e.code == 0x82
+    # a PUBACK before CONNACK is a protocol error
+    c = core()
+    c.start(0)
+    take(c, 0)
+    try:
+        feed(c, puback(1), 0)
+        raise AssertionError("PUBACK before CONNACK taken")
+    except MQTTError as e:
+        assert e.reason == "protocol error" and e.code == 0x82
+
+
 def test_qos2_both_ways():
     c = connected(core())
     log = Log()

@@ -474,6 +474,33 @@ def test_poll_ipoll_pairs():
         b.close()
 
 
+def test_waiter_gives_the_events_of_the_poll():
+    # waiter(p): p's wait for a caller that reads only the events (the
+    # client's); on CPython select's own poll, with file numbers
+    if MICROPYTHON or compat.socket is None:
+        raise SkipTest("needs a CPython socketpair")
+    a, b = compat.socket.socketpair()
+    try:
+        p = compat.poll()
+        p.register(a, compat.POLLIN)
+        wait = compat.waiter(p)
+        assert list(wait(0)) == []
+        b.send(b"x")
+        got = list(wait(1000))
+        assert len(got) == 1 and got[0][1] == compat.POLLIN, got
+        p.modify(a, compat.POLLIN | compat.POLLOUT)  # the poller's changes count
+        got = list(wait(0))
+        assert len(got) == 1 and got[0][1] == compat.POLLIN | compat.POLLOUT, got
+        b.close()
+        p.modify(a, compat.POLLIN)
+        assert a.recv(1) == b"x"
+        got = list(wait(0))  # the peer is gone: readable (end of stream)
+        assert len(got) == 1 and got[0][1] & compat.POLLIN, got
+    finally:
+        a.close()
+        b.close()
+
+
 # ---------------------------------------------------------------- link
 
 def test_link_stream_methods_cpython():

@@ -20,6 +20,11 @@ if MICROPYTHON:
     except ImportError:  # the WebAssembly port has no sockets
         socket = None
 
+    def waiter(p):
+        # p's ipoll, for a caller that reads only the events of the pairs
+        # (CPython's waiter is select's own poll: file numbers, no wrapper)
+        return p.ipoll
+
     def move(dst, doff, src, soff, n):
         # n bytes from src[soff:] to dst[doff:]: a memoryview slice would
         # allocate, a byte loop does not; backwards when moving up within

@@ -119,6 +119,12 @@ class poll:
         return r
 
 
+def waiter(p):
+    # select's poll itself: the pairs carry file numbers, not the objects
+    # (the client reads only the events), and no Python call wraps it
+    return p._p.poll
+
+
 def copy(dst, doff, src, soff, n):
     # as on the device: out of range is an error, never a resized buffer
     if doff < 0 or soff < 0 or n < 0 or doff + n > len(dst) or soff + n > len(src):
