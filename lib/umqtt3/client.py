@@ -25,14 +25,22 @@ class MQTTClient(Core):
     # core's: level=4, store=None, window=8, bufsize=512, reconnect=False,
     # timeout_ms=5000, backoff_ms=(500, 30000), session_expiry=None, auth=None
     # (client_core.Core; docs/client.md)
+    # Set on the instance only when given (a slot in the class's table, not
+    # in every client's: 47 attributes fit the instance's table, 48 need a
+    # larger one)
+    connect_link = None  # () -> link, instead of a socket
+    ssl_params = None  # dict of keyword arguments for wrap_socket()
+
     def __init__(self, client_id, server, port=0, user=None, password=None,
                  keepalive=0, ssl=None, ssl_params=None, connect_link=None, **kw):
         Core.__init__(self, client_id, keepalive, user, password, now=ticks_ms(), **kw)
         self.server = server
         self.port = port or (8883 if ssl else 1883)
         self.ssl = ssl
-        self.ssl_params = ssl_params or {}
-        self.connect_link = connect_link  # () -> link, instead of a socket
+        if ssl_params:
+            self.ssl_params = ssl_params
+        if connect_link:
+            self.connect_link = connect_link
         self.sock = None
         self.poller = None
         self.wait_io = None  # the poller's wait: f(timeout_ms) -> (obj, events) pairs

@@ -88,7 +88,7 @@ if MICROPYTHON:
                     import ssl
                     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
                     ctx.verify_mode = ssl.CERT_NONE
-                s = ctx.wrap_socket(s, server_hostname=host, **params)
+                s = ctx.wrap_socket(s, server_hostname=host, **(params or {}))
         except BaseException:
             s.close()
             raise

@@ -365,7 +365,7 @@ def dial(host, port, ctx, params, timeout_ms):
         s.connect(ai[-1])
         nodelay(s)  # one write per packet, no Nagle stall on QoS 1
         if ctx:
-            s = tls_context(ctx).wrap_socket(s, server_hostname=host, **params)
+            s = tls_context(ctx).wrap_socket(s, server_hostname=host, **(params or {}))
     except BaseException:
         s.close()
         raise
