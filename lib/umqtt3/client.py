@@ -43,7 +43,7 @@ class MQTTClient(Core):
             self.connect_link = connect_link
         self.sock = None
         self.poller = None
-        self.wait_io = None  # the poller's wait: f(timeout_ms) -> (obj, events) pairs
+        self.ipoll = None  # the poller's ipoll (compat.waiter): (obj, events) pairs
         self.wmask = False  # POLLOUT registered
 
     # ---------------------------------------------------------- umqtt API
@@ -172,7 +172,7 @@ class MQTTClient(Core):
         handled = 0
         try:
             if self.poller is not None and timeout_ms and not c.spent:  # (nothing read ahead)
-                for obj, ev in self.wait_io(timeout_ms):
+                for obj, ev in self.ipoll(timeout_ms):
                     if ev & _POLLERR_HUP and not ev & _POLLIN:
                         raise Closed(104)
             # inside the message callback only write (publish from a
@@ -245,7 +245,7 @@ class MQTTClient(Core):
             elif ticks_diff(ticks_ms(), start) > self.timeout_ms:
                 raise OSError(110)
             elif self.poller is not None:
-                for _ in self.wait_io(10):
+                for _ in self.ipoll(10):
                     break
             else:
                 sleep_ms(1)
@@ -264,7 +264,7 @@ class MQTTClient(Core):
             lk = link(s)
             p = self.poller = poll()
             p.register(s, _POLLIN)
-            self.wait_io = waiter(p)
+            self.ipoll = waiter(p)
         self.conn.link = lk
         self.start(ticks_ms())
         self.send()
@@ -278,7 +278,7 @@ class MQTTClient(Core):
         elif self.sock is not None:
             self.sock.close()  # connect or TLS handshake failed in open_link
         self.sock = None
-        self.poller = self.wait_io = None
+        self.poller = self.ipoll = None
         self.wmask = False
         Core.down(self)
 
