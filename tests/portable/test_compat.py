@@ -413,13 +413,19 @@ def test_poll_constants():
         assert compat.POLLHUP == select.POLLHUP
 
 
-def test_poll_ipoll_pairs():
+def _polled_pair():
+    # a CPython socketpair (a, b) and a compat.poll with a registered for POLLIN
     if MICROPYTHON or compat.socket is None:
         raise SkipTest("needs a CPython socketpair")
     a, b = compat.socket.socketpair()
+    p = compat.poll()
+    p.register(a, compat.POLLIN)
+    return a, b, p
+
+
+def test_poll_ipoll_pairs():
+    a, b, p = _polled_pair()
     try:
-        p = compat.poll()
-        p.register(a, compat.POLLIN)
         assert list(p.ipoll(0)) == []
         b.send(b"x")
         got = list(p.ipoll(1000))
@@ -477,12 +483,8 @@ def test_poll_ipoll_pairs():
 def test_waiter_gives_the_events_of_the_poll():
     # waiter(p): p's wait for a caller that reads only the events (the
     # client's); on CPython select's own poll, with file numbers
-    if MICROPYTHON or compat.socket is None:
-        raise SkipTest("needs a CPython socketpair")
-    a, b = compat.socket.socketpair()
+    a, b, p = _polled_pair()
     try:
-        p = compat.poll()
-        p.register(a, compat.POLLIN)
         wait = compat.waiter(p)
         assert list(wait(0)) == []
         b.send(b"x")
