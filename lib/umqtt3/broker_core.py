@@ -30,7 +30,7 @@ from .codec import (Packet, decode, MQTTError, encode_simple, encode_ack, BAD_PR
                     CONNECT, PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP, SUBSCRIBE, UNSUBSCRIBE,
                     PINGREQ, PINGRESP, DISCONNECT, AUTH)
 from .codec_server import encode_connack, encode_suback, encode_unsuback, read_filter
-from .compat import ticks_add, ticks_diff, const, mem_free, name_levels
+from .compat import ticks_add, ticks_diff, const, mem_free, name_levels, topic_ok, TOPIC_MEMO
 from .broker_limits import Limits
 from .broker_session import (Session, Sessions, Route, msg_size, ENTRY_COST, MSG_COST, grow_tx,
                              put_ack)
@@ -152,6 +152,10 @@ class Core(Stats):
         # delayed wills: [due (uptime s), cid, topic, msg, qos, retain, props]
         self.wills = []  # type: list
         self._pkt = Packet(4)
+        # CPython: the topic names a level-4 PUBLISH was found valid with
+        # (_publish4), each the bytes object routing uses for it; None on a
+        # device, which decodes every PUBLISH
+        self._names = {} if topic_ok is not None and TOPIC_MEMO else None
         self._foff = 0  # where the packet in _pkt starts in its buffer
         self._t_timer = now
         self._t_prev = now
@@ -235,6 +239,9 @@ class Core(Stats):
                 if pid:  # (0 is refused by the decoder [MQTT-2.3.1-1])
                     self._ack(c, t, pid, 0)
                     return
+            if t == PUBLISH and c.v5 is None and c.grants is None and self._names is not None \
+                    and c.state == CONNECTED and self._publish4(c, buf, off, n):
+                return
             p.level = c.level
             decode(p, buf, off, off + n)
             self._foff = off
@@ -688,18 +695,7 @@ class Core(Stats):
                     self.route_in(p, s.tag)  # what Flow does at QoS 0: nothing else
             except QueueFull:
                 # nothing routed or retained; Flow dropped a QoS 2 id (in_del)
-                mem = self._why == 2
-                if mem:
-                    self.refused_mem += 1
-                else:
-                    self.queue_full += 1
-                if c.v5 is not None:
-                    self.b5.ack_refuse(c, p, 0x97)  # Quota exceeded (3.4.2.1, 3.5.2.1)
-                else:
-                    # 3.1.1 has no refusing PUBACK: closed unacknowledged, the
-                    # client sends it again on its next connection [MQTT-4.4.0-1]
-                    self.disconnect(c, "the broker's memory budget is spent" if mem
-                                    else "a subscriber's queue is full", True)
+                self._full(c, p)
                 return
             if not self.nhit and p.qos and c.v5 is not None:
                 self.b5.no_match(conn, p)  # PUBACK / PUBREC 0x10
@@ -736,6 +732,22 @@ class Core(Stats):
             self.b5.auth_in(self, c, p)  # re-authentication, or a protocol error
         else:
             self.disconnect(c, "unexpected packet type %d" % t, True)
+
+    def _full(self, c, p):
+        # c's QoS 1/2 PUBLISH p was refused (QueueFull): counted, and
+        # answered as its level allows
+        mem = self._why == 2
+        if mem:
+            self.refused_mem += 1
+        else:
+            self.queue_full += 1
+        if c.v5 is not None:
+            self.b5.ack_refuse(c, p, 0x97)  # Quota exceeded (3.4.2.1, 3.5.2.1)
+        else:
+            # 3.1.1 has no refusing PUBACK: closed unacknowledged, the
+            # client sends it again on its next connection [MQTT-4.4.0-1]
+            self.disconnect(c, "the broker's memory budget is spent" if mem
+                            else "a subscriber's queue is full", True)
 
     def _ack(self, c, t, pid, rc):
         # PUBACK, PUBREC, PUBREL or PUBCOMP for pid (rc: its reason code,
@@ -889,16 +901,21 @@ class Core(Stats):
             r.prn = len(ap)
             r.frame = None
             r.foff = r.flen = r.fpid = 0
+        self._route_in(r)
+
+    def _route_in(self, r):
+        # route_in's, once r is filled: refused (QueueFull) before anything
+        # is routed or retained, else retained and routed
         subs = self.subs
         n = subs.match(r.tsrc, r.toff, r.tn, r.src)
         try:
-            if p.qos:
+            if r.qos:
                 w = self._refuse_full(r, n)
                 if w:
                     self._why = w
                     raise QueueFull()
-            if p.retain:
-                if r.pn and not p.qos and self.over(msg_size(r)):
+            if r.retain:
+                if r.pn and not r.qos and self.over(msg_size(r)):
                     self.dropped += 1  # a QoS 0 retained message not kept: mem_budget
                     self.dropped_mem += 1
                 else:
@@ -906,6 +923,93 @@ class Core(Stats):
             self._route(r, n)
         finally:
             subs.release(n)
+
+    def _publish4(self, c, buf, off, n):
+        """A PUBLISH buf[off:off+n] of connected level-3/4 client c without
+        an ACL (CPython): what decode(), _packet() and route_in() do with
+        it, in one pass over its bytes, its topic name checked once per
+        name (_names). False, nothing done: anything the decoder refuses
+        (it names what is wrong) and a topic starting with "$" go the
+        general way."""
+        b0 = buf[off]
+        q = (b0 >> 1) & 3
+        if q == 3 or (b0 & 8 and not q):  # ([MQTT-3.3.1-4], [MQTT-3.3.1-2]: the decoder's)
+            return False
+        i = off + 1
+        while buf[i] & 0x80:
+            i += 1
+        i += 1  # the variable header (consume or the driver framed n)
+        end = off + n
+        if i + 2 > end:
+            return False
+        tn = (buf[i] << 8) | buf[i + 1]
+        t0 = i + 2
+        te = t0 + tn
+        pe = te + 2 if q else te  # the payload
+        if not tn or pe > end or buf[t0] == 36:  # ($: $SYS, the general way)
+            return False
+        pid = 0
+        if q:
+            pid = (buf[te] << 8) | buf[te + 1]
+            if not pid:
+                return False  # [MQTT-2.3.1-1]
+        key = bytes(buf[t0:te])
+        names = self._names
+        tk = names.get(key)
+        if tk is None:
+            # UTF-8, no U+0000, no wildcard [MQTT-1.5.3-1, MQTT-1.5.3-2,
+            # MQTT-3.3.2-2] in C; the broker's own rules (_name_ok) raise
+            if topic_ok is None or not topic_ok(buf, t0, tn):
+                return False
+            self.received += 1
+            self._name_ok(buf, t0, tn, 0)
+            if len(names) >= TOPIC_MEMO:
+                names.clear()
+            names[key] = tk = key
+        else:
+            self.received += 1
+        s = c.sess
+        self.nhit = -1
+        r = self.route
+        r.tsrc = tk  # the topic: the memo's bytes, which match() and a Msg reuse
+        r.toff = 0
+        r.tn = tn
+        r.psrc = buf
+        r.poff = pe
+        r.pn = end - pe
+        r.qos = q
+        r.retain = b0 & 1 == 1
+        r.src = s
+        r.msg = None
+        r.tag = s.tag
+        r.flevel = 4
+        r.prs = None
+        r.pro = r.prn = 0
+        r.frame = buf
+        r.foff = off
+        r.flen = n
+        r.fpid = te - off
+        try:
+            if q < 2:
+                self._route_in(r)
+                if q:
+                    put_ack(c.conn, 0x40, pid)  # [MQTT-4.3.2-2]
+                return True
+            # QoS 2, as _packet: held durably before routing, then PUBREC
+            if not s.in_has(pid):
+                s.in_add(pid, buf, 0, end)
+                r.tag = s.tag
+                try:
+                    self._route_in(r)
+                except Exception:
+                    s.in_del(pid)  # not routed: the resend is
+                    raise
+                s.in_done(pid)
+            # a known id: PUBREC again, no second delivery [MQTT-4.3.3-2]
+            put_ack(c.conn, 0x50, pid)
+        except QueueFull:
+            self._full(c, None)
+        return True
 
     def _refuse_full(self, r, n):
         # Whether the QoS 1/2 message r is refused before anything is
