@@ -412,10 +412,13 @@ class Session:
                 need = size
             elif need < size:
                 need = size
+        k = -1
         if (conn.space() < need and not grow_tx(conn, need, self.lim.tx)) or \
-                (qos and self._fit(size) < 0):
+                (qos and self._alloc(size) < 0):
             self._enqueue(first, r)  # pump() writes it as the buffer drains
             return
+        if qos:
+            k = (self.rhead + self.rcount - 1) % len(self.s_st)  # the slot _alloc took
         start = conn.tlen
         if not qos and not ak:
             conn.tlen = self._put(conn.tx, start, first, size, r, 0)
@@ -424,8 +427,9 @@ class Session:
         else:
             pid = self._pid()
             end = self._put(conn.tx, start, first, size, r, pid)
-            # stored before its first send (the client's rule 1), then queued
-            self.out_add(pid, r.tag, conn.tx, start, end - start)
+            # stored before its first send (the client's rule 1), then in
+            # the ring: out_add's, in the slot taken above
+            self._out_at(k, pid, r.tag, conn.tx, start, end - start)
             conn.tlen = end
             if ak:
                 # the ring keeps the whole frame (a resend goes on a new
@@ -705,6 +709,12 @@ class Session:
         maxpkt = self.maxpkt
         rs = re = 0
         tl = conn.tlen
+        # the next slot while the newest's bytes end at te with room after
+        # them (_alloc's usual case, kept in locals from one message to the
+        # next; ak -1: ask _alloc)
+        ak = -1
+        te = lo = ho = rsz = ns = wmax = 0
+        offs = lens = self.s_off
         while self.qh < len(q):
             h = self.qh
             m = q[h]
@@ -717,6 +727,7 @@ class Session:
                     copy(tx, conn.tlen, self.rbuf, rs, re - rs)
                     conn.tlen = tl
                     rs = re = 0
+                ak = -1
                 k = self._alloc(0)
                 if k < 0:
                     break
@@ -770,12 +781,28 @@ class Session:
                 stats.sent += 1
                 self._take(h)
                 continue
-            k = self._alloc(n)
-            if k < 0:
-                break
+            cnt = self.rcount
+            if ak >= 0 and cnt < wmax and ((rsz - te >= n) if lo >= ho else (ho - te >= n)):
+                k = ak
+                o = offs[k] = te
+                lens[k] = n
+                self.rcount = cnt + 1
+            else:
+                k = self._alloc(n)
+                if k < 0:
+                    break
+                offs = self.s_off
+                lens = self.s_len
+                ns = len(offs)
+                wmax = ns if ns < self.rmax else self.rmax
+                rsz = len(self.rbuf)
+                ho = offs[self.rhead]
+                o = offs[k]
+            lo = o
+            te = o + n
+            ak = k + 1 if k + 1 < ns else 0
             # its id came with it from _enqueue, and so did its record
             self.s_pid[k] = pid
-            o = self.s_off[k]
             rb = self.rbuf
             if o != re:
                 if re > rs:
@@ -1017,16 +1044,24 @@ class Session:
     # session writes each step to its FileStore (self.fs) before the RAM
     # state changes, so what is on disk is never behind what was sent.
     def out_add(self, pid, key, buf, off, n):
-        if self._fit(n) < 0:
+        k = self._alloc(n)
+        if k < 0:
             raise MQTTError("in-flight ring full", 0x97)  # deliver() checked
+        self._out_at(k, pid, key, buf, off, n)
+
+    def _out_at(self, k, pid, key, buf, off, n):
+        # out_add's, in slot k that _alloc(n) just took: given back when
+        # the store fails
         if self.fs is not None:
             b0 = buf[off]
             buf[off] = stored_first(b0, self.level)  # its level, on disk
             try:
                 self.fs.out_add(pid, key, buf, off, n)
+            except BaseException:
+                self.rcount -= 1  # (the newest slot, its state still FREE)
+                raise
             finally:
                 buf[off] = b0
-        k = self._alloc(n)
         self.s_pid[k] = pid
         copy(self.rbuf, self.s_off[k], buf, off, n)
         self.s_st[k] = PUB_SENT
