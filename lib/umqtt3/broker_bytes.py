@@ -9,7 +9,7 @@
 # core each gulp without a copy per packet. A device's driver reads each
 # packet into the receive buffer exactly and calls Core.packet(), and never
 # loads this module.
-from .codec import frame_len, MQTTError, SUBSCRIBE
+from .codec import frame_len, MQTTError, SUBSCRIBE, PUBLISH
 from .compat import copy
 from .broker_core import CLOSED, CONNECTED
 
@@ -59,6 +59,15 @@ def consume(core, c, buf, off, end, now, limit, careful=True, fan=0x3FFFFFFF):
                 k += (o - off) >> 2
                 off = o
                 continue
+            if buf[off] >> 4 == PUBLISH and c.v5 is None and c.grants is None and \
+                    c.state == CONNECTED:
+                # a run of PUBLISHes, each in one pass; one the run does not
+                # take goes the general way, below
+                o, j = core.publishes(c, buf, off, end, now, limit - k, fan, careful)
+                if j:
+                    off = o
+                    k += j
+                    continue
             if n and off + n <= end:
                 # Core.room(), inline: the answers fit the send buffer
                 if careful and len(conn.tx) - conn.tlen < (n if buf[off] >> 4 == SUBSCRIBE else 8):

@@ -288,6 +288,46 @@ class Core(Stats):
             return off + 4
         return o
 
+    def publishes(self, c, buf, off, end, now, limit, fan, careful):
+        """What packet_at does with each whole PUBLISH from buf[off] on of
+        connected level-3/4 client c without an ACL (_publish4), for the
+        run of them in one call, up to `limit` packets and until routed
+        reaches fan (broker_bytes.consume; fan-in sends PUBLISHes in runs).
+        careful: only while the answers fit the send buffer. Returns where
+        the run ends and the packets handled: at anything else, which
+        consume() hands to packet_at."""
+        if self._names is None:
+            return off, 0
+        c.t_last = now
+        self.cur = c
+        conn = c.conn
+        mp = conn.max_packet
+        k = 0
+        se = self.store_errors
+        try:
+            while k < limit and self.routed < fan and off + 2 <= end and buf[off] >> 4 == PUBLISH:
+                n = buf[off + 1] + 2  # a one-byte remaining length; longer: consume's
+                if n > 129 or n > mp or off + n > end or \
+                        (careful and len(conn.tx) - conn.tlen < 8) or \
+                        not self._publish4(c, buf, off, n):
+                    break
+                off += n
+                k += 1
+                if c.state != CONNECTED:
+                    break
+        except MQTTError as e:
+            self.fail(c, e)
+            return end, k + 1
+        except OSError:
+            self.disconnect(c, "store write failed" if self.store_errors != se
+                            else "connection lost", True)
+            return end, k + 1
+        except Exception as e:
+            self.errors += 1
+            self.disconnect(c, "internal error: %r" % (e,), True)
+            return end, k + 1
+        return off, k
+
     def wants_send(self, c):
         """c has bytes in its send buffer, or messages waiting for room."""
         if c.conn.tlen:

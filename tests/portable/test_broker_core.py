@@ -189,6 +189,13 @@ def test_publish_rules_hold_once_a_topic_was_routed():
             assert c.state == CLOSED, (k, f)  # [MQTT-4.8.0-1]
             assert take(b, c) == b"", f  # no PUBACK
     assert take(b, sub) == b""
+    # in one gulp (a run, Core.publishes): what comes before a refused
+    # PUBLISH is routed, nothing after it
+    c = connected(b, "run")
+    feed(b, c, pub("a/b", b"r1", 1, 1) + pub("a/b", b"r2", 0) + bad[4] + pub("a/b", b"r4"), 0)
+    assert c.state == CLOSED
+    assert take(b, sub) == pub("a/b", b"r1", 1, 4) + pub("a/b", b"r2")
+    feed(b, sub, build(encode_ack, PUBACK, 4), 0)
     # a client does not publish into $SYS: acknowledged, not routed
     feed(b, p, pub("$SYS/x", b"1", 1, 9), 0)
     assert take(b, p) == build(encode_ack, PUBACK, 9)
