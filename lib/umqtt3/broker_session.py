@@ -714,7 +714,10 @@ class Session:
         # next; ak -1: ask _alloc)
         ak = -1
         te = lo = ho = rsz = ns = wmax = 0
-        offs = lens = self.s_off
+        offs = lens = pids = self.s_off
+        sts = self.s_st
+        rb = self.rbuf
+        sent = 0  # QoS 1/2 frames built (stats.sent, once at the end)
         while self.qh < len(q):
             h = self.qh
             m = q[h]
@@ -793,17 +796,19 @@ class Session:
                     break
                 offs = self.s_off
                 lens = self.s_len
+                pids = self.s_pid
+                sts = self.s_st
+                rb = self.rbuf
                 ns = len(offs)
                 wmax = ns if ns < self.rmax else self.rmax
-                rsz = len(self.rbuf)
+                rsz = len(rb)
                 ho = offs[self.rhead]
                 o = offs[k]
             lo = o
             te = o + n
             ak = k + 1 if k + 1 < ns else 0
             # its id came with it from _enqueue, and so did its record
-            self.s_pid[k] = pid
-            rb = self.rbuf
+            pids[k] = pid
             if o != re:
                 if re > rs:
                     copy(tx, conn.tlen, rb, rs, re - rs)
@@ -845,9 +850,9 @@ class Session:
                 copy(rb, i, m.p, 0, re - i)
             else:
                 rb[i:re] = m.p
-            self.s_st[k] = PUB_SENT
-            stats.sent += 1
-            # _take(h), inline for the head
+            sts[k] = PUB_SENT
+            sent += 1
+            # _take(h), inline for the head (the list is cut after the loop)
             q[h] = None
             c = ENTRY_COST + m.size
             m.refs -= 1
@@ -856,14 +861,16 @@ class Session:
             else:
                 stats.qbytes -= ENTRY_COST
             self.qb -= c
-            h += 2
-            if h == len(q):
+            self.qh = h + 2
+        stats.sent += sent
+        h = self.qh
+        if h == len(q):
+            if h:
                 del q[:]
-                h = 0
-            elif h >= 64 and h + h >= len(q):
-                del q[:h]
-                h = 0
-            self.qh = h
+                self.qh = 0
+        elif h >= 64 and h + h >= len(q):
+            del q[:h]
+            self.qh = 0
         if re > rs:
             copy(tx, conn.tlen, self.rbuf, rs, re - rs)
             conn.tlen = tl
