@@ -14,7 +14,7 @@
 #     shared Msg (topic, payload, properties, held once however many
 #     sessions queue it) and a small int (first byte, packet id); the frame
 #     is built into the send buffer when it goes (pump). Bounded in
-#     messages and in bytes; see _enqueue();
+#     messages and in bytes; see enqueue();
 #   - the packet ids of inbound QoS 2 messages waiting for PUBREL;
 #   - the store of its QoS 1/2 flows (store.py's interface), which the
 #     broker core runs by umqtt3.flow's rules (Core._packet, Core._ack,
@@ -360,7 +360,7 @@ class Session:
         a new subscription [MQTT-3.3.1-8, MQTT-3.3.1-9]. Written into the
         connection's send buffer when it has room, else queued. A QoS 1/2
         message of a persistent session is on disk when this returns
-        (out_add before the send, or _enqueue), so before the publisher gets its PUBACK
+        (out_add before the send, or enqueue), so before the publisher gets its PUBACK
         or PUBREC."""
         first = 0x30 | (qos << 1) | retain
         c = self.client
@@ -368,11 +368,11 @@ class Session:
             # offline persistent session: QoS 1/2 queued [MQTT-3.1.2-5],
             # QoS 0 only when the broker is told to
             if qos or self.lim.queue_qos0:
-                self._enqueue(first, r)
+                self.enqueue(first, r)
             return
         if self.unsent or self.qh < len(self.q):
             # older messages are still waiting: keep the order
-            self._enqueue(first, r)
+            self.enqueue(first, r)
             return
         conn = c.conn
         # its frame's size (_size, inline: every forward comes here)
@@ -391,7 +391,7 @@ class Session:
             tx = conn.tx
             if len(tx) - start < size:
                 if not grow_tx(conn, size, self.lim.tx):
-                    self._enqueue(first, r)  # pump() writes it as the buffer drains
+                    self.enqueue(first, r)  # pump() writes it as the buffer drains
                     return
                 tx = conn.tx
             fs = r.frame
@@ -415,7 +415,7 @@ class Session:
         k = -1
         if (conn.space() < need and not grow_tx(conn, need, self.lim.tx)) or \
                 (qos and self._alloc(size) < 0):
-            self._enqueue(first, r)  # pump() writes it as the buffer drains
+            self.enqueue(first, r)  # pump() writes it as the buffer drains
             return
         if qos:
             k = (self.rhead + self.rcount - 1) % len(self.s_st)  # the slot _alloc took
@@ -468,7 +468,7 @@ class Session:
         """True when a QoS 1/2 message costing `size` bytes (msg_size) would
         not fit this session's queue, max_queued messages or
         max_queued_bytes, even with every queued QoS 0 message dropped
-        (_enqueue drops those first). The router asks before routing and
+        (enqueue drops those first). The router asks before routing and
         refuses the publisher instead. No allocation."""
         lim = self.lim
         n = (len(self.q) - self.qh) >> 1  # (queued())
@@ -586,7 +586,7 @@ class Session:
             _put_u32(dst, end - pn - prn + m.xk, m.exp - up)
         return end
 
-    def _enqueue(self, first, r):
+    def enqueue(self, first, r):
         # Bounded by max_queued messages and max_queued_bytes: the oldest
         # queued QoS 0 messages make room; with none to drop, a QoS 0
         # message is dropped (a QoS 1/2 one was refused before routing,
@@ -807,7 +807,7 @@ class Session:
             lo = o
             te = o + n
             ak = k + 1 if k + 1 < ns else 0
-            # its id came with it from _enqueue, and so did its record
+            # its id came with it from enqueue, and so did its record
             pids[k] = pid
             if o != re:
                 if re > rs:
