@@ -137,7 +137,6 @@ class Core(Stats):
         self.ret = Retained(lim, self, log)
         self.budget = lim.mem_budget
         self._why = 0  # why the last QoS 1/2 PUBLISH was refused (_refuse_full)
-        self._q1 = 0  # and whether its first session queues it (_refuse_full)
         self.retained = self.ret.msgs  # topic bytes -> (qos, payload bytes)
         self.route = Route()
         self.b5 = None  # the broker5 module, from the first level-5 CONNECT
@@ -950,6 +949,23 @@ class Core(Stats):
         subs = self.subs
         n = subs.match(r.tsrc, r.toff, r.tn, r.src)
         try:
+            if n == 1 and r.qos and not r.retain and self.bridge is None:
+                # one session at QoS 1/2 (fan-in: many publishers, one
+                # subscriber), nothing retained: _refuse_full's and _route's
+                # steps for it in one call (Session.admit_send)
+                s = subs.hit[0]
+                g = subs.hq[0] & 3
+                if g and s.fsid is None:
+                    self.nhit = 1
+                    self.routed += 1
+                    w = s.admit_send(r, g if g < r.qos else r.qos,
+                                     r.tn + r.pn + (r.prn if r.prs is not None else 0) + MSG_COST)
+                    if w:
+                        self.nhit = -1
+                        self.routed -= 1
+                        self._why = w
+                        raise QueueFull()
+                    return
             if r.qos:
                 w = self._refuse_full(r, n)
                 if w:
@@ -961,20 +977,6 @@ class Core(Stats):
                     self.dropped_mem += 1
                 else:
                     self.ret.set(r)
-            if n == 1 and r.qos and self._q1 and self.bridge is None:
-                # one session, which admit() found would queue it (a
-                # subscriber behind its publishers: fan-in): _route's and
-                # Session.send's steps for it, without their calls
-                s = subs.hit[0]
-                g = subs.hq[0]
-                if s.fsid is None:
-                    q = g & 3
-                    if q > r.qos:
-                        q = r.qos
-                    self.nhit = 1
-                    self.routed += 1
-                    s.enqueue(0x30 | (q << 1) | (1 if g & 8 and r.retain else 0), r)
-                    return
             self._route(r, n)
         finally:
             subs.release(n)
@@ -1078,7 +1080,6 @@ class Core(Stats):
         size = r.tn + r.pn + (r.prn if r.prs is not None else 0) + MSG_COST  # (msg_size)
         held = r.retain and r.pn
         q = r.qos
-        self._q1 = 0  # what admit() said of the first session: 1, it queues
         i = 0
         while i < n:
             g = hq[i] & 3
@@ -1088,8 +1089,6 @@ class Core(Stats):
                     return 1
                 if w:
                     held = True
-                    if not i:
-                        self._q1 = 1
             i += 1
         return 2 if held and self.over(size + ENTRY_COST) else 0
 

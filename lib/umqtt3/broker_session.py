@@ -570,6 +570,62 @@ class Session:
         n = self._size(r, qos)
         return 1 if c.conn.tlen + n > lim.tx or (qos > 0 and self._fit(n) < 0) else 0
 
+    def admit_send(self, r, qos, size):
+        """What the router does with the QoS 1/2 message of route r, not
+        retained, when this session is the only one it goes to (at `qos`,
+        costing `size` bytes, msg_size): admit(), then send() or, when it
+        waits, the broker's mem_budget and enqueue(), in one call (fan-in
+        routes every message here). Returns 1 when the queue could not take
+        it (queue_full), 2 when holding it would pass mem_budget: refused,
+        nothing done; else 0."""
+        lim = self.lim
+        q = self.q
+        nq = len(q) - self.qh  # two items per message
+        mb = lim.max_queued_bytes
+        need = size + ENTRY_COST
+        some = False  # (admit's) no room without dropping queued QoS 0 messages
+        if nq >> 1 >= lim.max_queued or (mb and self.qb + need > mb):
+            if self.queue_full(size):
+                return 1
+            some = True
+        first = 0x30 | (qos << 1)
+        c = self.client
+        if c is not None and not self.unsent and not nq:
+            n = self._size(r, qos)
+            if c.conn.tlen + n <= lim.tx and self._fit(n) >= 0:
+                self.send(r, qos, 0)  # written now
+                return 0
+        st = self.stats
+        if st.over(need):
+            return 2
+        m = r.msg
+        if some or m is not None or r.prs is not None or self.fs is not None or \
+                self.level == 5 or self.maxpkt:
+            self.enqueue(first, r)
+            return 0
+        # enqueue()'s steps for a level-4 session without a store: nothing
+        # to drop (above), the message new
+        rl = r.tn + r.pn + 4
+        if rl + (2 if rl < 128 else 3 if rl < 16384 else 4 if rl < 2097152 else 5) > \
+                lim.max_frame:
+            st.dropped += 1
+            return 0
+        m = r.msg = Msg(bytes(r.tsrc[r.toff:r.toff + r.tn]), bytes(r.psrc[r.poff:r.poff + r.pn]),
+                        None, -1, -1)
+        pid = self.npid + 1  # (_pid, inline)
+        if pid > 65535:
+            pid = 1
+        self.npid = pid
+        if q is _NONE:
+            q = self.q = []
+        q.append(m)
+        q.append(first | pid << 8)
+        m.refs = 1
+        c = ENTRY_COST + m.size
+        st.qbytes += c  # its bytes, once for every queue
+        self.qb += c
+        return 0
+
     def _msize(self, m, qos):
         # bytes of m's PUBLISH for this session
         return publish_size(len(m.t), len(m.p), qos,
