@@ -152,10 +152,10 @@ class Core(Stats):
         # delayed wills: [due (uptime s), cid, topic, msg, qos, retain, props]
         self.wills = []  # type: list
         self._pkt = Packet(4)
-        # CPython: the topic names a level-4 PUBLISH was found valid with
-        # (_publish4), each the bytes object routing uses for it; None on a
-        # device, which decodes every PUBLISH
-        self._names = {} if topic_ok is not None and TOPIC_MEMO else None
+        # CPython: the topic names a level-3/4 PUBLISH was found valid with
+        # (broker_bytes), each the bytes object routing uses for it; None on
+        # a device, which decodes every PUBLISH
+        self.names = {} if topic_ok is not None and TOPIC_MEMO else None
         self._foff = 0  # where the packet in _pkt starts in its buffer
         self._t_timer = now
         self._t_prev = now
@@ -239,9 +239,6 @@ class Core(Stats):
                 if pid:  # (0 is refused by the decoder [MQTT-2.3.1-1])
                     self._ack(c, t, pid, 0)
                     return
-            if t == PUBLISH and c.v5 is None and c.grants is None and self._names is not None \
-                    and c.state == CONNECTED and self._publish4(c, buf, off, n):
-                return
             p.level = c.level
             decode(p, buf, off, off + n)
             self._foff = off
@@ -287,46 +284,6 @@ class Core(Stats):
             self.fail(c, MQTTError("acknowledgement out of its flow", 0x82))
             return off + 4
         return o
-
-    def publishes(self, c, buf, off, end, now, limit, fan, careful):
-        """What packet_at does with each whole PUBLISH from buf[off] on of
-        connected level-3/4 client c without an ACL (_publish4), for the
-        run of them in one call, up to `limit` packets and until routed
-        reaches fan (broker_bytes.consume; fan-in sends PUBLISHes in runs).
-        careful: only while the answers fit the send buffer. Returns where
-        the run ends and the packets handled: at anything else, which
-        consume() hands to packet_at."""
-        if self._names is None:
-            return off, 0
-        c.t_last = now
-        self.cur = c
-        conn = c.conn
-        mp = conn.max_packet
-        k = 0
-        se = self.store_errors
-        try:
-            while k < limit and self.routed < fan and off + 2 <= end and buf[off] >> 4 == PUBLISH:
-                n = buf[off + 1] + 2  # a one-byte remaining length; longer: consume's
-                if n > 129 or n > mp or off + n > end or \
-                        (careful and len(conn.tx) - conn.tlen < 8) or \
-                        not self._publish4(c, buf, off, n):
-                    break
-                off += n
-                k += 1
-                if c.state != CONNECTED:
-                    break
-        except MQTTError as e:
-            self.fail(c, e)
-            return end, k + 1
-        except OSError:
-            self.disconnect(c, "store write failed" if self.store_errors != se
-                            else "connection lost", True)
-            return end, k + 1
-        except Exception as e:
-            self.errors += 1
-            self.disconnect(c, "internal error: %r" % (e,), True)
-            return end, k + 1
-        return off, k
 
     def wants_send(self, c):
         """c has bytes in its send buffer, or messages waiting for room."""
@@ -508,11 +465,11 @@ class Core(Stats):
                 self._refuse(c, rc, "CONNECT refused")
                 return
         reg = self.sess
-        self._name_ok(buf, p.cid_off, p.cid_len, 2)
+        self.name_ok(buf, p.cid_off, p.cid_len, 2)
         if p.user_off >= 0:
-            self._name_ok(buf, p.user_off, p.user_len, 2)
+            self.name_ok(buf, p.user_off, p.user_len, 2)
         if p.will:
-            self._name_ok(buf, p.topic_off, p.topic_len, 0)
+            self.name_ok(buf, p.topic_off, p.topic_len, 0)
         cid = bytes(buf[p.cid_off:p.cid_off + p.cid_len])
         if lv == 3 and len(cid) > 23:
             self._refuse(c, _BAD_ID, "client id over 23 characters")  # MQTT 3.1, 3.1
@@ -629,7 +586,7 @@ class Core(Stats):
                     self.publish(e[2], e[3], e[4], e[5], e[6])
             i -= 1
 
-    def _name_ok(self, buf, off, n, flt):
+    def name_ok(self, buf, off, n, flt):
         """A topic name (flt 0) or filter (1), client id or user name (2)
         without control characters (U+0001-U+001F, U+007F-U+009F), which
         [MQTT-1.5.3-2] lets the broker refuse, and within max_levels levels
@@ -696,7 +653,7 @@ class Core(Stats):
         s = c.sess
         if t == PUBLISH:
             self.received += 1
-            self._name_ok(p.buf, p.topic_off, p.topic_len, 0)
+            self.name_ok(p.buf, p.topic_off, p.topic_len, 0)
             if c.v5 is not None and self.b5.publish_in(self, c, p):
                 return  # refused with a reason code
             g = c.grants
@@ -735,7 +692,7 @@ class Core(Stats):
                     self.route_in(p, s.tag)  # what Flow does at QoS 0: nothing else
             except QueueFull:
                 # nothing routed or retained; Flow dropped a QoS 2 id (in_del)
-                self._full(c, p)
+                self.refuse_publish(c, p)
                 return
             if not self.nhit and p.qos and c.v5 is not None:
                 self.b5.no_match(conn, p)  # PUBACK / PUBREC 0x10
@@ -751,7 +708,7 @@ class Core(Stats):
             codes = bytearray() if c.v5 is not None else None
             while i < end:
                 i = read_filter(p, i)
-                self._name_ok(p.buf, p.f_off, p.f_len, 1)
+                self.name_ok(p.buf, p.f_off, p.f_len, 1)
                 ok = self.subs.remove(s, p.buf, p.f_off, p.f_len)
                 if codes is not None:
                     codes.append(0 if ok else 0x11)  # 0x11: no subscription existed
@@ -773,9 +730,9 @@ class Core(Stats):
         else:
             self.disconnect(c, "unexpected packet type %d" % t, True)
 
-    def _full(self, c, p):
-        # c's QoS 1/2 PUBLISH p was refused (QueueFull): counted, and
-        # answered as its level allows
+    def refuse_publish(self, c, p):
+        """c's QoS 1/2 PUBLISH p was refused (QueueFull): counted, and
+        answered as its level allows."""
         mem = self._why == 2
         if mem:
             self.refused_mem += 1
@@ -834,7 +791,7 @@ class Core(Stats):
         subs = self.subs
         while i < end:
             i = read_filter(p, i)
-            self._name_ok(p.buf, p.f_off, p.f_len, 1)
+            self.name_ok(p.buf, p.f_off, p.f_len, 1)
             sh = 0
             if p.buf[p.f_off] == 36:
                 sh = shared_at(p.buf[p.f_off:p.f_off + p.f_len])
@@ -941,11 +898,12 @@ class Core(Stats):
             r.prn = len(ap)
             r.frame = None
             r.foff = r.flen = r.fpid = 0
-        self._route_in(r)
+        self.route_ready(r)
 
-    def _route_in(self, r):
-        # route_in's, once r is filled: refused (QueueFull) before anything
-        # is routed or retained, else retained and routed
+    def route_ready(self, r):
+        """route_in's, once r is filled (broker_bytes fills it itself):
+        refused (QueueFull) before anything is routed or retained, else
+        retained and routed."""
         subs = self.subs
         n = subs.match(r.tsrc, r.toff, r.tn, r.src)
         try:
@@ -980,93 +938,6 @@ class Core(Stats):
             self._route(r, n)
         finally:
             subs.release(n)
-
-    def _publish4(self, c, buf, off, n):
-        """A PUBLISH buf[off:off+n] of connected level-3/4 client c without
-        an ACL (CPython): what decode(), _packet() and route_in() do with
-        it, in one pass over its bytes, its topic name checked once per
-        name (_names). False, nothing done: anything the decoder refuses
-        (it names what is wrong) and a topic starting with "$" go the
-        general way."""
-        b0 = buf[off]
-        q = (b0 >> 1) & 3
-        if q == 3 or (b0 & 8 and not q):  # ([MQTT-3.3.1-4], [MQTT-3.3.1-2]: the decoder's)
-            return False
-        i = off + 1
-        while buf[i] & 0x80:
-            i += 1
-        i += 1  # the variable header (consume or the driver framed n)
-        end = off + n
-        if i + 2 > end:
-            return False
-        tn = (buf[i] << 8) | buf[i + 1]
-        t0 = i + 2
-        te = t0 + tn
-        pe = te + 2 if q else te  # the payload
-        if not tn or pe > end or buf[t0] == 36:  # ($: $SYS, the general way)
-            return False
-        pid = 0
-        if q:
-            pid = (buf[te] << 8) | buf[te + 1]
-            if not pid:
-                return False  # [MQTT-2.3.1-1]
-        key = bytes(buf[t0:te])
-        names = self._names
-        tk = names.get(key)
-        if tk is None:
-            # UTF-8, no U+0000, no wildcard [MQTT-1.5.3-1, MQTT-1.5.3-2,
-            # MQTT-3.3.2-2] in C; the broker's own rules (_name_ok) raise
-            if topic_ok is None or not topic_ok(buf, t0, tn):
-                return False
-            self.received += 1
-            self._name_ok(buf, t0, tn, 0)
-            if len(names) >= TOPIC_MEMO:
-                names.clear()
-            names[key] = tk = key
-        else:
-            self.received += 1
-        s = c.sess
-        self.nhit = -1
-        r = self.route
-        r.tsrc = tk  # the topic: the memo's bytes, which match() and a Msg reuse
-        r.toff = 0
-        r.tn = tn
-        r.psrc = buf
-        r.poff = pe
-        r.pn = end - pe
-        r.qos = q
-        r.retain = b0 & 1 == 1
-        r.src = s
-        r.msg = None
-        r.tag = s.tag
-        r.flevel = 4
-        r.prs = None
-        r.pro = r.prn = 0
-        r.frame = buf
-        r.foff = off
-        r.flen = n
-        r.fpid = te - off
-        try:
-            if q < 2:
-                self._route_in(r)
-                if q:
-                    put_ack(c.conn, 0x40, pid)  # [MQTT-4.3.2-2]
-                return True
-            # QoS 2, as _packet: held durably before routing, then PUBREC
-            if not s.in_has(pid):
-                s.in_add(pid, buf, 0, end)
-                r.tag = s.tag
-                try:
-                    self._route_in(r)
-                except Exception:
-                    s.in_del(pid)  # not routed: the resend is
-                    raise
-                s.in_done(pid)
-            # a known id: PUBREC again, no second delivery [MQTT-4.3.3-2]
-            put_ack(c.conn, 0x50, pid)
-        except QueueFull:
-            self._full(c, None)
-        return True
 
     def _refuse_full(self, r, n):
         # Whether the QoS 1/2 message r is refused before anything is

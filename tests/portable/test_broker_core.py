@@ -144,7 +144,7 @@ def _raw_publish(first, topic, rest):
 
 def test_publish_rules_hold_once_a_topic_was_routed():
     # a level-4 PUBLISH is decoded in one pass, its topic name checked once
-    # per name on CPython (Core._publish4): every rule of the decoder and
+    # per name on CPython (broker_bytes.publish4): every rule of the decoder and
     # the broker's own still closes the connection, before and after the
     # same bytes routed well, and nothing of a refused PUBLISH is routed
     b = core(max_levels=3)
@@ -189,7 +189,7 @@ def test_publish_rules_hold_once_a_topic_was_routed():
             assert c.state == CLOSED, (k, f)  # [MQTT-4.8.0-1]
             assert take(b, c) == b"", f  # no PUBACK
     assert take(b, sub) == b""
-    # in one gulp (a run, Core.publishes): what comes before a refused
+    # in one gulp (a run, broker_bytes.publishes): what comes before a refused
     # PUBLISH is routed, nothing after it
     c = connected(b, "run")
     feed(b, c, pub("a/b", b"r1", 1, 1) + pub("a/b", b"r2", 0) + bad[4] + pub("a/b", b"r4"), 0)
