@@ -94,16 +94,28 @@ class Msg:
     expiry interval is at pr[xk:xk+4] (xk -1: none) and ends at broker
     uptime exp; refs: the queue entries that hold it; size: what it costs
     (msg_size). Never changed once made: each frame built from it writes
-    its own expiry (Session._put_msg)."""
+    its own expiry (Session._put_msg). pr, xk and exp are the class's
+    (none) unless the message has properties (_with_props): a message
+    without costs no RAM and no step for them."""
+    pr = None  # type: bytes | None
+    xk = -1
+    exp = -1
 
-    def __init__(self, t, p, pr, xk, exp):
+    def __init__(self, t, p):
         self.t = t
         self.p = p
-        self.pr = pr
-        self.xk = xk
-        self.exp = exp
         self.refs = 0
-        self.size = len(t) + len(p) + (len(pr) if pr is not None else 0) + MSG_COST
+        self.size = len(t) + len(p) + MSG_COST
+
+
+def _with_props(m, pr, xk, exp):
+    # Msg m with its MQTT 5 property list pr (None: none, m as it is)
+    if pr is not None:
+        m.pr = pr
+        m.xk = xk
+        m.exp = exp
+        m.size += len(pr)
+    return m
 
 
 def new_msg(r, up):
@@ -118,7 +130,8 @@ def new_msg(r, up):
             xk = find(pr, 0, r.prn, MESSAGE_EXPIRY)
             if xk >= 0:
                 exp = _u32(pr, xk) + up
-    return Msg(bytes(r.tsrc[r.toff:r.toff + r.tn]), bytes(r.psrc[r.poff:r.poff + r.pn]), pr, xk, exp)
+    return _with_props(Msg(bytes(r.tsrc[r.toff:r.toff + r.tn]), bytes(r.psrc[r.poff:r.poff + r.pn])),
+                       pr, xk, exp)
 
 
 def stored_first(first, level, uptime=False):
@@ -157,7 +170,7 @@ def frame_msg(f, level, up):
             if xk >= 0:
                 exp = _u32(pr, xk) + (0 if not f[0] >> 4 else up)
         i += prn
-    return Msg(t, bytes(f[i:]), pr, xk, exp)
+    return _with_props(Msg(t, bytes(f[i:])), pr, xk, exp)
 
 
 def grow_tx(conn, need, cap):
@@ -610,8 +623,7 @@ class Session:
                 lim.max_frame:
             st.dropped += 1
             return 0
-        m = r.msg = Msg(bytes(r.tsrc[r.toff:r.toff + r.tn]), bytes(r.psrc[r.poff:r.poff + r.pn]),
-                        None, -1, -1)
+        m = r.msg = Msg(bytes(r.tsrc[r.toff:r.toff + r.tn]), bytes(r.psrc[r.poff:r.poff + r.pn]))
         pid = self.npid + 1  # (_pid, inline)
         if pid > 65535:
             pid = 1
@@ -690,8 +702,7 @@ class Session:
             return
         if m is None:
             if r.prs is None:  # (new_msg, inline: no properties)
-                m = Msg(bytes(r.tsrc[r.toff:r.toff + r.tn]), bytes(r.psrc[r.poff:r.poff + r.pn]),
-                        None, -1, -1)
+                m = Msg(bytes(r.tsrc[r.toff:r.toff + r.tn]), bytes(r.psrc[r.poff:r.poff + r.pn]))
             else:
                 m = new_msg(r, st.up_s)
             r.msg = m
