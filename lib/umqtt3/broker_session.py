@@ -1217,16 +1217,19 @@ class Session:
         rb = self.rbuf
         ns = len(sts)
         fs = self.fs
+        h = self.rhead  # (kept equal to self.rhead and self.rcount)
+        cnt = self.rcount
         while off + 4 <= end and buf[off] == 0x40 and buf[off + 1] == 2:
             pid = (buf[off + 2] << 8) | buf[off + 3]
-            cnt = self.rcount
-            h = self.rhead
-            d = (pid - pids[h]) % 65535  # (_find's first look)
-            k = (h + d) % ns
-            if not (d < cnt and pids[k] == pid and sts[k]):
-                k = self._find(pid)
-                if k < 0:
-                    return off
+            if cnt and pids[h] == pid and sts[h]:
+                k = h  # the oldest: acknowledgements come in order
+            else:
+                d = (pid - pids[h]) % 65535  # (_find's first look)
+                k = (h + d) % ns
+                if not (d < cnt and pids[k] == pid and sts[k]):
+                    k = self._find(pid)
+                    if k < 0:
+                        return off
             st = sts[k]
             if st >= REL or (rb[offs[k]] >> 1) & 3 != 1:
                 return off  # not QoS 1, or its PUBREL went
@@ -1236,8 +1239,10 @@ class Session:
                 self.unsent -= 1
             sts[k] = FREE
             if k == h:  # (_free)
+                h = h + 1 if h + 1 < ns else 0
+                cnt -= 1
                 while cnt and not sts[h]:
-                    h = (h + 1) % ns
+                    h = h + 1 if h + 1 < ns else 0
                     cnt -= 1
                 self.rhead = h
                 self.rcount = cnt

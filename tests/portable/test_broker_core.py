@@ -206,6 +206,36 @@ def test_publish_rules_hold_once_a_topic_was_routed():
     assert take(b, late) == b"\x90\x03\x00\x01\x00" + pub("a/b", big, retain=True)
 
 
+def test_a_run_of_pubacks_in_any_order():
+    # PUBACKs that come in one gulp are ended in one call (Core.pubacks):
+    # in order or not, each ends its message's flow [MQTT-4.3.2-1], the
+    # ring's oldest slot moves past every acknowledged one, and a PUBACK
+    # for no message in flight closes the connection
+    b = core()
+    sub = connected(b, "sub")
+    feed(b, sub, build(encode_subscribe, 1, [("t", 1)]), 0)
+    take(b, sub)
+    p = connected(b, "p")
+    for i in range(6):
+        feed(b, p, pub("t", b"%d" % i, 1, i + 1), 0)
+    take(b, p)
+    assert take(b, sub) == b"".join(pub("t", b"%d" % i, 1, i + 1) for i in range(6))
+    s = b.sessions()[b"sub"]
+
+    def acks(ids):
+        return b"".join(build(encode_ack, PUBACK, i) for i in ids)
+
+    feed(b, sub, acks([2, 3, 1]), 0)
+    assert (s.inflight(), s.rcount) == (3, 3)
+    feed(b, sub, acks([6, 4]), 0)
+    assert (s.inflight(), s.rcount) == (1, 2)  # 5, and 6 behind it
+    feed(b, sub, acks([5]), 0)
+    assert (s.inflight(), s.rcount) == (0, 0)
+    assert sub.state != CLOSED
+    feed(b, sub, acks([5]), 0)  # its flow is over [MQTT-4.3.2-1]
+    assert sub.state == CLOSED
+
+
 def test_protocol_error_closes_only_that_connection():
     b = core()
     good = connected(b, "good")
