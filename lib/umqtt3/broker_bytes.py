@@ -6,12 +6,14 @@
 # consume() handles the whole packets of a buffer where they lie and keeps
 # a packet cut by the end of the bytes in the connection's receive buffer,
 # so a driver that reads a socket in gulps (CPython's, broker.py) hands the
-# core each gulp without a copy per packet. A device's driver reads each
-# packet into the receive buffer exactly and calls Core.packet(), and never
-# loads this module.
-from .codec import frame_len, MQTTError, SUBSCRIBE
-from .compat import copy
-from .broker_core import CLOSED, CONNECTED
+# core each gulp without a copy per packet; a level-3/4 client's PUBLISHes
+# are read there in one pass each (publishes), without the decoder. A
+# device's driver reads each packet into the receive buffer exactly and
+# calls Core.packet(), and never loads this module.
+from .codec import frame_len, MQTTError, SUBSCRIBE, PUBLISH
+from .compat import copy, topic_ok, TOPIC_MEMO
+from .broker_core import CLOSED, CONNECTED, QueueFull
+from .broker_session import put_ack
 
 
 def consume(core, c, buf, off, end, now, limit, careful=True, fan=0x3FFFFFFF):
@@ -59,6 +61,15 @@ def consume(core, c, buf, off, end, now, limit, careful=True, fan=0x3FFFFFFF):
                 k += (o - off) >> 2
                 off = o
                 continue
+            if buf[off] >> 4 == PUBLISH and c.v5 is None and c.grants is None and \
+                    c.state == CONNECTED:
+                # a run of PUBLISHes, each in one pass; one the run does not
+                # take goes the general way, below
+                o, j = publishes(core, c, buf, off, end, now, limit - k, fan, careful)
+                if j:
+                    off = o
+                    k += j
+                    continue
             if n and off + n <= end:
                 # Core.room(), inline: the answers fit the send buffer
                 if careful and len(conn.tx) - conn.tlen < (n if buf[off] >> 4 == SUBSCRIBE else 8):
@@ -75,6 +86,136 @@ def consume(core, c, buf, off, end, now, limit, careful=True, fan=0x3FFFFFFF):
     except MQTTError as e:
         core.fail(c, e)  # [MQTT-4.8.0-1]
     return off, k, False
+
+
+def publishes(core, c, buf, off, end, now, limit, fan, careful):
+    """What Core.packet_at does with each whole PUBLISH from buf[off] on of
+    connected level-3/4 client c without an ACL (publish4), for the run of
+    them in one call, up to `limit` packets and until core.routed reaches
+    fan (fan-in sends PUBLISHes in runs). careful: only while the answers
+    fit the send buffer. Returns where the run ends and the packets
+    handled: at anything else, which consume() hands to packet_at."""
+    if core.names is None:
+        return off, 0
+    c.t_last = now
+    core.cur = c
+    conn = c.conn
+    mp = conn.max_packet
+    k = 0
+    se = core.store_errors
+    try:
+        while k < limit and core.routed < fan and off + 2 <= end and buf[off] >> 4 == PUBLISH:
+            n = buf[off + 1] + 2  # a one-byte remaining length, inline
+            if n > 129 or n > mp:
+                n = frame_len(buf, off, end, mp)  # longer, or refused
+            if not n or off + n > end or (careful and len(conn.tx) - conn.tlen < 8) or \
+                    not publish4(core, c, buf, off, n):
+                break
+            off += n
+            k += 1
+            if c.state != CONNECTED:
+                break
+    except MQTTError as e:
+        core.fail(c, e)  # [MQTT-4.8.0-1]
+        return end, k + 1
+    except OSError:
+        # a store write that failed (counted) is not acknowledged: the
+        # client sends again on its next connection
+        core.disconnect(c, "store write failed" if core.store_errors != se
+                        else "connection lost", True)
+        return end, k + 1
+    except Exception as e:
+        core.errors += 1
+        core.disconnect(c, "internal error: %r" % (e,), True)
+        return end, k + 1
+    return off, k
+
+
+def publish4(core, c, buf, off, n):
+    """The PUBLISH buf[off:off+n] of connected level-3/4 client c without
+    an ACL: what the decoder, Core._packet and Core.route_in do with it, in
+    one pass over its bytes, its topic name checked once per name
+    (core.names). False, nothing done: anything the decoder refuses (it
+    names what is wrong) and a topic starting with "$" go the general way."""
+    b0 = buf[off]
+    q = (b0 >> 1) & 3
+    if q == 3 or (b0 & 8 and not q):  # ([MQTT-3.3.1-4], [MQTT-3.3.1-2]: the decoder's)
+        return False
+    i = off + 1
+    while buf[i] & 0x80:
+        i += 1
+    i += 1  # the variable header (n is the frame's length)
+    end = off + n
+    if i + 2 > end:
+        return False
+    tn = (buf[i] << 8) | buf[i + 1]
+    t0 = i + 2
+    te = t0 + tn
+    pe = te + 2 if q else te  # the payload
+    if not tn or pe > end or buf[t0] == 36:  # ($: $SYS, the general way)
+        return False
+    pid = 0
+    if q:
+        pid = (buf[te] << 8) | buf[te + 1]
+        if not pid:
+            return False  # [MQTT-2.3.1-1]
+    key = bytes(buf[t0:te])
+    names = core.names
+    tk = names.get(key)
+    if tk is None:
+        # UTF-8, no U+0000, no wildcard [MQTT-1.5.3-1, MQTT-1.5.3-2,
+        # MQTT-3.3.2-2] in C; the broker's own rules (Core.name_ok) raise
+        if topic_ok is None or not topic_ok(buf, t0, tn):
+            return False
+        core.received += 1
+        core.name_ok(buf, t0, tn, 0)
+        if len(names) >= TOPIC_MEMO:
+            names.clear()
+        names[key] = tk = key
+    else:
+        core.received += 1
+    s = c.sess
+    core.nhit = -1
+    r = core.route
+    r.tsrc = tk  # the topic: the memo's bytes, which match() and a Msg reuse
+    r.toff = 0
+    r.tn = tn
+    r.psrc = buf
+    r.poff = pe
+    r.pn = end - pe
+    r.qos = q
+    r.retain = b0 & 1 == 1
+    r.src = s
+    r.msg = None
+    r.tag = s.tag
+    r.flevel = 4
+    r.prs = None
+    r.pro = r.prn = 0
+    r.frame = buf
+    r.foff = off
+    r.flen = n
+    r.fpid = te - off
+    try:
+        if q < 2:
+            core.route_ready(r)
+            if q:
+                put_ack(c.conn, 0x40, pid)  # [MQTT-4.3.2-2]
+            return True
+        # QoS 2, as Core._packet: held durably before routing, then PUBREC
+        if not s.in_has(pid):
+            s.in_add(pid, buf, 0, end)
+            r.tag = s.tag
+            try:
+                core.route_ready(r)
+            except Exception:
+                s.in_del(pid)  # not routed: the resend is
+                raise
+            s.in_done(pid)
+        # a known id: PUBREC again, no second delivery [MQTT-4.3.3-2]
+        put_ack(c.conn, 0x50, pid)
+    except QueueFull:
+        core.refuse_publish(c, None)
+    return True
 
 
 def feed(core, c, data, now):

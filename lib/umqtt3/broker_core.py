@@ -30,7 +30,7 @@ from .codec import (Packet, decode, MQTTError, encode_simple, encode_ack, BAD_PR
                     CONNECT, PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP, SUBSCRIBE, UNSUBSCRIBE,
                     PINGREQ, PINGRESP, DISCONNECT, AUTH)
 from .codec_server import encode_connack, encode_suback, encode_unsuback, read_filter
-from .compat import ticks_add, ticks_diff, const, mem_free, name_levels
+from .compat import ticks_add, ticks_diff, const, mem_free, name_levels, topic_ok, TOPIC_MEMO
 from .broker_limits import Limits
 from .broker_session import (Session, Sessions, Route, msg_size, ENTRY_COST, MSG_COST, grow_tx,
                              put_ack)
@@ -152,6 +152,10 @@ class Core(Stats):
         # delayed wills: [due (uptime s), cid, topic, msg, qos, retain, props]
         self.wills = []  # type: list
         self._pkt = Packet(4)
+        # CPython: the topic names a level-3/4 PUBLISH was found valid with
+        # (broker_bytes), each the bytes object routing uses for it; None on
+        # a device, which decodes every PUBLISH
+        self.names = {} if topic_ok is not None and TOPIC_MEMO else None
         self._foff = 0  # where the packet in _pkt starts in its buffer
         self._t_timer = now
         self._t_prev = now
@@ -461,11 +465,11 @@ class Core(Stats):
                 self._refuse(c, rc, "CONNECT refused")
                 return
         reg = self.sess
-        self._name_ok(buf, p.cid_off, p.cid_len, 2)
+        self.name_ok(buf, p.cid_off, p.cid_len, 2)
         if p.user_off >= 0:
-            self._name_ok(buf, p.user_off, p.user_len, 2)
+            self.name_ok(buf, p.user_off, p.user_len, 2)
         if p.will:
-            self._name_ok(buf, p.topic_off, p.topic_len, 0)
+            self.name_ok(buf, p.topic_off, p.topic_len, 0)
         cid = bytes(buf[p.cid_off:p.cid_off + p.cid_len])
         if lv == 3 and len(cid) > 23:
             self._refuse(c, _BAD_ID, "client id over 23 characters")  # MQTT 3.1, 3.1
@@ -582,7 +586,7 @@ class Core(Stats):
                     self.publish(e[2], e[3], e[4], e[5], e[6])
             i -= 1
 
-    def _name_ok(self, buf, off, n, flt):
+    def name_ok(self, buf, off, n, flt):
         """A topic name (flt 0) or filter (1), client id or user name (2)
         without control characters (U+0001-U+001F, U+007F-U+009F), which
         [MQTT-1.5.3-2] lets the broker refuse, and within max_levels levels
@@ -649,7 +653,7 @@ class Core(Stats):
         s = c.sess
         if t == PUBLISH:
             self.received += 1
-            self._name_ok(p.buf, p.topic_off, p.topic_len, 0)
+            self.name_ok(p.buf, p.topic_off, p.topic_len, 0)
             if c.v5 is not None and self.b5.publish_in(self, c, p):
                 return  # refused with a reason code
             g = c.grants
@@ -688,18 +692,7 @@ class Core(Stats):
                     self.route_in(p, s.tag)  # what Flow does at QoS 0: nothing else
             except QueueFull:
                 # nothing routed or retained; Flow dropped a QoS 2 id (in_del)
-                mem = self._why == 2
-                if mem:
-                    self.refused_mem += 1
-                else:
-                    self.queue_full += 1
-                if c.v5 is not None:
-                    self.b5.ack_refuse(c, p, 0x97)  # Quota exceeded (3.4.2.1, 3.5.2.1)
-                else:
-                    # 3.1.1 has no refusing PUBACK: closed unacknowledged, the
-                    # client sends it again on its next connection [MQTT-4.4.0-1]
-                    self.disconnect(c, "the broker's memory budget is spent" if mem
-                                    else "a subscriber's queue is full", True)
+                self.refuse_publish(c, p)
                 return
             if not self.nhit and p.qos and c.v5 is not None:
                 self.b5.no_match(conn, p)  # PUBACK / PUBREC 0x10
@@ -715,7 +708,7 @@ class Core(Stats):
             codes = bytearray() if c.v5 is not None else None
             while i < end:
                 i = read_filter(p, i)
-                self._name_ok(p.buf, p.f_off, p.f_len, 1)
+                self.name_ok(p.buf, p.f_off, p.f_len, 1)
                 ok = self.subs.remove(s, p.buf, p.f_off, p.f_len)
                 if codes is not None:
                     codes.append(0 if ok else 0x11)  # 0x11: no subscription existed
@@ -736,6 +729,22 @@ class Core(Stats):
             self.b5.auth_in(self, c, p)  # re-authentication, or a protocol error
         else:
             self.disconnect(c, "unexpected packet type %d" % t, True)
+
+    def refuse_publish(self, c, p):
+        """c's QoS 1/2 PUBLISH p was refused (QueueFull): counted, and
+        answered as its level allows."""
+        mem = self._why == 2
+        if mem:
+            self.refused_mem += 1
+        else:
+            self.queue_full += 1
+        if c.v5 is not None:
+            self.b5.ack_refuse(c, p, 0x97)  # Quota exceeded (3.4.2.1, 3.5.2.1)
+        else:
+            # 3.1.1 has no refusing PUBACK: closed unacknowledged, the
+            # client sends it again on its next connection [MQTT-4.4.0-1]
+            self.disconnect(c, "the broker's memory budget is spent" if mem
+                            else "a subscriber's queue is full", True)
 
     def _ack(self, c, t, pid, rc):
         # PUBACK, PUBREC, PUBREL or PUBCOMP for pid (rc: its reason code,
@@ -782,7 +791,7 @@ class Core(Stats):
         subs = self.subs
         while i < end:
             i = read_filter(p, i)
-            self._name_ok(p.buf, p.f_off, p.f_len, 1)
+            self.name_ok(p.buf, p.f_off, p.f_len, 1)
             sh = 0
             if p.buf[p.f_off] == 36:
                 sh = shared_at(p.buf[p.f_off:p.f_off + p.f_len])
@@ -889,16 +898,39 @@ class Core(Stats):
             r.prn = len(ap)
             r.frame = None
             r.foff = r.flen = r.fpid = 0
+        self.route_ready(r)
+
+    def route_ready(self, r):
+        """route_in's, once r is filled (broker_bytes fills it itself):
+        refused (QueueFull) before anything is routed or retained, else
+        retained and routed."""
         subs = self.subs
         n = subs.match(r.tsrc, r.toff, r.tn, r.src)
         try:
-            if p.qos:
+            if n == 1 and r.qos and not r.retain and self.bridge is None:
+                # one session at QoS 1/2 (fan-in: many publishers, one
+                # subscriber), nothing retained: _refuse_full's and _route's
+                # steps for it in one call (Session.admit_send)
+                s = subs.hit[0]
+                g = subs.hq[0] & 3
+                if g and s.fsid is None:
+                    self.nhit = 1
+                    self.routed += 1
+                    w = s.admit_send(r, g if g < r.qos else r.qos,
+                                     r.tn + r.pn + (r.prn if r.prs is not None else 0) + MSG_COST)
+                    if w:
+                        self.nhit = -1
+                        self.routed -= 1
+                        self._why = w
+                        raise QueueFull()
+                    return
+            if r.qos:
                 w = self._refuse_full(r, n)
                 if w:
                     self._why = w
                     raise QueueFull()
-            if p.retain:
-                if r.pn and not p.qos and self.over(msg_size(r)):
+            if r.retain:
+                if r.pn and not r.qos and self.over(msg_size(r)):
                     self.dropped += 1  # a QoS 0 retained message not kept: mem_budget
                     self.dropped_mem += 1
                 else:

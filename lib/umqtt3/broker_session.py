@@ -14,7 +14,7 @@
 #     shared Msg (topic, payload, properties, held once however many
 #     sessions queue it) and a small int (first byte, packet id); the frame
 #     is built into the send buffer when it goes (pump). Bounded in
-#     messages and in bytes; see _enqueue();
+#     messages and in bytes; see enqueue();
 #   - the packet ids of inbound QoS 2 messages waiting for PUBREL;
 #   - the store of its QoS 1/2 flows (store.py's interface), which the
 #     broker core runs by umqtt3.flow's rules (Core._packet, Core._ack,
@@ -94,16 +94,28 @@ class Msg:
     expiry interval is at pr[xk:xk+4] (xk -1: none) and ends at broker
     uptime exp; refs: the queue entries that hold it; size: what it costs
     (msg_size). Never changed once made: each frame built from it writes
-    its own expiry (Session._put_msg)."""
+    its own expiry (Session._put_msg). pr, xk and exp are the class's
+    (none) unless the message has properties (_with_props): a message
+    without costs no RAM and no step for them."""
+    pr = None  # type: bytes | None
+    xk = -1
+    exp = -1
 
-    def __init__(self, t, p, pr, xk, exp):
+    def __init__(self, t, p):
         self.t = t
         self.p = p
-        self.pr = pr
-        self.xk = xk
-        self.exp = exp
         self.refs = 0
-        self.size = len(t) + len(p) + (len(pr) if pr is not None else 0) + MSG_COST
+        self.size = len(t) + len(p) + MSG_COST
+
+
+def _with_props(m, pr, xk, exp):
+    # Msg m with its MQTT 5 property list pr (None: none, m as it is)
+    if pr is not None:
+        m.pr = pr
+        m.xk = xk
+        m.exp = exp
+        m.size += len(pr)
+    return m
 
 
 def new_msg(r, up):
@@ -118,7 +130,8 @@ def new_msg(r, up):
             xk = find(pr, 0, r.prn, MESSAGE_EXPIRY)
             if xk >= 0:
                 exp = _u32(pr, xk) + up
-    return Msg(bytes(r.tsrc[r.toff:r.toff + r.tn]), bytes(r.psrc[r.poff:r.poff + r.pn]), pr, xk, exp)
+    return _with_props(Msg(bytes(r.tsrc[r.toff:r.toff + r.tn]), bytes(r.psrc[r.poff:r.poff + r.pn])),
+                       pr, xk, exp)
 
 
 def stored_first(first, level, uptime=False):
@@ -157,7 +170,7 @@ def frame_msg(f, level, up):
             if xk >= 0:
                 exp = _u32(pr, xk) + (0 if not f[0] >> 4 else up)
         i += prn
-    return Msg(t, bytes(f[i:]), pr, xk, exp)
+    return _with_props(Msg(t, bytes(f[i:])), pr, xk, exp)
 
 
 def grow_tx(conn, need, cap):
@@ -360,7 +373,7 @@ class Session:
         a new subscription [MQTT-3.3.1-8, MQTT-3.3.1-9]. Written into the
         connection's send buffer when it has room, else queued. A QoS 1/2
         message of a persistent session is on disk when this returns
-        (out_add before the send, or _enqueue), so before the publisher gets its PUBACK
+        (out_add before the send, or enqueue), so before the publisher gets its PUBACK
         or PUBREC."""
         first = 0x30 | (qos << 1) | retain
         c = self.client
@@ -368,11 +381,11 @@ class Session:
             # offline persistent session: QoS 1/2 queued [MQTT-3.1.2-5],
             # QoS 0 only when the broker is told to
             if qos or self.lim.queue_qos0:
-                self._enqueue(first, r)
+                self.enqueue(first, r)
             return
         if self.unsent or self.qh < len(self.q):
             # older messages are still waiting: keep the order
-            self._enqueue(first, r)
+            self.enqueue(first, r)
             return
         conn = c.conn
         # its frame's size (_size, inline: every forward comes here)
@@ -391,7 +404,7 @@ class Session:
             tx = conn.tx
             if len(tx) - start < size:
                 if not grow_tx(conn, size, self.lim.tx):
-                    self._enqueue(first, r)  # pump() writes it as the buffer drains
+                    self.enqueue(first, r)  # pump() writes it as the buffer drains
                     return
                 tx = conn.tx
             fs = r.frame
@@ -412,10 +425,13 @@ class Session:
                 need = size
             elif need < size:
                 need = size
+        k = -1
         if (conn.space() < need and not grow_tx(conn, need, self.lim.tx)) or \
-                (qos and self._fit(size) < 0):
-            self._enqueue(first, r)  # pump() writes it as the buffer drains
+                (qos and self._alloc(size) < 0):
+            self.enqueue(first, r)  # pump() writes it as the buffer drains
             return
+        if qos:
+            k = (self.rhead + self.rcount - 1) % len(self.s_st)  # the slot _alloc took
         start = conn.tlen
         if not qos and not ak:
             conn.tlen = self._put(conn.tx, start, first, size, r, 0)
@@ -424,8 +440,9 @@ class Session:
         else:
             pid = self._pid()
             end = self._put(conn.tx, start, first, size, r, pid)
-            # stored before its first send (the client's rule 1), then queued
-            self.out_add(pid, r.tag, conn.tx, start, end - start)
+            # stored before its first send (the client's rule 1), then in
+            # the ring: out_add's, in the slot taken above
+            self._out_at(k, pid, r.tag, conn.tx, start, end - start)
             conn.tlen = end
             if ak:
                 # the ring keeps the whole frame (a resend goes on a new
@@ -464,7 +481,7 @@ class Session:
         """True when a QoS 1/2 message costing `size` bytes (msg_size) would
         not fit this session's queue, max_queued messages or
         max_queued_bytes, even with every queued QoS 0 message dropped
-        (_enqueue drops those first). The router asks before routing and
+        (enqueue drops those first). The router asks before routing and
         refuses the publisher instead. No allocation."""
         lim = self.lim
         n = (len(self.q) - self.qh) >> 1  # (queued())
@@ -566,6 +583,61 @@ class Session:
         n = self._size(r, qos)
         return 1 if c.conn.tlen + n > lim.tx or (qos > 0 and self._fit(n) < 0) else 0
 
+    def admit_send(self, r, qos, size):
+        """What the router does with the QoS 1/2 message of route r, not
+        retained, when this session is the only one it goes to (at `qos`,
+        costing `size` bytes, msg_size): admit(), then send() or, when it
+        waits, the broker's mem_budget and enqueue(), in one call (fan-in
+        routes every message here). Returns 1 when the queue could not take
+        it (queue_full), 2 when holding it would pass mem_budget: refused,
+        nothing done; else 0."""
+        lim = self.lim
+        q = self.q
+        nq = len(q) - self.qh  # two items per message
+        mb = lim.max_queued_bytes
+        need = size + ENTRY_COST
+        some = False  # (admit's) no room without dropping queued QoS 0 messages
+        if nq >> 1 >= lim.max_queued or (mb and self.qb + need > mb):
+            if self.queue_full(size):
+                return 1
+            some = True
+        first = 0x30 | (qos << 1)
+        c = self.client
+        if c is not None and not self.unsent and not nq:
+            n = self._size(r, qos)
+            if c.conn.tlen + n <= lim.tx and self._fit(n) >= 0:
+                self.send(r, qos, 0)  # written now
+                return 0
+        st = self.stats
+        if st.over(need):
+            return 2
+        m = r.msg
+        if some or m is not None or r.prs is not None or self.fs is not None or \
+                self.level == 5 or self.maxpkt:
+            self.enqueue(first, r)
+            return 0
+        # enqueue()'s steps for a level-4 session without a store: nothing
+        # to drop (above), the message new
+        rl = r.tn + r.pn + 4
+        if rl + (2 if rl < 128 else 3 if rl < 16384 else 4 if rl < 2097152 else 5) > \
+                lim.max_frame:
+            st.dropped += 1
+            return 0
+        m = r.msg = Msg(bytes(r.tsrc[r.toff:r.toff + r.tn]), bytes(r.psrc[r.poff:r.poff + r.pn]))
+        pid = self.npid + 1  # (_pid, inline)
+        if pid > 65535:
+            pid = 1
+        self.npid = pid
+        if q is _NONE:
+            q = self.q = []
+        q.append(m)
+        q.append(first | pid << 8)
+        m.refs = 1
+        c = ENTRY_COST + m.size
+        st.qbytes += c  # its bytes, once for every queue
+        self.qb += c
+        return 0
+
     def _msize(self, m, qos):
         # bytes of m's PUBLISH for this session
         return publish_size(len(m.t), len(m.p), qos,
@@ -582,7 +654,7 @@ class Session:
             _put_u32(dst, end - pn - prn + m.xk, m.exp - up)
         return end
 
-    def _enqueue(self, first, r):
+    def enqueue(self, first, r):
         # Bounded by max_queued messages and max_queued_bytes: the oldest
         # queued QoS 0 messages make room; with none to drop, a QoS 0
         # message is dropped (a QoS 1/2 one was refused before routing,
@@ -630,8 +702,7 @@ class Session:
             return
         if m is None:
             if r.prs is None:  # (new_msg, inline: no properties)
-                m = Msg(bytes(r.tsrc[r.toff:r.toff + r.tn]), bytes(r.psrc[r.poff:r.poff + r.pn]),
-                        None, -1, -1)
+                m = Msg(bytes(r.tsrc[r.toff:r.toff + r.tn]), bytes(r.psrc[r.poff:r.poff + r.pn]))
             else:
                 m = new_msg(r, st.up_s)
             r.msg = m
@@ -705,6 +776,15 @@ class Session:
         maxpkt = self.maxpkt
         rs = re = 0
         tl = conn.tlen
+        # the next slot while the newest's bytes end at te with room after
+        # them (_alloc's usual case, kept in locals from one message to the
+        # next; ak -1: ask _alloc)
+        ak = -1
+        te = lo = ho = rsz = ns = wmax = 0
+        offs = lens = pids = self.s_off
+        sts = self.s_st
+        rb = self.rbuf
+        sent = 0  # QoS 1/2 frames built (stats.sent, once at the end)
         while self.qh < len(q):
             h = self.qh
             m = q[h]
@@ -717,6 +797,7 @@ class Session:
                     copy(tx, conn.tlen, self.rbuf, rs, re - rs)
                     conn.tlen = tl
                     rs = re = 0
+                ak = -1
                 k = self._alloc(0)
                 if k < 0:
                     break
@@ -770,13 +851,31 @@ class Session:
                 stats.sent += 1
                 self._take(h)
                 continue
-            k = self._alloc(n)
-            if k < 0:
-                break
-            # its id came with it from _enqueue, and so did its record
-            self.s_pid[k] = pid
-            o = self.s_off[k]
-            rb = self.rbuf
+            cnt = self.rcount
+            if ak >= 0 and cnt < wmax and ((rsz - te >= n) if lo >= ho else (ho - te >= n)):
+                k = ak
+                o = offs[k] = te
+                lens[k] = n
+                self.rcount = cnt + 1
+            else:
+                k = self._alloc(n)
+                if k < 0:
+                    break
+                offs = self.s_off
+                lens = self.s_len
+                pids = self.s_pid
+                sts = self.s_st
+                rb = self.rbuf
+                ns = len(offs)
+                wmax = ns if ns < self.rmax else self.rmax
+                rsz = len(rb)
+                ho = offs[self.rhead]
+                o = offs[k]
+            lo = o
+            te = o + n
+            ak = k + 1 if k + 1 < ns else 0
+            # its id came with it from enqueue, and so did its record
+            pids[k] = pid
             if o != re:
                 if re > rs:
                     copy(tx, conn.tlen, rb, rs, re - rs)
@@ -818,9 +917,9 @@ class Session:
                 copy(rb, i, m.p, 0, re - i)
             else:
                 rb[i:re] = m.p
-            self.s_st[k] = PUB_SENT
-            stats.sent += 1
-            # _take(h), inline for the head
+            sts[k] = PUB_SENT
+            sent += 1
+            # _take(h), inline for the head (the list is cut after the loop)
             q[h] = None
             c = ENTRY_COST + m.size
             m.refs -= 1
@@ -829,14 +928,16 @@ class Session:
             else:
                 stats.qbytes -= ENTRY_COST
             self.qb -= c
-            h += 2
-            if h == len(q):
+            self.qh = h + 2
+        stats.sent += sent
+        h = self.qh
+        if h == len(q):
+            if h:
                 del q[:]
-                h = 0
-            elif h >= 64 and h + h >= len(q):
-                del q[:h]
-                h = 0
-            self.qh = h
+                self.qh = 0
+        elif h >= 64 and h + h >= len(q):
+            del q[:h]
+            self.qh = 0
         if re > rs:
             copy(tx, conn.tlen, self.rbuf, rs, re - rs)
             conn.tlen = tl
@@ -1017,16 +1118,24 @@ class Session:
     # session writes each step to its FileStore (self.fs) before the RAM
     # state changes, so what is on disk is never behind what was sent.
     def out_add(self, pid, key, buf, off, n):
-        if self._fit(n) < 0:
+        k = self._alloc(n)
+        if k < 0:
             raise MQTTError("in-flight ring full", 0x97)  # deliver() checked
+        self._out_at(k, pid, key, buf, off, n)
+
+    def _out_at(self, k, pid, key, buf, off, n):
+        # out_add's, in slot k that _alloc(n) just took: given back when
+        # the store fails
         if self.fs is not None:
             b0 = buf[off]
             buf[off] = stored_first(b0, self.level)  # its level, on disk
             try:
                 self.fs.out_add(pid, key, buf, off, n)
+            except BaseException:
+                self.rcount -= 1  # (the newest slot, its state still FREE)
+                raise
             finally:
                 buf[off] = b0
-        k = self._alloc(n)
         self.s_pid[k] = pid
         copy(self.rbuf, self.s_off[k], buf, off, n)
         self.s_st[k] = PUB_SENT
@@ -1108,16 +1217,19 @@ class Session:
         rb = self.rbuf
         ns = len(sts)
         fs = self.fs
+        h = self.rhead  # (kept equal to self.rhead and self.rcount)
+        cnt = self.rcount
         while off + 4 <= end and buf[off] == 0x40 and buf[off + 1] == 2:
             pid = (buf[off + 2] << 8) | buf[off + 3]
-            cnt = self.rcount
-            h = self.rhead
-            d = (pid - pids[h]) % 65535  # (_find's first look)
-            k = (h + d) % ns
-            if not (d < cnt and pids[k] == pid and sts[k]):
-                k = self._find(pid)
-                if k < 0:
-                    return off
+            if cnt and pids[h] == pid and sts[h]:
+                k = h  # the oldest: acknowledgements come in order
+            else:
+                d = (pid - pids[h]) % 65535  # (_find's first look)
+                k = (h + d) % ns
+                if not (d < cnt and pids[k] == pid and sts[k]):
+                    k = self._find(pid)
+                    if k < 0:
+                        return off
             st = sts[k]
             if st >= REL or (rb[offs[k]] >> 1) & 3 != 1:
                 return off  # not QoS 1, or its PUBREL went
@@ -1127,8 +1239,10 @@ class Session:
                 self.unsent -= 1
             sts[k] = FREE
             if k == h:  # (_free)
+                h = h + 1 if h + 1 < ns else 0
+                cnt -= 1
                 while cnt and not sts[h]:
-                    h = (h + 1) % ns
+                    h = h + 1 if h + 1 < ns else 0
                     cnt -= 1
                 self.rhead = h
                 self.rcount = cnt

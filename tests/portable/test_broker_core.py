@@ -136,6 +136,106 @@ def test_same_topic_follows_every_subscription_change():
     assert b.subs.match(b"s/t", 0, 3) == 0
 
 
+def _raw_publish(first, topic, rest):
+    # a PUBLISH of any first byte, topic bytes and what follows the topic
+    body = bytes((len(topic) >> 8, len(topic) & 255)) + topic + rest
+    return bytes((first, len(body))) + body
+
+
+def test_publish_rules_hold_once_a_topic_was_routed():
+    # a level-4 PUBLISH is decoded in one pass, its topic name checked once
+    # per name on CPython (broker_bytes.publish4): every rule of the decoder and
+    # the broker's own still closes the connection, before and after the
+    # same bytes routed well, and nothing of a refused PUBLISH is routed
+    b = core(max_levels=3)
+    sub = connected(b, "sub")
+    feed(b, sub, build(encode_subscribe, 1, [("#", 1), ("$SYS/#", 1)]), 0)
+    take(b, sub)
+    p = connected(b, "p")
+    big = b"x" * 200  # a two-byte remaining length
+    for i in range(2):  # the second time, the name is known
+        feed(b, p, pub("a/b", big, 1, 7 + i, retain=not i), 0)
+        assert take(b, p) == build(encode_ack, PUBACK, 7 + i)  # [MQTT-4.3.2-2]
+        assert take(b, sub) == pub("a/b", big, 1, 1 + i)
+        feed(b, sub, build(encode_ack, PUBACK, 1 + i), 0)
+    feed(b, p, pub("a/b", b"0", 0, dup=False), 0)
+    assert take(b, sub) == pub("a/b", b"0")
+    for dup in (False, True):  # QoS 2: a known id is answered, not routed [MQTT-4.3.3-2]
+        feed(b, p, pub("a/b", b"2", 2, 20, dup=dup), 0)
+        assert take(b, p) == build(encode_ack, PUBREC, 20)
+        assert take(b, sub) == (b"" if dup else pub("a/b", b"2", 1, 3))
+    feed(b, sub, build(encode_ack, PUBACK, 3), 0)
+    feed(b, p, build(encode_ack, PUBREL, 20), 0)
+    assert take(b, p) == build(encode_ack, PUBCOMP, 20)
+    assert b.sessions()[b"p"].nipids == 0
+    bad = [
+        _raw_publish(0x36, b"a/b", b"\x00\x01x"),  # QoS 3 [MQTT-3.3.1-4]
+        _raw_publish(0x38, b"a/b", b"x"),  # DUP on QoS 0 [MQTT-3.3.1-2]
+        _raw_publish(0x32, b"a/b", b"\x00\x00x"),  # packet id 0 [MQTT-2.3.1-1]
+        _raw_publish(0x32, b"", b"\x00\x01x"),  # empty topic name [MQTT-4.7.3-1]
+        _raw_publish(0x32, b"a/+", b"\x00\x01x"),  # wildcard [MQTT-3.3.2-2]
+        _raw_publish(0x30, b"a/#", b"x"),
+        _raw_publish(0x32, b"a\x00b", b"\x00\x01x"),  # U+0000 [MQTT-1.5.3-2]
+        _raw_publish(0x32, b"a\x01b", b"\x00\x01x"),  # a control character
+        _raw_publish(0x32, b"a\xffb", b"\x00\x01x"),  # not UTF-8 [MQTT-1.5.3-1]
+        _raw_publish(0x32, b"a/b/c/d", b"\x00\x01x"),  # past max_levels
+        b"\x32\x04\x00\x05a/b",  # the topic runs past the packet
+        b"\x32\x05\x00\x03a/b",  # the packet id cut
+    ]
+    for k in range(2):  # the refused names are not remembered either
+        for f in bad:
+            c = connected(b, "bad")
+            feed(b, c, f, 0)
+            assert c.state == CLOSED, (k, f)  # [MQTT-4.8.0-1]
+            assert take(b, c) == b"", f  # no PUBACK
+    assert take(b, sub) == b""
+    # in one gulp (a run, broker_bytes.publishes): what comes before a refused
+    # PUBLISH is routed, nothing after it
+    c = connected(b, "run")
+    feed(b, c, pub("a/b", b"r1", 1, 1) + pub("a/b", b"r2", 0) + bad[4] + pub("a/b", b"r4"), 0)
+    assert c.state == CLOSED
+    assert take(b, sub) == pub("a/b", b"r1", 1, 4) + pub("a/b", b"r2")
+    feed(b, sub, build(encode_ack, PUBACK, 4), 0)
+    # a client does not publish into $SYS: acknowledged, not routed
+    feed(b, p, pub("$SYS/x", b"1", 1, 9), 0)
+    assert take(b, p) == build(encode_ack, PUBACK, 9)
+    assert take(b, sub) == b""
+    # the retained one went through the same path
+    late = connected(b, "late")
+    feed(b, late, build(encode_subscribe, 1, [("a/b", 0)]), 0)
+    assert take(b, late) == b"\x90\x03\x00\x01\x00" + pub("a/b", big, retain=True)
+
+
+def test_a_run_of_pubacks_in_any_order():
+    # PUBACKs that come in one gulp are ended in one call (Core.pubacks):
+    # in order or not, each ends its message's flow [MQTT-4.3.2-1], the
+    # ring's oldest slot moves past every acknowledged one, and a PUBACK
+    # for no message in flight closes the connection
+    b = core()
+    sub = connected(b, "sub")
+    feed(b, sub, build(encode_subscribe, 1, [("t", 1)]), 0)
+    take(b, sub)
+    p = connected(b, "p")
+    for i in range(6):
+        feed(b, p, pub("t", b"%d" % i, 1, i + 1), 0)
+    take(b, p)
+    assert take(b, sub) == b"".join(pub("t", b"%d" % i, 1, i + 1) for i in range(6))
+    s = b.sessions()[b"sub"]
+
+    def acks(ids):
+        return b"".join(build(encode_ack, PUBACK, i) for i in ids)
+
+    feed(b, sub, acks([2, 3, 1]), 0)
+    assert (s.inflight(), s.rcount) == (3, 3)
+    feed(b, sub, acks([6, 4]), 0)
+    assert (s.inflight(), s.rcount) == (1, 2)  # 5, and 6 behind it
+    feed(b, sub, acks([5]), 0)
+    assert (s.inflight(), s.rcount) == (0, 0)
+    assert sub.state != CLOSED
+    feed(b, sub, acks([5]), 0)  # its flow is over [MQTT-4.3.2-1]
+    assert sub.state == CLOSED
+
+
 def test_protocol_error_closes_only_that_connection():
     b = core()
     good = connected(b, "good")

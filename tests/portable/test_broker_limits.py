@@ -334,6 +334,28 @@ def test_mem_budget_refuses_qos1_and_drops_qos0():
         assert wait_for(lambda: b.qbytes == 0)
 
 
+def test_mem_budget_refuses_qos1_to_its_only_session():
+    # the same budget where the message goes to one session (fan-in's
+    # routing, Session.admit_send): refused before it is queued
+    unit = 3 + 800 + MSG_COST + ENTRY_COST
+    with running(max_queued_bytes=0, mem_budget=2 * unit + 50) as b:
+        _offline(b, ["a"])
+        with Raw(b) as pub:
+            pub.connect("p")
+            for pid in (1, 2):
+                pub.publish("t/x", b"%d" % pid * 800, 1, pid=pid)
+                pub.expect(PUBACK, pid)
+            assert b.qbytes == 2 * unit
+            pub.publish("t/x", b"3" * 800, 1, pid=3)
+            assert pub.closed()  # no PUBACK at 3.1.1 [MQTT-3.3.5-2]
+        assert b.refused_mem == 1 and b.queue_full == 0
+        with Raw(b) as sub:
+            sub.connect("a", clean=False)
+            assert [m[1][:1] for m in sub.messages(2)] == [b"1", b"2"]
+            assert sub.nothing()
+        assert wait_for(lambda: b.qbytes == 0)
+
+
 def test_send_buffer_grows_on_demand():
     # a connected client's send buffer starts small (broker.TX_START) and
     # grows when a message does not fit, up to Limits.tx, and so does its

@@ -8,6 +8,7 @@
     python -m tools.measure.broker --level 5 --only umqtt3,mosquitto
     python -m tools.measure.broker --backlog 40000 --only umqtt3,mosquitto
     python -m tools.measure.broker --core 8
+    python -m tools.measure.broker --core 8 --instructions
     python -m tools.measure.broker --core-in 1
     python -m tools.measure.broker --core-in 1 --instructions
 
@@ -60,7 +61,7 @@ sockets or a peer: one publisher's QoS 0 PUBLISHes fed in gulps of 50 with
 broker_bytes.feed() to S subscribers at QoS 0, each subscriber's bytes
 taken after each gulp. Printed: CPU time per delivered message (the
 routing path without the driver and the kernel); compare two trees by
-running it in each, alternately.
+running it in each, alternately, or with --instructions (below).
 
 --core-in Q is the same for fan-in at QoS Q: 8 publishers' QoS Q PUBLISHes
 fed in gulps of 16 each, in turn, to one subscriber at QoS Q whose window
@@ -557,7 +558,7 @@ def mp_ram():
     return None
 
 
-def core_main(nsubs, n=60000):
+def core_main(nsubs, n=60000, quiet=False):
     from umqtt3.broker_core import Core
     from umqtt3.broker_bytes import feed, take
     from umqtt3.broker_limits import Limits
@@ -583,8 +584,42 @@ def core_main(nsubs, n=60000):
         for s in subs:
             take(b, s)
     dt = time.process_time() - t0
-    print("broker core, QoS 0 to %d subscribers: %.2f us CPU per delivered message"
-          % (nsubs, dt * 1e6 / (n // 50 * 50) / nsubs))
+    if not quiet:
+        print("broker core, QoS 0 to %d subscribers: %.2f us CPU per delivered message"
+              % (nsubs, dt * 1e6 / (n // 50 * 50) / nsubs))
+
+
+CORE_N = (6000, 18000)  # --core S --instructions: two runs' messages
+
+
+def core_instructions(nsubs):
+    """--core S --instructions: user-space instructions per delivered
+    message under valgrind (the difference of two runs: start-up cancels)."""
+    refs = valgrind_refs(["--core-n", str(nsubs)], CORE_N)
+    print("broker core, QoS 0 to %d subscribers, under valgrind: %.0f user-space instructions"
+          " per delivered message (runs of %d and %d messages)"
+          % (nsubs, (refs[1] - refs[0]) / ((CORE_N[1] - CORE_N[0]) * nsubs), *CORE_N))
+
+
+def valgrind_refs(args, ns):
+    """Instructions counted by valgrind in a run of this module with args
+    and n, for each n of ns."""
+    import re
+    vg = shutil.which("valgrind")
+    if not vg:
+        raise SystemExit("valgrind is not installed")
+    refs = []
+    for n in ns:
+        out = subprocess.run(
+            [vg, "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
+             sys.executable, "-m", "tools.measure.broker"] + args + [str(n)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=900,
+            env=dict(os.environ, PYTHONPATH=LIB + os.pathsep + REPO)).stderr.decode()
+        m = re.search(r"I\s+refs:\s+([\d,]+)", out)
+        if not m:
+            raise SystemExit("no instruction count from valgrind: " + out[-500:])
+        refs.append(int(m.group(1).replace(",", "")))
+    return refs
 
 
 CORE_IN_GULP = 16  # --core-in: PUBLISHes per publisher per round
@@ -717,21 +752,7 @@ def core_in_main(qos, instructions, bytecodes=False):
         print("broker core, fan-in QoS %d, %d publishers to 1 subscriber: %.2f us CPU per"
               " delivered message" % (qos, NCLIENTS, dt * 1e6 / n))
         return
-    import re
-    vg = shutil.which("valgrind")
-    if not vg:
-        raise SystemExit("valgrind is not installed")
-    refs = []
-    for n in CORE_IN_N:
-        out = subprocess.run(
-            [vg, "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
-             sys.executable, "-m", "tools.measure.broker", "--core-in-n", str(qos), str(n)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=900,
-            env=dict(os.environ, PYTHONPATH=LIB + os.pathsep + REPO)).stderr.decode()
-        m = re.search(r"I\s+refs:\s+([\d,]+)", out)
-        if not m:
-            raise SystemExit("no instruction count from valgrind: " + out[-500:])
-        refs.append(int(m.group(1).replace(",", "")))
+    refs = valgrind_refs(["--core-in-n", str(qos)], CORE_IN_N)
     print("broker core, fan-in QoS %d, %d publishers to 1 subscriber, under valgrind: %.0f"
           " user-space instructions per delivered message (runs of %d and %d)"
           % (qos, NCLIENTS, (refs[1] - refs[0]) / (CORE_IN_N[1] - CORE_IN_N[0]), *CORE_IN_N))
@@ -740,6 +761,9 @@ def core_in_main(qos, instructions, bytecodes=False):
 def main():
     if sys.argv[1:2] == ["--core-in-n"]:  # the process valgrind runs (--instructions)
         core_in_run(int(sys.argv[2]), int(sys.argv[3]))
+        return
+    if sys.argv[1:2] == ["--core-n"]:  # the same for --core S --instructions
+        core_main(int(sys.argv[2]), int(sys.argv[3]), True)
         return
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="short runs (under 20 s in all)")
@@ -756,7 +780,7 @@ def main():
     ap.add_argument("--core-in", type=int, metavar="Q", choices=(0, 1, 2),
                     help="instead: umqtt3's core alone, fan-in at QoS Q, in process")
     ap.add_argument("--instructions", action="store_true",
-                    help="with --core-in: instructions per message under valgrind")
+                    help="with --core or --core-in: instructions per message under valgrind")
     ap.add_argument("--bytecodes", action="store_true",
                     help="with --core-in: Python bytecodes per message, by function")
     ap.add_argument("--store", action="store_true",
@@ -768,13 +792,18 @@ def main():
     if a.core is not None:
         if not 1 <= a.core <= 64:
             ap.error("--core: 1 to 64 subscribers")
-        core_main(a.core)
+        if a.bytecodes:
+            ap.error("--bytecodes: only with --core-in")
+        if a.instructions:
+            core_instructions(a.core)
+        else:
+            core_main(a.core)
         return
     if a.core_in is not None:
         core_in_main(a.core_in, a.instructions, a.bytecodes)
         return
     if a.instructions or a.bytecodes:
-        ap.error("--instructions, --bytecodes: only with --core-in")
+        ap.error("--instructions: only with --core or --core-in; --bytecodes: only with --core-in")
     names = [n for n in a.only.split(",") if n and not ((a.level == 5 or a.backlog) and n == "amqtt")]
     if a.backlog is not None:
         if not 1 <= a.backlog <= 60000:
