@@ -367,7 +367,7 @@ def test_topic_ok_agrees_with_the_codec_byte_checks():
 
 
 def test_name_levels_agrees_with_the_broker_loop():
-    # broker_core._name_ok asks compat.name_levels on CPython and loops on
+    # broker_core.Core.name_ok asks compat.name_levels on CPython and loops on
     # MicroPython: the same refusals (control characters [MQTT-1.5.3-2],
     # too many levels) for every name, within its span only
     _cpython_only()
@@ -380,7 +380,7 @@ def test_name_levels_agrees_with_the_broker_loop():
 
     def outcome(buf, off, n, flt):
         try:
-            core._name_ok(buf, off, n, flt)
+            core.name_ok(buf, off, n, flt)
             return 0
         except MQTTError as e:
             return e.code

@@ -167,7 +167,7 @@ def topic_ok(buf, off, n):
 
 
 # what the broker refuses in names [MQTT-1.5.3-2]: U+0001-U+001F, U+007F
-# and U+0080-U+009F (0xC2 then a byte below 0xA0), as broker_core._name_ok
+# and U+0080-U+009F (0xC2 then a byte below 0xA0), as broker_core.Core.name_ok
 _CTL = _re.compile(rb"[\x00-\x1f\x7f]|\xc2[\x00-\x9f]")
 
 
