@@ -100,12 +100,46 @@ class Msg:
     pr = None  # type: bytes | None
     xk = -1
     exp = -1
+    pk = 0  # not a Framed
 
     def __init__(self, t, p):
         self.t = t
         self.p = p
         self.refs = 0
         self.size = len(t) + len(p) + MSG_COST
+
+
+class Framed:
+    """A queued QoS 1/2 message that came in a level 3/4 QoS 1/2 PUBLISH
+    and goes to a level 4 session: that frame f, its packet id pk
+    bytes into it, as the session sends it but for its first byte and
+    packet id, which pump() patches (one copy, no size to work out). It
+    holds one bytes object where a Msg holds two. Anywhere else it is
+    read as a Msg (plain())."""
+    pr = None
+    xk = -1
+    exp = -1
+
+    def __init__(self, f, pk, size):
+        self.f = f
+        self.pk = pk
+        self.refs = 0
+        self.size = size
+
+
+def plain(m):
+    """Queued message m as a Msg (a Framed made into one, with its refs
+    and size: off the fast path, it allocates)."""
+    if not m.pk:
+        return m
+    f = m.f
+    i = 1
+    while f[i] & 0x80:
+        i += 1
+    p = Msg(bytes(f[i + 3:m.pk]), bytes(f[m.pk + 2:]))
+    p.refs = m.refs
+    p.size = m.size
+    return p
 
 
 def _with_props(m, pr, xk, exp):
@@ -623,7 +657,13 @@ class Session:
                 lim.max_frame:
             st.dropped += 1
             return 0
-        m = r.msg = Msg(bytes(r.tsrc[r.toff:r.toff + r.tn]), bytes(r.psrc[r.poff:r.poff + r.pn]))
+        if r.frame is not None and r.flevel < 5:
+            # its frame as it came (QoS 1 and 2 frames differ only in
+            # their first byte): pump() writes it with one copy
+            m = r.msg = Framed(bytes(r.frame[r.foff:r.foff + r.flen]), r.fpid, size)
+        else:
+            m = r.msg = Msg(bytes(r.tsrc[r.toff:r.toff + r.tn]),
+                            bytes(r.psrc[r.poff:r.poff + r.pn]))
         pid = self.npid + 1  # (_pid, inline)
         if pid > 65535:
             pid = 1
@@ -640,6 +680,7 @@ class Session:
 
     def _msize(self, m, qos):
         # bytes of m's PUBLISH for this session
+        m = plain(m)
         return publish_size(len(m.t), len(m.p), qos,
                             -1 if self.level < 5 else (len(m.pr) if m.pr is not None else 0))
 
@@ -647,6 +688,7 @@ class Session:
         # m's PUBLISH for this session at dst[off]; its message expiry
         # interval is what is left at uptime up (up 0: the uptime it ends,
         # what the store keeps); returns the end offset
+        m = plain(m)
         prn = -1 if self.level < 5 else (len(m.pr) if m.pr is not None else 0)
         pn = len(m.p)
         end = put_publish(dst, off, first, m.t, 0, len(m.t), pid, m.p, 0, pn, m.pr, 0, prn)
@@ -811,29 +853,36 @@ class Session:
                 self.s_st[k] = REL_SENT
                 self.unsent -= 1
                 continue
+            pk = m.pk
+            if pk and lev5:
+                q[h] = m = plain(m)  # (a session that came back at level 5)
+                pk = 0
             if lev5 and 0 <= m.exp <= up:
                 self._take(h)  # expired while it waited [MQTT-3.3.2-5 (5.0)]
                 stats.dropped += 1
                 if first & 6 and self.fs is not None:
                     self.fs.out_del(pid)
                 continue
-            # its size (_msize, inline: this loop is a drain's every message)
-            t = m.t
-            tn = len(t)
-            pr = m.pr
-            prn = 0
-            rl = tn + len(m.p) + (4 if first & 6 else 2)
-            if lev5:
-                if pr is not None:
-                    prn = len(pr)
-                rl += prn + (1 if prn < 128 else 2 if prn < 16384 else 3)
-            n = rl + (2 if rl < 128 else 3 if rl < 16384 else 4 if rl < 2097152 else 5)
-            if (maxpkt and n > maxpkt) or (first & 6 and n > self.lim.max_frame):
-                self._take(h)  # [MQTT-3.1.2-25]
-                stats.dropped += 1
-                if first & 6 and self.fs is not None:
-                    self.fs.out_del(pid)
-                continue
+            if pk:
+                n = len(m.f)  # (admit_send checked it against max_frame)
+            else:
+                # its size (_msize, inline: this loop is a drain's every message)
+                t = m.t
+                tn = len(t)
+                pr = m.pr
+                prn = 0
+                rl = tn + len(m.p) + (4 if first & 6 else 2)
+                if lev5:
+                    if pr is not None:
+                        prn = len(pr)
+                    rl += prn + (1 if prn < 128 else 2 if prn < 16384 else 3)
+                n = rl + (2 if rl < 128 else 3 if rl < 16384 else 4 if rl < 2097152 else 5)
+                if (maxpkt and n > maxpkt) or (first & 6 and n > self.lim.max_frame):
+                    self._take(h)  # [MQTT-3.1.2-25]
+                    stats.dropped += 1
+                    if first & 6 and self.fs is not None:
+                        self.fs.out_del(pid)
+                    continue
             if len(tx) - tl < n:
                 if re > rs:
                     copy(tx, conn.tlen, self.rbuf, rs, re - rs)
@@ -883,40 +932,50 @@ class Session:
                 rs = o
             re = o + n
             tl += n
-            # the frame into the ring (_put_msg, inline)
-            rb[o] = first
-            if rl < 128:
-                rb[o + 1] = rl
-                i = o + 2
-            else:
-                i = put_varint(rb, o + 1, rl)
-            rb[i] = tn >> 8
-            rb[i + 1] = tn & 255
-            i += 2
-            # (CPython: a slice, sized above, costs less than copy's call)
-            if MICROPYTHON:
-                copy(rb, i, t, 0, tn)
-            else:
-                rb[i:i + tn] = t
-            i += tn
-            rb[i] = pid >> 8
-            rb[i + 1] = pid & 255
-            i += 2
-            if lev5:
-                if prn < 128:
-                    rb[i] = prn
-                    i += 1
+            if pk:
+                # its frame as it came, its first byte and packet id this session's
+                if MICROPYTHON:
+                    copy(rb, o, m.f, 0, n)
                 else:
-                    i = put_varint(rb, i, prn)
-                if prn:
-                    copy(rb, i, pr, 0, prn)
-                    if m.xk >= 0:
-                        _put_u32(rb, i + m.xk, m.exp - up)  # what is left of its interval
-                    i += prn
-            if MICROPYTHON:
-                copy(rb, i, m.p, 0, re - i)
+                    rb[o:re] = m.f
+                rb[o] = first
+                rb[o + pk] = pid >> 8
+                rb[o + pk + 1] = pid & 255
             else:
-                rb[i:re] = m.p
+                # the frame into the ring (_put_msg, inline)
+                rb[o] = first
+                if rl < 128:
+                    rb[o + 1] = rl
+                    i = o + 2
+                else:
+                    i = put_varint(rb, o + 1, rl)
+                rb[i] = tn >> 8
+                rb[i + 1] = tn & 255
+                i += 2
+                # (CPython: a slice, sized above, costs less than copy's call)
+                if MICROPYTHON:
+                    copy(rb, i, t, 0, tn)
+                else:
+                    rb[i:i + tn] = t
+                i += tn
+                rb[i] = pid >> 8
+                rb[i + 1] = pid & 255
+                i += 2
+                if lev5:
+                    if prn < 128:
+                        rb[i] = prn
+                        i += 1
+                    else:
+                        i = put_varint(rb, i, prn)
+                    if prn:
+                        copy(rb, i, pr, 0, prn)
+                        if m.xk >= 0:
+                            _put_u32(rb, i + m.xk, m.exp - up)  # what is left of its interval
+                        i += prn
+                if MICROPYTHON:
+                    copy(rb, i, m.p, 0, re - i)
+                else:
+                    rb[i:re] = m.p
             sts[k] = PUB_SENT
             sent += 1
             # _take(h), inline for the head (the list is cut after the loop)

@@ -276,3 +276,48 @@ def test_store_written_before_frames_said_their_level():
                 c.expect(PUBREL)
     finally:
         rmtree(d)
+
+
+def _queued_sent_at(level, granted=2):
+    # QoS 1/2 messages queued for a 3.1.1 session while it was away (the
+    # broker keeps each as its publisher's frame) go out when it comes back
+    # at level as a first send at that level gives them: its own packet
+    # ids in order, DUP clear [MQTT-3.3.1-3] even where the publisher's
+    # frame had it, RETAIN clear [MQTT-3.3.1-9], at 5 an empty property list;
+    # at the QoS granted where it is lower [MQTT-3.8.4-6]
+    msgs = [("q/a", b"one", 1), ("q/b", b"two", 2), ("q/c", b"x" * 200, 1)]
+    with running() as b:
+        _subscriber(b, "s", 4, granted)
+        with Raw(b) as p:
+            p.connect("pub", level=4)
+            for i, (t, m, q) in enumerate(msgs):
+                pid = 300 + i  # not the ids the subscriber gets
+                p.put(encode_publish, t, m, q, pid, False, i == 0, 4, None)
+                p.expect(PUBACK if q == 1 else PUBREC, pid)
+                if q == 2:
+                    p.ack(PUBREL, pid)
+                    p.expect(PUBCOMP, pid)
+        with Raw(b) as c:
+            assert _connect(c, "s", level).session_present
+            ps = _frames(c, len(msgs))
+            msgs = [(t, m, q if q < granted else granted) for t, m, q in msgs]
+            pids = [p.pid for p in ps]
+            assert pids == sorted(set(pids)) and 0 not in pids, pids
+            for (t, m, q), p in zip(msgs, ps):
+                assert bytes(p.buf) == build(encode_publish, t, m, q, p.pid, False, False, level,
+                                             {} if level == 5 else None), bytes(p.buf)
+            _ack_all(c, [(t, m, q, p.pid) for (t, m, q), p in zip(msgs, ps)])
+            assert c.nothing()
+        assert b.sessions()[b"s"].inflight() == 0
+
+
+def test_queued_at_3_1_1_sent_at_3_1_1_as_a_first_send():
+    _queued_sent_at(4)
+
+
+def test_queued_at_3_1_1_sent_at_5_as_a_first_send():
+    _queued_sent_at(5)
+
+
+def test_queued_at_3_1_1_sent_at_the_qos_granted():
+    _queued_sent_at(4, 1)
