@@ -117,7 +117,7 @@ class _Refs(FileStore):
         FileStore.__init__(self, d, files, n, True, False)
 
     def out_add(self, pid, key, buf, off, n):
-        """The PUBLISH at buf[off:off + n] is in flight (send_stored)."""
+        """The PUBLISH at buf[off:off + n] is in flight (stored before it is sent)."""
         if len(self.out) + len(self.inb) >= self.max:
             raise StoreFull("store full", 0x97)
         k = self.disk.msg_ref(buf, off, n)

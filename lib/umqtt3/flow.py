@@ -12,8 +12,8 @@
 # ring and whose out_rel() may answer True, "I send the PUBREL myself,
 # later", to keep its send order. The client core and the broker core
 # have these rules written in (broker_core's _packet and _ack, and
-# Session.ack_out), in fewer steps per message, and make no Flow; the
-# broker's sessions send with send_stored().
+# Session.ack_out), in fewer steps per message, and make no Flow; each
+# stores before it sends in its own sender (Core.queue, Session.send).
 from .compat import const
 from .client_codec import encode_publish, encode_ack, MQTTError, Busy, StoreFull  # noqa: F401
 
