@@ -1,7 +1,8 @@
 # Build and test entry points. `make test` is the whole suite (what CI runs).
 # The lines starting with "#>" are what `make help` (and a bare `make`) prints.
 #
-#> Start here (a fresh clone on Debian 12; the first run sets up, as `make setup`):
+#> Start here (a fresh clone on Debian 12; the first run sets up, as `make setup`;
+#> without make yet, ./run demo and ./run test set up first, make included):
 #>   make demo      broker + simulated sensor nodes + Spark pipeline + live view
 #>                  (DEMO_ARGS="--seconds 60", "--no-spark", "--nodes 5"; Ctrl-C stops it)
 #>   make test      the whole suite: mpy-cross check, pytest (CPython), portable tests

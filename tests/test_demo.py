@@ -1,4 +1,4 @@
-"""The README's first command, `make demo`, as smoke tests: our broker on a
+"""The README's first command, `./run demo` (`make demo`), as smoke tests: our broker on a
 free loopback port, three simulated nodes, the live view, and (unless
 --no-spark) the Spark pipeline; it must stop by itself, on Ctrl-C, and when
 the pipe it writes to goes away, leaving no process behind. The last test
@@ -177,6 +177,40 @@ def test_a_closed_pipe_stops_the_demo_spark_and_broker(tmp_path):
     assert none_left(mark) == []
 
 
+def test_run_sets_up_first_where_make_is_missing(tmp_path):
+    # A stock Debian 12 has python3 and no make: ./run runs the set-up, which
+    # installs make with the rest, then hands over to make. Here a PATH with
+    # neither make nor python, a set-up that records how it was called and
+    # puts a recording `make` on that PATH, and ./run as the README has it.
+    shutil.copy(os.path.join(ROOT, "run"), str(tmp_path / "run"))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("sh", "bash", "dirname", "cat", "chmod"):
+        os.symlink(shutil.which(tool), str(bin_dir / tool))
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "setup.sh").write_text(
+        'echo "setup VENV=$VENV STAMP=$STAMP" >> calls\n'
+        'printf \'#!/bin/sh\\necho "make $*" >> calls\\n\' > bin/make\n'
+        'chmod +x bin/make\n')
+    env = {"PATH": str(bin_dir), "HOME": str(tmp_path)}
+
+    def run(*args, **extra):
+        r = subprocess.run(["sh", "run"] + list(args), cwd=str(tmp_path), env=dict(env, **extra),
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        calls = (tmp_path / "calls").read_text().splitlines()
+        os.remove(str(tmp_path / "calls"))
+        return calls
+
+    assert run("demo", "DEMO_ARGS=--seconds 5") == [
+        "setup VENV=.venv STAMP=.venv/.umqtt3-setup", "make demo DEMO_ARGS=--seconds 5"]
+    # make is there now: make alone, no second set-up
+    assert run("test") == ["make test"]
+    # PYTHON=... set: the Makefile's stamp for that case
+    os.remove(str(bin_dir / "make"))
+    assert run("test", PYTHON="python3") == ["setup VENV= STAMP=build/.setup", "make test"]
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(have_spark() is not None, reason=have_spark() or "")
 @pytest.mark.skipif(not shutil.which("git") or not shutil.which("make"), reason="needs git and make")
@@ -204,7 +238,7 @@ def test_readme_commands_in_a_fresh_clone_on_stock_debian(tmp_path):
     assert "externally-managed-environment" in sh.stderr, sh.stderr
 
     # 1. the demo: sets up first (.venv from python3), then runs
-    r = subprocess.run(["make", "demo", "DEMO_ARGS=--seconds 30 --period 0.3 --window 3"],
+    r = subprocess.run(["./run", "demo", "DEMO_ARGS=--seconds 30 --period 0.3 --window 3"],
                        cwd=str(clone), env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     assert "setup: making a virtual environment in .venv with /usr/bin/python3" in r.stdout
@@ -217,7 +251,7 @@ def test_readme_commands_in_a_fresh_clone_on_stock_debian(tmp_path):
 
     # 2. the test suite, cut down to one module on each interpreter: the
     # set-up is not run again, and every part of `make test` finds its tools
-    r = subprocess.run(["make", "test", "PYTEST_ARGS=tests/test_packaging.py",
+    r = subprocess.run(["./run", "test", "PYTEST_ARGS=tests/test_packaging.py",
                         "MP_TESTS=test_topic"],
                        cwd=str(clone), env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]

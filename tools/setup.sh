@@ -3,7 +3,8 @@
 # fresh clone), for Debian and Ubuntu. Safe to run again. In order:
 #  1. apt (as root, else through sudo; only what is missing): mosquitto and its
 #     clients (interop peers), a Java runtime (Spark), Node.js and npm (the
-#     WebAssembly MicroPython), python3-venv (Debian leaves venv out of python3).
+#     WebAssembly MicroPython), make (./run's, when it is missing), git,
+#     openssl, python3-venv (Debian leaves venv out of python3).
 #  2. A virtual environment, .venv/ (VENV=...), made with python3 (PYTHON3=...):
 #     Debian's python3 refuses `pip install` outside one (PEP 668). Into it go
 #     requirements-dev.txt, the spark extra (PySpark, pandas<3, pyarrow,
