@@ -13,7 +13,8 @@
 # %c filled in, so that checking a PUBLISH (may_write) scans byte patterns
 # with topic.match_span and allocates nothing. A SUBSCRIBE is granted when a
 # read pattern covers the whole filter (may_read); a deny pattern wins over
-# both. No ACL: everything is allowed.
+# both. A '#' or '+' first level never covers a topic starting with '$'
+# [MQTT-4.7.2-1]. No ACL: everything is allowed.
 from .topic import match_span
 
 READ = 1
@@ -112,10 +113,18 @@ class Acl:
         return g
 
 
+def _wild0(a, b):
+    # level 0 of two filters: a wildcard there never meets nor covers a
+    # name starting with '$' [MQTT-4.7.2-1]
+    return (a == b"#" or a == b"+") and b[:1] == b"$"
+
+
 def covers(p, f):
     """Does filter p match every topic filter f matches?"""
     pl = p.split(b"/")
     fl = f.split(b"/")
+    if _wild0(pl[0], fl[0]):
+        return False
     i = 0
     while i < len(pl):
         a = pl[i]

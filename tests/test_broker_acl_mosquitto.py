@@ -1,0 +1,86 @@
+# The same ACL file on this broker and on Debian's mosquitto, with paho
+# clients: what each client receives is the same.
+# - "topic read #" reads no $SYS topic [MQTT-4.7.2-1].
+import queue
+import threading
+import time
+
+import pytest
+
+from tools import procs
+
+mqtt = pytest.importorskip("paho.mqtt.client")
+TIMEOUT = 10
+
+
+class Client:
+    def __init__(self, port, cid, user=None, pw=None):
+        self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=cid,
+                             protocol=mqtt.MQTTv311)
+        if user is not None:
+            self.c.username_pw_set(user, pw)
+        self.q = queue.Queue()
+        self.acks = queue.Queue()
+        self.up = threading.Event()
+        self.c.on_connect = lambda c, u, f, rc, p: self.up.set()
+        self.c.on_message = lambda c, u, m: self.q.put((m.topic, bytes(m.payload)))
+        self.c.on_subscribe = lambda c, u, mid, codes, p: self.acks.put([int(x.value) for x in codes])
+        self.c.connect("127.0.0.1", port, 30)
+        self.c.loop_start()
+        assert self.up.wait(TIMEOUT), "no CONNACK"
+
+    def sub(self, topic, qos=0):
+        self.c.subscribe(topic, qos)
+        return self.acks.get(timeout=TIMEOUT)
+
+    def pub(self, topic, payload, qos=1):
+        self.c.publish(topic, payload, qos).wait_for_publish(TIMEOUT)
+
+    def got(self, wait=0.5):
+        time.sleep(wait)
+        out = []
+        while not self.q.empty():
+            out.append(self.q.get())
+        return out
+
+    def close(self):
+        self.c.disconnect()
+        self.c.loop_stop()
+
+
+def both(tmp_path, broker_factory, acl, users=None, ours=(), theirs=()):
+    """(mosquitto's port, ours, our process) with the ACL file acl."""
+    f = tmp_path / "acl"
+    f.write_text(acl)
+    extra = ["acl_file %s" % f] + list(theirs)
+    args = ["--acl-file", str(f), "--quiet"] + list(ours)
+    if users:
+        pw = tmp_path / "passwd"
+        pw.write_text("".join("%s:%s\n" % u for u in users))
+        import subprocess
+        subprocess.run(["mosquitto_passwd", "-U", str(pw)], check=True, timeout=30)
+        extra.append("password_file %s" % pw)
+        args += ["--users", str(pw), "--allow-anonymous"]
+    m = broker_factory(extra=extra)
+    port = procs.free_port()
+    p = procs.start(procs.umqtt3_broker_cmd(port, *args), port)
+    return m.port, port, p
+
+
+def test_read_everything_reads_no_sys(tmp_path, broker_factory):
+    # $SYS every second on both; "topic read $SYS/#" is what grants it
+    got = {}
+    for acl in ("topic read #\n", "topic read #\ntopic read $SYS/#\n"):
+        mp, up, p = both(tmp_path, broker_factory, acl, ours=["--sys-interval", "1"],
+                         theirs=["sys_interval 1"])
+        try:
+            for name, port in (("mosquitto", mp), ("umqtt3", up)):
+                c = Client(port, "spy")
+                c.sub("$SYS/#")
+                got[name, acl] = len(c.got(2.5))
+                c.close()
+        finally:
+            procs.stop(p)
+    assert got["mosquitto", "topic read #\n"] == got["umqtt3", "topic read #\n"] == 0
+    assert got["mosquitto", "topic read #\ntopic read $SYS/#\n"] > 0
+    assert got["umqtt3", "topic read #\ntopic read $SYS/#\n"] > 0
