@@ -1,5 +1,7 @@
 # The same ACL file on this broker and on Debian's mosquitto, with paho
 # clients: what each client receives is the same.
+# - client id "+" under "pattern readwrite devices/%c/#" reads no device's
+#   topics (CVE-2017-7650);
 # - "topic read #" reads no $SYS topic [MQTT-4.7.2-1].
 import queue
 import threading
@@ -65,6 +67,29 @@ def both(tmp_path, broker_factory, acl, users=None, ours=(), theirs=()):
     port = procs.free_port()
     p = procs.start(procs.umqtt3_broker_cmd(port, *args), port)
     return m.port, port, p
+
+
+def test_client_id_plus_reads_no_device(tmp_path, broker_factory):
+    mp, up, p = both(tmp_path, broker_factory, "pattern readwrite devices/%c/#\n")
+    try:
+        got = {}
+        for name, port in (("mosquitto", mp), ("umqtt3", up)):
+            spy = Client(port, "+")
+            spy.sub("devices/+/#")
+            dev = Client(port, "dev7")
+            dev.sub("devices/dev7/cmd")
+            dev.pub("devices/dev7/secret", b"s3cret")
+            w = Client(port, "#")
+            w.pub("devices/dev7/cmd", b"unlock")
+            dev.pub("devices/dev7/cmd", b"mine")
+            got[name] = (spy.got(), dev.got(0.1))
+            for c in (spy, dev, w):
+                c.close()
+        assert got["mosquitto"] == ([], [("devices/dev7/cmd", b"mine")])
+        assert got["umqtt3"] == got["mosquitto"]
+    finally:
+        procs.stop(p)
+
 
 
 def test_read_everything_reads_no_sys(tmp_path, broker_factory):

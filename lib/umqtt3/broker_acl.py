@@ -84,6 +84,20 @@ class Grants:
         return False
 
 
+def _dangerous(s):
+    return s is not None and ("+" in s or "#" in s)
+
+
+def _levels_to_plus(t):
+    # every level naming %c or %u becomes '+': a deny pattern that cannot
+    # be filled in safely denies the wider set, never less
+    levels = t.split("/")
+    for i in range(len(levels)):
+        if "%c" in levels[i] or "%u" in levels[i]:
+            levels[i] = "+"
+    return "/".join(levels)
+
+
 class Acl:
     def __init__(self, rules):
         self.rules = rules
@@ -92,15 +106,25 @@ class Acl:
         """The Grants of a client with user name `user` (str or None) and
         client id `cid` (str). topic lines apply to their user (those before
         any user line to anonymous clients), pattern lines to everyone; a
-        pattern naming %u does not apply to an anonymous client."""
+        pattern naming %u does not apply to an anonymous client. A client
+        whose id or user name has a '+' or '#' in it gets no read or write
+        from pattern lines (mosquitto's rule since CVE-2017-7650: filled in,
+        they would be wildcards over every client's topics), and its deny
+        patterns deny every value of %c and %u."""
         g = Grants()
+        bad = _dangerous(user) or _dangerous(cid)
         for u, pat, access, t in self.rules:
             if pat:
-                if "%u" in t:
-                    if user is None:
+                if "%u" in t and user is None:
+                    continue
+                if bad:
+                    if not access & DENY:
                         continue
-                    t = t.replace("%u", user)
-                t = t.replace("%c", cid)
+                    t = _levels_to_plus(t)
+                else:
+                    if "%u" in t:
+                        t = t.replace("%u", user)
+                    t = t.replace("%c", cid)
             elif u != user:
                 continue
             b = t.encode()

@@ -1,4 +1,7 @@
 # The ACL's rules at their edges (broker_acl), on CPython and MicroPython:
+# - a client id or user name with '+' or '#' gets nothing from pattern lines
+#   (mosquitto's rule since CVE-2017-7650), so "pattern readwrite
+#   devices/%c/#" does not become "devices/+/#" for client id "+";
 # - a '#' or '+' first level never grants a topic starting with '$'
 #   [MQTT-4.7.2-1].
 from broker_harness import running, Raw
@@ -28,3 +31,27 @@ def test_read_everything_is_not_read_dollar_topics():
         b.set_acl("topic read #\n")
         c.connect("spy")
         assert c.subscribe(1, [("$SYS/#", 0), ("#", 0)]) == b"\x80\x00"
+
+
+def test_pattern_ids_with_wildcards_get_no_patterns():
+    acl = parse("pattern readwrite devices/%c/#\npattern read users/%u/#\n"
+                "pattern deny devices/%c/lock\n")
+    for user, cid in ((None, "+"), (None, "#"), (None, "a/+"), ("a+b", "dev9"), ("#", "dev9")):
+        g = acl.grants(user, cid)
+        assert g.read == [] and g.write == [], (user, cid)
+        assert not g.may_read(b"devices/+/#") and not g.may_write(b"devices/dev7/cmd", 0, 16)
+        assert g.deny == [b"devices/+/lock"]  # denies every client's, never less
+    g = acl.grants("alice", "dev7")
+    assert g.may_write(b"devices/dev7/cmd", 0, 16) and g.may_read(b"users/alice/x")
+    assert not g.may_write(b"devices/dev7/lock", 0, 17)
+    with _broker() as b, Raw(b) as spy, Raw(b) as dev, Raw(b) as w:
+        b.set_acl("pattern readwrite devices/%c/#\n")
+        spy.connect("+")
+        assert spy.subscribe(1, [("devices/+/#", 0), ("devices/dev7/#", 0)]) == b"\x80\x80"
+        dev.connect("dev7")
+        assert dev.subscribe(1, [("devices/dev7/cmd", 0)]) == b"\x00"
+        w.connect("x", user="a+b", password=b"pw")
+        w.publish("devices/dev7/cmd", b"unlock")  # a+b's %c is x, and it gets no patterns
+        dev.publish("devices/dev7/cmd", b"mine")
+        assert [m[1] for m in dev.messages(1)] == [b"mine"]
+        assert dev.nothing() and spy.nothing()
