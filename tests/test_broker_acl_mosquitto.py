@@ -2,8 +2,10 @@
 # clients: what each client receives is the same.
 # - client id "+" under "pattern readwrite devices/%c/#" reads no device's
 #   topics (CVE-2017-7650);
-# - "topic read #" reads no $SYS topic [MQTT-4.7.2-1].
+# - "topic read #" reads no $SYS topic [MQTT-4.7.2-1];
+# - docs/broker.md's ACL example grants what it says.
 import queue
+import re
 import threading
 import time
 
@@ -91,7 +93,6 @@ def test_client_id_plus_reads_no_device(tmp_path, broker_factory):
         procs.stop(p)
 
 
-
 def test_read_everything_reads_no_sys(tmp_path, broker_factory):
     # $SYS every second on both; "topic read $SYS/#" is what grants it
     got = {}
@@ -109,3 +110,38 @@ def test_read_everything_reads_no_sys(tmp_path, broker_factory):
     assert got["mosquitto", "topic read #\n"] == got["umqtt3", "topic read #\n"] == 0
     assert got["mosquitto", "topic read #\ntopic read $SYS/#\n"] > 0
     assert got["umqtt3", "topic read #\ntopic read $SYS/#\n"] > 0
+
+
+def test_documented_example_grants_what_it_says(tmp_path, broker_factory):
+    doc = open(procs.ROOT + "/docs/broker.md").read()
+    acl = re.search(r"## Access control.*?```\n(.*?)```", doc, re.S).group(1)
+    mp, up, p = both(tmp_path, broker_factory, acl, users=[("alice", "pw")])
+    try:
+        got = {}
+        for name, port in (("mosquitto", mp), ("umqtt3", up)):
+            a = Client(port, "dev1", "alice", "pw")
+            a.sub("home/kitchen")
+            a.sub("home/secret")
+            a.pub("home/kitchen", b"on")
+            a.pub("home/secret", b"no")
+            a.pub("devices/alice/dev1/t", b"21")  # pattern write: published, not read
+            anon = Client(port, "anon")
+            anon.sub("public/#")
+            a.pub("public/news", b"not alice's to write")
+            got[name] = (a.got(), anon.got(0.1))
+            a.close()
+            anon.close()
+        assert got["umqtt3"] == ([("home/kitchen", b"on")], [])
+        assert got["mosquitto"] == got["umqtt3"]
+    finally:
+        procs.stop(p)
+
+
+def test_inline_comment_refused_in_one_line(tmp_path):
+    from refusal import run
+    f = tmp_path / "acl"
+    f.write_text("user alice\ntopic readwrite home/#          # read, write\n")
+    r = run("umqtt3.broker", "--acl-file", str(f), "--port", "0")
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode != 0 and "Traceback" not in r.stderr and len(lines) == 1, r.stderr
+    assert "line 2:" in lines[0] and "comment" in lines[0]

@@ -6,7 +6,8 @@
 #     user alice
 #     topic readwrite home/#
 #     topic deny home/secret
-#     pattern write devices/%u/%c/#     # every user; %u user name, %c client id
+#     # every user: %u its user name, %c its client id
+#     pattern write devices/%u/%c/#
 #
 # b.set_acl(text) (broker_core) parses it and loads this module. At CONNECT the core asks
 # acl.grants(user, cid) for one client's Grants, its patterns with %u and
@@ -21,6 +22,21 @@ READ = 1
 WRITE = 2
 DENY = 4
 _ACCESS = {"read": READ, "write": WRITE, "readwrite": READ | WRITE, "deny": DENY}
+
+
+def _bad_filter(t):
+    # why t (str, %c / %u still in it) is no topic filter, or None:
+    # '#' only as the whole last level, '+' only as a whole level
+    levels = t.split("/")
+    last = len(levels) - 1
+    for i in range(len(levels)):
+        v = levels[i]
+        if v == "+" or (v == "#" and i == last):
+            continue
+        if "#" in v or "+" in v:
+            return "'#' only as the whole last level and '+' only as a whole level " \
+                   "(a comment goes on a line of its own)"
+    return None
 
 
 def parse(text):
@@ -50,6 +66,11 @@ def parse(text):
                 raise ValueError("line %d: %s %s without a topic" % (n, kw, parts[0]))
             access = _ACCESS[parts[0]]
             rest = parts[1].strip()
+        why = _bad_filter(rest)
+        if why is not None:
+            # mosquitto would keep a trailing "# ..." as part of the topic
+            # and silently grant or deny nothing
+            raise ValueError("line %d: %r is no topic filter: %s" % (n, rest, why))
         rules.append((user, kw == "pattern", access, rest))
     return Acl(rules)
 

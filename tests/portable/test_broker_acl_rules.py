@@ -3,7 +3,9 @@
 #   (mosquitto's rule since CVE-2017-7650), so "pattern readwrite
 #   devices/%c/#" does not become "devices/+/#" for client id "+";
 # - a '#' or '+' first level never grants a topic starting with '$'
-#   [MQTT-4.7.2-1].
+#   [MQTT-4.7.2-1];
+# - an ACL line whose topic is no filter (a trailing "# comment" makes it
+#   one) is refused with its line number.
 from broker_harness import running, Raw
 from umqtt3.broker_acl import parse, covers
 
@@ -55,3 +57,17 @@ def test_pattern_ids_with_wildcards_get_no_patterns():
         dev.publish("devices/dev7/cmd", b"mine")
         assert [m[1] for m in dev.messages(1)] == [b"mine"]
         assert dev.nothing() and spy.nothing()
+
+
+def test_inline_comment_refused_with_its_line():
+    for text, line in (("user alice\ntopic readwrite home/#          # read, write\n", 2),
+                       ("topic deny home/secret   # not this one\n", 1),
+                       ("topic read a/#/b\n", 1), ("pattern write dev+/%c\n", 1)):
+        try:
+            parse(text)
+        except ValueError as e:
+            assert ("line %d:" % line) in str(e) and "comment" in str(e), str(e)
+        else:
+            raise AssertionError(text)
+    # a comment on its own line, and '#' / '+' as whole levels, are fine
+    parse("# c\ntopic read a/+/b\n  # c\ntopic read #\npattern read d/%c/#\n")
