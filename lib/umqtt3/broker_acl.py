@@ -13,9 +13,9 @@
 # acl.grants(user, cid) for one client's Grants, its patterns with %u and
 # %c filled in, so that checking a PUBLISH (may_write) scans byte patterns
 # with topic.match_span and allocates nothing. A SUBSCRIBE is granted when a
-# read pattern covers the whole filter (may_read); a deny pattern wins over
-# both. A '#' or '+' first level never covers a topic starting with '$'
-# [MQTT-4.7.2-1]. No ACL: everything is allowed.
+# read pattern covers the whole filter (may_read) and no deny pattern meets
+# it. A '#' or '+' first level never covers nor meets a topic starting with
+# '$' [MQTT-4.7.2-1]. No ACL: everything is allowed.
 from .topic import match_span
 
 READ = 1
@@ -97,10 +97,29 @@ class Grants:
         """May the client subscribe to filter f (bytes): a read pattern
         covers every topic it matches, and no deny pattern meets it."""
         for p in self.deny:
-            if covers(p, f) or covers(f, p):
+            if meets(p, f):
                 return False
         for p in self.read:
             if covers(p, f):
+                return True
+        return False
+
+    def partly_denied(self, f):
+        """Does a deny pattern meet filter f (bytes)? Then a granted f needs
+        may_receive() for each message it matches."""
+        for p in self.deny:
+            if meets(p, f):
+                return True
+        return False
+
+    def may_receive(self, buf, off, n):
+        """May the client get a message on topic buf[off:off+n]: no deny
+        pattern matches it and a read pattern does (allocates nothing)."""
+        for p in self.deny:
+            if match_span(p, 0, len(p), buf, off, n):
+                return False
+        for p in self.read:
+            if match_span(p, 0, len(p), buf, off, n):
                 return True
         return False
 
@@ -185,3 +204,23 @@ def covers(p, f):
         i += 1
     return len(fl) == len(pl)
 
+
+def meets(a, b):
+    """Do filters a and b match some topic in common?"""
+    al = a.split(b"/")
+    bl = b.split(b"/")
+    if _wild0(al[0], bl[0]) or _wild0(bl[0], al[0]):
+        return False
+    i = 0
+    while i < len(al) and i < len(bl):
+        x = al[i]
+        y = bl[i]
+        if x == b"#" or y == b"#":
+            return True
+        if x != b"+" and y != b"+" and x != y:
+            return False
+        i += 1
+    # one ran out: the other must end too, or go on with "/#" alone
+    # ("a/#" matches "a" [MQTT-4.7.1-2])
+    rest = al[i:] if i < len(al) else bl[i:]
+    return not rest or (len(rest) == 1 and rest[0] == b"#")

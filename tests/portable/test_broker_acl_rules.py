@@ -5,13 +5,28 @@
 # - a '#' or '+' first level never grants a topic starting with '$'
 #   [MQTT-4.7.2-1];
 # - an ACL line whose topic is no filter (a trailing "# comment" makes it
-#   one) is refused with its line number.
+#   one) is refused with its line number;
+# - which filters a deny pattern meets, so that a granted filter is known to
+#   need a read check per message (Grants.partly_denied, may_receive).
 from broker_harness import running, Raw
-from umqtt3.broker_acl import parse, covers
+from umqtt3.broker_acl import parse, covers, meets
 
 
 def _broker():
     return running(users={b"alice": b"pw", b"a+b": b"pw"}, allow_anonymous=True)
+
+
+def test_meets_table():
+    # (a, b, a and b match a common topic)
+    for a, b, want in (
+            (b"secret/#", b"+/x", True), (b"secret/#", b"+/+/x", True),
+            (b"secret/#", b"public/#", False), (b"a/+", b"+/b", True),
+            (b"a/b", b"a/b/c", False), (b"a/#", b"a", True), (b"a/+", b"a", False),
+            (b"#", b"x/y", True), (b"a/b/c", b"a/+/c", True), (b"a/b/c", b"a/+/d", False),
+            (b"#", b"$SYS/x", False), (b"+/x", b"$SYS/x", False), (b"$SYS/#", b"$SYS/+", True),
+            (b"+", b"#", True), (b"$SYS/#", b"#", False)):
+        assert meets(a, b) == want, (a, b)
+        assert meets(b, a) == want, (b, a)
 
 
 def test_covers_keeps_dollar_topics_out():
@@ -22,13 +37,13 @@ def test_covers_keeps_dollar_topics_out():
     assert covers(b"$SYS/#", b"$SYS/broker/+") and not covers(b"$SYS/#", b"#")
 
 
-
 def test_read_everything_is_not_read_dollar_topics():
     g = parse("topic read #\n").grants(None, "x")
     assert g.may_read(b"#") and g.may_read(b"a/+/b")
     assert not g.may_read(b"$SYS/#") and not g.may_read(b"$SYS/broker/uptime")
+    assert not g.may_receive(b"$SYS/broker/uptime", 0, 18)
     g = parse("topic read #\ntopic read $SYS/#\n").grants(None, "x")
-    assert g.may_read(b"$SYS/#")
+    assert g.may_read(b"$SYS/#") and g.may_receive(b"$SYS/broker/uptime", 0, 18)
     with _broker() as b, Raw(b) as c:
         b.set_acl("topic read #\n")
         c.connect("spy")
@@ -71,3 +86,27 @@ def test_inline_comment_refused_with_its_line():
             raise AssertionError(text)
     # a comment on its own line, and '#' / '+' as whole levels, are fine
     parse("# c\ntopic read a/+/b\n  # c\ntopic read #\npattern read d/%c/#\n")
+
+
+def test_partly_denied_filters_need_a_check_per_message():
+    g = parse("topic read #\ntopic deny secret/#\n").grants(None, "x")
+    assert g.partly_denied(b"+/x") and g.partly_denied(b"#") and g.partly_denied(b"secret/a")
+    assert not g.partly_denied(b"public/#") and not g.partly_denied(b"$SYS/#")
+    assert g.may_receive(b"public/x", 0, 8) and not g.may_receive(b"secret/x", 0, 8)
+    assert not g.may_receive(b"secret", 0, 6)  # "secret/#" matches its parent [MQTT-4.7.1-2]
+    buf = bytearray(b"..top/x..")
+    assert g.may_receive(buf, 2, 5)
+
+
+def test_deny_meeting_a_wildcard_filter_refuses_it():
+    # a deny pattern that only partly overlaps a filter ("+/x" and
+    # "secret/#": neither covers the other) refuses it too
+    with _broker() as b, Raw(b) as spy, Raw(b) as w:
+        b.set_acl("topic read #\ntopic deny secret/#\nuser alice\ntopic readwrite #\n")
+        spy.connect("spy")
+        assert spy.subscribe(1, [("+/x", 0), ("+/+/x", 0), ("public/#", 0)]) == b"\x80\x80\x00"
+        w.connect("w", user="alice", password=b"pw")
+        w.publish("secret/x", b"password")
+        w.publish("public/x", b"news")
+        assert [m[1] for m in spy.messages(1)] == [b"news"]
+        assert spy.nothing()
