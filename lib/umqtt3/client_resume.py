@@ -7,19 +7,30 @@ from .client_codec import Packet, decode, encode_ack
 _PUBREL = const(6)
 
 
-def resend(store, conn, sp):
+def done(c, pid, rc):
+    # a stored message completes here, not by an ack: reported as one
+    c.store.out_del(pid)
+    c.ack_pid = pid
+    c.ack_rc = rc
+    if c.on_ack is not None:
+        c.on_ack(pid, rc)
+
+
+def resend(store, conn, sp, c=None):
     """The in-flight messages again, in their original order: PUBLISH with
     DUP=1, PUBREL for those the broker already took [MQTT-4.4.0-1,
-    MQTT-4.6.0-1]. A generator that yields whenever conn.tx has no room."""
+    MQTT-4.6.0-1]. A generator that yields whenever conn.tx has no room.
+    c: the client core, which hears of what completes without an ack."""
     tx = conn.tx
     for pid, state, key, body in store.recover():
         if state == "u":
             continue  # inbound: handed over by resume()
-        if not sp:
-            # a PUBREL would meet no message on a broker without our
-            # session: the PUBLISH again, a possible duplicate rather than
-            # a certain loss
-            state = "p"
+        if state != "p" and not sp:
+            # PUBREC came and PUBREL was sent: the broker owns the message
+            # and the PUBLISH must not go again [MQTT-4.3.3-1]; a broker
+            # without our session has nothing to release, so it is done
+            done(c, pid, 0)
+            continue
         n = len(body) if state == "p" else 4
         while conn.space() < n:
             yield
@@ -39,7 +50,7 @@ def resume(c, sp):
     send buffer is full, and the core goes on (refill) once the driver has
     written it out. The resend comes first, so a callback that raises cannot
     hold it up."""
-    yield from resend(c.store, c.conn, sp)
+    yield from resend(c.store, c.conn, sp, c)
     pending = c.req if c.wait_pid else None
     if pending is not None:
         # a SUBSCRIBE/UNSUBSCRIBE the old link cut off: asked again with the
