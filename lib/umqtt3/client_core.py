@@ -65,6 +65,7 @@ class Core:
     # MQTT 5 limits the server set in CONNACK
     max_packet = 0  # Maximum Packet Size, 0: none [MQTT-3.1.2-24]
     alias_max = 0  # Topic Alias Maximum
+    held = None  # the resume while it waits for acks (the server's Receive Maximum)
 
     def __init__(self, client_id, keepalive=0, user=None, password=None, level=4,
                  store=None, window=8, bufsize=512, reconnect=False, timeout_ms=5000,
@@ -318,6 +319,8 @@ class Core:
         c.tlen = c.sent = 0
         self.state = _DOWN
         self.backlog = None
+        if self.held is not None:
+            self.held = None
 
     def lost(self, now):
         """The link broke: down, and the next attempt after a backoff.
@@ -380,13 +383,30 @@ class Core:
             return False
         n = self.conn.tlen
         try:
-            # returns when the send buffer is full again, b once it is done
-            if next(b, b) is b:
+            # returns when the send buffer is full again (1: when acks must
+            # come first; the driver reads meanwhile), b once it is done
+            r = next(b, b)
+            if r is b:
+                self.backlog = None
+            elif r:
+                self.held = b
                 self.backlog = None
         except BaseException:
             self.backlog = None
             raise
         return self.conn.tlen != n
+
+    def acked(self, pid, rc):
+        # a stored publish completed (rc < 0x80) or was refused
+        self.ack_pid = pid
+        self.ack_rc = rc
+        if self.on_ack is not None:
+            self.on_ack(pid, rc)
+        if self.held is not None:
+            # a resume waiting for this: the send quota grew [MQTT-4.9.0-2]
+            self.backlog = self.held
+            self.held = None
+            self.refill()
 
     def packet(self, n, now):
         """Handle the whole packet in conn.rx[0:n]. Raises MQTTError for a
@@ -404,10 +424,7 @@ class Core:
             c.done()
             self.unsynced = True
             if self.store.out_del(pid):
-                self.ack_pid = pid
-                self.ack_rc = 0
-                if self.on_ack is not None:
-                    self.on_ack(pid, 0)
+                self.acked(pid, 0)
             return
         p = self.pkt
         t = decode(p, rx, 0, n)
@@ -456,10 +473,7 @@ class Core:
                     elif st.out_del(pid):
                         # PUBACK, PUBCOMP, or a v5 PUBREC refusing the
                         # message: a publish completed, or was refused
-                        self.ack_pid = pid
-                        self.ack_rc = p.rc
-                        if self.on_ack is not None:
-                            self.on_ack(pid, p.rc)
+                        self.acked(pid, p.rc)
                     return
             elif t == _AUTH and self.level == 5:
                 from .client5 import event

@@ -8,12 +8,9 @@ _PUBREL = const(6)
 
 
 def done(c, pid, rc):
-    # a stored message completes here, not by an ack: reported as one
+    # a stored message completes (or is refused) here, not by an ack
     c.store.out_del(pid)
-    c.ack_pid = pid
-    c.ack_rc = rc
-    if c.on_ack is not None:
-        c.on_ack(pid, rc)
+    c.acked(pid, rc)
 
 
 def resend(store, conn, sp, c=None):
@@ -22,15 +19,30 @@ def resend(store, conn, sp, c=None):
     MQTT-4.6.0-1]. A generator that yields whenever conn.tx has no room.
     c: the client core, which hears of what completes without an ack."""
     tx = conn.tx
+    sent = []  # the ids sent on this connection
     for pid, state, key, body in store.recover():
-        if state == "u":
-            continue  # inbound: handed over by resume()
+        if state == "u" or not store.out_has(pid):
+            continue  # inbound (handed over by resume()), or completed meanwhile
+        if c is not None and state == "p" and c.max_packet and len(body) > c.max_packet:
+            # the new server would close on it [MQTT-3.1.2-24]: refused
+            done(c, pid, 0x95)
+            continue
         if state != "p" and not sp:
             # PUBREC came and PUBREL was sent: the broker owns the message
             # and the PUBLISH must not go again [MQTT-4.3.3-1]; a broker
             # without our session has nothing to release, so it is done
             done(c, pid, 0)
             continue
+        # at most the server's Receive Maximum unacknowledged [MQTT-3.3.4-7]
+        # (the quota starts anew on each connection [MQTT-4.9.0-1]; a PUBREL
+        # counts too: its message is unacknowledged until PUBCOMP). While
+        # the quota is used up the driver reads: acks come (Core.acked).
+        while c is not None:
+            sent = [p for p in sent if store.out_has(p)]
+            if len(sent) < c.window:
+                break
+            yield 1
+        sent.append(pid)
         n = len(body) if state == "p" else 4
         while conn.space() < n:
             yield

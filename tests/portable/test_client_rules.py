@@ -1,0 +1,108 @@
+# The client core (umqtt3.client_core) against the rules a server's CONNACK
+# sets and the rules of a resume after a reconnect: bytes in, bytes out, no
+# socket (the helpers of test_client_core). Runs under pytest and under
+# MicroPython (tests/mp/testrunner.py).
+from test_client_core import core, feed, take, connected, puback, Log, UP
+from umqtt3.codec import MQTTError, Busy
+
+
+def connack5(props=b"", sp=0, rc=0):
+    body = bytes((sp, rc, len(props))) + props
+    return bytes((0x20, len(body))) + body
+
+
+def packets(b):
+    """[(first byte, body)] of the packets in b."""
+    out = []
+    i = 0
+    while i < len(b):
+        n = sh = 0
+        j = i + 1
+        while True:
+            x = b[j]
+            n |= (x & 0x7F) << sh
+            j += 1
+            if not x & 0x80:
+                break
+            sh += 7
+        out.append((b[i], bytes(b[j:j + n])))
+        i = j + n
+    return out
+
+
+def publishes(out):
+    return [(t, body) for t, body in packets(out) if t >> 4 == 3]
+
+
+def reconnect(c, connack, now=100000):
+    """The link drops and a new one opens with this CONNACK: what the
+    client sends after it."""
+    c.lost(0)
+    c.start(now)
+    take(c, now)
+    feed(c, connack, now)
+    assert c.state == UP
+    return take(c, now)
+
+
+# ------------------------------------------------ the resume after a reconnect
+
+def test_resend_keeps_the_new_receive_maximum():
+    # [MQTT-3.3.4-7]: no more unacknowledged QoS 1/2 PUBLISHes than the
+    # Receive Maximum of the new connection's CONNACK (the quota starts anew
+    # on each connection [MQTT-4.9.0-1]); the rest go as acks come, in order
+    # [MQTT-4.6.0-1]
+    c = core(level=5, reconnect=True)
+    connected(c, 0, connack5())
+    pids = [c.queue(b"t", b"m%d" % i, qos=1) for i in range(5)]
+    take(c, 0)
+    out = publishes(reconnect(c, connack5(b"\x21\x00\x02", sp=1)))
+    assert [b[-2:] for t, b in out] == [b"m0", b"m1"], out
+    assert all(t & 8 for t, b in out)  # DUP [MQTT-3.3.1-1]
+    assert c.backlog is None  # the driver reads meanwhile: the acks can come
+    try:
+        c.queue(b"t", b"new", qos=1)  # a new one does not overtake the resend
+    except Busy:
+        pass
+    else:
+        raise AssertionError("a new publish overtook the resend")
+    feed(c, puback(pids[0]), 1)
+    assert [b[-2:] for t, b in publishes(take(c, 1))] == [b"m2"]
+    feed(c, puback(pids[1]) + puback(pids[2]), 2)
+    assert [b[-2:] for t, b in publishes(take(c, 2))] == [b"m3", b"m4"]
+    feed(c, puback(pids[3]) + puback(pids[4]), 3)
+    assert take(c, 3) == b"" and c.store.out_count() == 0
+
+
+def test_resend_waiting_for_acks_ends_with_the_link():
+    # a resume held by the quota belongs to its connection: an ack on the
+    # next one does not wake it
+    c = core(level=5, reconnect=True)
+    connected(c, 0, connack5())
+    pids = [c.queue(b"t", b"m%d" % i, qos=1) for i in range(3)]
+    take(c, 0)
+    assert len(publishes(reconnect(c, connack5(b"\x21\x00\x01", sp=1)))) == 1
+    assert c.held is not None
+    c.lost(1)
+    assert c.held is None
+    out = publishes(reconnect(c, connack5(b"\x21\x00\x01", sp=1), 200000))
+    assert [b[-2:] for t, b in out] == [b"m0"], out
+    feed(c, puback(pids[0]), 200001)
+    assert [b[-2:] for t, b in publishes(take(c, 200001))] == [b"m1"]
+
+
+def test_resend_refuses_what_the_new_maximum_packet_size_forbids():
+    # [MQTT-3.1.2-24]: nothing larger than the Maximum Packet Size of the
+    # new connection goes out; the message is refused (0x95, reported as an
+    # ack) instead of closing every connection to come; the others go
+    c = core(level=5, reconnect=True)
+    log = Log()
+    c.set_ack_callback(log.ack)
+    connected(c, 0, connack5())
+    big = c.queue(b"t", b"x" * 300, qos=1)
+    c.queue(b"t", b"small", qos=1)
+    take(c, 0)
+    out = publishes(reconnect(c, connack5(b"\x27\x00\x00\x00\xc8", sp=1)))  # 200 bytes
+    assert [b[-5:] for t, b in out] == [b"small"], out
+    assert log.acks == [(big, 0x95)]
+    assert c.store.out_count() == 1
