@@ -23,6 +23,8 @@ _REASON_STRING = const(0x1F)
 _RECEIVE_MAX = const(0x21)
 _ALIAS_MAX = const(0x22)
 _MAX_PACKET = const(0x27)
+_MAX_QOS = const(0x24)
+_RETAIN_OK = const(0x25)
 _RESPONSE_TOPIC = const(0x08)
 _CORRELATION = const(0x09)
 
@@ -62,6 +64,8 @@ def event(c, t, p):
         if ka is not None:
             c.keepalive = ka
         c.max_packet = get(b, o, n, _MAX_PACKET, 0)  # [MQTT-3.1.2-24]
+        c.max_qos = get(b, o, n, _MAX_QOS, 2)  # [MQTT-3.2.2-11]
+        c.retain_ok = get(b, o, n, _RETAIN_OK, 1)  # [MQTT-3.2.2-14]
         c.alias_max = get(b, o, n, _ALIAS_MAX, 0)  # [MQTT-3.3.2-9]
         cid = get(b, o, n, _ASSIGNED_ID)
         if cid is not None:

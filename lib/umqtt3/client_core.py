@@ -65,6 +65,8 @@ class Core:
     # MQTT 5 limits the server set in CONNACK
     max_packet = 0  # Maximum Packet Size, 0: none [MQTT-3.1.2-24]
     alias_max = 0  # Topic Alias Maximum
+    max_qos = 2  # Maximum QoS
+    retain_ok = 1  # Retain Available
     held = None  # the resume while it waits for acks (the server's Receive Maximum)
 
     def __init__(self, client_id, keepalive=0, user=None, password=None, level=4,
@@ -195,6 +197,10 @@ class Core:
             raise OSError(107)
         if self.backlog is not None:
             raise Busy("busy", 0x97)  # the resend keeps its order
+        if qos > self.max_qos:
+            raise MQTTError("refused", 0x9B)  # [MQTT-3.2.2-11]
+        if retain and not self.retain_ok:
+            raise MQTTError("refused", 0x9A)  # [MQTT-3.2.2-14]
         c = self.conn
         start = c.tlen
         al = self.aliases

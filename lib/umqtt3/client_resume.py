@@ -23,10 +23,16 @@ def resend(store, conn, sp, c=None):
     for pid, state, key, body in store.recover():
         if state == "u" or not store.out_has(pid):
             continue  # inbound (handed over by resume()), or completed meanwhile
-        if c is not None and state == "p" and c.max_packet and len(body) > c.max_packet:
-            # the new server would close on it [MQTT-3.1.2-24]: refused
-            done(c, pid, 0x95)
-            continue
+        if c is not None and state == "p":
+            # what the new server would close on is refused, not sent:
+            # too large [MQTT-3.1.2-24], a QoS above its maximum
+            # [MQTT-3.2.2-11], retained where it keeps none [MQTT-3.2.2-14]
+            rc = 0x95 if c.max_packet and len(body) > c.max_packet else \
+                0x9B if (body[0] >> 1) & 3 > c.max_qos else \
+                0x9A if body[0] & 1 and not c.retain_ok else 0
+            if rc:
+                done(c, pid, rc)
+                continue
         if state != "p" and not sp:
             # PUBREC came and PUBREL was sent: the broker owns the message
             # and the PUBLISH must not go again [MQTT-4.3.3-1]; a broker

@@ -106,3 +106,51 @@ def test_resend_refuses_what_the_new_maximum_packet_size_forbids():
     assert [b[-5:] for t, b in out] == [b"small"], out
     assert log.acks == [(big, 0x95)]
     assert c.store.out_count() == 1
+
+
+# ------------------------------------------------ CONNACK's Maximum QoS, Retain Available
+
+def _refused(f, *args, **kw):
+    try:
+        f(*args, **kw)
+    except MQTTError as e:
+        return e.code
+    raise AssertionError("not refused")
+
+
+def test_publish_above_maximum_qos_or_retained_is_refused_before_it_is_stored():
+    # [MQTT-3.2.2-11]: no PUBLISH with a QoS above the server's Maximum QoS;
+    # [MQTT-3.2.2-14]: no retained PUBLISH when Retain Available is 0. Refused
+    # (MQTTError with the server's own reason codes) before anything is
+    # stored or queued, and the connection stays up.
+    c = core(level=5, reconnect=True)
+    connected(c, 0, connack5(b"\x24\x01\x25\x00"))
+    assert _refused(c.queue, b"t", b"m", qos=2) == 0x9B
+    assert _refused(c.queue, b"t", b"m", True, 1) == 0x9A
+    assert _refused(c.queue, b"t", b"m", True, 0) == 0x9A
+    assert c.store.out_count() == 0 and take(c, 0) == b""
+    pid = c.queue(b"t", b"m", qos=1)  # within the limits: sent
+    assert [t for t, b in publishes(take(c, 0))] == [0x32]
+    feed(c, puback(pid), 0)
+    # the next connection's CONNACK says nothing: the defaults, QoS 2 and retain
+    reconnect(c, connack5())
+    c.queue(b"t", b"m", True, 2)
+    assert [t for t, b in publishes(take(c, 100000))] == [0x35]
+
+
+def test_resend_refuses_what_the_new_server_does_not_support():
+    # stored under one server, resent to one with Maximum QoS 1 and no
+    # retain: refused (0x9B, 0x9A, reported as acks) rather than sent, so
+    # the server does not close on them at every reconnect; the rest go
+    c = core(level=5, reconnect=True)
+    log = Log()
+    c.set_ack_callback(log.ack)
+    connected(c, 0, connack5())
+    q2 = c.queue(b"t", b"two", qos=2)
+    ret = c.queue(b"t", b"ret", True, 1)
+    c.queue(b"t", b"one", qos=1)
+    take(c, 0)
+    out = publishes(reconnect(c, connack5(b"\x24\x01\x25\x00", sp=1)))
+    assert [b[-3:] for t, b in out] == [b"one"], out
+    assert log.acks == [(q2, 0x9B), (ret, 0x9A)], log.acks
+    assert c.store.out_count() == 1

@@ -1,0 +1,45 @@
+"""The client keeps the limits a real server sets (mosquitto 2.0 at MQTT 5):
+what the server would close the connection on is refused at the call, and
+the connection stays up."""
+import pytest
+
+from umqtt3.client import MQTTClient
+from umqtt3.codec import MQTTError
+
+pytestmark = pytest.mark.interop
+HOST = "127.0.0.1"
+
+
+def _refused(f, *args, **kw):
+    with pytest.raises(MQTTError) as e:
+        f(*args, **kw)
+    return e.value.code
+
+
+def test_maximum_qos_and_retain_available_of_mosquitto(broker_factory):
+    # mosquitto with max_qos 1 and retain_available false says so in
+    # CONNACK (Maximum QoS 1, Retain Available 0) and closes with DISCONNECT
+    # 0x9B / 0x9A on a PUBLISH beyond them. The client refuses such a
+    # publish itself [MQTT-3.2.2-11, MQTT-3.2.2-14]: nothing is stored or
+    # resent, no reconnect, and what the server takes still goes.
+    b = broker_factory(extra=["max_qos 1", "retain_available false"])
+    c = MQTTClient("rules-maxqos", HOST, b.port, level=5, reconnect=True, timeout_ms=3000,
+                   backoff_ms=(50, 100))
+    got = []
+    c.set_callback(lambda t, m: got.append(m))
+    try:
+        c.connect()
+        assert c.subscribe(b"rules/t", 1) == 1
+        assert _refused(c.publish, b"rules/t", b"two", qos=2) == 0x9B
+        assert _refused(c.publish, b"rules/t", b"kept", retain=True, qos=1) == 0x9A
+        assert c.inflight() == 0
+        c.publish(b"rules/t", b"one", qos=1)
+        for _ in range(100):
+            if got:
+                break
+            c.poll(10)
+        assert got == [b"one"]
+        assert c.is_connected() and c.disconnect_rc is None
+    finally:
+        c.reconnect = False
+        c.disconnect()
