@@ -493,6 +493,9 @@ class Core:
                         # credentials) is final
                         self.reconnect = self.reconnect and p.rc in b"\x03\x88\x89\x97\x9f"
                         raise MQTTError("refused", p.rc)
+                    if p.session_present and self.clean:
+                        # a session we did not ask for: close [MQTT-3.2.2-4]
+                        raise MQTTError("protocol error", 0x82)
                     self.state = _UP
                     self.tries = 0
                     if self.level == 5:

@@ -53,6 +53,7 @@ def test_resend_keeps_the_new_receive_maximum():
     # on each connection [MQTT-4.9.0-1]); the rest go as acks come, in order
     # [MQTT-4.6.0-1]
     c = core(level=5, reconnect=True)
+    c.clean = False  # a persistent session
     connected(c, 0, connack5())
     pids = [c.queue(b"t", b"m%d" % i, qos=1) for i in range(5)]
     take(c, 0)
@@ -78,6 +79,7 @@ def test_resend_waiting_for_acks_ends_with_the_link():
     # a resume held by the quota belongs to its connection: an ack on the
     # next one does not wake it
     c = core(level=5, reconnect=True)
+    c.clean = False  # a persistent session
     connected(c, 0, connack5())
     pids = [c.queue(b"t", b"m%d" % i, qos=1) for i in range(3)]
     take(c, 0)
@@ -96,6 +98,7 @@ def test_resend_refuses_what_the_new_maximum_packet_size_forbids():
     # new connection goes out; the message is refused (0x95, reported as an
     # ack) instead of closing every connection to come; the others go
     c = core(level=5, reconnect=True)
+    c.clean = False  # a persistent session
     log = Log()
     c.set_ack_callback(log.ack)
     connected(c, 0, connack5())
@@ -124,6 +127,7 @@ def test_publish_above_maximum_qos_or_retained_is_refused_before_it_is_stored():
     # (MQTTError with the server's own reason codes) before anything is
     # stored or queued, and the connection stays up.
     c = core(level=5, reconnect=True)
+    c.clean = False  # a persistent session
     connected(c, 0, connack5(b"\x24\x01\x25\x00"))
     assert _refused(c.queue, b"t", b"m", qos=2) == 0x9B
     assert _refused(c.queue, b"t", b"m", True, 1) == 0x9A
@@ -143,6 +147,7 @@ def test_resend_refuses_what_the_new_server_does_not_support():
     # retain: refused (0x9B, 0x9A, reported as acks) rather than sent, so
     # the server does not close on them at every reconnect; the rest go
     c = core(level=5, reconnect=True)
+    c.clean = False  # a persistent session
     log = Log()
     c.set_ack_callback(log.ack)
     connected(c, 0, connack5())
@@ -154,3 +159,27 @@ def test_resend_refuses_what_the_new_server_does_not_support():
     assert [b[-3:] for t, b in out] == [b"one"], out
     assert log.acks == [(q2, 0x9B), (ret, 0x9A)], log.acks
     assert c.store.out_count() == 1
+
+
+# ------------------------------------------------ CONNACK
+
+def test_session_present_after_a_clean_start_closes():
+    # [MQTT-3.2.2-4] (5.0; 3.1.1 section 3.2.2.2 says the same): a client
+    # with no session state that gets Session Present 1 closes the
+    # connection: a protocol error, never connected
+    for level, ack in ((4, b"\x20\x02\x01\x00"), (5, connack5(sp=1))):
+        c = core(level=level)  # clean session by default
+        c.start(0)
+        take(c, 0)
+        try:
+            feed(c, ack, 0)
+        except MQTTError as e:
+            assert e.code == 0x82
+        else:
+            raise AssertionError("Session Present 1 accepted on a clean start")
+        assert not c.is_connected()
+    # not clean: a session the client asked for is fine
+    c = core(level=4)
+    c.clean = False
+    connected(c, 0, b"\x20\x02\x01\x00")
+    assert c.session_present
