@@ -437,6 +437,11 @@ class Core:
         c.done()  # consumed even if the callback raises; rx stays intact
         try:
             if t == _PUBLISH:
+                if not p.topic_len:
+                    # (MQTT 5; decode() refuses it below 5) a Topic Alias
+                    # would give it one, but we allow none [MQTT-3.1.2-27,
+                    # MQTT-3.3.2-12]: a protocol error
+                    raise MQTTError("protocol error", 0x82)
                 if self.state == _UP:
                     # hand it to the application once, answer it
                     q = p.qos

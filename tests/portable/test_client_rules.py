@@ -183,3 +183,25 @@ def test_session_present_after_a_clean_start_closes():
     c.clean = False
     connected(c, 0, b"\x20\x02\x01\x00")
     assert c.session_present
+
+
+# ------------------------------------------------ inbound PUBLISH
+
+def test_inbound_empty_topic_is_a_protocol_error():
+    # The client sends no Topic Alias Maximum: the server may send it no
+    # Topic Alias [MQTT-3.1.2-27]; and an empty topic without an alias is a
+    # protocol error (5.0 section 3.3.2.3.4). Either way nothing is
+    # delivered as topic b"" and the connection ends.
+    for props in (b"\x03\x23\x00\x01", b"\x00"):  # Topic Alias 1; none
+        c = core(level=5)
+        log = Log()
+        c.set_callback(log.cb)
+        connected(c, 0, connack5())
+        body = b"\x00\x00" + props + b"data"
+        try:
+            feed(c, bytes((0x30, len(body))) + body, 0)
+        except MQTTError as e:
+            assert e.code == 0x82
+        else:
+            raise AssertionError("a PUBLISH with an empty topic was taken")
+        assert log.msgs == []
