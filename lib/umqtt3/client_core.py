@@ -19,7 +19,7 @@
 # ack_pid and ack_rc (the last publish completed), disconnect_rc. It never
 # opens a socket, resolves a name, reads a clock or sleeps: the drivers,
 # client.MQTTClient (blocking) and aio.AsyncClient (asyncio), do.
-from .compat import ticks_add, ticks_diff, const, MICROPYTHON
+from .compat import ticks_add, ticks_diff, const, MICROPYTHON, as_bytes
 from .client_codec import (Packet, MQTTError, Busy, decode, encode_connect, encode_publish,
                            encode_ack, encode_filter, put_header, Conn, Closed)
 
@@ -239,8 +239,17 @@ class Core:
             c.tlen = end if up else start
         except MQTTError as e:
             if e.code == 0x95 and start:
-                raise Busy("busy", 0x97)
-            raise  # larger than the whole buffer: retrying cannot help
+                # No room behind what is queued: Busy if the packet fits an
+                # empty buffer and the server's maximum, else retrying cannot
+                # help. Its size as encode_publish counts it:
+                n = len(as_bytes(topic)) + len(as_bytes(msg)) + (4 if qos else 2)
+                if self.level == 5:
+                    from .props import size, encoded
+                    n += size(encoded(props))
+                n += 2 if n < 128 else 3 if n < 16384 else 4
+                if n <= len(c.tx) - _RESERVE and not (self.max_packet and n > self.max_packet):
+                    raise Busy("busy", 0x97)
+            raise  # larger than the whole buffer or the server's maximum
         if new is not None:
             al[topic] = new  # known to the server once this PUBLISH is queued
         return pid

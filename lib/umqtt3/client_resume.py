@@ -19,7 +19,7 @@ def resend(store, conn, sp, c=None):
     MQTT-4.6.0-1]. A generator that yields whenever conn.tx has no room.
     c: the client core, which hears of what completes without an ack."""
     tx = conn.tx
-    sent = []  # the ids sent on this connection
+    sent = []  # type: list  # the ids sent on this connection
     for pid, state, key, body in store.recover():
         if state == "u" or not store.out_has(pid):
             continue  # inbound (handed over by resume()), or completed meanwhile

@@ -205,3 +205,37 @@ def test_inbound_empty_topic_is_a_protocol_error():
         else:
             raise AssertionError("a PUBLISH with an empty topic was taken")
         assert log.msgs == []
+
+
+# ------------------------------------------------ too large, or not now
+
+def _error(f, *args, **kw):
+    try:
+        f(*args, **kw)
+    except MQTTError as e:  # (Busy is one)
+        return e
+    raise AssertionError("not refused")
+
+
+def test_too_large_is_refused_as_such_even_behind_queued_bytes():
+    # Busy means "retry after poll()"; a PUBLISH larger than the server's
+    # Maximum Packet Size [MQTT-3.1.2-24] or the whole send buffer can never
+    # go: MQTTError 0x95, whatever else waits in the buffer. Exactly at the
+    # limit it is Busy (it goes once the buffer is empty).
+    for level, limit, props in ((4, 120, b""), (5, 60, b"\x27\x00\x00\x00\x3c")):
+        c = core(level=level, bufsize=128)
+        connected(c, 0, connack5(props) if level == 5 else b"\x20\x02\x00\x00")
+        head = 5 if level == 4 else 6  # QoS 0, topic b"t", no properties
+        c.queue(b"t", b"x" * (limit - head))  # fits an empty buffer exactly
+        take(c, 0)
+        e = _error(c.queue, b"t", b"x" * (limit - head + 1))
+        assert e.code == 0x95 and not isinstance(e, Busy)
+        while c.conn.space() >= limit + 8:
+            c.queue(b"t", b"x" * 20)  # queued, not yet written
+        e = _error(c.queue, b"t", b"x" * (limit - head))
+        assert isinstance(e, Busy), e
+        e = _error(c.queue, b"t", b"x" * (limit - head + 1))
+        assert e.code == 0x95 and not isinstance(e, Busy), e
+        e = _error(c.queue, b"t", b"x" * (limit - head + 1), qos=1)
+        assert e.code == 0x95 and not isinstance(e, Busy), e
+        assert c.store.out_count() == 0
