@@ -271,6 +271,10 @@ class Core:
         pid = self.new_pid()
         if not self.ask(pid, topic):
             raise Busy("busy", 0x97)
+        if self.depth and self.wait_pid:
+            # from the callback while a call waits for its answer: sent,
+            # not waited for; the waiting call keeps its answer
+            return pid
         self.req = topic
         self.wait_pid = pid
         self.answer = -1

@@ -239,3 +239,32 @@ def test_too_large_is_refused_as_such_even_behind_queued_bytes():
         e = _error(c.queue, b"t", b"x" * (limit - head + 1), qos=1)
         assert e.code == 0x95 and not isinstance(e, Busy), e
         assert c.store.out_count() == 0
+
+
+# ------------------------------------------------ SUBSCRIBE from the callback
+
+def test_subscribe_from_the_callback_leaves_the_waiting_answer_alone():
+    # subscribe() waits for its SUBACK; a message arrives first and its
+    # callback subscribes too. The waiting call gets its own SUBACK's code
+    # (the packet id of the SUBACK is the SUBSCRIBE's [MQTT-3.8.4-2]): a
+    # refusal (0x80) is raised and the filter leaves subs, instead of the
+    # inner request's answer taking its place.
+    c = core(level=4)
+    connected(c)
+    inner = []
+
+    def cb(topic, msg):
+        inner.append(c.subscribe_start(b"inner", 0))
+
+    c.set_callback(cb)
+    pid = c.subscribe_start(b"outer", 1)
+    take(c, 0)
+    feed(c, b"\x30\x05\x00\x01tgo", 0)  # the message, then the SUBACKs
+    assert len(inner) == 1 and inner[0] != pid
+    assert c.wait_pid == pid
+    feed(c, bytes((0x90, 3, pid >> 8, pid & 255, 0x80)), 0)
+    assert c.wait_pid == 0 and c.answer == 0x80
+    feed(c, bytes((0x90, 3, inner[0] >> 8, inner[0] & 255, 0)), 0)
+    assert c.answer == 0x80
+    assert _refused(c.subscribe_end, b"outer") == 0x80
+    assert b"outer" not in c.subs and b"inner" in c.subs
