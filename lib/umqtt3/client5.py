@@ -43,6 +43,8 @@ def event(c, t, p):
     if t == _PUBLISH:
         return parse(p.buf, p.props_off, p.props_len) if p.props_len else {}
     if t == _CONNECT:
+        if c.keepalive0 is not None:
+            c.keepalive = c.keepalive0  # asked for anew: the last server's is its own
         d = {}
         exp = c.session_expiry
         if exp is None and not c.clean:
@@ -57,11 +59,13 @@ def event(c, t, p):
         return encode(d)
     b, o, n = p.buf, p.props_off, p.props_len
     if t == _CONNACK:
+        # Both per connection: the quota starts anew with each one
+        # [MQTT-4.9.0-1]; the window never exceeds our own (the store's size)
         rm = get(b, o, n, _RECEIVE_MAX)  # [MQTT-3.3.4-7]
-        if rm and rm < c.window:
-            c.window = rm
+        c.window = rm if rm and rm < c.receive_max else c.receive_max
         ka = get(b, o, n, _SERVER_KEEPALIVE)  # [MQTT-3.2.2-21]
         if ka is not None:
+            c.keepalive0 = c.keepalive
             c.keepalive = ka
         c.max_packet = get(b, o, n, _MAX_PACKET, 0)  # [MQTT-3.1.2-24]
         c.max_qos = get(b, o, n, _MAX_QOS, 2)  # [MQTT-3.2.2-11]

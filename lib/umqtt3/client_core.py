@@ -67,6 +67,7 @@ class Core:
     alias_max = 0  # Topic Alias Maximum
     max_qos = 2  # Maximum QoS
     retain_ok = 1  # Retain Available
+    keepalive0 = None  # our keepalive while the server's Server Keep Alive replaces it
     held = None  # the resume while it waits for acks (the server's Receive Maximum)
 
     def __init__(self, client_id, keepalive=0, user=None, password=None, level=4,

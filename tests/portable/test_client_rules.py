@@ -268,3 +268,25 @@ def test_subscribe_from_the_callback_leaves_the_waiting_answer_alone():
     assert c.answer == 0x80
     assert _refused(c.subscribe_end, b"outer") == 0x80
     assert b"outer" not in c.subs and b"inner" in c.subs
+
+
+# ------------------------------------------------ limits per connection
+
+def test_receive_maximum_and_server_keepalive_hold_for_one_connection():
+    # The send quota starts anew with each connection [MQTT-4.9.0-1] and the
+    # Server Keep Alive [MQTT-3.2.2-21] is that server's answer: the next
+    # connection asks with the client's own keepalive and window again.
+    c = core(level=5, reconnect=True, keepalive=60)
+    connected(c, 0, connack5(b"\x21\x00\x01\x13\x00\x0a"))  # Receive Maximum 1, keepalive 10
+    assert c.window == 1 and c.keepalive == 10
+    c.lost(0)
+    c.start(100000)
+    out = take(c, 100000)
+    assert out[0] == 0x10 and out[10:12] == b"\x00\x3c", out  # CONNECT asks for 60 again
+    feed(c, connack5(), 100000)  # no limits this time
+    assert c.window == 8 and c.keepalive == 60
+    c.lost(0)
+    c.start(200000)
+    take(c, 200000)
+    feed(c, connack5(b"\x21\x00\x63"), 200000)  # 99: more than our own 8
+    assert c.window == 8
