@@ -43,3 +43,30 @@ def test_maximum_qos_and_retain_available_of_mosquitto(broker_factory):
     finally:
         c.reconnect = False
         c.disconnect()
+
+
+def test_mosquitto_sends_nothing_larger_than_the_receive_buffer(broker_factory):
+    # The level-5 CONNECT declares the receive buffer as Maximum Packet Size
+    # [MQTT-3.1.2-24]: mosquitto drops a larger message for this client
+    # [MQTT-3.1.2-25] instead of sending it (which would close the link, and
+    # with a kept session again on every reconnect); the next one arrives.
+    b = broker_factory()
+    sub = MQTTClient("rules-small", HOST, b.port, level=5, bufsize=256, timeout_ms=3000)
+    pub = MQTTClient("rules-pub", HOST, b.port, level=5, bufsize=2048, timeout_ms=3000)
+    got = []
+    sub.set_callback(lambda t, m: got.append(len(m)))
+    try:
+        sub.connect(clean_session=False)
+        sub.subscribe(b"rules/big", 1)
+        pub.connect()
+        pub.publish(b"rules/big", b"x" * 600, qos=1)
+        pub.publish(b"rules/big", b"y" * 100, qos=1)
+        for _ in range(100):
+            if got:
+                break
+            sub.poll(10)
+        assert got == [100]
+        assert sub.is_connected()
+    finally:
+        for c in (sub, pub):
+            c.disconnect()

@@ -52,6 +52,10 @@ def event(c, t, p):
         if exp:
             d[_SESSION_EXPIRY] = exp
         d[_RECEIVE_MAX] = c.receive_max  # at most this many QoS 1/2 at once to us
+        # nothing larger than the receive buffer: the server drops such a
+        # message for us [MQTT-3.1.2-24, MQTT-3.1.2-25] rather than have us
+        # close on it at every reconnect
+        d[_MAX_PACKET] = c.conn.max_packet
         if c.auth is not None:
             d[_AUTH_METHOD] = c.auth[0]
             if c.auth[1] is not None:

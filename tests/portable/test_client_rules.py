@@ -290,3 +290,15 @@ def test_receive_maximum_and_server_keepalive_hold_for_one_connection():
     take(c, 200000)
     feed(c, connack5(b"\x21\x00\x63"), 200000)  # 99: more than our own 8
     assert c.window == 8
+
+
+def test_connect_declares_the_receive_buffer_as_maximum_packet_size():
+    # [MQTT-3.1.2-24]: the server sends nothing larger than the Maximum
+    # Packet Size in CONNECT; the client's is its receive buffer
+    from umqtt3 import props
+    c = core(level=5, bufsize=300)
+    c.start(0)
+    t, body = packets(take(c, 0))[0]
+    assert t == 0x10
+    n = body[10]  # after 'MQTT', level, flags, keepalive: the properties
+    assert props.parse(body, 11, n)[0x27] == 300
