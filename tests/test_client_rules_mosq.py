@@ -70,3 +70,19 @@ def test_mosquitto_sends_nothing_larger_than_the_receive_buffer(broker_factory):
     finally:
         for c in (sub, pub):
             c.disconnect()
+
+
+def test_no_local_on_a_shared_subscription(broker_factory):
+    # mosquitto closes on No Local with a $share filter [MQTT-3.8.3-4]: the
+    # client refuses it at the call and stays connected; the same filter
+    # without No Local is granted
+    b = broker_factory()
+    c = MQTTClient("rules-share", HOST, b.port, level=5, timeout_ms=3000)
+    c.set_callback(lambda t, m: None)
+    try:
+        c.connect()
+        assert _refused(c.subscribe, b"$share/g/rules", 1, no_local=True) == 0x82
+        assert c.subscribe(b"$share/g/rules", 1) == 1
+        assert c.is_connected()
+    finally:
+        c.disconnect()

@@ -265,6 +265,9 @@ class Core:
             raise OSError(107)
         if qos < 0:
             self.subs.pop(topic, None)
+        elif qos & 4 and self.level == 5 and as_bytes(topic)[:7] == b"$share/":
+            # No Local on a shared subscription [MQTT-3.8.3-4]
+            raise MQTTError("protocol error", 0x82)
         else:
             # as umqtt.simple: messages would have nowhere to go
             assert self.cb is not None, "set_callback() before subscribe()"

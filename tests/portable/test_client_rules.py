@@ -302,3 +302,18 @@ def test_connect_declares_the_receive_buffer_as_maximum_packet_size():
     assert t == 0x10
     n = body[10]  # after 'MQTT', level, flags, keepalive: the properties
     assert props.parse(body, 11, n)[0x27] == 300
+
+
+def test_no_local_on_a_shared_subscription_is_refused_before_it_is_sent():
+    # [MQTT-3.8.3-4]: No Local set on a $share filter is a protocol error
+    # (the server closes): refused at the call, nothing sent or kept
+    c = core(level=5)
+    c.set_callback(Log().cb)
+    connected(c, 0, connack5())
+    for topic in (b"$share/g/t", "$share/g/t"):
+        e = _error(c.subscribe_start, topic, 1 | 4)
+        assert e.code == 0x82 and not isinstance(e, Busy)
+    assert take(c, 0) == b"" and c.subs == {} and c.wait_pid == 0
+    c.subscribe_start(b"$share/g/t", 1)  # without No Local: sent
+    c.subscribe_start(b"t", 1 | 4)  # No Local on a plain filter: sent
+    assert [t for t, b in packets(take(c, 0))] == [0x82, 0x82]
