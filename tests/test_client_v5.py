@@ -322,6 +322,11 @@ def test_request_response_with_paho_responder(broker, v5):
         assert client5.request(c, b"v5/req", b"q1", b"v5/resp/me") == b"answer to q1"
         assert client5.request(c, b"v5/req", b"q2", b"v5/resp/me") == b"answer to q2"
         assert other == []  # the answers did not reach the callback
+        # a client with no message callback at all: request() brings its own
+        c2 = v5(broker.port, "v5-requester-nocb")
+        c2.connect()
+        assert client5.request(c2, b"v5/req", b"q3", b"v5/resp/nocb") == b"answer to q3"
+        assert c2.cb is None  # put back as it was
     finally:
         r.disconnect()
         r.loop_stop()

@@ -129,8 +129,6 @@ def request(c, topic, msg, response_topic, timeout_ms=None, qos=1, corr=None):
     if corr is None:
         c.corr_n = getattr(c, "corr_n", 0) + 1
         corr = str(c.corr_n).encode()
-    if response_topic not in c.subs:
-        c.subscribe(response_topic, qos)
     got = []
     f, raw = c.cb, c.raw
 
@@ -148,8 +146,12 @@ def request(c, topic, msg, response_topic, timeout_ms=None, qos=1, corr=None):
             else:
                 f(bytes(pkt.topic), bytes(pkt.payload))
 
+    # installed first: subscribe() wants a callback, and with none of the
+    # application's the answer still has somewhere to go
     c.set_callback(take, True)
     try:
+        if response_topic not in c.subs:
+            c.subscribe(response_topic, qos)
         c.publish(topic, msg, qos=qos, props={_RESPONSE_TOPIC: response_topic,
                                               _CORRELATION: corr})
         t = c.timeout_ms if timeout_ms is None else timeout_ms
