@@ -317,3 +317,26 @@ def test_no_local_on_a_shared_subscription_is_refused_before_it_is_sent():
     c.subscribe_start(b"$share/g/t", 1)  # without No Local: sent
     c.subscribe_start(b"t", 1 | 4)  # No Local on a plain filter: sent
     assert [t for t, b in packets(take(c, 0))] == [0x82, 0x82]
+
+
+# ------------------------------------------------ PUBREC's reason code (MQTT 5)
+
+def test_pubrec_reason_code_ends_or_continues_the_flow():
+    # a PUBREC below 0x80 is answered with PUBREL [MQTT-4.3.3-4] and the
+    # message completes at PUBCOMP; 0x80 or more: no PUBREL, the message is
+    # refused (reported with that code) and leaves the store
+    c = core(level=5)
+    log = Log()
+    c.set_ack_callback(log.ack)
+    connected(c, 0, connack5())
+    pid = c.queue(b"t", b"m", qos=2)
+    take(c, 0)
+    feed(c, bytes((0x50, 3, pid >> 8, pid & 255, 0x87)), 0)  # not authorized
+    assert take(c, 0) == b"" and log.acks == [(pid, 0x87)] and c.store.out_count() == 0
+    pid = c.queue(b"t", b"m", qos=2)
+    take(c, 0)
+    feed(c, bytes((0x50, 3, pid >> 8, pid & 255, 0x10)), 0)  # no matching subscribers
+    assert take(c, 0) == bytes((0x62, 2, pid >> 8, pid & 255))  # PUBREL
+    assert log.acks == [(pid - 1, 0x87)] and c.store.out_count() == 1
+    feed(c, bytes((0x70, 2, pid >> 8, pid & 255)), 0)  # PUBCOMP
+    assert log.acks[-1] == (pid, 0) and c.store.out_count() == 0
