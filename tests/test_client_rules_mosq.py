@@ -1,6 +1,8 @@
 """The client keeps the limits a real server sets (mosquitto 2.0 at MQTT 5):
 what the server would close the connection on is refused at the call, and
 the connection stays up."""
+import time
+
 import pytest
 
 from umqtt3.client import MQTTClient
@@ -85,4 +87,40 @@ def test_no_local_on_a_shared_subscription(broker_factory):
         assert c.subscribe(b"$share/g/rules", 1) == 1
         assert c.is_connected()
     finally:
+        c.disconnect()
+
+
+def test_resend_keeps_mosquittos_receive_maximum(broker_factory):
+    # Five QoS 2 messages stored while the broker was away; the broker that
+    # comes back says Receive Maximum 2 (max_inflight_messages 2) and closes
+    # with DISCONNECT 0x93 on a third unreleased PUBLISH. The resend keeps
+    # the quota [MQTT-3.3.4-7], sends the rest as PUBCOMPs come, and every
+    # message completes on the first connection.
+    b = broker_factory()
+    c = MQTTClient("rules-recvmax", HOST, b.port, level=5, reconnect=True, timeout_ms=3000,
+                   backoff_ms=(20, 40))
+    acks = []
+    c.set_ack_callback(lambda pid, rc: acks.append(rc))
+    try:
+        c.connect(clean_session=False)
+        b.stop(5)
+        for i in range(5):
+            c.publish(b"rules/rm", b"m%d" % i, qos=2, wait=False)
+        assert c.inflight() == 5
+        opened = []
+        real = c.open_link
+
+        def counting(sock=None):
+            opened.append(1)
+            return real(sock)
+
+        c.open_link = counting
+        broker_factory(port=b.port, extra=["max_inflight_messages 2"])
+        end = time.monotonic() + 10
+        while c.inflight() and time.monotonic() < end:
+            c.poll(10)
+        assert c.inflight() == 0 and acks == [0] * 5, acks
+        assert c.disconnect_rc is None and len(opened) == 1, (c.disconnect_rc, opened)
+    finally:
+        c.reconnect = False
         c.disconnect()
