@@ -236,6 +236,29 @@ def test_failed_routing_mark_routes_the_resend(tmp_path):
     assert sorted(os.listdir(str(tmp_path / "s1"))) == ["i00001.d", "sess"]
 
 
+def test_failed_copy_write_forgets_the_id_and_routes_the_resend(tmp_path):
+    # The subscriber's copy (o<seq>.p) cannot be written while a QoS 2
+    # PUBLISH is routed: no PUBREC, and the publisher's id is not held (in
+    # RAM or on disk), so its resend is routed and reaches the subscriber,
+    # never answered PUBREC without a delivery [MQTT-4.3.3-2].
+    files = Failing(only=".p")
+    b = _broker(str(tmp_path), files=files)
+    s = Raw(b, b"s")
+    s.send(encode_subscribe, 1, [(b"t", 2)])
+    s.leave()
+    p = Raw(b, b"p")
+    files.broken = True
+    p.publish(b"t", b"q2", 2, 1)
+    assert (PUBREC, 1, None) not in p.packets()  # not acknowledged
+    assert b.store_errors == 1
+    files.broken = False
+    p2 = Raw(b, b"p")
+    p2.publish(b"t", b"q2", 2, 1, dup=True)
+    assert (PUBREC, 1, None) in p2.packets()
+    s2 = Raw(b, b"s")
+    assert [pl for pid, pl in _publishes(s2.packets())] == [b"q2"]
+
+
 def test_tags_wrap_past_live_copies(tmp_path):
     # After 2**30 routings the tags start again from 1, skipping a tag a
     # queued copy still carries: rolling back the new routing must not take

@@ -720,7 +720,8 @@ def test_publish_keeps_message_when_link_breaks(client):
 
     def handler(s, k):
         _read_packet(s)
-        s.sendall(b"\x20\x02\x00\x00" if k == 0 else b"\x20\x02\x01\x00")
+        # a clean client: Session Present 0 on both connections [MQTT-3.2.2-4]
+        s.sendall(b"\x20\x02\x00\x00")
         if k == 0:
             assert up.wait(5)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00" * 2)

@@ -171,6 +171,27 @@ def test_reason_codes_of_puback_suback_unsuback(broker_factory, v5, tmp_path):
     assert c.unsubscribe(b"never/#") == 0x11  # no subscription existed
 
 
+def test_reason_codes_of_pubrec(broker_factory, v5, tmp_path):
+    # QoS 2: a PUBREC below 0x80 goes on with PUBREL [MQTT-4.3.3-4] and the
+    # message completes at PUBCOMP; a PUBREC of 0x80 or more ends the flow
+    # there: the publish is refused (raised with wait=True, reported to the
+    # ack callback) and no longer in flight
+    acl = tmp_path / "acl"
+    acl.write_text("topic readwrite open/#\n")
+    b = broker_factory(extra=["acl_file %s" % acl])
+    c = v5(b.port, "v5-pubrec")
+    acks = []
+    c.set_ack_callback(lambda pid, rc: acks.append((pid, rc)))
+    c.connect()
+    pid = c.publish(b"open/x", b"m", qos=2)  # PUBREC 0x10: no subscribers
+    assert acks == [(pid, 0)] and c.inflight() == 0
+    with pytest.raises(MQTTError) as e:
+        c.publish(b"closed/x", b"m", qos=2)  # PUBREC 0x87
+    assert e.value.code == 0x87 and acks[-1][1] == 0x87 and c.inflight() == 0
+    pid = c.publish(b"open/y", b"m", qos=2)  # the connection goes on
+    assert acks[-1] == (pid, 0)
+
+
 def test_server_disconnect_reason(broker_factory, v5):
     # a packet over the server's maximum (our own check switched off for the
     # test): the server closes with DISCONNECT 0x95 [MQTT-3.1.2-24], and the
@@ -322,6 +343,11 @@ def test_request_response_with_paho_responder(broker, v5):
         assert client5.request(c, b"v5/req", b"q1", b"v5/resp/me") == b"answer to q1"
         assert client5.request(c, b"v5/req", b"q2", b"v5/resp/me") == b"answer to q2"
         assert other == []  # the answers did not reach the callback
+        # a client with no message callback at all: request() brings its own
+        c2 = v5(broker.port, "v5-requester-nocb")
+        c2.connect()
+        assert client5.request(c2, b"v5/req", b"q3", b"v5/resp/nocb") == b"answer to q3"
+        assert c2.cb is None  # put back as it was
     finally:
         r.disconnect()
         r.loop_stop()

@@ -276,14 +276,6 @@ def publish_in(core, c, p):
     return False
 
 
-def no_match(conn, p):
-    """The PUBACK / PUBREC Flow just wrote for p (4 bytes, reason code
-    0x00 left out) again with 0x10: accepted, but no subscription matched
-    (the PUBACK and PUBREC tables, 3.4.2.1 and 3.5.2.1)."""
-    conn.tlen -= 4
-    conn.tlen = encode_ack(conn.tx, conn.tlen, PUBACK if p.qos == 1 else PUBREC, p.pid, 0x10, 5)
-
-
 def no_pid(conn, p):
     """PUBREL for an id the session does not hold: PUBCOMP 0x92, packet
     identifier not found (3.7.2.1)."""

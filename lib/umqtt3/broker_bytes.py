@@ -133,7 +133,7 @@ def publishes(core, c, buf, off, end, now, limit, fan, careful):
 
 def publish4(core, c, buf, off, n):
     """The PUBLISH buf[off:off+n] of connected level-3/4 client c without
-    an ACL: what the decoder, Core._packet and Core.route_in do with it, in
+    an ACL: what the decoder, Core._packet and Core._route_of do with it, in
     one pass over its bytes, its topic name checked once per name
     (core.names). False, nothing done: anything the decoder refuses (it
     names what is wrong) and a topic starting with "$" go the general way."""
@@ -195,26 +195,16 @@ def publish4(core, c, buf, off, n):
     r.foff = off
     r.flen = n
     r.fpid = te - off
-    try:
-        if q < 2:
+    if q < 2:
+        try:
             core.route_ready(r)
-            if q:
-                put_ack(c.conn, 0x40, pid)  # [MQTT-4.3.2-2]
+        except QueueFull:
+            core.refuse_publish(c, q, pid)
             return True
-        # QoS 2, as Core._packet: held durably before routing, then PUBREC
-        if not s.in_has(pid):
-            s.in_add(pid, buf, 0, end)
-            r.tag = s.tag
-            try:
-                core.route_ready(r)
-            except Exception:
-                s.in_del(pid)  # not routed: the resend is
-                raise
-            s.in_done(pid)
-        # a known id: PUBREC again, no second delivery [MQTT-4.3.3-2]
-        put_ack(c.conn, 0x50, pid)
-    except QueueFull:
-        core.refuse_publish(c, None)
+        if q:
+            put_ack(c.conn, 0x40, pid)  # [MQTT-4.3.2-2]
+        return True
+    core.publish2(c, pid, r)  # the QoS 2 rules, Core._packet's too
     return True
 
 

@@ -665,37 +665,26 @@ class Core(Stats):
                     return
             self.nhit = -1
             q = p.qos
-            try:
-                if q == 1:
-                    # what Flow.on_publish does at QoS 1, without its call
-                    # and Session.deliver's: route it once, then PUBACK
-                    # [MQTT-4.3.2-2]; refused (QueueFull), no PUBACK
-                    pid = p.pid
-                    self.route_in(p, s.tag)
-                    put_ack(conn, 0x40, pid)
-                elif q:
-                    # what Flow.on_publish does at QoS 2, the same way
-                    pid = p.pid
-                    if not s.in_has(pid):
-                        s.in_add(pid, p.buf, 0, p.end)  # durable before PUBREC
-                        try:
-                            self.route_in(p, s.tag)
-                        except Exception:
-                            # not routed: the id is forgotten, no PUBREC,
-                            # so the sender's resend is routed
-                            s.in_del(pid)
-                            raise
-                        s.in_done(pid)
-                    # a known id: PUBREC again, no second delivery [MQTT-4.3.3-2]
-                    put_ack(conn, 0x50, pid)
-                else:
-                    self.route_in(p, s.tag)  # what Flow does at QoS 0: nothing else
-            except QueueFull:
-                # nothing routed or retained; Flow dropped a QoS 2 id (in_del)
-                self.refuse_publish(c, p)
+            r = self._route_of(c, p)
+            if q == 2:
+                self.publish2(c, p.pid, r)
                 return
-            if not self.nhit and p.qos and c.v5 is not None:
-                self.b5.no_match(conn, p)  # PUBACK / PUBREC 0x10
+            try:
+                if r is not None:
+                    self.route_ready(r)  # what Flow does at QoS 0: nothing else
+            except QueueFull:
+                # nothing routed or retained
+                self.refuse_publish(c, q, p.pid)
+                return
+            if q:
+                # what Flow.on_publish does at QoS 1, without its call and
+                # Session.deliver's: routed once, then PUBACK [MQTT-4.3.2-2];
+                # refused (QueueFull), no PUBACK
+                if not self.nhit and c.v5 is not None:
+                    # accepted, no subscription matched: 0x10 (3.4.2.1)
+                    conn.tlen = encode_ack(conn.tx, conn.tlen, PUBACK, p.pid, 0x10, 5)
+                else:
+                    put_ack(conn, 0x40, p.pid)
         elif t == PUBACK or t == PUBREC or t == PUBCOMP or t == PUBREL:
             self._ack(c, t, p.pid, p.rc)
         elif t == PINGREQ:
@@ -730,16 +719,55 @@ class Core(Stats):
         else:
             self.disconnect(c, "unexpected packet type %d" % t, True)
 
-    def refuse_publish(self, c, p):
-        """c's QoS 1/2 PUBLISH p was refused (QueueFull): counted, and
-        answered as its level allows."""
+    def publish2(self, c, pid, r):
+        """The receiver's side of c's QoS 2 PUBLISH with packet id pid,
+        each of its rules here alone (Core._packet and broker_bytes.publish4
+        call it): r, the Route filled from the packet (None: nothing to
+        route, a client's $SYS topic)."""
+        s = c.sess
+        if not s.in_has(pid):
+            # a new id: held before it is routed and before PUBREC, on disk
+            # for a persistent session (i<pid>.u, with the routing's tag)
+            # [MQTT-4.3.3-2]. Past max_qos2_in held ids (the receive maximum
+            # a level-5 CONNACK announces) in_add raises: closed, at 5.0 with
+            # 0x93, Receive Maximum exceeded [MQTT-3.3.4-7]
+            s.in_add(pid)
+            try:
+                if r is not None:
+                    r.tag = s.tag  # every copy routed carries it
+                    self.route_ready(r)
+            except QueueFull:
+                # nothing routed or retained: the id is forgotten and no
+                # PUBREC goes (at 5.0 one with 0x97), so the sender's
+                # resend is routed
+                s.in_del(pid)
+                self.refuse_publish(c, 2, pid)
+                return
+            except Exception:
+                s.in_del(pid)  # not routed (a store write failed): the resend is
+                raise
+            s.in_done(pid)  # i<pid>.d: a resend is answered, not routed
+            if not self.nhit and c.v5 is not None:
+                # accepted, no subscription matched: PUBREC 0x10 (3.5.2.1)
+                conn = c.conn
+                conn.tlen = encode_ack(conn.tx, conn.tlen, PUBREC, pid, 0x10, 5)
+                return
+        # PUBREC after the routing; a known id gets PUBREC again and is not
+        # routed a second time [MQTT-4.3.3-2]
+        put_ack(c.conn, 0x50, pid)
+
+    def refuse_publish(self, c, q, pid):
+        """c's QoS q (1 or 2) PUBLISH with packet id pid was refused
+        (QueueFull): counted, and answered as its level allows."""
         mem = self._why == 2
         if mem:
             self.refused_mem += 1
         else:
             self.queue_full += 1
         if c.v5 is not None:
-            self.b5.ack_refuse(c, p, 0x97)  # Quota exceeded (3.4.2.1, 3.5.2.1)
+            # Quota exceeded in its PUBACK / PUBREC (3.4.2.1, 3.5.2.1)
+            conn = c.conn
+            conn.tlen = encode_ack(conn.tx, conn.tlen, PUBACK if q == 1 else PUBREC, pid, 0x97, 5)
         else:
             # 3.1.1 has no refusing PUBACK: closed unacknowledged, the
             # client sends it again on its next connection [MQTT-4.4.0-1]
@@ -848,14 +876,14 @@ class Core(Stats):
                 s.send(r, r.qos, 1)
 
     # ------------------------------------------------------------ routing
-    def route_in(self, p, tag):
-        """A client's PUBLISH, handed over once by its session's Flow:
-        retain it and route it. tag: its QoS 2 routing's (Session.in_add)."""
+    def _route_of(self, c, p):
+        """The Route filled from c's decoded PUBLISH p, for route_ready();
+        None for a topic in $SYS, which clients do not publish into."""
         buf = p.buf
         toff = p.topic_off
         tn = p.topic_len
         if tn and buf[toff] == 36 and is_sys(buf, toff, tn):
-            return  # clients do not publish into $SYS
+            return None
         # every field of the Route (Route.set's, and the frame's), each
         # written once
         r = self.route
@@ -864,11 +892,11 @@ class Core(Stats):
         r.pn = p.payload_len
         r.qos = p.qos
         r.retain = p.retain
-        r.src = self.cur.sess
+        r.src = s = c.sess
         r.msg = None
-        r.tag = tag
+        r.tag = s.tag
         at = None
-        if self.cur.v5 is not None:
+        if c.v5 is not None:
             r.flevel = 5
             at = self.atopic
         else:
@@ -898,10 +926,10 @@ class Core(Stats):
             r.prn = len(ap)
             r.frame = None
             r.foff = r.flen = r.fpid = 0
-        self.route_ready(r)
+        return r
 
     def route_ready(self, r):
-        """route_in's, once r is filled (broker_bytes fills it itself):
+        """Route r, once filled (_route_of's, broker_bytes fills its own):
         refused (QueueFull) before anything is routed or retained, else
         retained and routed."""
         subs = self.subs
@@ -966,7 +994,7 @@ class Core(Stats):
     def _route(self, r, n=-1):
         """Send r to every session with a matching subscription, once per
         session at the highest granted QoS [MQTT-3.3.5-1], capped by the
-        published QoS. n: how many route_in matched (subs.hit), which it
+        published QoS. n: how many route_ready matched (subs.hit), which it
         releases; -1: matched here."""
         if self.bridge is not None:
             self.bridge.route(r)  # queued for upstream, or refused, first

@@ -1493,8 +1493,9 @@ class Session:
                 return
             i += 1
 
-    # The inbound half of the store interface: the broker receives with
-    # Flow.on_publish / on_ack, the client's exactly-once machine. A
+    # The inbound QoS 2 ids: Core.publish2 holds them by the rules of
+    # Flow.on_publish, the client's exactly-once machine, Core._ack lets
+    # them go at PUBREL. A
     # persistent session keeps each held id in a record i<pid>.u tagged with
     # a number unique in the broker (Disk.tag, kept in self.tag); every copy routed to a
     # persistent subscriber carries that tag, and the record becomes .d once
@@ -1503,14 +1504,20 @@ class Session:
     # record, and the publisher, which got no PUBREC, sends it again.
     in_has = ipid_has
 
-    def in_add(self, pid, buf, off, n):
-        if self.nipids >= self.lim.max_qos2_in:
-            raise MQTTError("too many QoS 2 messages in flight", 0x93)
+    def in_add(self, pid):
+        # ipid_add's steps, without its call (one per QoS 2 message)
+        ids = self.ipids
+        if ids is None:
+            ids = self.ipids = [0] * self.lim.max_qos2_in
+        n = self.nipids
+        if n >= len(ids):
+            raise MQTTError("too many QoS 2 messages in flight", 0x93)  # [MQTT-3.3.4-7]
         if self.fs is not None:
             t = self.new_tag()
-            self.fs.in_add(pid, buf, off, 0, t)  # the id and its tag
+            self.fs.in_add(pid, b"", 0, 0, t)  # the id and its tag
             self.tag = t
-        self.ipid_add(pid)
+        ids[n] = pid
+        self.nipids = n + 1
 
     def in_done(self, pid):
         # routing is over whatever the disk says next: no later copy may

@@ -23,6 +23,8 @@ _REASON_STRING = const(0x1F)
 _RECEIVE_MAX = const(0x21)
 _ALIAS_MAX = const(0x22)
 _MAX_PACKET = const(0x27)
+_MAX_QOS = const(0x24)
+_RETAIN_OK = const(0x25)
 _RESPONSE_TOPIC = const(0x08)
 _CORRELATION = const(0x09)
 
@@ -41,6 +43,8 @@ def event(c, t, p):
     if t == _PUBLISH:
         return parse(p.buf, p.props_off, p.props_len) if p.props_len else {}
     if t == _CONNECT:
+        if c.keepalive0 is not None:
+            c.keepalive = c.keepalive0  # asked for anew: the last server's is its own
         d = {}
         exp = c.session_expiry
         if exp is None and not c.clean:
@@ -48,6 +52,10 @@ def event(c, t, p):
         if exp:
             d[_SESSION_EXPIRY] = exp
         d[_RECEIVE_MAX] = c.receive_max  # at most this many QoS 1/2 at once to us
+        # nothing larger than the receive buffer: the server drops such a
+        # message for us [MQTT-3.1.2-24, MQTT-3.1.2-25] rather than have us
+        # close on it at every reconnect
+        d[_MAX_PACKET] = c.conn.max_packet
         if c.auth is not None:
             d[_AUTH_METHOD] = c.auth[0]
             if c.auth[1] is not None:
@@ -55,13 +63,17 @@ def event(c, t, p):
         return encode(d)
     b, o, n = p.buf, p.props_off, p.props_len
     if t == _CONNACK:
+        # Both per connection: the quota starts anew with each one
+        # [MQTT-4.9.0-1]; the window never exceeds our own (the store's size)
         rm = get(b, o, n, _RECEIVE_MAX)  # [MQTT-3.3.4-7]
-        if rm and rm < c.window:
-            c.window = rm
+        c.window = rm if rm and rm < c.receive_max else c.receive_max
         ka = get(b, o, n, _SERVER_KEEPALIVE)  # [MQTT-3.2.2-21]
         if ka is not None:
+            c.keepalive0 = c.keepalive
             c.keepalive = ka
         c.max_packet = get(b, o, n, _MAX_PACKET, 0)  # [MQTT-3.1.2-24]
+        c.max_qos = get(b, o, n, _MAX_QOS, 2)  # [MQTT-3.2.2-11]
+        c.retain_ok = get(b, o, n, _RETAIN_OK, 1)  # [MQTT-3.2.2-14]
         c.alias_max = get(b, o, n, _ALIAS_MAX, 0)  # [MQTT-3.3.2-9]
         cid = get(b, o, n, _ASSIGNED_ID)
         if cid is not None:
@@ -117,8 +129,6 @@ def request(c, topic, msg, response_topic, timeout_ms=None, qos=1, corr=None):
     if corr is None:
         c.corr_n = getattr(c, "corr_n", 0) + 1
         corr = str(c.corr_n).encode()
-    if response_topic not in c.subs:
-        c.subscribe(response_topic, qos)
     got = []
     f, raw = c.cb, c.raw
 
@@ -136,8 +146,12 @@ def request(c, topic, msg, response_topic, timeout_ms=None, qos=1, corr=None):
             else:
                 f(bytes(pkt.topic), bytes(pkt.payload))
 
+    # installed first: subscribe() wants a callback, and with none of the
+    # application's the answer still has somewhere to go
     c.set_callback(take, True)
     try:
+        if response_topic not in c.subs:
+            c.subscribe(response_topic, qos)
         c.publish(topic, msg, qos=qos, props={_RESPONSE_TOPIC: response_topic,
                                               _CORRELATION: corr})
         t = c.timeout_ms if timeout_ms is None else timeout_ms

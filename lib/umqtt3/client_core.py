@@ -19,7 +19,7 @@
 # ack_pid and ack_rc (the last publish completed), disconnect_rc. It never
 # opens a socket, resolves a name, reads a clock or sleeps: the drivers,
 # client.MQTTClient (blocking) and aio.AsyncClient (asyncio), do.
-from .compat import ticks_add, ticks_diff, const, MICROPYTHON
+from .compat import ticks_add, ticks_diff, const, MICROPYTHON, as_bytes
 from .client_codec import (Packet, MQTTError, Busy, decode, encode_connect, encode_publish,
                            encode_ack, encode_filter, put_header, Conn, Closed)
 
@@ -65,6 +65,10 @@ class Core:
     # MQTT 5 limits the server set in CONNACK
     max_packet = 0  # Maximum Packet Size, 0: none [MQTT-3.1.2-24]
     alias_max = 0  # Topic Alias Maximum
+    max_qos = 2  # Maximum QoS
+    retain_ok = 1  # Retain Available
+    keepalive0 = None  # our keepalive while the server's Server Keep Alive replaces it
+    held = None  # the resume while it waits for acks (the server's Receive Maximum)
 
     def __init__(self, client_id, keepalive=0, user=None, password=None, level=4,
                  store=None, window=8, bufsize=512, reconnect=False, timeout_ms=5000,
@@ -194,6 +198,10 @@ class Core:
             raise OSError(107)
         if self.backlog is not None:
             raise Busy("busy", 0x97)  # the resend keeps its order
+        if qos > self.max_qos:
+            raise MQTTError("refused", 0x9B)  # [MQTT-3.2.2-11]
+        if retain and not self.retain_ok:
+            raise MQTTError("refused", 0x9A)  # [MQTT-3.2.2-14]
         c = self.conn
         start = c.tlen
         al = self.aliases
@@ -232,8 +240,17 @@ class Core:
             c.tlen = end if up else start
         except MQTTError as e:
             if e.code == 0x95 and start:
-                raise Busy("busy", 0x97)
-            raise  # larger than the whole buffer: retrying cannot help
+                # No room behind what is queued: Busy if the packet fits an
+                # empty buffer and the server's maximum, else retrying cannot
+                # help. Its size as encode_publish counts it:
+                n = len(as_bytes(topic)) + len(as_bytes(msg)) + (4 if qos else 2)
+                if self.level == 5:
+                    from .props import size, encoded
+                    n += size(encoded(props))
+                n += 2 if n < 128 else 3 if n < 16384 else 4
+                if n <= len(c.tx) - _RESERVE and not (self.max_packet and n > self.max_packet):
+                    raise Busy("busy", 0x97)
+            raise  # larger than the whole buffer or the server's maximum
         if new is not None:
             al[topic] = new  # known to the server once this PUBLISH is queued
         return pid
@@ -248,6 +265,9 @@ class Core:
             raise OSError(107)
         if qos < 0:
             self.subs.pop(topic, None)
+        elif qos & 4 and self.level == 5 and as_bytes(topic)[:7] == b"$share/":
+            # No Local on a shared subscription [MQTT-3.8.3-4]
+            raise MQTTError("protocol error", 0x82)
         else:
             # as umqtt.simple: messages would have nowhere to go
             assert self.cb is not None, "set_callback() before subscribe()"
@@ -255,6 +275,10 @@ class Core:
         pid = self.new_pid()
         if not self.ask(pid, topic):
             raise Busy("busy", 0x97)
+        if self.depth and self.wait_pid:
+            # from the callback while a call waits for its answer: sent,
+            # not waited for; the waiting call keeps its answer
+            return pid
         self.req = topic
         self.wait_pid = pid
         self.answer = -1
@@ -318,6 +342,8 @@ class Core:
         c.tlen = c.sent = 0
         self.state = _DOWN
         self.backlog = None
+        if self.held is not None:
+            self.held = None
 
     def lost(self, now):
         """The link broke: down, and the next attempt after a backoff.
@@ -380,13 +406,30 @@ class Core:
             return False
         n = self.conn.tlen
         try:
-            # returns when the send buffer is full again, b once it is done
-            if next(b, b) is b:
+            # returns when the send buffer is full again (1: when acks must
+            # come first; the driver reads meanwhile), b once it is done
+            r = next(b, b)
+            if r is b:
+                self.backlog = None
+            elif r:
+                self.held = b
                 self.backlog = None
         except BaseException:
             self.backlog = None
             raise
         return self.conn.tlen != n
+
+    def acked(self, pid, rc):
+        # a stored publish completed (rc < 0x80) or was refused
+        self.ack_pid = pid
+        self.ack_rc = rc
+        if self.on_ack is not None:
+            self.on_ack(pid, rc)
+        if self.held is not None:
+            # a resume waiting for this: the send quota grew [MQTT-4.9.0-2]
+            self.backlog = self.held
+            self.held = None
+            self.refill()
 
     def packet(self, n, now):
         """Handle the whole packet in conn.rx[0:n]. Raises MQTTError for a
@@ -404,16 +447,18 @@ class Core:
             c.done()
             self.unsynced = True
             if self.store.out_del(pid):
-                self.ack_pid = pid
-                self.ack_rc = 0
-                if self.on_ack is not None:
-                    self.on_ack(pid, 0)
+                self.acked(pid, 0)
             return
         p = self.pkt
         t = decode(p, rx, 0, n)
         c.done()  # consumed even if the callback raises; rx stays intact
         try:
             if t == _PUBLISH:
+                if not p.topic_len:
+                    # (MQTT 5; decode() refuses it below 5) a Topic Alias
+                    # would give it one, but we allow none [MQTT-3.1.2-27,
+                    # MQTT-3.3.2-12]: a protocol error
+                    raise MQTTError("protocol error", 0x82)
                 if self.state == _UP:
                     # hand it to the application once, answer it
                     q = p.qos
@@ -456,10 +501,7 @@ class Core:
                     elif st.out_del(pid):
                         # PUBACK, PUBCOMP, or a v5 PUBREC refusing the
                         # message: a publish completed, or was refused
-                        self.ack_pid = pid
-                        self.ack_rc = p.rc
-                        if self.on_ack is not None:
-                            self.on_ack(pid, p.rc)
+                        self.acked(pid, p.rc)
                     return
             elif t == _AUTH and self.level == 5:
                 from .client5 import event
@@ -473,6 +515,9 @@ class Core:
                         # credentials) is final
                         self.reconnect = self.reconnect and p.rc in b"\x03\x88\x89\x97\x9f"
                         raise MQTTError("refused", p.rc)
+                    if p.session_present and self.clean:
+                        # a session we did not ask for: close [MQTT-3.2.2-4]
+                        raise MQTTError("protocol error", 0x82)
                     self.state = _UP
                     self.tries = 0
                     if self.level == 5:

@@ -7,19 +7,48 @@ from .client_codec import Packet, decode, encode_ack
 _PUBREL = const(6)
 
 
-def resend(store, conn, sp):
+def done(c, pid, rc):
+    # a stored message completes (or is refused) here, not by an ack
+    c.store.out_del(pid)
+    c.acked(pid, rc)
+
+
+def resend(store, conn, sp, c=None):
     """The in-flight messages again, in their original order: PUBLISH with
     DUP=1, PUBREL for those the broker already took [MQTT-4.4.0-1,
-    MQTT-4.6.0-1]. A generator that yields whenever conn.tx has no room."""
+    MQTT-4.6.0-1]. A generator that yields whenever conn.tx has no room.
+    c: the client core, which hears of what completes without an ack."""
     tx = conn.tx
+    sent = []  # type: list  # the ids sent on this connection
     for pid, state, key, body in store.recover():
-        if state == "u":
-            continue  # inbound: handed over by resume()
-        if not sp:
-            # a PUBREL would meet no message on a broker without our
-            # session: the PUBLISH again, a possible duplicate rather than
-            # a certain loss
-            state = "p"
+        if state == "u" or not store.out_has(pid):
+            continue  # inbound (handed over by resume()), or completed meanwhile
+        if c is not None and state == "p":
+            # what the new server would close on is refused, not sent:
+            # too large [MQTT-3.1.2-24], a QoS above its maximum
+            # [MQTT-3.2.2-11], retained where it keeps none [MQTT-3.2.2-14]
+            rc = 0x95 if c.max_packet and len(body) > c.max_packet else \
+                0x9B if (body[0] >> 1) & 3 > c.max_qos else \
+                0x9A if body[0] & 1 and not c.retain_ok else 0
+            if rc:
+                done(c, pid, rc)
+                continue
+        if state != "p" and not sp:
+            # PUBREC came and PUBREL was sent: the broker owns the message
+            # and the PUBLISH must not go again [MQTT-4.3.3-1]; a broker
+            # without our session has nothing to release, so it is done
+            done(c, pid, 0)
+            continue
+        # at most the server's Receive Maximum unacknowledged [MQTT-3.3.4-7]
+        # (the quota starts anew on each connection [MQTT-4.9.0-1]; a PUBREL
+        # counts too: its message is unacknowledged until PUBCOMP). While
+        # the quota is used up the driver reads: acks come (Core.acked).
+        while c is not None:
+            sent = [p for p in sent if store.out_has(p)]
+            if len(sent) < c.window:
+                break
+            yield 1
+        sent.append(pid)
         n = len(body) if state == "p" else 4
         while conn.space() < n:
             yield
@@ -39,7 +68,7 @@ def resume(c, sp):
     send buffer is full, and the core goes on (refill) once the driver has
     written it out. The resend comes first, so a callback that raises cannot
     hold it up."""
-    yield from resend(c.store, c.conn, sp)
+    yield from resend(c.store, c.conn, sp, c)
     pending = c.req if c.wait_pid else None
     if pending is not None:
         # a SUBSCRIBE/UNSUBSCRIBE the old link cut off: asked again with the

@@ -8,8 +8,8 @@
 from broker_harness import running, Raw, advance
 from test_broker5_connect import props_of, connect5, sub5, pub5, next_publish, leave
 from umqtt3 import props as P
-from umqtt3.codec import (encode_subscribe, encode_unsubscribe, encode_ack, UNSUBACK, PUBACK, PUBREC,
-                          PUBREL, PUBCOMP, DISCONNECT)
+from umqtt3.codec import (encode_subscribe, encode_unsubscribe, encode_ack, encode_publish, UNSUBACK,
+                          PUBACK, PUBREC, PUBREL, PUBCOMP, DISCONNECT)
 
 # every property a PUBLISH may carry to a subscriber, user properties twice
 # to see that their order is kept [MQTT-3.3.2-18]
@@ -334,6 +334,24 @@ def test_no_matching_subscribers_is_not_said_at_311():
         pub.publish("nobody", b"x", 1, 1)
         p = pub.expect(PUBACK, 1)
         assert p.end == 4 and bytes(p.buf) == b"\x40\x02\x00\x01"
+
+
+def test_qos2_sent_again_before_pubrel_is_routed_once():
+    # [MQTT-4.3.3-2] at MQTT 5 (a decoded PUBLISH, Core._packet's way): a
+    # QoS 2 PUBLISH sent again (DUP) before PUBREL gets PUBREC again and
+    # reaches the subscriber once
+    with running() as b, Raw(b) as sub, Raw(b) as pub:
+        connect5(sub, "s")
+        sub5(sub, 1, [("t", 2)])
+        connect5(pub, "p")
+        pub5(pub, "t", b"once", 2, 9)
+        assert pub.expect(PUBREC, 9).rc == 0
+        pub.put(encode_publish, "t", b"once", 2, 9, False, True, 5, None)
+        assert pub.expect(PUBREC, 9).rc == 0
+        pub.put(encode_ack, PUBREL, 9)
+        assert pub.expect(PUBCOMP, 9).rc == 0
+        assert bytes(next_publish(sub).payload) == b"once"
+        assert sub.nothing()
 
 
 def test_pubrel_for_an_unknown_id_gets_pubcomp_0x92():

@@ -257,6 +257,7 @@ def test_callback_that_raises_drops_the_connection_for_qos1():
 
 def test_reconnect_backs_off_then_resends_with_dup():
     c = connected(core(reconnect=True, backoff_ms=(400, 10000)))
+    c.clean = False  # a persistent session: the broker keeps it (CONNACK_SP)
     pid = c.queue(b"t", b"m", qos=1)
     first = take(c, 0)
     c.lost(1000)
@@ -282,6 +283,7 @@ def test_resend_larger_than_the_send_buffer_goes_out_in_turns():
     # the resume waits for room (the backlog) and keeps its order: a new
     # publish is Busy until it is out
     c = connected(core(reconnect=True, bufsize=64, window=8))
+    c.clean = False  # a persistent session: the broker keeps it (CONNACK_SP)
     pids = []
     for i in range(6):
         pids.append(c.queue(b"topic/x", b"payload-%d" % i, qos=1))

@@ -540,12 +540,17 @@ def _allocates_nothing(**kw):
     assert c.inflight() == 0 and c.ping_at is None
 
 
-def test_pubrec_d_message_resent_as_publish_when_session_lost():
-    # A QoS 2 message the broker acknowledged with PUBREC, then a broker
-    # that lost the session: PUBREL would meet nothing (and a broker that
-    # forwards on PUBREL would lose the message), so the PUBLISH goes again.
+def test_pubrec_d_message_not_resent_when_session_lost():
+    # A QoS 2 message the broker acknowledged with PUBREC (PUBREL sent),
+    # then a broker that lost the session: the sender MUST NOT send the
+    # PUBLISH again once it sent the PUBREL [MQTT-4.3.3-1] (the broker
+    # took the message at PUBREC and may have forwarded it already), and a
+    # PUBREL would meet nothing. The message is complete: dropped from the
+    # store and reported done.
     peer = Peer()
     c = _client(peer, reconnect=True)
+    acks = []
+    c.set_ack_callback(lambda pid, rc: acks.append((pid, rc)))
     c.connect(clean_session=False)
     peer.ack = False  # the peer does not answer the PUBLISH
     pid = c.publish(b"out/2", b"keep", qos=2, wait=False)
@@ -554,15 +559,41 @@ def test_pubrec_d_message_resent_as_publish_when_session_lost():
     c.store.out_rel(pid)  # as if its PUBREC had arrived
     assert c.inflight() == 1
     before = len(peer.published)
+    rels = peer.got[PUBREL]
     peer.drop()
     peer.session = False  # the broker lost it
     peer.ack = True
     c.connect(clean_session=False)
-    _settle(c, peer, PUBREL, 1)  # the peer answers it with PUBCOMP
     for _ in range(5):
         c.poll(0)
-    resent = peer.published[before:]
-    assert resent == [(b"out/2", b"keep", 2, True)], resent
+        peer.step()
+    assert peer.published[before:] == [], peer.published[before:]
+    assert peer.got[PUBREL] == rels
+    assert c.inflight() == 0
+    assert acks == [(pid, 0)], acks
+    assert c.ack_pid == pid
+
+
+def test_pubrec_d_message_released_when_session_kept():
+    # The same with the session kept: PUBREL again, no PUBLISH [MQTT-4.4.0-1]
+    peer = Peer()
+    c = _client(peer, reconnect=True)
+    c.connect(clean_session=False)
+    peer.ack = False
+    pid = c.publish(b"out/2", b"keep", qos=2, wait=False)
+    for _ in range(5):
+        peer.step()
+    c.store.out_rel(pid)
+    before = len(peer.published)
+    rels = peer.got[PUBREL]
+    peer.drop()
+    peer.session = True
+    peer.ack = True
+    c.connect(clean_session=False)
+    _settle(c, peer, PUBREL, rels + 1)  # the peer answers it with PUBCOMP
+    for _ in range(5):
+        c.poll(0)
+    assert peer.published[before:] == []
     assert c.inflight() == 0
 
 
