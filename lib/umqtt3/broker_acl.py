@@ -13,9 +13,11 @@
 # acl.grants(user, cid) for one client's Grants, its patterns with %u and
 # %c filled in, so that checking a PUBLISH (may_write) scans byte patterns
 # with topic.match_span and allocates nothing. A SUBSCRIBE is granted when a
-# read pattern covers the whole filter (may_read) and no deny pattern meets
-# it. A '#' or '+' first level never covers nor meets a topic starting with
-# '$' [MQTT-4.7.2-1]. No ACL: everything is allowed.
+# read pattern covers the whole filter (may_read) and no deny pattern covers
+# it; when a deny pattern meets it (partly_denied), broker_subs checks each
+# topic it delivers (may_receive). A '#' or '+' first level never covers nor
+# meets a topic starting with '$' [MQTT-4.7.2-1]. No ACL: everything is
+# allowed.
 from .topic import match_span
 
 READ = 1
@@ -95,9 +97,11 @@ class Grants:
 
     def may_read(self, f):
         """May the client subscribe to filter f (bytes): a read pattern
-        covers every topic it matches, and no deny pattern meets it."""
+        covers every topic it matches, and no deny pattern covers them all.
+        A deny pattern that meets f (partly_denied) leaves it granted, each
+        message checked at delivery (may_receive), as mosquitto does."""
         for p in self.deny:
-            if meets(p, f):
+            if covers(p, f):
                 return False
         for p in self.read:
             if covers(p, f):
