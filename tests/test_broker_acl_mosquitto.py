@@ -5,7 +5,9 @@
 # - "topic read #" reads no $SYS topic [MQTT-4.7.2-1];
 # - docs/broker.md's ACL example grants what it says;
 # - under "topic read #" and "topic deny secret/#", "+/x" and "#" are
-#   granted and deliver no secret/ topic, retained ones neither.
+#   granted and deliver no secret/ topic, retained ones neither;
+# - that deny, added while the broker was down, holds for a persistent
+#   session's stored subscriptions.
 import queue
 import re
 import threading
@@ -184,3 +186,39 @@ def test_partly_denied_filters_deliver_as_mosquitto(tmp_path, broker_factory):
     finally:
         procs.stop(p)
 
+
+def test_deny_added_while_down_holds_for_stored_subscriptions(tmp_path, broker_factory):
+    acl = tmp_path / "acl"
+    acl.write_text("topic read #\nuser dev\ntopic readwrite #\n")
+    pw = tmp_path / "passwd"
+    pw.write_text("dev:devpw\n")
+    import subprocess
+    subprocess.run(["mosquitto_passwd", "-U", str(pw)], check=True, timeout=30)
+    m = broker_factory(persistence=True, extra=["acl_file %s" % acl, "password_file %s" % pw])
+    port = procs.free_port()
+    args = procs.umqtt3_broker_cmd(port, "--acl-file", str(acl), "--users", str(pw),
+                                   "--allow-anonymous", "--store", str(tmp_path / "store"), "--quiet")
+    p = procs.start(args, port)
+    try:
+        for bport in (m.port, port):
+            spy = Client(bport, "spy", clean=False)
+            assert spy.sub("secret/#", 1) == [1] and spy.sub("#", 1) == [1]
+            spy.close()
+        m.stop()
+        procs.stop(p)
+        acl.write_text(DENY)  # revoked while both were down
+        m.start()
+        p = procs.start(args, port)
+        got = {}
+        for name, bport in (("mosquitto", m.port), ("umqtt3", port)):
+            spy = Client(bport, "spy", clean=False)
+            assert spy.present
+            dev = Client(bport, "dev1", "dev", "devpw")
+            dev.pub("secret/k", b"key")
+            dev.pub("public/k", b"ok")
+            got[name] = sorted(set(spy.got()))
+            dev.close()
+            spy.close()
+        assert got["umqtt3"] == got["mosquitto"] == [("public/k", b"ok")]
+    finally:
+        procs.stop(p)

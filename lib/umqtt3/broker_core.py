@@ -183,6 +183,14 @@ class Core(Stats):
         loaded here); None: everything allowed. ValueError names a bad line."""
         from .broker_acl import parse
         self.acl = None if text is None else parse(text)
+        # a session without its client (one restored from the store) gets
+        # nothing through its subscriptions until its client connects and
+        # they are checked against its grants (_connect); a connected
+        # client keeps what it was granted until it connects again
+        for x in self.sess.all:
+            if x.client is None or text is None:
+                x.grants = None
+                self.subs.mark(x, text is not None)
 
     def _new_session(self, cid, clean):
         return Session(cid, clean, self.limits, self)
@@ -545,7 +553,12 @@ class Core(Stats):
             self.owners[cid] = None if p.user_off < 0 else bytes(
                 buf[p.user_off:p.user_off + p.user_len])
         if self.acl is not None:
-            s.grants = c.grants  # what its marked subscriptions are checked against
+            # what the session subscribed to before, under the ACL in
+            # force now: a revoked permission reaches it too
+            s.grants = c.grants
+            if s.filters and self.subs.recheck(s, c.grants) and self.disk is not None \
+                    and not s.clean:
+                self.disk.save_session(s)
         c.cid = cid
         c.sess = s
         c.state = CONNECTED

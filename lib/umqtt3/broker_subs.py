@@ -284,13 +284,40 @@ class Subs:
         return k + 1
 
     def mark(self, s, on):
-        """Mark every subscription of s ACL_CHECK (on) or none (a session
-        back from the store: its marks were made under an ACL)."""
+        """Mark every subscription of s ACL_CHECK (on) or none. On: with
+        s.grants None, a session restored from the store (whose user the
+        ACL's grants need) gets nothing through them until its client
+        connects (recheck). None: a mark stored under an ACL goes."""
         fq = s.fqos
         for j in range(len(fq)):
             fq[j] = fq[j] | 64 if on else fq[j] & ~64
         if fq:
             self.forget()
+
+    def recheck(self, s, g):
+        """A client with the ACL's Grants g resumes session s: its
+        subscriptions g no longer grants go, those a deny pattern meets
+        are marked ACL_CHECK, the others are not; s.grants is g. Returns
+        how many went."""
+        s.grants = g
+        gone = 0
+        fl = s.filters
+        j = len(fl) - 1
+        while j >= 0:
+            f = fl[j]
+            k = shared_at(f)
+            ff = f[k:] if k > 0 else f
+            if not g.may_read(ff):
+                self.remove(s, f, 0, len(f))
+                gone += 1
+            elif g.partly_denied(ff):
+                s.fqos[j] |= 64
+            else:
+                s.fqos[j] &= ~64
+            j -= 1
+        if fl:
+            self.forget()
+        return gone
 
     def release(self, n):
         """Forget the first n hits (no session is kept alive by them)."""

@@ -3,7 +3,9 @@
 # deny pattern only meets ("+/x", "#") is granted, and each topic it matches
 # is checked before it is delivered: secret/x reaches no such subscription,
 # whether published, retained, a will, queued for an offline session or
-# shared. A filter the deny pattern covers is refused (0x80). Runs over
+# shared. A filter the deny pattern covers is refused (0x80). The
+# subscriptions of a resumed session are checked again against the ACL in
+# force: a revoked permission reaches them, after a restart too. Runs over
 # pipes on CPython and MicroPython.
 from umqtt3.store import OSFiles
 from broker_harness import running, Raw, tempdir, rmtree
@@ -88,6 +90,37 @@ def test_shared_subscription_member_the_acl_denies_is_passed_over():
             w.publish("secret/x", b"s")
         assert len(a.messages(4)) == 4
         assert spy.nothing()
+
+
+def test_revoked_permission_reaches_stored_subscriptions():
+    store = tempdir("umqtt3-acl-revoke")
+    with _broker(store=store, files=OSFiles()) as b:
+        b.set_acl("topic read #\nuser alice\ntopic readwrite #\n")
+        with Raw(b) as spy:
+            spy.connect("spy", clean=False)
+            assert spy.subscribe(1, [("secret/#", 1), ("#", 1)]) == b"\x01\x01"
+            spy.simple(DISCONNECT)
+    # restarted with secret/# denied
+    with _broker(store=store, files=OSFiles()) as b, Raw(b) as w:
+        b.set_acl(ACL)
+        w.connect("w", user="alice", password=b"pw")
+        w.publish("secret/k", b"key", 1, pid=1)
+        w.expect(PUBACK, 1)
+        # its user unknown until it connects: nothing is queued for it
+        assert b.sessions()[b"spy"].queued() == 0
+        with Raw(b) as spy:
+            assert spy.connect("spy", clean=False).session_present
+            assert b.sessions()[b"spy"].filters == [b"#"]  # secret/# went
+            w.publish("secret/k", b"key", 1, pid=2)
+            w.expect(PUBACK, 2)
+            w.publish("public/k", b"ok", 1, pid=3)
+            w.expect(PUBACK, 3)
+            assert [bytes(m[0]) for m in spy.messages(1)] == [b"public/k"]
+            assert spy.nothing()
+    # the change is on disk: restarted without the ACL, secret/# is gone
+    with _broker(store=store, files=OSFiles()) as b:
+        assert b.sessions()[b"spy"].filters == [b"#"]
+    rmtree(store)
 
 
 def test_no_acl_after_restart_delivers_as_before():
