@@ -8,7 +8,7 @@
 # deadline (keepalive, CONNACK timeout, reconnect backoff), whichever comes
 # first, instead of waking up every few milliseconds.
 from .compat import asleep_ms, ticks_ms, ticks_diff, link, const
-from .compat.aio import dial_async, wait_io, current_task
+from .compat.aio import dial_async, wait_io, event, wait_event, current_task
 from .client_codec import MQTTError, Busy
 from .client_core import Core
 
@@ -20,6 +20,7 @@ class AsyncClient(Core):
     """MQTTClient's constructor arguments; every network call is awaitable.
     `interval_ms`: how often to look while the link has no socket to wait
     on (connect_link, e.g. an in-memory pipe)."""
+    woke = None  # an asyncio.Event while a task waits on the socket
 
     def __init__(self, client_id, server, interval_ms=5, port=0, ssl=None, ssl_params=None,
                  connect_link=None, **kw):
@@ -193,7 +194,24 @@ class AsyncClient(Core):
         if s is None:
             await asleep_ms(min(t, self.interval))
         elif t > 0:
-            await wait_io(s, self.conn.tlen > 0, t)  # bytes wait to be written
+            await self._wait(s, self.conn.tlen > 0, t)  # (write: bytes wait to go)
+
+    async def _wait(self, s, write, t):
+        # asyncio has one reader per socket (CPython's add_reader one
+        # callback per file, MicroPython's IO queue one task per stream):
+        # one task waits on it, the others (run() and an awaited publish)
+        # until that one wakes, then look themselves
+        ev = self.woke
+        if ev is None:
+            ev = self.woke = event()
+            try:
+                await wait_io(s, write, t)
+            finally:
+                self.woke = None
+                ev.set()
+        else:
+            # (a write may be possible before a read: look again soon)
+            await wait_event(ev, min(t, self.interval) if write else t)
 
     async def _busy(self, f, *args):
         # f(*args), retried while it raises Busy (window or buffer full),

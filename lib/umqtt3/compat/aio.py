@@ -63,6 +63,13 @@ def tls_start(s, host, ctx, params):
                                         do_handshake_on_connect=False, **params)
 
 
+def event():
+    # an asyncio.Event (umqtt3.aio: the tasks that wait for the one
+    # waiting on the socket)
+    from asyncio import Event
+    return Event()
+
+
 if MICROPYTHON:
     def lookup_start(host, port):
         # MicroPython has no asynchronous resolver, and a device no thread
@@ -108,6 +115,14 @@ if MICROPYTHON:
             return False
         return True
 
+    async def wait_event(ev, timeout_ms):
+        # until ev is set or timeout_ms has passed
+        import asyncio
+        try:
+            await asyncio.wait_for_ms(ev.wait(), timeout_ms)
+        except asyncio.TimeoutError:
+            pass
+
     async def dial_async(host, port, ctx, params, timeout_ms):
         # TCP connect and TLS handshake without blocking the event loop (the
         # name lookup still blocks: MicroPython has no asynchronous resolver)
@@ -129,5 +144,5 @@ if MICROPYTHON:
         return asyncio.current_task()
 
 else:
-    from .cpython import (tls_client, tls_step, wait_io, dial_async, current_task,  # noqa: F401
-                          lookup_start)
+    from .cpython import (tls_client, tls_step, wait_io, wait_event, dial_async,  # noqa: F401
+                          current_task, lookup_start)

@@ -412,6 +412,15 @@ async def wait_io(sock, write, timeout_ms):
     return True
 
 
+async def wait_event(ev, timeout_ms):
+    """Until asyncio.Event ev is set or timeout_ms has passed."""
+    import asyncio
+    try:
+        await asyncio.wait_for(ev.wait(), max(0, timeout_ms) / 1000)
+    except asyncio.TimeoutError:
+        pass
+
+
 async def dial_async(host, port, ctx, params, timeout_ms):
     """TCP connect, name lookup and TLS handshake without blocking the event
     loop; OSError(110) after timeout_ms."""
