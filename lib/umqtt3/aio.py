@@ -8,7 +8,7 @@
 # deadline (keepalive, CONNACK timeout, reconnect backoff), whichever comes
 # first, instead of waking up every few milliseconds.
 from .compat import asleep_ms, ticks_ms, ticks_diff, link, const
-from .compat.aio import dial_async, wait_io, event, wait_event, current_task
+from .compat.aio import dial_async, wait_io, event, wait_event, current_task, report
 from .client_codec import MQTTError, Busy
 from .client_core import Core
 
@@ -149,10 +149,21 @@ class AsyncClient(Core):
             now = ticks_ms()
             try:
                 self.packet(k, now)
-            except Exception:
+            except Exception as e:
+                busy = isinstance(e, Busy)
+                if isinstance(e, (OSError, MQTTError)) and not busy:
+                    raise  # the link or the peer: _step's
+                # The callback raised (Busy: its publish found the window
+                # full): the message is not taken. A broker resends QoS 1/2
+                # only on a new connection [MQTT-4.4.0-1]: the core dropped
+                # it (and for Busy, which it takes for its own, so here).
+                # run() goes on; the loop's exception handler reports it.
+                if busy and c.rx[0] >> 4 == 3 and c.rx[0] & 6:
+                    self.lost(now)
                 if self.state == _DOWN:
-                    self._close()  # a callback refused a QoS 1/2 message
-                raise
+                    self._close()
+                report(e)
+                return n + 1
             n += 1
             if c.tlen > len(c.tx) >> 1:
                 self._send()  # acks pile up while a long burst is read

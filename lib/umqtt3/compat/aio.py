@@ -70,6 +70,14 @@ def event():
     return Event()
 
 
+def report(e):
+    # an exception no task raises (the message callback's, in run()): to
+    # the event loop's exception handler, which prints it by default
+    import asyncio
+    asyncio.get_event_loop().call_exception_handler(
+        {"message": "message callback", "exception": e, "future": asyncio.current_task()})
+
+
 if MICROPYTHON:
     def lookup_start(host, port):
         # MicroPython has no asynchronous resolver, and a device no thread
