@@ -181,11 +181,21 @@ class MQTTClient(Core):
             while n:
                 try:
                     self.packet(n, start)  # (the time only sets a backoff)
-                except Exception:
+                except Exception as e:
                     if self.state == _DOWN:
                         self.down()  # a callback refused a QoS 1/2 message
+                    elif isinstance(e, Busy) and c.rx[0] >> 4 == 3 and c.rx[0] & 6:
+                        # so did one whose publish() found the window full
+                        # (the core takes Busy for its own): a broker resends
+                        # only on a new connection [MQTT-4.4.0-1]
+                        self.lost(start)
                     raise
                 handled += 1
+                if self.state == _DOWN:
+                    # the callback's publish() found the link broken and
+                    # closed it: the ack queued since goes nowhere
+                    self.down()
+                    return handled
                 if self.backlog is not None:
                     self.drain()  # the resume after CONNACK, within timeout_ms
                 elif c.tlen > len(c.tx) >> 1:

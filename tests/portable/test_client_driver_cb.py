@@ -1,0 +1,69 @@
+# The blocking client (umqtt3.client) when the message callback's own
+# publish() meets trouble, on an in-memory link (CPython and the WebAssembly
+# MicroPython). A callback that raises has not taken the message: for QoS
+# 1/2 no acknowledgement goes out and the connection drops, because a broker
+# resends only on a new connection [MQTT-4.4.0-1]; Busy (the window full)
+# is such a refusal too. A publish() that finds the link broken inside the
+# callback closes it, and poll() then stops reading from it.
+from test_client_mem import Peer, Link
+from umqtt3.client import MQTTClient
+from umqtt3.client_codec import Busy, Closed
+from umqtt3.codec import CONNECT, PUBACK
+
+
+def _client(peer, link=Link, **kw):
+    def connect_link():
+        if peer.client_end.closed:
+            peer.drop()  # a new connection
+        return link(peer.client_end, peer)
+    return MQTTClient("dev1", "peer", connect_link=connect_link, timeout_ms=2000, **kw)
+
+
+def test_busy_in_the_callback_drops_the_link_for_qos1():
+    peer = Peer()
+    peer.ack = False  # our own QoS 1 publish stays in flight: the window (1) is full
+    c = _client(peer, window=1)
+    c.set_callback(lambda t, m: c.publish(b"echo", m, qos=1))  # raises Busy
+    c.connect()
+    c.publish(b"out", b"1", qos=1, wait=False)
+    peer.publish(b"cmd/a", b"m1", 1)
+    try:
+        c.poll(0)
+        raised = False
+    except Busy:
+        raised = True
+    assert raised  # the callback's exception leaves poll()
+    assert not c.is_connected()  # dropped: the broker resends it [MQTT-4.4.0-1]
+    assert peer.got[PUBACK] == 0
+
+
+class _BreaksOnEcho(Link):
+    # the first link breaks when the callback's PUBLISH to b"echo" is written
+    broke = []
+
+    def write(self, buf, off=0, n=-1):
+        if not self.broke and buf[off] >> 4 == 3 and \
+                b"echo" in bytes(buf[off:off + (n if n > 0 else len(buf))]):
+            self.broke.append(1)
+            raise Closed(104)
+        return Link.write(self, buf, off, n)
+
+
+def test_a_link_broken_by_the_callbacks_publish_ends_the_poll():
+    peer = Peer()
+    c = _client(peer, _BreaksOnEcho, reconnect=True, backoff_ms=(1, 1))
+    c.set_callback(lambda t, m: c.publish(b"echo", m, qos=1))
+    c.connect()
+    peer.publish(b"cmd/a", b"m1", 1)
+    peer.publish(b"cmd/a", b"m2", 0)
+    assert c.poll(0) == 1  # no read from the closed link (AttributeError before)
+    assert not c.is_connected()
+    assert c.inflight() == 1  # the echo is stored for the next connection
+    for _ in range(50):
+        c.poll(2)
+        if peer.got[CONNECT] == 2 and c.is_connected():
+            break
+    assert peer.got[CONNECT] == 2 and c.is_connected()  # reconnected
+    for _ in range(10):
+        c.poll(1)
+    assert c.inflight() == 0  # the echo went out and was acknowledged
