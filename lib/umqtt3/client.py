@@ -101,10 +101,14 @@ class MQTTClient(Core):
             first = True  # the clock is read once the first poll() has not brought the ack
             self.want = pid
             self.ack_pid = 0
+            st = self.store
+            gone = getattr(st, "gone", 0)  # (store=False: forgotten on a reconnect)
             try:
                 while True:  # just stored: not acknowledged yet
                     self.poll(10)
-                    if self.ack_pid == pid or not self.store.out_has(pid):
+                    if self.ack_pid == pid or not st.out_has(pid):
+                        if self.ack_pid != pid and getattr(st, "gone", 0) != gone:
+                            raise OSError(104)  # lost with the link, never acknowledged
                         break
                     if first:
                         first = False

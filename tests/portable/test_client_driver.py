@@ -1,14 +1,19 @@
-# The blocking client (umqtt3.client) when the message callback's own
-# publish() meets trouble, on an in-memory link (CPython and the WebAssembly
-# MicroPython). A callback that raises has not taken the message: for QoS
-# 1/2 no acknowledgement goes out and the connection drops, because a broker
-# resends only on a new connection [MQTT-4.4.0-1]; Busy (the window full)
-# is such a refusal too. A publish() that finds the link broken inside the
-# callback closes it, and poll() then stops reading from it.
+# The blocking client (umqtt3.client) at its edges, on an in-memory link
+# (CPython and the WebAssembly MicroPython).
+#
+# When the message callback's own publish() meets trouble: a callback that
+# raises has not taken the message, so for QoS 1/2 no acknowledgement goes
+# out and the connection drops, because a broker resends only on a new
+# connection [MQTT-4.4.0-1]; Busy (the window full) is such a refusal too. A
+# publish() that finds the link broken inside the callback closes it, and
+# poll() then stops reading from it.
+#
+# store=False: a message in flight when the link drops is not resent, so a
+# publish(wait=True) waiting for it raises, as umqtt.simple's does.
 from test_client_mem import Peer, Link
 from umqtt3.client import MQTTClient
 from umqtt3.client_codec import Busy, Closed
-from umqtt3.codec import CONNECT, PUBACK
+from umqtt3.codec import CONNECT, PUBACK, PUBLISH
 
 
 def _client(peer, link=Link, **kw):
@@ -67,3 +72,31 @@ def test_a_link_broken_by_the_callbacks_publish_ends_the_poll():
     for _ in range(10):
         c.poll(1)
     assert c.inflight() == 0  # the echo went out and was acknowledged
+
+
+class _DropsAfterPublish(Link):
+    # the first link breaks once the peer has the first PUBLISH, unanswered
+    dropped = []
+
+    def readinto(self, buf, n):
+        p = self.peer
+        if not self.dropped and p.got[PUBLISH]:
+            self.dropped.append(1)
+            p.conn.link.close()
+            return 0
+        return Link.readinto(self, buf, n)
+
+
+def test_store_false_publish_waiting_when_the_link_drops_raises():
+    peer = Peer()
+    peer.ack = False
+    c = _client(peer, _DropsAfterPublish, store=False, reconnect=True, backoff_ms=(1, 1))
+    c.connect()
+    try:
+        c.publish(b"t", b"reading", qos=1)  # wait=True
+        raised = None
+    except OSError as e:
+        raised = e
+    assert raised is not None  # no PUBACK came: not reported delivered
+    assert peer.got[CONNECT] == 2  # reconnected, and nothing resent
+    assert peer.got[PUBLISH] == 1
