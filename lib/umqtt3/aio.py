@@ -40,12 +40,14 @@ class AsyncClient(Core):
         self.clean = clean_session
         self.tries = 0
         self.reconnect = self.auto
+        t = self.timeout_ms if timeout_ms is None else timeout_ms
+        start = ticks_ms()
         try:
-            await self._open()
+            await self._open(t)  # the dial counts too
         except BaseException:
             self._close()
             raise
-        await self._until(self.is_connected, timeout_ms)
+        await self._until(self.is_connected, t - ticks_diff(ticks_ms(), start))
         return self.session_present
 
     async def publish(self, topic, msg, retain=False, qos=0, key=None, props=None):
@@ -108,13 +110,13 @@ class AsyncClient(Core):
             self.runner = None
 
     # ---------------------------------------------------------- internals
-    async def _open(self):
+    async def _open(self, ms=0):
         self._close()
         if self.connect_link:
             lk = self.connect_link()
         else:
             s = await dial_async(self.server, self.port, self.ssl, self.ssl_params,
-                                 self.timeout_ms)
+                                 ms or self.timeout_ms)
             self.sock = s
             s.setblocking(False)
             lk = link(s)

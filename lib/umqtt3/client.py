@@ -53,13 +53,13 @@ class MQTTClient(Core):
         self.clean = clean_session
         self.tries = 0
         self.reconnect = self.auto
+        t = self.timeout_ms if timeout_ms is None else timeout_ms
+        start = ticks_ms()  # the dial counts too
         try:
-            self.open_link()
+            self.open_link(None, t)
         except Exception:
             self.down()  # no half-open socket left behind
             raise
-        t = self.timeout_ms if timeout_ms is None else timeout_ms
-        start = ticks_ms()
         while self.state != _UP:
             if self.state == _DOWN and not self.reconnect:
                 raise OSError(111)
@@ -265,14 +265,15 @@ class MQTTClient(Core):
                 sleep_ms(1)
 
     # ---------------------------------------------------------- internals
-    def open_link(self, sock=None):
+    def open_link(self, sock=None, ms=0):
         # a new connection: sock already connected by the caller, else
-        # dialled here, blocking
+        # dialled here, blocking for at most ms (else timeout_ms)
         self.down()
         if self.connect_link:
             lk = self.connect_link()
         else:
-            s = sock or dial(self.server, self.port, self.ssl, self.ssl_params, self.timeout_ms)
+            s = sock or dial(self.server, self.port, self.ssl, self.ssl_params,
+                             ms or self.timeout_ms)
             self.sock = s
             s.setblocking(False)
             lk = link(s)
