@@ -89,6 +89,10 @@ if MICROPYTHON:
                     import ssl
                     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
                     ctx.verify_mode = ssl.CERT_NONE
+                if params:
+                    # umqtt.simple's ssl_params (rare: loaded then)
+                    import umqtt3.compat.gateway as g
+                    ctx, host, params = g.tls_params(ctx, host, params)
                 s = ctx.wrap_socket(s, server_hostname=host, **(params or {}))
         except BaseException:
             s.close()

@@ -4,7 +4,7 @@
 # handshake run step by step; and, for asyncio, waiting for a socket and the
 # running task. Kept apart from compat so that a blocking client never loads
 # it; CPython's asyncio half is in compat/cpython.py with the rest.
-from . import MICROPYTHON, socket, errno, poll, nodelay, tls_context
+from . import MICROPYTHON, socket, errno, poll, nodelay, tls_params
 
 _POLLOUT = 4
 _POLLERR = 8
@@ -59,8 +59,8 @@ def dial_done(s):
 def tls_start(s, host, ctx, params):
     """s wrapped in TLS (ctx: True or an ssl context), its handshake not
     yet run: tls_step() runs it."""
-    return tls_context(ctx).wrap_socket(s, server_hostname=host,
-                                        do_handshake_on_connect=False, **params)
+    ctx, host, params = tls_params(ctx, host, params)  # (umqtt.simple's ssl_params)
+    return ctx.wrap_socket(s, server_hostname=host, do_handshake_on_connect=False, **params)
 
 
 def event():
