@@ -20,6 +20,13 @@ _DOWN = const(0)
 _UP = const(2)
 
 
+class MQTTException(MQTTError):
+    # umqtt.simple's: a refused CONNACK or SUBACK raises it with the code
+    # alone, e.args == (code,); an MQTTError too (e.code)
+    def __init__(self, code):
+        MQTTError.__init__(self, "refused", code)
+
+
 class MQTTClient(Core):
     # umqtt.simple's arguments, then connect_link and, by keyword, the
     # core's: level=4, store=None, window=8, bufsize=512, reconnect=False,
@@ -65,7 +72,10 @@ class MQTTClient(Core):
                 raise OSError(111)
             if ticks_diff(ticks_ms(), start) > t:
                 raise OSError(110)
-            self.poll(10)
+            try:
+                self.poll(10)
+            except MQTTError as e:
+                raise MQTTException(e.code) if e.reason == "refused" else e
         return self.session_present
 
     def ping(self):
@@ -131,7 +141,10 @@ class MQTTClient(Core):
                                    retain_handling << 4, props)
         if self.wait_answer(pid) is None:
             return None  # from a callback: not waited for
-        return self.subscribe_end(topic)
+        try:
+            return self.subscribe_end(topic)
+        except MQTTError as e:
+            raise MQTTException(e.code)  # refused
 
     # The halves of subscribe/unsubscribe, for callers that wait their own
     # way: *_start sends and returns the packet id; the answer has come when

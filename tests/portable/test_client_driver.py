@@ -100,3 +100,57 @@ def test_store_false_publish_waiting_when_the_link_drops_raises():
     assert raised is not None  # no PUBACK came: not reported delivered
     assert peer.got[CONNECT] == 2  # reconnected, and nothing resent
     assert peer.got[PUBLISH] == 1
+
+
+class _Scripted:
+    """A link that answers CONNECT with `connack` and SUBSCRIBE with a
+    SUBACK refusing the filter (0x80)."""
+
+    def __init__(self, connack):
+        self.connack = connack
+        self.inbox = bytearray()
+
+    def write(self, buf, off=0, n=-1):
+        if n < 0:
+            n = len(buf) - off
+        t = buf[off] >> 4
+        if t == 1:
+            self.inbox += self.connack
+        elif t == 8:
+            self.inbox += bytes([0x90, 3, buf[off + 2], buf[off + 3], 0x80])
+        return n
+
+    def readinto(self, buf, n):
+        k = min(n, len(self.inbox))
+        if not k:
+            return None
+        for i in range(k):
+            buf[i] = self.inbox[i]
+        self.inbox = self.inbox[k:]
+        return k
+
+    def close(self):
+        pass
+
+
+def test_refusals_raise_umqtt_simple_s_exception():
+    # umqtt.simple: a refused CONNACK or SUBACK raises MQTTException(rc)
+    from umqtt3.client import MQTTException
+    from umqtt3.client_codec import MQTTError
+    c = MQTTClient("dev1", "x", connect_link=lambda: _Scripted(b"\x20\x02\x00\x05"))
+    try:
+        c.connect()
+        e = None
+    except MQTTException as x:
+        e = x
+    assert e is not None and e.args == (5,)  # 5: not authorized (3.1.1, 3.2.2.3), the link closed [MQTT-3.2.2-5]
+    assert isinstance(e, MQTTError) and e.code == 5  # umqtt3's own name still catches it
+    c = MQTTClient("dev1", "x", connect_link=lambda: _Scripted(b"\x20\x02\x00\x00"))
+    c.set_callback(lambda t, m: None)
+    c.connect()
+    try:
+        c.subscribe(b"a/b", 1)
+        e = None
+    except MQTTException as x:
+        e = x
+    assert e is not None and e.args == (0x80,)  # 0x80: Failure (3.1.1, 3.9.3)
