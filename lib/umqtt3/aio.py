@@ -37,18 +37,23 @@ class AsyncClient(Core):
         self.stopping = False
 
     async def connect(self, clean_session=True, timeout_ms=None):
+        t = self.timeout_ms if timeout_ms is None else timeout_ms
+        start = ticks_ms()
+        await self.connect_start(clean_session, t)  # the dial counts too
+        await self._until(self.is_connected, t - ticks_diff(ticks_ms(), start))
+        return self.session_present
+
+    async def connect_start(self, clean_session=True, timeout_ms=0):
+        """Open the connection and send CONNECT; run() (or any awaited call)
+        takes it from there: is_connected() once CONNACK accepted it."""
         self.clean = clean_session
         self.tries = 0
         self.reconnect = self.auto
-        t = self.timeout_ms if timeout_ms is None else timeout_ms
-        start = ticks_ms()
         try:
-            await self._open(t)  # the dial counts too
+            await self._open(timeout_ms)
         except BaseException:
             self._close()
             raise
-        await self._until(self.is_connected, t - ticks_diff(ticks_ms(), start))
-        return self.session_present
 
     async def publish(self, topic, msg, retain=False, qos=0, key=None, props=None):
         """Returns once the message is acknowledged (QoS 1/2) or written."""
@@ -67,16 +72,63 @@ class AsyncClient(Core):
                 rc = w.pop(pid)
             if rc < 0 and getattr(st, "gone", 0) != gone:
                 raise OSError(104)  # lost with the link, never acknowledged
+            if rc >= 0x80:
+                raise MQTTError("refused", rc)  # MQTT 5 PUBACK/PUBREC
         return pid
 
-    async def subscribe(self, topic, qos=0):
-        pid = await self._busy(self.subscribe_start, topic, qos)
+    async def subscribe(self, topic, qos=0, no_local=False, retain_as_published=False,
+                        retain_handling=0, props=None):
+        """As MQTTClient.subscribe: the granted QoS; MQTT 5's options and
+        properties."""
+        pid = await self._busy(self.subscribe_start, topic, qos | no_local << 2 |
+                               retain_as_published << 3 | retain_handling << 4, props)
         await self._until(lambda: self.wait_pid != pid)
         return self.subscribe_end(topic)
 
     async def unsubscribe(self, topic):
+        """MQTT 5: returns UNSUBACK's reason code (0x11: there was no such
+        subscription); raises MQTTError for a refusal."""
         pid = await self._busy(self.unsubscribe_start, topic)
         await self._until(lambda: self.wait_pid != pid)
+        rc = self.answer
+        if rc >= 0x80:
+            raise MQTTError("refused", rc)
+        return rc
+
+    async def request(self, topic, msg, response_topic, timeout_ms=None, qos=1, corr=None):
+        """client5.request() awaited (MQTT 5): publish with Response Topic
+        and Correlation Data, return the payload of the answer carrying the
+        same correlation data [MQTT-4.10.0-1]; other messages go to the
+        callback meanwhile. One request at a time per client."""
+        from .client5 import value_at
+        if corr is None:
+            self.corr_n = getattr(self, "corr_n", 0) + 1
+            corr = str(self.corr_n).encode()
+        got = []
+        f, raw = self.cb, self.raw
+
+        def take(pkt, redelivered):
+            o = value_at(pkt, 0x09)  # Correlation Data
+            if o >= 0:
+                b = pkt.buf
+                if bytes(b[o + 2:o + 2 + ((b[o] << 8) | b[o + 1])]) == corr:
+                    got.append(bytes(pkt.payload))
+                    return
+            if f is None:
+                return
+            if raw:
+                f(pkt, redelivered)
+            else:
+                f(bytes(pkt.topic), bytes(pkt.payload))
+        self.set_callback(take, True)  # (before subscribing: it wants a callback)
+        try:
+            if response_topic not in self.subs:
+                await self.subscribe(response_topic, qos)
+            await self.publish(topic, msg, qos=qos, props={0x08: response_topic, 0x09: corr})
+            await self._until(lambda: got, timeout_ms)
+        finally:
+            self.set_callback(f, raw)
+        return got[0]
 
     async def ping(self):
         self.pingreq(ticks_ms())
@@ -101,7 +153,7 @@ class AsyncClient(Core):
         self.runner = current_task()
         self.stopping = False
         try:
-            while self.state == _UP or self.reconnect:
+            while self.state != _DOWN or self.reconnect:  # (OPENING after connect_start)
                 await self._step(60000)
         except BaseException:  # CancelledError, from disconnect() or not
             if not self.stopping:
