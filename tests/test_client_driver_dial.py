@@ -89,3 +89,34 @@ def test_async_connect_gives_up_after_its_timeout_and_holds_no_task(silent):
     d = asyncio.run(asyncio.wait_for(main(), 20))
     assert d < 3  # not the client's 10 s
     assert len(ticks) > 10  # the loop went on while the dial waited
+
+
+def test_poll_while_reconnecting_waits_no_longer_than_its_timeout(silent):
+    # reconnect=True and no link: poll() dials in steps, each within the
+    # poll's own timeout; the attempt gives up after the client's timeout_ms
+    c = MQTTClient("dial", "127.0.0.1", port=silent.port, ssl=_ctx(), timeout_ms=500,
+                   reconnect=True, backoff_ms=(50, 50))
+    worst = 0
+    end = time.monotonic() + 1.5
+    while time.monotonic() < end:
+        t = time.monotonic()
+        assert c.poll(0) == 0
+        worst = max(worst, time.monotonic() - t)
+        t = time.monotonic()
+        c.poll(20)
+        worst = max(worst, time.monotonic() - t - 0.02)
+    assert worst < 0.1, worst  # not the 0.5 s of the attempt
+    assert c.tries >= 2  # attempts timed out and were made again
+    assert not c.is_connected()
+    c.down()
+
+
+def test_poll_reconnects_through_the_stepped_dial(broker):
+    # the same steps reach a real broker: poll() alone connects
+    c = MQTTClient("dial-ok", "127.0.0.1", port=broker.port, reconnect=True, timeout_ms=2000)
+    end = time.monotonic() + 5
+    while not c.is_connected() and time.monotonic() < end:
+        c.poll(0)
+        time.sleep(0.001)
+    assert c.is_connected()
+    c.disconnect()

@@ -60,3 +60,18 @@ def test_client_certificate_from_key_and_cert(broker_factory, tmp_path):
         bare.connect()
         for _ in range(20):
             bare.poll(50)  # the refusal may come after the handshake
+
+
+def test_poll_reconnects_over_tls(broker_factory, tmp_path):
+    # poll()'s stepped dial runs the TLS handshake too, one step per poll
+    import time
+    cert, key = self_signed(tmp_path)
+    b = broker_factory(tls=(cert, key))
+    c = MQTTClient("tls-poll", "127.0.0.1", b.port, ssl=_ctx(cert), reconnect=True,
+                   ssl_params={"server_hostname": "localhost"})
+    end = time.monotonic() + 5
+    while not c.is_connected() and time.monotonic() < end:
+        c.poll(0)
+        time.sleep(0.001)
+    assert c.is_connected()
+    c.disconnect()

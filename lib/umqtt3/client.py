@@ -177,7 +177,8 @@ class MQTTClient(Core):
                 sleep_ms(min(timeout_ms, w))
                 return 0
             try:
-                self.open_link()
+                if not self.redial(timeout_ms):  # (client_more.py)
+                    return 0  # the dial goes on in the next poll()
             except OSError:
                 self.lost(ticks_ms())
                 return 0

@@ -2,8 +2,9 @@
 # (umqtt3.aio) and the gateway's bridges (umqtt3.bridge, inside the broker's
 # one loop): a TCP connect started and checked without waiting, the TLS
 # handshake run step by step; and, for asyncio, waiting for a socket and the
-# running task. Kept apart from compat so that a blocking client never loads
-# it; CPython's asyncio half is in compat/cpython.py with the rest.
+# running task. Kept apart from compat so that a blocking client loads it
+# only to reconnect from poll() (client_more.redial: the dial in steps);
+# CPython's asyncio half is in compat/cpython.py with the rest.
 from . import MICROPYTHON, socket, errno, poll, nodelay, tls_params
 
 _POLLOUT = 4
