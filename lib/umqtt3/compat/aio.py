@@ -2,9 +2,10 @@
 # (umqtt3.aio) and the gateway's bridges (umqtt3.bridge, inside the broker's
 # one loop): a TCP connect started and checked without waiting, the TLS
 # handshake run step by step; and, for asyncio, waiting for a socket and the
-# running task. Kept apart from compat so that a blocking client never loads
-# it; CPython's asyncio half is in compat/cpython.py with the rest.
-from . import MICROPYTHON, socket, errno, poll, nodelay, tls_context
+# running task. Kept apart from compat so that a blocking client loads it
+# only to reconnect from poll() (client_more.redial: the dial in steps);
+# CPython's asyncio half is in compat/cpython.py with the rest.
+from . import MICROPYTHON, socket, errno, poll, nodelay, tls_params
 
 _POLLOUT = 4
 _POLLERR = 8
@@ -59,8 +60,23 @@ def dial_done(s):
 def tls_start(s, host, ctx, params):
     """s wrapped in TLS (ctx: True or an ssl context), its handshake not
     yet run: tls_step() runs it."""
-    return tls_context(ctx).wrap_socket(s, server_hostname=host,
-                                        do_handshake_on_connect=False, **params)
+    ctx, host, params = tls_params(ctx, host, params)  # (umqtt.simple's ssl_params)
+    return ctx.wrap_socket(s, server_hostname=host, do_handshake_on_connect=False, **params)
+
+
+def event():
+    # an asyncio.Event (umqtt3.aio: the tasks that wait for the one
+    # waiting on the socket)
+    from asyncio import Event
+    return Event()
+
+
+def report(e):
+    # an exception no task raises (the message callback's, in run()): to
+    # the event loop's exception handler, which prints it by default
+    import asyncio
+    asyncio.get_event_loop().call_exception_handler(
+        {"message": "message callback", "exception": e, "future": asyncio.current_task()})
 
 
 if MICROPYTHON:
@@ -108,6 +124,14 @@ if MICROPYTHON:
             return False
         return True
 
+    async def wait_event(ev, timeout_ms):
+        # until ev is set or timeout_ms has passed
+        import asyncio
+        try:
+            await asyncio.wait_for_ms(ev.wait(), timeout_ms)
+        except asyncio.TimeoutError:
+            pass
+
     async def dial_async(host, port, ctx, params, timeout_ms):
         # TCP connect and TLS handshake without blocking the event loop (the
         # name lookup still blocks: MicroPython has no asynchronous resolver)
@@ -129,5 +153,5 @@ if MICROPYTHON:
         return asyncio.current_task()
 
 else:
-    from .cpython import (tls_client, tls_step, wait_io, dial_async, current_task,  # noqa: F401
-                          lookup_start)
+    from .cpython import (tls_client, tls_step, wait_io, wait_event, dial_async,  # noqa: F401
+                          current_task, lookup_start)
