@@ -120,3 +120,30 @@ def test_poll_reconnects_through_the_stepped_dial(broker):
         time.sleep(0.001)
     assert c.is_connected()
     c.disconnect()
+
+
+def test_a_reconnect_from_poll_loads_the_stepped_dial_alone(broker):
+    # A sensor node that reconnects loads compat/dial_steps.py (a few hundred
+    # bytes), not the asyncio half (compat/aio.py) nor the broker's
+    # (compat/gateway.py on a device): in a fresh interpreter, poll() alone
+    # connects, then the modules loaded are listed.
+    import os
+    import subprocess
+    import sys
+    code = (
+        "import sys, time\n"
+        "from umqtt3.client import MQTTClient\n"
+        "c = MQTTClient('dial-mods', '127.0.0.1', port=%d, reconnect=True, timeout_ms=2000)\n"
+        "end = time.monotonic() + 5\n"
+        "while not c.is_connected() and time.monotonic() < end:\n"
+        "    c.poll(10)\n"
+        "assert c.is_connected()\n"
+        "c.disconnect()\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('umqtt3.compat'))))\n"
+        % broker.port)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.path.join(root, "lib"))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["umqtt3.compat", "umqtt3.compat.cpython", "umqtt3.compat.dial_steps"]

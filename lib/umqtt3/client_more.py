@@ -93,7 +93,7 @@ def redial(self, timeout_ms):
         self.open_link()
         return True
     from .compat import ticks_ms, ticks_diff, poll
-    from .compat.aio import dial_start, dial_done, tls_start, tls_step
+    from .compat.dial_steps import dial_start, dial_done, tls_start, tls_step
     s = self.sock  # the dial under way, closed by down()
     if s is None:
         s = self.sock = dial_start(self.server, self.port)

@@ -461,7 +461,7 @@ async def dial_async(host, port, ctx, params, timeout_ms):
             await loop.sock_connect(s, ai[-1])
             nodelay(s)
             if ctx:
-                from .aio import tls_start
+                from .dial_steps import tls_start
                 s = tls_start(s, host, ctx, params)
                 while True:
                     w = tls_step(s)
