@@ -15,7 +15,7 @@ LIB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 
 
 # lowest first; a module may import from its own layer and those before it
 LAYERS = (
-    ("compat", "compat.cpython", "compat.aio", "compat.gateway"),
+    ("compat", "compat.cpython", "compat.dial_steps", "compat.aio", "compat.gateway"),
     ("codec_errors",),
     ("client_codec", "codec", "codec_server", "props", "topic"),  # the codecs load the next two on demand
     ("transport", "conn", "store", "flow", "memstore", "nostore", "qos_state", "broker_limits",
@@ -31,7 +31,7 @@ LAYERS = (
 PLATFORM = {"gc", "socket", "usocket", "select", "uselect", "micropython", "machine", "ssl",
             "asyncio", "uasyncio", "time", "utime", "errno", "uerrno", "network", "esp",
             "esp32", "rp2", "_thread", "threading", "selectors", "signal"}
-PLATFORM_OK = ("compat", "compat.cpython", "compat.aio", "compat.gateway")
+PLATFORM_OK = ("compat", "compat.cpython", "compat.dial_steps", "compat.aio", "compat.gateway")
 # desktop-only command-line modules: they never run on a device
 DESKTOP = ("broker_cli", "broker_passwd")
 

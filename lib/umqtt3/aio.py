@@ -8,7 +8,7 @@
 # deadline (keepalive, CONNACK timeout, reconnect backoff), whichever comes
 # first, instead of waking up every few milliseconds.
 from .compat import asleep_ms, ticks_ms, ticks_diff, link, const
-from .compat.aio import dial_async, wait_io, current_task
+from .compat.aio import dial_async, wait_io, event, wait_event, current_task, report
 from .client_codec import MQTTError, Busy
 from .client_core import Core
 
@@ -20,6 +20,8 @@ class AsyncClient(Core):
     """MQTTClient's constructor arguments; every network call is awaitable.
     `interval_ms`: how often to look while the link has no socket to wait
     on (connect_link, e.g. an in-memory pipe)."""
+    woke = None  # an asyncio.Event while a task waits on the socket
+    acks = None  # type: dict | None  # {pid: reason code or -1}: the awaiting publish() calls
 
     def __init__(self, client_id, server, interval_ms=5, port=0, ssl=None, ssl_params=None,
                  connect_link=None, **kw):
@@ -35,33 +37,98 @@ class AsyncClient(Core):
         self.stopping = False
 
     async def connect(self, clean_session=True, timeout_ms=None):
+        t = self.timeout_ms if timeout_ms is None else timeout_ms
+        start = ticks_ms()
+        await self.connect_start(clean_session, t)  # the dial counts too
+        await self._until(self.is_connected, t - ticks_diff(ticks_ms(), start))
+        return self.session_present
+
+    async def connect_start(self, clean_session=True, timeout_ms=0):
+        """Open the connection and send CONNECT; run() (or any awaited call)
+        takes it from there: is_connected() once CONNACK accepted it."""
         self.clean = clean_session
         self.tries = 0
         self.reconnect = self.auto
         try:
-            await self._open()
+            await self._open(timeout_ms)
         except BaseException:
             self._close()
             raise
-        await self._until(self.is_connected, timeout_ms)
-        return self.session_present
 
     async def publish(self, topic, msg, retain=False, qos=0, key=None, props=None):
         """Returns once the message is acknowledged (QoS 1/2) or written."""
         pid = await self._busy(self.queue, topic, msg, retain, qos, key, props)
         if qos:
             st = self.store
-            await self._until(lambda: not st.out_has(pid))
+            gone = getattr(st, "gone", 0)  # (store=False: forgotten on a reconnect)
+            w = self.acks
+            if w is None:
+                w = self.acks = {}
+            w[pid] = -1
+            self.ack_pid = 0  # (_io records each completion as it comes)
+            try:
+                await self._until(lambda: w[pid] >= 0 or not st.out_has(pid))
+            finally:
+                rc = w.pop(pid)
+            if rc < 0 and getattr(st, "gone", 0) != gone:
+                raise OSError(104)  # lost with the link, never acknowledged
+            if rc >= 0x80:
+                raise MQTTError("refused", rc)  # MQTT 5 PUBACK/PUBREC
         return pid
 
-    async def subscribe(self, topic, qos=0):
-        pid = await self._busy(self.subscribe_start, topic, qos)
+    async def subscribe(self, topic, qos=0, no_local=False, retain_as_published=False,
+                        retain_handling=0, props=None):
+        """As MQTTClient.subscribe: the granted QoS; MQTT 5's options and
+        properties."""
+        pid = await self._busy(self.subscribe_start, topic, qos | no_local << 2 |
+                               retain_as_published << 3 | retain_handling << 4, props)
         await self._until(lambda: self.wait_pid != pid)
         return self.subscribe_end(topic)
 
     async def unsubscribe(self, topic):
+        """MQTT 5: returns UNSUBACK's reason code (0x11: there was no such
+        subscription); raises MQTTError for a refusal."""
         pid = await self._busy(self.unsubscribe_start, topic)
         await self._until(lambda: self.wait_pid != pid)
+        rc = self.answer
+        if rc >= 0x80:
+            raise MQTTError("refused", rc)
+        return rc
+
+    async def request(self, topic, msg, response_topic, timeout_ms=None, qos=1, corr=None):
+        """client5.request() awaited (MQTT 5): publish with Response Topic
+        and Correlation Data, return the payload of the answer carrying the
+        same correlation data [MQTT-4.10.0-1]; other messages go to the
+        callback meanwhile. One request at a time per client."""
+        from .client5 import value_at
+        if corr is None:
+            self.corr_n = getattr(self, "corr_n", 0) + 1
+            corr = str(self.corr_n).encode()
+        got = []
+        f, raw = self.cb, self.raw
+
+        def take(pkt, redelivered):
+            o = value_at(pkt, 0x09)  # Correlation Data
+            if o >= 0:
+                b = pkt.buf
+                if bytes(b[o + 2:o + 2 + ((b[o] << 8) | b[o + 1])]) == corr:
+                    got.append(bytes(pkt.payload))
+                    return
+            if f is None:
+                return
+            if raw:
+                f(pkt, redelivered)
+            else:
+                f(bytes(pkt.topic), bytes(pkt.payload))
+        self.set_callback(take, True)  # (before subscribing: it wants a callback)
+        try:
+            if response_topic not in self.subs:
+                await self.subscribe(response_topic, qos)
+            await self.publish(topic, msg, qos=qos, props={0x08: response_topic, 0x09: corr})
+            await self._until(lambda: got, timeout_ms)
+        finally:
+            self.set_callback(f, raw)
+        return got[0]
 
     async def ping(self):
         self.pingreq(ticks_ms())
@@ -86,7 +153,7 @@ class AsyncClient(Core):
         self.runner = current_task()
         self.stopping = False
         try:
-            while self.state == _UP or self.reconnect:
+            while self.state != _DOWN or self.reconnect:  # (OPENING after connect_start)
                 await self._step(60000)
         except BaseException:  # CancelledError, from disconnect() or not
             if not self.stopping:
@@ -95,13 +162,13 @@ class AsyncClient(Core):
             self.runner = None
 
     # ---------------------------------------------------------- internals
-    async def _open(self):
+    async def _open(self, ms=0):
         self._close()
         if self.connect_link:
             lk = self.connect_link()
         else:
             s = await dial_async(self.server, self.port, self.ssl, self.ssl_params,
-                                 self.timeout_ms)
+                                 ms or self.timeout_ms)
             self.sock = s
             s.setblocking(False)
             lk = link(s)
@@ -148,10 +215,24 @@ class AsyncClient(Core):
             now = ticks_ms()
             try:
                 self.packet(k, now)
-            except Exception:
+            except Exception as e:
+                busy = isinstance(e, Busy)
+                if isinstance(e, (OSError, MQTTError)) and not busy:
+                    raise  # the link or the peer: _step's
+                # The callback raised (Busy: its publish found the window
+                # full): the message is not taken. A broker resends QoS 1/2
+                # only on a new connection [MQTT-4.4.0-1]: the core dropped
+                # it (and for Busy, which it takes for its own, so here).
+                # run() goes on; the loop's exception handler reports it.
+                if busy and c.rx[0] >> 4 == 3 and c.rx[0] & 6:
+                    self.lost(now)
                 if self.state == _DOWN:
-                    self._close()  # a callback refused a QoS 1/2 message
-                raise
+                    self._close()
+                report(e)
+                return n + 1
+            w = self.acks
+            if w and self.ack_pid in w:
+                w[self.ack_pid] = self.ack_rc  # a completion an awaiting publish() wants
             n += 1
             if c.tlen > len(c.tx) >> 1:
                 self._send()  # acks pile up while a long burst is read
@@ -193,7 +274,24 @@ class AsyncClient(Core):
         if s is None:
             await asleep_ms(min(t, self.interval))
         elif t > 0:
-            await wait_io(s, self.conn.tlen > 0, t)  # bytes wait to be written
+            await self._wait(s, self.conn.tlen > 0, t)  # (write: bytes wait to go)
+
+    async def _wait(self, s, write, t):
+        # asyncio has one reader per socket (CPython's add_reader one
+        # callback per file, MicroPython's IO queue one task per stream):
+        # one task waits on it, the others (run() and an awaited publish)
+        # until that one wakes, then look themselves
+        ev = self.woke
+        if ev is None:
+            ev = self.woke = event()
+            try:
+                await wait_io(s, write, t)
+            finally:
+                self.woke = None
+                ev.set()
+        else:
+            # (a write may be possible before a read: look again soon)
+            await wait_event(ev, min(t, self.interval) if write else t)
 
     async def _busy(self, f, *args):
         # f(*args), retried while it raises Busy (window or buffer full),

@@ -20,6 +20,13 @@ _DOWN = const(0)
 _UP = const(2)
 
 
+class MQTTException(MQTTError):
+    # umqtt.simple's: a refused CONNACK or SUBACK raises it with the code
+    # alone, e.args == (code,); an MQTTError too (e.code)
+    def __init__(self, code):
+        MQTTError.__init__(self, "refused", code)
+
+
 class MQTTClient(Core):
     # umqtt.simple's arguments, then connect_link and, by keyword, the
     # core's: level=4, store=None, window=8, bufsize=512, reconnect=False,
@@ -53,19 +60,22 @@ class MQTTClient(Core):
         self.clean = clean_session
         self.tries = 0
         self.reconnect = self.auto
+        t = self.timeout_ms if timeout_ms is None else timeout_ms
+        start = ticks_ms()  # the dial counts too
         try:
-            self.open_link()
+            self.open_link(None, t)
         except Exception:
             self.down()  # no half-open socket left behind
             raise
-        t = self.timeout_ms if timeout_ms is None else timeout_ms
-        start = ticks_ms()
         while self.state != _UP:
             if self.state == _DOWN and not self.reconnect:
                 raise OSError(111)
             if ticks_diff(ticks_ms(), start) > t:
                 raise OSError(110)
-            self.poll(10)
+            try:
+                self.poll(10)
+            except MQTTError as e:
+                raise MQTTException(e.code) if e.reason == "refused" else e
         return self.session_present
 
     def ping(self):
@@ -101,10 +111,14 @@ class MQTTClient(Core):
             first = True  # the clock is read once the first poll() has not brought the ack
             self.want = pid
             self.ack_pid = 0
+            st = self.store
+            gone = getattr(st, "gone", 0)  # (store=False: forgotten on a reconnect)
             try:
                 while True:  # just stored: not acknowledged yet
                     self.poll(10)
-                    if self.ack_pid == pid or not self.store.out_has(pid):
+                    if self.ack_pid == pid or not st.out_has(pid):
+                        if self.ack_pid != pid and getattr(st, "gone", 0) != gone:
+                            raise OSError(104)  # lost with the link, never acknowledged
                         break
                     if first:
                         first = False
@@ -127,7 +141,10 @@ class MQTTClient(Core):
                                    retain_handling << 4, props)
         if self.wait_answer(pid) is None:
             return None  # from a callback: not waited for
-        return self.subscribe_end(topic)
+        try:
+            return self.subscribe_end(topic)
+        except MQTTError as e:
+            raise MQTTException(e.code)  # refused
 
     # The halves of subscribe/unsubscribe, for callers that wait their own
     # way: *_start sends and returns the packet id; the answer has come when
@@ -160,7 +177,8 @@ class MQTTClient(Core):
                 sleep_ms(min(timeout_ms, w))
                 return 0
             try:
-                self.open_link()
+                if not self.redial(timeout_ms):  # (client_more.py)
+                    return 0  # the dial goes on in the next poll()
             except OSError:
                 self.lost(ticks_ms())
                 return 0
@@ -181,11 +199,21 @@ class MQTTClient(Core):
             while n:
                 try:
                     self.packet(n, start)  # (the time only sets a backoff)
-                except Exception:
+                except Exception as e:
                     if self.state == _DOWN:
                         self.down()  # a callback refused a QoS 1/2 message
+                    elif isinstance(e, Busy) and c.rx[0] >> 4 == 3 and c.rx[0] & 6:
+                        # so did one whose publish() found the window full
+                        # (the core takes Busy for its own): a broker resends
+                        # only on a new connection [MQTT-4.4.0-1]
+                        self.lost(start)
                     raise
                 handled += 1
+                if self.state == _DOWN:
+                    # the callback's publish() found the link broken and
+                    # closed it: the ack queued since goes nowhere
+                    self.down()
+                    return handled
                 if self.backlog is not None:
                     self.drain()  # the resume after CONNACK, within timeout_ms
                 elif c.tlen > len(c.tx) >> 1:
@@ -251,14 +279,15 @@ class MQTTClient(Core):
                 sleep_ms(1)
 
     # ---------------------------------------------------------- internals
-    def open_link(self, sock=None):
+    def open_link(self, sock=None, ms=0):
         # a new connection: sock already connected by the caller, else
-        # dialled here, blocking
+        # dialled here, blocking for at most ms (else timeout_ms)
         self.down()
         if self.connect_link:
             lk = self.connect_link()
         else:
-            s = sock or dial(self.server, self.port, self.ssl, self.ssl_params, self.timeout_ms)
+            s = sock or dial(self.server, self.port, self.ssl, self.ssl_params,
+                             ms or self.timeout_ms)
             self.sock = s
             s.setblocking(False)
             lk = link(s)

@@ -83,6 +83,50 @@ def connect_start(self, clean_session=True, sock=None):
         raise
 
 
+def redial(self, timeout_ms):
+    """poll()'s reconnect attempt, in steps that each wait at most
+    timeout_ms (poll(0) does not wait): the TCP connect, the TLS handshake,
+    then open_link(). True once the link is open, False while the dial goes
+    on; OSError when it failed or took longer than the client's timeout_ms.
+    (The name lookup still blocks: give an address to never wait.)"""
+    if self.connect_link:
+        self.open_link()
+        return True
+    from .compat import ticks_ms, ticks_diff, poll
+    from .compat.dial_steps import dial_start, dial_done, tls_start, tls_step
+    s = self.sock  # the dial under way, closed by down()
+    if s is None:
+        s = self.sock = dial_start(self.server, self.port)
+        self.retry_at = ticks_ms()  # the attempt's start
+        self.dialing = 4  # waits to be writable: the TCP connect
+    elif ticks_diff(ticks_ms(), self.retry_at) > self.timeout_ms:
+        raise OSError(110, "connect timed out")
+    elif self.dialing < 0:
+        self.dialing = 0  # the handshake: another step
+    while True:
+        if self.dialing == 4 and dial_done(s):
+            self.dialing = 0
+            if self.ssl:
+                s = self.sock = tls_start(s, self.server, self.ssl, self.ssl_params)
+        if not self.dialing:
+            w = tls_step(s) if self.ssl else 0
+            if not w:
+                break
+            self.dialing = -w  # (negative: the handshake's wait)
+        if not timeout_ms:
+            return False
+        p = poll()
+        p.register(s, abs(self.dialing))
+        if not p.poll(timeout_ms):
+            return False
+        if self.dialing < 0:
+            self.dialing = 0
+        timeout_ms = 0  # one wait per poll()
+    self.sock = None  # (open_link() would close it)
+    self.open_link(s)
+    return True
+
+
 def unsubscribe(self, topic):
     """MQTT 5: returns UNSUBACK's reason code (0x11: there was no such
     subscription); raises MQTTError for a refusal."""

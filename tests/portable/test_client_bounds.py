@@ -152,3 +152,54 @@ async def test_async_step_returns_under_a_flood():
             assert clock.now - t0 <= 2, clock.now - t0
     finally:
         aio_mod.ticks_ms = saved
+
+
+def _aio_flood(clock, connack=True):
+    from umqtt3.aio import AsyncClient
+    flood = Flood(clock, connack=connack)
+    c = AsyncClient("dev1", "peer", connect_link=lambda: flood, timeout_ms=50, interval_ms=1)
+    box = Count()
+    c.set_callback(box.cb)
+    return c, box
+
+
+async def _with_aio_clock(f):
+    from umqtt3 import aio as aio_mod
+    saved = aio_mod.ticks_ms
+    clock = Clock()
+    aio_mod.ticks_ms = clock
+    try:
+        await f(clock)
+    finally:
+        aio_mod.ticks_ms = saved
+
+
+async def test_async_connect_returns_while_messages_keep_arriving():
+    # CONNACK first, then a flood that never stops: connect() returns once
+    # connected, within its timeout
+    async def run(clock):
+        c, box = _aio_flood(clock)
+        t0 = clock.now
+        await c.connect(timeout_ms=30)
+        assert c.is_connected()
+        assert clock.now - t0 <= 30 + 2, clock.now - t0
+    await _with_aio_clock(run)
+
+
+async def test_async_subscribe_times_out_while_messages_keep_arriving():
+    # the SUBACK never comes, the flood does: subscribe() raises OSError(110)
+    # after timeout_ms, having handed the messages over meanwhile
+    async def run(clock):
+        c, box = _aio_flood(clock)
+        await c.connect()
+        t0 = clock.now
+        before = box.n
+        try:
+            await c.subscribe(b"t/#", 0)
+        except OSError as e:
+            assert e.args[0] == 110
+        else:
+            raise AssertionError("subscribe returned without a SUBACK")
+        assert 50 <= clock.now - t0 <= 50 + 2, clock.now - t0
+        assert box.n > before  # the flood went on, and was handed over
+    await _with_aio_clock(run)

@@ -67,13 +67,14 @@ if MICROPYTHON:
         return sock
 
     def dial(host, port, ctx, params, timeout_ms):
-        # blocking TCP connect (+ TLS handshake) for the blocking client; the
-        # network stack's own timeout applies. What compat/gateway.py's
+        # blocking TCP connect (+ TLS handshake) for the blocking client,
+        # each step bounded by timeout_ms. What compat/gateway.py's
         # nodelay() and tls_context() do is written out here, so that a
         # client loads neither.
         ai = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)[0]
         s = socket.socket(ai[0], socket.SOCK_STREAM, ai[2])
         try:
+            s.settimeout(timeout_ms / 1000)
             s.connect(ai[-1])
             try:
                 # one write per packet, no Nagle stall on QoS 1
@@ -88,6 +89,10 @@ if MICROPYTHON:
                     import ssl
                     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
                     ctx.verify_mode = ssl.CERT_NONE
+                if params:
+                    # umqtt.simple's ssl_params (rare: loaded then)
+                    import umqtt3.compat.gateway as g
+                    ctx, host, params = g.tls_params(ctx, host, params)
                 s = ctx.wrap_socket(s, server_hostname=host, **(params or {}))
         except BaseException:
             s.close()

@@ -1,21 +1,10 @@
-# umqtt3.compat.aio -- dialling without blocking, for the asyncio client
-# (umqtt3.aio) and the gateway's bridges (umqtt3.bridge, inside the broker's
-# one loop): a TCP connect started and checked without waiting, the TLS
-# handshake run step by step; and, for asyncio, waiting for a socket and the
-# running task. Kept apart from compat so that a blocking client never loads
-# it; CPython's asyncio half is in compat/cpython.py with the rest.
-from . import MICROPYTHON, socket, errno, poll, nodelay, tls_context
-
-_POLLOUT = 4
-_POLLERR = 8
-_POLLHUP = 16
-
-
-def dial_start(host, port):
-    """A non-blocking socket whose TCP connect to host:port is under way.
-    The name lookup blocks (MicroPython has no asynchronous resolver):
-    give an address to never wait, or look it up first (lookup_start)."""
-    return dial_addr(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)[0])
+# umqtt3.compat.aio -- what the asyncio client (umqtt3.aio) and the
+# gateway's bridges (umqtt3.bridge, inside the broker's one loop) need to
+# wait without blocking: a name lookup started and read later, waiting for a
+# socket, an event, the running task; and compat/dial_steps.py's dial in steps,
+# re-exported. CPython's asyncio half is in compat/cpython.py with the rest.
+from . import MICROPYTHON, socket
+from .dial_steps import dial_start, dial_addr, dial_done, tls_start, tls_step  # noqa: F401
 
 
 def lookup_done(r):
@@ -26,41 +15,19 @@ def lookup_done(r):
     return r[0]
 
 
-def dial_addr(ai):
-    """dial_start() to a getaddrinfo() entry: nothing waits."""
-    s = socket.socket(ai[0], socket.SOCK_STREAM, ai[2])
-    s.setblocking(False)
-    try:
-        s.connect(ai[-1])
-    except OSError as e:
-        if e.errno != errno.EINPROGRESS:
-            s.close()
-            raise
-    return s
+def event():
+    # an asyncio.Event (umqtt3.aio: the tasks that wait for the one
+    # waiting on the socket)
+    from asyncio import Event
+    return Event()
 
 
-def dial_done(s):
-    """Without waiting: True once s's connect succeeded, False while it is
-    under way; OSError when it failed (refused, unreachable)."""
-    p = poll()
-    p.register(s, _POLLOUT)
-    ev = p.poll(0)
-    if not ev:
-        return False
-    if ev[0][1] & (_POLLERR | _POLLHUP):
-        e = errno.ECONNREFUSED
-        if not MICROPYTHON:
-            e = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) or e
-        raise OSError(e, "connect failed")
-    nodelay(s)  # one write per packet, no Nagle stall on QoS 1
-    return True
-
-
-def tls_start(s, host, ctx, params):
-    """s wrapped in TLS (ctx: True or an ssl context), its handshake not
-    yet run: tls_step() runs it."""
-    return tls_context(ctx).wrap_socket(s, server_hostname=host,
-                                        do_handshake_on_connect=False, **params)
+def report(e):
+    # an exception no task raises (the message callback's, in run()): to
+    # the event loop's exception handler, which prints it by default
+    import asyncio
+    asyncio.get_event_loop().call_exception_handler(
+        {"message": "message callback", "exception": e, "future": asyncio.current_task()})
 
 
 if MICROPYTHON:
@@ -86,11 +53,6 @@ if MICROPYTHON:
         setattr(ctx, "verify_mode", ssl.CERT_REQUIRED)  # (not in the stubs)
         return ctx
 
-    def tls_step(s):
-        # MicroPython's ssl runs the handshake within the first reads and
-        # writes of a non-blocking socket: nothing to step here
-        return 0
-
     async def _ready(sock, write):
         # MicroPython's asyncio waits for a socket through its IO queue, as
         # its own Stream does
@@ -107,6 +69,14 @@ if MICROPYTHON:
         except asyncio.TimeoutError:
             return False
         return True
+
+    async def wait_event(ev, timeout_ms):
+        # until ev is set or timeout_ms has passed
+        import asyncio
+        try:
+            await asyncio.wait_for_ms(ev.wait(), timeout_ms)
+        except asyncio.TimeoutError:
+            pass
 
     async def dial_async(host, port, ctx, params, timeout_ms):
         # TCP connect and TLS handshake without blocking the event loop (the
@@ -129,5 +99,5 @@ if MICROPYTHON:
         return asyncio.current_task()
 
 else:
-    from .cpython import (tls_client, tls_step, wait_io, dial_async, current_task,  # noqa: F401
-                          lookup_start)
+    from .cpython import (tls_client, wait_io, wait_event, dial_async,  # noqa: F401
+                          current_task, lookup_start)

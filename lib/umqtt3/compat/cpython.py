@@ -366,6 +366,31 @@ def tls_context(ctx):
     return ctx
 
 
+def tls_params(ctx, host, params):
+    """umqtt.simple's ssl_params (the keywords of its wrap_socket) applied
+    to an SSL context: (context, name to check and send, the keywords left
+    for wrap_socket). server_hostname replaces the name; cert and key (file paths)
+    go to load_cert_chain, cadata to load_verify_locations, cert_reqs to
+    verify_mode."""
+    ctx = tls_context(ctx)
+    p = dict(params or ())
+    host = p.pop("server_hostname", host)
+    cert = p.pop("cert", None)
+    key = p.pop("key", None)
+    if cert:
+        ctx.load_cert_chain(cert, key)
+    ca = p.pop("cadata", None)
+    if ca:
+        ctx.load_verify_locations(cadata=ca)
+    if "cert_reqs" in p:
+        r = p.pop("cert_reqs")
+        if not r:
+            ctx.check_hostname = False  # (before CERT_NONE)
+        setattr(ctx, "verify_mode", r)  # (not in the device stubs)
+    p.pop("do_handshake", None)  # (the drivers run it)
+    return ctx, host, p
+
+
 def dial(host, port, ctx, params, timeout_ms):
     # blocking TCP connect (+ TLS handshake) for the blocking client
     ai = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)[0]
@@ -375,7 +400,8 @@ def dial(host, port, ctx, params, timeout_ms):
         s.connect(ai[-1])
         nodelay(s)  # one write per packet, no Nagle stall on QoS 1
         if ctx:
-            s = tls_context(ctx).wrap_socket(s, server_hostname=host, **(params or {}))
+            ctx, host, params = tls_params(ctx, host, params)
+            s = ctx.wrap_socket(s, server_hostname=host, **params)
     except BaseException:
         s.close()
         raise
@@ -422,6 +448,15 @@ async def wait_io(sock, write, timeout_ms):
     return True
 
 
+async def wait_event(ev, timeout_ms):
+    """Until asyncio.Event ev is set or timeout_ms has passed."""
+    import asyncio
+    try:
+        await asyncio.wait_for(ev.wait(), max(0, timeout_ms) / 1000)
+    except asyncio.TimeoutError:
+        pass
+
+
 async def dial_async(host, port, ctx, params, timeout_ms):
     """TCP connect, name lookup and TLS handshake without blocking the event
     loop; OSError(110) after timeout_ms."""
@@ -436,7 +471,7 @@ async def dial_async(host, port, ctx, params, timeout_ms):
             await loop.sock_connect(s, ai[-1])
             nodelay(s)
             if ctx:
-                from .aio import tls_start
+                from .dial_steps import tls_start
                 s = tls_start(s, host, ctx, params)
                 while True:
                     w = tls_step(s)

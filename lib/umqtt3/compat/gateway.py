@@ -92,6 +92,31 @@ def tls_context(ctx):
     return ctx
 
 
+def tls_params(ctx, host, params):
+    """umqtt.simple's ssl_params (the keywords of its wrap_socket) applied
+    to an SSL context: (context, name to check and send, the keywords left
+    for wrap_socket). server_hostname replaces the name; cert and key (data or file paths)
+    go to load_cert_chain, cadata to load_verify_locations, cert_reqs to
+    verify_mode."""
+    ctx = tls_context(ctx)
+    p = dict(params or ())
+    host = p.pop("server_hostname", host)
+    cert = p.pop("cert", None)
+    key = p.pop("key", None)
+    if cert:
+        ctx.load_cert_chain(cert, key)
+    ca = p.pop("cadata", None)
+    if ca:
+        ctx.load_verify_locations(cadata=ca)
+    if "cert_reqs" in p:
+        r = p.pop("cert_reqs")
+        if not r:
+            pass  # (no check_hostname here)
+        setattr(ctx, "verify_mode", r)  # (not in the device stubs)
+    p.pop("do_handshake", None)  # (the drivers run it)
+    return ctx, host, p
+
+
 # the broker's platform differences (broker.py, broker_core.py)
 def mem_free():
     import gc

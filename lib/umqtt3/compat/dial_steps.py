@@ -1,0 +1,72 @@
+# umqtt3.compat.dial_steps -- a TCP connect and a TLS handshake that never wait:
+# started, then checked step by step. The blocking client's reconnect inside
+# poll() (client_more.redial), the asyncio client and the gateway's bridges
+# dial this way (compat/aio.py re-exports these names). Kept apart from
+# compat/aio.py and compat/gateway.py, so that a reconnecting sensor node
+# loads these few functions and not the asyncio or broker halves.
+import errno
+from . import MICROPYTHON, socket, poll
+
+_POLLOUT = 4
+_POLLERR = 8
+_POLLHUP = 16
+
+
+def dial_start(host, port):
+    """A non-blocking socket whose TCP connect to host:port is under way.
+    The name lookup blocks (MicroPython has no asynchronous resolver):
+    give an address to never wait, or look it up first (compat.aio's
+    lookup_start)."""
+    return dial_addr(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)[0])
+
+
+def dial_addr(ai):
+    """dial_start() to a getaddrinfo() entry: nothing waits."""
+    s = socket.socket(ai[0], socket.SOCK_STREAM, ai[2])
+    s.setblocking(False)
+    try:
+        s.connect(ai[-1])
+    except OSError as e:
+        if e.errno != errno.EINPROGRESS:
+            s.close()
+            raise
+    return s
+
+
+def dial_done(s):
+    """Without waiting: True once s's connect succeeded, False while it is
+    under way; OSError when it failed (refused, unreachable)."""
+    p = poll()
+    p.register(s, _POLLOUT)
+    ev = p.poll(0)
+    if not ev:
+        return False
+    if ev[0][1] & (_POLLERR | _POLLHUP):
+        e = errno.ECONNREFUSED
+        if not MICROPYTHON:
+            e = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) or e
+        raise OSError(e, "connect failed")
+    try:
+        # one write per packet, no Nagle stall on QoS 1 (as compat.dial)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except Exception:
+        pass  # not every port has TCP_NODELAY
+    return True
+
+
+def tls_start(s, host, ctx, params):
+    """s wrapped in TLS (ctx: True or an ssl context), its handshake not
+    yet run: tls_step() runs it."""
+    from . import tls_params  # (umqtt.simple's ssl_params; compat/gateway.py on a device)
+    ctx, host, params = tls_params(ctx, host, params)
+    return ctx.wrap_socket(s, server_hostname=host, do_handshake_on_connect=False, **params)
+
+
+if MICROPYTHON:
+    def tls_step(s):
+        # MicroPython's ssl runs the handshake within the first reads and
+        # writes of a non-blocking socket: nothing to step here
+        return 0
+
+else:
+    from .cpython import tls_step  # noqa: F401

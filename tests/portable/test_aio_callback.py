@@ -1,0 +1,120 @@
+# The asyncio client when the message callback raises, on an in-memory link
+# (CPython and the WebAssembly MicroPython): run() goes on serving the
+# connection and the exception goes to the event loop's exception handler
+# (printed by default). The message counts as not taken: no acknowledgement,
+# and for QoS 1/2 the connection drops, because a broker resends only on a
+# new connection [MQTT-4.4.0-1]. Busy from a publish() inside the callback
+# (window full) is such a refusal too.
+from test_client_mem import Peer
+from umqtt3.aio import AsyncClient
+from umqtt3.client_codec import Busy
+from umqtt3.codec import CONNECT, PUBACK
+from umqtt3.compat import asleep_ms
+
+
+async def _until(f, ms=400):
+    for _ in range(ms // 2):
+        if f():
+            return True
+        await asleep_ms(2)
+    return f()
+
+
+async def _served(peer, cb, body, **kw):
+    # run() as a task, in a task of its own (as under asyncio.run())
+    import asyncio
+    loop = asyncio.get_event_loop()
+    reported = []
+    loop.set_exception_handler(lambda lp, ctx: reported.append(ctx["exception"]))
+    c = AsyncClient("dev1", "peer", interval_ms=1, timeout_ms=2000,
+                    connect_link=lambda: _Link(peer), **kw)
+    c.set_callback(lambda t, m: cb(c, m))
+    try:
+        await c.connect()
+        server = asyncio.create_task(c.run())
+        await body(c, server, reported)
+        await c.disconnect()
+    finally:
+        loop.set_exception_handler(None)
+
+
+class _Link:
+    # the pipe; a read that finds nothing lets the peer answer first
+    def __init__(self, peer):
+        if peer.client_end.closed:
+            peer.drop()  # a new connection
+        self.peer = peer
+        self.pipe = peer.client_end
+
+    def readinto(self, buf, n):
+        r = self.pipe.readinto(buf, n)
+        if r is None:
+            self.peer.step()
+            r = self.pipe.readinto(buf, n)
+        return r
+
+    def write(self, buf, off=0, n=-1):
+        return self.pipe.write(buf, off, n)
+
+    def close(self):
+        self.pipe.close()
+
+
+def _run(coro):
+    import asyncio
+    return asyncio.create_task(coro)
+
+
+async def test_a_raising_callback_does_not_end_run():
+    peer = Peer()
+    got = []
+
+    def cb(c, m):
+        got.append(m)
+        if m == b"bad":
+            raise ValueError("application bug")
+
+    async def body(c, server, reported):
+        peer.publish(b"cmd/a", b"bad", 0)
+        assert await _until(lambda: reported)
+        peer.publish(b"cmd/a", b"good", 0)
+        assert await _until(lambda: len(got) == 2)
+        assert got == [b"bad", b"good"]  # run() still reads
+        assert not server.done() and c.is_connected()  # QoS 0: the link stays
+        assert [type(e) for e in reported] == [ValueError]
+    await _run(_served(peer, cb, body))
+
+
+async def test_a_raising_callback_drops_the_link_for_qos1():
+    peer = Peer()
+    got = []
+
+    def cb(c, m):
+        got.append(m)
+        raise ValueError("not taken")
+
+    async def body(c, server, reported):
+        peer.publish(b"cmd/a", b"m1", 1)
+        assert await _until(lambda: peer.got[CONNECT] == 2)  # dropped, reconnected
+        assert peer.got[PUBACK] == 0  # never acknowledged [MQTT-4.4.0-1]
+        assert not server.done()
+        assert [type(e) for e in reported] == [ValueError]
+    await _run(_served(peer, cb, body, reconnect=True, backoff_ms=(1, 1)))
+
+
+async def test_busy_in_the_callback_drops_the_link_for_qos1():
+    peer = Peer()
+    peer.ack = False  # our own QoS 1 publish stays in flight: the window (1) is full
+
+    def cb(c, m):
+        c.queue(b"echo", m, False, 1)  # raises Busy
+
+    async def body(c, server, reported):
+        c.queue(b"out", b"1", False, 1)
+        await asleep_ms(5)
+        peer.publish(b"cmd/a", b"m1", 1)
+        assert await _until(lambda: peer.got[CONNECT] == 2)  # dropped, reconnected
+        assert peer.got[PUBACK] == 0  # not acknowledged on the live link [MQTT-4.4.0-1]
+        assert not server.done()
+        assert [type(e) for e in reported] == [Busy]
+    await _run(_served(peer, cb, body, window=1, reconnect=True, backoff_ms=(1, 1)))

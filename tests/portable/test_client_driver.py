@@ -1,0 +1,156 @@
+# The blocking client (umqtt3.client) at its edges, on an in-memory link
+# (CPython and the WebAssembly MicroPython).
+#
+# When the message callback's own publish() meets trouble: a callback that
+# raises has not taken the message, so for QoS 1/2 no acknowledgement goes
+# out and the connection drops, because a broker resends only on a new
+# connection [MQTT-4.4.0-1]; Busy (the window full) is such a refusal too. A
+# publish() that finds the link broken inside the callback closes it, and
+# poll() then stops reading from it.
+#
+# store=False: a message in flight when the link drops is not resent, so a
+# publish(wait=True) waiting for it raises, as umqtt.simple's does.
+from test_client_mem import Peer, Link
+from umqtt3.client import MQTTClient
+from umqtt3.client_codec import Busy, Closed
+from umqtt3.codec import CONNECT, PUBACK, PUBLISH
+
+
+def _client(peer, link=Link, **kw):
+    def connect_link():
+        if peer.client_end.closed:
+            peer.drop()  # a new connection
+        return link(peer.client_end, peer)
+    return MQTTClient("dev1", "peer", connect_link=connect_link, timeout_ms=2000, **kw)
+
+
+def test_busy_in_the_callback_drops_the_link_for_qos1():
+    peer = Peer()
+    peer.ack = False  # our own QoS 1 publish stays in flight: the window (1) is full
+    c = _client(peer, window=1)
+    c.set_callback(lambda t, m: c.publish(b"echo", m, qos=1))  # raises Busy
+    c.connect()
+    c.publish(b"out", b"1", qos=1, wait=False)
+    peer.publish(b"cmd/a", b"m1", 1)
+    try:
+        c.poll(0)
+        raised = False
+    except Busy:
+        raised = True
+    assert raised  # the callback's exception leaves poll()
+    assert not c.is_connected()  # dropped: the broker resends it [MQTT-4.4.0-1]
+    assert peer.got[PUBACK] == 0
+
+
+class _BreaksOnEcho(Link):
+    # the first link breaks when the callback's PUBLISH to b"echo" is written
+    broke = []
+
+    def write(self, buf, off=0, n=-1):
+        if not self.broke and buf[off] >> 4 == 3 and \
+                b"echo" in bytes(buf[off:off + (n if n > 0 else len(buf))]):
+            self.broke.append(1)
+            raise Closed(104)
+        return Link.write(self, buf, off, n)
+
+
+def test_a_link_broken_by_the_callbacks_publish_ends_the_poll():
+    peer = Peer()
+    c = _client(peer, _BreaksOnEcho, reconnect=True, backoff_ms=(1, 1))
+    c.set_callback(lambda t, m: c.publish(b"echo", m, qos=1))
+    c.connect()
+    peer.publish(b"cmd/a", b"m1", 1)
+    peer.publish(b"cmd/a", b"m2", 0)
+    assert c.poll(0) == 1  # no read from the closed link (AttributeError before)
+    assert not c.is_connected()
+    assert c.inflight() == 1  # the echo is stored for the next connection
+    for _ in range(50):
+        c.poll(2)
+        if peer.got[CONNECT] == 2 and c.is_connected():
+            break
+    assert peer.got[CONNECT] == 2 and c.is_connected()  # reconnected
+    for _ in range(10):
+        c.poll(1)
+    assert c.inflight() == 0  # the echo went out and was acknowledged
+
+
+class _DropsAfterPublish(Link):
+    # the first link breaks once the peer has the first PUBLISH, unanswered
+    dropped = []
+
+    def readinto(self, buf, n):
+        p = self.peer
+        if not self.dropped and p.got[PUBLISH]:
+            self.dropped.append(1)
+            p.conn.link.close()
+            return 0
+        return Link.readinto(self, buf, n)
+
+
+def test_store_false_publish_waiting_when_the_link_drops_raises():
+    peer = Peer()
+    peer.ack = False
+    c = _client(peer, _DropsAfterPublish, store=False, reconnect=True, backoff_ms=(1, 1))
+    c.connect()
+    try:
+        c.publish(b"t", b"reading", qos=1)  # wait=True
+        raised = None
+    except OSError as e:
+        raised = e
+    assert raised is not None  # no PUBACK came: not reported delivered
+    assert peer.got[CONNECT] == 2  # reconnected, and nothing resent
+    assert peer.got[PUBLISH] == 1
+
+
+class _Scripted:
+    """A link that answers CONNECT with `connack` and SUBSCRIBE with a
+    SUBACK refusing the filter (0x80)."""
+
+    def __init__(self, connack):
+        self.connack = connack
+        self.inbox = bytearray()
+
+    def write(self, buf, off=0, n=-1):
+        if n < 0:
+            n = len(buf) - off
+        t = buf[off] >> 4
+        if t == 1:
+            self.inbox += self.connack
+        elif t == 8:
+            self.inbox += bytes([0x90, 3, buf[off + 2], buf[off + 3], 0x80])
+        return n
+
+    def readinto(self, buf, n):
+        k = min(n, len(self.inbox))
+        if not k:
+            return None
+        for i in range(k):
+            buf[i] = self.inbox[i]
+        self.inbox = self.inbox[k:]
+        return k
+
+    def close(self):
+        pass
+
+
+def test_refusals_raise_umqtt_simple_s_exception():
+    # umqtt.simple: a refused CONNACK or SUBACK raises MQTTException(rc)
+    from umqtt3.client import MQTTException
+    from umqtt3.client_codec import MQTTError
+    c = MQTTClient("dev1", "x", connect_link=lambda: _Scripted(b"\x20\x02\x00\x05"))
+    try:
+        c.connect()
+        e = None
+    except MQTTException as x:
+        e = x
+    assert e is not None and e.args == (5,)  # 5: not authorized (3.1.1, 3.2.2.3), the link closed [MQTT-3.2.2-5]
+    assert isinstance(e, MQTTError) and e.code == 5  # umqtt3's own name still catches it
+    c = MQTTClient("dev1", "x", connect_link=lambda: _Scripted(b"\x20\x02\x00\x00"))
+    c.set_callback(lambda t, m: None)
+    c.connect()
+    try:
+        c.subscribe(b"a/b", 1)
+        e = None
+    except MQTTException as x:
+        e = x
+    assert e is not None and e.args == (0x80,)  # 0x80: Failure (3.1.1, 3.9.3)
