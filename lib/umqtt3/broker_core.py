@@ -34,7 +34,7 @@ from .compat import ticks_add, ticks_diff, const, mem_free, name_levels, topic_o
 from .broker_limits import Limits
 from .broker_session import (Session, Sessions, Route, msg_size, ENTRY_COST, MSG_COST, grow_tx,
                              put_ack)
-from .broker_subs import Subs, shared_at
+from .broker_subs import Subs, shared_at, ACL_CHECK
 from .broker_retain import Retained, is_sys
 
 VERSION = "umqtt3 0.1.0"
@@ -172,6 +172,7 @@ class Core(Stats):
             self.up_s = self.disk.start()
             self.disk.load(self.sess, self.ret, self.subs, self._new_session, self.wills)
             for x in self.sess.all:
+                self.subs.mark(x, False)  # no mark outlives its ACL: set_acl() marks
                 if x.expiry and x.expiry != 0xFFFFFFFF and x.exp_at < 0:
                     # its client was connected when the broker stopped
                     x.exp_at = self.up_s + x.expiry
@@ -182,6 +183,14 @@ class Core(Stats):
         loaded here); None: everything allowed. ValueError names a bad line."""
         from .broker_acl import parse
         self.acl = None if text is None else parse(text)
+        # a session without its client (one restored from the store) gets
+        # nothing through its subscriptions until its client connects and
+        # they are checked against its grants (_connect); a connected
+        # client keeps what it was granted until it connects again
+        for x in self.sess.all:
+            if x.client is None or text is None:
+                x.grants = None
+                self.subs.mark(x, text is not None)
 
     def _new_session(self, cid, clean):
         return Session(cid, clean, self.limits, self)
@@ -543,6 +552,13 @@ class Core(Stats):
         if self.users is not None:
             self.owners[cid] = None if p.user_off < 0 else bytes(
                 buf[p.user_off:p.user_off + p.user_len])
+        if self.acl is not None:
+            # what the session subscribed to before, under the ACL in
+            # force now: a revoked permission reaches it too
+            s.grants = c.grants
+            if s.filters and self.subs.recheck(s, c.grants) and self.disk is not None \
+                    and not s.clean:
+                self.disk.save_session(s)
         c.cid = cid
         c.sess = s
         c.state = CONNECTED
@@ -812,6 +828,7 @@ class Core(Stats):
         sid = self.b5.subscription_id(p) if v5 else 0
         codes = bytearray()
         new = 0  # bit k: filter k is a new subscription (retain handling 1)
+        check = 0  # bit k: filter k is marked ACL_CHECK: its retained messages too
         shared = 0  # bit k: filter k is shared: no retained messages [4.8.2 (5.0)]
         i = p.payload_off
         end = i + p.payload_len
@@ -823,17 +840,24 @@ class Core(Stats):
             sh = 0
             if p.buf[p.f_off] == 36:
                 sh = shared_at(p.buf[p.f_off:p.f_off + p.f_len])
+            o = p.opts if v5 else p.opts & 3
+            gr = c.grants
+            ff = None if gr is None or sh < 0 else bytes(p.buf[p.f_off + sh:p.f_off + p.f_len])
             if sh < 0:
                 g = 0x8F if v5 else 0x80  # a shared subscription without group or filter
-            elif c.grants is not None and not c.grants.may_read(
-                    bytes(p.buf[p.f_off + sh:p.f_off + p.f_len])):
+            elif ff is not None and not gr.may_read(ff):
                 g = 0x87 if v5 else 0x80  # not authorized by the ACL
             else:
                 if sh and p.opts & 4:
                     raise MQTTError("no local on a shared subscription", 0x82)  # [MQTT-3.8.3-4]
+                if ff is not None and gr.partly_denied(ff):
+                    # granted, and a deny pattern meets it: each topic is
+                    # checked as it is delivered (as mosquitto does)
+                    o |= ACL_CHECK
+                    check |= 1 << k
                 # the options byte is kept whole: QoS, and at 5.0 no local,
                 # retain as published, retain handling [MQTT-3.8.3-*]
-                g = subs.add(s, p.buf, p.f_off, p.f_len, p.opts if v5 else p.opts & 3, sid)
+                g = subs.add(s, p.buf, p.f_off, p.f_len, o, sid)
                 if g == 0x80 and v5:
                     g = 0x97  # quota exceeded
                 if subs.added:
@@ -865,6 +889,8 @@ class Core(Stats):
             if rh == 2 or (rh == 1 and not new >> (k - 1) & 1):
                 continue  # retain handling 2, or 1 on an existing subscription
             for topic in self.ret.matching(p.buf, p.f_off, p.f_len):
+                if check >> (k - 1) & 1 and not c.grants.may_receive(topic, 0, len(topic)):
+                    continue  # a topic the ACL denies this client
                 pr = self.ret.aged(topic) if self.ret.props else None
                 if pr == b"":
                     continue  # its message expiry interval has passed

@@ -9,12 +9,14 @@
 # One `user:entry` per line, '#' comments and blank lines kept. The entry is
 # a salted, iterated SHA-256 (broker_auth.py, which the broker checks it
 # with, on MicroPython too); a plain password is still accepted from a file
-# written by hand. The file is replaced atomically.
+# written by hand, and mosquitto_passwd's $7$ / $6$ entries where the
+# platform has SHA-512 (read_users refuses what it cannot check). The file
+# is replaced atomically.
 import binascii
 import os
 import sys
 
-from umqtt3.broker_auth import PREFIX, digest
+from umqtt3.broker_auth import PREFIX, digest, entry_error
 
 PROG = "python -m umqtt3.broker_passwd"
 ROUNDS = 1000
@@ -24,7 +26,9 @@ def read_users(path, allow_empty=False, allow_spaces=False):
     """{user bytes: entry bytes} from a users file; ValueError names the
     first bad line. Refused unless allowed: an empty password (`guest:`
     would let anyone in as guest) and spaces around the ':' (which would
-    belong to the name or the password)."""
+    belong to the name or the password). Always refused: an entry of a
+    hash format that cannot be checked here (broker_auth.entry_error),
+    which would otherwise lock its user out or be taken as a password."""
     users = {}
     with open(path) as f:
         for n, line in enumerate(f, 1):
@@ -41,6 +45,9 @@ def read_users(path, allow_empty=False, allow_spaces=False):
             if not pw and not allow_empty:
                 raise ValueError("%s user %r has an empty password "
                                  "(--users-allow-empty lets it in without one)" % (where, user))
+            why = entry_error(pw.encode())
+            if why is not None:
+                raise ValueError("%s user %r: %s" % (where, user, why))
             users[user.encode()] = pw.encode()
     return users
 

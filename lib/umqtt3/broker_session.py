@@ -334,6 +334,10 @@ class Session:
     expiry = 0
     exp_at = -1
     fsid = None
+    # the ACL's broker_acl.Grants of the client whose session it is, which
+    # its subscriptions marked broker_subs.ACL_CHECK are checked against
+    # per message (None: they deliver nothing)
+    grants = None
     # The queue, oldest first from q[qh]: per message two items, the Msg
     # (None: a PUBREL only) and first byte | packet id << 8; qb: what it
     # costs in bytes. Class attributes until a session queues something.

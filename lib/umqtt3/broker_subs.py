@@ -13,6 +13,18 @@
 from .topic import match_span
 from .compat import TOPIC_MEMO
 
+# An options bit no SUBSCRIBE carries (bits 6-7 are reserved
+# [MQTT-3.8.3-5]): a deny pattern of the ACL meets this filter, so each
+# topic it matches is checked against its session's grants before it is
+# delivered (broker_acl.Grants.may_receive). Set at SUBSCRIBE and when a
+# client resumes its session; a filter without it costs no check.
+ACL_CHECK = 0x40
+
+
+def _acl_ok(s, tsrc, toff, tn):
+    g = s.grants
+    return g is not None and g.may_receive(tsrc, toff, tn)
+
 
 def shared_at(f):
     """Where the filter of a shared subscription "$share/group/filter"
@@ -208,7 +220,8 @@ class Subs:
                     j += 1
                     continue  # a shared subscription: its group's turn, below
                 if (g > best or (o & 8 and not rap)) and not (o & 4 and s is src) \
-                        and match_span(f, 0, len(f), tsrc, toff, tn):
+                        and match_span(f, 0, len(f), tsrc, toff, tn) \
+                        and (o < 64 or _acl_ok(s, tsrc, toff, tn)):
                     if g > best:
                         best = g
                     rap |= o & 8
@@ -229,22 +242,37 @@ class Subs:
             f = g[0]
             fo = g[1]
             if match_span(f, fo, len(f) - fo, tsrc, toff, tn):
-                k = self._one(g, k)
+                k = self._one(g, k, tsrc, toff, tn)
         return k
 
-    def _one(self, g, k):
+    def _one(self, g, k, tsrc, toff, tn):
         # one member of a shared subscription's group gets it, in turn,
-        # a connected one first [MQTT-4.8.2-3 (5.0): one delivery per group]
+        # a connected one first [MQTT-4.8.2-3 (5.0): one delivery per group];
+        # a member the ACL does not let read the topic is passed over
         m = g[2]
         n = len(m)
         i = g[3]
-        j = 0
-        while j < n and m[(i + j) % n].client is None:
-            j += 1
-        s = m[(i + (j if j < n else 0)) % n]
-        g[3] = (i + j + 1) % n
         f = g[0]
-        o = s.fqos[find_filter(s, f, 0, len(f))]
+        first = -1  # the first member that may have it, connected or not
+        fo = 0
+        j = 0
+        while j < n:
+            s = m[(i + j) % n]
+            o = s.fqos[find_filter(s, f, 0, len(f))]
+            if not o & 64 or _acl_ok(s, tsrc, toff, tn):
+                if first < 0:
+                    first = j
+                    fo = o
+                if s.client is not None:
+                    break
+            j += 1
+        if j >= n:
+            if first < 0:
+                return k  # no member may read it
+            j = first
+            o = fo
+            s = m[(i + j) % n]
+        g[3] = (i + j + 1) % n
         hit = self._hit
         if k < len(hit):
             hit[k] = s
@@ -254,6 +282,42 @@ class Subs:
             self.hq = self._hq = self._hq + bytearray(len(self._hq))
         self._hq[k] = o & 11  # QoS and retain as published
         return k + 1
+
+    def mark(self, s, on):
+        """Mark every subscription of s ACL_CHECK (on) or none. On: with
+        s.grants None, a session restored from the store (whose user the
+        ACL's grants need) gets nothing through them until its client
+        connects (recheck). None: a mark stored under an ACL goes."""
+        fq = s.fqos
+        for j in range(len(fq)):
+            fq[j] = fq[j] | 64 if on else fq[j] & ~64
+        if fq:
+            self.forget()
+
+    def recheck(self, s, g):
+        """A client with the ACL's Grants g resumes session s: its
+        subscriptions g no longer grants go, those a deny pattern meets
+        are marked ACL_CHECK, the others are not; s.grants is g. Returns
+        how many went."""
+        s.grants = g
+        gone = 0
+        fl = s.filters
+        j = len(fl) - 1
+        while j >= 0:
+            f = fl[j]
+            k = shared_at(f)
+            ff = f[k:] if k > 0 else f
+            if not g.may_read(ff):
+                self.remove(s, f, 0, len(f))
+                gone += 1
+            elif g.partly_denied(ff):
+                s.fqos[j] |= 64
+            else:
+                s.fqos[j] &= ~64
+            j -= 1
+        if fl:
+            self.forget()
+        return gone
 
     def release(self, n):
         """Forget the first n hits (no session is kept alive by them)."""

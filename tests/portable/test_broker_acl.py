@@ -31,7 +31,10 @@ def test_parse_and_cover():
     assert g.may_write(b"devices/alice/dev1/t", 0, 20)
     assert not g.may_write(b"devices/bob/dev1/t", 0, 18)
     assert g.may_read(b"home/+/t") and g.may_read(b"devices/dev1/cmd")
-    assert not g.may_read(b"#") and not g.may_read(b"home/#")  # home/# meets the deny
+    assert not g.may_read(b"#") and not g.may_read(b"home/secret")
+    # home/# meets the deny: granted, each message checked at delivery
+    assert g.may_read(b"home/#") and g.partly_denied(b"home/#")
+    assert not g.partly_denied(b"home/+/t")
     anon = acl.grants(None, "x")
     assert anon.may_read(b"public/a") and not anon.may_write(b"public/a", 0, 8)
     assert covers(b"a/#", b"a/+/b") and not covers(b"a/+", b"a/#")

@@ -263,6 +263,16 @@ def sndbuf(sock, n):
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, n)
 
 
+# the hashes of mosquitto_passwd's files (broker_auth): $6$ is one SHA-512,
+# $7$ PBKDF2-HMAC-SHA512 (compat/gateway.py: where a port's hashlib has them)
+from hashlib import sha512  # noqa: E402,F401  (re-exported)
+
+
+def pbkdf2_sha512(password, salt, rounds):
+    import hashlib
+    return hashlib.pbkdf2_hmac("sha512", password, salt, rounds)
+
+
 LINK_BUFFERS = True  # server_link() reads ahead: poll does not see what it holds
 # topics whose subscribers broker_subs remembers between subscription
 # changes (a dict lookup instead of matching every filter): CPU before RAM

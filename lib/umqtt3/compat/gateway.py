@@ -130,6 +130,38 @@ def sndbuf(sock, n):
         sock.setsockopt(socket.SOL_SOCKET, so, n)
 
 
+# the hashes of mosquitto_passwd's files (broker_auth): $6$ is one SHA-512,
+# $7$ PBKDF2-HMAC-SHA512. Not every port's hashlib has SHA-512 (the
+# WebAssembly port's has only sha256): then both are None and broker_auth
+# refuses such entries instead of checking them.
+import hashlib  # noqa: E402
+sha512 = getattr(hashlib, "sha512", None)
+del hashlib
+
+
+def _pbkdf2(password, salt, rounds):
+    # PBKDF2 (RFC 8018) with HMAC-SHA512 (RFC 2104), the first 64-byte
+    # block: all a $7$ entry keeps. MicroPython's hashlib has no pbkdf2_hmac.
+    k = sha512(password).digest() if len(password) > 128 else password
+    k = k + bytes(128 - len(k))
+    ipad = bytes(b ^ 0x36 for b in k)
+    opad = bytes(b ^ 0x5C for b in k)
+
+    def mac(m):
+        return sha512(opad + sha512(ipad + m).digest()).digest()
+
+    u = mac(salt + b"\x00\x00\x00\x01")
+    t = bytearray(u)
+    for _ in range(rounds - 1):
+        u = mac(u)
+        for i in range(64):
+            t[i] ^= u[i]
+    return bytes(t)
+
+
+pbkdf2_sha512 = _pbkdf2 if sha512 is not None else None
+
+
 LINK_BUFFERS = False
 TOPIC_MEMO = 0  # broker_subs remembers no topic's subscribers: RAM before CPU
 
