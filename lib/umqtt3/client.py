@@ -9,7 +9,7 @@
 # publish at QoS 1/2, subscribe, wait_msg) loop on poll() until their answer
 # or a timeout.
 from .compat import ticks_ms, ticks_diff, sleep_ms, poll, waiter, link, dial, const
-from .client_codec import MQTTError, Busy, Closed
+from .client_codec import MQTTError, MQTTException, Busy, Closed  # noqa: F401 (umqtt.simple's name)
 from .client_core import Core
 
 # as select's and client_core's (underscored consts take no dict slot)
@@ -18,13 +18,6 @@ _POLLOUT = const(4)
 _POLLERR_HUP = const(24)  # POLLERR | POLLHUP
 _DOWN = const(0)
 _UP = const(2)
-
-
-class MQTTException(MQTTError):
-    # umqtt.simple's: a refused CONNACK or SUBACK raises it with the code
-    # alone, e.args == (code,); an MQTTError too (e.code)
-    def __init__(self, code):
-        MQTTError.__init__(self, "refused", code)
 
 
 class MQTTClient(Core):
@@ -72,10 +65,7 @@ class MQTTClient(Core):
                 raise OSError(111)
             if ticks_diff(ticks_ms(), start) > t:
                 raise OSError(110)
-            try:
-                self.poll(10)
-            except MQTTError as e:
-                raise MQTTException(e.code) if e.reason == "refused" else e
+            self.poll(10)  # a refused CONNACK raises MQTTException(code)
         return self.session_present
 
     def ping(self):
@@ -141,10 +131,7 @@ class MQTTClient(Core):
                                    retain_handling << 4, props)
         if self.wait_answer(pid) is None:
             return None  # from a callback: not waited for
-        try:
-            return self.subscribe_end(topic)
-        except MQTTError as e:
-            raise MQTTException(e.code)  # refused
+        return self.subscribe_end(topic)  # a refusal raises MQTTException(code)
 
     # The halves of subscribe/unsubscribe, for callers that wait their own
     # way: *_start sends and returns the packet id; the answer has come when

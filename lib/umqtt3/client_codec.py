@@ -97,6 +97,16 @@ class StoreFull(MQTTError):
     StoreFull("store full", 0x97).)"""
 
 
+class MQTTException(MQTTError):
+    """A refusal by the server, as umqtt.simple raises it: a CONNACK's
+    return code or a SUBACK's failure, e.args == (code,) (also e.code;
+    e.reason is "refused")."""
+
+    def __init__(self, code):
+        self.reason = "refused"
+        self.code = code
+
+
 def fail(e, code=_MALFORMED):
     # e: one of the _E_ numbers above
     from .codec_errors import TEXT

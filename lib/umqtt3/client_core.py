@@ -20,8 +20,8 @@
 # opens a socket, resolves a name, reads a clock or sleeps: the drivers,
 # client.MQTTClient (blocking) and aio.AsyncClient (asyncio), do.
 from .compat import ticks_add, ticks_diff, const, MICROPYTHON, as_bytes
-from .client_codec import (Packet, MQTTError, Busy, decode, encode_connect, encode_publish,
-                           encode_ack, encode_filter, put_header, Conn, Closed)
+from .client_codec import (Packet, MQTTError, MQTTException, Busy, decode, encode_connect,
+                           encode_publish, encode_ack, encode_filter, put_header, Conn, Closed)
 
 # Underscored consts take no slot in the module's dict (the drivers define
 # the states again: MicroPython cannot import a const() name).
@@ -239,17 +239,11 @@ class Core:
             # while down, stored only: it goes out when the connection is back
             c.tlen = end if up else start
         except MQTTError as e:
-            if e.code == 0x95 and start:
-                # No room behind what is queued: Busy if the packet fits an
-                # empty buffer and the server's maximum, else retrying cannot
-                # help. Its size as encode_publish counts it:
-                n = len(as_bytes(topic)) + len(as_bytes(msg)) + (4 if qos else 2)
-                if self.level == 5:
-                    from .props import size, encoded
-                    n += size(encoded(props))
-                n += 2 if n < 128 else 3 if n < 16384 else 4
-                if n <= len(c.tx) - _RESERVE and not (self.max_packet and n > self.max_packet):
-                    raise Busy("busy", 0x97)
+            if e.code == 0x95 and start and self.fits(topic, msg, qos, props,
+                                                      len(c.tx) - _RESERVE):
+                # no room behind what is queued, but an empty buffer has
+                # room: retry once it is sent (client_more.fits)
+                raise Busy("busy", 0x97)
             raise  # larger than the whole buffer or the server's maximum
         if new is not None:
             al[topic] = new  # known to the server once this PUBLISH is queued
@@ -289,7 +283,7 @@ class Core:
         rc = self.answer
         if rc >= 0x80:
             del self.subs[topic]
-            raise MQTTError("refused", rc)
+            raise MQTTException(rc)
         return rc
 
     def new_pid(self):
@@ -514,7 +508,7 @@ class Core:
                         # again later; any other refusal (version, id,
                         # credentials) is final
                         self.reconnect = self.reconnect and p.rc in b"\x03\x88\x89\x97\x9f"
-                        raise MQTTError("refused", p.rc)
+                        raise MQTTException(p.rc)
                     if p.session_present and self.clean:
                         # a session we did not ask for: close [MQTT-3.2.2-4]
                         raise MQTTError("protocol error", 0x82)

@@ -39,6 +39,21 @@ def inflight(self):
     return self.store.out_count()
 
 
+def fits(self, topic, msg, qos, props, room):
+    """Would this PUBLISH fit `room` bytes of an empty send buffer and the
+    server's Maximum Packet Size [MQTT-3.1.2-24]? queue() asks when the
+    buffer had no room behind queued bytes: Busy (retry once they are
+    sent) if so, else MQTTError 0x95 (retrying cannot help). The size as
+    encode_publish counts it."""
+    from .compat import as_bytes
+    n = len(as_bytes(topic)) + len(as_bytes(msg)) + (4 if qos else 2)
+    if self.level == 5:
+        from .props import size, encoded
+        n += size(encoded(props))
+    n += 2 if n < 128 else 3 if n < 16384 else 4
+    return n <= room and not (self.max_packet and n > self.max_packet)
+
+
 def msg_props(self):
     """MQTT 5: the properties of the message the callback is handling,
     as a dict {id: value} (allocates; see umqtt3.client5.value_at for
