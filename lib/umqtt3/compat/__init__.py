@@ -91,8 +91,8 @@ if MICROPYTHON:
                     ctx.verify_mode = ssl.CERT_NONE
                 if params:
                     # umqtt.simple's ssl_params (rare: loaded then)
-                    import umqtt3.compat.gateway as g
-                    ctx, host, params = g.tls_params(ctx, host, params)
+                    from .dial_steps import tls_params
+                    ctx, host, params = tls_params(ctx, host, params)
                 s = ctx.wrap_socket(s, server_hostname=host, **(params or {}))
         except BaseException:
             s.close()

@@ -366,31 +366,6 @@ def tls_context(ctx):
     return ctx
 
 
-def tls_params(ctx, host, params):
-    """umqtt.simple's ssl_params (the keywords of its wrap_socket) applied
-    to an SSL context: (context, name to check and send, the keywords left
-    for wrap_socket). server_hostname replaces the name; cert and key (file paths)
-    go to load_cert_chain, cadata to load_verify_locations, cert_reqs to
-    verify_mode."""
-    ctx = tls_context(ctx)
-    p = dict(params or ())
-    host = p.pop("server_hostname", host)
-    cert = p.pop("cert", None)
-    key = p.pop("key", None)
-    if cert:
-        ctx.load_cert_chain(cert, key)
-    ca = p.pop("cadata", None)
-    if ca:
-        ctx.load_verify_locations(cadata=ca)
-    if "cert_reqs" in p:
-        r = p.pop("cert_reqs")
-        if not r:
-            ctx.check_hostname = False  # (before CERT_NONE)
-        setattr(ctx, "verify_mode", r)  # (not in the device stubs)
-    p.pop("do_handshake", None)  # (the drivers run it)
-    return ctx, host, p
-
-
 def dial(host, port, ctx, params, timeout_ms):
     # blocking TCP connect (+ TLS handshake) for the blocking client
     ai = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)[0]
@@ -400,6 +375,7 @@ def dial(host, port, ctx, params, timeout_ms):
         s.connect(ai[-1])
         nodelay(s)  # one write per packet, no Nagle stall on QoS 1
         if ctx:
+            from .dial_steps import tls_params
             ctx, host, params = tls_params(ctx, host, params)
             s = ctx.wrap_socket(s, server_hostname=host, **params)
     except BaseException:

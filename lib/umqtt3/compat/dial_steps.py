@@ -54,10 +54,37 @@ def dial_done(s):
     return True
 
 
+def tls_params(ctx, host, params):
+    """umqtt.simple's ssl_params (the keywords of its wrap_socket) applied
+    to an SSL context: (context, name to check and send, the keywords left
+    for wrap_socket). server_hostname replaces the name; cert and key (data
+    or file paths) go to load_cert_chain, cadata to load_verify_locations,
+    cert_reqs to verify_mode. ctx True: the platform's default context
+    (compat.tls_context)."""
+    if ctx is True:
+        from . import tls_context
+        ctx = tls_context(ctx)
+    p = dict(params or ())
+    host = p.pop("server_hostname", host)
+    cert = p.pop("cert", None)
+    key = p.pop("key", None)
+    if cert:
+        ctx.load_cert_chain(cert, key)
+    ca = p.pop("cadata", None)
+    if ca:
+        ctx.load_verify_locations(cadata=ca)
+    if "cert_reqs" in p:
+        r = p.pop("cert_reqs")
+        if not r and not MICROPYTHON:
+            ctx.check_hostname = False  # (CPython's, before CERT_NONE)
+        setattr(ctx, "verify_mode", r)  # (not in the device stubs)
+    p.pop("do_handshake", None)  # (the drivers run it)
+    return ctx, host, p
+
+
 def tls_start(s, host, ctx, params):
     """s wrapped in TLS (ctx: True or an ssl context), its handshake not
     yet run: tls_step() runs it."""
-    from . import tls_params  # (umqtt.simple's ssl_params; compat/gateway.py on a device)
     ctx, host, params = tls_params(ctx, host, params)
     return ctx.wrap_socket(s, server_hostname=host, do_handshake_on_connect=False, **params)
 

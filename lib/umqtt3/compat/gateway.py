@@ -75,7 +75,7 @@ def on_term(fn):
 
 
 def nodelay(sock):
-    # one write per packet, no Nagle stall (the broker, compat.aio's dialling)
+    # one write per packet, no Nagle stall (the broker's accepted sockets)
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     except Exception:
@@ -90,31 +90,6 @@ def tls_context(ctx):
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         ctx.verify_mode = ssl.CERT_NONE
     return ctx
-
-
-def tls_params(ctx, host, params):
-    """umqtt.simple's ssl_params (the keywords of its wrap_socket) applied
-    to an SSL context: (context, name to check and send, the keywords left
-    for wrap_socket). server_hostname replaces the name; cert and key (data or file paths)
-    go to load_cert_chain, cadata to load_verify_locations, cert_reqs to
-    verify_mode."""
-    ctx = tls_context(ctx)
-    p = dict(params or ())
-    host = p.pop("server_hostname", host)
-    cert = p.pop("cert", None)
-    key = p.pop("key", None)
-    if cert:
-        ctx.load_cert_chain(cert, key)
-    ca = p.pop("cadata", None)
-    if ca:
-        ctx.load_verify_locations(cadata=ca)
-    if "cert_reqs" in p:
-        r = p.pop("cert_reqs")
-        if not r:
-            pass  # (no check_hostname here)
-        setattr(ctx, "verify_mode", r)  # (not in the device stubs)
-    p.pop("do_handshake", None)  # (the drivers run it)
-    return ctx, host, p
 
 
 # the broker's platform differences (broker.py, broker_core.py)
