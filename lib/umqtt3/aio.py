@@ -100,27 +100,8 @@ class AsyncClient(Core):
         and Correlation Data, return the payload of the answer carrying the
         same correlation data [MQTT-4.10.0-1]; other messages go to the
         callback meanwhile. One request at a time per client."""
-        from .client5 import value_at
-        if corr is None:
-            self.corr_n = getattr(self, "corr_n", 0) + 1
-            corr = str(self.corr_n).encode()
-        got = []
-        f, raw = self.cb, self.raw
-
-        def take(pkt, redelivered):
-            o = value_at(pkt, 0x09)  # Correlation Data
-            if o >= 0:
-                b = pkt.buf
-                if bytes(b[o + 2:o + 2 + ((b[o] << 8) | b[o + 1])]) == corr:
-                    got.append(bytes(pkt.payload))
-                    return
-            if f is None:
-                return
-            if raw:
-                f(pkt, redelivered)
-            else:
-                f(bytes(pkt.topic), bytes(pkt.payload))
-        self.set_callback(take, True)  # (before subscribing: it wants a callback)
+        from .client5 import expect
+        corr, got, f, raw = expect(self, corr)
         try:
             if response_topic not in self.subs:
                 await self.subscribe(response_topic, qos)

@@ -120,16 +120,18 @@ def value_at(pkt, want):
     return -1
 
 
-def request(c, topic, msg, response_topic, timeout_ms=None, qos=1, corr=None):
-    """Publish a request with Response Topic and Correlation Data, and return
-    the payload of the answer that carries the same correlation data (a
-    responder copies it [MQTT-4.10.0-1]). Subscribes to response_topic the
-    first time. Raises OSError(110) when no answer comes in time. Messages
-    other than the answer go to the callback as usual."""
+def expect(c, corr):
+    """A request's message callback, installed: the answer carrying the
+    correlation data corr (a new one when None) is appended to `got`,
+    anything else goes to the application's callback, which
+    c.set_callback(f, raw) puts back. Returns (corr, got, f, raw). For
+    request() here and aio.AsyncClient.request(); installed before they
+    subscribe: subscribe() wants a callback, and with none of the
+    application's the answer still has somewhere to go."""
     if corr is None:
         c.corr_n = getattr(c, "corr_n", 0) + 1
         corr = str(c.corr_n).encode()
-    got = []
+    got = []  # type: list
     f, raw = c.cb, c.raw
 
     def take(pkt, redelivered):
@@ -146,9 +148,17 @@ def request(c, topic, msg, response_topic, timeout_ms=None, qos=1, corr=None):
             else:
                 f(bytes(pkt.topic), bytes(pkt.payload))
 
-    # installed first: subscribe() wants a callback, and with none of the
-    # application's the answer still has somewhere to go
     c.set_callback(take, True)
+    return corr, got, f, raw
+
+
+def request(c, topic, msg, response_topic, timeout_ms=None, qos=1, corr=None):
+    """Publish a request with Response Topic and Correlation Data, and return
+    the payload of the answer that carries the same correlation data (a
+    responder copies it [MQTT-4.10.0-1]). Subscribes to response_topic the
+    first time. Raises OSError(110) when no answer comes in time. Messages
+    other than the answer go to the callback as usual."""
+    corr, got, f, raw = expect(c, corr)
     try:
         if response_topic not in c.subs:
             c.subscribe(response_topic, qos)
