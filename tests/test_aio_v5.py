@@ -11,6 +11,8 @@ from umqtt3.aio import AsyncClient
 from umqtt3.client import MQTTClient
 from umqtt3.client_codec import MQTTError
 
+import paho_peer  # tests/paho_peer.py
+
 pytestmark = pytest.mark.interop
 HOST = "127.0.0.1"
 
@@ -98,23 +100,7 @@ def test_connect_start_then_run(broker):
 
 
 def test_request_with_a_paho_responder(broker):
-    import paho.mqtt.client as mqtt
-    from paho.mqtt.properties import Properties
-    from paho.mqtt.packettypes import PacketTypes
-    r = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="aio5-responder",
-                    protocol=mqtt.MQTTv5)
-
-    def on_message(cl, u, m):
-        out = Properties(PacketTypes.PUBLISH)
-        out.CorrelationData = m.properties.CorrelationData  # [MQTT-4.10.0-1]
-        cl.publish(m.properties.ResponseTopic, b"answer to " + m.payload, qos=1,
-                   properties=out)
-
-    r.on_message = on_message
-    r.connect(HOST, broker.port)
-    r.loop_start()
-    r.subscribe("a5/req", qos=1)
-    time.sleep(0.3)
+    r = paho_peer.responder(broker.port, "a5/req", "aio5-responder")
     other = []
 
     async def main():

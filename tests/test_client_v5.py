@@ -14,6 +14,7 @@ from umqtt3.client import MQTTClient  # noqa: E402
 from umqtt3.codec import MQTTError  # noqa: E402
 from umqtt3.flow import Busy  # noqa: E402
 from umqtt3 import client5, props  # noqa: E402
+import paho_peer  # noqa: E402  (tests/paho_peer.py)
 
 pytestmark = pytest.mark.interop
 HOST = "127.0.0.1"
@@ -318,23 +319,7 @@ def test_assigned_client_id(broker, v5):
 
 
 def test_request_response_with_paho_responder(broker, v5):
-    import paho.mqtt.client as mqtt
-    from paho.mqtt.properties import Properties
-    from paho.mqtt.packettypes import PacketTypes
-    r = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="paho-responder",
-                    protocol=mqtt.MQTTv5)
-
-    def on_message(cl, u, m):
-        out = Properties(PacketTypes.PUBLISH)
-        out.CorrelationData = m.properties.CorrelationData  # [MQTT-4.10.0-1]
-        cl.publish(m.properties.ResponseTopic, b"answer to " + m.payload, qos=1,
-                   properties=out)
-
-    r.on_message = on_message
-    r.connect(HOST, broker.port)
-    r.loop_start()
-    r.subscribe("v5/req", qos=1)
-    time.sleep(0.3)
+    r = paho_peer.responder(broker.port, "v5/req", "paho-responder")
     try:
         other = []
         c = v5(broker.port, "v5-requester")
