@@ -3,22 +3,10 @@
 # no message across a reconnect, so a publish() awaiting the PUBACK of a
 # message the link took with it raises, as umqtt.simple's does, instead of
 # taking the message's absence for an acknowledgement.
-from test_client_mem import Peer, Link
+from test_client_mem import Peer
+from test_client_driver import DropsAfterPublish
 from umqtt3.aio import AsyncClient
 from umqtt3.codec import CONNECT, PUBLISH
-
-
-class _DropsAfterPublish(Link):
-    # the first link breaks once the peer has the first PUBLISH, unanswered
-    dropped = []
-
-    def readinto(self, buf, n):
-        p = self.peer
-        if not self.dropped and p.got[PUBLISH]:
-            self.dropped.append(1)
-            p.conn.link.close()
-            return 0
-        return Link.readinto(self, buf, n)
 
 
 async def test_store_false_publish_awaiting_when_the_link_drops_raises():
@@ -33,7 +21,7 @@ async def _drops():
     def connect_link():
         if peer.client_end.closed:
             peer.drop()  # a new connection
-        return _DropsAfterPublish(peer.client_end, peer)
+        return DropsAfterPublish(peer.client_end, peer)
     c = AsyncClient("dev1", "peer", interval_ms=1, timeout_ms=1000, connect_link=connect_link,
                     store=False, reconnect=True, backoff_ms=(1, 1))
     await c.connect()

@@ -74,14 +74,13 @@ def test_a_link_broken_by_the_callbacks_publish_ends_the_poll():
     assert c.inflight() == 0  # the echo went out and was acknowledged
 
 
-class _DropsAfterPublish(Link):
+class DropsAfterPublish(Link):
     # the first link breaks once the peer has the first PUBLISH, unanswered
-    dropped = []
-
+    # (test_aio_nostore's too)
     def readinto(self, buf, n):
         p = self.peer
-        if not self.dropped and p.got[PUBLISH]:
-            self.dropped.append(1)
+        if not getattr(p, "dropped", False) and p.got[PUBLISH]:
+            p.dropped = True  # once per peer: the next link stays up
             p.conn.link.close()
             return 0
         return Link.readinto(self, buf, n)
@@ -90,7 +89,7 @@ class _DropsAfterPublish(Link):
 def test_store_false_publish_waiting_when_the_link_drops_raises():
     peer = Peer()
     peer.ack = False
-    c = _client(peer, _DropsAfterPublish, store=False, reconnect=True, backoff_ms=(1, 1))
+    c = _client(peer, DropsAfterPublish, store=False, reconnect=True, backoff_ms=(1, 1))
     c.connect()
     try:
         c.publish(b"t", b"reading", qos=1)  # wait=True
