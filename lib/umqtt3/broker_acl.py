@@ -87,13 +87,7 @@ class Grants:
 
     def may_write(self, buf, off, n):
         """May the client publish to the topic buf[off:off+n]?"""
-        for p in self.deny:
-            if match_span(p, 0, len(p), buf, off, n):
-                return False
-        for p in self.write:
-            if match_span(p, 0, len(p), buf, off, n):
-                return True
-        return False
+        return _allowed(self.deny, self.write, buf, off, n)
 
     def may_read(self, f):
         """May the client subscribe to filter f (bytes): a read pattern
@@ -119,13 +113,18 @@ class Grants:
     def may_receive(self, buf, off, n):
         """May the client get a message on topic buf[off:off+n]: no deny
         pattern matches it and a read pattern does (allocates nothing)."""
-        for p in self.deny:
-            if match_span(p, 0, len(p), buf, off, n):
-                return False
-        for p in self.read:
-            if match_span(p, 0, len(p), buf, off, n):
-                return True
-        return False
+        return _allowed(self.deny, self.read, buf, off, n)
+
+
+def _allowed(deny, allow, buf, off, n):
+    # no pattern of deny matches the topic buf[off:off+n] and one of allow does
+    for p in deny:
+        if match_span(p, 0, len(p), buf, off, n):
+            return False
+    for p in allow:
+        if match_span(p, 0, len(p), buf, off, n):
+            return True
+    return False
 
 
 def _dangerous(s):
