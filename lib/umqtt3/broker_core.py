@@ -529,12 +529,11 @@ class Core(Stats):
             s = old
             present = s is not None  # [MQTT-3.2.2-2]
         if s is not None and not keep:
-            # resumed, but it ends with this connection now (expiry 0)
+            # resumed, but it ends with this connection now (expiry 0): what
+            # it queued stays to be sent [MQTT-3.1.2-4 (5.0)] [MQTT-4.4.0-1]
             if self.disk is not None:
                 self.disk.drop_session(s)
-            reg.remove(s)
-            s.clean = True
-            reg.add(s)
+            reg.make_clean(s)
         sx = c.v5.sx if lv == 5 else 0
         if s is None:
             s = self._new_session(cid, not keep)

@@ -1622,6 +1622,13 @@ class Sessions:
         if not s.clean:
             self.npersist -= 1
 
+    def make_clean(self, s):
+        """s now ends with its connection (a resume with expiry 0): it
+        stops counting against max_sessions, its queue stays."""
+        if not s.clean:
+            s.clean = True
+            self.npersist -= 1
+
     def new_id(self):
         """A client id no session has [MQTT-3.1.3-6]."""
         while True:
