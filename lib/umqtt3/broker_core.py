@@ -568,7 +568,9 @@ class Core(Stats):
         if lv == 5 and mk and (not ka or ka > mk):
             ka = ska = mk  # the server keep alive [MQTT-3.1.2-21 (5.0)]
         c.ka = ka * 1500  # [MQTT-3.1.2-24]
-        if p.will:
+        if p.will and not is_sys(buf, p.topic_off, p.topic_len):
+            # a will into $SYS/ is accepted and never published, as a
+            # client's PUBLISH there is acknowledged and dropped [MQTT-4.7.2-1]
             c.will_t = bytes(buf[p.topic_off:p.topic_off + p.topic_len])
             c.will_m = bytes(buf[p.payload_off:p.payload_off + p.payload_len])
             c.will_q = p.qos
