@@ -791,8 +791,12 @@ class Session:
         stats = self.stats
         if self.unsent:
             ns = len(self.s_st)
+            # what a resumed session resends stays within the client's
+            # window, which may now be smaller [MQTT-3.3.4-9] [MQTT-4.9.0-2]:
+            # the rest waits, in order, for the oldest to be acknowledged
+            w = self.rcount if self.rcount < self.rmax else self.rmax
             i = 0
-            while i < self.rcount and self.unsent:
+            while i < w and self.unsent:
                 k = (self.rhead + i) % ns
                 st = self.s_st[k]
                 if st == PUB:
