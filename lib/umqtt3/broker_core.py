@@ -985,7 +985,8 @@ class Core(Stats):
                     self._why = w
                     raise QueueFull()
             if r.retain:
-                if r.pn and not r.qos and self.over(msg_size(r)):
+                if r.pn and not r.qos and self.over(msg_size(r)) and \
+                        self.over(msg_size(r) - self.ret.replaced(r)):
                     self.dropped += 1  # a QoS 0 retained message not kept: mem_budget
                     self.dropped_mem += 1
                 else:
@@ -1004,7 +1005,7 @@ class Core(Stats):
         hit = self.subs.hit
         hq = self.subs.hq
         size = r.tn + r.pn + (r.prn if r.prs is not None else 0) + MSG_COST  # (msg_size)
-        held = r.retain and r.pn
+        held = False  # queued by a session
         q = r.qos
         i = 0
         while i < n:
@@ -1016,7 +1017,12 @@ class Core(Stats):
                 if w:
                     held = True
             i += 1
-        return 2 if held and self.over(size + ENTRY_COST) else 0
+        if held:
+            return 2 if self.over(size + ENTRY_COST) else 0
+        # retained only: it costs what it adds to the message it replaces
+        # [MQTT-3.3.1-5]
+        return 2 if r.retain and r.pn and self.over(size) and \
+            self.over(size - self.ret.replaced(r)) else 0
 
     def _route(self, r, n=-1):
         """Send r to every session with a matching subscription, once per
