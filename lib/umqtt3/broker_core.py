@@ -984,6 +984,10 @@ class Core(Stats):
                 if w:
                     self._why = w
                     raise QueueFull()
+            if self.bridge is not None:
+                # queued for upstream, or refused, before anything is
+                # retained: a refused message is nobody's [MQTT-3.3.1-5]
+                self.bridge.route(r)
             if r.retain:
                 if r.pn and not r.qos and self.over(msg_size(r)) and \
                         self.over(msg_size(r) - self.ret.replaced(r)):
@@ -1028,11 +1032,11 @@ class Core(Stats):
         """Send r to every session with a matching subscription, once per
         session at the highest granted QoS [MQTT-3.3.5-1], capped by the
         published QoS. n: how many route_ready matched (subs.hit), which it
-        releases; -1: matched here."""
-        if self.bridge is not None:
-            self.bridge.route(r)  # queued for upstream, or refused, first
+        releases, having asked the bridge; -1: matched here."""
         subs = self.subs
         own = n < 0
+        if own and self.bridge is not None:
+            self.bridge.route(r)  # queued for upstream, or refused, first
         if own:
             n = subs.match(r.tsrc, r.toff, r.tn, r.src)
         self.nhit = n

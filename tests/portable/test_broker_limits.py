@@ -379,6 +379,25 @@ def test_mem_budget_takes_a_retained_message_that_replaces_one():
             assert sub.nothing()
 
 
+def test_message_the_bridge_queue_refuses_is_not_retained():
+    # a QoS 1 PUBLISH that a bridge's full queue refuses is nobody's: not
+    # acknowledged [MQTT-3.3.5-2], not routed, and not retained either
+    # [MQTT-3.3.1-5]; the topic keeps the message it had
+    from test_bridge import World
+    w = World(["s/# out 1"], queue_size=1, window=1)
+    w.cut()
+    w.run(10)
+    node = w.open_on(w.gw)
+    node.connect("n1")
+    for i in range(2):  # one to the client's window, one on the queue
+        node.publish("s/state", b"v%d" % i, 1, pid=i + 1, retain=True)
+        node.expect(PUBACK, i + 1)
+    node.publish("s/state", b"refused", 1, pid=3, retain=True)
+    assert node.closed()
+    assert w.bridge.refused == 1
+    assert w.gw.retained[b"s/state"][1] == b"v1"
+
+
 def test_send_buffer_grows_on_demand():
     # a connected client's send buffer starts small (broker.TX_START) and
     # grows when a message does not fit, up to Limits.tx, and so does its
