@@ -34,7 +34,7 @@ from .compat import ticks_add, ticks_diff, const, mem_free, name_levels, topic_o
 from .broker_limits import Limits
 from .broker_session import (Session, Sessions, Route, msg_size, ENTRY_COST, MSG_COST, grow_tx,
                              put_ack)
-from .broker_subs import Subs, shared_at, ACL_CHECK
+from .broker_subs import Subs, shared_at, ACL_CHECK, SHARED
 from .broker_retain import Retained, is_sys
 
 VERSION = "umqtt3 0.1.0"
@@ -1054,7 +1054,8 @@ class Core(Stats):
             s = hit[i]
             try:
                 if s.fsid is not None and s.level == 5:
-                    self._send_ids(s, r, qos if qos < g else g, ra)
+                    self._send_ids(s, r, qos if qos < g else g, ra,
+                                   subs.hf[i] if hq[i] & SHARED else None)
                 else:
                     s.send(r, qos if qos < g else g, ra)
             except OSError as e:
@@ -1065,10 +1066,11 @@ class Core(Stats):
         if err is not None:
             raise err  # not acknowledged: the publisher sends it again
 
-    def _send_ids(self, s, r, q, ra):
-        # r with the identifiers of s's matching subscriptions added to its
-        # properties [MQTT-3.3.4-3 (5.0)]; r is as before for the next session
-        ids = self.subs.ids(s, r.tsrc, r.toff, r.tn)
+    def _send_ids(self, s, r, q, ra, gf):
+        # r with the identifiers of the subscriptions of s it came by added
+        # to its properties (gf: a shared group's filter) [MQTT-3.3.4-3
+        # (5.0)] [MQTT-3.3.4-5]; r is as before for the next session
+        ids = self.subs.ids(s, r.tsrc, r.toff, r.tn, gf)
         if not ids:
             s.send(r, q, ra)
             return
