@@ -362,7 +362,7 @@ def test_mem_budget_takes_a_retained_message_that_replaces_one():
     # mem_budget an update of the same size is kept (at QoS 0 and at QoS 1,
     # acknowledged), while one for a new topic is not
     unit = 3 + 100 + MSG_COST  # one retained message on "r/N"
-    with running(max_queued_bytes=0, mem_budget=3 * unit + 10) as b:
+    with running(max_packet=512, max_queued_bytes=0, mem_budget=3 * unit + 10) as b:
         with Raw(b) as pub:
             pub.connect("p")
             for i in range(4):  # the last, a new topic: no room
