@@ -446,3 +446,31 @@ def test_new_directories_are_synced_into_their_parent(tmp_path, monkeypatch):
     synced[:] = []
     Raw(b, b"s")
     assert synced[0] == root and synced[1] == root + "/s0", synced
+
+
+# ---------------------------------------------------------------- expiry
+
+def test_session_expiry_on_a_failing_disk_goes_on(tmp_path):
+    # A session's expiry interval ends while the disk fails: the failed
+    # write is counted in store_errors and the broker goes on; the session
+    # ends all the same [MQTT-3.1.2-23 (5.0)], and its record, whose end
+    # time is on disk, ends at the next start.
+    import broker_harness as bh
+    from test_broker5_connect import connect5, disconnect5
+    from umqtt3 import props as P
+    files = Failing()
+    with bh.running(store=str(tmp_path), files=files) as b:
+        with bh.Raw(b) as c:
+            connect5(c, "s", clean=False, props={P.SESSION_EXPIRY: 2})
+            disconnect5(c)
+        assert bh.wait_for(lambda: b.sessions()[b"s"].client is None)
+        files.broken = True
+        bh.advance(4000)  # the 2 s pass: the timers run in poll_once
+        assert b.store_errors >= 1
+        assert b"s" not in b.sessions()
+        files.broken = False
+        with bh.Raw(b) as c:
+            assert not connect5(c, "s", clean=False).session_present
+    with bh.running(store=str(tmp_path)) as b:
+        bh.advance(4000)
+        assert b"s" not in b.sessions()

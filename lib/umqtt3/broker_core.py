@@ -34,7 +34,7 @@ from .compat import ticks_add, ticks_diff, const, mem_free, name_levels, topic_o
 from .broker_limits import Limits
 from .broker_session import (Session, Sessions, Route, msg_size, ENTRY_COST, MSG_COST, grow_tx,
                              put_ack)
-from .broker_subs import Subs, shared_at, ACL_CHECK
+from .broker_subs import Subs, shared_at, ACL_CHECK, SHARED
 from .broker_retain import Retained, is_sys
 
 VERSION = "umqtt3 0.1.0"
@@ -529,12 +529,11 @@ class Core(Stats):
             s = old
             present = s is not None  # [MQTT-3.2.2-2]
         if s is not None and not keep:
-            # resumed, but it ends with this connection now (expiry 0)
+            # resumed, but it ends with this connection now (expiry 0): what
+            # it queued stays to be sent [MQTT-3.1.2-4 (5.0)] [MQTT-4.4.0-1]
             if self.disk is not None:
                 self.disk.drop_session(s)
-            reg.remove(s)
-            s.clean = True
-            reg.add(s)
+            reg.make_clean(s)
         sx = c.v5.sx if lv == 5 else 0
         if s is None:
             s = self._new_session(cid, not keep)
@@ -569,7 +568,9 @@ class Core(Stats):
         if lv == 5 and mk and (not ka or ka > mk):
             ka = ska = mk  # the server keep alive [MQTT-3.1.2-21 (5.0)]
         c.ka = ka * 1500  # [MQTT-3.1.2-24]
-        if p.will:
+        if p.will and not is_sys(buf, p.topic_off, p.topic_len):
+            # a will into $SYS/ is accepted and never published, as a
+            # client's PUBLISH there is acknowledged and dropped [MQTT-4.7.2-1]
             c.will_t = bytes(buf[p.topic_off:p.topic_off + p.topic_len])
             c.will_m = bytes(buf[p.payload_off:p.payload_off + p.payload_len])
             c.will_q = p.qos
@@ -983,8 +984,13 @@ class Core(Stats):
                 if w:
                     self._why = w
                     raise QueueFull()
+            if self.bridge is not None:
+                # queued for upstream, or refused, before anything is
+                # retained: a refused message is nobody's [MQTT-3.3.1-5]
+                self.bridge.route(r)
             if r.retain:
-                if r.pn and not r.qos and self.over(msg_size(r)):
+                if r.pn and not r.qos and self.over(msg_size(r)) and \
+                        self.over(msg_size(r) - self.ret.replaced(r)):
                     self.dropped += 1  # a QoS 0 retained message not kept: mem_budget
                     self.dropped_mem += 1
                 else:
@@ -1003,7 +1009,7 @@ class Core(Stats):
         hit = self.subs.hit
         hq = self.subs.hq
         size = r.tn + r.pn + (r.prn if r.prs is not None else 0) + MSG_COST  # (msg_size)
-        held = r.retain and r.pn
+        held = False  # queued by a session
         q = r.qos
         i = 0
         while i < n:
@@ -1015,17 +1021,22 @@ class Core(Stats):
                 if w:
                     held = True
             i += 1
-        return 2 if held and self.over(size + ENTRY_COST) else 0
+        if held:
+            return 2 if self.over(size + ENTRY_COST) else 0
+        # retained only: it costs what it adds to the message it replaces
+        # [MQTT-3.3.1-5]
+        return 2 if r.retain and r.pn and self.over(size) and \
+            self.over(size - self.ret.replaced(r)) else 0
 
     def _route(self, r, n=-1):
         """Send r to every session with a matching subscription, once per
         session at the highest granted QoS [MQTT-3.3.5-1], capped by the
         published QoS. n: how many route_ready matched (subs.hit), which it
-        releases; -1: matched here."""
-        if self.bridge is not None:
-            self.bridge.route(r)  # queued for upstream, or refused, first
+        releases, having asked the bridge; -1: matched here."""
         subs = self.subs
         own = n < 0
+        if own and self.bridge is not None:
+            self.bridge.route(r)  # queued for upstream, or refused, first
         if own:
             n = subs.match(r.tsrc, r.toff, r.tn, r.src)
         self.nhit = n
@@ -1043,7 +1054,8 @@ class Core(Stats):
             s = hit[i]
             try:
                 if s.fsid is not None and s.level == 5:
-                    self._send_ids(s, r, qos if qos < g else g, ra)
+                    self._send_ids(s, r, qos if qos < g else g, ra,
+                                   subs.hf[i] if hq[i] & SHARED else None)
                 else:
                     s.send(r, qos if qos < g else g, ra)
             except OSError as e:
@@ -1054,10 +1066,11 @@ class Core(Stats):
         if err is not None:
             raise err  # not acknowledged: the publisher sends it again
 
-    def _send_ids(self, s, r, q, ra):
-        # r with the identifiers of s's matching subscriptions added to its
-        # properties [MQTT-3.3.4-3 (5.0)]; r is as before for the next session
-        ids = self.subs.ids(s, r.tsrc, r.toff, r.tn)
+    def _send_ids(self, s, r, q, ra, gf):
+        # r with the identifiers of the subscriptions of s it came by added
+        # to its properties (gf: a shared group's filter) [MQTT-3.3.4-3
+        # (5.0)] [MQTT-3.3.4-5]; r is as before for the next session
+        ids = self.subs.ids(s, r.tsrc, r.toff, r.tn, gf)
         if not ids:
             s.send(r, q, ra)
             return
@@ -1155,7 +1168,14 @@ class Core(Stats):
             s = al[i]
             if s.client is None and s.exp_at >= 0 and up >= s.exp_at:
                 self._log("session %s expired", s.cid.decode())
-                self._drop(s)
+                try:
+                    self._drop(s)
+                except OSError:
+                    # counted in store_errors; the session ends all the same
+                    # [MQTT-3.1.2-23 (5.0)]: its record, whose end time is
+                    # on disk, ends at the next start
+                    self.subs.drop(s)
+                    self.sess.remove(s)
             i -= 1
 
     def _sys(self):

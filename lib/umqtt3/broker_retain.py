@@ -39,6 +39,11 @@ class Retained:
             return 0
         return len(key) + len(m[1]) + len(self.props.get(key, b"")) + MSG_COST
 
+    def replaced(self, r):
+        """What the message kept for route r's topic costs (0: none): the
+        bytes r frees when it replaces it [MQTT-3.3.1-5]."""
+        return self._cost(bytes(r.tsrc[r.toff:r.toff + r.tn]))
+
     def set(self, r):
         """Route r (broker_session.Route) is a retained message: keep it,
         replacing the topic's [MQTT-3.3.1-5], or clear the topic when the

@@ -791,8 +791,12 @@ class Session:
         stats = self.stats
         if self.unsent:
             ns = len(self.s_st)
+            # what a resumed session resends stays within the client's
+            # window, which may now be smaller [MQTT-3.3.4-9] [MQTT-4.9.0-2]:
+            # the rest waits, in order, for the oldest to be acknowledged
+            w = self.rcount if self.rcount < self.rmax else self.rmax
             i = 0
-            while i < self.rcount and self.unsent:
+            while i < w and self.unsent:
                 k = (self.rhead + i) % ns
                 st = self.s_st[k]
                 if st == PUB:
@@ -1620,6 +1624,13 @@ class Sessions:
         self.all.remove(s)
         s.clear()
         if not s.clean:
+            self.npersist -= 1
+
+    def make_clean(self, s):
+        """s now ends with its connection (a resume with expiry 0): it
+        stops counting against max_sessions, its queue stays."""
+        if not s.clean:
+            s.clean = True
             self.npersist -= 1
 
     def new_id(self):

@@ -19,6 +19,9 @@ from .compat import TOPIC_MEMO
 # delivered (broker_acl.Grants.may_receive). Set at SUBSCRIBE and when a
 # client resumes its session; a filter without it costs no check.
 ACL_CHECK = 0x40
+# In Subs.hq, beside the QoS and retain as published: the session got it by
+# a shared group's turn (its copy carries that subscription's identifier).
+SHARED = 0x10
 
 
 def _acl_ok(s, tsrc, toff, tn):
@@ -66,6 +69,9 @@ class Subs:
         # what the last match() found: hit[i] gets topic at QoS hq[i]
         self.hit = self._hit = []
         self.hq = self._hq = bytearray(8)
+        # hit[i] a shared group's member (hq[i] & SHARED): hf[i] is the
+        # group's filter, whose subscription identifier its copy carries
+        self.hf = []
         # topic bytes -> (sessions, their hq) of the scan; None on a device
         self.memo = {} if TOPIC_MEMO else None
         self.added = False  # whether the last add() made a new subscription
@@ -154,16 +160,23 @@ class Subs:
             for f in s.filters:
                 self._leave(s, f)
 
-    def ids(self, s, tsrc, toff, tn):
-        """The subscription identifiers of s's subscriptions that match the
-        topic, in order [MQTT-3.3.4-3 (5.0)] (allocates: only sessions that
-        gave some)."""
+    def ids(self, s, tsrc, toff, tn, gf=None):
+        """The subscription identifiers one copy to s carries [MQTT-3.3.4-3
+        (5.0)]: those of its subscriptions that are not shared and match
+        the topic, in order; or, for the copy a shared group's turn gave it
+        (gf: the group's filter), that subscription's alone: each copy the
+        identifier of the subscription it came by [MQTT-3.3.4-5].
+        (Allocates: only sessions that gave some.)"""
         out = []
+        if gf is not None:
+            sid = s.fsid[find_filter(s, gf, 0, len(gf))]
+            if sid:
+                out.append(sid)
+            return out
         fl = s.filters
         for j in range(len(fl)):
             f = fl[j]
-            k = shared_at(f)
-            if s.fsid[j] and k >= 0 and match_span(f, k, len(f) - k, tsrc, toff, tn):
+            if s.fsid[j] and not shared_at(f) and match_span(f, 0, len(f), tsrc, toff, tn):
                 out.append(s.fsid[j])
         return out
 
@@ -280,7 +293,11 @@ class Subs:
             hit.append(s)
         if k >= len(self._hq):
             self.hq = self._hq = self._hq + bytearray(len(self._hq))
-        self._hq[k] = o & 11  # QoS and retain as published
+        self._hq[k] = (o & 11) | SHARED  # QoS and retain as published
+        hf = self.hf
+        while len(hf) <= k:
+            hf.append(None)
+        hf[k] = f
         return k + 1
 
     def mark(self, s, on):

@@ -116,6 +116,36 @@ def test_session_kept_for_its_expiry_interval_then_ends():
             assert not connect5(c, "exp", clean=False).session_present
 
 
+def test_session_resumed_with_expiry_zero_keeps_what_was_queued():
+    # [MQTT-3.1.2-4 (5.0)] [MQTT-4.4.0-1]: Clean Start 0 resumes the session,
+    # queued QoS 1 messages included, even when the new CONNECT sets the
+    # expiry to 0 (the session now ends with this connection)
+    with running() as b:
+        resume_with_expiry_zero(b)
+
+
+def resume_with_expiry_zero(b):
+    """A session left with queued QoS 1 messages, resumed by a CONNECT with
+    no expiry: all of them come; the session ends with the connection."""
+    leave(b, "resume0", 60, [("t", 1)])
+    with Raw(b) as pub:
+        pub.connect("pub")
+        for i in range(3):
+            pub.publish("t", b"m%d" % i, 1, pid=i + 1)
+            pub.expect(PUBACK, i + 1)
+    with Raw(b) as c:
+        assert connect5(c, "resume0", clean=False).session_present
+        got = []
+        for i in range(3):
+            m = next_publish(c)
+            got.append(bytes(m.payload))
+            c.put(encode_ack, PUBACK, m.pid)
+        assert got == [b"m0", b"m1", b"m2"]
+        disconnect5(c)
+        assert c.closed()
+    assert wait_for(lambda: b"resume0" not in b.sessions())
+
+
 def test_session_expiry_zero_at_disconnect_ends_it():
     # 3.14.2.2.2: DISCONNECT may set the interval to 0: the session ends
     with running() as b:

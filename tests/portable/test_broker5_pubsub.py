@@ -224,6 +224,32 @@ def test_subscription_identifiers_of_every_matching_subscription():
         assert props_of(next_publish(c))[P.SUBSCRIPTION_ID] == [7]
 
 
+def test_subscription_identifier_of_the_subscription_each_copy_came_by():
+    # [MQTT-3.3.4-5] (5.0): a session with a plain and a shared
+    # subscription on the topic gets a copy for each; each carries the
+    # identifier of its own subscription, and the copy another member of
+    # the group gets carries none of this session's
+    with running() as b, Raw(b) as c, Raw(b) as other, Raw(b) as pub:
+        connect5(c, "ids")
+        sub5(c, 1, [("t/#", 1)], {P.SUBSCRIPTION_ID: 1})
+        sub5(c, 2, [("$share/g/t/#", 1)], {P.SUBSCRIPTION_ID: 2})
+        connect5(other, "o")
+        sub5(other, 1, [("$share/g/t/#", 1)])
+        connect5(pub, "p")
+        pub5(pub, "t/x", b"a", 1, 1)
+        pub5(pub, "t/x", b"b", 1, 2)
+        got = []
+        for _ in range(3):
+            m = next_publish(c)
+            got.append((bytes(m.payload), props_of(m)[P.SUBSCRIPTION_ID]))
+            c.put(encode_ack, PUBACK, m.pid)
+        assert c.nothing()
+        assert sorted(got) == [(b"a", [1]), (b"a", [2]), (b"b", [1])] or \
+            sorted(got) == [(b"a", [1]), (b"b", [1]), (b"b", [2])], got
+        m = next_publish(other)
+        assert P.SUBSCRIPTION_ID not in props_of(m)
+
+
 def test_client_receive_maximum_honoured():
     # [MQTT-3.3.4-9]: no more unacknowledged QoS 1/2 PUBLISHes than the
     # client's receive maximum; the next goes after an ack

@@ -7,7 +7,8 @@
 # The same bodies run over pipes (pytest, and tests/mp/testrunner.py under
 # the WebAssembly MicroPython) and over sockets (tests/test_broker5.py).
 from broker_harness import running, Raw, advance, wait_for, tempdir, rmtree
-from test_broker5_connect import props_of, connect5, sub5, pub5, disconnect5, next_publish
+from test_broker5_connect import (props_of, connect5, sub5, pub5, disconnect5, next_publish,
+                                  resume_with_expiry_zero)
 from umqtt3 import props as P
 from umqtt3 import broker_store
 from umqtt3.codec import encode_ack, PUBACK
@@ -258,3 +259,11 @@ def test_delayed_will_not_sent_when_the_session_resumes_after_a_restart():
             advance(1500)
             with _watched(b) as c:
                 assert c.nothing()
+
+
+def test_session_resumed_with_expiry_zero_keeps_what_was_stored():
+    # [MQTT-3.1.2-4 (5.0)] [MQTT-4.4.0-1]: the stored session ends on disk
+    # (expiry 0 from now on) but its queued messages are still sent
+    with wall_clock(T0), store() as d:
+        with running(store=d) as b:
+            resume_with_expiry_zero(b)

@@ -96,6 +96,37 @@ def test_window_follows_the_client_across_reconnections():
             assert bytes(take(c, 1)[0].payload) == b"2"
 
 
+def test_smaller_window_holds_for_the_resend_at_resume():
+    # [MQTT-3.3.4-9] [MQTT-4.9.0-2]: a client back with a smaller Receive
+    # Maximum than what was left in flight gets no more than that many
+    # PUBLISHes at once, resends included, in order [MQTT-4.6.0-1]; each
+    # acknowledgement lets one more go
+    with running(max_inflight_v5=10) as b:
+        with Raw(b) as c:
+            connect5(c, "p", clean=False, props={P.SESSION_EXPIRY: 600, P.RECEIVE_MAXIMUM: 6})
+            sub5(c, 1, [("w", 1)])
+            backlog(b, 8)
+            first = take(c, 6)
+            disconnect5(c)
+        with Raw(b) as c:
+            connect5(c, "p", clean=False, props={P.SESSION_EXPIRY: 600, P.RECEIVE_MAXIMUM: 2})
+            got = take(c, 2)
+            assert [m.pid for m in got] == [m.pid for m in first[:2]]
+            assert all(m.dup for m in got)
+            c.put(encode_ack, PUBACK, got[1].pid)  # out of order
+            c.put(encode_ack, PUBACK, got[0].pid)
+            got = take(c, 2)
+            assert [m.pid for m in got] == [m.pid for m in first[2:4]]
+            for i in range(4, 8, 2):
+                for m in got:
+                    c.put(encode_ack, PUBACK, m.pid)
+                got = take(c, 2)
+                assert [bytes(m.payload) for m in got] == [b"%d" % i, b"%d" % (i + 1)]
+            for m in got:
+                c.put(encode_ack, PUBACK, m.pid)
+            assert c.nothing()
+
+
 def test_limits_refuse_a_window_the_packet_ids_cannot_hold():
     # queued QoS 1/2 messages hold packet ids too: the window and the queue
     # together stay below 65535 ids [MQTT-2.3.1-4]

@@ -356,6 +356,48 @@ def test_mem_budget_refuses_qos1_to_its_only_session():
         assert wait_for(lambda: b.qbytes == 0)
 
 
+def test_mem_budget_takes_a_retained_message_that_replaces_one():
+    # [MQTT-3.3.1-5]: a retained message replaces the topic's; what it
+    # costs the budget is what it adds, so with retained messages filling
+    # mem_budget an update of the same size is kept (at QoS 0 and at QoS 1,
+    # acknowledged), while one for a new topic is not
+    unit = 3 + 100 + MSG_COST  # one retained message on "r/N"
+    with running(max_packet=512, max_queued_bytes=0, mem_budget=3 * unit + 10) as b:
+        with Raw(b) as pub:
+            pub.connect("p")
+            for i in range(4):  # the last, a new topic: no room
+                pub.publish("r/%d" % i, b"%d" % i * 100, 0, retain=True)
+            pub.publish("r/0", b"a" * 100, 0, retain=True)
+            pub.publish("r/1", b"b" * 100, 1, pid=5, retain=True)
+            pub.expect(PUBACK, 5)
+        assert b"r/3" not in b.retained and b.dropped_mem == 1 and b.refused_mem == 0
+        with Raw(b) as sub:
+            sub.connect("s")
+            sub.subscribe(1, "r/#", 0)
+            got = sorted((m[0], m[1][:1]) for m in sub.messages(3))
+            assert got == [(b"r/0", b"a"), (b"r/1", b"b"), (b"r/2", b"2")]
+            assert sub.nothing()
+
+
+def test_message_the_bridge_queue_refuses_is_not_retained():
+    # a QoS 1 PUBLISH that a bridge's full queue refuses is nobody's: not
+    # acknowledged [MQTT-3.3.5-2], not routed, and not retained either
+    # [MQTT-3.3.1-5]; the topic keeps the message it had
+    from test_bridge import World
+    w = World(["s/# out 1"], queue_size=1, window=1)
+    w.cut()
+    w.run(10)
+    node = w.open_on(w.gw)
+    node.connect("n1")
+    for i in range(2):  # one to the client's window, one on the queue
+        node.publish("s/state", b"v%d" % i, 1, pid=i + 1, retain=True)
+        node.expect(PUBACK, i + 1)
+    node.publish("s/state", b"refused", 1, pid=3, retain=True)
+    assert node.closed()
+    assert w.bridge.refused == 1
+    assert w.gw.retained[b"s/state"][1] == b"v1"
+
+
 def test_send_buffer_grows_on_demand():
     # a connected client's send buffer starts small (broker.TX_START) and
     # grows when a message does not fit, up to Limits.tx, and so does its

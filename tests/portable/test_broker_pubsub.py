@@ -183,6 +183,31 @@ def test_clients_cannot_publish_into_sys():
         assert b.retained[b"$SYS/broker/uptime"][1] != b"forged"
 
 
+def test_clients_cannot_write_into_sys_through_a_will():
+    # [MQTT-4.7.2-1] [MQTT-3.3.5-2]: a will's topic in $SYS/ is accepted at
+    # CONNECT, as a PUBLISH to it is acknowledged, and then neither
+    # forwarded nor retained (mosquitto does the same); other $ topics are
+    # ordinary ones
+    with running(sys_interval=60, max_retained=2) as b, Raw(b) as c:
+        c.connect("sys")
+        assert wait_for(lambda: b"$SYS/broker/uptime" in b.retained)
+        c.subscribe(1, [("$SYS/#", 1), ("$SYSX/#", 1)])
+        while True:  # the broker's own figures first
+            try:
+                c.recv(0.5)
+            except Timeout:
+                break
+        for i in range(3):
+            with Raw(b) as w:
+                assert w.connect("w%d" % i, will_topic="$SYS/broker/w%d" % i, will_msg=b"forged",
+                                 will_qos=1, will_retain=True).rc == 0
+        assert c.nothing()
+        assert not [t for t in b.retained if t.startswith(b"$SYS/broker/w")]
+        with Raw(b) as w:
+            w.connect("x", will_topic="$SYSX/w", will_msg=b"plain", will_qos=1)
+        assert c.messages(1)[0][:3] == (b"$SYSX/w", b"plain", 1)
+
+
 def test_sysx_topics_are_not_sys():
     # only "$SYS/..." is the broker's; "$SYSX" is an ordinary $ topic
     with running() as b, Raw(b) as c, Raw(b) as p:
