@@ -1512,8 +1512,10 @@ class Session:
     # record, and the publisher, which got no PUBREC, sends it again.
     in_has = ipid_has
 
-    def in_add(self, pid):
-        # ipid_add's steps, without its call (one per QoS 2 message)
+    def in_add(self, pid, buf=None, off=0, n=0):
+        # ipid_add's steps, without its call (one per QoS 2 message). The
+        # store contract's signature (store.py); a session holds the id
+        # alone, so Core.publish2 passes nothing else
         ids = self.ipids
         if ids is None:
             ids = self.ipids = [0] * self.lim.max_qos2_in
