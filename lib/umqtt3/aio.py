@@ -235,6 +235,9 @@ class AsyncClient(Core):
                 await self._open()
             except OSError:
                 self._lost()
+                # an attempt that failed without awaiting (a connect_link
+                # that raises at once): the other tasks run before the next
+                await asleep_ms(0)
             return
         try:
             n = self._io()
@@ -246,6 +249,7 @@ class AsyncClient(Core):
             self._lost()
             if not self.reconnect:
                 raise
+            await asleep_ms(0)  # (as above: the next attempt after the other tasks)
             return
         if n:
             await asleep_ms(0)  # more may be waiting
