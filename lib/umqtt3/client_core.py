@@ -441,7 +441,10 @@ class Core:
             c.done()
             self.unsynced = True
             if self.store.out_del(pid):
-                self.acked(pid, 0)
+                self.ack_pid = pid  # acked()'s steps, its call only when it has more to do
+                self.ack_rc = 0
+                if self.on_ack is not None or self.held is not None:
+                    self.acked(pid, 0)
             return
         p = self.pkt
         t = decode(p, rx, 0, n)
