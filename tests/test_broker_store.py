@@ -474,3 +474,41 @@ def test_session_expiry_on_a_failing_disk_goes_on(tmp_path):
     with bh.running(store=str(tmp_path)) as b:
         bh.advance(4000)
         assert b"s" not in b.sessions()
+
+
+def test_expired_record_a_failing_disk_left_does_not_hide_the_new_session(tmp_path):
+    # The disk refuses to remove an expired session's record; the same
+    # client id then starts a new persistent session (a new record), and
+    # the broker stops. The next start must not take the old record for
+    # the new session's, nor end the new one with it: the store removes the
+    # old record before it writes the new one [MQTT-3.1.2-23 (5.0)]
+    # [MQTT-3.1.2-4].
+    import broker_harness as bh
+    from test_broker5_connect import connect5, disconnect5, sub5, pub5, next_publish
+    from umqtt3 import props as P
+    files = Failing()
+    with bh.running(store=str(tmp_path), files=files) as b:
+        with bh.Raw(b) as c:
+            connect5(c, "s", clean=False, props={P.SESSION_EXPIRY: 2})
+            disconnect5(c)
+        assert bh.wait_for(lambda: b.sessions()[b"s"].client is None)
+        files.broken = True
+        bh.advance(4000)  # the session ends; its record stays on disk
+        assert b.store_errors >= 1
+        assert b"s" not in b.sessions()
+        files.broken = False
+        with bh.Raw(b) as c:
+            assert not connect5(c, "s", clean=False,
+                                props={P.SESSION_EXPIRY: 600}).session_present
+            sub5(c, 1, [(b"t", 1)])
+            disconnect5(c)
+        assert bh.wait_for(lambda: b.sessions()[b"s"].client is None)
+    with bh.running(store=str(tmp_path)) as b:
+        bh.advance(4000)
+        assert b"s" in b.sessions()
+        with bh.Raw(b) as p:
+            connect5(p, "p")
+            pub5(p, "t", b"kept", 1, 1)
+        with bh.Raw(b) as c:
+            assert connect5(c, "s", clean=False, props={P.SESSION_EXPIRY: 600}).session_present
+            assert bytes(next_publish(c).payload) == b"kept"

@@ -27,7 +27,9 @@
 #               without the end and the identifiers.)
 #               Written before CONNACK; replaced through sess.t and a rename
 #               before SUBACK / UNSUBACK, and when its client goes or comes
-#               back; removed first when the session ends.
+#               back; removed first when the session ends (one the disk
+#               refused to remove goes before a new record of its client
+#               id is written: Disk.stale).
 #   s<k>/will   the delayed will of a session whose client has gone: seq
 #               field = the uptime it is due, key field = QoS + 4 * retain;
 #               body = topic length (2), topic, MQTT 5 property length (2),
@@ -259,6 +261,10 @@ class Disk:
         self.rnext = 0
         self.sfree = []
         self.snext = 0
+        # sessions that ended while the disk refused to remove their record
+        # (drop_session raised): retried before a new record of the same
+        # client id is written, so that no start finds two
+        self.stale = []  # type: list
 
         self.mref = {}  # k of each live m<k> -> the records that refer to it
         self.mnext = 0
@@ -531,7 +537,12 @@ class Disk:
         return f
 
     def add_session(self, s):
-        """A new persistent session: on disk before CONNACK [MQTT-3.1.2-4]."""
+        """A new persistent session: on disk before CONNACK [MQTT-3.1.2-4].
+        An ended session of the same client id whose record the disk
+        refused to remove goes first (raises while it still cannot)."""
+        for o in self.stale[:]:
+            if o.cid == s.cid:
+                self._drop(o)
         self._add(s)
 
     def _add(self, s):
@@ -597,10 +608,21 @@ class Disk:
 
     def _drop(self, s):
         d = self._sdir(s)
-        self.fs.remove(d + "/sess")
-        self.fs.sync_dir(d)
-        mids = list(s.fs.mids.values())
-        self._wipe(d)
+        st = self.stale
+        try:
+            if s not in st or "sess" in self.fs.listdir(d):  # (a retry: it may be gone)
+                self.fs.remove(d + "/sess")
+            self.fs.sync_dir(d)
+            mids = list(s.fs.mids.values())
+            self._wipe(d)
+        except OSError:
+            # the slot stays taken and the session bound to it until a
+            # retry (add_session) or the next start removes the record
+            if s not in st:
+                st.append(s)
+            raise
+        if s in st:
+            st.remove(s)
         s.fs.mids = {}
         for k in mids:
             self.msg_unref(k)  # after the records that refer to it
