@@ -7,7 +7,10 @@
 # - under "topic read #" and "topic deny secret/#", "+/x" and "#" are
 #   granted and deliver no secret/ topic, retained ones neither;
 # - that deny, added while the broker was down, holds for a persistent
-#   session's stored subscriptions.
+#   session's stored subscriptions;
+# - after a restart, a persistent session under "pattern read in/%u/#"
+#   queues what its user may read while its client is away, and gets it
+#   when the client comes back (the store keeps the user name).
 import queue
 import re
 import threading
@@ -220,5 +223,45 @@ def test_deny_added_while_down_holds_for_stored_subscriptions(tmp_path, broker_f
             dev.close()
             spy.close()
         assert got["umqtt3"] == got["mosquitto"] == [("public/k", b"ok")]
+    finally:
+        procs.stop(p)
+
+
+def test_restored_session_queues_for_its_user_after_a_restart(tmp_path, broker_factory):
+    # Both brokers restarted with their stores: a message published while
+    # the subscriber is away reaches it when it comes back [MQTT-3.1.2-4]
+    # [MQTT-4.4.0-1]; its grants come from its user name ("in/%u/#"), which
+    # only the session's record knows at that point.
+    acl = tmp_path / "acl"
+    acl.write_text("pattern read in/%u/#\nuser w\ntopic write #\n")
+    pw = tmp_path / "passwd"
+    pw.write_text("alice:alicepw\nw:wpw\n")
+    import subprocess
+    subprocess.run(["mosquitto_passwd", "-U", str(pw)], check=True, timeout=30)
+    m = broker_factory(persistence=True, extra=["acl_file %s" % acl, "password_file %s" % pw])
+    port = procs.free_port()
+    args = procs.umqtt3_broker_cmd(port, "--acl-file", str(acl), "--users", str(pw),
+                                   "--store", str(tmp_path / "store"), "--quiet")
+    p = procs.start(args, port)
+    try:
+        for bport in (m.port, port):
+            sub = Client(bport, "sub", "alice", "alicepw", clean=False)
+            assert sub.sub("in/alice/#", 1) == [1]
+            sub.close()
+        m.stop()
+        procs.stop(p)
+        m.start()
+        p = procs.start(args, port)
+        got = {}
+        for name, bport in (("mosquitto", m.port), ("umqtt3", port)):
+            w = Client(bport, "w", "w", "wpw")
+            w.pub("in/alice/x", b"away")
+            w.pub("in/bob/x", b"not hers")
+            w.close()
+            sub = Client(bport, "sub", "alice", "alicepw", clean=False)
+            assert sub.present
+            got[name] = sub.got()
+            sub.close()
+        assert got["umqtt3"] == got["mosquitto"] == [("in/alice/x", b"away")]
     finally:
         procs.stop(p)

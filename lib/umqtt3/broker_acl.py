@@ -78,12 +78,16 @@ def parse(text):
 
 
 class Grants:
-    """One client's patterns, as bytes: read, write, deny."""
+    """One client's patterns, as bytes: read, write, deny; and the user
+    name they were made for (str, None: an anonymous client), which the
+    broker's store keeps with a persistent session's record so that a
+    restart grants the session the same (broker_store)."""
 
-    def __init__(self):
+    def __init__(self, user=None):
         self.read = []
         self.write = []
         self.deny = []
+        self.user = user
 
     def may_write(self, buf, off, n):
         """May the client publish to the topic buf[off:off+n]?"""
@@ -154,7 +158,7 @@ class Acl:
         from pattern lines (mosquitto's rule since CVE-2017-7650: filled in,
         they would be wildcards over every client's topics), and its deny
         patterns deny every value of %c and %u."""
-        g = Grants()
+        g = Grants(user)
         bad = _dangerous(user) or _dangerous(cid)
         for u, pat, access, t in self.rules:
             if pat:

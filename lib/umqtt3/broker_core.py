@@ -182,15 +182,29 @@ class Core(Stats):
         """Topic access per user from the text of an ACL file (broker_acl,
         loaded here); None: everything allowed. ValueError names a bad line."""
         from .broker_acl import parse
-        self.acl = None if text is None else parse(text)
-        # a session without its client (one restored from the store) gets
-        # nothing through its subscriptions until its client connects and
-        # they are checked against its grants (_connect); a connected
-        # client keeps what it was granted until it connects again
+        acl = self.acl = None if text is None else parse(text)
+        # A session without its client gets the grants of the user name
+        # its last client had (a restored one: the name its record keeps,
+        # broker_store), its subscriptions checked as at a resume, so that
+        # it queues what the ACL lets it read. One whose user name is not
+        # known (a record written without an ACL, or before records kept
+        # it) gets nothing through its subscriptions until its client
+        # connects (_connect). A connected client keeps what it was
+        # granted until it connects again.
+        who = self.disk.who if self.disk is not None else {}
         for x in self.sess.all:
             if x.client is None or text is None:
-                x.grants = None
+                g = x.grants
+                if acl is not None and (g is not None or x.cid in who):
+                    g = acl.grants(g.user if g is not None else who[x.cid], x.cid.decode())
+                    if self.subs.recheck(x, g):
+                        self._save(x)  # what went, on disk (a failure: again at the next start)
+                    continue
+                if g is not None:
+                    x.grants = None
                 self.subs.mark(x, text is not None)
+        if who:
+            self.disk.who = {}  # taken
 
     def _new_session(self, cid, clean):
         return Session(cid, clean, self.limits, self)
@@ -539,6 +553,8 @@ class Core(Stats):
             s = self._new_session(cid, not keep)
             if sx:
                 s.expiry = sx
+            if c.grants is not None:
+                s.grants = c.grants  # its user name goes into its record
             if keep:
                 if reg.npersist >= self.limits.max_sessions:
                     self._refuse(c, _UNAVAILABLE, "max sessions reached")
@@ -553,10 +569,15 @@ class Core(Stats):
                 buf[p.user_off:p.user_off + p.user_len])
         if self.acl is not None:
             # what the session subscribed to before, under the ACL in
-            # force now: a revoked permission reaches it too
+            # force now: a revoked permission reaches it too. Its record
+            # names the user whose grants it has (a restart grants the
+            # same): rewritten when that changes.
+            g = s.grants
+            renew = g is None or g.user != c.grants.user
             s.grants = c.grants
-            if s.filters and self.subs.recheck(s, c.grants) and self.disk is not None \
-                    and not s.clean:
+            if s.filters and self.subs.recheck(s, c.grants):
+                renew = True
+            if renew and self.disk is not None and not s.clean:
                 self.disk.save_session(s)
         c.cid = cid
         c.sess = s

@@ -18,9 +18,13 @@
 #   s<k>/sess   one persistent session: seq field = MQTT 5 session expiry
 #               interval (0 at 3.1.1: none), key field = 1 (2: its client
 #               speaks MQTT 5; either is also the level of its records of
-#               type 3, below); body = client id
-#               length (2), client id, the uptime at which it ends (4;
-#               0xFFFFFFFF: a client is connected, or never), then per
+#               type 3, below), plus 4 when the user name of its client
+#               follows the end time, 8 when its client had none (written
+#               under an ACL: the grants it gets at start-up; neither: not
+#               known, as in records written before the flags); body =
+#               client id length (2), client id, the uptime at which it
+#               ends (4; 0xFFFFFFFF: a client is connected, or never),
+#               with 4: user name length (2), user name; then per
 #               subscription options (1: QoS, and at 5.0 no local, retain as
 #               published, retain handling), subscription identifier (4, 0:
 #               none), filter length (2), filter. (Key field 0: the same
@@ -74,6 +78,8 @@ _NONE = 0xFFFFFFFF  # no end time in a session record
 _CLOCK_MIN = 60  # seconds between two writes of the clock record without a wall clock
 _KEY_MAX = 0xFFFFFFFE  # store.frame's key range
 _REF = 0xF0  # a reference record's first byte (type 15: never a stored PUBLISH)
+_USER = 4  # in a session record's key field: its client's user name follows the end
+_ANON = 8  # in a session record's key field: its client had no user name
 
 
 def wall():
@@ -265,6 +271,9 @@ class Disk:
         # (drop_session raised): retried before a new record of the same
         # client id is written, so that no start finds two
         self.stale = []  # type: list
+        # at load: client id -> the user name (str, None: anonymous) its
+        # record names, for the ACL's grants (Core.set_acl takes them)
+        self.who = {}  # type: dict
 
         self.mref = {}  # k of each live m<k> -> the records that refer to it
         self.mnext = 0
@@ -434,6 +443,18 @@ class Disk:
     def _sess_rec(self, s):
         n = len(s.cid)
         size = 6 + n
+        # under an ACL, the user name its grants were made for: _USER and
+        # the name, or _ANON (a record without either: not known)
+        g = s.grants
+        who = 0
+        u = b""
+        if g is not None:
+            if g.user is None:
+                who = _ANON
+            else:
+                who = _USER
+                u = g.user.encode()
+                size += 2 + len(u)
         for f in s.filters:
             size += 7 + len(f)
         b = bytearray(size)
@@ -442,6 +463,11 @@ class Disk:
         b[2:2 + n] = s.cid
         _put32(b, 2 + n, _NONE if s.exp_at < 0 or s.client is not None else s.exp_at)
         i = 6 + n
+        if who == _USER:
+            b[i] = len(u) >> 8
+            b[i + 1] = len(u) & 255
+            b[i + 2:i + 2 + len(u)] = u
+            i += 2 + len(u)
         ids = s.fsid
         for j in range(len(s.filters)):
             f = s.filters[j]
@@ -455,7 +481,7 @@ class Disk:
         # level its frames are built for (1: below 5, 2: 5), kept at the
         # level of records of type 3 while it may hold some (Session.lv3)
         lv = s.lv3 or s.level
-        return frame(s.expiry, 2 if lv == 5 else 1, b)
+        return frame(s.expiry, (2 if lv == 5 else 1) | who, b)
 
     def _store(self, d):
         lim = self.lim
@@ -752,13 +778,21 @@ class Disk:
         s = new_session(cid, False)
         s.expiry = rec[0]
         i = 2 + n
-        if rec[1] == 2 or (rec[1] == 0 and s.expiry):
+        key = rec[1]
+        lk = key & 3
+        if lk == 2 or (lk == 0 and s.expiry):
             s.level = 5  # what it queues is built for level 5 until a client says otherwise
-        if rec[1]:
+        if lk:
             end = _u32(body, i)
             if end != _NONE:
                 s.exp_at = end  # its client had gone: it ends then
             i += 4
+            if key & _USER:
+                m = _u16(body, i)
+                self.who[cid] = bytes(body[i + 2:i + 2 + m]).decode()
+                i += 2 + m
+            elif key & _ANON:
+                self.who[cid] = None
             while i + 7 <= len(body):
                 m = _u16(body, i + 5)
                 subs.restore(s, bytes(body[i + 7:i + 7 + m]), body[i], _u32(body, i + 1))
