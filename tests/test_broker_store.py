@@ -512,3 +512,49 @@ def test_expired_record_a_failing_disk_left_does_not_hide_the_new_session(tmp_pa
         with bh.Raw(b) as c:
             assert connect5(c, "s", clean=False, props={P.SESSION_EXPIRY: 600}).session_present
             assert bytes(next_publish(c).payload) == b"kept"
+
+
+def test_two_records_of_one_client_id_from_an_earlier_version_load_the_live_one(
+        tmp_path, monkeypatch):
+    # A store written before an ended session's record was removed ahead of
+    # a new one of the same client id (add_session as it was): both records
+    # are on disk. The start keeps the one that ends later in the index and
+    # ends the other, whose end has passed, with its record.
+    import broker_harness as bh
+    from test_broker5_connect import connect5, disconnect5, sub5, pub5, next_publish
+    from umqtt3 import props as P
+    files = Failing()
+    with monkeypatch.context() as mp:
+        mp.setattr(broker_store.Disk, "add_session",
+                   lambda self, s: broker_store.Disk._add(self, s))
+        with bh.running(store=str(tmp_path), files=files) as b:
+            with bh.Raw(b) as c:
+                c.connect("x", clean=False)  # s0, so that the old record is s1
+            with bh.Raw(b) as c:
+                connect5(c, "s", clean=False, props={P.SESSION_EXPIRY: 2})
+                sub5(c, 1, [(b"old", 1)])
+                disconnect5(c)
+            with bh.Raw(b) as c:
+                c.connect("x", clean=True)  # s0 is free: the new record takes it
+            assert bh.wait_for(lambda: b.sessions()[b"s"].client is None)
+            files.broken = True
+            bh.advance(4000)
+            files.broken = False
+            with bh.Raw(b) as c:
+                connect5(c, "s", clean=False, props={P.SESSION_EXPIRY: 600})
+                sub5(c, 1, [(b"t", 1)])
+                disconnect5(c)
+            assert bh.wait_for(lambda: b.sessions()[b"s"].client is None)
+    # the new record loads first, the old one after it
+    assert sorted(n for n in os.listdir(str(tmp_path)) if n[:1] == "s") == ["s0", "s1"]
+    with bh.running(store=str(tmp_path), files=OSFiles()) as b:
+        assert b.sessions()[b"s"].filters == [b"t"]
+        bh.advance(4000)  # (the harness's clock ran ahead of the store's)
+        assert b.sessions()[b"s"].filters == [b"t"]
+        assert sorted(os.listdir(str(tmp_path / "s1"))) == []  # the old record went
+        with bh.Raw(b) as p:
+            connect5(p, "p")
+            pub5(p, "t", b"kept", 1, 1)
+        with bh.Raw(b) as c:
+            assert connect5(c, "s", clean=False, props={P.SESSION_EXPIRY: 600}).session_present
+            assert bytes(next_publish(c).payload) == b"kept"

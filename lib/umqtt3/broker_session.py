@@ -1622,7 +1622,8 @@ class Sessions:
             self.npersist += 1
 
     def remove(self, s):
-        del self.by_id[s.cid]
+        if self.by_id.get(s.cid) is s:  # (a stale twin at start-up is not indexed)
+            del self.by_id[s.cid]
         self.all.remove(s)
         s.clear()
         if not s.clean:

@@ -803,7 +803,15 @@ class Disk:
                 subs.restore(s, bytes(body[i + 3:i + 3 + m]), body[i])
                 i += 3 + m
         s.bind_store(self._store(d), self.tag, k)
+        o = sessions.by_id.get(cid)
         sessions.add(s)
+        if o is not None and s.exp_at >= 0 and (o.exp_at < 0 or o.exp_at > s.exp_at):
+            # two records of one client id (an ended session's record the
+            # disk refused to remove, then a new session, written before
+            # stale records were removed first): the one that ends later is
+            # the live one; the other's end has passed, so it ends at
+            # start-up (Core._expire) and leaves the index to this one
+            sessions.by_id[cid] = o
         if "will" in names and self.wills is not None:
             w = unframe(fs.read(d + "/will"))
             if w is not None:
