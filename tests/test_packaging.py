@@ -124,3 +124,22 @@ def test_pip_wheel_contains_the_library(tmp_path):
                    "umqtt3-passwd = umqtt3.broker_passwd:main",
                    "umqtt3-pipeline = umqtt3_pipeline.job:main"):
         assert script in ep
+
+
+def test_readme_names_what_each_mip_package_installs():
+    # README.md's package table (make packages prints it) counts the modules
+    # each package copies: a module added or moved changes it. Its byte sizes
+    # move with every change, so they need only be near (within a sixth).
+    with open(os.path.join(ROOT, "README.md")) as f:
+        rows = {}
+        for line in f:
+            cells = [c.strip(" `") for c in line.strip().strip("|").split("|")]
+            if len(cells) == 5 and cells[1] in packages.PACKAGES:
+                rows[cells[1]] = [int(c.replace(",", "")) for c in cells[2:]]
+    for pfile, name, n, py, mpy in packages.measure():
+        assert pfile in rows, "README.md has no row for %s" % pfile
+        n_doc, py_doc, mpy_doc = rows[pfile]
+        assert n_doc == n, "README.md: %s has %d modules, not %d (make packages)" % (pfile, n, n_doc)
+        for doc, now in ((py_doc, py), (mpy_doc, mpy)):
+            assert abs(doc - now) <= now / 6, "README.md: %s is %d bytes, not %d (make packages)" % (
+                pfile, now, doc)
