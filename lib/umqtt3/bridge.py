@@ -99,6 +99,8 @@ DEFAULTS = {  # type: dict
     "password": None,
     "tls": None,  # True, an ssl context, or None (plain TCP)
     "cafile": None,  # TLS checked against this CA certificate (PEM file): tls is ignored
+    "certfile": None,  # with keyfile and cafile: the client certificate chain (PEM file)
+    "keyfile": None,  # its private key (PEM file)
     "level": 4,  # 4: MQTT 3.1.1, 5: MQTT 5 (no local for `both`)
     "keepalive": 60,
     "backoff_ms": (500, 30000),
@@ -134,12 +136,28 @@ def settings(cfg):
         raise ValueError("bridge %s: queue_qos0 must be a whole number" % name)
     if not c["client_id"]:
         c["client_id"] = "umqtt3-" + name
+    cert = c["certfile"]
+    key = c["keyfile"]
+    if bool(cert) != bool(key):
+        raise ValueError("bridge %s: certfile and keyfile go together" % name)
+    if cert and not c["cafile"]:
+        # as mosquitto: a certificate only over TLS that checks the upstream
+        raise ValueError("bridge %s: certfile needs cafile" % name)
     if c["cafile"]:
         from .compat.aio import tls_client
         try:
-            c["tls"] = tls_client(c["cafile"])
+            ctx = tls_client(c["cafile"])
         except (OSError, ValueError) as e:
             raise ValueError("bridge %s: cafile %s: %s" % (name, c["cafile"], e))
+        if cert:
+            # the upstream checks it (AWS IoT Core, Azure IoT Hub's X.509
+            # devices, mosquitto's require_certificate); a file missing,
+            # unreadable or a key that is not the certificate's stops here
+            try:
+                ctx.load_cert_chain(cert, key)
+            except (OSError, ValueError) as e:
+                raise ValueError("bridge %s: certfile %s, keyfile %s: %s" % (name, cert, key, e))
+        c["tls"] = ctx
     if c["status_topic"] == "":
         c["status_topic"] = "umqtt3/bridge/%s/state" % c["client_id"]
     return c

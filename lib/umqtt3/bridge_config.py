@@ -115,6 +115,12 @@ def parse(text):
                 # TLS that trusts this CA certificate alone (mosquitto's
                 # meaning); the file is read when the settings are checked
                 c["cafile"] = v
+            elif key == "bridge_certfile":
+                # the client certificate (PEM), with bridge_keyfile and
+                # bridge_cafile, as mosquitto; read when the settings are checked
+                c["certfile"] = v
+            elif key == "bridge_keyfile":
+                c["keyfile"] = v
             elif key in ("bridge_capath", "bridge_insecure"):
                 raise ValueError("%s: not supported; bridge_cafile FILE or bridge_tls true, "
                                  "or give bridge.install an ssl context" % key)
