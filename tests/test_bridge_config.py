@@ -57,7 +57,17 @@ def test_a_file_with_two_connections():
     ("connection x\ntopic a\nbridge_keyfile c.key", "bridge x: certfile and keyfile go together"),
     ("connection x\ntopic a\nbridge_certfile c.pem\nbridge_keyfile c.key",
      "bridge x: certfile needs cafile"),
-    ("connection x\ntopic a\ntry_private true", "try_private is not a bridge setting"),
+    ("connection x\ntopic a\ntry_private true", "try_private true: not supported; the bridge "
+                                                 "connects as a plain client"),
+    ("connection x\ntopic a\nbridge_insecure true", "bridge_insecure true: not supported; "
+                                                     "the upstream's name is always checked"),
+    ("connection x\ntopic a\nstart_type lazy", "start_type lazy: not supported"),
+    ("connection x\ntopic a\nstart_type once", "start_type once: not supported"),
+    ("connection x\ntopic a\nbridge_attempt_unsubscribe true",
+     "bridge_attempt_unsubscribe true: not supported; the bridge never unsubscribes"),
+    ("connection x\ntopic a\nbridge_outgoing_retain maybe", "line 3: bridge_outgoing_retain: "
+                                                             "'maybe' is not true or false"),
+    ("connection x\ntopic a\nlocal_clientid gw", "local_clientid is not a bridge setting"),
     ("connection x\naddress h:99999", "port outside"),
     ("connection x\ntopic a\nbridge_inflight_in 0", "line 3: bridge_inflight_in: 0 is below 1"),
     ("connection x\naddress h", "no topic rule"),
@@ -106,3 +116,16 @@ def test_client_certificate_files_are_read_at_start_up(tmp_path):
     bad.write_text(conf % (ca, cert, other_key))
     refused("umqtt3.broker", ["--port", "0", "--bridge-config", str(bad)],
             "keyfile %s" % other_key, 1)
+
+
+def test_lines_that_say_what_the_bridge_does_anyway_are_accepted():
+    # a mosquitto bridge section as users copy it starts: these lines say
+    # what this bridge always does; bridge_outgoing_retain false is kept
+    (c,) = parse("connection x\naddress h\ntopic a out 1\ntry_private false\n"
+                 "bridge_insecure false\nstart_type automatic\n"
+                 "bridge_attempt_unsubscribe false\nbridge_outgoing_retain false\n")
+    assert c["outgoing_retain"] is False
+    for k in ("try_private", "bridge_insecure", "start_type", "bridge_attempt_unsubscribe"):
+        assert k not in c
+    (c,) = parse("connection x\ntopic a\nbridge_outgoing_retain true\n")
+    assert c["outgoing_retain"] is True

@@ -62,14 +62,14 @@ class Watch:
         self.c.loop_stop()
 
 
-def _conf(tmp_path, up_port, extra=""):
+def _conf(tmp_path, up_port, extra="bridge_protocol_version mqttv50\n"):
     p = tmp_path / "bridge.conf"
     p.write_text("connection up\naddress 127.0.0.1:%d\ntopic s/# out 2 \"\" site/\n"
-                 "bridge_protocol_version mqttv50\nrestart_timeout 1 2\n%s" % (up_port, extra))
+                 "restart_timeout 1 2\n%s" % (up_port, extra))
     return str(p)
 
 
-def _gateway(tmp_path, up_port, extra=""):
+def _gateway(tmp_path, up_port, extra="bridge_protocol_version mqttv50\n"):
     port = free_port()
     gw = start(umqtt3_broker_cmd(port, "--store", str(tmp_path / "gw"), "--sys-interval", "1",
                                  "--bridge-config", _conf(tmp_path, up_port, extra)),
@@ -149,3 +149,30 @@ def test_too_large_is_logged(broker_factory, tmp_path):
         stop(gw)
     log = gw.stdout.read().decode()
     assert "bridge up: dropped site/s/big" in log, log
+
+
+def test_a_copied_mosquitto_section_starts_and_outgoing_retain_false_holds(broker_factory,
+                                                                           tmp_path):
+    # the lines a mosquitto bridge section carries that say what this bridge
+    # does anyway start it; bridge_outgoing_retain false (mosquitto's
+    # meaning, for a 3.1.1 upstream that keeps no retained messages): a
+    # retained message goes up without the flag, and so does the status
+    up = broker_factory()
+    watch = Watch(up.port)
+    gw, gport = _gateway(tmp_path, up.port, "try_private false\nbridge_insecure false\n"
+                         "start_type automatic\nbridge_attempt_unsubscribe false\n"
+                         "bridge_outgoing_retain false\ncleansession false\n")
+    node = MQTTClient("node", "127.0.0.1", gport)
+    try:
+        node.connect()
+        node.publish("s/keep", b"k", True, 1)
+        assert watch.take(1) == [("site/s/keep", b"k", 1, False)]
+        late = Watch(up.port, "#")  # what the upstream retained: nothing of ours
+        try:
+            assert late.take(1, 1.0) == []
+        finally:
+            late.close()
+    finally:
+        node.disconnect()
+        watch.close()
+        stop(gw)

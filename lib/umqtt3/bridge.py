@@ -102,6 +102,7 @@ DEFAULTS = {  # type: dict
     "certfile": None,  # with keyfile and cafile: the client certificate chain (PEM file)
     "keyfile": None,  # its private key (PEM file)
     "level": 4,  # 4: MQTT 3.1.1, 5: MQTT 5 (no local for `both`)
+    "outgoing_retain": True,  # False: nothing goes up retained (the status and will too)
     "keepalive": 60,
     "backoff_ms": (500, 30000),
     "timeout_ms": 3000,  # dialling (TCP and TLS), CONNACK and the answers awaited
@@ -209,8 +210,9 @@ class Bridge:
         self.retry_at = 0
         # the will's flags: lowered when an MQTT 5 upstream refuses the
         # connection for them (CONNACK 0x9A, 0x9B), as mosquitto's bridge does
-        self.w_retain = True
+        self.w_retain = cfg["outgoing_retain"]
         self.w_qos = 1
+        self.retain = cfg["outgoing_retain"]  # False: messages go up without the flag
 
     # ------------------------------------------------------------ out
     def match(self, r):
@@ -268,7 +270,7 @@ class Bridge:
             q = c.max_qos
         held = c.inflight()
         try:
-            c.publish(t, pl, r.retain and c.retain_ok, q, None, False)
+            c.publish(t, pl, r.retain and self.retain and c.retain_ok, q, None, False)
         except Busy:
             return False
         except (OSError, MQTTError) as e:
@@ -351,14 +353,15 @@ class Bridge:
     def _queue(self, topic, payload, retain, qos, key):
         # to the client within what the upstream takes, as mosquitto's
         # bridge sends: the QoS lowered to its Maximum QoS [MQTT-3.2.2-11],
-        # the retain flag cleared where it keeps none [MQTT-3.2.2-14]; a
+        # the retain flag cleared where it keeps none [MQTT-3.2.2-14] (or
+        # with bridge_outgoing_retain false, mosquitto's meaning); a
         # packet above its Maximum Packet Size raises MQTTError 0x95
         # [MQTT-3.2.2-15]. (At 3.1.1, and before any CONNACK, the client's
         # limits are 2, yes and none.)
         c = self.client
         if qos > c.max_qos:
             qos = c.max_qos
-        c.queue(topic, payload, retain and c.retain_ok, qos, key)
+        c.queue(topic, payload, retain and self.retain and c.retain_ok, qos, key)
 
     def _too_large(self, topic):
         # dropped, never sent: the upstream would close the link on it and
@@ -493,7 +496,7 @@ class Bridge:
         c.set_sync(self._sync)
         st = cfg["status_topic"]
         if st:
-            c.set_last_will(st, b"0", True, 1)  # [MQTT-3.1.2-8] (see _refused)
+            c.set_last_will(st, b"0", self.w_retain, 1)  # [MQTT-3.1.2-8] (see _refused)
         c.reconnect = True  # no link yet: see above
         self.started = True
 
@@ -644,8 +647,8 @@ class Bridge:
         try:
             if cfg["status_topic"]:
                 # within the upstream's limits, as the messages (_queue)
-                c.publish(cfg["status_topic"], b"1", c.retain_ok, min(1, c.max_qos),
-                          wait=False)
+                c.publish(cfg["status_topic"], b"1", self.retain and c.retain_ok,
+                          min(1, c.max_qos), wait=False)
         except (OSError, MQTTError):
             self.up = False  # the link went down again: the next step retries
         if not self.subscribed:
@@ -691,7 +694,7 @@ class Bridge:
             self.up = False  # the sync hook forwards no more: nothing after DISCONNECT
             try:
                 if up and st:
-                    c.publish(st, b"0", c.retain_ok, 0)
+                    c.publish(st, b"0", self.retain and c.retain_ok, 0)
                 c.disconnect()  # a clean goodbye: the will is not sent
             except (OSError, MQTTError):
                 pass

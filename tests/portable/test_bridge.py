@@ -258,3 +258,22 @@ def test_larger_than_the_upstream_takes_is_dropped_and_the_rest_goes_on():
     w.hub.sys(lambda k, v: figures.__setitem__(k, v))
     assert figures["bridge/up/too_large"] == 4
     assert len([x for x in logged if "bridge up: dropped s/t: larger than" in x]) == 4
+
+
+def test_outgoing_retain_false_sends_nothing_retained():
+    # bridge_outgoing_retain false (mosquitto's meaning): messages, the
+    # status and the will go up without the retain flag
+    w = World(["s/# out 1"], outgoing_retain=False)
+    w.run(50)
+    sub = _sub(w, "s/#")
+    node = w.open_on(w.gw)
+    node.connect("n1")
+    node.publish("s/r", b"kept here only", 1, pid=1, retain=True)
+    node.expect(PUBACK, 1)
+    w.run(100)
+    assert [m[1] for m in sub.messages(1)] == [b"kept here only"]
+    assert b"s/r" not in w.up.retained and w.gw.retained[b"s/r"][1] == b"kept here only"
+    assert b"umqtt3/bridge/umqtt3-up/state" not in w.up.retained
+    w.cut()  # the will
+    w.run(50)
+    assert b"umqtt3/bridge/umqtt3-up/state" not in w.up.retained
