@@ -366,12 +366,15 @@ class Bridge:
     def _too_large(self, topic):
         # dropped, never sent: the upstream would close the link on it and
         # the queue behind it would wait for good (mosquitto's bridge drops
-        # such a PUBLISH too)
+        # such a PUBLISH too). Without a Maximum Packet Size: a remote
+        # prefix made it larger than the client's send buffer takes.
         self.too_large += 1
         log = self.core.log
         if log is not None:
-            log("bridge %s: dropped %s: larger than the upstream's Maximum Packet Size %d"
-                % (self.name, bytes(topic).decode(), self.client.max_packet))
+            n = self.client.max_packet
+            log("bridge %s: dropped %s: larger than %s" % (
+                self.name, bytes(topic).decode(),
+                "the upstream's Maximum Packet Size %d" % n if n else "the send buffer"))
 
     # ------------------------------------------------------------ in
     def _in(self, pkt, redelivered):

@@ -277,3 +277,21 @@ def test_outgoing_retain_false_sends_nothing_retained():
     w.cut()  # the will
     w.run(50)
     assert b"umqtt3/bridge/umqtt3-up/state" not in w.up.retained
+
+
+def test_a_remote_prefix_that_outgrows_the_send_buffer_drops_only_that_message():
+    # at 3.1.1 (no Maximum Packet Size): the client's send buffer is the
+    # gateway's max_packet + 64 bytes, and a remote prefix 120 bytes longer
+    # than the local one makes a full-size message too large for it
+    w = World(['s/# out 1 "" ' + "p" * 120 + "/"], gw_kw={"max_packet": 256})
+    w.run(50)
+    sub = _sub(w, "p" * 120 + "/#")
+    node = w.open_on(w.gw)
+    node.connect("n1")
+    node.publish("s/t", b"x" * 230, 1, pid=1)
+    node.expect(PUBACK, 1)
+    node.publish("s/t", b"small", 1, pid=2)
+    node.expect(PUBACK, 2)
+    w.run(100)
+    assert [m[1] for m in sub.messages(1)] == [b"small"] and sub.nothing()
+    assert w.bridge.too_large == 1
