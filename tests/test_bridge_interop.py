@@ -247,6 +247,47 @@ def test_bridge_cafile_in_the_configuration_file(broker_factory, tmp_path):
         b.close()
 
 
+def test_client_certificate_to_an_upstream_that_requires_one(broker_factory, tmp_path):
+    # mosquitto's TLS listener with require_certificate true, trusting the
+    # gateway's (self-signed) certificate: `bridge_certfile` and
+    # `bridge_keyfile` get the messages up; without them the handshake
+    # fails, the bridge tries again after its backoff, and the message
+    # stays held, neither lost nor sent
+    import ssl
+    from umqtt3.broker import Broker
+    from umqtt3.bridge import install
+    from umqtt3.bridge_config import parse
+    cert, key = self_signed(tmp_path)
+    gcert, gkey = self_signed(tmp_path, "gateway")
+    up = broker_factory(tls=(cert, key), extra=["cafile %s" % gcert, "require_certificate true"])
+    wctx = ssl.create_default_context(cafile=cert)
+    wctx.load_cert_chain(gcert, gkey)
+    w, got = _upstream_watch(up.port, wctx)
+    conf = ("connection %s\naddress 127.0.0.1:%d\ntopic s/# out 1 \"\" site/\n"
+            "restart_timeout 1 1\nbridge_protocol_version mqttv50\nbridge_cafile %s\n")
+    b = Broker(port=None, sys_interval=0)
+    hub = install(b, parse(conf % ("cert", up.port, cert) +
+                           "bridge_certfile %s\nbridge_keyfile %s\n" % (gcert, gkey)))
+    try:
+        assert _gateway_pump(b, lambda: hub.all[0].up), "no TLS connection upstream"
+        b.publish("s/x", b"with a certificate", 1)
+        assert _gateway_pump(b, lambda: (w.poll(5), got)[1])
+        assert got == [(b"site/s/x", b"with a certificate")]
+    finally:
+        b.close()
+        w.disconnect()
+    b = Broker(port=None, sys_interval=0)
+    hub = install(b, parse(conf % ("nocert", up.port, cert)))
+    try:
+        b.publish("s/x", b"must not go", 1)
+        assert not _gateway_pump(b, lambda: hub.all[0].up, 2.5)
+        br = hub.all[0]
+        assert br.tries >= 2 and br.connects == 0  # refused, and tried again
+        assert len(br.q.keys) + br.client.inflight() == 1  # still held, not lost
+    finally:
+        b.close()
+
+
 def test_user_and_password_to_the_upstream(tmp_path):
     from umqtt3.broker import Broker
     from umqtt3.bridge import install

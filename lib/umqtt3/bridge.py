@@ -99,7 +99,10 @@ DEFAULTS = {  # type: dict
     "password": None,
     "tls": None,  # True, an ssl context, or None (plain TCP)
     "cafile": None,  # TLS checked against this CA certificate (PEM file): tls is ignored
+    "certfile": None,  # with keyfile and cafile: the client certificate chain (PEM file)
+    "keyfile": None,  # its private key (PEM file)
     "level": 4,  # 4: MQTT 3.1.1, 5: MQTT 5 (no local for `both`)
+    "outgoing_retain": True,  # False: nothing goes up retained (the status and will too)
     "keepalive": 60,
     "backoff_ms": (500, 30000),
     "timeout_ms": 3000,  # dialling (TCP and TLS), CONNACK and the answers awaited
@@ -134,12 +137,28 @@ def settings(cfg):
         raise ValueError("bridge %s: queue_qos0 must be a whole number" % name)
     if not c["client_id"]:
         c["client_id"] = "umqtt3-" + name
+    cert = c["certfile"]
+    key = c["keyfile"]
+    if bool(cert) != bool(key):
+        raise ValueError("bridge %s: certfile and keyfile go together" % name)
+    if cert and not c["cafile"]:
+        # as mosquitto: a certificate only over TLS that checks the upstream
+        raise ValueError("bridge %s: certfile needs cafile" % name)
     if c["cafile"]:
         from .compat.aio import tls_client
         try:
-            c["tls"] = tls_client(c["cafile"])
+            ctx = tls_client(c["cafile"])
         except (OSError, ValueError) as e:
             raise ValueError("bridge %s: cafile %s: %s" % (name, c["cafile"], e))
+        if cert:
+            # the upstream checks it (AWS IoT Core, Azure IoT Hub's X.509
+            # devices, mosquitto's require_certificate); a file missing,
+            # unreadable or a key that is not the certificate's stops here
+            try:
+                ctx.load_cert_chain(cert, key)
+            except (OSError, ValueError) as e:
+                raise ValueError("bridge %s: certfile %s, keyfile %s: %s" % (name, cert, key, e))
+        c["tls"] = ctx
     if c["status_topic"] == "":
         c["status_topic"] = "umqtt3/bridge/%s/state" % c["client_id"]
     return c
@@ -177,6 +196,7 @@ class Bridge:
         self.received = 0  # messages from upstream routed here
         self.dropped = 0  # QoS 0 messages dropped, oldest first, while full
         self.refused = 0  # QoS 1/2 messages refused, queue full
+        self.too_large = 0  # messages larger than the upstream takes, dropped
         self.connects = 0
         self.refusals = 0  # connections the upstream refused (CONNACK)
         # the link: dialled here, step by step; then the client's
@@ -188,6 +208,11 @@ class Bridge:
         self.t_dial = 0
         self.tries = 0  # failed attempts since the last connection
         self.retry_at = 0
+        # the will's flags: lowered when an MQTT 5 upstream refuses the
+        # connection for them (CONNACK 0x9A, 0x9B), as mosquitto's bridge does
+        self.w_retain = cfg["outgoing_retain"]
+        self.w_qos = 1
+        self.retain = cfg["outgoing_retain"]  # False: messages go up without the flag
 
     # ------------------------------------------------------------ out
     def match(self, r):
@@ -241,12 +266,17 @@ class Bridge:
         copy(t, n, r.tsrc, r.toff + k, r.tn - k)
         pl = self._scratch(1, r.pn)
         copy(pl, 0, r.psrc, r.poff, r.pn)
+        if q > c.max_qos:
+            q = c.max_qos
         held = c.inflight()
         try:
-            c.publish(t, pl, r.retain, q, None, False)
+            c.publish(t, pl, r.retain and self.retain and c.retain_ok, q, None, False)
         except Busy:
             return False
-        except (OSError, MQTTError):
+        except (OSError, MQTTError) as e:
+            if isinstance(e, MQTTError) and e.code == 0x95:
+                self._too_large(t)
+                return True
             if not (q and c.inflight() > held):
                 return False
             # stored before the link broke: the client sends it once linked
@@ -279,15 +309,22 @@ class Bridge:
         c = self.client
         q = self.q
         n = 0
-        while q.keys:
+        # Only once the upstream's limits are known (a CONNACK since the
+        # start): what the client stored before would meet them only in its
+        # resend, which refuses what they forbid instead of sending it.
+        while q.keys and self.connects:
             k = q.keys[0]
             if not c.accepted(k):
                 qos, retain, topic, payload = q.read(k)
                 try:
-                    c.queue(topic, payload, retain, qos, k)
+                    self._queue(topic, payload, retain, qos, k)
                 except Busy:
                     break
-                except (OSError, MQTTError):
+                except (OSError, MQTTError) as e:
+                    if isinstance(e, MQTTError) and e.code == 0x95:
+                        q.remove(k)  # dropped, counted; the queue goes on
+                        self._too_large(topic)
+                        continue
                     if not c.accepted(k):
                         break
             q.remove(k)
@@ -297,15 +334,47 @@ class Bridge:
         while q0 and self.up:
             t, pl, ret = q0[0]
             try:
-                c.queue(t, pl, ret, 0)
+                self._queue(t, pl, ret, 0, None)
             except Busy:
                 break
-            except (OSError, MQTTError):
+            except MQTTError as e:
+                if e.code != 0x95:
+                    break
+                q0.pop(0)
+                self._too_large(t)
+                continue
+            except OSError:
                 break
             q0.pop(0)
             self.sent += 1
             n += 1
         return n
+
+    def _queue(self, topic, payload, retain, qos, key):
+        # to the client within what the upstream takes, as mosquitto's
+        # bridge sends: the QoS lowered to its Maximum QoS [MQTT-3.2.2-11],
+        # the retain flag cleared where it keeps none [MQTT-3.2.2-14] (or
+        # with bridge_outgoing_retain false, mosquitto's meaning); a
+        # packet above its Maximum Packet Size raises MQTTError 0x95
+        # [MQTT-3.2.2-15]. (At 3.1.1, and before any CONNACK, the client's
+        # limits are 2, yes and none.)
+        c = self.client
+        if qos > c.max_qos:
+            qos = c.max_qos
+        c.queue(topic, payload, retain and self.retain and c.retain_ok, qos, key)
+
+    def _too_large(self, topic):
+        # dropped, never sent: the upstream would close the link on it and
+        # the queue behind it would wait for good (mosquitto's bridge drops
+        # such a PUBLISH too). Without a Maximum Packet Size: a remote
+        # prefix made it larger than the client's send buffer takes.
+        self.too_large += 1
+        log = self.core.log
+        if log is not None:
+            n = self.client.max_packet
+            log("bridge %s: dropped %s: larger than %s" % (
+                self.name, bytes(topic).decode(),
+                "the upstream's Maximum Packet Size %d" % n if n else "the send buffer"))
 
     # ------------------------------------------------------------ in
     def _in(self, pkt, redelivered):
@@ -430,7 +499,7 @@ class Bridge:
         c.set_sync(self._sync)
         st = cfg["status_topic"]
         if st:
-            c.set_last_will(st, b"0", True, 1)  # [MQTT-3.1.2-8]
+            c.set_last_will(st, b"0", self.w_retain, 1)  # [MQTT-3.1.2-8] (see _refused)
         c.reconnect = True  # no link yet: see above
         self.started = True
 
@@ -557,15 +626,32 @@ class Bridge:
                 if log is not None:
                     log("bridge %s: the upstream refused the connection (%d)"
                         % (self.name, e.code))
+                self._refused(e.code)
             self._down(now)
         return n
+
+    def _refused(self, rc):
+        # An MQTT 5 upstream refuses a will it cannot keep: retained where
+        # it keeps no retained messages (0x9A [MQTT-3.2.2-13]), above its
+        # Maximum QoS (0x9B [MQTT-3.2.2-12]). As mosquitto's bridge, the
+        # next attempt asks with less: no retain, then a QoS lower.
+        st = self.cfg["status_topic"]
+        if not st or rc not in (0x9A, 0x9B):
+            return
+        if rc == 0x9A:
+            self.w_retain = False
+        elif self.w_qos:
+            self.w_qos -= 1
+        self.client.set_last_will(st, b"0", self.w_retain, self.w_qos)
 
     def _online(self):
         c = self.client
         cfg = self.cfg
         try:
             if cfg["status_topic"]:
-                c.publish(cfg["status_topic"], b"1", True, 1, wait=False)
+                # within the upstream's limits, as the messages (_queue)
+                c.publish(cfg["status_topic"], b"1", self.retain and c.retain_ok,
+                          min(1, c.max_qos), wait=False)
         except (OSError, MQTTError):
             self.up = False  # the link went down again: the next step retries
         if not self.subscribed:
@@ -611,7 +697,7 @@ class Bridge:
             self.up = False  # the sync hook forwards no more: nothing after DISCONNECT
             try:
                 if up and st:
-                    c.publish(st, b"0", True, 0)
+                    c.publish(st, b"0", self.retain and c.retain_ok, 0)
                 c.disconnect()  # a clean goodbye: the will is not sent
             except (OSError, MQTTError):
                 pass
@@ -676,6 +762,7 @@ class Hub:
             pub(p + "received", b.received)
             pub(p + "dropped", b.dropped)
             pub(p + "refused", b.refused)
+            pub(p + "too_large", b.too_large)
             pub(p + "connects", b.connects)
 
     def close(self):

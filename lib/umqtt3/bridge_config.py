@@ -18,6 +18,18 @@
 # a file with parse(). add_flags / from_args / prepare: the desktop CLI's.
 
 
+# mosquitto's lines whose one value says what this bridge always does: the
+# value accepted, and why the other is not
+_AS_WE_DO = {
+    "try_private": ("false", "the bridge connects as a plain client (at MQTT 5 No Local "
+                             "keeps its messages from coming back)"),
+    "bridge_insecure": ("false", "the upstream's name is always checked with bridge_cafile; "
+                                 "give bridge.install an ssl context to change that"),
+    "start_type": ("automatic", "the bridge connects at start-up and after every loss"),
+    "bridge_attempt_unsubscribe": ("false", "the bridge never unsubscribes upstream"),
+}
+
+
 def settings(c):
     from .bridge import settings  # loaded once a bridge is asked for
     return settings(c)
@@ -115,7 +127,23 @@ def parse(text):
                 # TLS that trusts this CA certificate alone (mosquitto's
                 # meaning); the file is read when the settings are checked
                 c["cafile"] = v
-            elif key in ("bridge_capath", "bridge_insecure"):
+            elif key == "bridge_certfile":
+                # the client certificate (PEM), with bridge_keyfile and
+                # bridge_cafile, as mosquitto; read when the settings are checked
+                c["certfile"] = v
+            elif key == "bridge_keyfile":
+                c["keyfile"] = v
+            elif key == "bridge_outgoing_retain":
+                # false: every message goes up without the retain flag (an
+                # upstream at 3.1.1 that keeps no retained messages)
+                c["outgoing_retain"] = _bool(v, key)
+            elif key in _AS_WE_DO:
+                # lines that say what this bridge does anyway: accepted;
+                # the other value is refused with why
+                want, why = _AS_WE_DO[key]
+                if v != want:
+                    raise ValueError("%s %s: not supported; %s" % (key, v, why))
+            elif key == "bridge_capath":
                 raise ValueError("%s: not supported; bridge_cafile FILE or bridge_tls true, "
                                  "or give bridge.install an ssl context" % key)
             elif key == "bridge_queue_size":

@@ -15,9 +15,9 @@ class World(Memory):
     """A gateway and its upstream, polled together. open(side) gives a Raw
     link to either; down=True makes the upstream refuse connections."""
 
-    def __init__(self, rules, gw_kw=None, **cfg):
+    def __init__(self, rules, gw_kw=None, up_kw=None, **cfg):
         Memory.__init__(self)
-        self.up = Broker(port=None, sys_interval=0)
+        self.up = Broker(port=None, sys_interval=0, **(up_kw or {}))
         self.gw = Broker(port=None, sys_interval=0, **(gw_kw or {}))
         self.down = False
         self.links = []
@@ -164,6 +164,7 @@ def test_both_at_mqtt5_uses_no_local():
 
 def test_full_queue_refuses_qos12_and_drops_oldest_qos0():
     w = World(["s/# out 1"], queue_size=2, queue_qos0=2, window=1)
+    w.run(50)  # connected once: the upstream's limits known, the client takes its window
     w.cut()
     w.run(10)
     node = w.open_on(w.gw)
@@ -201,6 +202,7 @@ def test_full_queue_refusal_at_mqtt5_says_quota_exceeded():
     # the node's connection closes with DISCONNECT 0x97 [MQTT-4.13.1-1]
     from umqtt3.codec import DISCONNECT, encode_publish
     w = World(["s/# out 1"], queue_size=1, window=1)
+    w.run(50)
     w.cut()
     w.run(10)
     node = w.open_on(w.gw)
@@ -213,3 +215,83 @@ def test_full_queue_refusal_at_mqtt5_says_quota_exceeded():
     assert p is not None and p.type == DISCONNECT and p.rc == 0x97, p
     assert node.closed()
     assert w.bridge.refused == 1
+
+
+def test_larger_than_the_upstream_takes_is_dropped_and_the_rest_goes_on():
+    # an MQTT 5 upstream whose CONNACK says Maximum Packet Size 200: the
+    # client never sends it more [MQTT-3.2.2-15]; such a message is dropped,
+    # counted and logged, and never holds up those behind it (on the queue
+    # and straight to the client alike)
+    logged = []
+    w = World(["s/# out 2"], up_kw={"max_packet": 200}, gw_kw={"log": logged.append}, level=5)
+    w.cut()  # not connected yet: the messages wait on the queue
+    w.run(10)
+    node = w.open_on(w.gw)
+    node.connect("n1")
+    big = b"x" * 300
+    for i, (m, q) in enumerate(((b"a", 1), (big, 1), (big, 2), (b"b", 2), (big, 0), (b"c", 0))):
+        node.publish("s/t", m, q, pid=i + 1)
+        if q == 1:
+            node.expect(PUBACK, i + 1)
+        elif q == 2:
+            node.expect(PUBREC, i + 1)
+            node.ack(PUBREL, i + 1)
+            node.expect(PUBCOMP, i + 1)
+    # nothing was handed to the client before it knew the upstream's limits
+    assert w.bridge.client.inflight() == 0 and len(w.bridge.q.keys) == 4
+    w.down = False
+    sub = _sub(w, "s/#")
+    w.run(300)
+    got = sub.messages(3)
+    assert sorted(m[1] for m in got) == [b"a", b"b", b"c"]
+    # and with the uplink up, nothing waiting: straight to the client
+    node.publish("s/t", big, 1, pid=9)
+    node.expect(PUBACK, 9)
+    node.publish("s/t", b"d", 1, pid=10)
+    node.expect(PUBACK, 10)
+    w.run(100)
+    assert [m[1] for m in sub.messages(1)] == [b"d"]
+    assert sub.nothing()
+    b = w.bridge
+    assert b.too_large == 4 and b.connects == 1 and not b.q.keys and not b.q0
+    figures = {}
+    w.hub.sys(lambda k, v: figures.__setitem__(k, v))
+    assert figures["bridge/up/too_large"] == 4
+    assert len([x for x in logged if "bridge up: dropped s/t: larger than" in x]) == 4
+
+
+def test_outgoing_retain_false_sends_nothing_retained():
+    # bridge_outgoing_retain false (mosquitto's meaning): messages, the
+    # status and the will go up without the retain flag
+    w = World(["s/# out 1"], outgoing_retain=False)
+    w.run(50)
+    sub = _sub(w, "s/#")
+    node = w.open_on(w.gw)
+    node.connect("n1")
+    node.publish("s/r", b"kept here only", 1, pid=1, retain=True)
+    node.expect(PUBACK, 1)
+    w.run(100)
+    assert [m[1] for m in sub.messages(1)] == [b"kept here only"]
+    assert b"s/r" not in w.up.retained and w.gw.retained[b"s/r"][1] == b"kept here only"
+    assert b"umqtt3/bridge/umqtt3-up/state" not in w.up.retained
+    w.cut()  # the will
+    w.run(50)
+    assert b"umqtt3/bridge/umqtt3-up/state" not in w.up.retained
+
+
+def test_a_remote_prefix_that_outgrows_the_send_buffer_drops_only_that_message():
+    # at 3.1.1 (no Maximum Packet Size): the client's send buffer is the
+    # gateway's max_packet + 64 bytes, and a remote prefix 120 bytes longer
+    # than the local one makes a full-size message too large for it
+    w = World(['s/# out 1 "" ' + "p" * 120 + "/"], gw_kw={"max_packet": 256})
+    w.run(50)
+    sub = _sub(w, "p" * 120 + "/#")
+    node = w.open_on(w.gw)
+    node.connect("n1")
+    node.publish("s/t", b"x" * 230, 1, pid=1)
+    node.expect(PUBACK, 1)
+    node.publish("s/t", b"small", 1, pid=2)
+    node.expect(PUBACK, 2)
+    w.run(100)
+    assert [m[1] for m in sub.messages(1)] == [b"small"] and sub.nothing()
+    assert w.bridge.too_large == 1
