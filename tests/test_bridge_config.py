@@ -3,7 +3,6 @@
 # refusal of what is not.
 import pytest
 
-import umqtt3.broker  # noqa: F401  (as the broker CLI: umqtt3.topic alone does not import)
 from certs import self_signed
 from refusal import refused
 from umqtt3.bridge_config import parse, address

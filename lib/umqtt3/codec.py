@@ -139,7 +139,11 @@ def _srv():
 
 def __getattr__(name):
     # the packet types and reason codes by name (codec.PUBLISH, ...): the
-    # broker's, in codec_server; kept here after the first use
+    # broker's, in codec_server; kept here after the first use. Not a
+    # module's own names: the import system asks for __path__ while this
+    # module's importers are half made, and codec_server imports them
+    if name[:2] == "__":
+        raise AttributeError(name)
     v = getattr(_srv(), name)
     globals()[name] = v
     return v
