@@ -16,7 +16,8 @@
 # core: a client loads neither flow.py nor its Flow object. Events reach the
 # application as callbacks (messages, acknowledgements) and as state the
 # driver reads: is_connected(), wait_pid and answer (SUBACK/UNSUBACK),
-# ack_pid and ack_rc (the last publish completed), disconnect_rc. It never
+# ack_pid (the last publish completed), waits (the completion code of each
+# publish a caller waits for), disconnect_rc. It never
 # opens a socket, resolves a name, reads a clock or sleeps: the drivers,
 # client.MQTTClient (blocking) and aio.AsyncClient (asyncio), do.
 from .compat import ticks_add, ticks_diff, const, MICROPYTHON, as_bytes
@@ -30,6 +31,7 @@ _OPENING = const(1)  # CONNECT sent, CONNACK awaited
 _UP = const(2)
 _IDLE_MS = const(60000)  # tick()'s answer when no timer runs
 _RESERVE = const(8)  # send-buffer bytes a PUBLISH may not take: acks and PINGREQ always fit
+_LOST = const(0x100)  # the completion code of a message a reconnect forgot (store=False)
 # packet types, as in codec
 _CONNECT = const(1)
 _CONNACK = const(2)
@@ -104,8 +106,10 @@ class Core:
         self.cb = None
         self.raw = False
         self.unsynced = False
-        self.ack_pid = self.ack_rc = 0  # the last completed publish
-        self.want = -1  # the packet id a waiting publish() waits for
+        self.ack_pid = 0  # the last completed publish
+        # {packet id: completion code}: the publishes callers wait for, 0
+        # until acked() records another code (a plain PUBACK leaves it 0)
+        self.waits = {}
         # set by deliver(), so on the instance from the start (no table of
         # the class's grows for them; the instance's has room)
         self.cur = None  # the packet being handed to the callback
@@ -414,9 +418,13 @@ class Core:
         return self.conn.tlen != n
 
     def acked(self, pid, rc):
-        # a stored publish completed (rc < 0x80) or was refused
+        # a stored publish completed (rc < 0x80), was refused, or (0x100)
+        # was forgotten by a reconnect: a store without its copy cannot
+        # resend it (client_resume)
         self.ack_pid = pid
-        self.ack_rc = rc
+        w = self.waits
+        if pid in w:
+            w[pid] = rc  # for the caller waiting for it
         if self.on_ack is not None:
             self.on_ack(pid, rc)
         if self.held is not None:
@@ -441,8 +449,7 @@ class Core:
             c.done()
             self.unsynced = True
             if self.store.out_del(pid):
-                self.ack_pid = pid  # acked()'s steps, its call only when it has more to do
-                self.ack_rc = 0
+                self.ack_pid = pid  # acked()'s step, its call only when it has more to do
                 if self.on_ack is not None or self.held is not None:
                     self.acked(pid, 0)
             return

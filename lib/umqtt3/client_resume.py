@@ -5,6 +5,7 @@ from .compat import const
 from .client_codec import Packet, decode, encode_ack
 
 _PUBREL = const(6)
+_LOST = const(0x100)  # client_core's completion code: a reconnect forgot the message
 
 
 def done(c, pid, rc):
@@ -23,6 +24,11 @@ def resend(store, conn, sp, c=None):
     for pid, state, key, body in store.recover():
         if state == "u" or not store.out_has(pid):
             continue  # inbound (handed over by resume()), or completed meanwhile
+        if body is None:
+            # a store that keeps no message (store=False) cannot resend it:
+            # it completes as lost, so a caller waiting for it knows
+            done(c, pid, _LOST)
+            continue
         if c is not None and state == "p":
             # what the new server would close on is refused, not sent:
             # too large [MQTT-3.1.2-24], a QoS above its maximum
