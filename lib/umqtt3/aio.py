@@ -193,16 +193,12 @@ class AsyncClient(Core):
             try:
                 self.packet(k, now)
             except Exception as e:
-                busy = isinstance(e, Busy)
-                if isinstance(e, (OSError, MQTTError)) and not busy:
+                if isinstance(e, (OSError, MQTTError)) and not isinstance(e, Busy):
                     raise  # the link or the peer: _step's
                 # The callback raised (Busy: its publish found the window
                 # full): the message is not taken. A broker resends QoS 1/2
                 # only on a new connection [MQTT-4.4.0-1]: the core dropped
-                # it (and for Busy, which it takes for its own, so here).
-                # run() goes on; the loop's exception handler reports it.
-                if busy and c.rx[0] >> 4 == 3 and c.rx[0] & 6:
-                    self.lost(now)
+                # it. run() goes on; the loop's exception handler reports it.
                 if self.state == _DOWN:
                     self._close()
                 report(e)
@@ -239,7 +235,10 @@ class AsyncClient(Core):
         except (OSError, MQTTError) as e:
             if isinstance(e, Busy):
                 raise
-            self._lost()
+            if self.state == _DOWN:
+                self._close()  # the core's lost() came first (a callback refused a message)
+            else:
+                self._lost()
             if not self.reconnect:
                 raise
             await asleep_ms(0)  # (as above: the next attempt after the other tasks)

@@ -185,17 +185,9 @@ class MQTTClient(Core):
             # callback queues and returns)
             n = 0 if self.depth else c.recv()
             while n:
-                try:
-                    self.packet(n, start)  # (the time only sets a backoff)
-                except Exception as e:
-                    if self.state == _DOWN:
-                        self.down()  # a callback refused a QoS 1/2 message
-                    elif isinstance(e, Busy) and c.rx[0] >> 4 == 3 and c.rx[0] & 6:
-                        # so did one whose publish() found the window full
-                        # (the core takes Busy for its own): a broker resends
-                        # only on a new connection [MQTT-4.4.0-1]
-                        self.lost(start)
-                    raise
+                # (the time only sets a backoff; a callback that refuses a
+                # QoS 1/2 message leaves the link closed by the core's lost())
+                self.packet(n, start)
                 handled += 1
                 if self.state == _DOWN:
                     # the callback's publish() found the link broken and
@@ -224,7 +216,8 @@ class MQTTClient(Core):
         except Busy:
             raise
         except (OSError, MQTTError):
-            self.lost(ticks_ms())
+            if self.state != _DOWN:  # (else the core's lost() came first)
+                self.lost(ticks_ms())
             if not self.reconnect:
                 raise
             return 0
