@@ -14,6 +14,7 @@ from .client_core import Core
 
 _DOWN = const(0)  # client_core's states
 _UP = const(2)
+_LOST = const(0x100)  # client_core's completion code: a reconnect forgot the message
 
 
 class AsyncClient(Core):
@@ -21,7 +22,6 @@ class AsyncClient(Core):
     `interval_ms`: how often to look while the link has no socket to wait
     on (connect_link, e.g. an in-memory pipe)."""
     woke = None  # an asyncio.Event while a task waits on the socket
-    acks = None  # type: dict | None  # {pid: reason code or -1}: the awaiting publish() calls
 
     def __init__(self, client_id, server, interval_ms=5, port=0, ssl=None, ssl_params=None,
                  connect_link=None, **kw):
@@ -60,19 +60,15 @@ class AsyncClient(Core):
         pid = await self._busy(self.queue, topic, msg, retain, qos, key, props)
         if qos:
             st = self.store
-            gone = getattr(st, "gone", 0)  # (store=False: forgotten on a reconnect)
-            w = self.acks
-            if w is None:
-                w = self.acks = {}
-            w[pid] = -1
-            self.ack_pid = 0  # (_io records each completion as it comes)
+            w = self.waits
+            w[pid] = 0  # the core records its completion there
             try:
-                await self._until(lambda: w[pid] >= 0 or not st.out_has(pid))
+                await self._until(lambda: not st.out_has(pid))
             finally:
                 rc = w.pop(pid)
-            if rc < 0 and getattr(st, "gone", 0) != gone:
-                raise OSError(104)  # lost with the link, never acknowledged
             if rc >= 0x80:
+                if rc == _LOST:
+                    raise OSError(104)  # a reconnect forgot it (store=False): never acknowledged
                 raise MQTTError("refused", rc)  # MQTT 5 PUBACK/PUBREC
         return pid
 
@@ -197,23 +193,16 @@ class AsyncClient(Core):
             try:
                 self.packet(k, now)
             except Exception as e:
-                busy = isinstance(e, Busy)
-                if isinstance(e, (OSError, MQTTError)) and not busy:
+                if isinstance(e, (OSError, MQTTError)) and not isinstance(e, Busy):
                     raise  # the link or the peer: _step's
                 # The callback raised (Busy: its publish found the window
                 # full): the message is not taken. A broker resends QoS 1/2
                 # only on a new connection [MQTT-4.4.0-1]: the core dropped
-                # it (and for Busy, which it takes for its own, so here).
-                # run() goes on; the loop's exception handler reports it.
-                if busy and c.rx[0] >> 4 == 3 and c.rx[0] & 6:
-                    self.lost(now)
+                # it. run() goes on; the loop's exception handler reports it.
                 if self.state == _DOWN:
                     self._close()
                 report(e)
                 return n + 1
-            w = self.acks
-            if w and self.ack_pid in w:
-                w[self.ack_pid] = self.ack_rc  # a completion an awaiting publish() wants
             n += 1
             if c.tlen > len(c.tx) >> 1:
                 self._send()  # acks pile up while a long burst is read
@@ -246,7 +235,10 @@ class AsyncClient(Core):
         except (OSError, MQTTError) as e:
             if isinstance(e, Busy):
                 raise
-            self._lost()
+            if self.state == _DOWN:
+                self._close()  # the core's lost() came first (a callback refused a message)
+            else:
+                self._lost()
             if not self.reconnect:
                 raise
             await asleep_ms(0)  # (as above: the next attempt after the other tasks)

@@ -18,6 +18,7 @@ _POLLOUT = const(4)
 _POLLERR_HUP = const(24)  # POLLERR | POLLHUP
 _DOWN = const(0)
 _UP = const(2)
+_LOST = const(0x100)  # client_core's completion code: a reconnect forgot the message
 
 
 class MQTTClient(Core):
@@ -99,16 +100,13 @@ class MQTTClient(Core):
                     raise
         if qos and wait and not self.depth:
             first = True  # the clock is read once the first poll() has not brought the ack
-            self.want = pid
+            w = self.waits
+            w[pid] = 0  # the core records its completion there
             self.ack_pid = 0
-            st = self.store
-            gone = getattr(st, "gone", 0)  # (store=False: forgotten on a reconnect)
             try:
                 while True:  # just stored: not acknowledged yet
                     self.poll(10)
-                    if self.ack_pid == pid or not st.out_has(pid):
-                        if self.ack_pid != pid and getattr(st, "gone", 0) != gone:
-                            raise OSError(104)  # lost with the link, never acknowledged
+                    if self.ack_pid == pid or not self.store.out_has(pid):
                         break
                     if first:
                         first = False
@@ -116,9 +114,12 @@ class MQTTClient(Core):
                     elif ticks_diff(ticks_ms(), start) > self.timeout_ms:
                         raise OSError(110)
             finally:
-                self.want = -1
-            if self.ack_pid == pid and self.ack_rc >= 0x80:
-                raise MQTTError("refused", self.ack_rc)  # MQTT 5
+                rc = w[pid]
+                del w[pid]
+            if rc >= 0x80:
+                if rc == _LOST:
+                    raise OSError(104)  # a reconnect forgot it (store=False): never acknowledged
+                raise MQTTError("refused", rc)  # MQTT 5
         return pid
 
     def subscribe(self, topic, qos=0, no_local=False, retain_as_published=False,
@@ -184,17 +185,9 @@ class MQTTClient(Core):
             # callback queues and returns)
             n = 0 if self.depth else c.recv()
             while n:
-                try:
-                    self.packet(n, start)  # (the time only sets a backoff)
-                except Exception as e:
-                    if self.state == _DOWN:
-                        self.down()  # a callback refused a QoS 1/2 message
-                    elif isinstance(e, Busy) and c.rx[0] >> 4 == 3 and c.rx[0] & 6:
-                        # so did one whose publish() found the window full
-                        # (the core takes Busy for its own): a broker resends
-                        # only on a new connection [MQTT-4.4.0-1]
-                        self.lost(start)
-                    raise
+                # (the time only sets a backoff; a callback that refuses a
+                # QoS 1/2 message leaves the link closed by the core's lost())
+                self.packet(n, start)
                 handled += 1
                 if self.state == _DOWN:
                     # the callback's publish() found the link broken and
@@ -205,7 +198,7 @@ class MQTTClient(Core):
                     self.drain()  # the resume after CONNACK, within timeout_ms
                 elif c.tlen > len(c.tx) >> 1:
                     self.send()  # acks pile up while a long burst is read
-                if (self.ack_pid == self.want and not self.ssl) or \
+                if (self.ack_pid in self.waits and not self.ssl) or \
                         ticks_diff(ticks_ms(), start) > timeout_ms:
                     # time is up, or the acknowledgement a waiting publish
                     # wants came: it returns without a read that would find
@@ -223,7 +216,8 @@ class MQTTClient(Core):
         except Busy:
             raise
         except (OSError, MQTTError):
-            self.lost(ticks_ms())
+            if self.state != _DOWN:  # (else the core's lost() came first)
+                self.lost(ticks_ms())
             if not self.reconnect:
                 raise
             return 0

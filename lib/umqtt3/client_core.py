@@ -16,7 +16,8 @@
 # core: a client loads neither flow.py nor its Flow object. Events reach the
 # application as callbacks (messages, acknowledgements) and as state the
 # driver reads: is_connected(), wait_pid and answer (SUBACK/UNSUBACK),
-# ack_pid and ack_rc (the last publish completed), disconnect_rc. It never
+# ack_pid (the last publish completed), waits (the completion code of each
+# publish a caller waits for), disconnect_rc. It never
 # opens a socket, resolves a name, reads a clock or sleeps: the drivers,
 # client.MQTTClient (blocking) and aio.AsyncClient (asyncio), do.
 from .compat import ticks_add, ticks_diff, const, MICROPYTHON, as_bytes
@@ -30,6 +31,7 @@ _OPENING = const(1)  # CONNECT sent, CONNACK awaited
 _UP = const(2)
 _IDLE_MS = const(60000)  # tick()'s answer when no timer runs
 _RESERVE = const(8)  # send-buffer bytes a PUBLISH may not take: acks and PINGREQ always fit
+_LOST = const(0x100)  # the completion code of a message a reconnect forgot (store=False)
 # packet types, as in codec
 _CONNECT = const(1)
 _CONNACK = const(2)
@@ -104,8 +106,10 @@ class Core:
         self.cb = None
         self.raw = False
         self.unsynced = False
-        self.ack_pid = self.ack_rc = 0  # the last completed publish
-        self.want = -1  # the packet id a waiting publish() waits for
+        self.ack_pid = 0  # the last completed publish
+        # {packet id: completion code}: the publishes callers wait for, 0
+        # until acked() records another code (a plain PUBACK leaves it 0)
+        self.waits = {}
         # set by deliver(), so on the instance from the start (no table of
         # the class's grows for them; the instance's has room)
         self.cur = None  # the packet being handed to the callback
@@ -414,9 +418,13 @@ class Core:
         return self.conn.tlen != n
 
     def acked(self, pid, rc):
-        # a stored publish completed (rc < 0x80) or was refused
+        # a stored publish completed (rc < 0x80), was refused, or (0x100)
+        # was forgotten by a reconnect: a store without its copy cannot
+        # resend it (client_resume)
         self.ack_pid = pid
-        self.ack_rc = rc
+        w = self.waits
+        if pid in w:
+            w[pid] = rc  # for the caller waiting for it
         if self.on_ack is not None:
             self.on_ack(pid, rc)
         if self.held is not None:
@@ -441,125 +449,118 @@ class Core:
             c.done()
             self.unsynced = True
             if self.store.out_del(pid):
-                self.ack_pid = pid  # acked()'s steps, its call only when it has more to do
-                self.ack_rc = 0
+                self.ack_pid = pid  # acked()'s step, its call only when it has more to do
                 if self.on_ack is not None or self.held is not None:
                     self.acked(pid, 0)
             return
         p = self.pkt
         t = decode(p, rx, 0, n)
         c.done()  # consumed even if the callback raises; rx stays intact
-        try:
-            if t == _PUBLISH:
-                if not p.topic_len:
-                    # (MQTT 5; decode() refuses it below 5) a Topic Alias
-                    # would give it one, but we allow none [MQTT-3.1.2-27,
-                    # MQTT-3.3.2-12]: a protocol error
-                    raise MQTTError("protocol error", 0x82)
-                if self.state == _UP:
-                    # hand it to the application once, answer it
-                    q = p.qos
-                    pid = p.pid  # read first: the callback may reuse the packet
-                    st = self.store
+        if t == _PUBLISH:
+            if not p.topic_len:
+                # (MQTT 5; decode() refuses it below 5) a Topic Alias
+                # would give it one, but we allow none [MQTT-3.1.2-27,
+                # MQTT-3.3.2-12]: a protocol error
+                raise MQTTError("protocol error", 0x82)
+            if self.state == _UP:
+                # hand it to the application once, answer it
+                q = p.qos
+                pid = p.pid  # read first: the callback may reuse the packet
+                st = self.store
+                # a known QoS 2 id: PUBREC again, no second delivery [MQTT-4.3.3-2]
+                if q < 2 or not st.in_has(pid):
                     if q == 2:
-                        if not st.in_has(pid):
-                            st.in_add(pid, p.buf, 0, p.end)  # durable before PUBREC
-                            try:
-                                self.deliver(p, False)
-                            except Exception:
-                                # not taken: forgotten, no PUBREC, so the
-                                # sender's resend delivers it again
-                                st.in_del(pid)
-                                raise
-                            st.in_done(pid)
-                        # a known id: PUBREC again, no second delivery [MQTT-4.3.3-2]
-                        c.tlen = encode_ack(c.tx, c.tlen, _PUBREC, pid)
-                    else:
-                        self.deliver(p, False)  # raising here sends no PUBACK either
+                        st.in_add(pid, p.buf, 0, p.end)  # durable before PUBREC
+                    try:
+                        self.deliver(p, False)
+                    except Exception:
+                        # the callback raised: the message was not taken
+                        # and is not acknowledged. The broker resends only
+                        # on a new connection [MQTT-4.4.0-1], so drop this
+                        # one (a persistent session gets it again; QoS 2:
+                        # forgotten, so the resend delivers it); QoS 0 has
+                        # nothing to resend.
                         if q:
-                            c.tlen = encode_ack(c.tx, c.tlen, _PUBACK, pid)
-                    return
-            elif _PUBACK <= t <= _PUBCOMP:
-                if self.state == _UP:
-                    pid = p.pid
-                    st = self.store
-                    # what the store records is durable before the next
-                    # send: a release before PUBCOMP, a PUBREC before PUBREL
-                    self.unsynced = True
-                    if t == _PUBREL:
-                        st.in_del(pid)  # removed durably before PUBCOMP
-                        # unknown ids are answered too, so the sender can finish
-                        c.tlen = encode_ack(c.tx, c.tlen, _PUBCOMP, pid)
-                    elif t == _PUBREC and p.rc < 0x80:
-                        # recorded before PUBREL [MQTT-4.3.3-1] (True: the
-                        # store sends PUBREL itself, in its own order)
-                        if not (st.out_has(pid) and st.out_rel(pid)):
-                            c.tlen = encode_ack(c.tx, c.tlen, _PUBREL, pid)
-                    elif st.out_del(pid):
-                        # PUBACK, PUBCOMP, or a v5 PUBREC refusing the
-                        # message: a publish completed, or was refused
-                        self.acked(pid, p.rc)
-                    return
-            elif t == _AUTH and self.level == 5:
-                from .client5 import event
-                event(self, _AUTH, p)  # enhanced authentication, also before CONNACK
+                            if q == 2:
+                                st.in_del(pid)
+                            self.lost(now)
+                        raise
+                    if q == 2:
+                        st.in_done(pid)
+                if q:
+                    c.tlen = encode_ack(c.tx, c.tlen, _PUBREC if q == 2 else _PUBACK, pid)
                 return
-            elif self.state == _OPENING:
-                if t == _CONNACK:
-                    if p.rc:
-                        # server unavailable / busy / quota / rate: try
-                        # again later; any other refusal (version, id,
-                        # credentials) is final
-                        self.reconnect = self.reconnect and p.rc in b"\x03\x88\x89\x97\x9f"
-                        raise MQTTException(p.rc)
-                    if p.session_present and self.clean:
-                        # a session we did not ask for: close [MQTT-3.2.2-4]
-                        raise MQTTError("protocol error", 0x82)
-                    self.state = _UP
-                    self.tries = 0
-                    if self.level == 5:
-                        from .client5 import event
-                        event(self, _CONNACK, p)
-                        self.aliases = {} if self.alias_max else None
-                    self.ping_at = None
-                    sp = self.session_present = p.session_present
-                    # A new connection. Only what a reconnect or a kept
-                    # session needs loads umqtt3.client_resume; a first
-                    # connect with nothing stored leaves it unloaded.
-                    if (self.subs and not sp) or self.wait_pid or self.redelivered or \
-                            self.store.out_count():
-                        from .client_resume import resume
-                        self.backlog = resume(self, sp)
-                        self.refill()
-                    elif not sp:
-                        # The broker has no session: the packet ids of
-                        # inbound QoS 2 messages still waiting for PUBREL
-                        # mean nothing now, and a new message reusing one
-                        # would be taken for a duplicate and dropped.
-                        self.store.in_clear()
-                    return
-            elif t == _SUBACK or t == _UNSUBACK:
-                if p.pid == self.wait_pid:
-                    # SUBACK: the granted QoS or a refusal; MQTT 5 UNSUBACK too
-                    self.answer = c.rx[p.payload_off] if t == _SUBACK or self.level == 5 else 0
-                    self.wait_pid = 0
+        elif _PUBACK <= t <= _PUBCOMP:
+            if self.state == _UP:
+                pid = p.pid
+                st = self.store
+                # what the store records is durable before the next
+                # send: a release before PUBCOMP, a PUBREC before PUBREL
+                self.unsynced = True
+                if t == _PUBREL:
+                    st.in_del(pid)  # removed durably before PUBCOMP
+                    # unknown ids are answered too, so the sender can finish
+                    c.tlen = encode_ack(c.tx, c.tlen, _PUBCOMP, pid)
+                elif t == _PUBREC and p.rc < 0x80:
+                    # recorded before PUBREL [MQTT-4.3.3-1] (True: the
+                    # store sends PUBREL itself, in its own order)
+                    if not (st.out_has(pid) and st.out_rel(pid)):
+                        c.tlen = encode_ack(c.tx, c.tlen, _PUBREL, pid)
+                elif st.out_del(pid):
+                    # PUBACK, PUBCOMP, or a v5 PUBREC refusing the
+                    # message: a publish completed, or was refused
+                    self.acked(pid, p.rc)
                 return
-            elif t == _PINGRESP:
+        elif t == _AUTH and self.level == 5:
+            from .client5 import event
+            event(self, _AUTH, p)  # enhanced authentication, also before CONNACK
+            return
+        elif self.state == _OPENING:
+            if t == _CONNACK:
+                if p.rc:
+                    # server unavailable / busy / quota / rate: try
+                    # again later; any other refusal (version, id,
+                    # credentials) is final
+                    self.reconnect = self.reconnect and p.rc in b"\x03\x88\x89\x97\x9f"
+                    raise MQTTException(p.rc)
+                if p.session_present and self.clean:
+                    # a session we did not ask for: close [MQTT-3.2.2-4]
+                    raise MQTTError("protocol error", 0x82)
+                self.state = _UP
+                self.tries = 0
+                if self.level == 5:
+                    from .client5 import event
+                    event(self, _CONNACK, p)
+                    self.aliases = {} if self.alias_max else None
                 self.ping_at = None
+                sp = self.session_present = p.session_present
+                # A new connection. Only what a reconnect or a kept
+                # session needs loads umqtt3.client_resume; a first
+                # connect with nothing stored leaves it unloaded.
+                if (self.subs and not sp) or self.wait_pid or self.redelivered or \
+                        self.store.out_count():
+                    from .client_resume import resume
+                    self.backlog = resume(self, sp)
+                    self.refill()
+                elif not sp:
+                    # The broker has no session: the packet ids of
+                    # inbound QoS 2 messages still waiting for PUBREL
+                    # mean nothing now, and a new message reusing one
+                    # would be taken for a duplicate and dropped.
+                    self.store.in_clear()
                 return
-            elif t == _DISCONNECT:
-                self.disconnect_rc = p.rc  # MQTT 5: why the server closes
-                raise Closed(104)  # the server sent DISCONNECT
-        except (OSError, MQTTError):
-            raise
-        except Exception:
-            # the application's callback raised: the message was not
-            # taken and not acknowledged. The broker resends only on a new
-            # connection [MQTT-4.4.0-1], so drop this one (a persistent
-            # session gets it again); QoS 0 has nothing to resend.
-            if t == _PUBLISH and p.qos:
-                self.lost(now)
-            raise
+        elif t == _SUBACK or t == _UNSUBACK:
+            if p.pid == self.wait_pid:
+                # SUBACK: the granted QoS or a refusal; MQTT 5 UNSUBACK too
+                self.answer = c.rx[p.payload_off] if t == _SUBACK or self.level == 5 else 0
+                self.wait_pid = 0
+            return
+        elif t == _PINGRESP:
+            self.ping_at = None
+            return
+        elif t == _DISCONNECT:
+            self.disconnect_rc = p.rc  # MQTT 5: why the server closes
+            raise Closed(104)  # the server sent DISCONNECT
         raise MQTTError("protocol error", 0x82)  # (before CONNACK: not CONNACK)
 
 

@@ -26,7 +26,8 @@ def set_sync(self, f):
 def set_ack_callback(self, f):
     """f(pid, reason_code) when a QoS 1/2 publish completes (PUBACK,
     PUBCOMP) or is refused (MQTT 5: reason code 0x80 or more in PUBACK
-    or PUBREC). With wait=True a refusal raises MQTTError instead."""
+    or PUBREC), or 0x100 when a reconnect forgot it (store=False). With
+    wait=True a refusal raises MQTTError instead, a loss OSError(104)."""
     self.on_ack = f
 
 

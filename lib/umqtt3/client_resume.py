@@ -5,6 +5,7 @@ from .compat import const
 from .client_codec import Packet, decode, encode_ack
 
 _PUBREL = const(6)
+_LOST = const(0x100)  # client_core's completion code: a reconnect forgot the message
 
 
 def done(c, pid, rc):
@@ -19,10 +20,21 @@ def resend(store, conn, sp, c=None):
     MQTT-4.6.0-1]. A generator that yields whenever conn.tx has no room.
     c: the client core, which hears of what completes without an ack."""
     tx = conn.tx
-    sent = []  # type: list  # the ids sent on this connection
+    # the stored messages not handled yet: the others the store holds were
+    # sent on this connection and are unacknowledged (an ack removes one:
+    # out_count() is the count the acks decrement)
+    left = store.out_count()
     for pid, state, key, body in store.recover():
-        if state == "u" or not store.out_has(pid):
-            continue  # inbound (handed over by resume()), or completed meanwhile
+        if state == "u":
+            continue  # inbound (handed over by resume())
+        left -= 1
+        if not store.out_has(pid):
+            continue  # completed meanwhile
+        if body is None:
+            # a store that keeps no message (store=False) cannot resend it:
+            # it completes as lost, so a caller waiting for it knows
+            done(c, pid, _LOST)
+            continue
         if c is not None and state == "p":
             # what the new server would close on is refused, not sent:
             # too large [MQTT-3.1.2-24], a QoS above its maximum
@@ -43,12 +55,8 @@ def resend(store, conn, sp, c=None):
         # (the quota starts anew on each connection [MQTT-4.9.0-1]; a PUBREL
         # counts too: its message is unacknowledged until PUBCOMP). While
         # the quota is used up the driver reads: acks come (Core.acked).
-        while c is not None:
-            sent = [p for p in sent if store.out_has(p)]
-            if len(sent) < c.window:
-                break
+        while c is not None and store.out_count() - left > c.window:  # (this one is stored too)
             yield 1
-        sent.append(pid)
         n = len(body) if state == "p" else 4
         while conn.space() < n:
             yield

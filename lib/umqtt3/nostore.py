@@ -21,10 +21,6 @@ def _drop(ids, pid):
 
 
 class NoStore:
-    # messages recover() forgot unacknowledged: a publish() waiting for one
-    # raises instead of taking its absence for an acknowledgement
-    gone = 0
-
     def __init__(self, window=8, inbound=8):
         self.out = [0] * window
         self.inn = [0] * inbound
@@ -63,11 +59,9 @@ class NoStore:
             self.inn[i] = 0
 
     def recover(self):
-        # a new connection: what was in flight is gone, not resent
-        self.gone += self.out_count()
-        for i in range(len(self.out)):
-            self.out[i] = 0
-        return ()
+        # a new connection: the ids in flight without their messages (None),
+        # which the resume cannot resend: it reports each one lost
+        return [(pid, "p", None, None) for pid in self.out if pid]
 
     def accepted(self, key):
         return False

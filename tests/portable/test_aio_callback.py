@@ -104,3 +104,21 @@ async def test_busy_in_the_callback_drops_the_link_for_qos1():
         assert not server.done()
         assert [type(e) for e in reported] == [Busy]
     await _run(_served(peer, cb, body, window=1, reconnect=True, backoff_ms=(1, 1)))
+
+
+async def test_a_callback_raising_oserror_for_qos1_backs_off_once():
+    # the core drops the link for a QoS 1/2 message the callback refused;
+    # run(), which drops it for an OSError too, does not count the same
+    # loss a second time (the next attempt waits one backoff step)
+    peer = Peer()
+
+    def cb(c, m):
+        raise OSError(5)
+
+    async def body(c, server, reported):
+        peer.publish(b"cmd/a", b"m1", 1)
+        assert await _until(lambda: not c.is_connected())
+        await asleep_ms(5)
+        assert c.tries == 1 and peer.got[PUBACK] == 0
+        assert not server.done()
+    await _run(_served(peer, cb, body, reconnect=True, backoff_ms=(1000, 60000)))

@@ -279,6 +279,29 @@ def test_reconnect_backs_off_then_resends_with_dup():
     assert c.inflight() == 0
 
 
+def test_without_a_store_a_reconnect_reports_what_it_forgot():
+    # store=False keeps no message: what was in flight is not resent on the
+    # next connection, and each one completes as lost (0x100): on_ack
+    # hears it, and so does a caller waiting for it (waits), as of a PUBACK
+    c = connected(core(reconnect=True, store=False))
+    c.clean = False  # a persistent session: the broker keeps it (CONNACK_SP)
+    got = []
+    c.set_ack_callback(lambda pid, rc: got.append((pid, rc)))
+    p1 = c.queue(b"t", b"m", qos=1)
+    p2 = c.queue(b"t", b"n", qos=2)
+    p3 = c.queue(b"t", b"o", qos=1)
+    take(c, 0)
+    feed(c, puback(p3), 1)
+    c.waits[p1] = 0  # p1's publish() waits
+    c.lost(10)
+    c.start(1000)
+    take(c, 1000)
+    feed(c, CONNACK_SP, 1001)
+    assert take(c, 1001) == b""  # nothing resent
+    assert got == [(p3, 0), (p1, 0x100), (p2, 0x100)]
+    assert c.waits == {p1: 0x100} and c.inflight() == 0
+
+
 def test_resend_larger_than_the_send_buffer_goes_out_in_turns():
     # the resume waits for room (the backlog) and keeps its order: a new
     # publish is Busy until it is out

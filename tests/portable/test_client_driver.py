@@ -42,6 +42,23 @@ def test_busy_in_the_callback_drops_the_link_for_qos1():
     assert peer.got[PUBACK] == 0
 
 
+def test_a_callback_raising_oserror_for_qos1_backs_off_once():
+    # the core drops the link for a QoS 1/2 message the callback refused;
+    # the driver, which drops it for an OSError too, does not count the
+    # same loss a second time (the next attempt waits one backoff step)
+    peer = Peer()
+    c = _client(peer, reconnect=True, backoff_ms=(1000, 60000))
+
+    def cb(t, m):
+        raise OSError(5)
+    c.set_callback(cb)
+    c.connect()
+    peer.publish(b"cmd/a", b"m1", 1)
+    c.poll(0)  # reconnect=True: the OSError ends in the backoff
+    assert not c.is_connected() and c.tries == 1
+    assert peer.got[PUBACK] == 0
+
+
 class _BreaksOnEcho(Link):
     # the first link breaks when the callback's PUBLISH to b"echo" is written
     broke = []
