@@ -195,7 +195,7 @@ def test_reason_codes_of_pubrec(broker_factory, v5, tmp_path):
 
 def test_server_disconnect_reason(broker_factory, v5):
     # a packet over the server's maximum (our own check switched off for the
-    # test): the server closes with DISCONNECT 0x95 [MQTT-3.1.2-24], and the
+    # test): the server closes with DISCONNECT 0x95 (the rule the client keeps: [MQTT-3.2.2-15]), and the
     # client reports the reason code
     b = broker_factory(extra=["max_packet_size 200"])
     c = v5(b.port, "v5-too-big")
@@ -271,7 +271,7 @@ def test_receive_maximum_and_maximum_packet_size(broker_factory, v5):
     c.connect()
     assert c.window == 2 and c.max_packet == 200
     with pytest.raises(MQTTError) as e:
-        c.publish(b"v5/big", b"x" * 300, qos=0)  # never sent [MQTT-3.1.2-24]
+        c.publish(b"v5/big", b"x" * 300, qos=0)  # never sent [MQTT-3.2.2-15]
     assert e.value.code == 0x95
     assert c.is_connected()
     c.publish(b"v5/l", b"1", qos=1, wait=False)

@@ -71,7 +71,7 @@ def event(c, t, p):
         if ka is not None:
             c.keepalive0 = c.keepalive
             c.keepalive = ka
-        c.max_packet = get(b, o, n, _MAX_PACKET, 0)  # [MQTT-3.1.2-24]
+        c.max_packet = get(b, o, n, _MAX_PACKET, 0)  # [MQTT-3.2.2-15]
         c.max_qos = get(b, o, n, _MAX_QOS, 2)  # [MQTT-3.2.2-11]
         c.retain_ok = get(b, o, n, _RETAIN_OK, 1)  # [MQTT-3.2.2-14]
         c.alias_max = get(b, o, n, _ALIAS_MAX, 0)  # [MQTT-3.3.2-9]

@@ -65,7 +65,7 @@ class Core:
     disconnect_rc = None  # MQTT 5: the reason code of a server's DISCONNECT
     aliases = None  # type: dict | None  # MQTT 5: topic -> Topic Alias property, per connection
     # MQTT 5 limits the server set in CONNACK
-    max_packet = 0  # Maximum Packet Size, 0: none [MQTT-3.1.2-24]
+    max_packet = 0  # Maximum Packet Size, 0: none [MQTT-3.2.2-15]
     alias_max = 0  # Topic Alias Maximum
     max_qos = 2  # Maximum QoS
     retain_ok = 1  # Retain Available
@@ -233,7 +233,7 @@ class Core:
                                  props)
             if (self.max_packet and end - start > self.max_packet) or len(c.tx) - end < _RESERVE:
                 # never sent to a server that would close on it
-                # [MQTT-3.1.2-24]; the last bytes are for acks and PINGREQ
+                # [MQTT-3.2.2-15]; the last bytes are for acks and PINGREQ
                 raise MQTTError("too large", 0x95)
             if qos:
                 # stored before its first send; nothing is queued if the

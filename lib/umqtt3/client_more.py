@@ -42,7 +42,7 @@ def inflight(self):
 
 def fits(self, topic, msg, qos, props, room):
     """Would this PUBLISH fit `room` bytes of an empty send buffer and the
-    server's Maximum Packet Size [MQTT-3.1.2-24]? queue() asks when the
+    server's Maximum Packet Size [MQTT-3.2.2-15]? queue() asks when the
     buffer had no room behind queued bytes: Busy (retry once they are
     sent) if so, else MQTTError 0x95 (retrying cannot help). The size as
     encode_publish counts it."""

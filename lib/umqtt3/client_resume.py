@@ -37,7 +37,7 @@ def resend(store, conn, sp, c=None):
             continue
         if c is not None and state == "p":
             # what the new server would close on is refused, not sent:
-            # too large [MQTT-3.1.2-24], a QoS above its maximum
+            # too large [MQTT-3.2.2-15], a QoS above its maximum
             # [MQTT-3.2.2-11], retained where it keeps none [MQTT-3.2.2-14]
             rc = 0x95 if c.max_packet and len(body) > c.max_packet else \
                 0x9B if (body[0] >> 1) & 3 > c.max_qos else \

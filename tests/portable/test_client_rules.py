@@ -94,7 +94,7 @@ def test_resend_waiting_for_acks_ends_with_the_link():
 
 
 def test_resend_refuses_what_the_new_maximum_packet_size_forbids():
-    # [MQTT-3.1.2-24]: nothing larger than the Maximum Packet Size of the
+    # [MQTT-3.2.2-15]: nothing larger than the Maximum Packet Size of the
     # new connection goes out; the message is refused (0x95, reported as an
     # ack) instead of closing every connection to come; the others go
     c = core(level=5, reconnect=True)
@@ -219,7 +219,7 @@ def _error(f, *args, **kw):
 
 def test_too_large_is_refused_as_such_even_behind_queued_bytes():
     # Busy means "retry after poll()"; a PUBLISH larger than the server's
-    # Maximum Packet Size [MQTT-3.1.2-24] or the whole send buffer can never
+    # Maximum Packet Size [MQTT-3.2.2-15] or the whole send buffer can never
     # go: MQTTError 0x95, whatever else waits in the buffer. Exactly at the
     # limit it is Busy (it goes once the buffer is empty).
     for level, limit, props in ((4, 120, b""), (5, 60, b"\x27\x00\x00\x00\x3c")):
