@@ -360,9 +360,9 @@ class Core:
         callbacks and the store took is made durable (set_sync) before the
         packets behind it leave."""
         if self.unsynced:
-            self.unsynced = False
             if self.sync is not None:
-                self.sync()
+                self.sync()  # raises: still unsynced, nothing behind it leaves
+            self.unsynced = False
         n = self.conn.tlen - self.conn.sent
         if n:
             self.last_tx = now

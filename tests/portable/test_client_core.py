@@ -239,6 +239,34 @@ def test_sync_runs_before_the_acknowledgements_leave():
     assert seen == ["msg", "msg", "sync"]  # once, before the acks
 
 
+def test_a_failed_sync_lets_no_acknowledgement_leave_later():
+    # durable before the acknowledgement: a sync that raised (a full flash)
+    # made nothing durable, so the next packet's acknowledgement waits for a
+    # sync that succeeds, also when the message is a QoS 2 resend the store
+    # already knows (PUBREC without a new record) [MQTT-4.3.3-2]
+    c = core()
+    c.clean = False  # a persistent session: the broker keeps it (CONNACK_SP)
+    connected(c)
+    c.set_callback(lambda t, m: None)
+    calls = []
+
+    def sync():
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError(28)
+    c.set_sync(sync)
+    feed(c, publish(b"t", b"1", 2, 7), 0)
+    try:
+        c.out(0)
+        raise AssertionError("the sync's error was not raised")
+    except OSError:
+        pass
+    c.lost(0)  # the driver's answer to the error: the link goes
+    connected(c, 1, CONNACK_SP)
+    feed(c, publish(b"t", b"1", 2, 7, dup=True), 2)
+    assert take(c, 2) == ack(5, 7) and len(calls) == 2  # synced again first
+
+
 def test_callback_that_raises_drops_the_connection_for_qos1():
     c = connected(core(reconnect=True))
 
