@@ -107,11 +107,12 @@ def read_json(path, what):
     return d
 
 
-def device_config(path, role):
+def device_config(path, role, say=True):
     """The config.json the board gets: the user's, with the role set and the
-    board left to /board.py; checked with firmware/config.py's merge."""
+    board left to /board.py; checked with firmware/config.py's merge (types
+    and ranges, as the board checks it at boot)."""
     cfg = read_json(path, "config") if path else {}
-    if cfg.get("role", role) != role:
+    if say and cfg.get("role", role) != role:
         print("config %s says role %r; deploying role %r" % (path, cfg["role"], role))
     cfg["role"] = role
     cfg["board"] = ""
@@ -353,6 +354,7 @@ def main(argv=None):
         if not config:
             print("no config.json: the board uses firmware/config.py's defaults "
                   "(broker 192.168.1.10); give --config or CONFIG=...")
+        device_config(config, role, say=False)  # refused before anything is staged
         entries = plan(a.board, role, config, secrets, a.frozen, romfs)
         out_dir = a.build or os.path.join(ROOT, "build", a.board)
         staged = stage_and_show(a, board, role, entries, out_dir)
