@@ -73,7 +73,6 @@ With --instructions, user-space instructions per delivered message under
 valgrind (cachegrind without cache simulation; runs of two sizes, so that
 the start-up cancels out): independent of the machine's load.
 """
-import argparse
 import os
 import selectors
 import shutil
@@ -86,6 +85,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LIB = os.path.join(REPO, "lib")
 
+from tools import args
 from umqtt3.codec import encode_connect, encode_subscribe, encode_publish
 
 WINDOW = 400  # messages published but not yet delivered, over all subscribers
@@ -765,9 +765,10 @@ def main():
     if sys.argv[1:2] == ["--core-n"]:  # the same for --core S --instructions
         core_main(int(sys.argv[2]), int(sys.argv[3]), True)
         return
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = args.parser("python -m tools.measure.broker", __doc__)
     ap.add_argument("--quick", action="store_true", help="short runs (under 20 s in all)")
-    ap.add_argument("--seconds", type=float, help="seconds of load per scenario")
+    ap.add_argument("--seconds", type=args.positive,
+                    help="seconds of load per scenario (default 2, quick 0.4)")
     ap.add_argument("--only", default="umqtt3,amqtt,mosquitto", help="brokers to run, comma-separated")
     ap.add_argument("--case", help="only these cases, e.g. fan-in:0,fan-out:2")
     ap.add_argument("--no-ram", action="store_true", help="skip the MicroPython RAM figure")
