@@ -1,7 +1,8 @@
 """The benchmark and size tools' command lines (tools/measure/): a bad argument
 is refused in one line, `name: what was wrong`, with exit status 2
-(tools/args.py), never argparse's usage block or a traceback; a count below 1
-is refused rather than run; --help shows the whole description."""
+(tools/args.py), never argparse's usage block or a traceback; a name the tool
+does not know (--only, --case) and a count below 1 are refused rather than
+taken as a run that measures nothing; --help shows the whole description."""
 import subprocess
 import sys
 
@@ -18,6 +19,16 @@ def run(module, *argv):
 
 
 @pytest.mark.parametrize("module,argv,msg", [
+    # U13: a typo was a run of nothing, exit 0
+    ("tools.measure.broker", ["--only", "nosuch", "--no-ram"],
+     "broker: --only: unknown broker 'nosuch' (umqtt3, umqtt3+store, amqtt, mosquitto)"),
+    ("tools.measure.broker", ["--case", "nosuch", "--no-ram", "--only", "umqtt3"],
+     "broker: --case: unknown case 'nosuch' (fan-in:0, fan-in:1, fan-in:2, fan-out:0, "
+     "fan-out:1, fan-out:2)"),
+    ("tools.measure.broker", ["--case", "fan-in:1,fan-in:3", "--only", "umqtt3"],
+     "broker: --case: unknown case 'fan-in:3'"),
+    ("tools.measure.broker", ["--only", ","], "broker: --only names no broker"),
+    ("tools.measure.broker", ["--case", "", "--only", "umqtt3"], "broker: --case names no case"),
     ("tools.measure.broker", ["--seconds", "0"], "broker: argument --seconds: 0 is not above 0"),
     ("tools.measure.broker", ["--backlog", "0"], "broker: --backlog: 1 to 60000 messages"),
     ("tools.measure.codec", ["--rounds", "0"], "codec: argument --rounds: 0 is not 1 or more"),
