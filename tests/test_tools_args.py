@@ -36,13 +36,15 @@ def run(module, *argv):
     ("tools.measure.bridge", ["--messages", "0"],
      "bridge: argument --messages: 0 is not 1 or more"),
     # U16: argparse's usage block
-    ("tools.measure.codec", ["--rounds", "x"], "codec: argument --rounds: 'x' is not a whole number"),
+    ("tools.measure.codec", ["--rounds", "x"],
+     "codec: argument --rounds: 'x' is not a whole number"),
     ("tools.measure.client", ["--nosuch"], "client: unrecognized arguments: --nosuch"),
     ("tools.measure.client", ["--cpu", "--profile"],
      "client: argument --profile: not allowed with argument --cpu"),
     ("tools.measure.broker", ["--level", "3"],
      "broker: argument --level: invalid choice: 3 (choose from 4, 5)"),
-    ("tools.measure.bridge", ["--direction", "up"], "bridge: argument --direction: invalid choice"),
+    ("tools.measure.bridge", ["--direction", "up"],
+     "bridge: argument --direction: invalid choice"),
     ("tools.measure.sizes", ["--nosuch"], "sizes: unrecognized arguments: --nosuch"),
     ("tools.measure.sizes", ["--romfs", "--no-ram"], "sizes: --romfs measures RAM: drop --no-ram"),
 ])
