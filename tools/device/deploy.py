@@ -154,7 +154,7 @@ def stage(entries, out_dir, arch, role, source_lines=False):
     shutil.rmtree(out_dir, ignore_errors=True)
     os.makedirs(out_dir)
     with open(marker, "w") as f:
-        f.write("staged by tools/deploy.py; emptied by the next deploy\n")
+        f.write("staged by tools/device/deploy.py; emptied by the next deploy\n")
     cmd = None
     staged = []
     for dest, src, how in entries:
