@@ -128,3 +128,16 @@ def test_main_on_the_board_says_what_is_wrong_and_does_not_reset(tmp_path, text,
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.startswith("/config.json: ") and msg in p.stdout, p.stdout
     assert p.stdout.rstrip().endswith(": not starting") and not p.stderr, p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("bridge,msg", [
+    ({"host": "h", "rules": ["a/# sideways"]}, "direction 'sideways' is not out, in or both"),
+    ([{"hots": "h", "rules": ["a/# out 1"]}], "bridge: unknown setting 'hots'"),
+    ({"host": "h", "rules": ["a/# out 1"], "window": 0}, "window must be a whole number above 0"),
+])
+def test_deploy_refuses_a_gateway_bridge_the_library_would_refuse_at_boot(tmp_path, bridge, msg):
+    p = deploy(tmp_path, {"role": "gateway", "bridge": bridge})
+    assert p.returncode == 2 and msg in p.stderr and p.stderr.count("\n") == 1, p.stderr
+    # a cafile names a file on the board: not read here
+    ok = {"host": "h", "rules": ["a/# out 1"], "cafile": "/ca.pem"}
+    assert deploy(tmp_path, {"role": "gateway", "bridge": ok}).returncode == 0
