@@ -1,4 +1,4 @@
-# Board profile for simulation on CPython (tools/demo.py, tests): the real
+# Board profile for simulation on CPython (tools/desktop/demo.py, tests): the real
 # firmware runs against the stand-ins in tools/desktop/shim/. Memory is not the limit
 # here; the sizes match an ESP32-S3 so the code paths are the device's.
 NAME = "desktop"
@@ -23,6 +23,6 @@ MEM_BUDGET = 65536
 GATEWAY_STORE = "gw"
 BRIDGE_QUEUE = 256
 BRIDGE_WINDOW = 8
-# not a device: tools/deploy.py and flash.py refuse it (make simulate runs it)
+# not a device: tools/device/deploy.py and flash.py refuse it (make simulate runs it)
 ARCH = None
 CHIP = None

@@ -25,10 +25,10 @@ MEM_BUDGET = 16384
 GATEWAY_STORE = "/gw"
 BRIDGE_QUEUE = 64
 BRIDGE_WINDOW = 4
-# for tools/deploy.py and flash.py: mpy-cross -march (Xtensa LX6, windowed ABI), the chip
+# for tools/device/deploy.py and flash.py: mpy-cross -march (Xtensa LX6, windowed ABI), the chip
 ARCH = "xtensawin"
 CHIP = "esp32"
-# for tools/deploy.py --romfs: the stock MicroPython firmware for this board does not
+# for tools/device/deploy.py --romfs: the stock MicroPython firmware for this board does not
 # enable ROMFS (mpremote romfs query tells); True for one built with MICROPY_VFS_ROM and
 # a ROMFS partition
 ROMFS = False

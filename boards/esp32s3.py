@@ -23,10 +23,10 @@ MEM_BUDGET = 65536
 GATEWAY_STORE = "/gw"
 BRIDGE_QUEUE = 256
 BRIDGE_WINDOW = 8
-# for tools/deploy.py and flash.py: mpy-cross -march (Xtensa LX7, windowed ABI), the chip
+# for tools/device/deploy.py and flash.py: mpy-cross -march (Xtensa LX7, windowed ABI), the chip
 ARCH = "xtensawin"
 CHIP = "esp32s3"
-# for tools/deploy.py --romfs: the stock MicroPython firmware for this board does not
+# for tools/device/deploy.py --romfs: the stock MicroPython firmware for this board does not
 # enable ROMFS (mpremote romfs query tells); True for one built with MICROPY_VFS_ROM and
 # a ROMFS partition
 ROMFS = False

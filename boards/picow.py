@@ -25,10 +25,10 @@ MEM_BUDGET = 32768
 GATEWAY_STORE = "/gw"
 BRIDGE_QUEUE = 64
 BRIDGE_WINDOW = 4
-# for tools/deploy.py and flash.py: mpy-cross -march (Cortex-M0+), the chip
+# for tools/device/deploy.py and flash.py: mpy-cross -march (Cortex-M0+), the chip
 ARCH = "armv6m"
 CHIP = "rp2040"
-# for tools/deploy.py --romfs: the stock MicroPython firmware for this board does not
+# for tools/device/deploy.py --romfs: the stock MicroPython firmware for this board does not
 # enable ROMFS (mpremote romfs query tells); True for one built with MICROPY_VFS_ROM and
 # a ROMFS partition
 ROMFS = False

@@ -8,5 +8,5 @@ try:
     import rp2
     import config
     rp2.country(config.load().get("country", "XX"))
-except ImportError:
+except (ImportError, ValueError):  # a bad /config.json: main.py says so
     pass

@@ -28,6 +28,9 @@
 #                bridge_password (docs/bridge.md)
 #   gateway_store  gateway: the broker's store directory ("": the board's
 #                GATEWAY_STORE when a bridge is set, else none)
+# Numbers and true/false must be JSON numbers and booleans ("10" is not 10),
+# within the ranges in NUMBERS; merge() refuses anything else with a
+# ValueError, which deploy reports before copying and main.py at boot.
 # secrets.json: {"ssid": ..., "password": ..., "mqtt_user": ..., "mqtt_password": ...,
 #                "bridge_user": ..., "bridge_password": ...}
 import json
@@ -55,21 +58,64 @@ DEFAULTS = {
     "gateway_store": "",
 }
 
+# what each setting must be: a string, true or false, or a number from low to
+# high (whole: an int); times stay within a day (ticks_add on a board takes
+# less than 2**29 ms)
+STRINGS = ("board", "node_id", "prefix", "broker", "store_dir", "gateway_store", "country",
+           "ntp_host")
+BOOLS = ("deep_sleep", "watchdog", "allow_fat", "ntp")
+NUMBERS = {  # key: (whole, low, high)
+    "port": (True, 1, 65535), "keepalive": (True, 0, 65535), "cycles": (True, 0, 10 ** 9),
+    "period_s": (False, 0.001, 86400), "wifi_timeout_s": (False, 0, 86400),
+    "drain_ms": (False, 0, 86400000),
+}
+CHOICES = {"role": ("node", "gateway"), "wifi_mode": ("sta", "ap"), "qos": (0, 1, 2)}
+
+
+def _refuse(k, what, v):
+    raise ValueError("%s must be %s, not %s" % (k, what, json.dumps(v)))
+
+
+def check(c):
+    """Raise ValueError naming the first setting of `c` that is of the wrong
+    type or out of range (the keys above that `c` has)."""
+    for k in STRINGS:
+        if k in c and not isinstance(c[k], str):
+            _refuse(k, "a string", c[k])
+    for k in BOOLS:
+        if k in c and c[k] is not True and c[k] is not False:
+            _refuse(k, "true or false", c[k])
+    for k in NUMBERS:
+        if k in c:
+            v = c[k]
+            whole, lo, hi = NUMBERS[k]
+            if not ((isinstance(v, int) or not whole and isinstance(v, float))
+                    and v is not True and v is not False and lo <= v <= hi):
+                _refuse(k, "%s from %s to %s" % ("a whole number" if whole else "a number",
+                                                 lo, hi), v)
+    for k in CHOICES:
+        v = c.get(k, DEFAULTS[k])
+        if not any(v == x and type(v) is type(x) for x in CHOICES[k]):
+            _refuse(k, "one of " + ", ".join(json.dumps(x) for x in CHOICES[k]), v)
+
 
 def merge(overrides=None):
-    """DEFAULTS with `overrides` (a dict) on top; unknown keys are kept."""
+    """DEFAULTS with `overrides` (a dict) on top, checked; unknown keys are
+    kept."""
     c = dict(DEFAULTS)
+    if overrides is not None and not isinstance(overrides, dict):
+        raise ValueError("the config must be a JSON object")
     if overrides:
         for k in overrides:
             c[k] = overrides[k]
-    if c["qos"] not in (0, 1, 2):
-        raise ValueError("qos must be 0, 1 or 2")
+    check(c)
     if not c["store"]:
         c["store"] = "file" if c["qos"] == 2 else "memory"
     if c["store"] not in ("memory", "file"):
         raise ValueError("store must be 'memory' or 'file'")
     br = c["bridge"]
-    if br is not None and not isinstance(br, (dict, list)):
+    if br is not None and not (isinstance(br, dict) or isinstance(br, list) and all(
+            isinstance(b, dict) for b in br)):
         raise ValueError("bridge must be a dict or a list of them")
     return c
 

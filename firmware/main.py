@@ -1,7 +1,9 @@
 # main.py -- runs after boot.py: the role from /config.json ("node" or
 # "gateway"), the profile in /board.py, secrets from /secrets.json. Any error
 # is printed, then the board resets after a pause (unattended devices recover
-# by themselves; Ctrl-C at the REPL during the pause stops that).
+# by themselves; Ctrl-C at the REPL during the pause stops that). A bad
+# /config.json is printed and the board stays at the REPL: a reset would
+# not mend it, so fix it there (or deploy again) and reset.
 import sys
 import time
 
@@ -9,7 +11,11 @@ import config
 
 
 def main():
-    cfg = config.load()
+    try:
+        cfg = config.load()
+    except ValueError as e:  # also JSON that does not parse
+        print("/config.json: %s: not starting" % e)
+        return
     board = config.board(cfg["board"])
     secrets = config.load_secrets()
     if cfg["role"] == "gateway":

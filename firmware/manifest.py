@@ -3,13 +3,13 @@
 # MicroPython checkout (with its mpy-cross built):
 #   make -C ports/esp32 BOARD=ESP32_GENERIC FROZEN_MANIFEST=/path/to/umqtt3/firmware/manifest.py
 #   make -C ports/rp2 BOARD=RPI_PICO_W FROZEN_MANIFEST=/path/to/umqtt3/firmware/manifest.py
-# then `make flash` the image it builds and `tools/deploy.py --frozen`, which
-# copies only what stays on the filesystem.
+# then `make flash` the image it builds and `python -m tools.device.deploy
+# --frozen`, which copies only what stays on the filesystem.
 #
 # Not frozen, on purpose: boot.py and main.py (a frozen one would run instead
 # of the filesystem's, so a board could no longer be changed without a new
 # firmware), the board profile (board.py), config.json and secrets.json; nor
-# the library's desktop-only modules (tools/deploy.py's HOST_ONLY), which a
+# the library's desktop-only modules (tools/libgraph.py's HOST_ONLY), which a
 # device never imports. The manifest runs with firmware/ as its directory.
 import os
 

@@ -166,7 +166,7 @@ def test_config_json_is_the_users_with_the_role(tmp_path):
     user.write_text(json.dumps({"broker": "10.0.0.2", "qos": 2, "role": "gateway"}))
     assert staged_config() == {"broker": "10.0.0.2", "qos": 2, "role": "node", "board": ""}
     user.write_text(json.dumps({"qos": 3}))
-    assert "qos must be 0, 1 or 2" in usage_error(staged_config)
+    assert "qos must be one of 0, 1, 2, not 3" in usage_error(staged_config)
     user.write_text("{broker: 1}")
     assert "not valid JSON" in usage_error(staged_config)
     user.write_text("[1]")

@@ -1,7 +1,8 @@
 """Command lines of the tools: a parser whose --help shows every default and
 keeps the description's sentences whole, and which refuses bad input in one
 line (`prog: what was wrong`, exit status 2) instead of argparse's usage
-block; and the checks the tools share (ports, hosts, counts, directories).
+block; and the checks the tools share (ports, hosts, counts, directories,
+lists of names).
 
     ap = args.parser("python -m tools.desktop.demo", __doc__)
     ap.add_argument("--port", type=args.port_or_zero, default=0, help="...")
@@ -81,6 +82,18 @@ def not_negative(text):
     if not x >= 0:
         raise argparse.ArgumentTypeError("%s is below 0" % text)
     return x
+
+
+def names(ap, option, text, known, what="name"):
+    """The comma-separated names in `text` (an option's value), each one of
+    `known`; refuses (ap.error) any other name, and a list of none."""
+    out = [n for n in text.split(",") if n]
+    for n in out:
+        if n not in known:
+            ap.error("%s: unknown %s %r (%s)" % (option, what, n, ", ".join(known)))
+    if not out:
+        ap.error("%s names no %s" % (option, what))
+    return out
 
 
 def host(text):

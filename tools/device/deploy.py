@@ -107,16 +107,22 @@ def read_json(path, what):
     return d
 
 
-def device_config(path, role):
+def device_config(path, role, say=True):
     """The config.json the board gets: the user's, with the role set and the
-    board left to /board.py; checked with firmware/config.py's merge."""
+    board left to /board.py; checked with firmware/config.py's merge (types
+    and ranges, as the board checks it at boot)."""
     cfg = read_json(path, "config") if path else {}
-    if cfg.get("role", role) != role:
+    if say and cfg.get("role", role) != role:
         print("config %s says role %r; deploying role %r" % (path, cfg["role"], role))
     cfg["role"] = role
     cfg["board"] = ""
     try:
-        load_firmware_config().merge(cfg)
+        br = load_firmware_config().merge(cfg)["bridge"]
+        if br and role == "gateway":  # as gateway.py will: the library's own check
+            import umqtt3.broker  # noqa: F401 (first, as on the board: gateway.py)
+            from umqtt3 import bridge
+            for b in br if isinstance(br, list) else [br]:
+                bridge.settings(dict(b, cafile=None))  # cafile: a path on the board
     except ValueError as e:
         fail("config %s: %s" % (path or "(defaults)", e))
     return cfg
@@ -153,7 +159,7 @@ def stage(entries, out_dir, arch, role, source_lines=False):
     shutil.rmtree(out_dir, ignore_errors=True)
     os.makedirs(out_dir)
     with open(marker, "w") as f:
-        f.write("staged by tools/deploy.py; emptied by the next deploy\n")
+        f.write("staged by tools/device/deploy.py; emptied by the next deploy\n")
     cmd = None
     staged = []
     for dest, src, how in entries:
@@ -353,6 +359,7 @@ def main(argv=None):
         if not config:
             print("no config.json: the board uses firmware/config.py's defaults "
                   "(broker 192.168.1.10); give --config or CONFIG=...")
+        device_config(config, role, say=False)  # refused before anything is staged
         entries = plan(a.board, role, config, secrets, a.frozen, romfs)
         out_dir = a.build or os.path.join(ROOT, "build", a.board)
         staged = stage_and_show(a, board, role, entries, out_dir)

@@ -1,4 +1,4 @@
-"""What tools/deploy.py, flash.py and selftest.py share: the board profiles,
+"""What tools/device/deploy.py, flash.py and selftest.py share: the board profiles,
 the serial port check, mpy-cross, and run(), the one function through which
 every command that touches a device goes (so tests check the command lines
 without a device, and --dry-run prints them instead).

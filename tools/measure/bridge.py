@@ -22,7 +22,6 @@ second from the first publish to the last message's arrival upstream, and
 the ratio against mosquitto's bridge in the same run. Prints; asserts
 nothing. `uptime` first: the machine is shared, so compare ratios.
 """
-import argparse
 import os
 import shutil
 import subprocess
@@ -31,6 +30,7 @@ import tempfile
 import threading
 import time
 
+from tools import args
 from tools.measure.broker import Server, free_port, LIB
 from umqtt3.client import MQTTClient
 from umqtt3.flow import Busy
@@ -162,15 +162,12 @@ def run_case(port, up, qos, n, tag, topic, sub_topic="site/bench/#", clean=True,
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m tools.measure.bridge",
-                                 description=__doc__.split("\n\n")[0])
-    ap.add_argument("--messages", type=int, default=2000, help="messages per case (default 2000)")
+    ap = args.parser("python -m tools.measure.bridge", __doc__)
+    ap.add_argument("--messages", type=args.count, default=2000, help="messages per case (default 2000)")
     ap.add_argument("--direction", choices=("out", "in", "both"), default="both",
                     help="out: node -> gateway -> upstream; in: upstream -> gateway -> "
                          "local subscriber (default both)")
     a = ap.parse_args(argv)
-    if a.messages < 1:
-        ap.error("--messages must be 1 or more")
     print("load:", open("/proc/loadavg").read().strip() if os.path.exists("/proc/loadavg") else "?")
     dirs = ("out", "in") if a.direction == "both" else (a.direction,)
     for d in dirs:

@@ -73,7 +73,6 @@ With --instructions, user-space instructions per delivered message under
 valgrind (cachegrind without cache simulation; runs of two sizes, so that
 the start-up cancels out): independent of the machine's load.
 """
-import argparse
 import os
 import selectors
 import shutil
@@ -86,6 +85,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LIB = os.path.join(REPO, "lib")
 
+from tools import args
 from umqtt3.codec import encode_connect, encode_subscribe, encode_publish
 
 WINDOW = 400  # messages published but not yet delivered, over all subscribers
@@ -231,6 +231,7 @@ def start_mosquitto(tmp):
     return Server("mosquitto", [exe, "-c", conf], port)
 
 
+CASES = [(sc, q) for sc in ("fan-in", "fan-out") for q in (0, 1, 2)]
 STARTERS = {"umqtt3": start_umqtt3, "umqtt3+store": start_umqtt3_store, "amqtt": start_amqtt,
             "mosquitto": start_mosquitto}
 
@@ -765,11 +766,14 @@ def main():
     if sys.argv[1:2] == ["--core-n"]:  # the same for --core S --instructions
         core_main(int(sys.argv[2]), int(sys.argv[3]), True)
         return
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = args.parser("python -m tools.measure.broker", __doc__)
     ap.add_argument("--quick", action="store_true", help="short runs (under 20 s in all)")
-    ap.add_argument("--seconds", type=float, help="seconds of load per scenario")
-    ap.add_argument("--only", default="umqtt3,amqtt,mosquitto", help="brokers to run, comma-separated")
-    ap.add_argument("--case", help="only these cases, e.g. fan-in:0,fan-out:2")
+    ap.add_argument("--seconds", type=args.positive,
+                    help="seconds of load per scenario (default 2, quick 0.4)")
+    ap.add_argument("--only", default="umqtt3,amqtt,mosquitto",
+                    help="brokers to run, comma-separated: %s" % ", ".join(STARTERS))
+    ap.add_argument("--case", help="only these cases, comma-separated: %s"
+                    % ", ".join("%s:%d" % c for c in CASES))
     ap.add_argument("--no-ram", action="store_true", help="skip the MicroPython RAM figure")
     ap.add_argument("--level", type=int, choices=(4, 5), default=4,
                     help="protocol level of every client: 4 (3.1.1) or 5 (5.0)")
@@ -786,6 +790,9 @@ def main():
     ap.add_argument("--store", action="store_true",
                     help="also umqtt3 with a store; persistent sessions in every column")
     a = ap.parse_args()
+    only = args.names(ap, "--only", a.only, list(STARTERS), "broker")
+    want = args.names(ap, "--case", a.case, ["%s:%d" % c for c in CASES], "case") \
+        if a.case is not None else None
     secs = a.seconds or (0.4 if a.quick else 2.0)
     global LEVEL
     LEVEL = a.level
@@ -804,7 +811,7 @@ def main():
         return
     if a.instructions or a.bytecodes:
         ap.error("--instructions: only with --core or --core-in; --bytecodes: only with --core-in")
-    names = [n for n in a.only.split(",") if n and not ((a.level == 5 or a.backlog) and n == "amqtt")]
+    names = [n for n in only if not ((a.level == 5 or a.backlog) and n == "amqtt")]
     if a.backlog is not None:
         if not 1 <= a.backlog <= 60000:
             ap.error("--backlog: 1 to 60000 messages")
@@ -814,9 +821,8 @@ def main():
         return
     if a.store and "umqtt3+store" not in names:
         names.insert(names.index("umqtt3") + 1 if "umqtt3" in names else 0, "umqtt3+store")
-    cases = [(sc, q) for sc in ("fan-in", "fan-out") for q in (0, 1, 2)]
-    if a.case:
-        want = set(a.case.split(","))
+    cases = CASES
+    if want is not None:
         cases = [(sc, q) for sc, q in cases if "%s:%d" % (sc, q) in want]
     results = {}
     cpu = {}  # broker CPU microseconds per delivered message

@@ -75,7 +75,6 @@ library (pyenv's default build: slower Python code, so a lower ratio to
 the bound, whose time is mostly system calls) or linked into the executable.
 """
 
-import argparse
 import os
 import select
 import socket
@@ -84,6 +83,7 @@ import sys
 import time
 
 from tests import mosq  # tests/mosq.py: start/stop mosquitto
+from tools import args as _args
 from tools.measure import common as _common
 from umqtt3.client import MQTTClient
 from umqtt3.flow import Busy
@@ -689,7 +689,7 @@ def main(argv=None):
     if argv[:1] == ["--seq-n"]:
         seq_n_main(argv[1], int(argv[2]), int(argv[3]))
         return
-    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap = _args.parser("python -m tools.measure.client", __doc__)
     ap.add_argument("--quick", action="store_true", help="short rounds (about 10 s in all)")
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--cpu", action="store_true",

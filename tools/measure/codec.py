@@ -34,10 +34,10 @@ the rounds; `spread` is (max - min) / median over the rounds. This prints; it
 checks nothing beyond that all three produce the same packet bytes.
 """
 
-import argparse
 import sys
 import time
 
+from tools import args as _args
 from tools.measure import common as _common
 from umqtt3 import codec
 
@@ -197,10 +197,11 @@ COLUMNS = ("encode", "decode", "enc+dec")
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap = _args.parser("python -m tools.measure.codec", __doc__)
     ap.add_argument("--quick", action="store_true", help="3 short rounds (about 2 s in all)")
-    ap.add_argument("--rounds", type=int, help="timed rounds per measurement (default 7, quick 3)")
-    ap.add_argument("--seconds", type=float,
+    ap.add_argument("--rounds", type=_args.count,
+                    help="timed rounds per measurement (default 7, quick 3)")
+    ap.add_argument("--seconds", type=_args.positive,
                     help="length of one round in seconds (default 0.2, quick 0.04)")
     args = ap.parse_args(argv)
     rounds = args.rounds or (3 if args.quick else 7)

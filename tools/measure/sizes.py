@@ -58,7 +58,6 @@ compile (or cannot be imported when measuring RAM), 2 if a tool is missing
 (node, the WebAssembly MicroPython, mpy-cross; mpremote for --romfs).
 """
 
-import argparse
 import ast
 import os
 import re
@@ -67,6 +66,7 @@ import subprocess
 import sys
 import tempfile
 
+from tools import args as _args
 from tools.device import devices
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -655,7 +655,7 @@ def connected_table(vm, sizes, peers, markdown, romfs=False):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = _args.parser("python -m tools.measure.sizes", __doc__)
     ap.add_argument("--markdown", action="store_true", help="print markdown tables")
     ap.add_argument("--check", action="store_true",
                     help="only check that every module compiles with mpy-cross")

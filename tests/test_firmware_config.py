@@ -1,0 +1,143 @@
+"""firmware/config.py's check of /config.json: every number and true/false the
+firmware reads has its type and range checked, so a config that would stop the
+node at every boot is refused by deploy (one line, exit 2, before anything is
+staged) and, on the board, by main.py, which says so and stays at the REPL
+instead of resetting for ever. main.py runs for real under the WebAssembly
+MicroPython with the config at /config.json."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tools import procs
+from tools.desktop.sim import fw
+
+ROOT = procs.ROOT
+fw_config = fw["config"]
+RUN_MJS = os.path.join(ROOT, "tests", "mp", "run.mjs")
+WASM = os.path.join(ROOT, "node_modules", "@micropython", "micropython-webassembly-pyscript",
+                    "micropython.mjs")
+NODE = shutil.which("node")
+
+# (config, the setting the refusal names): each stops the node at boot unchecked
+BAD = [
+    ({"period_s": "10"}, "period_s"),  # "10" * 1000 in node.run
+    ({"period_s": 0}, "period_s"),
+    ({"period_s": float("nan")}, "period_s"),
+    ({"period_s": 10 ** 6}, "period_s"),  # ticks_add on a board: under 2**29 ms
+    ({"keepalive": 100000}, "keepalive"),  # the client refuses above 65535
+    ({"keepalive": -1}, "keepalive"),
+    ({"keepalive": 1.5}, "keepalive"),
+    ({"port": 0}, "port"),
+    ({"port": 65536}, "port"),
+    ({"port": "1883"}, "port"),
+    ({"port": True}, "port"),
+    ({"wifi_timeout_s": "20"}, "wifi_timeout_s"),
+    ({"wifi_timeout_s": -1}, "wifi_timeout_s"),
+    ({"drain_ms": "2000"}, "drain_ms"),
+    ({"drain_ms": -5}, "drain_ms"),
+    ({"cycles": 2.5}, "cycles"),
+    ({"cycles": -1}, "cycles"),
+    ({"deep_sleep": "false"}, "deep_sleep"),  # a non-empty string is true
+    ({"watchdog": 0}, "watchdog"),
+    ({"allow_fat": "yes"}, "allow_fat"),
+    ({"ntp": 1}, "ntp"),
+    ({"qos": 1.0}, "qos"),
+    ({"qos": True}, "qos"),
+    ({"role": "gw"}, "role"),
+    ({"wifi_mode": "station"}, "wifi_mode"),
+    ({"broker": 10}, "broker"),
+    ({"prefix": None}, "prefix"),
+    ({"node_id": 7}, "node_id"),
+    ({"bridge": [1]}, "bridge"),
+]
+
+GOOD = [
+    {},
+    {"period_s": 0.05, "keepalive": 0, "port": 1, "drain_ms": 0, "wifi_timeout_s": 0.5},
+    {"period_s": 86400, "keepalive": 65535, "port": 65535, "cycles": 3, "deep_sleep": True,
+     "watchdog": False, "allow_fat": True, "ntp": False, "ntp_host": "pool.ntp.org",
+     "qos": 2, "role": "gateway", "wifi_mode": "ap", "country": "DE",
+     "bridge": [{"host": "10.0.0.2"}], "mine": "kept"},
+]
+
+
+@pytest.mark.parametrize("cfg,key", BAD)
+def test_merge_refuses_wrong_types_and_ranges(cfg, key):
+    with pytest.raises(ValueError) as e:
+        fw_config.merge(cfg)
+    assert str(e.value).startswith(key + " must be "), e.value
+
+
+def test_merge_takes_every_type_and_range_it_documents():
+    for cfg in GOOD:
+        c = fw_config.merge(cfg)
+        for k in cfg:
+            assert c[k] == cfg[k]
+    with pytest.raises(ValueError):
+        fw_config.merge([1])
+
+
+def deploy(tmp_path, cfg):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return subprocess.run([sys.executable, "-m", "tools.device.deploy", "--board", "esp32",
+                           "--dry-run", "--build", str(tmp_path / "stage"), "--config", str(path)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env=procs.python_env())
+
+
+@pytest.mark.parametrize("cfg,key", [BAD[0], BAD[4], BAD[8], BAD[12], BAD[13], BAD[17]])
+def test_deploy_refuses_a_config_the_node_cannot_boot_with(tmp_path, cfg, key):
+    p = deploy(tmp_path, cfg)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert p.stderr.startswith("deploy: config %s: %s must be " % (tmp_path / "config.json", key))
+    assert p.stderr.count("\n") == 1 and "Traceback" not in p.stderr
+    assert not (tmp_path / "stage").exists()  # refused before anything is staged
+
+
+def test_deploy_takes_a_good_config(tmp_path):
+    p = deploy(tmp_path, GOOD[1])
+    assert p.returncode == 0, p.stderr
+    staged = json.load(open(str(tmp_path / "stage" / "config.json")))
+    assert staged == dict(GOOD[1], role="node", board="")
+
+
+def run_main(tmp_path, text):
+    """firmware/main.py under the WebAssembly MicroPython, /config.json holding text."""
+    cfg = tmp_path / "config.json"
+    cfg.write_text(text)
+    return subprocess.run(["node", RUN_MJS, "--mount", "%s=/config.json" % cfg,
+                           os.path.join(ROOT, "firmware", "main.py")],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+
+
+@pytest.mark.skipif(not (NODE and os.path.exists(WASM)), reason="no WebAssembly MicroPython")
+@pytest.mark.parametrize("text,msg", [
+    ('{"period_s": "10"}', 'period_s must be a number from 0.001 to 86400, not "10"'),
+    ('{"keepalive": 100000}', "keepalive must be a whole number from 0 to 65535, not 100000"),
+    ('{"qos": 1.0}', "qos must be one of 0, 1, 2, not 1.0"),
+    ('{"period_s": 10', "/config.json: "),  # JSON that does not parse
+])
+def test_main_on_the_board_says_what_is_wrong_and_does_not_reset(tmp_path, text, msg):
+    # before the fix, the error went to main.py's reset-after-a-pause (for ever)
+    p = run_main(tmp_path, text)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.startswith("/config.json: ") and msg in p.stdout, p.stdout
+    assert p.stdout.rstrip().endswith(": not starting") and not p.stderr, p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("bridge,msg", [
+    ({"host": "h", "rules": ["a/# sideways"]}, "direction 'sideways' is not out, in or both"),
+    ([{"hots": "h", "rules": ["a/# out 1"]}], "bridge: unknown setting 'hots'"),
+    ({"host": "h", "rules": ["a/# out 1"], "window": 0}, "window must be a whole number above 0"),
+])
+def test_deploy_refuses_a_gateway_bridge_the_library_would_refuse_at_boot(tmp_path, bridge, msg):
+    p = deploy(tmp_path, {"role": "gateway", "bridge": bridge})
+    assert p.returncode == 2 and msg in p.stderr and p.stderr.count("\n") == 1, p.stderr
+    # a cafile names a file on the board: not read here
+    ok = {"host": "h", "rules": ["a/# out 1"], "cafile": "/ca.pem"}
+    assert deploy(tmp_path, {"role": "gateway", "bridge": ok}).returncode == 0
