@@ -119,10 +119,9 @@ def device_config(path, role, say=True):
     try:
         br = load_firmware_config().merge(cfg)["bridge"]
         if br and role == "gateway":  # as gateway.py will: the library's own check
-            import umqtt3.broker  # noqa: F401 (first, as on the board: gateway.py)
             from umqtt3 import bridge
             for b in br if isinstance(br, list) else [br]:
-                bridge.settings(dict(b, cafile=None))  # cafile: a path on the board
+                bridge.settings(dict(b, cafile=None, certfile=None, keyfile=None))  # paths on the board
     except ValueError as e:
         fail("config %s: %s" % (path or "(defaults)", e))
     return cfg
