@@ -171,6 +171,12 @@ class Core(Stats):
             # the platform has a wall clock (broker_store.Disk.start)
             self.up_s = self.disk.start()
             self.disk.load(self.sess, self.ret, self.subs, self._new_session, self.wills)
+            if users is not None:
+                # each restored session's id is its user's, as before the
+                # restart (a record that names none: the first user to
+                # resume it); the ACL finds the names here (set_acl)
+                self.owners.update(self.disk.who)
+                self.disk.who = {}
             for x in self.sess.all:
                 self.subs.mark(x, False)  # no mark outlives its ACL: set_acl() marks
                 if x.expiry and x.expiry != 0xFFFFFFFF and x.exp_at < 0:
@@ -192,18 +198,26 @@ class Core(Stats):
         # connects (_connect). A connected client keeps what it was
         # granted until it connects again.
         who = self.disk.who if self.disk is not None else {}
+        if self.users is not None:
+            who = self.owners  # the user whose session it is (bytes, None: anonymous)
         for x in self.sess.all:
             if x.client is None or text is None:
                 g = x.grants
                 if acl is not None and (g is not None or x.cid in who):
-                    g = acl.grants(g.user if g is not None else who[x.cid], x.cid.decode())
+                    if g is not None:
+                        u = g.user
+                    else:
+                        u = who[x.cid]
+                        if u is not None:
+                            u = u.decode()
+                    g = acl.grants(u, x.cid.decode())
                     if self.subs.recheck(x, g):
                         self._save(x)  # what went, on disk (a failure: again at the next start)
                     continue
                 if g is not None:
                     x.grants = None
                 self.subs.mark(x, text is not None)
-        if who:
+        if self.disk is not None and self.disk.who:
             self.disk.who = {}  # taken
 
     def _new_session(self, cid, clean):
@@ -464,7 +478,8 @@ class Core(Stats):
                 pass
 
     def _drop(self, s):
-        self.owners.pop(s.cid, None)
+        if self.sess.by_id.get(s.cid) is s:  # (not a second, ended record of the id: Disk.load)
+            self.owners.pop(s.cid, None)
         if not s.clean and self.disk is not None:
             self.disk.drop_session(s)  # gone from disk before CONNACK
         self.subs.drop(s)
@@ -549,6 +564,10 @@ class Core(Stats):
                 self.disk.drop_session(s)
             reg.make_clean(s)
         sx = c.v5.sx if lv == 5 else 0
+        users = self.users
+        if users is not None:
+            u = None if p.user_off < 0 else bytes(buf[p.user_off:p.user_off + p.user_len])
+        renew = False  # its record names another user, or none
         if s is None:
             s = self._new_session(cid, not keep)
             if sx:
@@ -559,26 +578,34 @@ class Core(Stats):
                 if reg.npersist >= self.limits.max_sessions:
                     self._refuse(c, _UNAVAILABLE, "max sessions reached")
                     return
+                if users is not None:
+                    self.owners[cid] = u  # its record names its user
                 if self.disk is not None:
                     self.disk.add_session(s)  # [MQTT-3.1.2-4], before CONNACK
             reg.add(s)
         elif s.expiry != sx:
             self.set_expiry(s, sx)
-        if self.users is not None:
-            self.owners[cid] = None if p.user_off < 0 else bytes(
-                buf[p.user_off:p.user_off + p.user_len])
+        if users is not None:
+            # the id is this user's now; a session resumed from a record
+            # that named nobody (or, with ids not bound, another user) gets
+            # a record that names it, so a restart keeps the id this user's
+            own = self.owners
+            if own.get(cid, 0) != u:
+                own[cid] = u
+                renew = True
         if self.acl is not None:
             # what the session subscribed to before, under the ACL in
             # force now: a revoked permission reaches it too. Its record
             # names the user whose grants it has (a restart grants the
             # same): rewritten when that changes.
             g = s.grants
-            renew = g is None or g.user != c.grants.user
+            if g is None or g.user != c.grants.user:
+                renew = True
             s.grants = c.grants
             if s.filters and self.subs.recheck(s, c.grants):
                 renew = True
-            if renew and self.disk is not None and not s.clean:
-                self.disk.save_session(s)
+        if renew and self.disk is not None and not s.clean:
+            self.disk.save_session(s)
         c.cid = cid
         c.sess = s
         c.state = CONNECTED

@@ -20,8 +20,9 @@
 #               speaks MQTT 5; either is also the level of its records of
 #               type 3, below), plus 4 when the user name of its client
 #               follows the end time, 8 when its client had none (written
-#               under an ACL: the grants it gets at start-up; neither: not
-#               known, as in records written before the flags); body =
+#               under an ACL: the grants it gets at start-up; with users:
+#               whose client id it is, Core.owners; neither: not known, as
+#               in records written before the flags); body =
 #               client id length (2), client id, the uptime at which it
 #               ends (4; 0xFFFFFFFF: a client is connected, or never),
 #               with 4: user name length (2), user name; then per
@@ -271,8 +272,9 @@ class Disk:
         # (drop_session raised): retried before a new record of the same
         # client id is written, so that no start finds two
         self.stale = []  # type: list
-        # at load: client id -> the user name (str, None: anonymous) its
-        # record names, for the ACL's grants (Core.set_acl takes them)
+        # at load: client id -> the user name (bytes, None: anonymous) its
+        # record names: whose id it is with users (Core.owners takes them),
+        # else for the ACL's grants (Core.set_acl takes them)
         self.who = {}  # type: dict
 
         self.mref = {}  # k of each live m<k> -> the records that refer to it
@@ -443,18 +445,24 @@ class Disk:
     def _sess_rec(self, s):
         n = len(s.cid)
         size = 6 + n
-        # under an ACL, the user name its grants were made for: _USER and
-        # the name, or _ANON (a record without either: not known)
+        # under an ACL, the user name its grants were made for; with users,
+        # the user whose id it is (Core.owners): _USER and the name, or
+        # _ANON (a record without either: not known)
         g = s.grants
         who = 0
-        u = b""
+        u = None
         if g is not None:
-            if g.user is None:
-                who = _ANON
-            else:
-                who = _USER
+            who = _ANON
+            if g.user is not None:
                 u = g.user.encode()
-                size += 2 + len(u)
+        else:
+            c = self.stats
+            if c.users is not None and s.cid in c.owners:
+                who = _ANON
+                u = c.owners[s.cid]
+        if u is not None:
+            who = _USER
+            size += 2 + len(u)
         for f in s.filters:
             size += 7 + len(f)
         b = bytearray(size)
@@ -780,6 +788,8 @@ class Disk:
         i = 2 + n
         key = rec[1]
         lk = key & 3
+        who = None  # the user name its record keeps (None: anonymous)
+        known = False  # (a record that keeps neither)
         if lk == 2 or (lk == 0 and s.expiry):
             s.level = 5  # what it queues is built for level 5 until a client says otherwise
         if lk:
@@ -789,10 +799,11 @@ class Disk:
             i += 4
             if key & _USER:
                 m = _u16(body, i)
-                self.who[cid] = bytes(body[i + 2:i + 2 + m]).decode()
+                who = bytes(body[i + 2:i + 2 + m])
+                known = True
                 i += 2 + m
             elif key & _ANON:
-                self.who[cid] = None
+                known = True
             while i + 7 <= len(body):
                 m = _u16(body, i + 5)
                 subs.restore(s, bytes(body[i + 7:i + 7 + m]), body[i], _u32(body, i + 1))
@@ -812,6 +823,8 @@ class Disk:
             # the live one; the other's end has passed, so it ends at
             # start-up (Core._expire) and leaves the index to this one
             sessions.by_id[cid] = o
+        elif known:
+            self.who[cid] = who  # (the live record's, of two)
         if "will" in names and self.wills is not None:
             w = unframe(fs.read(d + "/will"))
             if w is not None:
