@@ -225,3 +225,60 @@ def test_parse_fast_path_agrees_with_json():
                b'{"v":1,"boot":1.5,"seq":1}', b'{"v":1,"boot":1,"seq":1}x',
                b'{"v":1,"boot":1,"seq":1}\n{"v":2}'):
         assert parse(t, pl) is None
+
+
+def flip(path, pos):
+    """Flip one bit at log position pos (a bad sector, bit rot)."""
+    base = max(b for b in L.segments(path) if b <= pos)
+    with open(os.path.join(path, L.seg_name(base)), "r+b") as f:
+        f.seek(pos - base)
+        b = f.read(1)
+        f.seek(pos - base)
+        f.write(bytes([b[0] ^ 1]))
+
+
+def record_starts(path, base):
+    with open(os.path.join(path, L.seg_name(base)), "rb") as f:
+        buf = f.read()
+    return [base + o for o, _, _ in L.scan(buf, L.decode_header(buf)[0])]
+
+
+@pytest.mark.parametrize("where", ["body", "length"])
+def test_recovery_refuses_a_corrupt_record_with_synced_records_after_it(tmp_path, where):
+    p = str(tmp_path)
+    g = L.Log(p)
+    fill(g, 10, sync_every=1)  # every record synced, so acknowledged
+    end = g.durable()
+    g.close()
+    base = L.segments(p)[-1]
+    at = record_starts(p, base)[3]
+    flip(p, at + (30 if where == "body" else 1))
+    size = os.path.getsize(os.path.join(p, L.seg_name(base)))
+    with pytest.raises(L.Corrupt) as e:
+        L.Log(p)
+    assert L.seg_name(base) in str(e.value) and "position %d" % at in str(e.value)
+    assert os.path.getsize(os.path.join(p, L.seg_name(base))) == size  # nothing cut
+    flip(p, at + (30 if where == "body" else 1))  # repaired: every record is back
+    g = L.Log(p)
+    assert g.durable() == end
+    g.close()
+
+
+def test_recovery_refuses_a_corrupt_header_of_a_segment_with_records(tmp_path):
+    p = str(tmp_path)
+    g = L.Log(p, segment_bytes=600)
+    fill(g, 40, sync_every=1)
+    g.close()
+    bases = L.segments(p)
+    assert len(bases) > 2
+    flip(p, bases[-1] + 6)  # the last segment's first message number
+    with pytest.raises(L.Corrupt) as e:
+        L.Log(p, segment_bytes=600)
+    assert L.seg_name(bases[-1]) in str(e.value)
+    assert L.segments(p) == bases  # nothing deleted
+    flip(p, bases[-1] + 6)
+    flip(p, bases[-2] + 6)  # an older segment's header
+    with pytest.raises(L.Corrupt) as e:
+        L.Log(p, segment_bytes=600)
+    assert L.seg_name(bases[-2]) in str(e.value)
+    assert L.segments(p) == bases

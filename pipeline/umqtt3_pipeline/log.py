@@ -27,10 +27,13 @@ directory is mounted.
 
 Recovery reads only the last segment: its header carries the held QoS 2 ids
 as of its start, and a record torn by a crash is cut off (it was never
-acknowledged, so the broker sends it again).
+acknowledged, so the broker sends it again). A record that does not check
+but has whole records after it is corruption, not a torn tail: Corrupt, and
+nothing is cut.
 """
 import fcntl
 import os
+import re
 import struct
 import threading
 import time
@@ -41,6 +44,11 @@ MSG, REL, CLEAR = 0x4D, 0x52, 0x43  # b"M", b"R", b"C"
 _REC = struct.Struct(">II")          # body length, CRC-32
 _BODY = struct.Struct(">BBHQH")      # kind, flags, pid, received ms, topic length
 _MAX_BODY = 1 << 28                  # a longer length is garbage, not a record
+
+
+class Corrupt(IOError):
+    """Synced records of the log do not check (a bad sector, a flipped bit):
+    refused, never cut off or skipped."""
 
 
 def seg_name(base):
@@ -104,6 +112,24 @@ def scan(buf, off=0, end=None, check=True):
             return
         yield off, nxt, body
         off = nxt
+
+
+_KIND = re.compile(b"[MRC]")
+
+
+def next_record(buf, off):
+    """The offset of the first whole record with a good CRC that starts
+    after off in buf, or None: tells a torn tail (nothing whole after it: the
+    group of a crash was never synced) from corruption (synced records
+    follow)."""
+    end = len(buf)
+    mv = memoryview(buf)
+    for m in _KIND.finditer(buf, off + 9):
+        i = m.start() - 8  # the kind is the body's first byte
+        n, crc = _REC.unpack_from(buf, i)
+        if _BODY.size <= n <= _MAX_BODY and i + 8 + n <= end and zlib.crc32(mv[i + 8:i + 8 + n]) == crc:
+            return i
+    return None
 
 
 def decode_body(body):
@@ -358,7 +384,11 @@ class Log:
         self.held = set()  # inbound QoS 2 ids before PUBREL, including pending records
         self.syncs = 0
         self.synced_at = 0.0  # time.monotonic() of the last sync that wrote records
-        self._recover()
+        try:
+            self._recover()
+        except BaseException:
+            self.lockf.close()
+            raise
         if publish_synced:
             os.fdatasync(self.f.fileno())  # what recovery kept may not have been synced yet
             self._publish()
@@ -366,14 +396,25 @@ class Log:
     # ------------------------------------------------------------ recovery
     def _recover(self):
         bases = segments(self.path)
-        hdr = None
-        while bases:
-            hdr = read_header(self.path, bases[-1])
-            if hdr is not None:
-                break
-            # a header is synced before its segment is used, so a torn one
-            # holds nothing that was ever acknowledged
-            os.remove(os.path.join(self.path, seg_name(bases.pop())))
+        hdr = read_header(self.path, bases[-1]) if bases else None
+        if bases and hdr is None:
+            # A header is synced before its segment takes records: one torn
+            # by a crash while the segment was created leaves a file with no
+            # record in it, which held nothing ever acknowledged. A bad
+            # header before records is corruption.
+            name = os.path.join(self.path, seg_name(bases[-1]))
+            with open(name, "rb") as f:
+                buf = f.read()
+            if next_record(buf, 0) is not None:
+                raise Corrupt("log %s: segment %s: bad header at position %d, records follow: "
+                              "corrupt, refusing to cut acknowledged records"
+                              % (self.path, seg_name(bases[-1]), bases[-1]))
+            os.remove(name)
+            bases.pop()
+            hdr = read_header(self.path, bases[-1]) if bases else None
+            if bases and hdr is None:  # a segment that had a successor was synced whole
+                raise Corrupt("log %s: segment %s: bad header at position %d: corrupt"
+                              % (self.path, seg_name(bases[-1]), bases[-1]))
         self.bases = []
         self.cuts = []
         if not bases:
@@ -383,6 +424,9 @@ class Log:
             return
         for b in bases:
             h = read_header(self.path, b) if b != bases[-1] else hdr
+            if h is None:
+                raise Corrupt("log %s: segment %s: bad header at position %d: corrupt"
+                              % (self.path, seg_name(b), b))
             self.cuts.append((b + h[0], h[1]))
         self.bases = bases
         base = bases[-1]
@@ -402,6 +446,13 @@ class Log:
             elif kind == CLEAR:
                 held.clear()
             off = nxt
+        if off < len(buf):
+            bad = next_record(buf, off)
+            if bad is not None:
+                raise Corrupt("log %s: segment %s: the record at position %d does not check and "
+                              "whole records follow at %d: corrupt, not a torn tail; refusing to "
+                              "cut acknowledged records"
+                              % (self.path, seg_name(base), base + off, base + bad))
         self.f = open(name, "r+b")
         if off < len(buf):
             self.f.truncate(off)  # the torn tail of a group that never synced
