@@ -282,3 +282,36 @@ def test_recovery_refuses_a_corrupt_header_of_a_segment_with_records(tmp_path):
         L.Log(p, segment_bytes=600)
     assert L.seg_name(bases[-2]) in str(e.value)
     assert L.segments(p) == bases
+
+
+def test_readers_refuse_a_corrupt_record_inside_the_range(tmp_path):
+    from umqtt3_pipeline import source
+    p = str(tmp_path)
+    g = L.Log(p, segment_bytes=600)
+    fill(g, 40, sync_every=1)
+    end = g.durable()
+    first = g.first()
+    bases = L.segments(p)
+    g.close()
+    every = list(source.rows(p, source.LogRange(first[0], first[1], end[0])))
+    assert sum(b.num_rows for b in every) == 40
+    at = record_starts(p, bases[0])[1]  # the 2nd record of the first (closed) segment
+    flip(p, at + 30)
+    with pytest.raises(L.Corrupt) as e:
+        list(source.rows(p, source.LogRange(first[0], first[1], end[0])))
+    assert L.seg_name(bases[0]) in str(e.value) and "position %d" % at in str(e.value)
+    with pytest.raises(L.Corrupt):
+        list(L.read_range(p, first[0], first[1], end[0]))
+    with pytest.raises(L.Corrupt):
+        list(L.read_range(p, first[0], first[1]))  # to the end: an older segment is whole
+    with pytest.raises(L.Corrupt):
+        source.BatchReader({"path": p}).partitions()  # the batch reader reads that range
+    flip(p, at + 30)
+    at = record_starts(p, bases[-1])[1]  # the last segment, the one being written
+    flip(p, at + 30)
+    with pytest.raises(L.Corrupt):
+        source.BatchReader({"path": p}).partitions()  # not read as its torn tail
+    # ranges that do not reach the bad record read as before
+    got = list(L.read_range(p, first[0], first[1], at))
+    assert [m[1] for m in got] == list(range(40))[:len(got)]
+    assert got[-1][0] == record_starts(p, bases[-1])[0]

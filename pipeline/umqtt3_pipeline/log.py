@@ -178,8 +178,10 @@ def read_columns(path, start, first_n, end=None, rows=8192):
     out of the buffer."""
     import numpy as np
     n = first_n
-    for _, _, buf in _slices(path, start, end, strict=True):
+    for lo, _, buf, seg in _slices(path, start, end, strict=True):
         at, stop = starts(buf)
+        if seg is not None and stop < len(buf):
+            raise _corrupt(path, seg, lo + stop)
         if not at:
             continue
         a = np.frombuffer(buf, np.uint8)
@@ -199,9 +201,16 @@ def read_columns(path, start, first_n, end=None, rows=8192):
             n += len(c)
 
 
+def _corrupt(path, seg, pos):
+    return Corrupt("log %s: segment %s: the record at position %d does not check (inside the "
+                   "range to read: corrupt, not a torn tail)" % (path, seg, pos))
+
+
 def _slices(path, start, end=None, strict=False):
-    """Yield (lo, stop, bytes) for the part of each segment between positions
-    start and end (None: every byte of the last segment's file). strict: a
+    """Yield (lo, stop, bytes, seg) for the part of each segment between
+    positions start and end (None: every byte of the last segment's file);
+    seg is the segment's file name where those bytes must be whole records
+    (all but the open tail of the last segment), else None. strict: a
     segment that ends before `stop` is an error, not a torn tail."""
     bases = segments(path)
     for i, base in enumerate(bases):
@@ -222,7 +231,7 @@ def _slices(path, start, end=None, strict=False):
                 buf = f.read(stop - lo)
                 if strict and len(buf) < stop - lo:
                     raise IOError("segment %s: ends before position %d" % (seg_name(base), stop))
-        yield lo, stop, buf
+        yield lo, stop, buf, None if end is None and seg_end is None else seg_name(base)
 
 
 def read_range(path, start, first_n, end=None):
@@ -231,19 +240,22 @@ def read_range(path, start, first_n, end=None):
     whole record); first_n is the number of the first message at or after
     start (from the offset)."""
     n = first_n
-    for lo, _, buf in _slices(path, start, end, strict=True):
-        for off, _, body in scan(buf):
+    for lo, _, buf, seg in _slices(path, start, end, strict=True):
+        stop = 0
+        for off, stop, body in scan(buf):
             kind, flags, pid, t_ms, topic, payload = decode_body(body)
             if kind == MSG:
                 yield lo + off, n, flags, pid, t_ms, topic, payload
                 n += 1
+        if seg is not None and stop < len(buf):
+            raise _corrupt(path, seg, lo + stop)
 
 
 def advance(path, start, first_n, end, max_rows):
     """The (position, message number) after at most max_rows messages from
     start, not beyond end: where a batch limited to max_rows ends."""
     pos, n = start, first_n
-    for lo, stop, buf in _slices(path, start, end):
+    for lo, stop, buf, _ in _slices(path, start, end):
         for off, nxt, body in scan(buf, check=False):
             if body[0] == MSG:
                 if n - first_n == max_rows:
@@ -285,7 +297,7 @@ def tail(path, start, first_n):
     read (the writer appends whole groups; a torn or half-written tail is
     not read)."""
     pos, n = start, first_n
-    for lo, stop, buf in _slices(path, start):
+    for lo, stop, buf, _ in _slices(path, start):
         for _, nxt, body in scan(buf):
             if body[0] == MSG:
                 n += 1
@@ -308,7 +320,7 @@ def cuts_between(path, start, first_n, end, every):
     bytes between positions start and end (for partitions of a range the
     writer's index does not cover, e.g. after a restart)."""
     cuts, last, n = [], start, first_n
-    for lo, _, buf in _slices(path, start, end):
+    for lo, _, buf, _ in _slices(path, start, end):
         for off, _, body in scan(buf, check=False):
             if lo + off - last >= every:
                 cuts.append((lo + off, n))
@@ -333,6 +345,8 @@ def boundaries(path, base, hlen, first_n, every):
         if body[0] == MSG:
             n += 1
         end = base + nxt
+    if end - base < len(buf) and next_record(buf, end - base) is not None:
+        raise _corrupt(path, seg_name(base), end)  # whole records after it: not a torn tail
     return cuts, end
 
 

@@ -530,9 +530,12 @@ class BatchReader(DataSourceReader):
             bases = _log.segments(d)
             for i, base in enumerate(bases):
                 hdr = _log.read_header(d, base)
-                if hdr is None:
-                    continue
                 end = bases[i + 1] if i + 1 < len(bases) else None
+                if hdr is None:
+                    if end is not None:  # only the last one may be a torn create
+                        raise _log.Corrupt("log %s: segment %s: bad header at position %d"
+                                           % (d, _log.seg_name(base), base))
+                    continue
                 cuts, stop = _log.boundaries(d, base, hdr[0], hdr[1], self.split_bytes)
                 parts.extend(split(base + hdr[0], hdr[1], end if end is not None else stop, cuts,
                                    name))
