@@ -26,13 +26,18 @@ from umqtt3.memstore import MemoryStore
 from .log import Log
 
 
+class LogWriteError(OSError):
+    """The log could not be written (a full disk): the ingest stopped."""
+
+
 class LogStore(MemoryStore):
     """The client's store: outbound as MemoryStore (the ingest publishes
     nothing at QoS 1/2), inbound QoS 2 ids held in the log."""
 
-    def __init__(self, log):
+    def __init__(self, log, sync=None):
         super().__init__(1, 64, 0)
         self.log = log
+        self.sync = sync or log.sync
 
     def in_add(self, pid, buf, off, n):
         pass  # the message record itself holds the id (Log.append_msg)
@@ -51,7 +56,7 @@ class LogStore(MemoryStore):
         # The broker kept no session, but it has one for us from now on and
         # may send new QoS 2 messages with ids we still hold: durable at once.
         self.log.append_clear()
-        self.log.sync()
+        self.sync()
 
 
 # At MQTT 5 the client's window is its Receive Maximum: how many QoS 1/2
@@ -101,12 +106,12 @@ class Ingest:
 
     def start(self):
         self.log = Log(self.path, self.segment_bytes, publish_synced=self.publish_synced)
-        store = LogStore(self.log)
+        store = LogStore(self.log, self._sync)
         c = MQTTClient(self.client_id, self.host, self.port, keepalive=self.keepalive,
                        reconnect=True, store=store, bufsize=self.bufsize,
                        backoff_ms=(200, 5000), level=self.level, window=RECEIVE_MAX)
         c.set_callback(self._on_message, raw=True)
-        c.set_sync(self.log.sync)
+        c.set_sync(self._sync)
         self.client = c
         self.thread = threading.Thread(target=self._run, name="umqtt3-ingest", daemon=True)
         self.thread.start()
@@ -116,6 +121,19 @@ class Ingest:
         self.log.append_msg(pkt.topic, pkt.payload, pkt.qos, pkt.retain, pkt.dup, pkt.pid,
                             int(self.clock() * 1000))
         self.received += 1
+
+    def _sync(self):
+        # the client's hook before acknowledgements leave. A failed write or
+        # fsync (a full disk) leaves the log at its last durable end
+        # (Log.sync); the client would take the OSError for a lost link and
+        # reconnect for ever: stop, and say why through check()
+        try:
+            self.log.sync()
+        except OSError as e:
+            if self.error is None:
+                self.error = LogWriteError("the log %s cannot be written: %s" % (self.path, e))
+            self.stopping.set()
+            raise
 
     def _run(self):
         c = self.client
@@ -137,9 +155,15 @@ class Ingest:
         except BaseException as e:  # reported by check(), on Spark's next call
             self.error = e
         finally:
-            self.log.sync()
+            try:
+                self.log.sync()
+            except OSError as e:
+                if self.error is None:
+                    self.error = LogWriteError("the log %s cannot be written: %s" % (self.path, e))
 
     def check(self):
+        if isinstance(self.error, LogWriteError):
+            raise LogWriteError("umqtt3 ingest stopped: %s" % self.error)
         if self.error is not None:
             raise RuntimeError("umqtt3 ingest stopped: %r" % (self.error,))
 

@@ -467,7 +467,7 @@ class Log:
                               "whole records follow at %d: corrupt, not a torn tail; refusing to "
                               "cut acknowledged records"
                               % (self.path, seg_name(base), base + off, base + bad))
-        self.f = open(name, "r+b")
+        self.f = open(name, "r+b", buffering=0)  # unbuffered: a failed write leaves nothing behind
         if off < len(buf):
             self.f.truncate(off)  # the torn tail of a group that never synced
             os.fsync(self.f.fileno())
@@ -485,11 +485,15 @@ class Log:
         # trim can never leave only a segment whose header a crash tore
         hdr = encode_header(first_n, held)
         name = os.path.join(self.path, seg_name(base))
-        f = open(name, "w+b")
-        f.write(hdr)
-        f.flush()
-        os.fsync(f.fileno())
-        _fsync_dir(self.path)
+        f = open(name, "w+b", buffering=0)
+        try:
+            _write_all(f, hdr)
+            os.fsync(f.fileno())
+            _fsync_dir(self.path)
+        except OSError:
+            f.close()
+            os.remove(name)  # it never took a record
+            raise
         self.f = f
         self.base = base
         self.hlen = len(hdr)
@@ -526,14 +530,18 @@ class Log:
         if not self.pending:
             return self.end
         data = self.pending
-        if self.written + len(data) > self.segment_bytes and self.written > self.hlen:
-            self.f.close()  # every byte of it was synced by an earlier sync()
-            self._create(self.end, self.n, self.held_durable)
-            with self.mutex:
-                self.end = self.base + self.hlen
-        self.f.write(data)
-        self.f.flush()
-        os.fdatasync(self.f.fileno())
+        try:
+            if self.written + len(data) > self.segment_bytes and self.written > self.hlen:
+                old = self.f
+                self._create(self.end, self.n, self.held_durable)
+                old.close()  # every byte of it was synced by an earlier sync()
+                with self.mutex:
+                    self.end = self.base + self.hlen
+            _write_all(self.f, data)
+            os.fdatasync(self.f.fileno())
+        except OSError:
+            self._restore()
+            raise
         self.syncs += 1
         self.synced_at = time.monotonic()
         self.written += len(data)
@@ -555,6 +563,18 @@ class Log:
         if self.publish_synced:
             self._publish()
         return end
+
+    def _restore(self):
+        """After a failed write or fsync (a full disk): the file back to its
+        last durable end and the group forgotten, so positions stay those of
+        the file; the group was never acknowledged and the broker sends it
+        again."""
+        self.pending = bytearray()
+        self.pending_n = 0
+        self.pending_ops = []
+        self.held = set(self.held_durable)
+        os.ftruncate(self.f.fileno(), self.written)
+        self.f.seek(self.written)
 
     def _publish(self):
         # one pwrite in place (a rename per sync costs about 0.5 ms, in the
@@ -606,6 +626,14 @@ class Log:
             os.close(self._synced_fd)
             self._synced_fd = None
         self.lockf.close()  # releases the lock
+
+
+def _write_all(f, data):
+    # an unbuffered file may take part of it (a disk filling up): the rest,
+    # or the error
+    mv = memoryview(data)
+    while mv:
+        mv = mv[f.write(mv):]
 
 
 def _fsync_dir(path):
