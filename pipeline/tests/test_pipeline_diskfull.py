@@ -109,3 +109,28 @@ def test_a_full_disk_stops_the_ingest_with_a_clear_error(umqtt3_broker, tmp_path
     finally:
         ing.stop()
         pub.disconnect()
+
+
+def test_a_qos2_id_is_known_only_once_its_record_is_durable(tmp_path):
+    p = str(tmp_path)
+    g = L.Log(p)
+    store = LogStore(g)
+    assert not store.in_has(5)
+    g.append_msg(b"a/b/c", b"1", 2, 0, 0, 5, 1)
+    # in memory only: a PUBREC for it now would acknowledge what a crash or
+    # a full disk can still take
+    assert not store.in_has(5)
+    g.append_msg(b"a/b/c", b"1", 2, 0, 1, 5, 1)  # the broker's resend before the sync
+    g.sync()
+    assert store.in_has(5)
+    assert [m[6] for m in L.read_range(p, g.first()[0], g.first()[1], g.durable()[0])] == [b"1"]
+    g.append_msg(b"a/b/c", b"2", 2, 0, 0, 6, 1)
+    with disk_full(p, room=10):
+        with pytest.raises(OSError):
+            g.sync()
+    assert not store.in_has(6)  # the resend is taken and synced before its PUBREC
+    store.in_del(5)
+    assert store.in_has(5)  # the release is not durable yet: PUBREL comes again
+    g.sync()
+    assert not store.in_has(5)
+    g.close()

@@ -46,7 +46,9 @@ class LogStore(MemoryStore):
         pass
 
     def in_has(self, pid):
-        return pid in self.log.held
+        # only what is durable: the client answers a known id with PUBREC at
+        # once, and a record still in memory may never reach the disk
+        return pid in self.log.held_durable
 
     def in_del(self, pid):
         # durable before PUBCOMP: the client syncs after a PUBREL (set_sync)

@@ -504,6 +504,8 @@ class Log:
 
     # ------------------------------------------------------------ writing
     def append_msg(self, topic, payload, qos, retain, dup, pid, t_ms):
+        if qos == 2 and pid in self.held and pid not in self.held_durable:
+            return  # resent before its group synced: the record is in that group once
         flags = qos | (retain << 2) | (dup << 3)
         self.pending += encode_record(MSG, flags, pid if qos else 0, t_ms, topic, payload)
         self.pending_n += 1
