@@ -6,7 +6,8 @@ that writes windows, folded into fewer files as the day goes on.
 
 A batch's file is named by its batch id and written whole (a temporary file,
 then a rename), so a batch Spark replays after a crash writes the very same
-file again: exactly once. Every `fold_every` batch files a day's batch files
+file again: exactly once; a replayed batch that a fold already holds (its id
+at most the fold's) writes nothing. Every `fold_every` batch files a day's batch files
 are folded into one fold file; when a later day appears (the watermark has
 passed the day's end, so none of its windows is still open) the day's files
 become one. A fold writes its file before it removes the ones it replaces,
@@ -57,6 +58,8 @@ def write_batch(out, table, batch_id, fold_every=360):
     for day in sorted(set(days.to_pylist())):
         d = os.path.join(out, "day=" + day)
         os.makedirs(d, exist_ok=True)
+        if batch_id <= _folded(d):
+            continue  # a replay of a batch a fold already holds: written once
         path = os.path.join(d, "batch-%012d.parquet" % batch_id)
         _write(table.filter(pc.equal(days, day)), path)
         written.append(path)
@@ -66,6 +69,13 @@ def write_batch(out, table, batch_id, fold_every=360):
     if dirs:
         fold(dirs[-1], at_least=fold_every)
     return written
+
+
+def _folded(day_dir):
+    """The newest batch id the day's fold files hold, -1 without one."""
+    ids = [int(m.group(2)) for m in map(_FILE.match, os.listdir(day_dir))
+           if m and m.group(1) == "fold"]
+    return max(ids, default=-1)
 
 
 def fold(day_dir, at_least=2, everything=False):
