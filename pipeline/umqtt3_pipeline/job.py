@@ -106,10 +106,11 @@ COLUMNS = "topic,received_at,sent_at,node,metric,value,boot,seq"
 
 
 def readings(spark, broker, topics, path, qos=1, client_id="umqtt3-telemetry", max_rows=0,
-             trim=True, min_rows=0, max_delay=1.0, external=False, level=5):
+             trim=True, min_rows=0, max_delay=1.0, external=False, level=5, checkpoint=None):
     """The stream of parsed readings, in the columns windows() uses.
     external: the logs under path are written by ingest processes of their
-    own."""
+    own. checkpoint: the query's checkpointLocation, whose new files the
+    source fsyncs before it trims the log (source.sync_checkpoint)."""
     r = spark.readStream.format("umqtt3").option("columns", COLUMNS)
     if external:
         r = r.option("path", path).option("ingest", "external")
@@ -118,6 +119,8 @@ def readings(spark, broker, topics, path, qos=1, client_id="umqtt3-telemetry", m
              .option("broker", broker).option("topics", topics).option("qos", str(qos))
              .option("clientId", client_id).option("path", path).option("level", str(level))
              .option("trim", "true" if trim else "false"))
+        if checkpoint:
+            r = r.option("checkpoint", checkpoint)
         if max_rows:
             r = r.option("maxRowsPerBatch", str(max_rows))
     if min_rows:
@@ -235,15 +238,16 @@ def start(spark, a):
         ensure_session(a.broker, a.topics, a.qos, a.client_id, a.level)
     if os.path.isdir(a.log):
         cancel_close(a.log)  # a close asked by a run that died before it
+    ck = a.checkpoint if "://" in a.checkpoint else os.path.abspath(a.checkpoint)
     df = readings(spark, a.broker, a.topics, a.log, a.qos, a.client_id, a.max_rows,
-                  not a.keep_log, a.min_rows, a.max_delay, external, a.level)
+                  not a.keep_log, a.min_rows, a.max_delay, external, a.level, ck)
     out, fold_every = a.out, a.fold_every
 
     def write(batch, batch_id):  # on the driver; a replayed batch writes the same files
         from .output import write_batch
         write_batch(out, batch.toArrow(), batch_id, fold_every)
     w = (windows(df, a.window, a.watermark, a.max_early).writeStream.foreachBatch(write)
-         .option("checkpointLocation", a.checkpoint)
+         .option("checkpointLocation", ck)
          .outputMode("append").queryName("umqtt3_telemetry"))
     if a.available_now:
         w = w.trigger(availableNow=True)
