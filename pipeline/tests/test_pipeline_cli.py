@@ -150,3 +150,45 @@ def test_bounded_run_over_external_logs_counts_every_reading_in_its_summary(tmp_
     assert p.returncode == 0, p.stderr
     assert re.search(r"^umqtt3 telemetry: stopped after \d+ s; 60 readings committed", p.stdout,
                      re.M), p.stdout + p.stderr
+
+
+INGEST = "umqtt3_pipeline.ingest"
+
+
+@pytest.mark.parametrize("broker,what", [
+    ("127.0.0.1:abc", "--broker: '127.0.0.1:abc' is not host:port"),
+    ("127.0.0.1:99999", "--broker: port 99999 is outside 1-65535"),
+    ("no-such-host.invalid:1883", "cannot resolve host 'no-such-host.invalid'"),
+])
+def test_ingest_refuses_a_bad_broker(tmp_path, broker, what):
+    refused(INGEST, ["--log", str(tmp_path / "log"), "--broker", broker], what)
+
+
+def test_ingest_refuses_what_it_cannot_use(tmp_path):
+    closed = procs.free_port()
+    refused(INGEST, ["--log", str(tmp_path / "log"), "--broker", "127.0.0.1:%d" % closed],
+            "cannot reach the broker at 127.0.0.1:%d" % closed)
+    b = Broker().start()
+    try:
+        at = "127.0.0.1:%d" % b.port
+        refused(INGEST, ["--log", "/proc/nope", "--broker", at], "--log /proc/nope: cannot create it")
+        from umqtt3_pipeline import log as L
+        held = L.Log(str(tmp_path / "held"))  # another ingest's
+        t0 = time.monotonic()
+        refused(INGEST, ["--log", str(tmp_path / "held"), "--broker", at],
+                "in use by another process")
+        assert time.monotonic() - t0 < 20
+        held.append_msg(b"a/b/c", b"x", 1, 0, 0, 1, 1)
+        held.append_msg(b"a/b/c", b"y", 1, 0, 0, 2, 1)
+        held.sync()
+        seg = os.path.join(str(tmp_path / "held"), L.seg_name(L.segments(str(tmp_path / "held"))[0]))
+        held.close()
+        with open(seg, "r+b") as f:  # a bit of the first record's body flipped
+            f.seek(L.read_header(str(tmp_path / "held"), 0)[0] + 20)
+            c = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([c[0] ^ 1]))
+        refused(INGEST, ["--log", str(tmp_path / "held"), "--broker", at],
+                "corrupt", status=1)
+    finally:
+        b.stop()

@@ -23,6 +23,7 @@ import time
 from umqtt3.client import MQTTClient
 from umqtt3.memstore import MemoryStore
 
+from .cli import parse_broker
 from .log import Log
 
 
@@ -71,13 +72,6 @@ class LogStore(MemoryStore):
 RECEIVE_MAX = 65535
 
 
-def parse_broker(s, default_port=1883):
-    host, _, port = s.rpartition(":")
-    if not host:
-        return s, default_port
-    return host, int(port)
-
-
 class Ingest:
     """Ingest(path, broker, topics, client_id, qos): start() opens the log
     (the single writer) and runs the client in a background thread until
@@ -85,7 +79,7 @@ class Ingest:
 
     def __init__(self, path, broker="127.0.0.1:1883", topics=("#",), client_id="umqtt3-spark",
                  qos=1, keepalive=30, segment_bytes=64 << 20, bufsize=65536, clock=time.time,
-                 level=5, publish_synced=False):
+                 level=5, publish_synced=False, lock_timeout=30.0):
         assert qos in (1, 2), "the ingest acknowledges after the log: QoS 1 or 2"
         self.path = path
         self.host, self.port = parse_broker(broker)
@@ -98,6 +92,7 @@ class Ingest:
         self.clock = clock
         self.level = level  # 5: MQTT 5 (RECEIVE_MAX, and $share/<group>/<filter>); 4: 3.1.1
         self.publish_synced = publish_synced  # for a job in another process (log.synced)
+        self.lock_timeout = lock_timeout  # seconds to wait for the log's LOCK
         self.log = None
         self.client = None
         self.thread = None
@@ -107,7 +102,8 @@ class Ingest:
         self.connected = threading.Event()
 
     def start(self):
-        self.log = Log(self.path, self.segment_bytes, publish_synced=self.publish_synced)
+        self.log = Log(self.path, self.segment_bytes, publish_synced=self.publish_synced,
+                       lock_timeout=self.lock_timeout)
         store = LogStore(self.log, self._sync)
         c = MQTTClient(self.client_id, self.host, self.port, keepalive=self.keepalive,
                        reconnect=True, store=store, bufsize=self.bufsize,
@@ -201,11 +197,12 @@ def main(argv=None):
     (--log ROOT/NAME); the job reads them all with --ingest external --log
     ROOT, or the batch reader later."""
     import signal
-    from .cli import Help, Parser
+    import sys
+    from .cli import Help, Parser, broker_address, reachable, usable_dir
     ap = Parser(prog="python -m umqtt3_pipeline.ingest", description=main.__doc__,
                 formatter_class=Help)
     ap.add_argument("--log", required=True)
-    ap.add_argument("--broker", default="127.0.0.1:1883")
+    ap.add_argument("--broker", type=broker_address, default="127.0.0.1:1883", help="host:port")
     ap.add_argument("--topics", default="umqtt3/+/+")
     ap.add_argument("--qos", type=int, default=1, choices=(1, 2))
     ap.add_argument("--client-id", default="umqtt3-ingest",
@@ -223,13 +220,22 @@ def main(argv=None):
     level = a.level
     if a.share and level != 5:
         ap.error("--share needs MQTT 5 (--level 5)")
+    usable_dir(ap, "--log", a.log)
+    reachable(ap, a.broker)
     topics = [t for t in a.topics.split(",") if t]
     if a.share:
         topics = shared(topics, a.share)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     ing = Ingest(a.log, a.broker, topics, a.client_id, a.qos, level=level,
-                 publish_synced=True).start()
+                 publish_synced=True, lock_timeout=2.0)
+    try:
+        ing.start()
+    except BlockingIOError:
+        ap.error("--log %s: in use by another process (it holds the log's LOCK)" % a.log)
+    except OSError as e:  # a corrupt log (log.Corrupt), a directory it cannot write
+        print("umqtt3-pipeline: %s" % e, file=sys.stderr)
+        return 1
     try:
         while not stop.is_set() and ing.error is None:
             if ing.connected.is_set():
@@ -241,7 +247,11 @@ def main(argv=None):
     except KeyboardInterrupt:
         pass
     ing.stop()
-    ing.check()
+    try:
+        ing.check()
+    except (OSError, RuntimeError) as e:
+        print("umqtt3-pipeline: %s" % e, file=sys.stderr)
+        return 1
     return 0
 
 

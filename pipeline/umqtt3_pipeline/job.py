@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 
-from .cli import Help, Parser
+from .cli import Help, Parser, broker_address, reachable, usable_dir
 
 
 def _worker_path():
@@ -207,7 +207,7 @@ def ensure_session(broker, topics, qos, client_id, level=5):
     Spark has started it. A message the broker delivers meanwhile is refused
     (never acknowledged), so it stays queued for the ingest."""
     from umqtt3.client import MQTTClient
-    from .ingest import parse_broker
+    from .cli import parse_broker
     host, port = parse_broker(broker)
     for _ in range(5):
         # at the ingest's level (what the broker has in flight is resent
@@ -346,23 +346,6 @@ def _duration(text):
     return text
 
 
-def _broker(text):
-    """host:port, with a port in 1-65535 and a host that resolves."""
-    import socket
-    from .ingest import parse_broker
-    try:
-        host, port = parse_broker(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("%r is not host:port" % text)
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError("port %d is outside 1-65535" % port)
-    try:
-        socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
-    except (OSError, UnicodeError):
-        raise argparse.ArgumentTypeError("cannot resolve host %r" % host)
-    return text
-
-
 def _setting(text):
     key, eq, value = text.partition("=")
     if not eq or not key.strip():
@@ -370,19 +353,9 @@ def _setting(text):
     return key.strip(), value
 
 
-def _usable_dir(ap, option, path):
-    probe = os.path.abspath(path)
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe)
-    if not os.path.isdir(probe):
-        ap.error("%s %s: %s is not a directory" % (option, path, probe))
-    if not os.access(probe, os.W_OK | os.X_OK):
-        ap.error("%s %s: %s is not writable" % (option, path, probe))
-
-
 def parser():
     ap = Parser(prog="python -m umqtt3_pipeline.job", description=__doc__, formatter_class=Help)
-    ap.add_argument("--broker", type=_broker, default="127.0.0.1:1883", help="host:port")
+    ap.add_argument("--broker", type=broker_address, default="127.0.0.1:1883", help="host:port")
     ap.add_argument("--topics", default="umqtt3/+/+", help="comma-separated filters")
     ap.add_argument("--qos", type=int, default=1, choices=(1, 2), help="QoS of the subscription")
     ap.add_argument("--client-id", default="umqtt3-telemetry",
@@ -438,19 +411,14 @@ def parser():
 def parse(argv=None):
     """The checked arguments: one line and exit status 2 for anything
     unusable, the broker that cannot be reached included."""
-    import socket
-    from .ingest import parse_broker
     ap = parser()
     a = ap.parse_args(argv)
     for option in ("--log", "--out", "--checkpoint"):
-        _usable_dir(ap, option, getattr(a, option[2:]))
+        usable_dir(ap, option, getattr(a, option[2:]))
     if a.plot:
-        _usable_dir(ap, "--plot", os.path.dirname(os.path.abspath(a.plot)))
-    try:
-        if a.ingest == "driver":
-            socket.create_connection(parse_broker(a.broker), 5).close()
-    except OSError as e:
-        ap.error("cannot reach the broker at %s: %s (start it first)" % (a.broker, e.strerror or e))
+        usable_dir(ap, "--plot", os.path.dirname(os.path.abspath(a.plot)))
+    if a.ingest == "driver":
+        reachable(ap, a.broker)
     return a
 
 
