@@ -41,6 +41,15 @@ def job_args(tmp_path, *extra):
     (["--conf", "spark.sql.shuffle.partitions"],
      "--conf: 'spark.sql.shuffle.partitions' is not KEY=VALUE"),
     (["--conf", "=1"], "--conf: '=1' is not KEY=VALUE"),
+    (["--trigger", "nan"], "--trigger: 'nan' is not a finite number"),
+    (["--trigger", "inf"], "--trigger: 'inf' is not a finite number"),
+    (["--max-early", "nan"], "--max-early: 'nan' is not a finite number"),
+    (["--seconds", "nan"], "--seconds: 'nan' is not a finite number"),
+    (["--drain", "inf"], "--drain: 'inf' is not a finite number"),
+    (["--max-delay", "NaN"], "--max-delay: 'NaN' is not a finite number"),
+    (["--window", "inf seconds"], "--window: 'inf seconds' is not a finite number"),
+    (["--watermark", "nan seconds"], "--watermark: 'nan seconds' is not above 0"),
+    (["--watermark", "inf minutes"], "--watermark: 'inf minutes' is not a finite number"),
 ])
 def test_job_refuses(tmp_path, extra, what):
     assert refused(JOB, job_args(tmp_path, *extra), what).startswith("umqtt3-pipeline: ")

@@ -142,6 +142,8 @@ def seconds(text):
     x = float(parts[0]) * _UNITS[parts[1].lower()]
     if not x > 0:
         raise ValueError("%r is not above 0" % text)
+    if x == float("inf"):
+        raise ValueError("%r is not a finite number" % text)
     return x
 
 
@@ -325,6 +327,8 @@ def _at_least(low, kind=float):
             x = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError("%r is not a number" % text)
+        if x != x or x in (float("inf"), float("-inf")):
+            raise argparse.ArgumentTypeError("%r is not a finite number" % text)
         if x < low:
             raise argparse.ArgumentTypeError("%s is below %s" % (text, low))
         return x
