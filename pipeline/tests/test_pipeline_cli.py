@@ -151,13 +151,33 @@ def test_bounded_run_over_external_logs_counts_every_reading_in_its_summary(tmp_
                            1000 * int(time.time()))
         log.sync()
         log.close()
-    p = subprocess.run([sys.executable, "-m", JOB] + job_args(tmp_path, "--ingest", "external",
-                                                             "--master", "local[1]",
-                                                             "--seconds", "3"),
-                       capture_output=True, text=True, timeout=300,
-                       env=dict(procs.python_env(), SPARK_LOCAL_IP="127.0.0.1"))
-    assert p.returncode == 0, p.stderr
+    def run():
+        p = subprocess.run([sys.executable, "-m", JOB] + job_args(tmp_path, "--ingest", "external",
+                                                                 "--master", "local[1]",
+                                                                 "--seconds", "3",
+                                                                 "--window", "1 seconds",
+                                                                 "--watermark", "1 seconds",
+                                                                 "--max-early", "0"),
+                           capture_output=True, text=True, timeout=300,
+                           env=dict(procs.python_env(), SPARK_LOCAL_IP="127.0.0.1"))
+        assert p.returncode == 0, p.stderr
+        return p
+    p = run()
     assert re.search(r"^umqtt3 telemetry: stopped after \d+ s; 60 readings committed", p.stdout,
+                     re.M), p.stdout + p.stderr
+    # a second run on the same directories: only its own readings, not what
+    # the logs numbered before, nor status messages, nor a resent copy
+    log = Log(str(tmp_path / "log" / "a"), publish_synced=True)
+    t = 1000 * int(time.time() + 2)  # after the first run's close: not late
+    for i in range(10):
+        log.append_msg(*reading("n3", "temp", float(i), 3, i), 1, False, False, 0, t)
+    log.append_msg(*reading("n3", "temp", 0.0, 3, 0), 1, False, True, 0, t)  # a resend
+    for i in range(3):
+        log.append_msg(b"umqtt3/n%d/status" % i, b"online", 1, True, False, 0, t)
+    log.sync()
+    log.close()
+    p = run()
+    assert re.search(r"^umqtt3 telemetry: stopped after \d+ s; 10 readings committed", p.stdout,
                      re.M), p.stdout + p.stderr
 
 

@@ -232,8 +232,10 @@ def ensure_session(broker, topics, qos, client_id, level=5):
     return True
 
 
-def start(spark, a):
-    """Start the query for parsed arguments a; returns the StreamingQuery."""
+def start(spark, a, tally=None):
+    """Start the query for parsed arguments a; returns the StreamingQuery.
+    tally: a list whose first item the batches add the readings of the
+    windows they write to (this run's, de-duplicated)."""
     from .source import cancel_close
     external = a.ingest == "external"
     if not external:
@@ -246,8 +248,11 @@ def start(spark, a):
     out, fold_every = a.out, a.fold_every
 
     def write(batch, batch_id):  # on the driver; a replayed batch writes the same files
+        import pyarrow.compute as pc
         from .output import write_batch
-        write_batch(out, batch.toArrow(), batch_id, fold_every)
+        t = batch.toArrow()
+        if write_batch(out, t, batch_id, fold_every) and tally is not None:
+            tally[0] += pc.sum(t.column("count")).as_py() or 0
     w = (windows(df, a.window, a.watermark, a.max_early).writeStream.foreachBatch(write)
          .option("checkpointLocation", ck)
          .outputMode("append").queryName("umqtt3_telemetry"))
@@ -453,12 +458,13 @@ def main(argv=None):
     on_signals(stop, interrupted)
     t0 = time.monotonic()
     spark = q = None
+    tally = [0]  # readings in the windows this run wrote
     try:
         spark = session(a.master, conf=spark_conf(a.shuffle_partitions, a.ui, a.conf))
         on_signals(stop, interrupted)
         spark.sparkContext.setLogLevel("ERROR")
         if not stop.is_set():
-            q = start(spark, a)
+            q = start(spark, a, tally)
             print("umqtt3 telemetry: %s -> %s (log %s)" % (a.broker, a.out, a.log), flush=True)
         t_end = time.monotonic() + a.seconds if a.seconds else None
         while q is not None and q.isActive and not stop.is_set():
@@ -485,8 +491,8 @@ def main(argv=None):
     if q.exception() is not None:
         print("query failed: %s" % q.exception(), file=sys.stderr)
         return 1
-    print("umqtt3 telemetry: stopped after %.0f s; %d readings committed to %s"
-          % (time.monotonic() - t0, _committed(q), a.out), flush=True)
+    print("umqtt3 telemetry: stopped after %.0f s; %d readings committed to %s (in the windows "
+          "this run wrote)" % (time.monotonic() - t0, tally[0], a.out), flush=True)
     if a.plot:
         from .plot import plot
         n = plot(a.out, a.plot)
