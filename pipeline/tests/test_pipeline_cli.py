@@ -221,3 +221,22 @@ def test_ingest_refuses_what_it_cannot_use(tmp_path):
                 "corrupt", status=1)
     finally:
         b.stop()
+
+
+def test_job_runs_as_a_file_as_spark_submit_runs_it(tmp_path):
+    # spark-submit ... pipeline/umqtt3_pipeline/job.py: a script, not a module
+    job = os.path.join(procs.ROOT, "pipeline", "umqtt3_pipeline", "job.py")
+    env = dict(procs.python_env(), PYTHONPATH=os.path.join(procs.ROOT, "lib"))
+    r = subprocess.run([sys.executable, job, "--help"], capture_output=True, text=True,
+                       timeout=60, cwd=str(tmp_path), env=env)
+    assert r.returncode == 0 and "--checkpoint" in r.stdout, r.stderr
+    r = subprocess.run([sys.executable, job, "--trigger", "0"] + job_args(tmp_path),
+                       capture_output=True, text=True, timeout=60, cwd=str(tmp_path), env=env)
+    assert r.returncode == 2 and r.stderr.startswith("umqtt3-pipeline: "), r.stderr
+    code = ("import runpy, sys\nsys.argv = [%r, '--help']\ntry:\n"
+            "    runpy.run_path(%r, run_name='__main__')\nexcept SystemExit:\n    pass\n"
+            "print(sys.modules['umqtt3_pipeline'].__file__, file=sys.stderr)" % (job, job))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       cwd=str(tmp_path), env=env)
+    # the package this file is in, not another installed copy
+    assert r.stderr.strip() == os.path.join(os.path.dirname(job), "__init__.py"), r.stderr

@@ -27,6 +27,17 @@ import sys
 import threading
 import time
 
+if __name__ == "__main__" and not __package__:
+    # run as a file (spark-submit .../umqtt3_pipeline/job.py): relative
+    # imports need the package, so run this module as part of the package
+    # this file is in (executors import it from --py-files or pip)
+    _here = os.path.dirname(os.path.abspath(__file__))
+    if sys.path and os.path.abspath(sys.path[0] or ".") == _here:
+        sys.path.pop(0)  # this package's modules are not top-level ones
+    sys.path.insert(0, os.path.dirname(_here))
+    from umqtt3_pipeline.job import main as _main
+    sys.exit(_main())
+
 from .cli import Help, Parser, broker_address, reachable, usable_dir
 
 
