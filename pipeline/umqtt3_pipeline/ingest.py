@@ -27,6 +27,29 @@ from .cli import parse_broker
 from .log import Log
 
 
+# CONNACK return codes (3.1.1) and reason codes (5) that refuse a login
+_REFUSED = {4: "bad user name or password", 5: "not authorized",
+            0x86: "bad user name or password", 0x87: "not authorized",
+            0x8C: "bad authentication method"}
+
+
+def refused_login(e):
+    """What a refused CONNECT says ("not authorized (135)"), or None when
+    e is not such a refusal."""
+    from umqtt3.client_codec import MQTTException
+    if isinstance(e, MQTTException) and e.code in _REFUSED:
+        return "%s (%d)" % (_REFUSED[e.code], e.code)
+    return None
+
+
+def read_password(path):
+    """The password in a file (its first line), as bytes; None for no file."""
+    if not path:
+        return None
+    with open(path, "rb") as f:
+        return f.readline().rstrip(b"\r\n")
+
+
 class LogWriteError(OSError):
     """The log could not be written (a full disk): the ingest stopped."""
 
@@ -79,7 +102,7 @@ class Ingest:
 
     def __init__(self, path, broker="127.0.0.1:1883", topics=("#",), client_id="umqtt3-spark",
                  qos=1, keepalive=30, segment_bytes=64 << 20, bufsize=65536, clock=time.time,
-                 level=5, publish_synced=False, lock_timeout=30.0):
+                 level=5, publish_synced=False, lock_timeout=30.0, user=None, password=None):
         assert qos in (1, 2), "the ingest acknowledges after the log: QoS 1 or 2"
         self.path = path
         self.host, self.port = parse_broker(broker)
@@ -93,6 +116,7 @@ class Ingest:
         self.level = level  # 5: MQTT 5 (RECEIVE_MAX, and $share/<group>/<filter>); 4: 3.1.1
         self.publish_synced = publish_synced  # for a job in another process (log.synced)
         self.lock_timeout = lock_timeout  # seconds to wait for the log's LOCK
+        self.user, self.password = user, password  # the broker's login, if it wants one
         self.log = None
         self.client = None
         self.thread = None
@@ -105,7 +129,8 @@ class Ingest:
         self.log = Log(self.path, self.segment_bytes, publish_synced=self.publish_synced,
                        lock_timeout=self.lock_timeout)
         store = LogStore(self.log, self._sync)
-        c = MQTTClient(self.client_id, self.host, self.port, keepalive=self.keepalive,
+        c = MQTTClient(self.client_id, self.host, self.port, user=self.user,
+                       password=self.password, keepalive=self.keepalive,
                        reconnect=True, store=store, bufsize=self.bufsize,
                        backoff_ms=(200, 5000), level=self.level, window=RECEIVE_MAX)
         c.set_callback(self._on_message, raw=True)
@@ -162,6 +187,10 @@ class Ingest:
     def check(self):
         if isinstance(self.error, LogWriteError):
             raise LogWriteError("umqtt3 ingest stopped: %s" % self.error)
+        why = refused_login(self.error)
+        if why:
+            raise RuntimeError("umqtt3 ingest stopped: the broker at %s:%d refused the login: %s"
+                               % (self.host, self.port, why))
         if self.error is not None:
             raise RuntimeError("umqtt3 ingest stopped: %r" % (self.error,))
 
@@ -207,6 +236,9 @@ def main(argv=None):
     ap.add_argument("--qos", type=int, default=1, choices=(1, 2))
     ap.add_argument("--client-id", default="umqtt3-ingest",
                     help="fixed and different for each ingest: it names the broker session")
+    ap.add_argument("--user", help="the user name the broker wants, if any")
+    ap.add_argument("--password-file", metavar="FILE",
+                    help="a file whose first line is the password for --user")
     ap.add_argument("--share", metavar="GROUP",
                     help="subscribe as a member of the shared subscription $share/GROUP/... "
                     "(MQTT 5)")
@@ -222,13 +254,17 @@ def main(argv=None):
         ap.error("--share needs MQTT 5 (--level 5)")
     usable_dir(ap, "--log", a.log)
     reachable(ap, a.broker)
+    try:
+        password = read_password(a.password_file)
+    except OSError as e:
+        ap.error("--password-file %s: %s" % (a.password_file, e.strerror or e))
     topics = [t for t in a.topics.split(",") if t]
     if a.share:
         topics = shared(topics, a.share)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     ing = Ingest(a.log, a.broker, topics, a.client_id, a.qos, level=level,
-                 publish_synced=True, lock_timeout=2.0)
+                 publish_synced=True, lock_timeout=2.0, user=a.user, password=password)
     try:
         ing.start()
     except BlockingIOError:

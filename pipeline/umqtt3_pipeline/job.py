@@ -117,7 +117,8 @@ COLUMNS = "topic,received_at,sent_at,node,metric,value,boot,seq"
 
 
 def readings(spark, broker, topics, path, qos=1, client_id="umqtt3-telemetry", max_rows=0,
-             trim=True, min_rows=0, max_delay=1.0, external=False, level=5, checkpoint=None):
+             trim=True, min_rows=0, max_delay=1.0, external=False, level=5, checkpoint=None,
+             user=None, password_file=None):
     """The stream of parsed readings, in the columns windows() uses.
     external: the logs under path are written by ingest processes of their
     own. checkpoint: the query's checkpointLocation, whose new files the
@@ -132,6 +133,10 @@ def readings(spark, broker, topics, path, qos=1, client_id="umqtt3-telemetry", m
              .option("trim", "true" if trim else "false"))
         if checkpoint:
             r = r.option("checkpoint", checkpoint)
+        if user:
+            r = r.option("user", user)
+        if password_file:
+            r = r.option("passwordFile", os.path.abspath(password_file))
         if max_rows:
             r = r.option("maxRowsPerBatch", str(max_rows))
     if min_rows:
@@ -214,7 +219,11 @@ def _refuse(pkt, redelivered):
     raise _Queued()  # not taken: no acknowledgement, the broker keeps it
 
 
-def ensure_session(broker, topics, qos, client_id, level=5):
+class Refused(Exception):
+    """The broker refused the job's login."""
+
+
+def ensure_session(broker, topics, qos, client_id, level=5, user=None, password=None):
     """Make sure the broker holds the persistent session of client_id, so
     that it keeps what is published from now on for the ingest, even before
     Spark has started it. A message the broker delivers meanwhile is refused
@@ -225,7 +234,8 @@ def ensure_session(broker, topics, qos, client_id, level=5):
     for _ in range(5):
         # at the ingest's level (what the broker has in flight is resent
         # built for the level of the connection, whichever it is)
-        c = MQTTClient(client_id, host, port, keepalive=30, level=level)
+        c = MQTTClient(client_id, host, port, user=user, password=password, keepalive=30,
+                       level=level)
         c.set_callback(_refuse, raw=True)
         try:
             if not c.connect(clean_session=False):
@@ -240,6 +250,13 @@ def ensure_session(broker, topics, qos, client_id, level=5):
             c.disconnect()
             print("broker %s: %s; the ingest keeps trying" % (broker, e), file=sys.stderr)
             return False
+        except Exception as e:
+            from .ingest import refused_login
+            c.disconnect()
+            why = refused_login(e)
+            if why:
+                raise Refused("the broker at %s refused the login: %s" % (broker, why))
+            raise
     return True
 
 
@@ -250,12 +267,15 @@ def start(spark, a, tally=None):
     from .source import cancel_close
     external = a.ingest == "external"
     if not external:
-        ensure_session(a.broker, a.topics, a.qos, a.client_id, a.level)
+        from .ingest import read_password
+        ensure_session(a.broker, a.topics, a.qos, a.client_id, a.level, a.user,
+                       read_password(a.password_file))
     if os.path.isdir(a.log):
         cancel_close(a.log)  # a close asked by a run that died before it
     ck = a.checkpoint if "://" in a.checkpoint else os.path.abspath(a.checkpoint)
     df = readings(spark, a.broker, a.topics, a.log, a.qos, a.client_id, a.max_rows,
-                  not a.keep_log, a.min_rows, a.max_delay, external, a.level, ck)
+                  not a.keep_log, a.min_rows, a.max_delay, external, a.level, ck,
+                  a.user, a.password_file)
     out, fold_every = a.out, a.fold_every
 
     def write(batch, batch_id):  # on the driver; a replayed batch writes the same files
@@ -380,6 +400,9 @@ def parser():
     ap.add_argument("--qos", type=int, default=1, choices=(1, 2), help="QoS of the subscription")
     ap.add_argument("--client-id", default="umqtt3-telemetry",
                     help="fixed: it names the broker's persistent session")
+    ap.add_argument("--user", help="the user name the broker wants, if any")
+    ap.add_argument("--password-file", metavar="FILE",
+                    help="a file whose first line is the password for --user")
     ap.add_argument("--log", required=True, help="ingest log directory (shared storage on a cluster)")
     ap.add_argument("--out", required=True, help="Parquet output directory")
     ap.add_argument("--checkpoint", required=True, help="Spark's checkpoint directory")
@@ -437,6 +460,11 @@ def parse(argv=None):
         usable_dir(ap, option, getattr(a, option[2:]))
     if a.plot:
         usable_dir(ap, "--plot", os.path.dirname(os.path.abspath(a.plot)))
+    from .ingest import read_password
+    try:
+        read_password(a.password_file)
+    except OSError as e:
+        ap.error("--password-file %s: %s" % (a.password_file, e.strerror or e))
     if a.ingest == "driver":
         reachable(ap, a.broker)
     return a
@@ -468,6 +496,14 @@ def main(argv=None):
     stop, interrupted = threading.Event(), threading.Event()
     on_signals(stop, interrupted)
     t0 = time.monotonic()
+    if a.ingest == "driver":
+        from .ingest import read_password
+        try:  # before Spark starts: a refused login in one line
+            ensure_session(a.broker, a.topics, a.qos, a.client_id, a.level, a.user,
+                           read_password(a.password_file))
+        except Refused as e:
+            print("umqtt3-pipeline: %s (--user, --password-file)" % e, file=sys.stderr)
+            return 1
     spark = q = None
     tally = [0]  # readings in the windows this run wrote
     try:

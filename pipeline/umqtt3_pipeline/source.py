@@ -22,7 +22,8 @@ persistent session), maxRowsPerBatch, minRowsPerBatch and maxTriggerDelay
 (while the log keeps growing, a batch waits for that many rows, at most that
 many seconds), keepalive, level (5: MQTT 5, the default; 4: MQTT 3.1.1),
 segmentBytes, splitBytes, trim ("false" keeps the history for the batch
-reader), checkpoint (the query's checkpointLocation: its new offsets, commits
+reader), user and passwordFile (the broker's login: a file whose first line
+is the password, so that the password is in no plan or log), checkpoint (the query's checkpointLocation: its new offsets, commits
 and state files are fsynced before a trim), ingest ("external": no ingest here; path holds one log per
 sub-directory, each written by its own ``python -m umqtt3_pipeline.ingest``,
 for instance under one MQTT 5 shared subscription; offsets per log;
@@ -308,14 +309,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _log(self):
         if self._ingest is None:
-            from .ingest import Ingest
+            from .ingest import Ingest, read_password
             o = self.options
             topics = [t.strip() for t in o.get("topics", "#").split(",") if t.strip()]
             self._ingest = Ingest(self.path, o.get("broker", "127.0.0.1:1883"), topics,
                                   o.get("clientid", "umqtt3-spark"), int(o.get("qos", 1)),
                                   int(o.get("keepalive", 30)),
                                   int(o.get("segmentbytes", 64 << 20)),
-                                  level=int(o.get("level", 5))).start()
+                                  level=int(o.get("level", 5)), user=o.get("user") or None,
+                                  password=read_password(o.get("passwordfile"))).start()
         self._ingest.check()
         return self._ingest.log
 
