@@ -134,3 +134,18 @@ def test_a_qos2_id_is_known_only_once_its_record_is_durable(tmp_path):
     g.sync()
     assert not store.in_has(5)
     g.close()
+
+
+def test_a_failed_sync_at_close_still_releases_the_log(tmp_path):
+    p = str(tmp_path)
+    g = L.Log(p)
+    burst(g, 0, 5)
+    g.sync()
+    end = g.durable()
+    burst(g, 5, 10)
+    with disk_full(p, room=10):
+        with pytest.raises(OSError):
+            g.close()
+    g = L.Log(p, lock_timeout=0)  # the lock is free again
+    assert g.durable() == end and size(p) == end[0]
+    g.close()

@@ -622,12 +622,14 @@ class Log:
         return len(drop)
 
     def close(self):
-        self.sync()
-        self.f.close()
-        if self._synced_fd is not None:
-            os.close(self._synced_fd)
-            self._synced_fd = None
-        self.lockf.close()  # releases the lock
+        try:
+            self.sync()  # a failure leaves the file at its durable end (_restore)
+        finally:
+            self.f.close()
+            if self._synced_fd is not None:
+                os.close(self._synced_fd)
+                self._synced_fd = None
+            self.lockf.close()  # releases the lock
 
 
 def _write_all(f, data):
