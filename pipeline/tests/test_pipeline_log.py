@@ -315,3 +315,18 @@ def test_readers_refuse_a_corrupt_record_inside_the_range(tmp_path):
     got = list(L.read_range(p, first[0], first[1], at))
     assert [m[1] for m in got] == list(range(40))[:len(got)]
     assert got[-1][0] == record_starts(p, bases[-1])[0]
+
+
+def test_tail_refuses_a_corrupt_record_in_a_segment_that_has_a_successor(tmp_path):
+    p = str(tmp_path)
+    g = L.Log(p, segment_bytes=600)
+    fill(g, 40, sync_every=1)
+    first, end = g.first(), g.durable()
+    bases = L.segments(p)
+    g.close()
+    assert L.tail(p, first[0], first[1]) == end
+    at = record_starts(p, bases[0])[2]
+    flip(p, at + 30)
+    with pytest.raises(L.Corrupt) as e:  # not a stall at the bad record for ever
+        L.tail(p, first[0], first[1])
+    assert "position %d" % at in str(e.value)

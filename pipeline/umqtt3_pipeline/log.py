@@ -297,12 +297,14 @@ def tail(path, start, first_n):
     read (the writer appends whole groups; a torn or half-written tail is
     not read)."""
     pos, n = start, first_n
-    for lo, stop, buf, _ in _slices(path, start):
+    for lo, stop, buf, seg in _slices(path, start):
         for _, nxt, body in scan(buf):
             if body[0] == MSG:
                 n += 1
             pos = lo + nxt
         if pos < stop:
+            if seg is not None:  # a segment with a successor was written whole
+                raise _corrupt(path, seg, pos)
             break  # the writer's tail: nothing past it yet
         pos = stop
     return pos, n
