@@ -41,6 +41,15 @@ def job_args(tmp_path, *extra):
     (["--conf", "spark.sql.shuffle.partitions"],
      "--conf: 'spark.sql.shuffle.partitions' is not KEY=VALUE"),
     (["--conf", "=1"], "--conf: '=1' is not KEY=VALUE"),
+    (["--trigger", "nan"], "--trigger: 'nan' is not a finite number"),
+    (["--trigger", "inf"], "--trigger: 'inf' is not a finite number"),
+    (["--max-early", "nan"], "--max-early: 'nan' is not a finite number"),
+    (["--seconds", "nan"], "--seconds: 'nan' is not a finite number"),
+    (["--drain", "inf"], "--drain: 'inf' is not a finite number"),
+    (["--max-delay", "NaN"], "--max-delay: 'NaN' is not a finite number"),
+    (["--window", "inf seconds"], "--window: 'inf seconds' is not a finite number"),
+    (["--watermark", "nan seconds"], "--watermark: 'nan seconds' is not above 0"),
+    (["--watermark", "inf minutes"], "--watermark: 'inf minutes' is not a finite number"),
 ])
 def test_job_refuses(tmp_path, extra, what):
     assert refused(JOB, job_args(tmp_path, *extra), what).startswith("umqtt3-pipeline: ")
@@ -142,11 +151,92 @@ def test_bounded_run_over_external_logs_counts_every_reading_in_its_summary(tmp_
                            1000 * int(time.time()))
         log.sync()
         log.close()
-    p = subprocess.run([sys.executable, "-m", JOB] + job_args(tmp_path, "--ingest", "external",
-                                                             "--master", "local[1]",
-                                                             "--seconds", "3"),
-                       capture_output=True, text=True, timeout=300,
-                       env=dict(procs.python_env(), SPARK_LOCAL_IP="127.0.0.1"))
-    assert p.returncode == 0, p.stderr
+    def run():
+        p = subprocess.run([sys.executable, "-m", JOB] + job_args(tmp_path, "--ingest", "external",
+                                                                 "--master", "local[1]",
+                                                                 "--seconds", "3",
+                                                                 "--window", "1 seconds",
+                                                                 "--watermark", "1 seconds",
+                                                                 "--max-early", "0"),
+                           capture_output=True, text=True, timeout=300,
+                           env=dict(procs.python_env(), SPARK_LOCAL_IP="127.0.0.1"))
+        assert p.returncode == 0, p.stderr
+        return p
+    p = run()
     assert re.search(r"^umqtt3 telemetry: stopped after \d+ s; 60 readings committed", p.stdout,
                      re.M), p.stdout + p.stderr
+    # a second run on the same directories: only its own readings, not what
+    # the logs numbered before, nor status messages, nor a resent copy
+    log = Log(str(tmp_path / "log" / "a"), publish_synced=True)
+    t = 1000 * int(time.time() + 2)  # after the first run's close: not late
+    for i in range(10):
+        log.append_msg(*reading("n3", "temp", float(i), 3, i), 1, False, False, 0, t)
+    log.append_msg(*reading("n3", "temp", 0.0, 3, 0), 1, False, True, 0, t)  # a resend
+    for i in range(3):
+        log.append_msg(b"umqtt3/n%d/status" % i, b"online", 1, True, False, 0, t)
+    log.sync()
+    log.close()
+    p = run()
+    assert re.search(r"^umqtt3 telemetry: stopped after \d+ s; 10 readings committed", p.stdout,
+                     re.M), p.stdout + p.stderr
+
+
+INGEST = "umqtt3_pipeline.ingest"
+
+
+@pytest.mark.parametrize("broker,what", [
+    ("127.0.0.1:abc", "--broker: '127.0.0.1:abc' is not host:port"),
+    ("127.0.0.1:99999", "--broker: port 99999 is outside 1-65535"),
+    ("no-such-host.invalid:1883", "cannot resolve host 'no-such-host.invalid'"),
+])
+def test_ingest_refuses_a_bad_broker(tmp_path, broker, what):
+    refused(INGEST, ["--log", str(tmp_path / "log"), "--broker", broker], what)
+
+
+def test_ingest_refuses_what_it_cannot_use(tmp_path):
+    closed = procs.free_port()
+    refused(INGEST, ["--log", str(tmp_path / "log"), "--broker", "127.0.0.1:%d" % closed],
+            "cannot reach the broker at 127.0.0.1:%d" % closed)
+    b = Broker().start()
+    try:
+        at = "127.0.0.1:%d" % b.port
+        refused(INGEST, ["--log", "/proc/nope", "--broker", at], "--log /proc/nope: cannot create it")
+        from umqtt3_pipeline import log as L
+        held = L.Log(str(tmp_path / "held"))  # another ingest's
+        t0 = time.monotonic()
+        refused(INGEST, ["--log", str(tmp_path / "held"), "--broker", at],
+                "in use by another process")
+        assert time.monotonic() - t0 < 20
+        held.append_msg(b"a/b/c", b"x", 1, 0, 0, 1, 1)
+        held.append_msg(b"a/b/c", b"y", 1, 0, 0, 2, 1)
+        held.sync()
+        seg = os.path.join(str(tmp_path / "held"), L.seg_name(L.segments(str(tmp_path / "held"))[0]))
+        held.close()
+        with open(seg, "r+b") as f:  # a bit of the first record's body flipped
+            f.seek(L.read_header(str(tmp_path / "held"), 0)[0] + 20)
+            c = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([c[0] ^ 1]))
+        refused(INGEST, ["--log", str(tmp_path / "held"), "--broker", at],
+                "corrupt", status=1)
+    finally:
+        b.stop()
+
+
+def test_job_runs_as_a_file_as_spark_submit_runs_it(tmp_path):
+    # spark-submit ... pipeline/umqtt3_pipeline/job.py: a script, not a module
+    job = os.path.join(procs.ROOT, "pipeline", "umqtt3_pipeline", "job.py")
+    env = dict(procs.python_env(), PYTHONPATH=os.path.join(procs.ROOT, "lib"))
+    r = subprocess.run([sys.executable, job, "--help"], capture_output=True, text=True,
+                       timeout=60, cwd=str(tmp_path), env=env)
+    assert r.returncode == 0 and "--checkpoint" in r.stdout, r.stderr
+    r = subprocess.run([sys.executable, job, "--trigger", "0"] + job_args(tmp_path),
+                       capture_output=True, text=True, timeout=60, cwd=str(tmp_path), env=env)
+    assert r.returncode == 2 and r.stderr.startswith("umqtt3-pipeline: "), r.stderr
+    code = ("import runpy, sys\nsys.argv = [%r, '--help']\ntry:\n"
+            "    runpy.run_path(%r, run_name='__main__')\nexcept SystemExit:\n    pass\n"
+            "print(sys.modules['umqtt3_pipeline'].__file__, file=sys.stderr)" % (job, job))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       cwd=str(tmp_path), env=env)
+    # the package this file is in, not another installed copy
+    assert r.stderr.strip() == os.path.join(os.path.dirname(job), "__init__.py"), r.stderr

@@ -225,3 +225,108 @@ def test_parse_fast_path_agrees_with_json():
                b'{"v":1,"boot":1.5,"seq":1}', b'{"v":1,"boot":1,"seq":1}x',
                b'{"v":1,"boot":1,"seq":1}\n{"v":2}'):
         assert parse(t, pl) is None
+
+
+def flip(path, pos):
+    """Flip one bit at log position pos (a bad sector, bit rot)."""
+    base = max(b for b in L.segments(path) if b <= pos)
+    with open(os.path.join(path, L.seg_name(base)), "r+b") as f:
+        f.seek(pos - base)
+        b = f.read(1)
+        f.seek(pos - base)
+        f.write(bytes([b[0] ^ 1]))
+
+
+def record_starts(path, base):
+    with open(os.path.join(path, L.seg_name(base)), "rb") as f:
+        buf = f.read()
+    return [base + o for o, _, _ in L.scan(buf, L.decode_header(buf)[0])]
+
+
+@pytest.mark.parametrize("where", ["body", "length"])
+def test_recovery_refuses_a_corrupt_record_with_synced_records_after_it(tmp_path, where):
+    p = str(tmp_path)
+    g = L.Log(p)
+    fill(g, 10, sync_every=1)  # every record synced, so acknowledged
+    end = g.durable()
+    g.close()
+    base = L.segments(p)[-1]
+    at = record_starts(p, base)[3]
+    flip(p, at + (30 if where == "body" else 1))
+    size = os.path.getsize(os.path.join(p, L.seg_name(base)))
+    with pytest.raises(L.Corrupt) as e:
+        L.Log(p)
+    assert L.seg_name(base) in str(e.value) and "position %d" % at in str(e.value)
+    assert os.path.getsize(os.path.join(p, L.seg_name(base))) == size  # nothing cut
+    flip(p, at + (30 if where == "body" else 1))  # repaired: every record is back
+    g = L.Log(p)
+    assert g.durable() == end
+    g.close()
+
+
+def test_recovery_refuses_a_corrupt_header_of_a_segment_with_records(tmp_path):
+    p = str(tmp_path)
+    g = L.Log(p, segment_bytes=600)
+    fill(g, 40, sync_every=1)
+    g.close()
+    bases = L.segments(p)
+    assert len(bases) > 2
+    flip(p, bases[-1] + 6)  # the last segment's first message number
+    with pytest.raises(L.Corrupt) as e:
+        L.Log(p, segment_bytes=600)
+    assert L.seg_name(bases[-1]) in str(e.value)
+    assert L.segments(p) == bases  # nothing deleted
+    flip(p, bases[-1] + 6)
+    flip(p, bases[-2] + 6)  # an older segment's header
+    with pytest.raises(L.Corrupt) as e:
+        L.Log(p, segment_bytes=600)
+    assert L.seg_name(bases[-2]) in str(e.value)
+    assert L.segments(p) == bases
+
+
+def test_readers_refuse_a_corrupt_record_inside_the_range(tmp_path):
+    from umqtt3_pipeline import source
+    p = str(tmp_path)
+    g = L.Log(p, segment_bytes=600)
+    fill(g, 40, sync_every=1)
+    end = g.durable()
+    first = g.first()
+    bases = L.segments(p)
+    g.close()
+    every = list(source.rows(p, source.LogRange(first[0], first[1], end[0])))
+    assert sum(b.num_rows for b in every) == 40
+    at = record_starts(p, bases[0])[1]  # the 2nd record of the first (closed) segment
+    flip(p, at + 30)
+    with pytest.raises(L.Corrupt) as e:
+        list(source.rows(p, source.LogRange(first[0], first[1], end[0])))
+    assert L.seg_name(bases[0]) in str(e.value) and "position %d" % at in str(e.value)
+    with pytest.raises(L.Corrupt):
+        list(L.read_range(p, first[0], first[1], end[0]))
+    with pytest.raises(L.Corrupt):
+        list(L.read_range(p, first[0], first[1]))  # to the end: an older segment is whole
+    with pytest.raises(L.Corrupt):
+        source.BatchReader({"path": p}).partitions()  # the batch reader reads that range
+    flip(p, at + 30)
+    at = record_starts(p, bases[-1])[1]  # the last segment, the one being written
+    flip(p, at + 30)
+    with pytest.raises(L.Corrupt):
+        source.BatchReader({"path": p}).partitions()  # not read as its torn tail
+    # ranges that do not reach the bad record read as before
+    got = list(L.read_range(p, first[0], first[1], at))
+    assert [m[1] for m in got] == list(range(40))[:len(got)]
+    assert got[-1][0] == record_starts(p, bases[-1])[0]
+
+
+def test_tail_refuses_a_corrupt_record_in_a_segment_that_has_a_successor(tmp_path):
+    p = str(tmp_path)
+    g = L.Log(p, segment_bytes=600)
+    fill(g, 40, sync_every=1)
+    first, end = g.first(), g.durable()
+    bases = L.segments(p)
+    g.close()
+    assert L.tail(p, first[0], first[1]) == end
+    at = record_starts(p, bases[0])[2]
+    flip(p, at + 30)
+    with pytest.raises(L.Corrupt) as e:  # not a stall at the bad record for ever
+        L.tail(p, first[0], first[1])
+    assert "position %d" % at in str(e.value)

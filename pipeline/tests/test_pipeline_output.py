@@ -53,3 +53,19 @@ def test_a_window_written_twice_with_other_values_is_refused(tmp_path):
     write_batch(str(tmp_path), batch("2026-11-24", [1], mean=3.0), 1)
     with pytest.raises(ValueError, match="written twice"):
         load(str(tmp_path))
+
+
+def test_a_batch_replayed_after_its_fold_writes_nothing(tmp_path):
+    import pyarrow.parquet as pq
+    from umqtt3_pipeline.output import load, write_batch
+    out = str(tmp_path)
+    for i in range(1, 5):
+        write_batch(out, batch("2026-11-24", [i]), i, fold_every=4)  # batch 4 folds 1..4
+    assert names(out) == ["day=2026-11-24/fold-000000000004.parquet"]
+    assert write_batch(out, batch("2026-11-24", [4]), 4, fold_every=4) == []  # replayed
+    assert write_batch(out, batch("2026-11-24", [3]), 3, fold_every=4) == []
+    assert names(out) == ["day=2026-11-24/fold-000000000004.parquet"]
+    assert pq.read_table(out).num_rows == 4  # as spark.read.parquet(out) reads the directory
+    assert len(load(out)) == 4
+    write_batch(out, batch("2026-11-24", [5]), 5, fold_every=4)  # the next batch is written
+    assert pq.read_table(out).num_rows == 5

@@ -44,3 +44,16 @@ def test_every_builtin_sensor_has_a_unit():
     src = open(sim.fw["sensors"].__file__).read()
     for name in ("temp", "vbat", "uptime", "mem"):
         assert '"%s"' % name in src and name in UNITS
+
+
+def test_plot_cli_refuses_a_missing_output_and_an_unwritable_png(tmp_path):
+    from refusal import refused, run  # tests/refusal.py
+    out = windows_dir(tmp_path)
+    refused("umqtt3_pipeline.plot", [str(tmp_path / "no-such-out"), str(tmp_path / "x.png")],
+            "no-such-out: no such directory")
+    assert not (tmp_path / "x.png").exists()
+    refused("umqtt3_pipeline.plot", [str(out), str(tmp_path / "nope" / "x.png")],
+            "is not a directory")
+    refused("umqtt3_pipeline.plot", [str(out), "/proc/x.png"], "/proc/x.png: ")
+    r = run("umqtt3_pipeline.plot", str(out), str(tmp_path / "x.png"))
+    assert r.returncode == 0 and r.stdout.startswith("24 windows -> ") and (tmp_path / "x.png").exists()

@@ -1,7 +1,9 @@
 """The command lines' shared parts: --help that shows the defaults, and a
 refused command line in one line (``umqtt3-pipeline: what was wrong``, exit
-status 2), never argparse's usage block."""
+status 2), never argparse's usage block; the checks the job and the ingest
+share."""
 import argparse
+import os
 
 
 class Help(argparse.RawDescriptionHelpFormatter):
@@ -20,3 +22,52 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(2, "umqtt3-pipeline: %s\n" % message)
+
+
+def parse_broker(s, default_port=1883):
+    """(host, port) of "host:port" (or "host"); ValueError for a port that
+    is not a number."""
+    host, _, port = s.rpartition(":")
+    if not host:
+        return s, default_port
+    return host, int(port)
+
+
+def broker_address(text):
+    """argparse type: host:port, with a port in 1-65535 and a host that resolves."""
+    import socket
+    try:
+        host, port = parse_broker(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not host:port" % text)
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError("port %d is outside 1-65535" % port)
+    try:
+        socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        raise argparse.ArgumentTypeError("cannot resolve host %r" % host)
+    return text
+
+
+def reachable(ap, broker):
+    """Refuse (ap.error) a broker nothing answers at."""
+    import socket
+    try:
+        socket.create_connection(parse_broker(broker), 5).close()
+    except OSError as e:
+        ap.error("cannot reach the broker at %s: %s (start it first)" % (broker, e.strerror or e))
+
+
+def usable_dir(ap, option, path):
+    """Refuse (ap.error) a directory that cannot be created or written."""
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        ap.error("%s %s: %s is not a directory" % (option, path, probe))
+    if not os.access(probe, os.W_OK | os.X_OK):
+        ap.error("%s %s: %s is not writable" % (option, path, probe))
+    try:
+        os.makedirs(path, exist_ok=True)  # what os.access cannot tell (root, /proc)
+    except OSError as e:
+        ap.error("%s %s: cannot create it: %s" % (option, path, e.strerror or e))

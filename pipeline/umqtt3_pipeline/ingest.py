@@ -23,16 +23,45 @@ import time
 from umqtt3.client import MQTTClient
 from umqtt3.memstore import MemoryStore
 
+from .cli import parse_broker
 from .log import Log
+
+
+# CONNACK return codes (3.1.1) and reason codes (5) that refuse a login
+_REFUSED = {4: "bad user name or password", 5: "not authorized",
+            0x86: "bad user name or password", 0x87: "not authorized",
+            0x8C: "bad authentication method"}
+
+
+def refused_login(e):
+    """What a refused CONNECT says ("not authorized (135)"), or None when
+    e is not such a refusal."""
+    from umqtt3.client_codec import MQTTException
+    if isinstance(e, MQTTException) and e.code in _REFUSED:
+        return "%s (%d)" % (_REFUSED[e.code], e.code)
+    return None
+
+
+def read_password(path):
+    """The password in a file (its first line), as bytes; None for no file."""
+    if not path:
+        return None
+    with open(path, "rb") as f:
+        return f.readline().rstrip(b"\r\n")
+
+
+class LogWriteError(OSError):
+    """The log could not be written (a full disk): the ingest stopped."""
 
 
 class LogStore(MemoryStore):
     """The client's store: outbound as MemoryStore (the ingest publishes
     nothing at QoS 1/2), inbound QoS 2 ids held in the log."""
 
-    def __init__(self, log):
+    def __init__(self, log, sync=None):
         super().__init__(1, 64, 0)
         self.log = log
+        self.sync = sync or log.sync
 
     def in_add(self, pid, buf, off, n):
         pass  # the message record itself holds the id (Log.append_msg)
@@ -41,7 +70,9 @@ class LogStore(MemoryStore):
         pass
 
     def in_has(self, pid):
-        return pid in self.log.held
+        # only what is durable: the client answers a known id with PUBREC at
+        # once, and a record still in memory may never reach the disk
+        return pid in self.log.held_durable
 
     def in_del(self, pid):
         # durable before PUBCOMP: the client syncs after a PUBREL (set_sync)
@@ -51,7 +82,7 @@ class LogStore(MemoryStore):
         # The broker kept no session, but it has one for us from now on and
         # may send new QoS 2 messages with ids we still hold: durable at once.
         self.log.append_clear()
-        self.log.sync()
+        self.sync()
 
 
 # At MQTT 5 the client's window is its Receive Maximum: how many QoS 1/2
@@ -64,13 +95,6 @@ class LogStore(MemoryStore):
 RECEIVE_MAX = 65535
 
 
-def parse_broker(s, default_port=1883):
-    host, _, port = s.rpartition(":")
-    if not host:
-        return s, default_port
-    return host, int(port)
-
-
 class Ingest:
     """Ingest(path, broker, topics, client_id, qos): start() opens the log
     (the single writer) and runs the client in a background thread until
@@ -78,7 +102,7 @@ class Ingest:
 
     def __init__(self, path, broker="127.0.0.1:1883", topics=("#",), client_id="umqtt3-spark",
                  qos=1, keepalive=30, segment_bytes=64 << 20, bufsize=65536, clock=time.time,
-                 level=5, publish_synced=False):
+                 level=5, publish_synced=False, lock_timeout=30.0, user=None, password=None):
         assert qos in (1, 2), "the ingest acknowledges after the log: QoS 1 or 2"
         self.path = path
         self.host, self.port = parse_broker(broker)
@@ -91,6 +115,8 @@ class Ingest:
         self.clock = clock
         self.level = level  # 5: MQTT 5 (RECEIVE_MAX, and $share/<group>/<filter>); 4: 3.1.1
         self.publish_synced = publish_synced  # for a job in another process (log.synced)
+        self.lock_timeout = lock_timeout  # seconds to wait for the log's LOCK
+        self.user, self.password = user, password  # the broker's login, if it wants one
         self.log = None
         self.client = None
         self.thread = None
@@ -100,13 +126,15 @@ class Ingest:
         self.connected = threading.Event()
 
     def start(self):
-        self.log = Log(self.path, self.segment_bytes, publish_synced=self.publish_synced)
-        store = LogStore(self.log)
-        c = MQTTClient(self.client_id, self.host, self.port, keepalive=self.keepalive,
+        self.log = Log(self.path, self.segment_bytes, publish_synced=self.publish_synced,
+                       lock_timeout=self.lock_timeout)
+        store = LogStore(self.log, self._sync)
+        c = MQTTClient(self.client_id, self.host, self.port, user=self.user,
+                       password=self.password, keepalive=self.keepalive,
                        reconnect=True, store=store, bufsize=self.bufsize,
                        backoff_ms=(200, 5000), level=self.level, window=RECEIVE_MAX)
         c.set_callback(self._on_message, raw=True)
-        c.set_sync(self.log.sync)
+        c.set_sync(self._sync)
         self.client = c
         self.thread = threading.Thread(target=self._run, name="umqtt3-ingest", daemon=True)
         self.thread.start()
@@ -116,6 +144,19 @@ class Ingest:
         self.log.append_msg(pkt.topic, pkt.payload, pkt.qos, pkt.retain, pkt.dup, pkt.pid,
                             int(self.clock() * 1000))
         self.received += 1
+
+    def _sync(self):
+        # the client's hook before acknowledgements leave. A failed write or
+        # fsync (a full disk) leaves the log at its last durable end
+        # (Log.sync); the client would take the OSError for a lost link and
+        # reconnect for ever: stop, and say why through check()
+        try:
+            self.log.sync()
+        except OSError as e:
+            if self.error is None:
+                self.error = LogWriteError("the log %s cannot be written: %s" % (self.path, e))
+            self.stopping.set()
+            raise
 
     def _run(self):
         c = self.client
@@ -137,9 +178,19 @@ class Ingest:
         except BaseException as e:  # reported by check(), on Spark's next call
             self.error = e
         finally:
-            self.log.sync()
+            try:
+                self.log.sync()
+            except OSError as e:
+                if self.error is None:
+                    self.error = LogWriteError("the log %s cannot be written: %s" % (self.path, e))
 
     def check(self):
+        if isinstance(self.error, LogWriteError):
+            raise LogWriteError("umqtt3 ingest stopped: %s" % self.error)
+        why = refused_login(self.error)
+        if why:
+            raise RuntimeError("umqtt3 ingest stopped: the broker at %s:%d refused the login: %s"
+                               % (self.host, self.port, why))
         if self.error is not None:
             raise RuntimeError("umqtt3 ingest stopped: %r" % (self.error,))
 
@@ -175,15 +226,19 @@ def main(argv=None):
     (--log ROOT/NAME); the job reads them all with --ingest external --log
     ROOT, or the batch reader later."""
     import signal
-    from .cli import Help, Parser
+    import sys
+    from .cli import Help, Parser, broker_address, reachable, usable_dir
     ap = Parser(prog="python -m umqtt3_pipeline.ingest", description=main.__doc__,
                 formatter_class=Help)
     ap.add_argument("--log", required=True)
-    ap.add_argument("--broker", default="127.0.0.1:1883")
+    ap.add_argument("--broker", type=broker_address, default="127.0.0.1:1883", help="host:port")
     ap.add_argument("--topics", default="umqtt3/+/+")
     ap.add_argument("--qos", type=int, default=1, choices=(1, 2))
     ap.add_argument("--client-id", default="umqtt3-ingest",
                     help="fixed and different for each ingest: it names the broker session")
+    ap.add_argument("--user", help="the user name the broker wants, if any")
+    ap.add_argument("--password-file", metavar="FILE",
+                    help="a file whose first line is the password for --user")
     ap.add_argument("--share", metavar="GROUP",
                     help="subscribe as a member of the shared subscription $share/GROUP/... "
                     "(MQTT 5)")
@@ -197,13 +252,26 @@ def main(argv=None):
     level = a.level
     if a.share and level != 5:
         ap.error("--share needs MQTT 5 (--level 5)")
+    usable_dir(ap, "--log", a.log)
+    reachable(ap, a.broker)
+    try:
+        password = read_password(a.password_file)
+    except OSError as e:
+        ap.error("--password-file %s: %s" % (a.password_file, e.strerror or e))
     topics = [t for t in a.topics.split(",") if t]
     if a.share:
         topics = shared(topics, a.share)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     ing = Ingest(a.log, a.broker, topics, a.client_id, a.qos, level=level,
-                 publish_synced=True).start()
+                 publish_synced=True, lock_timeout=2.0, user=a.user, password=password)
+    try:
+        ing.start()
+    except BlockingIOError:
+        ap.error("--log %s: in use by another process (it holds the log's LOCK)" % a.log)
+    except OSError as e:  # a corrupt log (log.Corrupt), a directory it cannot write
+        print("umqtt3-pipeline: %s" % e, file=sys.stderr)
+        return 1
     try:
         while not stop.is_set() and ing.error is None:
             if ing.connected.is_set():
@@ -215,7 +283,11 @@ def main(argv=None):
     except KeyboardInterrupt:
         pass
     ing.stop()
-    ing.check()
+    try:
+        ing.check()
+    except (OSError, RuntimeError) as e:
+        print("umqtt3-pipeline: %s" % e, file=sys.stderr)
+        return 1
     return 0
 
 

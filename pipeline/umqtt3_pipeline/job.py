@@ -27,7 +27,18 @@ import sys
 import threading
 import time
 
-from .cli import Help, Parser
+if __name__ == "__main__" and not __package__:
+    # run as a file (spark-submit .../umqtt3_pipeline/job.py): relative
+    # imports need the package, so run this module as part of the package
+    # this file is in (executors import it from --py-files or pip)
+    _here = os.path.dirname(os.path.abspath(__file__))
+    if sys.path and os.path.abspath(sys.path[0] or ".") == _here:
+        sys.path.pop(0)  # this package's modules are not top-level ones
+    sys.path.insert(0, os.path.dirname(_here))
+    from umqtt3_pipeline.job import main as _main
+    sys.exit(_main())
+
+from .cli import Help, Parser, broker_address, reachable, usable_dir
 
 
 def _worker_path():
@@ -106,10 +117,12 @@ COLUMNS = "topic,received_at,sent_at,node,metric,value,boot,seq"
 
 
 def readings(spark, broker, topics, path, qos=1, client_id="umqtt3-telemetry", max_rows=0,
-             trim=True, min_rows=0, max_delay=1.0, external=False, level=5):
+             trim=True, min_rows=0, max_delay=1.0, external=False, level=5, checkpoint=None,
+             user=None, password_file=None):
     """The stream of parsed readings, in the columns windows() uses.
     external: the logs under path are written by ingest processes of their
-    own."""
+    own. checkpoint: the query's checkpointLocation, whose new files the
+    source fsyncs before it trims the log (source.sync_checkpoint)."""
     r = spark.readStream.format("umqtt3").option("columns", COLUMNS)
     if external:
         r = r.option("path", path).option("ingest", "external")
@@ -118,6 +131,12 @@ def readings(spark, broker, topics, path, qos=1, client_id="umqtt3-telemetry", m
              .option("broker", broker).option("topics", topics).option("qos", str(qos))
              .option("clientId", client_id).option("path", path).option("level", str(level))
              .option("trim", "true" if trim else "false"))
+        if checkpoint:
+            r = r.option("checkpoint", checkpoint)
+        if user:
+            r = r.option("user", user)
+        if password_file:
+            r = r.option("passwordFile", os.path.abspath(password_file))
         if max_rows:
             r = r.option("maxRowsPerBatch", str(max_rows))
     if min_rows:
@@ -139,6 +158,8 @@ def seconds(text):
     x = float(parts[0]) * _UNITS[parts[1].lower()]
     if not x > 0:
         raise ValueError("%r is not above 0" % text)
+    if x == float("inf"):
+        raise ValueError("%r is not a finite number" % text)
     return x
 
 
@@ -198,18 +219,23 @@ def _refuse(pkt, redelivered):
     raise _Queued()  # not taken: no acknowledgement, the broker keeps it
 
 
-def ensure_session(broker, topics, qos, client_id, level=5):
+class Refused(Exception):
+    """The broker refused the job's login."""
+
+
+def ensure_session(broker, topics, qos, client_id, level=5, user=None, password=None):
     """Make sure the broker holds the persistent session of client_id, so
     that it keeps what is published from now on for the ingest, even before
     Spark has started it. A message the broker delivers meanwhile is refused
     (never acknowledged), so it stays queued for the ingest."""
     from umqtt3.client import MQTTClient
-    from .ingest import parse_broker
+    from .cli import parse_broker
     host, port = parse_broker(broker)
     for _ in range(5):
         # at the ingest's level (what the broker has in flight is resent
         # built for the level of the connection, whichever it is)
-        c = MQTTClient(client_id, host, port, keepalive=30, level=level)
+        c = MQTTClient(client_id, host, port, user=user, password=password, keepalive=30,
+                       level=level)
         c.set_callback(_refuse, raw=True)
         try:
             if not c.connect(clean_session=False):
@@ -224,26 +250,42 @@ def ensure_session(broker, topics, qos, client_id, level=5):
             c.disconnect()
             print("broker %s: %s; the ingest keeps trying" % (broker, e), file=sys.stderr)
             return False
+        except Exception as e:
+            from .ingest import refused_login
+            c.disconnect()
+            why = refused_login(e)
+            if why:
+                raise Refused("the broker at %s refused the login: %s" % (broker, why))
+            raise
     return True
 
 
-def start(spark, a):
-    """Start the query for parsed arguments a; returns the StreamingQuery."""
+def start(spark, a, tally=None):
+    """Start the query for parsed arguments a; returns the StreamingQuery.
+    tally: a list whose first item the batches add the readings of the
+    windows they write to (this run's, de-duplicated)."""
     from .source import cancel_close
     external = a.ingest == "external"
     if not external:
-        ensure_session(a.broker, a.topics, a.qos, a.client_id, a.level)
+        from .ingest import read_password
+        ensure_session(a.broker, a.topics, a.qos, a.client_id, a.level, a.user,
+                       read_password(a.password_file))
     if os.path.isdir(a.log):
         cancel_close(a.log)  # a close asked by a run that died before it
+    ck = a.checkpoint if "://" in a.checkpoint else os.path.abspath(a.checkpoint)
     df = readings(spark, a.broker, a.topics, a.log, a.qos, a.client_id, a.max_rows,
-                  not a.keep_log, a.min_rows, a.max_delay, external, a.level)
+                  not a.keep_log, a.min_rows, a.max_delay, external, a.level, ck,
+                  a.user, a.password_file)
     out, fold_every = a.out, a.fold_every
 
     def write(batch, batch_id):  # on the driver; a replayed batch writes the same files
+        import pyarrow.compute as pc
         from .output import write_batch
-        write_batch(out, batch.toArrow(), batch_id, fold_every)
+        t = batch.toArrow()
+        if write_batch(out, t, batch_id, fold_every) and tally is not None:
+            tally[0] += pc.sum(t.column("count")).as_py() or 0
     w = (windows(df, a.window, a.watermark, a.max_early).writeStream.foreachBatch(write)
-         .option("checkpointLocation", a.checkpoint)
+         .option("checkpointLocation", ck)
          .outputMode("append").queryName("umqtt3_telemetry"))
     if a.available_now:
         w = w.trigger(availableNow=True)
@@ -321,6 +363,8 @@ def _at_least(low, kind=float):
             x = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError("%r is not a number" % text)
+        if x != x or x in (float("inf"), float("-inf")):
+            raise argparse.ArgumentTypeError("%r is not a finite number" % text)
         if x < low:
             raise argparse.ArgumentTypeError("%s is below %s" % (text, low))
         return x
@@ -342,23 +386,6 @@ def _duration(text):
     return text
 
 
-def _broker(text):
-    """host:port, with a port in 1-65535 and a host that resolves."""
-    import socket
-    from .ingest import parse_broker
-    try:
-        host, port = parse_broker(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError("%r is not host:port" % text)
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError("port %d is outside 1-65535" % port)
-    try:
-        socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
-    except (OSError, UnicodeError):
-        raise argparse.ArgumentTypeError("cannot resolve host %r" % host)
-    return text
-
-
 def _setting(text):
     key, eq, value = text.partition("=")
     if not eq or not key.strip():
@@ -366,23 +393,16 @@ def _setting(text):
     return key.strip(), value
 
 
-def _usable_dir(ap, option, path):
-    probe = os.path.abspath(path)
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe)
-    if not os.path.isdir(probe):
-        ap.error("%s %s: %s is not a directory" % (option, path, probe))
-    if not os.access(probe, os.W_OK | os.X_OK):
-        ap.error("%s %s: %s is not writable" % (option, path, probe))
-
-
 def parser():
     ap = Parser(prog="python -m umqtt3_pipeline.job", description=__doc__, formatter_class=Help)
-    ap.add_argument("--broker", type=_broker, default="127.0.0.1:1883", help="host:port")
+    ap.add_argument("--broker", type=broker_address, default="127.0.0.1:1883", help="host:port")
     ap.add_argument("--topics", default="umqtt3/+/+", help="comma-separated filters")
     ap.add_argument("--qos", type=int, default=1, choices=(1, 2), help="QoS of the subscription")
     ap.add_argument("--client-id", default="umqtt3-telemetry",
                     help="fixed: it names the broker's persistent session")
+    ap.add_argument("--user", help="the user name the broker wants, if any")
+    ap.add_argument("--password-file", metavar="FILE",
+                    help="a file whose first line is the password for --user")
     ap.add_argument("--log", required=True, help="ingest log directory (shared storage on a cluster)")
     ap.add_argument("--out", required=True, help="Parquet output directory")
     ap.add_argument("--checkpoint", required=True, help="Spark's checkpoint directory")
@@ -434,19 +454,19 @@ def parser():
 def parse(argv=None):
     """The checked arguments: one line and exit status 2 for anything
     unusable, the broker that cannot be reached included."""
-    import socket
-    from .ingest import parse_broker
     ap = parser()
     a = ap.parse_args(argv)
     for option in ("--log", "--out", "--checkpoint"):
-        _usable_dir(ap, option, getattr(a, option[2:]))
+        usable_dir(ap, option, getattr(a, option[2:]))
     if a.plot:
-        _usable_dir(ap, "--plot", os.path.dirname(os.path.abspath(a.plot)))
+        usable_dir(ap, "--plot", os.path.dirname(os.path.abspath(a.plot)))
+    from .ingest import read_password
     try:
-        if a.ingest == "driver":
-            socket.create_connection(parse_broker(a.broker), 5).close()
+        read_password(a.password_file)
     except OSError as e:
-        ap.error("cannot reach the broker at %s: %s (start it first)" % (a.broker, e.strerror or e))
+        ap.error("--password-file %s: %s" % (a.password_file, e.strerror or e))
+    if a.ingest == "driver":
+        reachable(ap, a.broker)
     return a
 
 
@@ -476,13 +496,22 @@ def main(argv=None):
     stop, interrupted = threading.Event(), threading.Event()
     on_signals(stop, interrupted)
     t0 = time.monotonic()
+    if a.ingest == "driver":
+        from .ingest import read_password
+        try:  # before Spark starts: a refused login in one line
+            ensure_session(a.broker, a.topics, a.qos, a.client_id, a.level, a.user,
+                           read_password(a.password_file))
+        except Refused as e:
+            print("umqtt3-pipeline: %s (--user, --password-file)" % e, file=sys.stderr)
+            return 1
     spark = q = None
+    tally = [0]  # readings in the windows this run wrote
     try:
         spark = session(a.master, conf=spark_conf(a.shuffle_partitions, a.ui, a.conf))
         on_signals(stop, interrupted)
         spark.sparkContext.setLogLevel("ERROR")
         if not stop.is_set():
-            q = start(spark, a)
+            q = start(spark, a, tally)
             print("umqtt3 telemetry: %s -> %s (log %s)" % (a.broker, a.out, a.log), flush=True)
         t_end = time.monotonic() + a.seconds if a.seconds else None
         while q is not None and q.isActive and not stop.is_set():
@@ -509,8 +538,8 @@ def main(argv=None):
     if q.exception() is not None:
         print("query failed: %s" % q.exception(), file=sys.stderr)
         return 1
-    print("umqtt3 telemetry: stopped after %.0f s; %d readings committed to %s"
-          % (time.monotonic() - t0, _committed(q), a.out), flush=True)
+    print("umqtt3 telemetry: stopped after %.0f s; %d readings committed to %s (in the windows "
+          "this run wrote)" % (time.monotonic() - t0, tally[0], a.out), flush=True)
     if a.plot:
         from .plot import plot
         n = plot(a.out, a.plot)

@@ -27,10 +27,13 @@ directory is mounted.
 
 Recovery reads only the last segment: its header carries the held QoS 2 ids
 as of its start, and a record torn by a crash is cut off (it was never
-acknowledged, so the broker sends it again).
+acknowledged, so the broker sends it again). A record that does not check
+but has whole records after it is corruption, not a torn tail: Corrupt, and
+nothing is cut.
 """
 import fcntl
 import os
+import re
 import struct
 import threading
 import time
@@ -41,6 +44,11 @@ MSG, REL, CLEAR = 0x4D, 0x52, 0x43  # b"M", b"R", b"C"
 _REC = struct.Struct(">II")          # body length, CRC-32
 _BODY = struct.Struct(">BBHQH")      # kind, flags, pid, received ms, topic length
 _MAX_BODY = 1 << 28                  # a longer length is garbage, not a record
+
+
+class Corrupt(IOError):
+    """Synced records of the log do not check (a bad sector, a flipped bit):
+    refused, never cut off or skipped."""
 
 
 def seg_name(base):
@@ -106,6 +114,24 @@ def scan(buf, off=0, end=None, check=True):
         off = nxt
 
 
+_KIND = re.compile(b"[MRC]")
+
+
+def next_record(buf, off):
+    """The offset of the first whole record with a good CRC that starts
+    after off in buf, or None: tells a torn tail (nothing whole after it: the
+    group of a crash was never synced) from corruption (synced records
+    follow)."""
+    end = len(buf)
+    mv = memoryview(buf)
+    for m in _KIND.finditer(buf, off + 9):
+        i = m.start() - 8  # the kind is the body's first byte
+        n, crc = _REC.unpack_from(buf, i)
+        if _BODY.size <= n <= _MAX_BODY and i + 8 + n <= end and zlib.crc32(mv[i + 8:i + 8 + n]) == crc:
+            return i
+    return None
+
+
 def decode_body(body):
     """(kind, flags, pid, received ms, topic bytes, payload bytes)."""
     kind, flags, pid, t_ms, tl = _BODY.unpack_from(body, 0)
@@ -152,8 +178,10 @@ def read_columns(path, start, first_n, end=None, rows=8192):
     out of the buffer."""
     import numpy as np
     n = first_n
-    for _, _, buf in _slices(path, start, end, strict=True):
+    for lo, _, buf, seg in _slices(path, start, end, strict=True):
         at, stop = starts(buf)
+        if seg is not None and stop < len(buf):
+            raise _corrupt(path, seg, lo + stop)
         if not at:
             continue
         a = np.frombuffer(buf, np.uint8)
@@ -173,9 +201,16 @@ def read_columns(path, start, first_n, end=None, rows=8192):
             n += len(c)
 
 
+def _corrupt(path, seg, pos):
+    return Corrupt("log %s: segment %s: the record at position %d does not check (inside the "
+                   "range to read: corrupt, not a torn tail)" % (path, seg, pos))
+
+
 def _slices(path, start, end=None, strict=False):
-    """Yield (lo, stop, bytes) for the part of each segment between positions
-    start and end (None: every byte of the last segment's file). strict: a
+    """Yield (lo, stop, bytes, seg) for the part of each segment between
+    positions start and end (None: every byte of the last segment's file);
+    seg is the segment's file name where those bytes must be whole records
+    (all but the open tail of the last segment), else None. strict: a
     segment that ends before `stop` is an error, not a torn tail."""
     bases = segments(path)
     for i, base in enumerate(bases):
@@ -196,7 +231,7 @@ def _slices(path, start, end=None, strict=False):
                 buf = f.read(stop - lo)
                 if strict and len(buf) < stop - lo:
                     raise IOError("segment %s: ends before position %d" % (seg_name(base), stop))
-        yield lo, stop, buf
+        yield lo, stop, buf, None if end is None and seg_end is None else seg_name(base)
 
 
 def read_range(path, start, first_n, end=None):
@@ -205,19 +240,22 @@ def read_range(path, start, first_n, end=None):
     whole record); first_n is the number of the first message at or after
     start (from the offset)."""
     n = first_n
-    for lo, _, buf in _slices(path, start, end, strict=True):
-        for off, _, body in scan(buf):
+    for lo, _, buf, seg in _slices(path, start, end, strict=True):
+        stop = 0
+        for off, stop, body in scan(buf):
             kind, flags, pid, t_ms, topic, payload = decode_body(body)
             if kind == MSG:
                 yield lo + off, n, flags, pid, t_ms, topic, payload
                 n += 1
+        if seg is not None and stop < len(buf):
+            raise _corrupt(path, seg, lo + stop)
 
 
 def advance(path, start, first_n, end, max_rows):
     """The (position, message number) after at most max_rows messages from
     start, not beyond end: where a batch limited to max_rows ends."""
     pos, n = start, first_n
-    for lo, stop, buf in _slices(path, start, end):
+    for lo, stop, buf, _ in _slices(path, start, end):
         for off, nxt, body in scan(buf, check=False):
             if body[0] == MSG:
                 if n - first_n == max_rows:
@@ -259,12 +297,14 @@ def tail(path, start, first_n):
     read (the writer appends whole groups; a torn or half-written tail is
     not read)."""
     pos, n = start, first_n
-    for lo, stop, buf in _slices(path, start):
+    for lo, stop, buf, seg in _slices(path, start):
         for _, nxt, body in scan(buf):
             if body[0] == MSG:
                 n += 1
             pos = lo + nxt
         if pos < stop:
+            if seg is not None:  # a segment with a successor was written whole
+                raise _corrupt(path, seg, pos)
             break  # the writer's tail: nothing past it yet
         pos = stop
     return pos, n
@@ -282,7 +322,7 @@ def cuts_between(path, start, first_n, end, every):
     bytes between positions start and end (for partitions of a range the
     writer's index does not cover, e.g. after a restart)."""
     cuts, last, n = [], start, first_n
-    for lo, _, buf in _slices(path, start, end):
+    for lo, _, buf, _ in _slices(path, start, end):
         for off, _, body in scan(buf, check=False):
             if lo + off - last >= every:
                 cuts.append((lo + off, n))
@@ -307,6 +347,8 @@ def boundaries(path, base, hlen, first_n, every):
         if body[0] == MSG:
             n += 1
         end = base + nxt
+    if end - base < len(buf) and next_record(buf, end - base) is not None:
+        raise _corrupt(path, seg_name(base), end)  # whole records after it: not a torn tail
     return cuts, end
 
 
@@ -358,7 +400,11 @@ class Log:
         self.held = set()  # inbound QoS 2 ids before PUBREL, including pending records
         self.syncs = 0
         self.synced_at = 0.0  # time.monotonic() of the last sync that wrote records
-        self._recover()
+        try:
+            self._recover()
+        except BaseException:
+            self.lockf.close()
+            raise
         if publish_synced:
             os.fdatasync(self.f.fileno())  # what recovery kept may not have been synced yet
             self._publish()
@@ -366,14 +412,25 @@ class Log:
     # ------------------------------------------------------------ recovery
     def _recover(self):
         bases = segments(self.path)
-        hdr = None
-        while bases:
-            hdr = read_header(self.path, bases[-1])
-            if hdr is not None:
-                break
-            # a header is synced before its segment is used, so a torn one
-            # holds nothing that was ever acknowledged
-            os.remove(os.path.join(self.path, seg_name(bases.pop())))
+        hdr = read_header(self.path, bases[-1]) if bases else None
+        if bases and hdr is None:
+            # A header is synced before its segment takes records: one torn
+            # by a crash while the segment was created leaves a file with no
+            # record in it, which held nothing ever acknowledged. A bad
+            # header before records is corruption.
+            name = os.path.join(self.path, seg_name(bases[-1]))
+            with open(name, "rb") as f:
+                buf = f.read()
+            if next_record(buf, 0) is not None:
+                raise Corrupt("log %s: segment %s: bad header at position %d, records follow: "
+                              "corrupt, refusing to cut acknowledged records"
+                              % (self.path, seg_name(bases[-1]), bases[-1]))
+            os.remove(name)
+            bases.pop()
+            hdr = read_header(self.path, bases[-1]) if bases else None
+            if bases and hdr is None:  # a segment that had a successor was synced whole
+                raise Corrupt("log %s: segment %s: bad header at position %d: corrupt"
+                              % (self.path, seg_name(bases[-1]), bases[-1]))
         self.bases = []
         self.cuts = []
         if not bases:
@@ -383,6 +440,9 @@ class Log:
             return
         for b in bases:
             h = read_header(self.path, b) if b != bases[-1] else hdr
+            if h is None:
+                raise Corrupt("log %s: segment %s: bad header at position %d: corrupt"
+                              % (self.path, seg_name(b), b))
             self.cuts.append((b + h[0], h[1]))
         self.bases = bases
         base = bases[-1]
@@ -402,7 +462,14 @@ class Log:
             elif kind == CLEAR:
                 held.clear()
             off = nxt
-        self.f = open(name, "r+b")
+        if off < len(buf):
+            bad = next_record(buf, off)
+            if bad is not None:
+                raise Corrupt("log %s: segment %s: the record at position %d does not check and "
+                              "whole records follow at %d: corrupt, not a torn tail; refusing to "
+                              "cut acknowledged records"
+                              % (self.path, seg_name(base), base + off, base + bad))
+        self.f = open(name, "r+b", buffering=0)  # unbuffered: a failed write leaves nothing behind
         if off < len(buf):
             self.f.truncate(off)  # the torn tail of a group that never synced
             os.fsync(self.f.fileno())
@@ -420,11 +487,15 @@ class Log:
         # trim can never leave only a segment whose header a crash tore
         hdr = encode_header(first_n, held)
         name = os.path.join(self.path, seg_name(base))
-        f = open(name, "w+b")
-        f.write(hdr)
-        f.flush()
-        os.fsync(f.fileno())
-        _fsync_dir(self.path)
+        f = open(name, "w+b", buffering=0)
+        try:
+            _write_all(f, hdr)
+            os.fsync(f.fileno())
+            _fsync_dir(self.path)
+        except OSError:
+            f.close()
+            os.remove(name)  # it never took a record
+            raise
         self.f = f
         self.base = base
         self.hlen = len(hdr)
@@ -435,6 +506,8 @@ class Log:
 
     # ------------------------------------------------------------ writing
     def append_msg(self, topic, payload, qos, retain, dup, pid, t_ms):
+        if qos == 2 and pid in self.held and pid not in self.held_durable:
+            return  # resent before its group synced: the record is in that group once
         flags = qos | (retain << 2) | (dup << 3)
         self.pending += encode_record(MSG, flags, pid if qos else 0, t_ms, topic, payload)
         self.pending_n += 1
@@ -461,14 +534,18 @@ class Log:
         if not self.pending:
             return self.end
         data = self.pending
-        if self.written + len(data) > self.segment_bytes and self.written > self.hlen:
-            self.f.close()  # every byte of it was synced by an earlier sync()
-            self._create(self.end, self.n, self.held_durable)
-            with self.mutex:
-                self.end = self.base + self.hlen
-        self.f.write(data)
-        self.f.flush()
-        os.fdatasync(self.f.fileno())
+        try:
+            if self.written + len(data) > self.segment_bytes and self.written > self.hlen:
+                old = self.f
+                self._create(self.end, self.n, self.held_durable)
+                old.close()  # every byte of it was synced by an earlier sync()
+                with self.mutex:
+                    self.end = self.base + self.hlen
+            _write_all(self.f, data)
+            os.fdatasync(self.f.fileno())
+        except OSError:
+            self._restore()
+            raise
         self.syncs += 1
         self.synced_at = time.monotonic()
         self.written += len(data)
@@ -490,6 +567,18 @@ class Log:
         if self.publish_synced:
             self._publish()
         return end
+
+    def _restore(self):
+        """After a failed write or fsync (a full disk): the file back to its
+        last durable end and the group forgotten, so positions stay those of
+        the file; the group was never acknowledged and the broker sends it
+        again."""
+        self.pending = bytearray()
+        self.pending_n = 0
+        self.pending_ops = []
+        self.held = set(self.held_durable)
+        os.ftruncate(self.f.fileno(), self.written)
+        self.f.seek(self.written)
 
     def _publish(self):
         # one pwrite in place (a rename per sync costs about 0.5 ms, in the
@@ -535,12 +624,22 @@ class Log:
         return len(drop)
 
     def close(self):
-        self.sync()
-        self.f.close()
-        if self._synced_fd is not None:
-            os.close(self._synced_fd)
-            self._synced_fd = None
-        self.lockf.close()  # releases the lock
+        try:
+            self.sync()  # a failure leaves the file at its durable end (_restore)
+        finally:
+            self.f.close()
+            if self._synced_fd is not None:
+                os.close(self._synced_fd)
+                self._synced_fd = None
+            self.lockf.close()  # releases the lock
+
+
+def _write_all(f, data):
+    # an unbuffered file may take part of it (a disk filling up): the rest,
+    # or the error
+    mv = memoryview(data)
+    while mv:
+        mv = mv[f.write(mv):]
 
 
 def _fsync_dir(path):

@@ -6,13 +6,15 @@ that writes windows, folded into fewer files as the day goes on.
 
 A batch's file is named by its batch id and written whole (a temporary file,
 then a rename), so a batch Spark replays after a crash writes the very same
-file again: exactly once. Every `fold_every` batch files a day's batch files
+file again: exactly once; a replayed batch that a fold already holds (its id
+at most the fold's) writes nothing. Every `fold_every` batch files a day's batch files
 are folded into one fold file; when a later day appears (the watermark has
 passed the day's end, so none of its windows is still open) the day's files
-become one. A fold writes its file before it removes the ones it replaces,
-so a reader may see a window twice for that moment, or after a replayed batch
-wrote its file again: load() keeps one copy of each (window, node, metric),
-and refuses two copies that differ.
+become one. A fold writes and fsyncs its file before it removes the ones it replaces
+(batch files a crash left beside it are removed by the day's next fold
+call), so a reader may see a window twice for that moment: load() keeps one
+copy of each (window, node, metric), and refuses two copies that differ.
+Every file and its directory are fsynced before write_batch() returns.
 
 A month of a fleet is then about one file a day (Spark's file sink wrote one
 per batch: 114 files for 261 windows in a 2-node run).
@@ -39,10 +41,34 @@ def files(out):
 
 
 def _write(table, path):
+    # durable before it counts: Spark commits the batch once write_batch()
+    # returns, and the source then trims the log that held its readings
     import pyarrow.parquet as pq
     tmp = path + ".tmp"
     pq.write_table(table, tmp)
+    fsync_path(tmp)
     os.replace(tmp, path)
+    fsync_path(os.path.dirname(path))
+
+
+def fsync_path(path):
+    """fsync a file or a directory (its entries) by name."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _makedirs(d):
+    # a new directory's entry is synced in its parent, up to one that was there
+    new = []
+    while not os.path.isdir(d):
+        new.append(d)
+        d = os.path.dirname(d)
+    for d in reversed(new):
+        os.makedirs(d, exist_ok=True)
+        fsync_path(os.path.dirname(d))
 
 
 def write_batch(out, table, batch_id, fold_every=360):
@@ -56,7 +82,9 @@ def write_batch(out, table, batch_id, fold_every=360):
     written = []
     for day in sorted(set(days.to_pylist())):
         d = os.path.join(out, "day=" + day)
-        os.makedirs(d, exist_ok=True)
+        _makedirs(os.path.abspath(d))
+        if batch_id <= _folded(d):
+            continue  # a replay of a batch a fold already holds: written once
         path = os.path.join(d, "batch-%012d.parquet" % batch_id)
         _write(table.filter(pc.equal(days, day)), path)
         written.append(path)
@@ -68,12 +96,24 @@ def write_batch(out, table, batch_id, fold_every=360):
     return written
 
 
+def _folded(day_dir):
+    """The newest batch id the day's fold files hold, -1 without one."""
+    ids = [int(m.group(2)) for m in map(_FILE.match, os.listdir(day_dir))
+           if m and m.group(1) == "fold"]
+    return max(ids, default=-1)
+
+
 def fold(day_dir, at_least=2, everything=False):
     """Fold the day's batch files (everything: its fold files too) into one
     fold file once there are at_least of them. Returns the new file or None."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     names = [f for f in sorted(os.listdir(day_dir)) if _FILE.match(f)]
+    folded = _folded(day_dir)
+    stale = [f for f in names if f.startswith("batch-") and int(_FILE.match(f).group(2)) <= folded]
+    for f in stale:  # left by a fold a crash cut short: that fold holds them
+        os.remove(os.path.join(day_dir, f))
+    names = [f for f in names if f not in stale]
     parts = names if everything else [f for f in names if f.startswith("batch-")]
     if len(parts) < max(at_least, 2):
         return None

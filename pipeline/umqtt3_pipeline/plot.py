@@ -72,7 +72,27 @@ def plot(out, png, units=None):
     return len(df)
 
 
+def main(argv=None):
+    """python -m umqtt3_pipeline.plot OUT PNG; a missing OUT or a PNG that
+    cannot be written refused in one line with exit status 2."""
+    import os
+    from .cli import Help, Parser
+    ap = Parser(prog="python -m umqtt3_pipeline.plot", description=__doc__, formatter_class=Help)
+    ap.add_argument("out", help="the job's Parquet output directory (--out)")
+    ap.add_argument("png", help="the PNG to write")
+    a = ap.parse_args(argv)
+    if not os.path.isdir(a.out):
+        ap.error("%s: no such directory (the job's --out)" % a.out)
+    where = os.path.dirname(os.path.abspath(a.png))
+    if not os.path.isdir(where):
+        ap.error("%s: %s is not a directory" % (a.png, where))
+    try:
+        n = plot(a.out, a.png)
+    except OSError as e:
+        ap.error("%s: %s" % (a.png, e.strerror or e))
+    print("%d windows -> %s" % (n, a.png))
+    return 0
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit(__doc__)
-    print("%d windows -> %s" % (plot(sys.argv[1], sys.argv[2]), sys.argv[2]))
+    sys.exit(main())

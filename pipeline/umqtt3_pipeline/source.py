@@ -22,7 +22,9 @@ persistent session), maxRowsPerBatch, minRowsPerBatch and maxTriggerDelay
 (while the log keeps growing, a batch waits for that many rows, at most that
 many seconds), keepalive, level (5: MQTT 5, the default; 4: MQTT 3.1.1),
 segmentBytes, splitBytes, trim ("false" keeps the history for the batch
-reader), ingest ("external": no ingest here; path holds one log per
+reader), user and passwordFile (the broker's login: a file whose first line
+is the password, so that the password is in no plan or log), checkpoint (the query's checkpointLocation: its new offsets, commits
+and state files are fsynced before a trim), ingest ("external": no ingest here; path holds one log per
 sub-directory, each written by its own ``python -m umqtt3_pipeline.ingest``,
 for instance under one MQTT 5 shared subscription; offsets per log;
 minRowsPerBatch counts the rows of all of them), columns (comma-separated
@@ -290,6 +292,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_delay = float(options.get("maxtriggerdelay", 1) or 0)
         self._waiting = None  # (message number, when rows after it were first seen)
         self.trim = _bool(options.get("trim"), True)
+        self.checkpoint = options.get("checkpoint")  # the query's checkpointLocation
         self.split_bytes = int(options.get("splitbytes", 1 << 20))
         self.target = None  # Trigger.AvailableNow: the end fixed at its start
         # "external": the logs are written by ingest processes of their own,
@@ -306,14 +309,15 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _log(self):
         if self._ingest is None:
-            from .ingest import Ingest
+            from .ingest import Ingest, read_password
             o = self.options
             topics = [t.strip() for t in o.get("topics", "#").split(",") if t.strip()]
             self._ingest = Ingest(self.path, o.get("broker", "127.0.0.1:1883"), topics,
                                   o.get("clientid", "umqtt3-spark"), int(o.get("qos", 1)),
                                   int(o.get("keepalive", 30)),
                                   int(o.get("segmentbytes", 64 << 20)),
-                                  level=int(o.get("level", 5))).start()
+                                  level=int(o.get("level", 5)), user=o.get("user") or None,
+                                  password=read_password(o.get("passwordfile"))).start()
         self._ingest.check()
         return self._ingest.log
 
@@ -500,12 +504,62 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return  # the ingests own their logs; the history stays for the batch reader
         log = self._log()
         if self.trim:
+            if self.checkpoint:
+                # Spark wrote the batch's commit only to the page cache: a
+                # power loss after the trim would leave a checkpoint that
+                # replays a batch whose segments are gone
+                sync_checkpoint(self.checkpoint)
             log.trim(end["pos"])
 
     def stop(self):
         if self._ingest is not None:
             self._ingest.stop()
             self._ingest = None
+
+
+def sync_checkpoint(root):
+    """fsync what Spark wrote for the last committed batch N of the
+    checkpoint at root (a path or a file: URI; other file systems are left
+    to their own durability): offsets/N, commits/N, every state store's
+    files of version N + 1, and their directories. Returns N, or None."""
+    from urllib.parse import urlparse
+    if "://" in root or root.startswith("file:"):
+        u = urlparse(root)
+        if u.scheme != "file":
+            return None
+        root = u.path
+    commits = os.path.join(root, "commits")
+    done = [int(f) for f in os.listdir(commits) if f.isdigit()] if os.path.isdir(commits) else []
+    if not done:
+        return None
+    n = max(done)
+    for sub in ("offsets", "commits"):
+        f = os.path.join(root, sub, str(n))
+        if os.path.exists(f):
+            _fsync(f)
+        _fsync(os.path.join(root, sub))
+    state = os.path.join(root, "state")
+    version = "%d." % (n + 1)
+    for op in os.listdir(state) if os.path.isdir(state) else ():
+        for part in os.listdir(os.path.join(state, op)):
+            d = os.path.join(state, op, part)
+            if part.isdigit() and os.path.isdir(d):
+                for f in os.listdir(d):
+                    if f.startswith(version):
+                        _fsync(os.path.join(d, f))
+                _fsync(d)
+    if os.path.exists(os.path.join(root, "metadata")):
+        _fsync(os.path.join(root, "metadata"))  # the query's id, written once at its start
+    _fsync(root)
+    return n
+
+
+def _fsync(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _part_path(path, partition):
@@ -530,9 +584,12 @@ class BatchReader(DataSourceReader):
             bases = _log.segments(d)
             for i, base in enumerate(bases):
                 hdr = _log.read_header(d, base)
-                if hdr is None:
-                    continue
                 end = bases[i + 1] if i + 1 < len(bases) else None
+                if hdr is None:
+                    if end is not None:  # only the last one may be a torn create
+                        raise _log.Corrupt("log %s: segment %s: bad header at position %d"
+                                           % (d, _log.seg_name(base), base))
+                    continue
                 cuts, stop = _log.boundaries(d, base, hdr[0], hdr[1], self.split_bytes)
                 parts.extend(split(base + hdr[0], hdr[1], end if end is not None else stop, cuts,
                                    name))
