@@ -50,6 +50,9 @@ def job_args(tmp_path, *extra):
     (["--window", "inf seconds"], "--window: 'inf seconds' is not a finite number"),
     (["--watermark", "nan seconds"], "--watermark: 'nan seconds' is not above 0"),
     (["--watermark", "inf minutes"], "--watermark: 'inf minutes' is not a finite number"),
+    (["--topics", "a/#/b"], "--topics: 'a/#/b' is not a topic filter"),  # [MQTT-4.7.1-2]
+    (["--topics", "umqtt3/+/+,a+"], "--topics: 'a+' is not a topic filter"),  # [MQTT-4.7.1-3]
+    (["--topics", ""], "--topics: '' is not a topic filter"),
 ])
 def test_job_refuses(tmp_path, extra, what):
     assert refused(JOB, job_args(tmp_path, *extra), what).startswith("umqtt3-pipeline: ")
@@ -191,6 +194,11 @@ INGEST = "umqtt3_pipeline.ingest"
 ])
 def test_ingest_refuses_a_bad_broker(tmp_path, broker, what):
     refused(INGEST, ["--log", str(tmp_path / "log"), "--broker", broker], what)
+
+
+def test_ingest_refuses_a_bad_topic_filter(tmp_path):
+    refused(INGEST, ["--log", str(tmp_path / "log"), "--topics", "a/#/b"],
+            "--topics: 'a/#/b' is not a topic filter")
 
 
 def test_ingest_refuses_what_it_cannot_use(tmp_path):

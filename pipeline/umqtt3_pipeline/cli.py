@@ -49,6 +49,19 @@ def broker_address(text):
     return text
 
 
+def topic_filters(text):
+    """argparse type: comma-separated MQTT topic filters, each valid
+    ('+' a whole level, '#' only as the whole last one [MQTT-4.7.1-2,
+    MQTT-4.7.1-3]), refused here rather than by the broker after Spark
+    started."""
+    from umqtt3.codec import valid_filter
+    for f in text.split(","):
+        b = f.encode()
+        if not valid_filter(b, 0, len(b)):
+            raise argparse.ArgumentTypeError("%r is not a topic filter" % f)
+    return text
+
+
 def reachable(ap, broker):
     """Refuse (ap.error) a broker nothing answers at."""
     import socket

@@ -227,12 +227,13 @@ def main(argv=None):
     ROOT, or the batch reader later."""
     import signal
     import sys
-    from .cli import Help, Parser, broker_address, reachable, usable_dir
+    from .cli import Help, Parser, broker_address, reachable, topic_filters, usable_dir
     ap = Parser(prog="python -m umqtt3_pipeline.ingest", description=main.__doc__,
                 formatter_class=Help)
     ap.add_argument("--log", required=True)
     ap.add_argument("--broker", type=broker_address, default="127.0.0.1:1883", help="host:port")
-    ap.add_argument("--topics", default="umqtt3/+/+")
+    ap.add_argument("--topics", default="umqtt3/+/+", type=topic_filters,
+                    help="comma-separated filters")
     ap.add_argument("--qos", type=int, default=1, choices=(1, 2))
     ap.add_argument("--client-id", default="umqtt3-ingest",
                     help="fixed and different for each ingest: it names the broker session")

@@ -38,7 +38,7 @@ if __name__ == "__main__" and not __package__:
     from umqtt3_pipeline.job import main as _main
     sys.exit(_main())
 
-from .cli import Help, Parser, broker_address, reachable, usable_dir
+from .cli import Help, Parser, broker_address, reachable, topic_filters, usable_dir
 
 
 def _worker_path():
@@ -396,7 +396,8 @@ def _setting(text):
 def parser():
     ap = Parser(prog="python -m umqtt3_pipeline.job", description=__doc__, formatter_class=Help)
     ap.add_argument("--broker", type=broker_address, default="127.0.0.1:1883", help="host:port")
-    ap.add_argument("--topics", default="umqtt3/+/+", help="comma-separated filters")
+    ap.add_argument("--topics", default="umqtt3/+/+", type=topic_filters,
+                    help="comma-separated filters")
     ap.add_argument("--qos", type=int, default=1, choices=(1, 2), help="QoS of the subscription")
     ap.add_argument("--client-id", default="umqtt3-telemetry",
                     help="fixed: it names the broker's persistent session")
