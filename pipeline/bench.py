@@ -57,6 +57,7 @@ import threading
 import time
 
 from pipeline.tests.pipeline_support import Broker, publish_all, publisher, reading
+from tools import args
 from tools.measure.common import dist_version, median, python_version
 from umqtt3_pipeline.job import ensure_session
 
@@ -694,22 +695,21 @@ ROWS = (("naive", "naive: paho-mqtt, fsync per message"),
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--messages", type=int, default=40000,
+    ap = args.parser("python -m pipeline.bench", __doc__)
+    ap.add_argument("--messages", type=args.count, default=40000,
                     help="the backlog of a round (our broker queues at most 65,000 a session)")
-    ap.add_argument("--naive-messages", type=int,
+    ap.add_argument("--naive-messages", type=args.count,
                     help="the naive peer's backlog (default: --messages); its rate is an fsync "
                     "per message, so on a disk with slow fsyncs a smaller backlog measures it in "
                     "less time")
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--parts", type=int, default=2,
+    ap.add_argument("--rounds", type=args.count, default=2)
+    ap.add_argument("--parts", type=args.count, default=2,
                     help="ingest processes under one shared subscription for the ingest2, job2 "
                     "and latency2 rows")
-    ap.add_argument("--broker-inflight", type=int, default=32,
+    ap.add_argument("--broker-inflight", type=args.count, default=32,
                     help="our broker's --max-inflight: messages it sends an MQTT 3.1.1 "
                     "subscriber before it waits for acknowledgements (its default: 32)")
-    ap.add_argument("--broker-inflight-v5", type=int, default=1024,
+    ap.add_argument("--broker-inflight-v5", type=args.count, default=1024,
                     help="our broker's --max-inflight-v5: the same for an MQTT 5 subscriber, "
                     "whose Receive Maximum (the ingest's: 65535) it honours up to this "
                     "(its default: 1024)")
@@ -731,6 +731,8 @@ def main():
                     "job2,run,run2,spark,latency,latency2 (default: all but noop)")
     ap.add_argument("--publish", nargs=4, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    known = [k for k, _ in ROWS] + ["latency", "latency2"]
+    a.only = ",".join(args.names(ap, "--only", a.only, known, "measurement")) if a.only else None
     if a.publish:
         return publish_main(int(a.publish[0]), a.publish[1], int(a.publish[2]), int(a.publish[3]))
     if a.naive_messages is not None and not 0 < a.naive_messages <= a.messages:

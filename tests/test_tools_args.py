@@ -35,6 +35,11 @@ def run(module, *argv):
     ("tools.measure.codec", ["--seconds", "-1"], "codec: argument --seconds: -1 is not above 0"),
     ("tools.measure.bridge", ["--messages", "0"],
      "bridge: argument --messages: 0 is not 1 or more"),
+    ("pipeline.bench", ["--only", "nosuch"],
+     "bench: --only: unknown measurement 'nosuch' (naive, ingest, ingest2, noop, job, job2, run, "
+     "run2, spark, latency, latency2)"),
+    ("pipeline.bench", ["--rounds", "0"], "bench: argument --rounds: 0 is not 1 or more"),
+    ("pipeline.bench", ["--messages", "x"], "bench: argument --messages: 'x' is not a whole number"),
     # U16: argparse's usage block
     ("tools.measure.codec", ["--rounds", "x"],
      "codec: argument --rounds: 'x' is not a whole number"),
