@@ -29,10 +29,13 @@ def access_point(secrets):
 
 def bridge_settings(cfg, board, secrets):
     """The bridges of cfg["bridge"] (a dict or a list), with the board's
-    queue and window and the secrets' credentials as defaults."""
+    queue and window and the secrets' credentials as defaults, checked
+    (umqtt3.bridge.settings: ValueError names what is wrong, a missing
+    cafile too)."""
     br = cfg.get("bridge")
     if not br:
         return []
+    from umqtt3.bridge import settings
     out = []
     for c in (br if isinstance(br, list) else [br]):
         c = dict(c)
@@ -43,12 +46,13 @@ def bridge_settings(cfg, board, secrets):
         if "user" not in c and secrets.get("bridge_user"):
             c["user"] = secrets["bridge_user"]
             c["password"] = secrets.get("bridge_password", "")
-        out.append(c)
+        out.append(settings(c))
     return out
 
 
-def run(cfg, board, secrets=None, stop=None, log=None, host="0.0.0.0"):
-    """Serve until stop() returns True (forever on a device)."""
+def run(cfg, board, secrets=None, stop=None, log=None, host="0.0.0.0", bridges=None):
+    """Serve until stop() returns True (forever on a device). bridges:
+    bridge_settings(), when the caller checked them already."""
     secrets = secrets or {}
     wdt = None
     if getattr(board, "WDT_MS", 0) and cfg.get("watchdog", True):
@@ -62,7 +66,8 @@ def run(cfg, board, secrets=None, stop=None, log=None, host="0.0.0.0"):
     users = None
     if secrets.get("mqtt_user"):
         users = {secrets["mqtt_user"].encode(): secrets.get("mqtt_password", "").encode()}
-    bridges = bridge_settings(cfg, board, secrets)
+    if bridges is None:
+        bridges = bridge_settings(cfg, board, secrets)
     store = None
     if bridges:
         store = cfg.get("gateway_store") or getattr(board, "GATEWAY_STORE", "/gw")

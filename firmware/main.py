@@ -20,7 +20,12 @@ def main():
     secrets = config.load_secrets()
     if cfg["role"] == "gateway":
         import gateway
-        gateway.run(cfg, board, secrets, log=print)
+        try:  # the bridges' files (cafile, ...) are on the board: checked here
+            bridges = gateway.bridge_settings(cfg, board, secrets)
+        except ValueError as e:
+            print("/config.json: %s: not starting" % e)
+            return
+        gateway.run(cfg, board, secrets, log=print, bridges=bridges)
     else:
         import node
         node.Node(cfg, board, secrets, log=print).run()

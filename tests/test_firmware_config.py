@@ -130,6 +130,21 @@ def test_main_on_the_board_says_what_is_wrong_and_does_not_reset(tmp_path, text,
     assert p.stdout.rstrip().endswith(": not starting") and not p.stderr, p.stdout + p.stderr
 
 
+@pytest.mark.skipif(not (NODE and os.path.exists(WASM)), reason="no WebAssembly MicroPython")
+def test_a_gateway_whose_bridge_is_refused_says_so_and_does_not_reset(tmp_path):
+    # a /config.json edited on the board (no deploy to check it): the bridge's
+    # settings are checked before the network and the broker start
+    cfg = tmp_path / "config.json"
+    cfg.write_text('{"role": "gateway", "bridge": {"host": "h", "rules": ["a/# sideways"]}}')
+    p = subprocess.run(["node", RUN_MJS, "--mount", "%s=/config.json" % cfg, "--mount",
+                        "%s=/board.py" % os.path.join(ROOT, "boards", "esp32.py"),
+                        os.path.join(ROOT, "firmware", "main.py")],
+                       capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert p.returncode == 0 and not p.stderr, p.stdout + p.stderr
+    assert p.stdout.strip() == ("/config.json: topic rule 'a/# sideways': direction 'sideways' "
+                                "is not out, in or both: not starting"), p.stdout
+
+
 @pytest.mark.parametrize("bridge,msg", [
     ({"host": "h", "rules": ["a/# sideways"]}, "direction 'sideways' is not out, in or both"),
     ([{"hots": "h", "rules": ["a/# out 1"]}], "bridge: unknown setting 'hots'"),
