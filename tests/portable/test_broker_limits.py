@@ -385,6 +385,7 @@ def test_message_the_bridge_queue_refuses_is_not_retained():
     # [MQTT-3.3.1-5]; the topic keeps the message it had
     from test_bridge import World
     w = World(["s/# out 1"], queue_size=1, window=1)
+    w.run(50)  # connected once: the upstream's limits known, the client takes its window
     w.cut()
     w.run(10)
     node = w.open_on(w.gw)
