@@ -491,7 +491,7 @@ class Log:
         try:
             _write_all(f, hdr)
             os.fsync(f.fileno())
-            _fsync_dir(self.path)
+            fsync_path(self.path)
         except OSError:
             f.close()
             os.remove(name)  # it never took a record
@@ -642,7 +642,8 @@ def _write_all(f, data):
         mv = mv[f.write(mv):]
 
 
-def _fsync_dir(path):
+def fsync_path(path):
+    """fsync a file or a directory (its entries) by name."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

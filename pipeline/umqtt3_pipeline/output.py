@@ -22,6 +22,8 @@ per batch: 114 files for 261 windows in a 2-node run).
 import os
 import re
 
+from .log import fsync_path
+
 COLUMNS = ["window_start", "window_end", "node", "metric", "count", "min", "max", "mean"]
 KEY = ["window_start", "node", "metric"]
 _FILE = re.compile(r"(batch|fold)-(\d{12})\.parquet\Z")
@@ -49,15 +51,6 @@ def _write(table, path):
     fsync_path(tmp)
     os.replace(tmp, path)
     fsync_path(os.path.dirname(path))
-
-
-def fsync_path(path):
-    """fsync a file or a directory (its entries) by name."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _makedirs(d):

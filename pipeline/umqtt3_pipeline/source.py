@@ -536,8 +536,8 @@ def sync_checkpoint(root):
     for sub in ("offsets", "commits"):
         f = os.path.join(root, sub, str(n))
         if os.path.exists(f):
-            _fsync(f)
-        _fsync(os.path.join(root, sub))
+            _log.fsync_path(f)
+        _log.fsync_path(os.path.join(root, sub))
     state = os.path.join(root, "state")
     version = "%d." % (n + 1)
     for op in os.listdir(state) if os.path.isdir(state) else ():
@@ -546,20 +546,12 @@ def sync_checkpoint(root):
             if part.isdigit() and os.path.isdir(d):
                 for f in os.listdir(d):
                     if f.startswith(version):
-                        _fsync(os.path.join(d, f))
-                _fsync(d)
+                        _log.fsync_path(os.path.join(d, f))
+                _log.fsync_path(d)
     if os.path.exists(os.path.join(root, "metadata")):
-        _fsync(os.path.join(root, "metadata"))  # the query's id, written once at its start
-    _fsync(root)
+        _log.fsync_path(os.path.join(root, "metadata"))  # the query's id, written once at its start
+    _log.fsync_path(root)
     return n
-
-
-def _fsync(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _part_path(path, partition):
