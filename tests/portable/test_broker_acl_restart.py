@@ -9,17 +9,13 @@
 # gets that user's grants, on disk too. Each test runs with both layouts of
 # the store: the log (the default here) and one file per record (OSFiles,
 # as on littlefs). Runs over pipes on CPython and MicroPython.
-from umqtt3.store import OSFiles, unframe
 from umqtt3 import props as P
-from broker_harness import running, Raw, tempdir, rmtree, listdir
-from test_broker5_connect import connect5, sub5, disconnect5
+from broker_harness import running, Raw, tempdir, rmtree
+from restart_harness import layouts as _layouts, leave, record_key as _record_key
+from test_broker5_connect import connect5
 from umqtt3.codec import PUBACK, DISCONNECT
 
 ACL = "pattern read in/%u/#\ntopic read pub/#\nuser w\ntopic write #\n"
-
-
-def _layouts():
-    return (None, OSFiles())  # the log; one file per record
 
 
 def _publish(b, topic, pid):
@@ -31,15 +27,7 @@ def _publish(b, topic, pid):
 
 
 def _leave(b, cid, filters, user=None, level=4):
-    with Raw(b) as c:
-        if level == 5:
-            connect5(c, cid, clean=False, props={P.SESSION_EXPIRY: 600}, user=user)
-            sub5(c, 1, [(f, 1) for f in filters])
-            disconnect5(c)
-        else:
-            c.connect(cid, clean=False, user=user)
-            assert c.subscribe(1, [(f, 1) for f in filters]) == b"\x01" * len(filters)
-            c.simple(DISCONNECT)
+    leave(b, cid, filters, level, user=user)
 
 
 def _topics(c, n):
@@ -78,18 +66,6 @@ def _queued_after_restart(files):
 def test_restored_session_queues_what_its_user_may_read():
     for files in _layouts():
         _queued_after_restart(files)
-
-
-def _record_key(store, cid):
-    # the key field of cid's session record (one file per record)
-    for name in listdir(store):
-        if name[:1] == "s" and name[1:].isdigit():
-            with open(store + "/" + name + "/sess", "rb") as f:
-                rec = unframe(f.read())
-            n = (rec[2][0] << 8) | rec[2][1]
-            if bytes(rec[2][2:2 + n]) == cid:
-                return rec[1]
-    raise AssertionError("no record of %r" % cid)
 
 
 def _unknown_user_then_known(files):

@@ -12,18 +12,14 @@
 # and its record names that user from then on. Each test runs with both
 # layouts of the store: the log (the default here) and one file per record
 # (OSFiles, as on littlefs). Runs over pipes on CPython and MicroPython.
-from umqtt3.store import OSFiles, unframe
 from umqtt3 import props as P
-from broker_harness import running, Raw, tempdir, rmtree, listdir
-from test_broker5_connect import connect5, sub5, disconnect5
+from broker_harness import running, Raw, tempdir, rmtree
+from restart_harness import layouts as _layouts, leave, record_key as _record_key
+from test_broker5_connect import connect5, disconnect5
 from umqtt3.codec import PUBACK, DISCONNECT
 
 USERS = {b"alice": b"a-pw", b"bob": b"b-pw", b"w": b"w-pw"}
 PW = {"alice": "a-pw", "bob": "b-pw", "w": "w-pw"}
-
-
-def _layouts():
-    return (None, OSFiles())  # the log; one file per record
 
 
 def _login(user):
@@ -39,16 +35,7 @@ def _publish(b, topic, pid):
 
 def _leave(b, cid, user, level=4):
     # a persistent session subscribed to t/#, whose client has gone
-    with Raw(b) as c:
-        if level == 5:
-            assert connect5(c, cid, clean=False, props={P.SESSION_EXPIRY: 600},
-                            **_login(user)).rc == 0
-            assert sub5(c, 1, [("t/#", 1)]) == b"\x01"
-            disconnect5(c)
-        else:
-            assert c.connect(cid, clean=False, **_login(user)).rc == 0
-            assert c.subscribe(1, [("t/#", 1)]) == b"\x01"
-            c.simple(DISCONNECT)
+    leave(b, cid, ["t/#"], level, **_login(user))
 
 
 def _refused(b, cid, user, level=4):
@@ -79,18 +66,6 @@ def _resumes(b, cid, user, n, level=4):
             disconnect5(c)
         else:
             c.simple(DISCONNECT)
-
-
-def _record_key(store, cid):
-    # the key field of cid's session record (one file per record)
-    for name in listdir(store):
-        if name[:1] == "s" and name[1:].isdigit():
-            with open(store + "/" + name + "/sess", "rb") as f:
-                rec = unframe(f.read())
-            n = (rec[2][0] << 8) | rec[2][1]
-            if bytes(rec[2][2:2 + n]) == cid:
-                return rec[1]
-    raise AssertionError("no record of %r" % cid)
 
 
 def _owned_after_restart(files):
