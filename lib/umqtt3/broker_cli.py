@@ -272,6 +272,10 @@ def main(argv=None):
     except Refused as e:
         print("%s: %s" % (PROG, e), file=sys.stderr, flush=True)
         return 1
+    cut = b.disk and b.disk.log and b.disk.log.cut
+    if cut:  # the bytes a power loss left torn: kept, and said
+        print("store %s/log: cut a torn tail of %d bytes at byte %d, kept in %s/log.bad"
+              % (b.disk.dir, cut[1], cut[0], b.disk.dir), flush=True)
     print("umqtt3 broker listening on %s:%d%s" % (a.host, b.port, " (TLS)" if b.tls else ""),
           flush=True)
     from umqtt3.compat import on_term
