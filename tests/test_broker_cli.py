@@ -8,7 +8,7 @@ import re
 import pytest
 
 from umqtt3 import broker_cli
-from umqtt3.broker_limits import Limits
+from umqtt3.broker_limits import Limits, span
 from umqtt3.broker_passwd import read_users, update
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -122,6 +122,13 @@ def test_docs_flag_table_matches_limits():
         assert rows[key][0] == str(prof[name]), (key, rows[key][0], prof[name])
 
 
+def test_docs_flag_table_gives_each_largest_value():
+    rows = _table("broker.md", "flag")
+    for name in BOUNDED:
+        row = rows["`%s`" % broker_cli.flag(name)][1]
+        assert str(span(name)[1]) in row, (name, row)
+
+
 def test_docs_limits_table_matches_device_defaults():
     # docs/broker.md, "Limits": `name` | device default | when it is hit
     rows = _table("broker.md", "limit")
@@ -137,6 +144,81 @@ def test_limits_refuse_zero_and_unknown():
     with pytest.raises(ValueError):
         Limits(max_client=3)
     assert Limits(txsize=0, max_packet=2048).tx == 2048
+
+
+# every limit with a largest value: what it flows into takes that value and
+# refuses one more ([MQTT-3.2.2] Two Byte Integers, a C int, a ms tick)
+BOUNDED = [n for n in NAMES if span(n)[1] is not None]
+
+
+def test_the_bounded_limits():
+    assert sorted(BOUNDED) == sorted([
+        "max_keepalive", "max_aliases", "max_qos2_in", "sndbuf", "backlog",
+        "connect_timeout_ms", "max_packet", "sys_interval", "auth_wait_ms"])
+    for name in BOUNDED:
+        lo, hi = span(name)
+        Limits(**{name: hi})
+        with pytest.raises(ValueError):
+            Limits(**{name: hi + 1})
+    with pytest.raises(ValueError):
+        Limits(max_packet=19)  # a CONNECT is 20 bytes at least (mosquitto's floor too)
+    assert Limits(max_packet=20).max_packet == 20
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--sys-interval", "604800"], "--sys-interval: must be a whole number 0-65535, not 604800"),
+    (["--sndbuf", "2147483648"], "--sndbuf"),
+    (["--sndbuf", "3000000000"], "--sndbuf"),
+    (["--backlog", "2147483648"], "--backlog"),
+    (["--max-keepalive", "70000"], "--max-keepalive"),
+    (["--max-aliases", "65536"], "--max-aliases"),
+    (["--max-qos2-in", "65536"], "--max-qos2-in"),
+    (["--connect-timeout-ms", "536870912"], "--connect-timeout-ms"),
+    (["--auth-wait-ms", "268435457"], "--auth-wait-ms"),
+    (["--max-packet", "19"], "--max-packet: must be a whole number 20-268435460, not 19"),
+    (["--max-packet", "1"], "--max-packet"),
+    (["--max-packet", "268435461"], "--max-packet"),
+    (["--connect-timeout", "nan"], "--connect-timeout"),
+    (["--connect-timeout", "inf"], "--connect-timeout"),
+    (["--connect-timeout", "-1"], "--connect-timeout"),
+    (["--connect-timeout", "536871"], "--connect-timeout"),
+])
+def test_out_of_range_refused_before_listening(args, words):
+    from refusal import refused as one_line
+    one_line("umqtt3.broker", args + ["--port", "0"], words, status=2)
+
+
+def test_the_largest_values_work():
+    # each at its most: the timers tick, CONNACK carries the Two Byte
+    # Integers, setsockopt takes the int
+    import socket
+    from umqtt3 import compat
+    from umqtt3.broker import Broker
+    from umqtt3.transport import Pipe
+    from umqtt3.codec import encode_connect
+    lim = Limits(sys_interval=65535, connect_timeout_ms=span("connect_timeout_ms")[1],
+                 max_keepalive=65535, max_aliases=65535, max_qos2_in=65535,
+                 auth_wait_ms=span("auth_wait_ms")[1])
+    b = Broker(port=None, limits=lim)
+    try:
+        a, end = Pipe.pair()
+        b.attach(end)
+        buf = bytearray(128)
+        n = encode_connect(buf, 0, b"c", 5, True, 0)
+        a.write(buf, 0, n)
+        for _ in range(5):
+            b.poll_once(0)
+        got = bytearray(64)
+        k = a.readinto(got, 64)
+        assert k and got[0] == 0x20 and got[3] == 0, bytes(got[:k])  # CONNACK, success
+        assert b"\x13\xff\xff" in got[:k] and b"\x22\xff\xff" in got[:k]  # keep alive, aliases
+    finally:
+        b.close()
+    s = socket.socket()
+    try:
+        compat.sndbuf(s, span("sndbuf")[1])
+    finally:
+        s.close()
 
 
 # ---------------------------------------------------------------- broker_passwd

@@ -10,7 +10,7 @@
 import argparse
 import sys
 
-from umqtt3.broker_limits import zero_ok
+from umqtt3.broker_limits import refused, span
 from umqtt3.broker_passwd import read_users
 
 PROG = "python -m umqtt3.broker"
@@ -95,10 +95,24 @@ def _count(name):
             v = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError("%s wants a whole number, not %r" % (flag(name), text))
-        if v < 0 or (v == 0 and not zero_ok(name)):
-            raise argparse.ArgumentTypeError("%s must be above 0, not %d" % (flag(name), v))
+        why = refused(name, v)
+        if why:
+            raise argparse.ArgumentTypeError(why)
         return v
     return parse
+
+
+def _seconds(text):
+    # --connect-timeout: --connect-timeout-ms in seconds, in its range
+    # (not nan, not inf)
+    most = span("connect_timeout_ms")[1] / 1000
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not 0 <= v <= most:
+        raise argparse.ArgumentTypeError("must be a number of seconds 0-%s, not %r" % (most, text))
+    return v
 
 
 def _port(text):
@@ -124,7 +138,7 @@ def parser():
     for name in NAMES:
         ap.add_argument(flag(name), type=_count(name), default=prof[name], metavar="N",
                         help="%s (default %d)" % (HELP[name], prof[name]))
-    ap.add_argument("--connect-timeout", type=float, metavar="SECONDS",
+    ap.add_argument("--connect-timeout", type=_seconds, metavar="SECONDS",
                     help="the same as --connect-timeout-ms, in seconds")
     ap.add_argument("--queue-qos0", action="store_true",
                     help="also queue QoS 0 messages for offline persistent sessions (default off)")
@@ -167,8 +181,6 @@ def limits(a):
     from umqtt3.broker_limits import Limits
     kw = {name: getattr(a, name) for name in NAMES}
     if a.connect_timeout is not None:
-        if a.connect_timeout < 0:
-            raise Refused("--connect-timeout must be 0 or more seconds, not %s" % a.connect_timeout)
         kw["connect_timeout_ms"] = int(a.connect_timeout * 1000)
     kw["queue_qos0"] = a.queue_qos0
     try:
