@@ -261,6 +261,49 @@ def test_passwd_refusals(tmp_path, args, words):
     refused(run("umqtt3.broker_passwd", *args), words)
 
 
+def test_passwd_keeps_the_mode_and_makes_new_files_0600(tmp_path):
+    # the hashes are never readable by more users than before
+    f = str(tmp_path / "users")
+    old = os.umask(0o022)
+    try:
+        assert run("umqtt3.broker_passwd", "-c", "-b", f, "alice", "one").returncode == 0
+        assert os.stat(f).st_mode & 0o777 == 0o600  # new: 0600, whatever the umask
+        for mode in (0o600, 0o640, 0o644):
+            os.chmod(f, mode)
+            assert run("umqtt3.broker_passwd", "-b", f, "bob", "two").returncode == 0
+            assert os.stat(f).st_mode & 0o777 == mode
+            assert run("umqtt3.broker_passwd", "-D", f, "bob").returncode == 0
+            assert os.stat(f).st_mode & 0o777 == mode
+        # a FILE.tmp left by a crash does not lend its mode
+        with open(f + ".tmp", "w") as t:
+            t.write("x")
+        os.chmod(f + ".tmp", 0o666)
+        os.chmod(f, 0o600)
+        assert run("umqtt3.broker_passwd", "-b", f, "carl", "three").returncode == 0
+        assert os.stat(f).st_mode & 0o777 == 0o600 and not os.path.exists(f + ".tmp")
+    finally:
+        os.umask(old)
+
+
+def test_passwd_refuses_a_file_that_is_not_utf8_in_one_line(tmp_path):
+    f = tmp_path / "users"
+    f.write_bytes(b"alice:pw\ncaf\xe9:pw\n")
+    for args in (["-b", str(f), "bob", "pw"], ["-D", str(f), "alice"]):
+        r = run("umqtt3.broker_passwd", *args)
+        assert r.returncode == 1
+        refused(r, "%s:2: not UTF-8" % f)
+    assert f.read_bytes() == b"alice:pw\ncaf\xe9:pw\n"  # left as it was
+
+
+def test_passwd_delete_from_a_missing_file_makes_none(tmp_path):
+    # as mosquitto_passwd: "Unable to open password file", nothing created
+    f = str(tmp_path / "typo-users")
+    r = run("umqtt3.broker_passwd", "-D", f, "bob")
+    assert r.returncode == 1
+    refused(r, "unable to open password file %s: No such file or directory" % f)
+    assert os.listdir(str(tmp_path)) == []
+
+
 def test_broker_lets_in_exactly_the_users_of_the_file(tmp_path):
     from umqtt3.broker import Broker
     f = str(tmp_path / "users")
