@@ -76,6 +76,14 @@ def test_store_unusable(tmp_path):
     refused(run("umqtt3.broker", "--store", str(f / "sub"), "--port", "0"), "--store")
 
 
+@pytest.mark.parametrize("opt", ["--users", "--acl-file", "--bridge-config"])
+def test_a_file_that_is_not_utf8_is_named_with_its_line(tmp_path, opt):
+    f = tmp_path / "f"
+    f.write_bytes(b"# first\ncaf\xe9 x\n")
+    line = refused(run("umqtt3.broker", opt, str(f), "--port", "0"), "%s %s:2: not UTF-8" % (opt, f))
+    assert "codec" not in line
+
+
 def test_limits_sum_refused():
     refused(run("umqtt3.broker", "--max-inflight", "60000", "--max-queued", "6000",
                 "--port", "0"), "max_inflight + max_queued")

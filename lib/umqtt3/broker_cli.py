@@ -189,6 +189,20 @@ def limits(a):
         raise Refused(str(e))
 
 
+def not_utf8(opt, path):
+    """The refusal of a file with a byte that is not UTF-8: its first such line."""
+    n = 0
+    try:
+        with open(path, "rb") as f:
+            for n, line in enumerate(f, 1):
+                line.decode()
+    except UnicodeError:
+        return Refused("%s %s:%d: not UTF-8" % (opt, path, n))
+    except OSError:
+        pass
+    return Refused("%s %s: not UTF-8" % (opt, path))
+
+
 def tls_context(a):
     """The TLS listener's context the arguments ask for, or None."""
     if not (a.certfile or a.keyfile or a.cafile or a.require_certificate):
@@ -232,7 +246,9 @@ def start(a, log):
             parse(acl)
         except OSError as e:
             raise Refused("--acl-file %s: %s" % (a.acl_file, e.strerror or e))
-        except (ValueError, UnicodeError) as e:
+        except UnicodeDecodeError:
+            raise not_utf8("--acl-file", a.acl_file)
+        except ValueError as e:
             raise Refused("--acl-file %s: %s" % (a.acl_file, e))
     tls = tls_context(a)
     if a.store:
@@ -242,6 +258,8 @@ def start(a, log):
     from umqtt3.bridge_config import prepare
     try:
         bridges = prepare(a)  # checked, and their queues squared with the store
+    except UnicodeDecodeError:  # reading --bridge-config
+        raise not_utf8("--bridge-config", a.bridge_config)
     except ValueError as e:
         raise Refused(str(e))
     try:

@@ -31,9 +31,12 @@ def read_users(path, allow_empty=False, allow_spaces=False):
     hash format that cannot be checked here (broker_auth.entry_error),
     which would otherwise lock its user out or be taken as a password."""
     users = {}
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            line = line.rstrip("\r\n")
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode().rstrip("\r\n")
+            except UnicodeError:
+                raise ValueError("%s:%d: not UTF-8: %r" % (path, n, raw.rstrip(b"\r\n")))
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
             user, sep, pw = line.partition(":")
