@@ -84,6 +84,32 @@ def test_a_file_that_is_not_utf8_is_named_with_its_line(tmp_path, opt):
     assert "codec" not in line
 
 
+def test_mosquitto_short_options(tmp_path):
+    # -p and -v mean what they mean to mosquitto; -c and -d are refused with
+    # what to use instead
+    import subprocess
+    import sys
+    from tools import procs
+    p = subprocess.Popen([sys.executable, "-m", "umqtt3.broker", "-p", "0", "-v"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         cwd=procs.ROOT, env=procs.python_env(), stdin=subprocess.DEVNULL)
+    try:
+        first = p.stdout.readline()
+    finally:
+        p.terminate()
+        p.communicate(timeout=30)
+    assert first.startswith("umqtt3 broker listening on 127.0.0.1:"), first
+    a = broker_cli.parser().parse_args(["-p", "1884", "-v"])
+    assert (a.port, a.verbose, a.quiet) == (1884, True, False)
+    from refusal import refused as one_line
+    one_line("umqtt3.broker", ["-c", "/etc/mosquitto/mosquitto.conf"],
+             "-c /etc/mosquitto/mosquitto.conf: this broker reads no mosquitto.conf; give its "
+             "settings as flags")
+    one_line("umqtt3.broker", ["-d"], "-d: this broker does not detach")
+    one_line("umqtt3.broker", ["-v", "--quiet"], "-v and --quiet")
+    one_line("umqtt3.broker", ["-p", "70000"], "--port")
+
+
 def test_limits_sum_refused():
     refused(run("umqtt3.broker", "--max-inflight", "60000", "--max-queued", "6000",
                 "--port", "0"), "max_inflight + max_queued")

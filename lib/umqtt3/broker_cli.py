@@ -132,7 +132,7 @@ def parser():
 
     ap = Parser(prog=PROG, description="The umqtt3 tiny MQTT 3.1/3.1.1/5.0 broker.")
     ap.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    ap.add_argument("--port", type=_port, default=1883,
+    ap.add_argument("-p", "--port", type=_port, default=1883,
                     help="TCP port, 1-65535; 0 picks a free one (default 1883)")
     prof = dict(DESKTOP)
     for name in NAMES:
@@ -171,6 +171,15 @@ def parser():
                     help="keep retained messages and persistent sessions here (default none)")
     ap.add_argument("--quiet", action="store_true",
                     help="do not log connects and refusals (default off)")
+    # mosquitto's short options: -p and -v mean here what they mean there;
+    # -c and -d do not exist here and are refused with what to use instead
+    ap.add_argument("-v", "--verbose", action="store_true",
+                    help="log connects, disconnects and refusals: the default, the opposite of "
+                         "--quiet (as mosquitto -v)")
+    ap.add_argument("-c", metavar="FILE", dest="mosquitto_conf",
+                    help="refused: no mosquitto.conf is read; its settings are the flags here")
+    ap.add_argument("-d", action="store_true", dest="daemon",
+                    help="refused: the broker stays in the foreground")
     from umqtt3.bridge_config import add_flags
     add_flags(ap)  # --bridge-config, --bridge, --bridge-topic (docs/bridge.md)
     return ap
@@ -292,7 +301,18 @@ def start(a, log):
 
 
 def main(argv=None):
-    a = parser().parse_args(argv)
+    ap = parser()
+    a = ap.parse_args(argv)
+    if a.mosquitto_conf is not None:
+        ap.error("-c %s: this broker reads no mosquitto.conf; give its settings as flags "
+                 "(listener: --host/--port, max_packet_size: --max-packet, password_file: "
+                 "--users, acl_file: --acl-file, persistence_location: --store; --help lists "
+                 "them all)" % a.mosquitto_conf)
+    if a.daemon:
+        ap.error("-d: this broker does not detach; run it under a service manager (a systemd "
+                 "unit) or in the background (&)")
+    if a.verbose and a.quiet:
+        ap.error("-v and --quiet do not go together")
 
     def log(msg):
         print(msg, flush=True)
