@@ -8,7 +8,7 @@ import re
 import pytest
 
 from umqtt3 import broker_cli
-from umqtt3.broker_limits import Limits
+from umqtt3.broker_limits import Limits, span
 from umqtt3.broker_passwd import read_users, update
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -76,6 +76,40 @@ def test_store_unusable(tmp_path):
     refused(run("umqtt3.broker", "--store", str(f / "sub"), "--port", "0"), "--store")
 
 
+@pytest.mark.parametrize("opt", ["--users", "--acl-file", "--bridge-config"])
+def test_a_file_that_is_not_utf8_is_named_with_its_line(tmp_path, opt):
+    f = tmp_path / "f"
+    f.write_bytes(b"# first\ncaf\xe9 x\n")
+    line = refused(run("umqtt3.broker", opt, str(f), "--port", "0"), "%s %s:2: not UTF-8" % (opt, f))
+    assert "codec" not in line
+
+
+def test_mosquitto_short_options(tmp_path):
+    # -p and -v mean what they mean to mosquitto; -c and -d are refused with
+    # what to use instead
+    import subprocess
+    import sys
+    from tools import procs
+    p = subprocess.Popen([sys.executable, "-m", "umqtt3.broker", "-p", "0", "-v"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         cwd=procs.ROOT, env=procs.python_env(), stdin=subprocess.DEVNULL)
+    try:
+        first = p.stdout.readline()
+    finally:
+        p.terminate()
+        p.communicate(timeout=30)
+    assert first.startswith("umqtt3 broker listening on 127.0.0.1:"), first
+    a = broker_cli.parser().parse_args(["-p", "1884", "-v"])
+    assert (a.port, a.verbose, a.quiet) == (1884, True, False)
+    from refusal import refused as one_line
+    one_line("umqtt3.broker", ["-c", "/etc/mosquitto/mosquitto.conf"],
+             "-c /etc/mosquitto/mosquitto.conf: this broker reads no mosquitto.conf; give its "
+             "settings as flags")
+    one_line("umqtt3.broker", ["-d"], "-d: this broker does not detach")
+    one_line("umqtt3.broker", ["-v", "--quiet"], "-v and --quiet")
+    one_line("umqtt3.broker", ["-p", "70000"], "--port")
+
+
 def test_limits_sum_refused():
     refused(run("umqtt3.broker", "--max-inflight", "60000", "--max-queued", "6000",
                 "--port", "0"), "max_inflight + max_queued")
@@ -122,6 +156,13 @@ def test_docs_flag_table_matches_limits():
         assert rows[key][0] == str(prof[name]), (key, rows[key][0], prof[name])
 
 
+def test_docs_flag_table_gives_each_largest_value():
+    rows = _table("broker.md", "flag")
+    for name in BOUNDED:
+        row = rows["`%s`" % broker_cli.flag(name)][1]
+        assert str(span(name)[1]) in row, (name, row)
+
+
 def test_docs_limits_table_matches_device_defaults():
     # docs/broker.md, "Limits": `name` | device default | when it is hit
     rows = _table("broker.md", "limit")
@@ -137,6 +178,81 @@ def test_limits_refuse_zero_and_unknown():
     with pytest.raises(ValueError):
         Limits(max_client=3)
     assert Limits(txsize=0, max_packet=2048).tx == 2048
+
+
+# every limit with a largest value: what it flows into takes that value and
+# refuses one more ([MQTT-3.2.2] Two Byte Integers, a C int, a ms tick)
+BOUNDED = [n for n in NAMES if span(n)[1] is not None]
+
+
+def test_the_bounded_limits():
+    assert sorted(BOUNDED) == sorted([
+        "max_keepalive", "max_aliases", "max_qos2_in", "sndbuf", "backlog",
+        "connect_timeout_ms", "max_packet", "sys_interval", "auth_wait_ms"])
+    for name in BOUNDED:
+        lo, hi = span(name)
+        Limits(**{name: hi})
+        with pytest.raises(ValueError):
+            Limits(**{name: hi + 1})
+    with pytest.raises(ValueError):
+        Limits(max_packet=19)  # a CONNECT is 20 bytes at least (mosquitto's floor too)
+    assert Limits(max_packet=20).max_packet == 20
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--sys-interval", "604800"], "--sys-interval: must be a whole number 0-65535, not 604800"),
+    (["--sndbuf", "2147483648"], "--sndbuf"),
+    (["--sndbuf", "3000000000"], "--sndbuf"),
+    (["--backlog", "2147483648"], "--backlog"),
+    (["--max-keepalive", "70000"], "--max-keepalive"),
+    (["--max-aliases", "65536"], "--max-aliases"),
+    (["--max-qos2-in", "65536"], "--max-qos2-in"),
+    (["--connect-timeout-ms", "536870912"], "--connect-timeout-ms"),
+    (["--auth-wait-ms", "268435457"], "--auth-wait-ms"),
+    (["--max-packet", "19"], "--max-packet: must be a whole number 20-268435460, not 19"),
+    (["--max-packet", "1"], "--max-packet"),
+    (["--max-packet", "268435461"], "--max-packet"),
+    (["--connect-timeout", "nan"], "--connect-timeout"),
+    (["--connect-timeout", "inf"], "--connect-timeout"),
+    (["--connect-timeout", "-1"], "--connect-timeout"),
+    (["--connect-timeout", "536871"], "--connect-timeout"),
+])
+def test_out_of_range_refused_before_listening(args, words):
+    from refusal import refused as one_line
+    one_line("umqtt3.broker", args + ["--port", "0"], words, status=2)
+
+
+def test_the_largest_values_work():
+    # each at its most: the timers tick, CONNACK carries the Two Byte
+    # Integers, setsockopt takes the int
+    import socket
+    from umqtt3 import compat
+    from umqtt3.broker import Broker
+    from umqtt3.transport import Pipe
+    from umqtt3.codec import encode_connect
+    lim = Limits(sys_interval=65535, connect_timeout_ms=span("connect_timeout_ms")[1],
+                 max_keepalive=65535, max_aliases=65535, max_qos2_in=65535,
+                 auth_wait_ms=span("auth_wait_ms")[1])
+    b = Broker(port=None, limits=lim)
+    try:
+        a, end = Pipe.pair()
+        b.attach(end)
+        buf = bytearray(128)
+        n = encode_connect(buf, 0, b"c", 5, True, 0)
+        a.write(buf, 0, n)
+        for _ in range(5):
+            b.poll_once(0)
+        got = bytearray(64)
+        k = a.readinto(got, 64)
+        assert k and got[0] == 0x20 and got[3] == 0, bytes(got[:k])  # CONNACK, success
+        assert b"\x13\xff\xff" in got[:k] and b"\x22\xff\xff" in got[:k]  # keep alive, aliases
+    finally:
+        b.close()
+    s = socket.socket()
+    try:
+        compat.sndbuf(s, span("sndbuf")[1])
+    finally:
+        s.close()
 
 
 # ---------------------------------------------------------------- broker_passwd
@@ -177,6 +293,49 @@ def test_passwd_keeps_comments_and_plain_entries(tmp_path):
 def test_passwd_refusals(tmp_path, args, words):
     args = [str(tmp_path / "users") if a == "F" else a for a in args]
     refused(run("umqtt3.broker_passwd", *args), words)
+
+
+def test_passwd_keeps_the_mode_and_makes_new_files_0600(tmp_path):
+    # the hashes are never readable by more users than before
+    f = str(tmp_path / "users")
+    old = os.umask(0o022)
+    try:
+        assert run("umqtt3.broker_passwd", "-c", "-b", f, "alice", "one").returncode == 0
+        assert os.stat(f).st_mode & 0o777 == 0o600  # new: 0600, whatever the umask
+        for mode in (0o600, 0o640, 0o644):
+            os.chmod(f, mode)
+            assert run("umqtt3.broker_passwd", "-b", f, "bob", "two").returncode == 0
+            assert os.stat(f).st_mode & 0o777 == mode
+            assert run("umqtt3.broker_passwd", "-D", f, "bob").returncode == 0
+            assert os.stat(f).st_mode & 0o777 == mode
+        # a FILE.tmp left by a crash does not lend its mode
+        with open(f + ".tmp", "w") as t:
+            t.write("x")
+        os.chmod(f + ".tmp", 0o666)
+        os.chmod(f, 0o600)
+        assert run("umqtt3.broker_passwd", "-b", f, "carl", "three").returncode == 0
+        assert os.stat(f).st_mode & 0o777 == 0o600 and not os.path.exists(f + ".tmp")
+    finally:
+        os.umask(old)
+
+
+def test_passwd_refuses_a_file_that_is_not_utf8_in_one_line(tmp_path):
+    f = tmp_path / "users"
+    f.write_bytes(b"alice:pw\ncaf\xe9:pw\n")
+    for args in (["-b", str(f), "bob", "pw"], ["-D", str(f), "alice"]):
+        r = run("umqtt3.broker_passwd", *args)
+        assert r.returncode == 1
+        refused(r, "%s:2: not UTF-8" % f)
+    assert f.read_bytes() == b"alice:pw\ncaf\xe9:pw\n"  # left as it was
+
+
+def test_passwd_delete_from_a_missing_file_makes_none(tmp_path):
+    # as mosquitto_passwd: "Unable to open password file", nothing created
+    f = str(tmp_path / "typo-users")
+    r = run("umqtt3.broker_passwd", "-D", f, "bob")
+    assert r.returncode == 1
+    refused(r, "unable to open password file %s: No such file or directory" % f)
+    assert os.listdir(str(tmp_path)) == []
 
 
 def test_broker_lets_in_exactly_the_users_of_the_file(tmp_path):

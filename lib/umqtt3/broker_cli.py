@@ -10,7 +10,7 @@
 import argparse
 import sys
 
-from umqtt3.broker_limits import zero_ok
+from umqtt3.broker_limits import refused, span
 from umqtt3.broker_passwd import read_users
 
 PROG = "python -m umqtt3.broker"
@@ -95,10 +95,24 @@ def _count(name):
             v = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError("%s wants a whole number, not %r" % (flag(name), text))
-        if v < 0 or (v == 0 and not zero_ok(name)):
-            raise argparse.ArgumentTypeError("%s must be above 0, not %d" % (flag(name), v))
+        why = refused(name, v)
+        if why:
+            raise argparse.ArgumentTypeError(why)
         return v
     return parse
+
+
+def _seconds(text):
+    # --connect-timeout: --connect-timeout-ms in seconds, in its range
+    # (not nan, not inf)
+    most = span("connect_timeout_ms")[1] / 1000
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not 0 <= v <= most:
+        raise argparse.ArgumentTypeError("must be a number of seconds 0-%s, not %r" % (most, text))
+    return v
 
 
 def _port(text):
@@ -118,13 +132,13 @@ def parser():
 
     ap = Parser(prog=PROG, description="The umqtt3 tiny MQTT 3.1/3.1.1/5.0 broker.")
     ap.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    ap.add_argument("--port", type=_port, default=1883,
+    ap.add_argument("-p", "--port", type=_port, default=1883,
                     help="TCP port, 1-65535; 0 picks a free one (default 1883)")
     prof = dict(DESKTOP)
     for name in NAMES:
         ap.add_argument(flag(name), type=_count(name), default=prof[name], metavar="N",
                         help="%s (default %d)" % (HELP[name], prof[name]))
-    ap.add_argument("--connect-timeout", type=float, metavar="SECONDS",
+    ap.add_argument("--connect-timeout", type=_seconds, metavar="SECONDS",
                     help="the same as --connect-timeout-ms, in seconds")
     ap.add_argument("--queue-qos0", action="store_true",
                     help="also queue QoS 0 messages for offline persistent sessions (default off)")
@@ -157,6 +171,15 @@ def parser():
                     help="keep retained messages and persistent sessions here (default none)")
     ap.add_argument("--quiet", action="store_true",
                     help="do not log connects and refusals (default off)")
+    # mosquitto's short options: -p and -v mean here what they mean there;
+    # -c and -d do not exist here and are refused with what to use instead
+    ap.add_argument("-v", "--verbose", action="store_true",
+                    help="log connects, disconnects and refusals: the default, the opposite of "
+                         "--quiet (as mosquitto -v)")
+    ap.add_argument("-c", metavar="FILE", dest="mosquitto_conf",
+                    help="refused: no mosquitto.conf is read; its settings are the flags here")
+    ap.add_argument("-d", action="store_true", dest="daemon",
+                    help="refused: the broker stays in the foreground")
     from umqtt3.bridge_config import add_flags
     add_flags(ap)  # --bridge-config, --bridge, --bridge-topic (docs/bridge.md)
     return ap
@@ -167,14 +190,26 @@ def limits(a):
     from umqtt3.broker_limits import Limits
     kw = {name: getattr(a, name) for name in NAMES}
     if a.connect_timeout is not None:
-        if a.connect_timeout < 0:
-            raise Refused("--connect-timeout must be 0 or more seconds, not %s" % a.connect_timeout)
         kw["connect_timeout_ms"] = int(a.connect_timeout * 1000)
     kw["queue_qos0"] = a.queue_qos0
     try:
         return Limits(**kw)
     except ValueError as e:
         raise Refused(str(e))
+
+
+def not_utf8(opt, path):
+    """The refusal of a file with a byte that is not UTF-8: its first such line."""
+    n = 0
+    try:
+        with open(path, "rb") as f:
+            for n, line in enumerate(f, 1):
+                line.decode()
+    except UnicodeError:
+        return Refused("%s %s:%d: not UTF-8" % (opt, path, n))
+    except OSError:
+        pass
+    return Refused("%s %s: not UTF-8" % (opt, path))
 
 
 def tls_context(a):
@@ -220,7 +255,9 @@ def start(a, log):
             parse(acl)
         except OSError as e:
             raise Refused("--acl-file %s: %s" % (a.acl_file, e.strerror or e))
-        except (ValueError, UnicodeError) as e:
+        except UnicodeDecodeError:
+            raise not_utf8("--acl-file", a.acl_file)
+        except ValueError as e:
             raise Refused("--acl-file %s: %s" % (a.acl_file, e))
     tls = tls_context(a)
     if a.store:
@@ -230,6 +267,8 @@ def start(a, log):
     from umqtt3.bridge_config import prepare
     try:
         bridges = prepare(a)  # checked, and their queues squared with the store
+    except UnicodeDecodeError:  # reading --bridge-config
+        raise not_utf8("--bridge-config", a.bridge_config)
     except ValueError as e:
         raise Refused(str(e))
     try:
@@ -262,7 +301,18 @@ def start(a, log):
 
 
 def main(argv=None):
-    a = parser().parse_args(argv)
+    ap = parser()
+    a = ap.parse_args(argv)
+    if a.mosquitto_conf is not None:
+        ap.error("-c %s: this broker reads no mosquitto.conf; give its settings as flags "
+                 "(listener: --host/--port, max_packet_size: --max-packet, password_file: "
+                 "--users, acl_file: --acl-file, persistence_location: --store; --help lists "
+                 "them all)" % a.mosquitto_conf)
+    if a.daemon:
+        ap.error("-d: this broker does not detach; run it under a service manager (a systemd "
+                 "unit) or in the background (&)")
+    if a.verbose and a.quiet:
+        ap.error("-v and --quiet do not go together")
 
     def log(msg):
         print(msg, flush=True)
@@ -272,6 +322,10 @@ def main(argv=None):
     except Refused as e:
         print("%s: %s" % (PROG, e), file=sys.stderr, flush=True)
         return 1
+    cut = b.disk and b.disk.log and b.disk.log.cut
+    if cut:  # the bytes a power loss left torn: kept, and said
+        print("store %s/log: cut a torn tail of %d bytes at byte %d, kept in %s/log.bad"
+              % (b.disk.dir, cut[1], cut[0], b.disk.dir), flush=True)
     print("umqtt3 broker listening on %s:%d%s" % (a.host, b.port, " (TLS)" if b.tls else ""),
           flush=True)
     from umqtt3.compat import on_term

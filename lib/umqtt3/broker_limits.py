@@ -18,6 +18,34 @@ def zero_ok(name):
                     "mem_budget")
 
 
+# The largest value of each limit that has one, from what it flows into: a
+# Two Byte Integer of CONNACK (Server Keep Alive, Topic Alias Maximum,
+# Receive Maximum: also the packet ids a client can hold), a C int
+# (setsockopt, listen), a timer of ticks in ms (ticks_diff sees at most half
+# the period: 2**29 - 1), MQTT's largest packet (268435455 bytes after a
+# fixed header of 5), mosquitto's sys_interval range; the backoff's wait is
+# capped at 2**28 ms (broker_auth).
+_MOST = {"max_keepalive": 65535, "max_aliases": 65535, "max_qos2_in": 65535,
+         "sndbuf": 0x7FFFFFFF, "backlog": 0x7FFFFFFF, "connect_timeout_ms": 0x1FFFFFFF,
+         "max_packet": 268435460, "sys_interval": 65535, "auth_wait_ms": 0x10000000}
+
+
+def span(name):
+    """(least, most) a limit may be; most is None for no bound. max_packet
+    holds a CONNECT: 20 at least, as mosquitto's max_packet_size."""
+    lo = 20 if name == "max_packet" else 0 if zero_ok(name) else 1
+    return lo, _MOST.get(name)
+
+
+def refused(name, v):
+    """Why v cannot be the limit name ("must be ..."), or None."""
+    lo, hi = span(name)
+    if isinstance(v, int) and v >= lo and (hi is None or v <= hi):
+        return None
+    return "must be a whole number %s, not %r" % (
+        "%d or more" % lo if hi is None else "%d-%d" % (lo, hi), v)
+
+
 class Limits:
     max_clients = 8  # connected clients; one more gets CONNACK 3
     max_pending = 4  # connections yet to send CONNECT, on top of max_clients (the oldest goes)
@@ -56,8 +84,9 @@ class Limits:
                 continue
             if k[0] == "_" or not hasattr(Limits, k):
                 raise ValueError("unknown limit %s" % k)
-            if not isinstance(v, int) or v < 0 or (v == 0 and not zero_ok(k)):
-                raise ValueError("%s must be a whole number above 0, not %r" % (k, v))
+            why = refused(k, v)
+            if why:
+                raise ValueError("%s %s" % (k, why))
             setattr(self, k, v)
         # queued QoS 1/2 messages hold their packet ids too (Session.new_pid)
         if self.max_inflight + self.max_queued >= 65535:

@@ -9,9 +9,12 @@
 # accepted is durable together, with one sync, before its acknowledgements.
 #
 # A power loss keeps a prefix of the log: start-up replays the records up
-# to the first torn or corrupt one, which is the state after a prefix of the
-# changes, in order -- what the one-file-per-record layout gives too, so
-# Disk's rules for a crash half way hold unchanged. Record:
+# to the first torn one, which is the state after a prefix of the changes,
+# in order -- what the one-file-per-record layout gives too, so Disk's rules
+# for a crash half way hold unchanged. The torn tail is kept aside in
+# log.bad (LogFiles.cut says where). Anything a power loss cannot leave (a
+# file that does not begin as a record does, a bad record with whole ones
+# after it) is refused with ValueError and the file left alone. Record:
 #
 #   0x4C  op ('W' write, 'R' rename, 'D' remove)  path length (2)
 #   data length (4)  path  data (W: the bytes, R: the new path)  CRC-32 (4)
@@ -74,22 +77,34 @@ def _crc_from(out, i):
     return binascii.crc32(memoryview(out)[i:]) & 0xFFFFFFFF
 
 
+def _whole(b, mv, i, end):
+    """The end of the whole, valid record at b[i:], else 0."""
+    import binascii
+    if i + 12 > end or b[i] != _MAGIC or b[i + 1] not in (0x57, 0x52, 0x44):
+        return 0
+    n = (b[i + 2] << 8) | b[i + 3]
+    m = (b[i + 4] << 24) | (b[i + 5] << 16) | (b[i + 6] << 8) | b[i + 7]
+    j = i + 8 + n + m
+    if j + 4 > end:
+        return 0
+    c = (b[j] << 24) | (b[j + 1] << 16) | (b[j + 2] << 8) | b[j + 3]
+    if binascii.crc32(mv[i:j]) & 0xFFFFFFFF != c:
+        return 0
+    return j + 4
+
+
 def replay(b):
     """(files {path: bytes}, bytes of whole records) from a log's bytes."""
-    import binascii
     files = {}
     i = 0
     end = len(b)
     mv = memoryview(b)
-    while i + 12 <= end and b[i] == _MAGIC:
+    while True:
+        k = _whole(b, mv, i, end)
+        if not k:
+            break
         n = (b[i + 2] << 8) | b[i + 3]
-        m = (b[i + 4] << 24) | (b[i + 5] << 16) | (b[i + 6] << 8) | b[i + 7]
-        j = i + 8 + n + m
-        if j + 4 > end:
-            break
-        c = (b[j] << 24) | (b[j + 1] << 16) | (b[j + 2] << 8) | b[j + 3]
-        if binascii.crc32(mv[i:j]) & 0xFFFFFFFF != c:
-            break
+        j = k - 4
         op = b[i + 1]
         path = bytes(mv[i + 8:i + 8 + n]).decode()
         data = bytes(mv[i + 8 + n:j])
@@ -98,12 +113,37 @@ def replay(b):
         elif op == 0x52:  # R
             if path in files:
                 files[data.decode()] = files.pop(path)
-        elif op == 0x44:  # D
+        else:  # D
             files.pop(path, None)
-        else:
-            break
-        i = j + 4
+        i = k
     return files, i
+
+
+def damage(b, good):
+    """Why b[good:], what follows a log's whole records, is not a torn tail
+    (a message), or None when it is one: a power loss cuts an append short,
+    so it leaves the start of a record, never a bad record with whole ones
+    after it, and a log's first bytes are a record's."""
+    end = len(b)
+    if good == end:
+        return None
+    mv = memoryview(b)
+    if good == 0:
+        # the start of the first record, cut short (its header, as far as
+        # it goes, says so), or not a log at all
+        ok = b[0] == _MAGIC and (end < 2 or b[1] in (0x57, 0x52, 0x44))
+        if ok and end >= 8:
+            n = (b[2] << 8) | b[3]
+            m = (b[4] << 24) | (b[5] << 16) | (b[6] << 8) | b[7]
+            ok = 8 + n + m + 4 > end
+        if not ok:
+            return "no whole record at byte 0: not a store log, or a damaged one"
+    i = b.find(b"\x4c", good + 1)
+    while i >= 0:
+        if _whole(b, mv, i, end):
+            return "bad record at byte %d, whole records after it (at byte %d)" % (good, i)
+        i = b.find(b"\x4c", i + 1)
+    return None
 
 
 class AppendFiles(OSFiles):
@@ -165,6 +205,19 @@ class LogFiles:
             base.remove(self.tmp)  # a rewrite that never took place
         data = base.read(self.log) if "log" in names else b""
         files, good = replay(data)
+        bad = damage(data, good)
+        if bad:  # not a power loss's mark: the file is left as it is
+            raise ValueError("%s: %s; left as it is" % (self.log, bad))
+        self.cut = None  # (byte, count): the torn tail cut at start-up
+        if good != len(data):
+            # a torn tail: kept aside in log.bad (appended: earlier cuts stay)
+            tail = data[good:]
+            if "log.bad" in names and getattr(base, "append", None):
+                base.append(path + "/log.bad", tail)
+            else:
+                base.write(path + "/log.bad", tail)
+            self.cut = (good, len(tail))
+            tail = None
         self.recs = {}
         self.live = 0  # bytes a snapshot of the files would take
         for k in files:
@@ -238,10 +291,12 @@ class LogFiles:
 
     def commit(self):
         """Make every change so far durable, with one sync. Raises OSError
-        when the disk fails; the changes then wait for the next commit,
-        which rewrites the log."""
-        if not self.buf and not self.broken:
-            return
+        when the disk fails. The refused changes stay in the files (in RAM)
+        but leave the buffer: a commit with nothing new then succeeds (a
+        full disk refuses only what needs it), and the next commit with
+        something new rewrites the log, with them."""
+        if not self.buf:
+            return  # also when broken: nothing of this step needs the disk
         if self.broken or self.size + len(self.buf) > 2 * self.live + COMPACT:
             self._rewrite()
         else:
@@ -249,6 +304,7 @@ class LogFiles:
                 self.base.append(self.log, self.buf)
             except OSError:
                 self.broken = True  # a torn append may sit at the end now
+                self.buf = bytearray()  # in recs: the rewrite takes them
                 raise
             self.size += len(self.buf)
         self.buf = bytearray()
@@ -262,6 +318,7 @@ class LogFiles:
             b.sync_dir(self.dir)
         except OSError:
             self.broken = True
+            self.buf = bytearray()  # in recs: the next rewrite takes them
             raise
         self.broken = False
         self.size = self.live = len(snap)

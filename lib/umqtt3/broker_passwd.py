@@ -11,7 +11,8 @@
 # with, on MicroPython too); a plain password is still accepted from a file
 # written by hand, and mosquitto_passwd's $7$ / $6$ entries where the
 # platform has SHA-512 (read_users refuses what it cannot check). The file
-# is replaced atomically.
+# is replaced atomically and keeps its mode and owner; a new one is made
+# 0600. -D on a missing file makes none (as mosquitto_passwd).
 import binascii
 import os
 import sys
@@ -30,9 +31,12 @@ def read_users(path, allow_empty=False, allow_spaces=False):
     hash format that cannot be checked here (broker_auth.entry_error),
     which would otherwise lock its user out or be taken as a password."""
     users = {}
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            line = line.rstrip("\r\n")
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode().rstrip("\r\n")
+            except UnicodeError:
+                raise ValueError("%s:%d: not UTF-8: %r" % (path, n, raw.rstrip(b"\r\n")))
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
             user, sep, pw = line.partition(":")
@@ -58,20 +62,61 @@ def entry(password, rounds=ROUNDS, salt=None):
     return PREFIX + b"%d$%s$%s" % (rounds, binascii.hexlify(salt), digest(rounds, salt, password))
 
 
-def _lines(path, create):
+def _lines(path, create, new_ok=True):
+    # the file's lines; ValueError names a line that is not UTF-8
     if create:
         return []
     try:
-        with open(path) as f:
-            return f.read().splitlines()
+        with open(path, "rb") as f:
+            data = f.read()
     except FileNotFoundError:
-        return []  # a new file
+        if new_ok:
+            return []  # a new file
+        raise
+    lines = []
+    for n, line in enumerate(data.splitlines(), 1):
+        try:
+            lines.append(line.decode())
+        except UnicodeError:
+            raise ValueError("%s:%d: not UTF-8: %r" % (path, n, line))
+    return lines
+
+
+def _replace(path, text):
+    # FILE.tmp, synced, renamed over FILE: with FILE's mode (and owner, where
+    # allowed), or 0600 for a new file, so the hashes are never readable by
+    # more users than before
+    try:
+        st = os.stat(path)
+        mode = st.st_mode & 0o7777
+    except FileNotFoundError:
+        st = None
+        mode = 0o600
+    tmp = path + ".tmp"
+    try:
+        os.remove(tmp)  # O_EXCL below: never a leftover's mode
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with open(fd, "w") as f:
+        if st is not None:
+            try:
+                os.chown(tmp, st.st_uid, st.st_gid)
+            except PermissionError:
+                pass  # another user's file: ours then, with its mode
+        os.chmod(tmp, mode)
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def update(path, user, password=None, create=False, rounds=ROUNDS):
     """Add or replace user (password given), or delete it (None). Returns
-    False when deleting a user the file does not have."""
-    lines = _lines(path, create and password is not None)
+    False when deleting a user the file does not have; FileNotFoundError
+    when deleting from a file that does not exist; ValueError naming a
+    line that is not UTF-8."""
+    lines = _lines(path, create and password is not None, password is not None)
     out = []
     found = False
     for line in lines:
@@ -84,12 +129,7 @@ def update(path, user, password=None, create=False, rounds=ROUNDS):
         out.append(line)
     if password is not None and not found:
         out.append("%s:%s" % (user, entry(password, rounds).decode()))
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write("".join(line + "\n" for line in out))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    _replace(path, "".join(line + "\n" for line in out))
     return found or password is not None
 
 
@@ -143,8 +183,15 @@ def main(argv=None):
             print("%s: the password is empty" % PROG, file=sys.stderr)
             return 1
         update(a.file, a.user, pw.encode(), a.c, a.rounds)
+    except FileNotFoundError as e:  # -D: as mosquitto_passwd, nothing made
+        print("%s: unable to open password file %s: %s" % (PROG, a.file, e.strerror or e),
+              file=sys.stderr)
+        return 1
     except OSError as e:
         print("%s: %s: %s" % (PROG, a.file, e.strerror or e), file=sys.stderr)
+        return 1
+    except ValueError as e:  # a line that is not UTF-8
+        print("%s: %s" % (PROG, e), file=sys.stderr)
         return 1
     except (EOFError, KeyboardInterrupt):
         print("%s: no password given" % PROG, file=sys.stderr)
