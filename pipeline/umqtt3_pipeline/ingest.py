@@ -71,8 +71,10 @@ class LogStore(MemoryStore):
 
     def in_has(self, pid):
         # only what is durable: the client answers a known id with PUBREC at
-        # once, and a record still in memory may never reach the disk
-        return pid in self.log.held_durable
+        # once, and a record still in memory may never reach the disk; and
+        # not released (in_del), as the store contract has it
+        log = self.log
+        return pid in log.held_durable and pid in log.held
 
     def in_del(self, pid):
         # durable before PUBCOMP: the client syncs after a PUBREL (set_sync)
