@@ -130,7 +130,12 @@ def test_a_qos2_id_is_known_only_once_its_record_is_durable(tmp_path):
             g.sync()
     assert not store.in_has(6)  # the resend is taken and synced before its PUBREC
     store.in_del(5)
-    assert store.in_has(5)  # the release is not durable yet: PUBREL comes again
+    assert not store.in_has(5)  # released, as the store contract has it
+    with disk_full(p, room=0):
+        with pytest.raises(OSError):
+            g.sync()
+    assert store.in_has(5)  # the release never reached the disk: still held
+    store.in_del(5)  # the broker's PUBREL again
     g.sync()
     assert not store.in_has(5)
     g.close()
