@@ -291,12 +291,10 @@ class LogFiles:
 
     def commit(self):
         """Make every change so far durable, with one sync. Raises OSError
-        when the disk fails. The refused changes stay in the files (in RAM)
-        but leave the buffer: a commit with nothing new then succeeds (a
-        full disk refuses only what needs it), and the next commit with
-        something new rewrites the log, with them."""
-        if not self.buf:
-            return  # also when broken: nothing of this step needs the disk
+        when the disk fails; the changes then wait for the next commit,
+        which rewrites the log."""
+        if not self.buf and not self.broken:
+            return
         if self.broken or self.size + len(self.buf) > 2 * self.live + COMPACT:
             self._rewrite()
         else:
@@ -304,7 +302,6 @@ class LogFiles:
                 self.base.append(self.log, self.buf)
             except OSError:
                 self.broken = True  # a torn append may sit at the end now
-                self.buf = bytearray()  # in recs: the rewrite takes them
                 raise
             self.size += len(self.buf)
         self.buf = bytearray()
@@ -318,7 +315,6 @@ class LogFiles:
             b.sync_dir(self.dir)
         except OSError:
             self.broken = True
-            self.buf = bytearray()  # in recs: the next rewrite takes them
             raise
         self.broken = False
         self.size = self.live = len(snap)
