@@ -61,10 +61,41 @@ def test_a_bad_record_before_whole_ones_is_refused(tmp_path):
     with open(d + "/log", "rb") as f:
         data = f.read()
     one = len(data) // 3
-    for at in (one + 1, one + 5, one + 10, one + one - 1):  # op, length, path, CRC
+    for at in (one + 1, one + 10, one + one - 1):  # op, path, CRC
         bad = data[:at] + bytes([data[at] ^ 0x40]) + data[at + 1:]
         assert replay(bad)[1] == one
         _refused(d, bad, "bad record at byte %d" % one)
+    # a data length made larger reaches past the end, as a torn record's
+    # does: the records inside it cannot be told from its data (below), so
+    # it is cut as a torn tail, and its bytes are kept in log.bad
+    at = one + 5
+    bad = data[:at] + bytes([data[at] ^ 0x40]) + data[at + 1:]
+    _put(d, bad)
+    assert LogFiles(d, AppendFiles()).cut == (one, len(data) - one)
+    with open(d + "/log.bad", "rb") as f:
+        assert f.read() == bad[one:]
+
+
+def test_a_torn_record_whose_data_holds_records_is_a_torn_tail(tmp_path):
+    # a client's payload may hold a record's bytes: a power loss that tears
+    # the append of such a message leaves whole "records" inside the torn
+    # one's extent, which are its data, not records after it
+    d = str(tmp_path)
+    data = _store(d)
+    other = os.path.join(d, "other")
+    os.mkdir(other)
+    inner = _store(other)  # two whole records, as a payload
+    log = LogFiles(d, AppendFiles())
+    log.write(d + "/r2", b"<" + bytes(inner) + b">" * 50)
+    log.commit()
+    with open(d + "/log", "rb") as f:
+        full = f.read()
+    for cut in (len(data) + 12 + len(d + "/r2") + len(inner), len(full) - 1):
+        _put(d, full[:cut])
+        log = LogFiles(d, AppendFiles())
+        assert log.cut == (len(data), cut - len(data))
+        assert sorted(log.contents()) == [d + "/r0", d + "/r1"]
+        os.remove(d + "/log.bad")
 
 
 def test_a_torn_tail_is_cut_and_kept_aside(tmp_path):

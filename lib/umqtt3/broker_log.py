@@ -121,24 +121,28 @@ def replay(b):
 
 def damage(b, good):
     """Why b[good:], what follows a log's whole records, is not a torn tail
-    (a message), or None when it is one: a power loss cuts an append short,
-    so it leaves the start of a record, never a bad record with whole ones
-    after it, and a log's first bytes are a record's."""
+    (a message), or None when it is one. A power loss cuts an append short:
+    it leaves the start of a record, never a bad record with whole ones after
+    it, and a log's first bytes are a record's. Whole records found inside
+    the bad record's own extent (its header's lengths) do not count: they
+    are its data, and a client's payload may hold a record's bytes."""
     end = len(b)
     if good == end:
         return None
     mv = memoryview(b)
-    if good == 0:
+    head = b[good] == _MAGIC and (end - good < 2 or b[good + 1] in (0x57, 0x52, 0x44))
+    after = good + 1  # where later records may start
+    if head:
+        after = end + 1  # the header itself cut short
+        if end - good >= 8:
+            n = (b[good + 2] << 8) | b[good + 3]
+            m = (b[good + 4] << 24) | (b[good + 5] << 16) | (b[good + 6] << 8) | b[good + 7]
+            after = good + 8 + n + m + 4
+    if good == 0 and not (head and after > end):
         # the start of the first record, cut short (its header, as far as
         # it goes, says so), or not a log at all
-        ok = b[0] == _MAGIC and (end < 2 or b[1] in (0x57, 0x52, 0x44))
-        if ok and end >= 8:
-            n = (b[2] << 8) | b[3]
-            m = (b[4] << 24) | (b[5] << 16) | (b[6] << 8) | b[7]
-            ok = 8 + n + m + 4 > end
-        if not ok:
-            return "no whole record at byte 0: not a store log, or a damaged one"
-    i = b.find(b"\x4c", good + 1)
+        return "no whole record at byte 0: not a store log, or a damaged one"
+    i = b.find(b"\x4c", after)
     while i >= 0:
         if _whole(b, mv, i, end):
             return "bad record at byte %d, whole records after it (at byte %d)" % (good, i)
