@@ -210,10 +210,10 @@ class Core:
         start = c.tlen
         al = self.aliases
         new = None
-        if al is not None and not qos and props is None:
+        if al is not None and not qos and props is None and isinstance(topic, (bytes, str)):
             # MQTT 5 topic alias: the topic once, then two bytes [MQTT-3.3.2-12]
             # (QoS 0 only: a stored message may be resent on a connection
-            # that knows no alias)
+            # that knows no alias; a bytearray topic may change: none)
             props = al.get(topic)
             if props is not None:
                 topic = b""

@@ -295,3 +295,25 @@ def test_a_remote_prefix_that_outgrows_the_send_buffer_drops_only_that_message()
     w.run(100)
     assert [m[1] for m in sub.messages(1)] == [b"small"] and sub.nothing()
     assert w.bridge.too_large == 1
+
+
+def test_qos0_at_mqtt5_with_topic_aliases_goes_up():
+    # an MQTT 5 upstream that allows topic aliases, a message the bridge
+    # hands its client at QoS 0 (a QoS 0 rule; also a QoS lowered for an
+    # upstream whose Maximum QoS is 0): the topic is the bridge's reused
+    # buffer, which the client does not alias (it may change), rather than
+    # failing on it as a dictionary key [MQTT-3.3.2-12]
+    from umqtt3.codec import PUBACK
+    logged = []
+    w = World(["s/# out 0"], gw_kw={"log": logged.append}, level=5)
+    w.run(50)
+    sub = _sub(w, "s/#", 1, "watch")
+    w.run(20)
+    node = w.open_on(w.gw)
+    node.connect("n1")
+    node.publish("s/t", b"r0", 0)
+    node.publish("s/t", b"r1", 1, pid=1)  # the rule's QoS 0 caps it
+    node.expect(PUBACK, 1)
+    w.run(100)
+    assert [bytes(m[1]) for m in sub.messages(2)] == [b"r0", b"r1"]
+    assert not [x for x in logged if "internal error" in x], logged
