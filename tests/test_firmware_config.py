@@ -149,10 +149,17 @@ def test_a_gateway_whose_bridge_is_refused_says_so_and_does_not_reset(tmp_path):
     ({"host": "h", "rules": ["a/# sideways"]}, "direction 'sideways' is not out, in or both"),
     ([{"hots": "h", "rules": ["a/# out 1"]}], "bridge: unknown setting 'hots'"),
     ({"host": "h", "rules": ["a/# out 1"], "window": 0}, "window must be a whole number above 0"),
+    # the files are the board's, but which go together is checked here
+    ({"host": "h", "rules": ["a/# out 1"], "cafile": "/ca.pem", "certfile": "/c.pem"},
+     "certfile and keyfile go together"),
+    ({"host": "h", "rules": ["a/# out 1"], "certfile": "/c.pem", "keyfile": "/k.pem"},
+     "certfile needs cafile"),
 ])
 def test_deploy_refuses_a_gateway_bridge_the_library_would_refuse_at_boot(tmp_path, bridge, msg):
     p = deploy(tmp_path, {"role": "gateway", "bridge": bridge})
     assert p.returncode == 2 and msg in p.stderr and p.stderr.count("\n") == 1, p.stderr
     # a cafile names a file on the board: not read here
     ok = {"host": "h", "rules": ["a/# out 1"], "cafile": "/ca.pem"}
+    assert deploy(tmp_path, {"role": "gateway", "bridge": ok}).returncode == 0
+    ok = dict(ok, certfile="/c.pem", keyfile="/k.pem")
     assert deploy(tmp_path, {"role": "gateway", "bridge": ok}).returncode == 0

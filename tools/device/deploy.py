@@ -121,7 +121,7 @@ def device_config(path, role, say=True):
         if br and role == "gateway":  # as gateway.py will: the library's own check
             from umqtt3 import bridge
             for b in br if isinstance(br, list) else [br]:
-                bridge.settings(dict(b, cafile=None, certfile=None, keyfile=None))  # paths on the board
+                bridge.settings(b, files=False)  # its files are the board's: read there
     except ValueError as e:
         fail("config %s: %s" % (path or "(defaults)", e))
     return cfg
