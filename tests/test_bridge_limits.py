@@ -2,7 +2,7 @@
 # mosquitto at MQTT 5 with `max_qos 1`, `retain_available false` and
 # `max_packet_size`, as AWS IoT Core (Maximum QoS 1) or a locked-down
 # mosquitto says in its CONNACK [MQTT-3.2.2-9, MQTT-3.2.2-11, MQTT-3.2.2-14,
-# MQTT-3.1.2-24]. Nodes publish through the gateway process (our broker
+# MQTT-3.2.2-15]. Nodes publish through the gateway process (our broker
 # with --bridge-config and --store); a paho subscriber on the upstream
 # must get every message at most at QoS 1, without the retain flag, and
 # never one larger than the upstream takes; what is too large is dropped,

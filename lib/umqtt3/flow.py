@@ -45,7 +45,7 @@ class Flow:
         self.pid = 0
         self.last_done = 0  # packet id whose flow completed last
         # MQTT 5 limits the server set in CONNACK (the client's flow only)
-        self.max_packet = 0  # Maximum Packet Size, 0: none [MQTT-3.1.2-24]
+        self.max_packet = 0  # Maximum Packet Size, 0: none [MQTT-3.2.2-15]
         self.alias_max = 0  # Topic Alias Maximum
 
     def new_pid(self):
@@ -70,7 +70,7 @@ class Flow:
         end = encode_publish(conn.tx, start, topic, msg, qos, pid, retain, False,
                              self.level, props)
         if self.max_packet and end - start > self.max_packet:
-            # never sent to a server that would close on it [MQTT-3.1.2-24]
+            # never sent to a server that would close on it [MQTT-3.2.2-15]
             raise MQTTError("too large", 0x95)
         if len(conn.tx) - end < _RESERVE:
             # the last bytes are for acks and PINGREQ, which must always fit;
