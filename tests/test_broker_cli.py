@@ -319,6 +319,19 @@ def test_passwd_keeps_the_mode_and_makes_new_files_0600(tmp_path):
         os.umask(old)
 
 
+def test_passwd_writes_through_a_symbolic_link(tmp_path):
+    # users -> conf/users.real (as /etc/mosquitto setups often are): the link
+    # stays, and its target, what the broker reads, gets the change, as
+    # mosquitto_passwd does
+    real = tmp_path / "users.real"
+    real.write_text("")
+    link = tmp_path / "users"
+    os.symlink(str(real), str(link))
+    assert run("umqtt3.broker_passwd", "-b", str(link), "bob", "pw").returncode == 0
+    assert os.path.islink(str(link)) and os.readlink(str(link)) == str(real)
+    assert real.read_text().startswith("bob:")
+
+
 def test_passwd_refuses_a_file_that_is_not_utf8_in_one_line(tmp_path):
     f = tmp_path / "users"
     f.write_bytes(b"alice:pw\ncaf\xe9:pw\n")

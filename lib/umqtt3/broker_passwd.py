@@ -85,7 +85,9 @@ def _lines(path, create, new_ok=True):
 def _replace(path, text):
     # FILE.tmp, synced, renamed over FILE: with FILE's mode (and owner, where
     # allowed), or 0600 for a new file, so the hashes are never readable by
-    # more users than before
+    # more users than before. A symbolic link stays one: its target is
+    # what is replaced (what the broker reads), as mosquitto_passwd does
+    path = os.path.realpath(path)
     try:
         st = os.stat(path)
         mode = st.st_mode & 0o7777
