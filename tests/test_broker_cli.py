@@ -216,6 +216,9 @@ def test_the_bounded_limits():
     (["--connect-timeout", "inf"], "--connect-timeout"),
     (["--connect-timeout", "-1"], "--connect-timeout"),
     (["--connect-timeout", "536871"], "--connect-timeout"),
+    # rounded to 0 ms it would mean "for ever"
+    (["--connect-timeout", "0.0004"], "--connect-timeout: must be 0 (for ever) or a number of "
+                                      "seconds 0.001-"),
 ])
 def test_out_of_range_refused_before_listening(args, words):
     from refusal import refused as one_line

@@ -110,8 +110,9 @@ def _seconds(text):
         v = float(text)
     except ValueError:
         v = -1.0
-    if not 0 <= v <= most:
-        raise argparse.ArgumentTypeError("must be a number of seconds 0-%s, not %r" % (most, text))
+    if not 0 <= v <= most or 0 < v < 0.001:  # (what rounds to 0 ms would mean "for ever")
+        raise argparse.ArgumentTypeError("must be 0 (for ever) or a number of seconds "
+                                         "0.001-%s, not %r" % (most, text))
     return v
 
 
