@@ -1079,7 +1079,7 @@ class Core(Stats):
                 # steps for it in one call (Session.admit_send)
                 s = subs.hit[0]
                 g = subs.hq[0] & 0x13  # (SHARED: _route's way, marked)
-                if 0 < g < 3 and s.fsid is None:
+                if g and g < 3 and s.fsid is None:
                     self.nhit = 1
                     self.routed += 1
                     w = s.admit_send(r, g if g < r.qos else r.qos,
@@ -1163,7 +1163,7 @@ class Core(Stats):
             ra = rf if g & 8 else 0  # retain as published [MQTT-3.3.1-12 (5.0)]
             s = hit[i]
             try:
-                if g >= SHARED:
+                if g >= 16:  # (SHARED: a literal, no global lookup per delivery)
                     self._send_shared(s, r, qos, g, ra, subs.hf[i])
                 elif s.fsid is not None and s.level == 5:
                     g &= 3
