@@ -1158,21 +1158,28 @@ class Core(Stats):
         rf = 1 if r.retain else 0
         err = None
         i = 0
-        while i < n:
+        # a shared group's hits come after the others (Subs.match): those
+        # pay no check per delivery, these are marked (_send_shared)
+        m = subs.np if subs.groups else n
+        while i < m:
             g = hq[i]
             ra = rf if g & 8 else 0  # retain as published [MQTT-3.3.1-12 (5.0)]
+            g &= 3
             s = hit[i]
             try:
-                if g >= 16:  # (SHARED: a literal, no global lookup per delivery)
-                    self._send_shared(s, r, qos, g, ra, subs.hf[i])
-                elif s.fsid is not None and s.level == 5:
-                    g &= 3
+                if s.fsid is not None and s.level == 5:
                     self._send_ids(s, r, qos if qos < g else g, ra, None)
                 else:
-                    g &= 3
                     s.send(r, qos if qos < g else g, ra)
             except OSError as e:
                 err = e  # a store write failed (counted): the others still get theirs
+            i += 1
+        while i < n:
+            g = hq[i]
+            try:
+                self._send_shared(hit[i], r, qos, g, rf if g & 8 else 0, subs.hf[i])
+            except OSError as e:
+                err = e
             i += 1
         if own:
             subs.release(n)

@@ -29,14 +29,21 @@ def _acl_ok(s, tsrc, toff, tn):
     return g is not None and g.may_receive(tsrc, toff, tn)
 
 
+_SHARE = b"$share/"
+
+
 def shared_at(f):
     """Where the filter of a shared subscription "$share/group/filter"
     starts in f, 0 for any other filter, -1 for a malformed one (no
     group, a wildcard in it, or no filter) [MQTT-4.8.2-1, MQTT-4.8.2-2]."""
     n = len(f)
-    if n < 7 or f[0] != 36 or bytes(f[:7]) != b"$share/":
+    if n < 7 or f[0] != 36:
         return 0
-    i = 7
+    i = 1
+    while i < 7:
+        if f[i] != _SHARE[i]:
+            return 0  # (byte by byte: a slice would allocate per message, _scan)
+        i += 1
     while i < n and f[i] != 47:
         if f[i] == 43 or f[i] == 35:
             return -1
@@ -80,6 +87,8 @@ class Subs:
         # sessions, the next to get one] per group and filter
         self.groups = []
         self.po = 0  # the options byte of the member _pick chose
+        # hits of the last scan before the shared groups' (hq & SHARED)
+        self.np = 0
 
     def add(self, s, buf, off, n, opts, sid=0):
         """Add or replace [MQTT-3.8.4-3] a subscription of s with options
@@ -187,7 +196,8 @@ class Subs:
         matching subscription retains as published. A subscription with no
         local does not get what its own session (src) published
         [MQTT-3.8.3-3 (5.0)]. Allocates nothing once hit has grown to the
-        largest number of subscribers seen (and memo is None)."""
+        largest number of subscribers seen (and memo is None). With
+        shared groups, their hits come last, from np on."""
         memo = self.memo
         if memo is None or self.groups:
             return self._scan(tsrc, toff, tn, src)
@@ -252,6 +262,7 @@ class Subs:
         self.local = nl & 4
         self.hit = hit
         self.hq = hq
+        self.np = k  # the shared groups' hits come after these
         for g in self.groups:
             f = g[0]
             fo = g[1]

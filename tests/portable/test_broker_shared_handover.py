@@ -233,3 +233,41 @@ def test_store_restart_delivers_the_handed_copy_once():
                 assert c.nothing()
     finally:
         rmtree(d)
+
+
+class _SharedSteady:
+    """test_broker_mem's steady flow, the subscriber a shared group's
+    member (two members: the other offline, persistent, so the connected
+    one gets every message [MQTT-4.8.2-3 (5.0)])."""
+
+    def __init__(self, qos):
+        from test_broker_mem import _broker, Peer, run
+        from umqtt3.codec import encode_publish
+        self.qos = qos
+        b = self.b = _broker(max_inflight=4)
+        off = Peer(b)
+        off.connect("off", clean=False)
+        off.subscribe(1, [("$share/g/sensors/+/temp", qos)])
+        run(b, [off])
+        off.link.close()
+        run(b, [])
+        sub = self.sub = Peer(b)
+        pub = self.pub = Peer(b)
+        sub.connect("sub")
+        pub.connect("pub")
+        sub.subscribe(1, [("$share/g/sensors/+/temp", qos)])
+        run(b, [sub, pub])
+        self.frame = bytearray(64)
+        self.n = encode_publish(self.frame, 0, "sensors/n1/temp", b"21.5", qos, 1 if qos else 0)
+        self.pid_at = self.n - 4 - 2
+        self.pid = 1
+        sub.record = False
+        pub.record = False
+
+
+def test_shared_forward_qos1_allocates_nothing():
+    # a shared group's copy is marked as it goes (its ring slot's byte,
+    # made once): forwarding stays free of allocation
+    from test_broker_mem import _Steady, _check_zero_alloc
+    _SharedSteady.go = _Steady.go
+    _check_zero_alloc(1, _SharedSteady(1))
