@@ -271,3 +271,43 @@ def test_shared_forward_qos1_allocates_nothing():
     from test_broker_mem import _Steady, _check_zero_alloc
     _SharedSteady.go = _Steady.go
     _check_zero_alloc(1, _SharedSteady(1))
+
+
+def test_a_member_the_acl_denies_the_topic_is_passed_over():
+    # the next member in turn may not read the topic (a deny pattern of the
+    # ACL, broker_acl.Grants.may_receive): the one after it gets the copy
+    acl = "topic read #\ntopic deny secret/#\nuser alice\ntopic readwrite #\n"
+    with running(users={b"alice": b"pw"}, allow_anonymous=True) as b:
+        b.set_acl(acl)
+        with Raw(b) as a, Raw(b) as spy, Raw(b) as d, Raw(b) as w:
+            a.connect("a", user="alice", password=b"pw")
+            spy.connect("spy")
+            d.connect("d", user="alice", password=b"pw")
+            for c in (a, spy, d):
+                assert c.subscribe(1, [("$share/g/+/x", 1)]) == b"\x01"
+            w.connect("w", user="alice", password=b"pw")
+            w.publish("secret/x", b"s", 1, pid=1)  # a's turn
+            w.expect(PUBACK, 1)
+            assert a.messages(1, ack=False)[0][:2] == (b"secret/x", b"s")
+            a.close()  # spy's turn next, but it may not read secret/x
+            assert d.messages(1)[0][:2] == (b"secret/x", b"s")
+            assert spy.nothing() and d.nothing()
+            assert b.handed == 1
+
+
+def test_at_mqtt_311_too():
+    # shared subscriptions work at every level (as mosquitto's do), and so
+    # does the hand-over: a 3.1.1 clean session's connection drops
+    with running() as b, Raw(b) as a, Raw(b) as c, Raw(b) as p:
+        a.connect("a")
+        c.connect("c")
+        for m in (a, c):
+            assert m.subscribe(1, [("$share/g/t", 1)]) == b"\x01"
+        p.connect("p")
+        p.publish("t", b"one", 1, pid=1)
+        p.expect(PUBACK, 1)
+        assert a.messages(1, ack=False)[0][1] == b"one"
+        a.close()
+        got = c.messages(1)[0]
+        assert got[1:3] == (b"one", 1)
+        assert c.nothing()
