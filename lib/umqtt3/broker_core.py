@@ -34,7 +34,7 @@ from .compat import ticks_add, ticks_diff, const, mem_free, name_levels, topic_o
 from .broker_limits import Limits
 from .broker_session import (Session, Sessions, Route, msg_size, ENTRY_COST, MSG_COST, grow_tx,
                              put_ack)
-from .broker_subs import Subs, shared_at, ACL_CHECK, SHARED
+from .broker_subs import Subs, shared_at, ACL_CHECK
 from .broker_retain import Retained, is_sys
 from .topic import match_span
 
@@ -1078,7 +1078,7 @@ class Core(Stats):
                 # subscriber), nothing retained: _refuse_full's and _route's
                 # steps for it in one call (Session.admit_send)
                 s = subs.hit[0]
-                g = subs.hq[0] & 0x13  # (SHARED: _route's way, marked)
+                g = subs.hq[0] & 0x13  # (broker_subs.SHARED, 0x10: _route sends those, marked)
                 if g and g < 3 and s.fsid is None:
                     self.nhit = 1
                     self.routed += 1
