@@ -14,7 +14,7 @@ from .props import (get, find, encode, encode_auth, TYPES, SESSION_EXPIRY, RECEI
                     TOPIC_ALIAS_MAXIMUM, TOPIC_ALIAS, REQUEST_PROBLEM_INFO, AUTH_METHOD,
                     AUTH_DATA, ASSIGNED_CLIENT_ID, SERVER_KEEPALIVE, REASON_STRING,
                     PAYLOAD_FORMAT, WILL_DELAY,
-                    SUBSCRIPTION_ID)
+                    SUBSCRIPTION_ID, MESSAGE_EXPIRY)
 
 NEVER = const(0xFFFFFFFF)  # a session expiry interval that never ends
 
@@ -351,3 +351,22 @@ def with_ids(r, ids):
         out += encode({SUBSCRIPTION_ID: i})
     return bytes(out)
 
+
+def hand_on_props(pr, left):
+    """The property list pr of a shared group's copy going to another
+    member (broker_core.Core._hand_on): without the subscription
+    identifiers it carried for the member that had it (the next member's
+    own are added as for any copy [MQTT-3.3.4-3 (5.0)]), its message expiry
+    interval what is left of it, left seconds (-1: it has none)
+    [MQTT-3.3.2-6]."""
+    if find(pr, 0, len(pr), SUBSCRIPTION_ID) >= 0:
+        pr = without(pr, 0, len(pr), SUBSCRIPTION_ID)
+    k = find(pr, 0, len(pr), MESSAGE_EXPIRY) if left >= 0 else -1
+    if k < 0:
+        return pr
+    b = bytearray(pr)
+    b[k] = left >> 24
+    b[k + 1] = (left >> 16) & 255
+    b[k + 2] = (left >> 8) & 255
+    b[k + 3] = left & 255
+    return bytes(b)

@@ -34,8 +34,9 @@ from .compat import ticks_add, ticks_diff, const, mem_free, name_levels, topic_o
 from .broker_limits import Limits
 from .broker_session import (Session, Sessions, Route, msg_size, ENTRY_COST, MSG_COST, grow_tx,
                              put_ack)
-from .broker_subs import Subs, shared_at, ACL_CHECK, SHARED
+from .broker_subs import Subs, shared_at, ACL_CHECK
 from .broker_retain import Retained, is_sys
+from .topic import match_span
 
 VERSION = "umqtt3 0.1.0"
 
@@ -68,6 +69,7 @@ class Stats:
         self.qbytes = 0  # what queued messages cost, each held once (broker_session.Msg)
         self.errors = 0  # internal errors (a bug): the connection was closed
         self.store_errors = 0  # store writes that failed (nothing was acknowledged)
+        self.handed = 0  # copies a shared group's ending member handed on (Core._hand_on)
         self.connected = 0
         self.budget = 0  # broker_limits.mem_budget (0: none)
         self.ret = None  # broker_retain.Retained: its bytes count too
@@ -480,10 +482,71 @@ class Core(Stats):
     def _drop(self, s):
         if self.sess.by_id.get(s.cid) is s:  # (not a second, ended record of the id: Disk.load)
             self.owners.pop(s.cid, None)
+        if self.subs.groups and s.filters:
+            # on another member's record (send) before this one's goes
+            self._hand_on(s)
         if not s.clean and self.disk is not None:
             self.disk.drop_session(s)  # gone from disk before CONNACK
         self.subs.drop(s)
         self.sess.remove(s)
+
+    def _hand_on(self, s):
+        """Session s ends: each QoS 1/2 copy a shared group's turn gave it
+        and its client did not acknowledge (sent without PUBACK / PUBREC, or
+        queued) goes to another member of that group, chosen as match()
+        chooses, at the QoS that member was granted, capped by the copy's
+        [MQTT-4.8.2 (5.0): "the Server SHOULD send the Application Message
+        to another Client that is subscribed to the same Shared
+        Subscription"]; none left: dropped, counted. Each copy carries
+        the subscription identifier of the member's own subscription.
+        (The rare end of a shared member: it allocates.)"""
+        held = s.shared_held()
+        if not held:
+            return
+        subs = self.subs
+        r = Route()  # (self.route may be half way through a message)
+        up = self.up_s
+        seen = {}  # type: dict  # (topic, payload) -> copies handed on: a topic two of its groups match
+        for m, first in held:
+            t = m.t
+            # the group it came by: its shared filters that match the topic,
+            # the n-th for the n-th copy of one message
+            fs = [f for f in s.filters if shared_at(f) > 0 and
+                  match_span(f, shared_at(f), len(f) - shared_at(f), t, 0, len(t))]
+            key = (t, m.p)
+            n = seen.get(key, 0)
+            seen[key] = n + 1
+            if n >= len(fs):
+                self.dropped += 1
+                continue
+            f = fs[n]
+            o = subs.turn(f, t, 0, len(t), s)
+            pr = m.pr
+            if o is None or (m.exp >= 0 and m.exp <= up):
+                self.dropped += 1  # no other member may have it, or it expired
+                continue
+            g = subs.po
+            q = (first >> 1) & 3
+            if (g & 3) < q:
+                q = g & 3
+            r.set(t, 0, len(t), m.p, 0, len(m.p), q)
+            r.retain = bool(first & 1)
+            if pr is not None:
+                pr = self._b5().hand_on_props(pr, m.exp - up if m.exp >= 0 else -1)
+                r.prs = pr
+                r.prn = len(pr)
+            ra = first & 1 if g & 8 else 0
+            pid = o.npid
+            try:
+                if o.fsid is not None and o.level == 5:
+                    self._send_ids(o, r, q, ra, f)
+                else:
+                    o.send(r, q, ra)
+            except OSError:
+                continue  # counted in store_errors: that member misses it
+            if q and o.npid != pid:
+                o.mark_shared(o.npid)  # its end hands it on again
+            self.handed += 1
 
     # ------------------------------------------------------------ CONNECT
     def _connect(self, c, p):
@@ -1015,8 +1078,8 @@ class Core(Stats):
                 # subscriber), nothing retained: _refuse_full's and _route's
                 # steps for it in one call (Session.admit_send)
                 s = subs.hit[0]
-                g = subs.hq[0] & 3
-                if g and s.fsid is None:
+                g = subs.hq[0] & 0x13  # (broker_subs.SHARED, 0x10: _route sends those, marked)
+                if g and g < 3 and s.fsid is None:
                     self.nhit = 1
                     self.routed += 1
                     w = s.admit_send(r, g if g < r.qos else r.qos,
@@ -1095,24 +1158,47 @@ class Core(Stats):
         rf = 1 if r.retain else 0
         err = None
         i = 0
-        while i < n:
+        # a shared group's hits come after the others (Subs.match): those
+        # pay no check per delivery, these are marked (_send_shared)
+        m = subs.np if subs.groups else n
+        while i < m:
             g = hq[i]
             ra = rf if g & 8 else 0  # retain as published [MQTT-3.3.1-12 (5.0)]
             g &= 3
             s = hit[i]
             try:
                 if s.fsid is not None and s.level == 5:
-                    self._send_ids(s, r, qos if qos < g else g, ra,
-                                   subs.hf[i] if hq[i] & SHARED else None)
+                    self._send_ids(s, r, qos if qos < g else g, ra, None)
                 else:
                     s.send(r, qos if qos < g else g, ra)
             except OSError as e:
                 err = e  # a store write failed (counted): the others still get theirs
             i += 1
+        while i < n:
+            g = hq[i]
+            try:
+                self._send_shared(hit[i], r, qos, g, rf if g & 8 else 0, subs.hf[i])
+            except OSError as e:
+                err = e
+            i += 1
         if own:
             subs.release(n)
         if err is not None:
             raise err  # not acknowledged: the publisher sends it again
+
+    def _send_shared(self, s, r, qos, g, ra, gf):
+        # r to s by the turn of shared group gf (g: hq's byte), its QoS 1/2
+        # copy marked so (Session.mark_shared): handed on if s ends first
+        g &= 3
+        if g > qos:
+            g = qos
+        pid = s.npid
+        if s.fsid is not None and s.level == 5:
+            self._send_ids(s, r, g, ra, gf)
+        else:
+            s.send(r, g, ra)
+        if g and s.npid != pid:
+            s.mark_shared(s.npid)
 
     def _send_ids(self, s, r, q, ra, gf):
         # r with the identifiers of the subscriptions of s it came by added

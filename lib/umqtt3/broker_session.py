@@ -35,6 +35,10 @@ from .qos_state import FREE, PUB, PUB_SENT, REL, REL_SENT, from_stored
 # first byte of a queued frame whose next packet is PUBREL: a record that
 # came back from the store after PUBREC and found no room in the ring
 _QREL = const(0x62)
+# A queue entry's bit 7 (a PUBLISH's first byte never has it): the copy came
+# by a shared group's turn (mark_shared), so it goes to another member of
+# the group when this session ends unacknowledged (shared_held).
+_QSH = const(0x80)
 
 
 class Route:
@@ -346,6 +350,10 @@ class Session:
     # the level its store's records of type 3 were built for (written
     # before records said their level; stored_first): 0 when none were
     lv3 = 0
+    # per ring slot, 1: its copy came by a shared group's turn; made by the
+    # first such copy in flight (mark_shared), so a session that never gets
+    # one holds no bytes for it
+    s_sh = None  # type: bytearray | None
 
     def __init__(self, cid, clean, limits, stats):
         self.cid = cid
@@ -833,13 +841,14 @@ class Session:
         te = lo = ho = rsz = ns = wmax = 0
         offs = lens = pids = self.s_off
         sts = self.s_st
+        sh = self.s_sh
         rb = self.rbuf
         sent = 0  # QoS 1/2 frames built (stats.sent, once at the end)
         while self.qh < len(q):
             h = self.qh
             m = q[h]
             v = q[h + 1]
-            first = v & 255
+            first = v & 127  # (bit 7: _QSH)
             pid = v >> 8
             if m is None:
                 # PUBREL only: a slot that holds no bytes but the id
@@ -928,11 +937,14 @@ class Session:
                 rsz = len(rb)
                 ho = offs[self.rhead]
                 o = offs[k]
+                sh = self.s_sh
             lo = o
             te = o + n
             ak = k + 1 if k + 1 < ns else 0
             # its id came with it from enqueue, and so did its record
             pids[k] = pid
+            if sh is not None:
+                sh[k] = v >> 7 & 1  # (_QSH) whether a shared group's turn gave it
             if o != re:
                 if re > rs:
                     copy(tx, conn.tlen, rb, rs, re - rs)
@@ -1012,6 +1024,60 @@ class Session:
     def backlog(self):
         return self.unsent or self.queued()
 
+    # ------------------------------------------------------------ shared groups
+    def mark_shared(self, pid):
+        """The QoS 1/2 copy just sent or queued with packet id pid came by
+        a shared group's turn: marked so, in its queue entry (_QSH) or its
+        ring slot (s_sh, made now if need be). Only for those copies: a
+        session that never gets one pays nothing."""
+        q = self.q
+        if len(q) > self.qh and q[-2] is not None and q[-1] >> 8 == pid:
+            q[-1] |= _QSH
+            return
+        k = self._find(pid)
+        if k >= 0:
+            if self.s_sh is None:
+                self.s_sh = bytearray(len(self.s_st))
+            self.s_sh[k] = 1
+
+    def shared_held(self):
+        """The session ends: the copies a shared group's turn gave it that
+        go to another member of the group, oldest first, each as (Msg,
+        first byte): QoS 1 ones its client did not acknowledge, in flight
+        or queued (4.8.2 (5.0): the Server SHOULD send them to another
+        Client of the group), and QoS 2 ones still queued, never sent. A
+        QoS 2 copy in flight stays: its delivery was begun with this
+        client, so no other gets it [MQTT-4.8.2-4, MQTT-4.8.2-5]. Their
+        marks go, so each is handed on once. (Allocates: the rare end of
+        a shared member.)"""
+        out = []
+        sh = self.s_sh
+        if sh is not None and self.rcount:
+            ns = len(self.s_st)
+            up = self.stats.up_s
+            i = 0
+            while i < self.rcount:
+                k = (self.rhead + i) % ns
+                st = self.s_st[k]
+                if sh[k] and (st == PUB or st == PUB_SENT) and \
+                        self.rbuf[self.s_off[k]] & 6 == 2:
+                    o = self.s_off[k]
+                    f = self.rbuf[o:o + self.s_len[k]]
+                    out.append((frame_msg(f, self.level, up), f[0] & 0x37))
+                sh[k] = 0
+                i += 1
+        q = self.q
+        i = self.qh
+        while i < len(q):
+            v = q[i + 1]
+            if v & _QSH:
+                q[i + 1] = v & ~_QSH
+                m = q[i]
+                if m is not None and v & 6:
+                    out.append((plain(m), v & 0x37))
+            i += 2
+        return out
+
     # ------------------------------------------------------------ in-flight ring
     def _window(self, v):
         # The most QoS 1/2 messages in flight to a client: max_inflight at
@@ -1043,6 +1109,9 @@ class Session:
         offs = [0] * ns
         lens = [0] * ns
         sts = bytearray(ns)
+        sh = self.s_sh
+        if sh is not None:
+            self.s_sh = bytearray(ns)
         if self.s_st is not None:
             n = len(self.s_st)
             i = 0
@@ -1052,6 +1121,8 @@ class Session:
                 offs[i] = self.s_off[k]
                 lens[i] = self.s_len[k]
                 sts[i] = self.s_st[k]
+                if sh is not None:
+                    self.s_sh[i] = sh[k]
                 i += 1
             self.rhead = 0
         self.s_pid = pids
@@ -1206,6 +1277,8 @@ class Session:
         self.s_pid[k] = pid
         copy(self.rbuf, self.s_off[k], buf, off, n)
         self.s_st[k] = PUB_SENT
+        if self.s_sh is not None:
+            self.s_sh[k] = 0  # (mark_shared sets it for a shared group's copy)
 
     def ack_fits(self, t, pid):
         """Does a PUBACK (4), PUBREC (5) or PUBCOMP (7) for pid fit the flow
@@ -1437,7 +1510,8 @@ class Session:
                         self.fs.out_del(self.s_pid[k])
                     st = FREE
             if st:
-                msgs.append((self.s_pid[k], st, self.rbuf[self.s_off[k]] if m else 0, m, n))
+                msgs.append((self.s_pid[k], st, self.rbuf[self.s_off[k]] if m else 0, m, n,
+                             self.s_sh[k] if self.s_sh is not None else 0))
                 total += n
             i += 1
         size = len(self.rbuf)
@@ -1446,11 +1520,14 @@ class Session:
         offs = [0] * ns
         lens = [0] * ns
         sts = bytearray(ns)
+        sh = None if self.s_sh is None else bytearray(ns)
         o = 0
         i = 0
-        for pid, st, first, m, n in msgs:
+        for pid, st, first, m, n, shd in msgs:
             pids[i] = pid
             sts[i] = st
+            if sh is not None:
+                sh[i] = shd
             offs[i] = o
             lens[i] = n
             if m is not None:
@@ -1461,6 +1538,7 @@ class Session:
         self.s_off = offs
         self.s_len = lens
         self.s_st = sts
+        self.s_sh = sh
         self.rhead = 0
         self.rcount = i
 

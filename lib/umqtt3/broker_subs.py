@@ -29,14 +29,21 @@ def _acl_ok(s, tsrc, toff, tn):
     return g is not None and g.may_receive(tsrc, toff, tn)
 
 
+_SHARE = b"$share/"
+
+
 def shared_at(f):
     """Where the filter of a shared subscription "$share/group/filter"
     starts in f, 0 for any other filter, -1 for a malformed one (no
     group, a wildcard in it, or no filter) [MQTT-4.8.2-1, MQTT-4.8.2-2]."""
     n = len(f)
-    if n < 7 or f[0] != 36 or bytes(f[:7]) != b"$share/":
+    if n < 7 or f[0] != 36:
         return 0
-    i = 7
+    i = 1
+    while i < 7:
+        if f[i] != _SHARE[i]:
+            return 0  # (byte by byte: a slice would allocate per message, _scan)
+        i += 1
     while i < n and f[i] != 47:
         if f[i] == 43 or f[i] == 35:
             return -1
@@ -79,6 +86,9 @@ class Subs:
         # shared subscriptions: [filter "$share/g/f", where f starts, member
         # sessions, the next to get one] per group and filter
         self.groups = []
+        self.po = 0  # the options byte of the member _pick chose
+        # hits of the last scan before the shared groups' (hq & SHARED)
+        self.np = 0
 
     def add(self, s, buf, off, n, opts, sid=0):
         """Add or replace [MQTT-3.8.4-3] a subscription of s with options
@@ -186,7 +196,8 @@ class Subs:
         matching subscription retains as published. A subscription with no
         local does not get what its own session (src) published
         [MQTT-3.8.3-3 (5.0)]. Allocates nothing once hit has grown to the
-        largest number of subscribers seen (and memo is None)."""
+        largest number of subscribers seen (and memo is None). With
+        shared groups, their hits come last, from np on."""
         memo = self.memo
         if memo is None or self.groups:
             return self._scan(tsrc, toff, tn, src)
@@ -251,6 +262,7 @@ class Subs:
         self.local = nl & 4
         self.hit = hit
         self.hq = hq
+        self.np = k  # the shared groups' hits come after these
         for g in self.groups:
             f = g[0]
             fo = g[1]
@@ -259,33 +271,11 @@ class Subs:
         return k
 
     def _one(self, g, k, tsrc, toff, tn):
-        # one member of a shared subscription's group gets it, in turn,
-        # a connected one first [MQTT-4.8.2-3 (5.0): one delivery per group];
-        # a member the ACL does not let read the topic is passed over
-        m = g[2]
-        n = len(m)
-        i = g[3]
-        f = g[0]
-        first = -1  # the first member that may have it, connected or not
-        fo = 0
-        j = 0
-        while j < n:
-            s = m[(i + j) % n]
-            o = s.fqos[find_filter(s, f, 0, len(f))]
-            if not o & 64 or _acl_ok(s, tsrc, toff, tn):
-                if first < 0:
-                    first = j
-                    fo = o
-                if s.client is not None:
-                    break
-            j += 1
-        if j >= n:
-            if first < 0:
-                return k  # no member may read it
-            j = first
-            o = fo
-            s = m[(i + j) % n]
-        g[3] = (i + j + 1) % n
+        # one member of a shared subscription's group gets it, in turn
+        # [MQTT-4.8.2-3 (5.0): one delivery per group]: hit[k]
+        s = self._pick(g, tsrc, toff, tn, None)
+        if s is None:
+            return k  # no member may read it
         hit = self._hit
         if k < len(hit):
             hit[k] = s
@@ -293,12 +283,55 @@ class Subs:
             hit.append(s)
         if k >= len(self._hq):
             self.hq = self._hq = self._hq + bytearray(len(self._hq))
-        self._hq[k] = (o & 11) | SHARED  # QoS and retain as published
+        self._hq[k] = (self.po & 11) | SHARED  # QoS and retain as published
         hf = self.hf
         while len(hf) <= k:
             hf.append(None)
-        hf[k] = f
+        hf[k] = g[0]
         return k + 1
+
+    def _pick(self, g, tsrc, toff, tn, skip):
+        # the member of group g whose turn it is, a connected one first; a
+        # member the ACL does not let read the topic is passed over, and so
+        # is skip (a session that is ending). None when no member may have
+        # it; else the turn moves on and po is the member's options byte.
+        m = g[2]
+        n = len(m)
+        i = g[3]
+        f = g[0]
+        first = -1  # the first member that may have it, connected or not
+        fo = o = 0
+        s = None
+        j = 0
+        while j < n:
+            s = m[(i + j) % n]
+            if s is not skip:
+                o = s.fqos[find_filter(s, f, 0, len(f))]
+                if not o & 64 or _acl_ok(s, tsrc, toff, tn):
+                    if first < 0:
+                        first = j
+                        fo = o
+                    if s.client is not None:
+                        break
+            j += 1
+        if j >= n:
+            if first < 0:
+                return None
+            j = first
+            o = fo
+            s = m[(i + j) % n]
+        g[3] = (i + j + 1) % n
+        self.po = o
+        return s
+
+    def turn(self, f, tsrc, toff, tn, skip):
+        """The member of shared subscription f's group that gets the topic
+        tsrc[toff:toff+tn] now, as match() would choose it, skip passed
+        over; po its options byte. None: no other member may have it."""
+        for g in self.groups:
+            if g[0] == f:
+                return self._pick(g, tsrc, toff, tn, skip)
+        return None
 
     def mark(self, s, on):
         """Mark every subscription of s ACL_CHECK (on) or none. On: with
