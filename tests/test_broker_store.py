@@ -450,6 +450,25 @@ def test_new_directories_are_synced_into_their_parent(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------- expiry
 
+def test_a_session_the_disk_refuses_leaves_no_owner(tmp_path):
+    # with users, a client id belongs to its session's user (Core.owners);
+    # a persistent session the disk cannot record is not made (no CONNACK),
+    # and nor is its owner: ids tried while the store fails cost no RAM
+    files = Failing()
+    b = _broker(str(tmp_path), files=files, users={b"u": b"pw"})
+    files.broken = True
+    for i in range(20):
+        try:
+            Raw(b, b"c%d" % i, clean=False, user=b"u", password=b"pw").packets()
+        except OSError:
+            pass
+    assert len(b.sess.all) == 0 and len(b.owners) == 0
+    files.broken = False
+    r = Raw(b, b"c0", clean=False, user=b"u", password=b"pw")
+    r.packets()
+    assert b.owners == {b"c0": b"u"} and len(b.sess.all) == 1
+
+
 def test_session_expiry_on_a_failing_disk_goes_on(tmp_path):
     # A session's expiry interval ends while the disk fails: the failed
     # write is counted in store_errors and the broker goes on; the session

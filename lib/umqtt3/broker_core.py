@@ -644,7 +644,11 @@ class Core(Stats):
                 if users is not None:
                     self.owners[cid] = u  # its record names its user
                 if self.disk is not None:
-                    self.disk.add_session(s)  # [MQTT-3.1.2-4], before CONNACK
+                    try:
+                        self.disk.add_session(s)  # [MQTT-3.1.2-4], before CONNACK
+                    except OSError:
+                        self.owners.pop(cid, None)  # no session, so no owner
+                        raise
             reg.add(s)
         elif s.expiry != sx:
             self.set_expiry(s, sx)
