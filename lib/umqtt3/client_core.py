@@ -31,6 +31,7 @@ _OPENING = const(1)  # CONNECT sent, CONNACK awaited
 _UP = const(2)
 _IDLE_MS = const(60000)  # tick()'s answer when no timer runs
 _RESERVE = const(8)  # send-buffer bytes a PUBLISH may not take: acks and PINGREQ always fit
+_KEYS = (bytes, str)  # topics an alias may stand for: a bytearray's contents may change
 _LOST = const(0x100)  # the completion code of a message a reconnect forgot (store=False)
 # packet types, as in codec
 _CONNECT = const(1)
@@ -210,7 +211,7 @@ class Core:
         start = c.tlen
         al = self.aliases
         new = None
-        if al is not None and not qos and props is None and isinstance(topic, (bytes, str)):
+        if al is not None and not qos and props is None and isinstance(topic, _KEYS):
             # MQTT 5 topic alias: the topic once, then two bytes [MQTT-3.3.2-12]
             # (QoS 0 only: a stored message may be resent on a connection
             # that knows no alias; a bytearray topic may change: none)
