@@ -82,6 +82,18 @@ def _ingest(tmp_path, port, *tls):
                             text=True, env=procs.python_env())
 
 
+def _ready(p, timeout=20):
+    """The ingest's first line, "ready" once it is connected and subscribed;
+    what it said instead when it did not say that within timeout."""
+    import select
+    if select.select([p.stdout], [], [], timeout)[0]:
+        line = p.stdout.readline().strip()
+        if line == "ready":
+            return line
+    procs.stop(p, 5)
+    return p.stderr.read() or "nothing within %d s" % timeout
+
+
 def _logged(path):
     from umqtt3_pipeline import log as L
     at = L.first(path)
@@ -103,7 +115,7 @@ def _publish_over_tls(port, pki, msgs, cert=None):
 def _readings_reach_the_log(tmp_path, port, pki, *tls, cert=None):
     p = _ingest(tmp_path, port, *tls)
     try:
-        assert p.stdout.readline().strip() == "ready", p.stderr.read()
+        assert _ready(p) == "ready"
         msgs = [reading("n%d" % (i % 3), "temp", 20 + i, 7, i) for i in range(60)]
         _publish_over_tls(port, pki, msgs, cert)
         wait_for(lambda: len(_logged(str(tmp_path / "log"))) >= len(msgs), 20,
@@ -229,3 +241,43 @@ def test_the_source_options_take_file_paths(tmp_path, pki, tls_mosquitto):
     with pytest.raises(ValueError, match="^certfile and keyfile go together: certfile without"):
         StreamReader({"path": str(tmp_path / "log3"), "broker": at, "tls": "true",
                       "certfile": pki["client"]}).initialOffset()
+
+
+@pytest.mark.slow
+def test_the_job_reads_over_tls_with_a_client_certificate(tmp_path, pki, tls_mosquitto):
+    """The job's options reach the source through Spark (readings()): its
+    ingest connects with the client certificate and every reading is
+    committed."""
+    import re
+    from pipeline_support import have_spark
+    if have_spark() is not None:
+        pytest.skip(have_spark())
+    from umqtt3_pipeline import job
+    from umqtt3_pipeline import log as L
+    from umqtt3_pipeline.tls import context
+    port = tls_mosquitto(require=True)
+    tls = ["--cafile", pki["ca"], "--cert", pki["client"], "--key", pki["client.key"]]
+    # the session first: the broker keeps every reading for the job
+    job.ensure_session("127.0.0.1:%d" % port, "umqtt3/+/+", 1, "tls-job",
+                       tls=context(pki["ca"], False, pki["client"], pki["client.key"]), cert=True)
+    msgs = [reading("n%d" % (i % 4), "temp", float(i), 5, i) for i in range(60)]
+    _publish_over_tls(port, pki, msgs, "client")
+    p = subprocess.Popen([sys.executable, "-m", "umqtt3_pipeline.job", "--master", "local[1]",
+                          "--broker", "127.0.0.1:%d" % port, "--client-id", "tls-job",
+                          "--log", str(tmp_path / "log"), "--out", str(tmp_path / "out"),
+                          "--checkpoint", str(tmp_path / "ck"), "--window", "1 seconds",
+                          "--watermark", "1 seconds", "--trigger", "0.5", "--keep-log"] + tls,
+                         env=dict(procs.python_env(), SPARK_LOCAL_IP="127.0.0.1"),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        log = str(tmp_path / "log")
+        wait_for(lambda: p.poll() is not None or os.path.isdir(log) and
+                 L.count(log) >= len(msgs), 180, "every reading in the log")
+        p.terminate()  # the job closes: every window written, then the summary
+        out, err = p.communicate(timeout=180)
+    finally:
+        procs.stop(p, 5)
+    assert p.returncode == 0, err
+    assert re.search(r"^umqtt3 telemetry: stopped after \d+ s; 60 readings committed", out,
+                     re.M), out + err
