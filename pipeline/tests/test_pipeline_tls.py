@@ -75,11 +75,11 @@ def tls_mosquitto(tmp_path, pki):
         b.stop()
 
 
-def _ingest(tmp_path, port, *tls):
+def _ingest(tmp_path, port, *tls, env=None):
     return subprocess.Popen([sys.executable, "-m", "umqtt3_pipeline.ingest", "--log",
                              str(tmp_path / "log"), "--broker", "127.0.0.1:%d" % port]
                             + list(tls), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=procs.python_env())
+                            text=True, env=dict(procs.python_env(), **(env or {})))
 
 
 def _ready(p, timeout=20):
@@ -112,8 +112,8 @@ def _publish_over_tls(port, pki, msgs, cert=None):
         c.disconnect()
 
 
-def _readings_reach_the_log(tmp_path, port, pki, *tls, cert=None):
-    p = _ingest(tmp_path, port, *tls)
+def _readings_reach_the_log(tmp_path, port, pki, *tls, cert=None, env=None):
+    p = _ingest(tmp_path, port, *tls, env=env)
     try:
         assert _ready(p) == "ready"
         msgs = [reading("n%d" % (i % 3), "temp", 20 + i, 7, i) for i in range(60)]
@@ -128,7 +128,9 @@ def _readings_reach_the_log(tmp_path, port, pki, *tls, cert=None):
 
 def test_readings_reach_the_log_over_tls(tmp_path, pki, tls_mosquitto):
     port = tls_mosquitto()
-    _readings_reach_the_log(tmp_path, port, pki, "--cafile", pki["ca"])
+    _readings_reach_the_log(tmp_path / "a", port, pki, "--cafile", pki["ca"])
+    # --tls: the system's CAs, which OpenSSL takes from SSL_CERT_FILE when set
+    _readings_reach_the_log(tmp_path / "b", port, pki, "--tls", env={"SSL_CERT_FILE": pki["ca"]})
 
 
 @pytest.mark.parametrize("module", ["umqtt3_pipeline.ingest", "umqtt3_pipeline.job"])
