@@ -147,6 +147,9 @@ def test_a_broker_the_ca_does_not_vouch_for_is_refused_in_one_line(tmp_path, pki
     # the system's CAs do not know ours either
     refused(module, args + ["--broker", "127.0.0.1:%d" % port, "--tls"],
             at + " failed the TLS handshake: unknown CA", status=1)
+    # no TLS option for a TLS port: said, not tried for ever
+    refused(module, args + ["--broker", "127.0.0.1:%d" % port],
+            at + " speaks TLS on that port: give --cafile FILE or --tls", status=1)
     refused(module, args + ["--broker", "127.0.0.1:%d" % other_name, "--cafile", pki["ca"]],
                   "the broker at 127.0.0.1:%d failed the TLS handshake: name mismatch: its "
                   "certificate is not for 127.0.0.1" % other_name, status=1)

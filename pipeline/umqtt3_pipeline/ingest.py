@@ -174,15 +174,18 @@ class Ingest:
                     break
                 except OSError as e:
                     c.disconnect()
+                    # a broker that fails or refuses the handshake does so
+                    # again, one on a TLS port refuses plain MQTT for ever:
+                    # say why (check()) instead of trying on
+                    from .tls import TLSRefused, plain_refused, probe, refused
                     if self.tls is not None:
-                        # a broker that fails or refuses the handshake does
-                        # so again: say why (check()) instead of trying on
-                        from .tls import TLSRefused, probe, refused
                         why = (refused(e, self.host, self.port, self.cert) or
                                probe(self.tls, self.host, self.port, self.cert))
-                        if why:
-                            self.error = TLSRefused(why)
-                            return
+                    else:
+                        why = plain_refused(self.host, self.port)
+                    if why:
+                        self.error = TLSRefused(why)
+                        return
                     self.stopping.wait(0.5)  # broker not up yet: keep trying
             else:
                 return

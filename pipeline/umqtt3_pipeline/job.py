@@ -274,11 +274,11 @@ def ensure_session(broker, topics, qos, client_id, level=5, user=None, password=
             c.disconnect()  # the session exists: it just delivered
         except OSError as e:
             c.disconnect()
-            if tls is not None:
-                from .tls import probe, refused
-                why = refused(e, host, port, cert) or probe(tls, host, port, cert)
-                if why:
-                    raise Refused(why)
+            from .tls import plain_refused, probe, refused
+            why = ((refused(e, host, port, cert) or probe(tls, host, port, cert))
+                   if tls is not None else plain_refused(host, port))
+            if why:
+                raise Refused(why)
             print("broker %s: %s; the ingest keeps trying" % (broker, e), file=sys.stderr)
             return False
         except Exception as e:

@@ -158,3 +158,26 @@ def probe(ctx, host, port, cert=False, wait=2.0):
         return None  # it spoke first: not a TLS refusal
     finally:
         s.close()
+
+
+def plain_refused(host, port, wait=2.0):
+    """For a first connection without TLS that failed: what to say when the
+    broker's port speaks TLS (a handshake that nothing is sent over, its
+    certificate not even looked at), else None."""
+    import socket
+    try:
+        s = socket.create_connection((host, port), wait)
+    except OSError:
+        return None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE  # only to learn whether it speaks TLS
+    try:
+        s.settimeout(wait)
+        s = ctx.wrap_socket(s)
+    except OSError:
+        return None
+    finally:
+        s.close()
+    return ("the broker at %s:%d speaks TLS on that port: give --cafile FILE or --tls"
+            % (host, port))
