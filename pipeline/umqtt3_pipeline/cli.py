@@ -98,7 +98,7 @@ def add_tls(ap):
     ap.add_argument("--key", metavar="FILE", help="the key of --cert (PEM, no passphrase)")
 
 
-def tls_context(ap, a):
+def tls_checked(ap, a):
     """The ssl.SSLContext of the TLS options (None: plain TCP); refuses
     (ap.error) files it cannot use."""
     from .tls import context

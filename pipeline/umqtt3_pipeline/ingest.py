@@ -247,7 +247,7 @@ def main(argv=None):
     ROOT, or the batch reader later."""
     import signal
     import sys
-    from .cli import (Help, Parser, add_tls, broker_address, reachable, tls_context,
+    from .cli import (Help, Parser, add_tls, broker_address, reachable, tls_checked,
                       topic_filters, usable_dir)
     ap = Parser(prog="python -m umqtt3_pipeline.ingest", description=main.__doc__,
                 formatter_class=Help)
@@ -276,7 +276,7 @@ def main(argv=None):
     if a.share and level != 5:
         ap.error("--share needs MQTT 5 (--level 5)")
     usable_dir(ap, "--log", a.log)
-    ctx = tls_context(ap, a)
+    ctx = tls_checked(ap, a)
     reachable(ap, a.broker)
     try:
         password = read_password(a.password_file)

@@ -38,8 +38,8 @@ if __name__ == "__main__" and not __package__:
     from umqtt3_pipeline.job import main as _main
     sys.exit(_main())
 
-from .cli import (Help, Parser, add_tls, broker_address, reachable, topic_filters,
-                  usable_dir)
+from .cli import (Help, Parser, add_tls, broker_address, reachable, tls_checked,
+                  topic_filters, usable_dir)
 
 
 def _worker_path():
@@ -224,7 +224,7 @@ def _refuse(pkt, redelivered):
 
 
 class Refused(Exception):
-    """The broker refused the job's login."""
+    """The broker refused the job's login, or failed or refused TLS."""
 
 
 def tls_context(a):
@@ -301,7 +301,8 @@ def start(spark, a, tally=None):
     if not external:
         from .ingest import read_password
         ensure_session(a.broker, a.topics, a.qos, a.client_id, a.level, a.user,
-                       read_password(a.password_file), tls_context(a), bool(getattr(a, "cert", None)))
+                       read_password(a.password_file), tls_context(a),
+                       bool(getattr(a, "cert", None)))
     if os.path.isdir(a.log):
         cancel_close(a.log)  # a close asked by a run that died before it
     ck = a.checkpoint if "://" in a.checkpoint else os.path.abspath(a.checkpoint)
@@ -499,8 +500,7 @@ def parse(argv=None):
         read_password(a.password_file)
     except OSError as e:
         ap.error("--password-file %s: %s" % (a.password_file, e.strerror or e))
-    from .cli import tls_context as checked
-    checked(ap, a)  # refused here, before Spark starts
+    tls_checked(ap, a)  # refused here, before Spark starts
     if a.ingest == "driver":
         reachable(ap, a.broker)
     return a
@@ -536,7 +536,8 @@ def main(argv=None):
         from .ingest import read_password
         try:  # before Spark starts: a refused login in one line
             ensure_session(a.broker, a.topics, a.qos, a.client_id, a.level, a.user,
-                           read_password(a.password_file), tls_context(a), bool(getattr(a, "cert", None)))
+                           read_password(a.password_file), tls_context(a),
+                           bool(getattr(a, "cert", None)))
         except Refused as e:
             print("umqtt3-pipeline: %s" % e, file=sys.stderr)
             return 1

@@ -25,8 +25,9 @@ segmentBytes, splitBytes, trim ("false" keeps the history for the batch
 reader), user and passwordFile (the broker's login: a file whose first line
 is the password, so that the password is in no plan or log), cafile, tls,
 certfile and keyfile (TLS to the broker, as the job's --cafile, --tls,
---cert and --key: file paths, never key material), checkpoint (the query's checkpointLocation: its new offsets, commits
-and state files are fsynced before a trim), ingest ("external": no ingest here; path holds one log per
+--cert and --key: file paths, never key material), checkpoint (the query's
+checkpointLocation: its new offsets, commits and state files are fsynced
+before a trim), ingest ("external": no ingest here; path holds one log per
 sub-directory, each written by its own ``python -m umqtt3_pipeline.ingest``,
 for instance under one MQTT 5 shared subscription; offsets per log;
 minRowsPerBatch counts the rows of all of them), columns (comma-separated
