@@ -84,3 +84,25 @@ def usable_dir(ap, option, path):
         os.makedirs(path, exist_ok=True)  # what os.access cannot tell (root, /proc)
     except OSError as e:
         ap.error("%s %s: cannot create it: %s" % (option, path, e.strerror or e))
+
+
+def add_tls(ap):
+    """The TLS options, as mosquitto_sub names them (tls.py)."""
+    ap.add_argument("--cafile", metavar="FILE",
+                    help="TLS to the broker, trusting the CA certificates in FILE (PEM) alone; "
+                    "the broker's name is checked")
+    ap.add_argument("--tls", action="store_true",
+                    help="TLS to the broker, trusting the system's CAs; the name is checked")
+    ap.add_argument("--cert", metavar="FILE",
+                    help="a client certificate (PEM), with --key, for a broker that wants one")
+    ap.add_argument("--key", metavar="FILE", help="the key of --cert (PEM, no passphrase)")
+
+
+def tls_checked(ap, a):
+    """The ssl.SSLContext of the TLS options (None: plain TCP); refuses
+    (ap.error) files it cannot use."""
+    from .tls import context
+    try:
+        return context(a.cafile, a.tls, a.cert, a.key)
+    except ValueError as e:
+        ap.error(str(e))

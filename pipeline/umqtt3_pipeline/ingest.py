@@ -104,7 +104,8 @@ class Ingest:
 
     def __init__(self, path, broker="127.0.0.1:1883", topics=("#",), client_id="umqtt3-spark",
                  qos=1, keepalive=30, segment_bytes=64 << 20, bufsize=65536, clock=time.time,
-                 level=5, publish_synced=False, lock_timeout=30.0, user=None, password=None):
+                 level=5, publish_synced=False, lock_timeout=30.0, user=None, password=None,
+                 tls=None, cert=False):
         assert qos in (1, 2), "the ingest acknowledges after the log: QoS 1 or 2"
         self.path = path
         self.host, self.port = parse_broker(broker)
@@ -119,6 +120,8 @@ class Ingest:
         self.publish_synced = publish_synced  # for a job in another process (log.synced)
         self.lock_timeout = lock_timeout  # seconds to wait for the log's LOCK
         self.user, self.password = user, password  # the broker's login, if it wants one
+        self.tls = tls  # an ssl.SSLContext (tls.context()) or None: plain TCP
+        self.cert = cert  # the context holds a client certificate (for what a refusal says)
         self.log = None
         self.client = None
         self.thread = None
@@ -132,7 +135,7 @@ class Ingest:
                        lock_timeout=self.lock_timeout)
         store = LogStore(self.log, self._sync)
         c = MQTTClient(self.client_id, self.host, self.port, user=self.user,
-                       password=self.password, keepalive=self.keepalive,
+                       password=self.password, keepalive=self.keepalive, ssl=self.tls,
                        reconnect=True, store=store, bufsize=self.bufsize,
                        backoff_ms=(200, 5000), level=self.level, window=RECEIVE_MAX)
         c.set_callback(self._on_message, raw=True)
@@ -169,8 +172,20 @@ class Ingest:
                     for t in self.topics:
                         c.subscribe(t, self.qos)  # kept by the session from now on
                     break
-                except OSError:
+                except OSError as e:
                     c.disconnect()
+                    # a broker that fails or refuses the handshake does so
+                    # again, one on a TLS port refuses plain MQTT for ever:
+                    # say why (check()) instead of trying on
+                    from .tls import TLSRefused, plain_refused, probe, refused
+                    if self.tls is not None:
+                        why = (refused(e, self.host, self.port, self.cert) or
+                               probe(self.tls, self.host, self.port, self.cert))
+                    else:
+                        why = plain_refused(self.host, self.port)
+                    if why:
+                        self.error = TLSRefused(why)
+                        return
                     self.stopping.wait(0.5)  # broker not up yet: keep trying
             else:
                 return
@@ -189,6 +204,9 @@ class Ingest:
     def check(self):
         if isinstance(self.error, LogWriteError):
             raise LogWriteError("umqtt3 ingest stopped: %s" % self.error)
+        from .tls import TLSRefused
+        if isinstance(self.error, TLSRefused):
+            raise RuntimeError("umqtt3 ingest stopped: %s" % self.error)
         why = refused_login(self.error)
         if why:
             raise RuntimeError("umqtt3 ingest stopped: the broker at %s:%d refused the login: %s"
@@ -229,7 +247,8 @@ def main(argv=None):
     ROOT, or the batch reader later."""
     import signal
     import sys
-    from .cli import Help, Parser, broker_address, reachable, topic_filters, usable_dir
+    from .cli import (Help, Parser, add_tls, broker_address, reachable, tls_checked,
+                      topic_filters, usable_dir)
     ap = Parser(prog="python -m umqtt3_pipeline.ingest", description=main.__doc__,
                 formatter_class=Help)
     ap.add_argument("--log", required=True)
@@ -242,6 +261,7 @@ def main(argv=None):
     ap.add_argument("--user", help="the user name the broker wants, if any")
     ap.add_argument("--password-file", metavar="FILE",
                     help="a file whose first line is the password for --user")
+    add_tls(ap)
     ap.add_argument("--share", metavar="GROUP",
                     help="subscribe as a member of the shared subscription $share/GROUP/... "
                     "(MQTT 5)")
@@ -256,6 +276,7 @@ def main(argv=None):
     if a.share and level != 5:
         ap.error("--share needs MQTT 5 (--level 5)")
     usable_dir(ap, "--log", a.log)
+    ctx = tls_checked(ap, a)
     reachable(ap, a.broker)
     try:
         password = read_password(a.password_file)
@@ -267,7 +288,8 @@ def main(argv=None):
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     ing = Ingest(a.log, a.broker, topics, a.client_id, a.qos, level=level,
-                 publish_synced=True, lock_timeout=2.0, user=a.user, password=password)
+                 publish_synced=True, lock_timeout=2.0, user=a.user, password=password,
+                 tls=ctx, cert=bool(a.cert))
     try:
         ing.start()
     except BlockingIOError:

@@ -38,7 +38,8 @@ if __name__ == "__main__" and not __package__:
     from umqtt3_pipeline.job import main as _main
     sys.exit(_main())
 
-from .cli import Help, Parser, broker_address, reachable, topic_filters, usable_dir
+from .cli import (Help, Parser, add_tls, broker_address, reachable, tls_checked,
+                  topic_filters, usable_dir)
 
 
 def _worker_path():
@@ -118,8 +119,9 @@ COLUMNS = "topic,received_at,sent_at,node,metric,value,boot,seq"
 
 def readings(spark, broker, topics, path, qos=1, client_id="umqtt3-telemetry", max_rows=0,
              trim=True, min_rows=0, max_delay=1.0, external=False, level=5, checkpoint=None,
-             user=None, password_file=None):
+             user=None, password_file=None, tls=None):
     """The stream of parsed readings, in the columns windows() uses.
+    tls: {source option: value} of TLS (tls_options()).
     external: the logs under path are written by ingest processes of their
     own. checkpoint: the query's checkpointLocation, whose new files the
     source fsyncs before it trims the log (source.sync_checkpoint)."""
@@ -137,6 +139,8 @@ def readings(spark, broker, topics, path, qos=1, client_id="umqtt3-telemetry", m
             r = r.option("user", user)
         if password_file:
             r = r.option("passwordFile", os.path.abspath(password_file))
+        for k, v in (tls or {}).items():
+            r = r.option(k, v)
         if max_rows:
             r = r.option("maxRowsPerBatch", str(max_rows))
     if min_rows:
@@ -220,10 +224,32 @@ def _refuse(pkt, redelivered):
 
 
 class Refused(Exception):
-    """The broker refused the job's login."""
+    """The broker refused the job's login, or failed or refused TLS."""
 
 
-def ensure_session(broker, topics, qos, client_id, level=5, user=None, password=None):
+def tls_context(a):
+    """The ssl.SSLContext of the parsed arguments a (parse() checked
+    them), or None: plain TCP."""
+    from . import tls
+    return tls.context(getattr(a, "cafile", None), getattr(a, "tls", False),
+                       getattr(a, "cert", None), getattr(a, "key", None))
+
+
+def tls_options(a):
+    """The source's TLS options for the parsed arguments a: file paths
+    only (absolute: the source runs in Spark's Python worker), never key
+    material, which would show in the query's plan."""
+    o = {}
+    for option, path in (("cafile", "cafile"), ("certfile", "cert"), ("keyfile", "key")):
+        if getattr(a, path, None):
+            o[option] = os.path.abspath(getattr(a, path))
+    if getattr(a, "tls", False):
+        o["tls"] = "true"
+    return o
+
+
+def ensure_session(broker, topics, qos, client_id, level=5, user=None, password=None,
+                   tls=None, cert=False):
     """Make sure the broker holds the persistent session of client_id, so
     that it keeps what is published from now on for the ingest, even before
     Spark has started it. A message the broker delivers meanwhile is refused
@@ -235,7 +261,7 @@ def ensure_session(broker, topics, qos, client_id, level=5, user=None, password=
         # at the ingest's level (what the broker has in flight is resent
         # built for the level of the connection, whichever it is)
         c = MQTTClient(client_id, host, port, user=user, password=password, keepalive=30,
-                       level=level)
+                       level=level, ssl=tls)
         c.set_callback(_refuse, raw=True)
         try:
             if not c.connect(clean_session=False):
@@ -248,6 +274,11 @@ def ensure_session(broker, topics, qos, client_id, level=5, user=None, password=
             c.disconnect()  # the session exists: it just delivered
         except OSError as e:
             c.disconnect()
+            from .tls import plain_refused, probe, refused
+            why = ((refused(e, host, port, cert) or probe(tls, host, port, cert))
+                   if tls is not None else plain_refused(host, port))
+            if why:
+                raise Refused(why)
             print("broker %s: %s; the ingest keeps trying" % (broker, e), file=sys.stderr)
             return False
         except Exception as e:
@@ -255,7 +286,8 @@ def ensure_session(broker, topics, qos, client_id, level=5, user=None, password=
             c.disconnect()
             why = refused_login(e)
             if why:
-                raise Refused("the broker at %s refused the login: %s" % (broker, why))
+                raise Refused("the broker at %s refused the login: %s (--user, --password-file)"
+                              % (broker, why))
             raise
     return True
 
@@ -269,13 +301,14 @@ def start(spark, a, tally=None):
     if not external:
         from .ingest import read_password
         ensure_session(a.broker, a.topics, a.qos, a.client_id, a.level, a.user,
-                       read_password(a.password_file))
+                       read_password(a.password_file), tls_context(a),
+                       bool(getattr(a, "cert", None)))
     if os.path.isdir(a.log):
         cancel_close(a.log)  # a close asked by a run that died before it
     ck = a.checkpoint if "://" in a.checkpoint else os.path.abspath(a.checkpoint)
     df = readings(spark, a.broker, a.topics, a.log, a.qos, a.client_id, a.max_rows,
                   not a.keep_log, a.min_rows, a.max_delay, external, a.level, ck,
-                  a.user, a.password_file)
+                  a.user, a.password_file, tls_options(a))
     out, fold_every = a.out, a.fold_every
 
     def write(batch, batch_id):  # on the driver; a replayed batch writes the same files
@@ -404,6 +437,7 @@ def parser():
     ap.add_argument("--user", help="the user name the broker wants, if any")
     ap.add_argument("--password-file", metavar="FILE",
                     help="a file whose first line is the password for --user")
+    add_tls(ap)
     ap.add_argument("--log", required=True, help="ingest log directory (shared storage on a cluster)")
     ap.add_argument("--out", required=True, help="Parquet output directory")
     ap.add_argument("--checkpoint", required=True, help="Spark's checkpoint directory")
@@ -466,6 +500,7 @@ def parse(argv=None):
         read_password(a.password_file)
     except OSError as e:
         ap.error("--password-file %s: %s" % (a.password_file, e.strerror or e))
+    tls_checked(ap, a)  # refused here, before Spark starts
     if a.ingest == "driver":
         reachable(ap, a.broker)
     return a
@@ -501,9 +536,10 @@ def main(argv=None):
         from .ingest import read_password
         try:  # before Spark starts: a refused login in one line
             ensure_session(a.broker, a.topics, a.qos, a.client_id, a.level, a.user,
-                           read_password(a.password_file))
+                           read_password(a.password_file), tls_context(a),
+                           bool(getattr(a, "cert", None)))
         except Refused as e:
-            print("umqtt3-pipeline: %s (--user, --password-file)" % e, file=sys.stderr)
+            print("umqtt3-pipeline: %s" % e, file=sys.stderr)
             return 1
     spark = q = None
     tally = [0]  # readings in the windows this run wrote

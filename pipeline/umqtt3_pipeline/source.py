@@ -23,8 +23,11 @@ persistent session), maxRowsPerBatch, minRowsPerBatch and maxTriggerDelay
 many seconds), keepalive, level (5: MQTT 5, the default; 4: MQTT 3.1.1),
 segmentBytes, splitBytes, trim ("false" keeps the history for the batch
 reader), user and passwordFile (the broker's login: a file whose first line
-is the password, so that the password is in no plan or log), checkpoint (the query's checkpointLocation: its new offsets, commits
-and state files are fsynced before a trim), ingest ("external": no ingest here; path holds one log per
+is the password, so that the password is in no plan or log), cafile, tls,
+certfile and keyfile (TLS to the broker, as the job's --cafile, --tls,
+--cert and --key: file paths, never key material), checkpoint (the query's
+checkpointLocation: its new offsets, commits and state files are fsynced
+before a trim), ingest ("external": no ingest here; path holds one log per
 sub-directory, each written by its own ``python -m umqtt3_pipeline.ingest``,
 for instance under one MQTT 5 shared subscription; offsets per log;
 minRowsPerBatch counts the rows of all of them), columns (comma-separated
@@ -310,6 +313,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _log(self):
         if self._ingest is None:
             from .ingest import Ingest, read_password
+            from .tls import from_options
             o = self.options
             topics = [t.strip() for t in o.get("topics", "#").split(",") if t.strip()]
             self._ingest = Ingest(self.path, o.get("broker", "127.0.0.1:1883"), topics,
@@ -317,7 +321,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                   int(o.get("keepalive", 30)),
                                   int(o.get("segmentbytes", 64 << 20)),
                                   level=int(o.get("level", 5)), user=o.get("user") or None,
-                                  password=read_password(o.get("passwordfile"))).start()
+                                  password=read_password(o.get("passwordfile")),
+                                  tls=from_options(o), cert=bool(o.get("certfile"))).start()
         self._ingest.check()
         return self._ingest.log
 

@@ -1,0 +1,288 @@
+"""TLS to the broker (--cafile, --tls, --cert/--key; the source's options
+cafile, tls, certfile, keyfile) against mosquitto's TLS listener, with
+certificates openssl makes at test time: readings reach the log over TLS; a
+broker whose certificate is not signed by the CA given, or is for another
+name, is refused in one line; a broker that requires a client certificate
+takes the ingest with --cert/--key and refuses it without; options that
+cannot be used are refused in one line with exit status 2. No Spark."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from mosq import MOSQUITTO, Broker as Mosquitto  # tests/mosq.py
+from pipeline_support import publish_all, reading, wait_for
+from refusal import refused  # tests/refusal.py
+from tools import procs
+
+pytestmark = pytest.mark.skipif(not MOSQUITTO, reason="no mosquitto")
+
+
+def _openssl(*args):
+    r = subprocess.run(["openssl"] + list(args), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=60)
+    if r.returncode:
+        pytest.skip("openssl failed: %s" % r.stdout[-300:])
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    """Two CAs ("ca", "other"); signed by ca: the broker's certificate for
+    127.0.0.1 and localhost ("server"), one for another name ("elsewhere"),
+    the ingest's client certificate ("client"); signed by other: a client
+    certificate the broker does not trust ("stranger"). Keys only in the
+    test's temporary directory."""
+    if not shutil.which("openssl"):
+        pytest.skip("openssl is not installed")
+    d = tmp_path_factory.mktemp("pki")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    f = {}
+    for ca in ("ca", "other"):
+        f[ca], f[ca + ".key"] = str(d / (ca + ".pem")), str(d / (ca + ".key"))
+        _openssl("req", "-x509", *ec, "-keyout", f[ca + ".key"], "-out", f[ca], "-days", "2",
+                 "-subj", "/CN=umqtt3 test %s" % ca)
+    for who, ca, names in (("server", "ca", "IP:127.0.0.1,DNS:localhost"),
+                           ("elsewhere", "ca", "DNS:elsewhere.example"),
+                           ("client", "ca", "DNS:ingest"), ("stranger", "other", "DNS:ingest")):
+        ext = d / (who + ".ext")
+        ext.write_text("subjectAltName=%s\n" % names)
+        f[who], f[who + ".key"] = str(d / (who + ".pem")), str(d / (who + ".key"))
+        _openssl("req", "-new", *ec, "-keyout", f[who + ".key"], "-out", str(d / (who + ".csr")),
+                 "-subj", "/CN=" + who)
+        _openssl("x509", "-req", "-in", str(d / (who + ".csr")), "-CA", f[ca], "-CAkey",
+                 f[ca + ".key"], "-CAcreateserial", "-out", f[who], "-days", "2",
+                 "-extfile", str(ext))
+    return f
+
+
+@pytest.fixture
+def tls_mosquitto(tmp_path, pki):
+    """start(cert="server", require=False): mosquitto on a TLS listener
+    with that certificate; require: it wants a client certificate signed by
+    the CA. Returns its port."""
+    started = []
+
+    def start(cert="server", require=False):
+        extra = ["cafile %s" % pki["ca"], "require_certificate true"] if require else []
+        b = Mosquitto(tmp_path / ("mosquitto%d" % len(started)),
+                      tls=(pki[cert], pki[cert + ".key"]), extra=extra)
+        started.append(b)
+        return b.start().port
+    yield start
+    for b in started:
+        b.stop()
+
+
+def _ingest(tmp_path, port, *tls, env=None):
+    return subprocess.Popen([sys.executable, "-m", "umqtt3_pipeline.ingest", "--log",
+                             str(tmp_path / "log"), "--broker", "127.0.0.1:%d" % port]
+                            + list(tls), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(procs.python_env(), **(env or {})))
+
+
+def _ready(p, timeout=20):
+    """The ingest's first line, "ready" once it is connected and subscribed;
+    what it said instead when it did not say that within timeout."""
+    import select
+    if select.select([p.stdout], [], [], timeout)[0]:
+        line = p.stdout.readline().strip()
+        if line == "ready":
+            return line
+    procs.stop(p, 5)
+    return p.stderr.read() or "nothing within %d s" % timeout
+
+
+def _logged(path):
+    from umqtt3_pipeline import log as L
+    at = L.first(path)
+    return [] if at is None else [(m[5], m[6]) for m in L.read_range(path, at[0], at[1])]
+
+
+def _publish_over_tls(port, pki, msgs, cert=None):
+    from umqtt3.client import MQTTClient
+    from umqtt3_pipeline.tls import context
+    ctx = context(pki["ca"], certfile=cert and pki[cert], keyfile=cert and pki[cert + ".key"])
+    c = MQTTClient("tls-node", "127.0.0.1", port, keepalive=10, ssl=ctx)
+    c.connect()
+    try:
+        publish_all(c, msgs)
+    finally:
+        c.disconnect()
+
+
+def _readings_reach_the_log(tmp_path, port, pki, *tls, cert=None, env=None):
+    p = _ingest(tmp_path, port, *tls, env=env)
+    try:
+        assert _ready(p) == "ready"
+        msgs = [reading("n%d" % (i % 3), "temp", 20 + i, 7, i) for i in range(60)]
+        _publish_over_tls(port, pki, msgs, cert)
+        wait_for(lambda: len(_logged(str(tmp_path / "log"))) >= len(msgs), 20,
+                 "the readings in the log")
+    finally:
+        procs.stop(p, 5)
+    assert _logged(str(tmp_path / "log")) == msgs
+    assert p.returncode == 0, p.stderr.read()
+
+
+def test_readings_reach_the_log_over_tls(tmp_path, pki, tls_mosquitto):
+    port = tls_mosquitto()
+    _readings_reach_the_log(tmp_path / "a", port, pki, "--cafile", pki["ca"])
+    # --tls: the system's CAs, which OpenSSL takes from SSL_CERT_FILE when set
+    _readings_reach_the_log(tmp_path / "b", port, pki, "--tls", env={"SSL_CERT_FILE": pki["ca"]})
+
+
+@pytest.mark.parametrize("module", ["umqtt3_pipeline.ingest", "umqtt3_pipeline.job"])
+def test_a_broker_the_ca_does_not_vouch_for_is_refused_in_one_line(tmp_path, pki, tls_mosquitto,
+                                                                    module):
+    port, other_name = tls_mosquitto(), tls_mosquitto("elsewhere")
+    args = ["--log", str(tmp_path / "log")]
+    if module.endswith("job"):
+        args += ["--out", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "ck")]
+    at = "the broker at 127.0.0.1:%d" % port
+    err = refused(module, args + ["--broker", "127.0.0.1:%d" % port, "--cafile", pki["other"]],
+                  at + " failed the TLS handshake: unknown CA", status=1)
+    assert "(unable to get local issuer certificate; --cafile, --tls)" in err, err
+    # the system's CAs do not know ours either
+    refused(module, args + ["--broker", "127.0.0.1:%d" % port, "--tls"],
+            at + " failed the TLS handshake: unknown CA", status=1)
+    # no TLS option for a TLS port: said, not tried for ever
+    refused(module, args + ["--broker", "127.0.0.1:%d" % port],
+            at + " speaks TLS on that port: give --cafile FILE or --tls", status=1)
+    refused(module, args + ["--broker", "127.0.0.1:%d" % other_name, "--cafile", pki["ca"]],
+                  "the broker at 127.0.0.1:%d failed the TLS handshake: name mismatch: its "
+                  "certificate is not for 127.0.0.1" % other_name, status=1)
+
+
+def test_a_client_certificate_the_broker_requires(tmp_path, pki, tls_mosquitto):
+    port = tls_mosquitto(require=True)
+    at = "the broker at 127.0.0.1:%d" % port
+    job = ["--log", str(tmp_path / "log"), "--out", str(tmp_path / "out"), "--checkpoint",
+           str(tmp_path / "ck"), "--broker", "127.0.0.1:%d" % port]
+    for module, args in (("umqtt3_pipeline.ingest", job[:2] + job[-2:]),
+                         ("umqtt3_pipeline.job", job)):
+        refused(module, args + ["--cafile", pki["ca"]],
+                at + " refused the TLS connection: it wants a client certificate (", status=1)
+        refused(module, args + ["--cafile", pki["ca"], "--cert", pki["stranger"],
+                                "--key", pki["stranger.key"]],
+                at + " refused the TLS connection: it did not take our client certificate (",
+                status=1)
+    _readings_reach_the_log(tmp_path, port, pki, "--cafile", pki["ca"], "--cert", pki["client"],
+                            "--key", pki["client.key"], cert="client")
+
+
+def _tls_refusals(pki, tmp_path):
+    d = str(tmp_path)
+    ext = os.path.join(os.path.dirname(pki["ca"]), "server.ext")  # a file, but no PEM
+    return [
+        (["--cafile", d + "/none.pem"], "--cafile %s/none.pem: No such file or directory" % d),
+        (["--cafile", d], "--cafile %s: Is a directory" % d),
+        (["--cafile", ext], "--cafile %s: no CA certificate in it" % ext),
+        (["--cafile", pki["ca"], "--cert", pki["client"]],
+         "--cert and --key go together: --cert without --key"),
+        (["--cafile", pki["ca"], "--key", pki["client.key"]],
+         "--cert and --key go together: --key without --cert"),
+        (["--cafile", pki["ca"], "--cert", pki["client"], "--key", pki["server.key"]],
+         "--key %s is not the key of --cert %s" % (pki["server.key"], pki["client"])),
+        (["--cafile", pki["ca"], "--cert", pki["client"], "--key", d + "/none.key"],
+         "--key %s/none.key: No such file or directory" % d),
+        (["--cert", pki["client"], "--key", pki["client.key"]],
+         "--cert and --key need TLS: --cafile or --tls"),
+        (["--cafile", pki["ca"], "--tls"], "--cafile and --tls: one or the other"),
+    ]
+
+
+@pytest.mark.parametrize("module", ["umqtt3_pipeline.ingest", "umqtt3_pipeline.job"])
+def test_tls_options_that_cannot_be_used_are_refused_in_one_line(tmp_path, pki, module):
+    # exit status 2 before anything connects: the broker's port has nothing behind it
+    args = ["--log", str(tmp_path / "log"), "--broker", "127.0.0.1:%d" % procs.free_port()]
+    if module.endswith("job"):
+        args += ["--out", str(tmp_path / "out"), "--checkpoint", str(tmp_path / "ck")]
+    for extra, what in _tls_refusals(pki, tmp_path):
+        refused(module, args + extra, what)
+
+
+def test_a_key_with_a_passphrase_is_refused_not_asked_for(tmp_path, pki):
+    key = str(tmp_path / "locked.key")
+    _openssl("pkey", "-in", pki["client.key"], "-aes256", "-passout", "pass:secret", "-out", key)
+    refused("umqtt3_pipeline.ingest", ["--log", str(tmp_path / "log"), "--cafile", pki["ca"],
+                                       "--cert", pki["client"], "--key", key],
+            "--key %s: encrypted with a passphrase" % key)
+
+
+def test_the_source_options_take_file_paths(tmp_path, pki, tls_mosquitto):
+    """The source's cafile, certfile and keyfile (what the job passes on):
+    its ingest connects over TLS with the client certificate; without it
+    the batch fails with the refusal; a file it cannot use is named by the
+    source's option."""
+    from umqtt3_pipeline.source import StreamReader
+    from umqtt3_pipeline.job import parser, tls_options
+    port = tls_mosquitto(require=True)
+    at = "127.0.0.1:%d" % port
+    a = parser().parse_args(["--log", "l", "--out", "o", "--checkpoint", "c", "--cafile",
+                             os.path.relpath(pki["ca"]), "--cert", pki["client"], "--key",
+                             pki["client.key"]])
+    o = tls_options(a)
+    assert o == {"cafile": pki["ca"], "certfile": pki["client"], "keyfile": pki["client.key"]}
+    r = StreamReader(dict(o, path=str(tmp_path / "log"), broker=at))
+    try:
+        r.initialOffset()
+        wait_for(lambda: r._ingest.connected.is_set() or r._ingest.error, 10, "the connection")
+        r._ingest.check()
+        msgs = [reading("n1", "temp", 1.5, 3, i) for i in range(5)]
+        _publish_over_tls(port, pki, msgs, "client")
+        wait_for(lambda: len(_logged(str(tmp_path / "log"))) == 5, 10, "the readings")
+    finally:
+        r.stop()
+    r = StreamReader({"path": str(tmp_path / "log2"), "broker": at, "cafile": pki["ca"]})
+    try:
+        r.initialOffset()
+        wait_for(lambda: r._ingest.error, 20, "the refusal")
+        with pytest.raises(RuntimeError, match="it wants a client certificate"):
+            r._ingest.check()
+    finally:
+        r.stop()
+    with pytest.raises(ValueError, match="^certfile and keyfile go together: certfile without"):
+        StreamReader({"path": str(tmp_path / "log3"), "broker": at, "tls": "true",
+                      "certfile": pki["client"]}).initialOffset()
+
+
+@pytest.mark.slow
+def test_the_job_reads_over_tls_with_a_client_certificate(tmp_path, pki, tls_mosquitto):
+    """The job's options reach the source through Spark (readings()): its
+    ingest connects with the client certificate and every reading is
+    committed."""
+    import re
+    from pipeline_support import have_spark
+    if have_spark() is not None:
+        pytest.skip(have_spark())
+    from umqtt3_pipeline import job
+    from umqtt3_pipeline import log as L
+    from umqtt3_pipeline.tls import context
+    port = tls_mosquitto(require=True)
+    tls = ["--cafile", pki["ca"], "--cert", pki["client"], "--key", pki["client.key"]]
+    # the session first: the broker keeps every reading for the job
+    job.ensure_session("127.0.0.1:%d" % port, "umqtt3/+/+", 1, "tls-job",
+                       tls=context(pki["ca"], False, pki["client"], pki["client.key"]), cert=True)
+    msgs = [reading("n%d" % (i % 4), "temp", float(i), 5, i) for i in range(60)]
+    _publish_over_tls(port, pki, msgs, "client")
+    p = subprocess.Popen([sys.executable, "-m", "umqtt3_pipeline.job", "--master", "local[1]",
+                          "--broker", "127.0.0.1:%d" % port, "--client-id", "tls-job",
+                          "--log", str(tmp_path / "log"), "--out", str(tmp_path / "out"),
+                          "--checkpoint", str(tmp_path / "ck"), "--window", "1 seconds",
+                          "--watermark", "1 seconds", "--trigger", "0.5", "--keep-log"] + tls,
+                         env=dict(procs.python_env(), SPARK_LOCAL_IP="127.0.0.1"),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        log = str(tmp_path / "log")
+        wait_for(lambda: p.poll() is not None or os.path.isdir(log) and
+                 L.count(log) >= len(msgs), 180, "every reading in the log")
+        p.terminate()  # the job closes: every window written, then the summary
+        out, err = p.communicate(timeout=180)
+    finally:
+        procs.stop(p, 5)
+    assert p.returncode == 0, err
+    assert re.search(r"^umqtt3 telemetry: stopped after \d+ s; 60 readings committed", out,
+                     re.M), out + err
