@@ -243,7 +243,53 @@ def record_starts(path, base):
     return [base + o for o, _, _ in L.scan(buf, L.decode_header(buf)[0])]
 
 
-@pytest.mark.parametrize("where", ["body", "length"])
+def test_a_damaged_record_length_is_cut_as_a_torn_tail_and_kept_aside(tmp_path):
+    # a length made larger reaches past the end, as a torn record's does,
+    # and what lies inside a record's length is its data (below): cut, but
+    # the bytes are kept in the segment's .bad file
+    p = str(tmp_path)
+    g = L.Log(p)
+    fill(g, 10, sync_every=1)
+    g.close()
+    base = L.segments(p)[-1]
+    name = os.path.join(p, L.seg_name(base))
+    with open(name, "rb") as f:
+        before = f.read()
+    at = record_starts(p, base)[3]
+    flip(p, at + 1)
+    L.Log(p).close()
+    with open(name + ".bad", "rb") as f:
+        kept = f.read()
+    assert os.path.getsize(name) == at - base
+    assert len(kept) == len(before) - (at - base) and kept[2:] == before[at - base + 2:]
+
+
+def test_a_torn_record_whose_payload_holds_records_opens(tmp_path):
+    # a publisher's payload may hold whole log records; a crash that tears
+    # such a record must leave a log that opens (the torn tail cut)
+    p = str(tmp_path)
+    g = L.Log(p)
+    fill(g, 3, sync_every=1)
+    g.close()
+    base = L.segments(p)[-1]
+    name = os.path.join(p, L.seg_name(base))
+    with open(name, "rb") as f:
+        synced = f.read()
+    inner = synced[record_starts(p, base)[1] - base:]  # whole records, as a payload
+    g = L.Log(p)
+    g.append_msg(b"a/b/c", inner + b"." * 40, 1, 0, 0, 0, 1)
+    g.sync()
+    g.close()
+    with open(name, "rb") as f:
+        full = f.read()
+    with open(name, "wb") as f:
+        f.write(full[:len(synced) + 8 + 40 + len(inner)])  # torn inside the payload
+    g = L.Log(p)
+    assert g.durable()[0] == base + len(synced)  # the three synced records, nothing cut of them
+    g.close()
+
+
+@pytest.mark.parametrize("where", ["body"])
 def test_recovery_refuses_a_corrupt_record_with_synced_records_after_it(tmp_path, where):
     p = str(tmp_path)
     g = L.Log(p)

@@ -119,12 +119,20 @@ _KIND = re.compile(b"[MRC]")
 
 def next_record(buf, off):
     """The offset of the first whole record with a good CRC that starts
-    after off in buf, or None: tells a torn tail (nothing whole after it: the
-    group of a crash was never synced) from corruption (synced records
-    follow)."""
+    after the record at off in buf, or None: tells a torn tail (nothing whole
+    after it: the group of a crash was never synced) from corruption (synced
+    records follow). The search starts where the record at off says it ends,
+    when its length is readable: what lies inside it is its data (a
+    publisher's payload may hold a record's bytes, and a crash that tears
+    that record must leave a log that opens)."""
     end = len(buf)
     mv = memoryview(buf)
-    for m in _KIND.finditer(buf, off + 9):
+    after = off + 1
+    if off + 8 <= end:
+        n = _REC.unpack_from(buf, off)[0]
+        if _BODY.size <= n <= _MAX_BODY:
+            after = off + 8 + n
+    for m in _KIND.finditer(buf, after + 8):
         i = m.start() - 8  # the kind is the body's first byte
         n, crc = _REC.unpack_from(buf, i)
         if _BODY.size <= n <= _MAX_BODY and i + 8 + n <= end and zlib.crc32(mv[i + 8:i + 8 + n]) == crc:
@@ -471,7 +479,12 @@ class Log:
                               % (self.path, seg_name(base), base + off, base + bad))
         self.f = open(name, "r+b", buffering=0)  # unbuffered: a failed write leaves nothing behind
         if off < len(buf):
-            self.f.truncate(off)  # the torn tail of a group that never synced
+            # the torn tail of a group that never synced; its bytes kept
+            # aside first (a damaged record length looks the same)
+            with open(name + ".bad", "ab") as bad:
+                bad.write(buf[off:])
+                os.fsync(bad.fileno())
+            self.f.truncate(off)
             os.fsync(self.f.fileno())
         self.f.seek(off)
         self.base = base
