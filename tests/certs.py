@@ -21,3 +21,13 @@ def self_signed(tmp_path, name="cert"):
     if r.returncode:
         pytest.skip("openssl could not make a certificate: %s" % r.stdout[-300:])
     return cert, key
+
+
+def openssl(*args):
+    """Run openssl with args; the test skips where it is missing or fails."""
+    if not shutil.which("openssl"):
+        pytest.skip("openssl is not installed")
+    r = subprocess.run(["openssl"] + list(args), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=60)
+    if r.returncode:
+        pytest.skip("openssl failed: %s" % r.stdout[-300:])

@@ -19,15 +19,9 @@ sys.path.insert(0, HERE)
 from refusal import run  # noqa: E402
 from tools import procs  # noqa: E402
 from mosq import MOSQUITTO_PUB, MOSQUITTO_SUB  # noqa: E402
+from certs import openssl  # noqa: E402
 
 paho = pytest.importorskip("paho.mqtt.client")
-
-
-def _openssl(*args):
-    r = subprocess.run(["openssl"] + list(args), stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, timeout=60)
-    if r.returncode:
-        pytest.skip("openssl failed: %s" % r.stdout[-300:])
 
 
 @pytest.fixture(scope="module")
@@ -41,14 +35,14 @@ def pki(tmp_path_factory):
     f = {k: str(d / k) for k in ("ca.pem", "ca.key", "server.pem", "server.key", "server.csr",
                                   "client.pem", "client.key", "client.csr", "ext")}
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _openssl("req", "-x509", *ec, "-keyout", f["ca.key"], "-out", f["ca.pem"], "-days", "2",
+    openssl("req", "-x509", *ec, "-keyout", f["ca.key"], "-out", f["ca.pem"], "-days", "2",
              "-subj", "/CN=umqtt3 test CA")
     with open(f["ext"], "w") as x:
         x.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
     for who, cn in (("server", "localhost"), ("client", "tls-client")):
-        _openssl("req", "-new", *ec, "-keyout", f[who + ".key"], "-out", f[who + ".csr"],
+        openssl("req", "-new", *ec, "-keyout", f[who + ".key"], "-out", f[who + ".csr"],
                  "-subj", "/CN=" + cn)
-        _openssl("x509", "-req", "-in", f[who + ".csr"], "-CA", f["ca.pem"], "-CAkey",
+        openssl("x509", "-req", "-in", f[who + ".csr"], "-CA", f["ca.pem"], "-CAkey",
                  f["ca.key"], "-CAcreateserial", "-out", f[who + ".pem"], "-days", "2",
                  "-extfile", f["ext"])
     return f

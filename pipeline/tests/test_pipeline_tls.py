@@ -16,15 +16,9 @@ from mosq import MOSQUITTO, Broker as Mosquitto  # tests/mosq.py
 from pipeline_support import publish_all, reading, wait_for
 from refusal import refused  # tests/refusal.py
 from tools import procs
+from certs import openssl  # tests/certs.py
 
 pytestmark = pytest.mark.skipif(not MOSQUITTO, reason="no mosquitto")
-
-
-def _openssl(*args):
-    r = subprocess.run(["openssl"] + list(args), stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, timeout=60)
-    if r.returncode:
-        pytest.skip("openssl failed: %s" % r.stdout[-300:])
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +35,7 @@ def pki(tmp_path_factory):
     f = {}
     for ca in ("ca", "other"):
         f[ca], f[ca + ".key"] = str(d / (ca + ".pem")), str(d / (ca + ".key"))
-        _openssl("req", "-x509", *ec, "-keyout", f[ca + ".key"], "-out", f[ca], "-days", "2",
+        openssl("req", "-x509", *ec, "-keyout", f[ca + ".key"], "-out", f[ca], "-days", "2",
                  "-subj", "/CN=umqtt3 test %s" % ca)
     for who, ca, names in (("server", "ca", "IP:127.0.0.1,DNS:localhost"),
                            ("elsewhere", "ca", "DNS:elsewhere.example"),
@@ -49,9 +43,9 @@ def pki(tmp_path_factory):
         ext = d / (who + ".ext")
         ext.write_text("subjectAltName=%s\n" % names)
         f[who], f[who + ".key"] = str(d / (who + ".pem")), str(d / (who + ".key"))
-        _openssl("req", "-new", *ec, "-keyout", f[who + ".key"], "-out", str(d / (who + ".csr")),
+        openssl("req", "-new", *ec, "-keyout", f[who + ".key"], "-out", str(d / (who + ".csr")),
                  "-subj", "/CN=" + who)
-        _openssl("x509", "-req", "-in", str(d / (who + ".csr")), "-CA", f[ca], "-CAkey",
+        openssl("x509", "-req", "-in", str(d / (who + ".csr")), "-CA", f[ca], "-CAkey",
                  f[ca + ".key"], "-CAcreateserial", "-out", f[who], "-days", "2",
                  "-extfile", str(ext))
     return f
@@ -205,7 +199,7 @@ def test_tls_options_that_cannot_be_used_are_refused_in_one_line(tmp_path, pki, 
 
 def test_a_key_with_a_passphrase_is_refused_not_asked_for(tmp_path, pki):
     key = str(tmp_path / "locked.key")
-    _openssl("pkey", "-in", pki["client.key"], "-aes256", "-passout", "pass:secret", "-out", key)
+    openssl("pkey", "-in", pki["client.key"], "-aes256", "-passout", "pass:secret", "-out", key)
     refused("umqtt3_pipeline.ingest", ["--log", str(tmp_path / "log"), "--cafile", pki["ca"],
                                        "--cert", pki["client"], "--key", key],
             "--key %s: encrypted with a passphrase" % key)
