@@ -110,6 +110,17 @@ def test_mosquitto_short_options(tmp_path):
     one_line("umqtt3.broker", ["-p", "70000"], "--port")
 
 
+def test_queue_full_refuse_or_drop():
+    # --queue-full: refuse (the default) or drop, as Limits.queue_full; any
+    # other word is refused in one line, here and by Limits
+    p = broker_cli.parser()
+    assert broker_cli.limits(p.parse_args([])).queue_full == "refuse" == Limits.queue_full
+    assert broker_cli.limits(p.parse_args(["--queue-full", "drop"])).queue_full == "drop"
+    refused(run("umqtt3.broker", "--queue-full", "keep", "--port", "0"), "--queue-full")
+    with pytest.raises(ValueError):
+        Limits(queue_full="keep")
+
+
 def test_limits_sum_refused():
     refused(run("umqtt3.broker", "--max-inflight", "60000", "--max-queued", "6000",
                 "--port", "0"), "max_inflight + max_queued")
@@ -122,12 +133,14 @@ def test_help_shows_every_default():
     for name in NAMES:
         assert re.search(r"%s N .*?\(default %d\)" % (broker_cli.flag(name), desktop()[name]),
                          text), name
-    for f in ("--host", "--port", "--users", "--store", "--queue-qos0", "--allow-anonymous"):
+    for f in ("--host", "--port", "--users", "--store", "--queue-qos0", "--queue-full",
+              "--allow-anonymous"):
         assert f in text
 
 
 def test_every_limit_is_a_flag_with_help():
-    limits = sorted(k for k in dir(Limits) if not k.startswith("_") and k != "queue_qos0")
+    limits = sorted(k for k in dir(Limits) if not k.startswith("_") and
+                    k not in ("queue_qos0", "queue_full"))
     assert sorted(NAMES) == limits  # the profile names every limit, once
     assert sorted(broker_cli.HELP) == limits
     a = broker_cli.parser().parse_args([])

@@ -10,7 +10,7 @@
 import argparse
 import sys
 
-from umqtt3.broker_limits import refused, span
+from umqtt3.broker_limits import choices, refused, span
 from umqtt3.broker_passwd import read_users
 
 PROG = "python -m umqtt3.broker"
@@ -143,6 +143,10 @@ def parser():
                     help="the same as --connect-timeout-ms, in seconds")
     ap.add_argument("--queue-qos0", action="store_true",
                     help="also queue QoS 0 messages for offline persistent sessions (default off)")
+    ap.add_argument("--queue-full", choices=choices("queue_full"), default=choices("queue_full")[0],
+                    help="a QoS 1/2 message a client's full queue cannot take: refuse it to its "
+                         "publisher, or drop it for that client alone, as mosquitto does "
+                         "(default %s)" % choices("queue_full")[0])
     ap.add_argument("--users", metavar="FILE",
                     help="user:password lines (python -m umqtt3.broker_passwd writes them); "
                          "anonymous clients are then refused (default none)")
@@ -193,6 +197,7 @@ def limits(a):
     if a.connect_timeout is not None:
         kw["connect_timeout_ms"] = int(a.connect_timeout * 1000)
     kw["queue_qos0"] = a.queue_qos0
+    kw["queue_full"] = a.queue_full
     try:
         return Limits(**kw)
     except ValueError as e:

@@ -66,6 +66,7 @@ class Stats:
         self.queue_full = 0  # QoS 1/2 PUBLISHes refused: a subscriber's queue was full
         self.refused_mem = 0  # QoS 1/2 PUBLISHes refused: the broker's mem_budget was spent
         self.dropped_mem = 0  # QoS 0 messages not queued (or retained) for that cause
+        self.dropped_full = 0  # QoS 1/2 copies a full queue did not take (queue_full "drop")
         self.qbytes = 0  # what queued messages cost, each held once (broker_session.Msg)
         self.errors = 0  # internal errors (a bug): the connection was closed
         self.store_errors = 0  # store writes that failed (nothing was acknowledged)
@@ -139,6 +140,9 @@ class Core(Stats):
         self.ret = Retained(lim, self, log)
         self.budget = lim.mem_budget
         self._why = 0  # why the last QoS 1/2 PUBLISH was refused (_refuse_full)
+        # a QoS 1/2 message a session's full queue cannot take: dropped for
+        # that session (True) or refused to its publisher
+        self.drop_full = lim.queue_full == "drop"
         self.retained = self.ret.msgs  # topic bytes -> (qos, payload bytes)
         self.route = Route()
         self.b5 = None  # the broker5 module, from the first level-5 CONNECT
@@ -1089,6 +1093,9 @@ class Core(Stats):
                     w = s.admit_send(r, g if g < r.qos else r.qos,
                                      r.tn + r.pn + (r.prn if r.prs is not None else 0) + MSG_COST)
                     if w:
+                        if w == 1 and self.drop_full:
+                            self._dropped_for(s)  # acknowledged: nobody else has it
+                            return
                         self.nhit = -1
                         self.routed -= 1
                         self._why = w
@@ -1097,6 +1104,9 @@ class Core(Stats):
             if r.qos:
                 w = self._refuse_full(r, n)
                 if w:
+                    if w == 3:
+                        self._route_some(r, n)  # (queue_full "drop")
+                        return
                     self._why = w
                     raise QueueFull()
             if self.bridge is not None:
@@ -1104,44 +1114,137 @@ class Core(Stats):
                 # retained: a refused message is nobody's [MQTT-3.3.1-5]
                 self.bridge.route(r)
             if r.retain:
-                if r.pn and not r.qos and self.over(msg_size(r)) and \
-                        self.over(msg_size(r) - self.ret.replaced(r)):
-                    self.dropped += 1  # a QoS 0 retained message not kept: mem_budget
-                    self.dropped_mem += 1
-                else:
-                    self.ret.set(r)
+                self._retain(r)
             self._route(r, n)
         finally:
             subs.release(n)
+
+    def _retain(self, r):
+        # route_ready's: r kept as its topic's retained message, but a QoS 0
+        # one that would pass mem_budget
+        if r.pn and not r.qos and self.over(msg_size(r)) and \
+                self.over(msg_size(r) - self.ret.replaced(r)):
+            self.dropped += 1  # a QoS 0 retained message not kept: mem_budget
+            self.dropped_mem += 1
+        else:
+            self.ret.set(r)
+
+    def _route_some(self, r, n):
+        # route_ready's steps once _refuse_full has marked sessions to pass
+        # over (queue_full "drop"): the bridge, the retained message, then
+        # _route_but; the marks go whatever happens
+        try:
+            if self.bridge is not None:
+                self.bridge.route(r)
+            if r.retain:
+                self._retain(r)
+            self._route_but(r, n)
+        finally:
+            self._unmark(n)
 
     def _refuse_full(self, r, n):
         # Whether the QoS 1/2 message r is refused before anything is
         # routed or retained: 1 when one of the n matching sessions
         # (subs.hit; a shared group's member that gets it) could not queue
         # it (Session.queue_full), 2 when holding it, queued by one of them
-        # or retained, would pass the broker's mem_budget; else 0. No
+        # or retained, would pass the broker's mem_budget; else 0. With
+        # queue_full "drop", a session that could not queue it is marked
+        # (Session.qskip) instead, for _route_but to pass over, and 3 says
+        # so (the mem_budget refusal stays one, its marks taken back). No
         # allocation.
         hit = self.subs.hit
         hq = self.subs.hq
         size = r.tn + r.pn + (r.prn if r.prs is not None else 0) + MSG_COST  # (msg_size)
         held = False  # queued by a session
+        some = False  # a session marked
         q = r.qos
         i = 0
         while i < n:
             g = hq[i] & 3
             if g:
-                w = hit[i].admit(r, g if g < q else q, size)
+                s = hit[i]
+                w = s.admit(r, g if g < q else q, size)
                 if w < 0:
-                    return 1
-                if w:
+                    if not self.drop_full:
+                        return 1
+                    s.qskip = some = True
+                elif w:
                     held = True
             i += 1
         if held:
-            return 2 if self.over(size + ENTRY_COST) else 0
-        # retained only: it costs what it adds to the message it replaces
-        # [MQTT-3.3.1-5]
-        return 2 if r.retain and r.pn and self.over(size) and \
-            self.over(size - self.ret.replaced(r)) else 0
+            w = 2 if self.over(size + ENTRY_COST) else 0
+        else:
+            # retained only: it costs what it adds to the message it
+            # replaces [MQTT-3.3.1-5]
+            w = 2 if r.retain and r.pn and self.over(size) and \
+                self.over(size - self.ret.replaced(r)) else 0
+        if not some:
+            return w
+        if w:
+            self._unmark(n)
+            return w
+        return 3
+
+    def _unmark(self, n):
+        # take back the marks _refuse_full put on the first n hits
+        hit = self.subs.hit
+        i = 0
+        while i < n:
+            s = hit[i]
+            if s.qskip:
+                s.qskip = False
+            i += 1
+
+    def _dropped_for(self, s):
+        # s does not get a QoS 1/2 message its full queue cannot take
+        # (queue_full "drop"): counted; logged once until its queue drains
+        # (Session.pump), as mosquitto does
+        self.dropped += 1
+        self.dropped_full += 1
+        if not s.dropping:
+            s.dropping = True
+            if self.log is not None:
+                self._log("outgoing messages are being dropped for client %s: its queue is full",
+                          s.cid.decode())
+
+    def _route_but(self, r, n):
+        # _route(r, n) less the sessions _refuse_full marked (queue_full
+        # "drop"; _route_some unmarks them): those do not get r
+        # (_dropped_for), every other does. A loop of its own, so that
+        # _route pays no check per delivery. A shared group whose member
+        # is marked does not get r: the turn has passed to that member,
+        # and r is dropped for the group.
+        subs = self.subs
+        hit = subs.hit
+        hq = subs.hq
+        qos = r.qos
+        rf = 1 if r.retain else 0
+        m = subs.np if subs.groups else n
+        self.nhit = n
+        self.routed += n
+        err = None
+        i = 0
+        while i < n:
+            s = hit[i]
+            g = hq[i]
+            if s.qskip:
+                self._dropped_for(s)
+            else:
+                try:
+                    if i >= m:
+                        self._send_shared(s, r, qos, g, rf if g & 8 else 0, subs.hf[i])
+                    else:
+                        ra = rf if g & 8 else 0
+                        g &= 3
+                        if s.fsid is not None and s.level == 5:
+                            self._send_ids(s, r, qos if qos < g else g, ra, None)
+                        else:
+                            s.send(r, qos if qos < g else g, ra)
+                except OSError as e:
+                    err = e  # (as _route)
+            i += 1
+        if err is not None:
+            raise err
 
     def _route(self, r, n=-1):
         """Send r to every session with a matching subscription, once per
@@ -1330,6 +1433,7 @@ class Core(Stats):
         pub("messages/refused/queue_full", self.queue_full)
         pub("messages/refused/mem_budget", self.refused_mem)
         pub("messages/dropped/mem_budget", self.dropped_mem)
+        pub("messages/dropped/queue_full", self.dropped_full)
         pub("messages/queued/bytes", self.qbytes)
         pub("retained messages/bytes", self.ret.nbytes)
         pub("retained messages/count", len(self.retained))

@@ -30,6 +30,15 @@ _MOST = {"max_keepalive": 65535, "max_aliases": 65535, "max_qos2_in": 65535,
          "max_packet": 268435460, "sys_interval": 65535, "auth_wait_ms": 0x10000000}
 
 
+# the limits that are one of a few words, the default first
+_CHOICES = {"queue_full": ("refuse", "drop")}
+
+
+def choices(name):
+    """The words limit name may be (the default first), or None."""
+    return _CHOICES.get(name)
+
+
 def span(name):
     """(least, most) a limit may be; most is None for no bound. max_packet
     holds a CONNECT: 20 at least, as mosquitto's max_packet_size."""
@@ -39,6 +48,9 @@ def span(name):
 
 def refused(name, v):
     """Why v cannot be the limit name ("must be ..."), or None."""
+    c = _CHOICES.get(name)
+    if c is not None:
+        return None if v in c else "must be %s, not %r" % (" or ".join(c), v)
     lo, hi = span(name)
     if isinstance(v, int) and v >= lo and (hi is None or v <= hi):
         return None
@@ -75,6 +87,9 @@ class Limits:
     auth_wait_ms = 1000  # that wait, doubled at each further failure (up to 64 times)
     auth_sources = 16  # addresses whose failed logins are remembered
     queue_qos0 = False  # queue QoS 0 for offline persistent sessions too
+    # a QoS 1/2 message that a session's full queue cannot take: "refuse"
+    # it to its publisher, or "drop" it for that session alone
+    queue_full = "refuse"
 
     def __init__(self, **kw):
         for k in kw:

@@ -354,6 +354,12 @@ class Session:
     # first such copy in flight (mark_shared), so a session that never gets
     # one holds no bytes for it
     s_sh = None  # type: bytearray | None
+    # queue_full "drop" (broker_core): qskip, this session does not get the
+    # message being routed, its queue being full; dropping, such a message
+    # was dropped since the queue last drained (logged once). Class
+    # attributes until a session's queue is first full.
+    qskip = False
+    dropping = False
 
     def __init__(self, cid, clean, limits, stats):
         self.cid = cid
@@ -600,6 +606,8 @@ class Session:
         if h == len(q):
             del q[:]
             h = 0
+            if self.dropping:
+                self.dropping = False  # drained: the next drop is logged again
         elif h >= 64 and h + h >= len(q):
             del q[:h]
             h = 0
@@ -1014,6 +1022,8 @@ class Session:
             if h:
                 del q[:]
                 self.qh = 0
+                if self.dropping:
+                    self.dropping = False  # drained: the next drop is logged again
         elif h >= 64 and h + h >= len(q):
             del q[:h]
             self.qh = 0

@@ -129,7 +129,7 @@ def test_full_queue_refuses_qos1_and_qos2_publisher_at_311():
                     pub.expect(ack, pid)
                 pub.publish("t", b"C", qos, pid=3)
                 assert pub.closed()
-            assert b.queue_full == 1 and b.dropped == 0
+            assert b.queue_full == 1 and b.dropped == 0 and b.dropped_full == 0
             with Raw(b) as sub:
                 sub.connect("q", clean=False)
                 got = sub.messages(2)
@@ -141,6 +141,88 @@ def test_full_queue_refuses_qos1_and_qos2_publisher_at_311():
                     pub.expect(ack, 3)
                     assert [m[1] for m in sub.messages(1)] == [b"C"]
             assert b.queue_full == 1 and b.dropped == 0
+
+
+def test_full_queue_drops_for_that_session_alone_with_queue_full_drop():
+    # queue_full "drop" (mosquitto's way): an absent persistent 3.1.1
+    # subscriber whose queue is full does not get the QoS 1/2 message; its
+    # publisher gets PUBACK / PUBREC [MQTT-4.3.2-2] [MQTT-4.3.3-2] and
+    # every other subscriber gets it. Counted in messages/dropped and
+    # messages/dropped/queue_full; logged once until that queue drains.
+    for qos, ack in ((1, PUBACK), (2, PUBREC)):
+        lines = []
+        with running(max_queued=2, queue_full="drop", log=lines.append) as b:
+            _offline(b, ["q"], qos=2)
+            with Raw(b) as live, Raw(b) as pub:
+                live.connect("live")
+                live.subscribe(1, [("t/#", 2)])
+                pub.connect("p", clean=False)
+                for pid, name in enumerate((b"A", b"B", b"C", b"D"), 1):
+                    pub.publish("t/x", name, qos, pid=pid)
+                    pub.expect(ack, pid)
+                    if qos == 2:
+                        pub.ack(PUBREL, pid)
+                        pub.expect(PUBCOMP, pid)
+                assert [m[1] for m in live.messages(4)] == [b"A", b"B", b"C", b"D"]
+                assert not pub.closed(timeout=0)
+            assert b.queue_full == 0 and b.dropped == 2 and b.dropped_full == 2
+            said = [x for x in lines if "dropped for client q" in x]
+            assert len(said) == 1, lines
+            with Raw(b) as sub:
+                sub.connect("q", clean=False)
+                assert [m[1] for m in sub.messages(2)] == [b"A", b"B"]
+                assert sub.nothing()
+                sub.simple(DISCONNECT)
+            # drained: the next drop is logged again
+            with Raw(b) as pub:
+                pub.connect("p")
+                for pid, name in enumerate((b"E", b"F", b"G"), 1):
+                    pub.publish("t/x", name, qos, pid=pid)
+                    pub.expect(ack, pid)
+            assert b.dropped_full == 3
+            assert len([x for x in lines if "dropped for client q" in x]) == 2, lines
+
+
+def test_full_queue_of_the_only_subscriber_drops_with_queue_full_drop():
+    # the same where the message goes to that one session (fan-in's
+    # routing, Session.admit_send): acknowledged, not queued
+    with running(max_queued=2, queue_full="drop") as b:
+        _offline(b, ["q"])
+        with Raw(b) as pub:
+            pub.connect("p")
+            for pid in (1, 2, 3, 4):
+                pub.publish("t/x", b"%d" % pid, 1, pid=pid)
+                pub.expect(PUBACK, pid)
+        assert b.queue_full == 0 and b.dropped_full == 2 and b.dropped == 2
+        with Raw(b) as sub:
+            sub.connect("q", clean=False)
+            assert [m[1] for m in sub.messages(2)] == [b"1", b"2"]
+            assert sub.nothing()
+
+
+def test_full_queue_of_a_shared_member_drops_for_the_group():
+    # queue_full "drop" and a shared group [MQTT-4.8.2 (5.0)]: the member
+    # whose turn it is has a full queue: the group does not get that
+    # message (it is not passed to the next member); the publisher is
+    # acknowledged and a plain subscriber gets every message
+    with running(max_queued=2, queue_full="drop") as b:
+        _offline(b, ["m1", "m2"], filt="$share/g/t/#")
+        with Raw(b) as live, Raw(b) as pub:
+            live.connect("live")
+            live.subscribe(1, [("t/#", 1)])
+            pub.connect("p")
+            for pid in range(1, 7):
+                pub.publish("t/x", b"%d" % pid, 1, pid=pid)
+                pub.expect(PUBACK, pid)
+            assert len(live.messages(6)) == 6
+        assert b.dropped_full == 2 and b.queue_full == 0
+        got = []
+        for cid in ("m1", "m2"):
+            with Raw(b) as sub:
+                sub.connect(cid, clean=False)
+                got += [m[1] for m in sub.messages(2)]
+                assert sub.nothing()
+        assert sorted(got) == [b"1", b"2", b"3", b"4"]
 
 
 def test_slow_consumer_does_not_stall_others():
@@ -313,47 +395,52 @@ def test_mem_budget_refuses_qos1_and_drops_qos0():
     # (messages/refused/mem_budget) and a QoS 0 message is not queued
     # (messages/dropped/mem_budget); what was accepted is delivered
     unit = 3 + 800 + MSG_COST + 3 * ENTRY_COST  # one message queued by three sessions
-    with running(max_queued_bytes=0, mem_budget=3 * unit + 50, queue_qos0=True) as b:
-        _offline(b, ["a", "b", "c"])
-        with Raw(b) as pub:
-            pub.connect("p")
-            for pid in (1, 2, 3):
-                pub.publish("t/x", b"%d" % pid * 800, 1, pid=pid)
-                pub.expect(PUBACK, pid)
-            pub.publish("t/x", b"0" * 800, 0)  # for each of the three sessions
-            assert wait_for(lambda: b.dropped_mem == 3)
-            assert b.qbytes == 3 * unit
-            pub.publish("t/x", b"4" * 800, 1, pid=4)
-            assert pub.closed()
-        assert b.refused_mem == 1 and b.queue_full == 0
-        for cid in ("a", "b", "c"):
-            with Raw(b) as sub:
-                sub.connect(cid, clean=False)
-                assert [m[1][:1] for m in sub.messages(3)] == [b"1", b"2", b"3"]
-                assert sub.nothing()
-        assert wait_for(lambda: b.qbytes == 0)
+    # both queue_full modes: mem_budget's refusal stays a refusal
+    for mode in ("refuse", "drop"):
+        with running(max_queued_bytes=0, mem_budget=3 * unit + 50, queue_qos0=True,
+                     queue_full=mode) as b:
+            _offline(b, ["a", "b", "c"])
+            with Raw(b) as pub:
+                pub.connect("p")
+                for pid in (1, 2, 3):
+                    pub.publish("t/x", b"%d" % pid * 800, 1, pid=pid)
+                    pub.expect(PUBACK, pid)
+                pub.publish("t/x", b"0" * 800, 0)  # for each of the three sessions
+                assert wait_for(lambda: b.dropped_mem == 3)
+                assert b.qbytes == 3 * unit
+                pub.publish("t/x", b"4" * 800, 1, pid=4)
+                assert pub.closed()
+            assert b.refused_mem == 1 and b.queue_full == 0 and b.dropped_full == 0
+            for cid in ("a", "b", "c"):
+                with Raw(b) as sub:
+                    sub.connect(cid, clean=False)
+                    assert [m[1][:1] for m in sub.messages(3)] == [b"1", b"2", b"3"]
+                    assert sub.nothing()
+            assert wait_for(lambda: b.qbytes == 0)
 
 
 def test_mem_budget_refuses_qos1_to_its_only_session():
     # the same budget where the message goes to one session (fan-in's
     # routing, Session.admit_send): refused before it is queued
     unit = 3 + 800 + MSG_COST + ENTRY_COST
-    with running(max_queued_bytes=0, mem_budget=2 * unit + 50) as b:
-        _offline(b, ["a"])
-        with Raw(b) as pub:
-            pub.connect("p")
-            for pid in (1, 2):
-                pub.publish("t/x", b"%d" % pid * 800, 1, pid=pid)
-                pub.expect(PUBACK, pid)
-            assert b.qbytes == 2 * unit
-            pub.publish("t/x", b"3" * 800, 1, pid=3)
-            assert pub.closed()  # no PUBACK at 3.1.1 [MQTT-3.3.5-2]
-        assert b.refused_mem == 1 and b.queue_full == 0
-        with Raw(b) as sub:
-            sub.connect("a", clean=False)
-            assert [m[1][:1] for m in sub.messages(2)] == [b"1", b"2"]
-            assert sub.nothing()
-        assert wait_for(lambda: b.qbytes == 0)
+    # (in both queue_full modes)
+    for mode in ("refuse", "drop"):
+        with running(max_queued_bytes=0, queue_full=mode, mem_budget=2 * unit + 50) as b:
+            _offline(b, ["a"])
+            with Raw(b) as pub:
+                pub.connect("p")
+                for pid in (1, 2):
+                    pub.publish("t/x", b"%d" % pid * 800, 1, pid=pid)
+                    pub.expect(PUBACK, pid)
+                assert b.qbytes == 2 * unit
+                pub.publish("t/x", b"3" * 800, 1, pid=3)
+                assert pub.closed()  # no PUBACK at 3.1.1 [MQTT-3.3.5-2]
+            assert b.refused_mem == 1 and b.queue_full == 0 and b.dropped_full == 0
+            with Raw(b) as sub:
+                sub.connect("a", clean=False)
+                assert [m[1][:1] for m in sub.messages(2)] == [b"1", b"2"]
+                assert sub.nothing()
+            assert wait_for(lambda: b.qbytes == 0)
 
 
 def test_mem_budget_takes_a_retained_message_that_replaces_one():
@@ -511,3 +598,56 @@ def test_fanout_limit_lets_the_other_connections_in():
     acks, pong = _fan_burst(1000)
     assert pong == 1
     assert acks == [10]
+
+
+def test_dropping_for_a_full_queue_allocates_nothing():
+    # queue_full "drop" in steady state: a persistent subscriber away with
+    # its queue full is passed over for every QoS 1 message (Core._route_but)
+    # while the one that keeps up gets each, and that allocates nothing
+    # under MicroPython's heap_lock (test_broker_mem's proof, with a second
+    # matching session)
+    import gc
+    from support import locked
+    from test_broker_mem import MICROPYTHON, Peer, _broker, _Steady, run
+
+    class Away(_Steady):
+        def __init__(self):
+            self.qos = 1
+            b = self.b = _broker(max_inflight=4, max_queued=2, queue_full="drop")
+            away = Peer(b)
+            away.connect("away", clean=False)
+            away.subscribe(1, [("sensors/#", 1)])
+            run(b, [away])
+            away.disconnect()
+            run(b, [away])
+            sub = self.sub = Peer(b)
+            pub = self.pub = Peer(b)
+            sub.connect("sub")
+            pub.connect("pub")
+            sub.subscribe(1, [("sensors/+/temp", 1)])
+            run(b, [sub, pub])
+            self.frame = bytearray(64)
+            self.n = codec.encode_publish(self.frame, 0, "sensors/n1/temp", b"21.5", 1, 1)
+            self.pid_at = self.n - 4 - 2
+            self.pid = 1
+            sub.record = False
+            pub.record = False
+
+    st = Away()
+    st.go(20)  # warm up: the away session's queue fills, its marks are made
+    b = st.b
+    assert b.dropped_full == 18 and b.sessions()[b"away"].queued() == 2
+    before = st.sub.got[PUBLISH]
+    if MICROPYTHON:
+        locked(st.go, 200)
+        gc.collect()
+        a0 = gc.mem_alloc()
+        st.go(200)
+        assert gc.mem_alloc() - a0 == 0
+        n = 400
+    else:
+        st.go(200)
+        n = 200
+    assert st.sub.got[PUBLISH] - before == n
+    assert st.pub.got[PUBACK] >= 20 + n
+    assert b.dropped_full == 18 + n and b.queue_full == 0 and b.errors == 0
