@@ -531,25 +531,18 @@ class Core(Stats):
                 continue
             g = subs.po
             q = (first >> 1) & 3
-            if (g & 3) < q:
-                q = g & 3
             r.set(t, 0, len(t), m.p, 0, len(m.p), q)
             r.retain = bool(first & 1)
             if pr is not None:
                 pr = self._b5().hand_on_props(pr, m.exp - up if m.exp >= 0 else -1)
                 r.prs = pr
                 r.prn = len(pr)
-            ra = first & 1 if g & 8 else 0
-            pid = o.npid
             try:
-                if o.fsid is not None and o.level == 5:
-                    self._send_ids(o, r, q, ra, f)
-                else:
-                    o.send(r, q, ra)
+                # at the member's QoS, capped by the copy's; marked, so that
+                # its end hands it on again
+                self._send_shared(o, r, q, g, first & 1 if g & 8 else 0, f)
             except OSError:
                 continue  # counted in store_errors: that member misses it
-            if q and o.npid != pid:
-                o.mark_shared(o.npid)  # its end hands it on again
             self.handed += 1
 
     # ------------------------------------------------------------ CONNECT
