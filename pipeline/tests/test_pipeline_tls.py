@@ -277,11 +277,15 @@ class ALPNFront:
     offers it and relays the link to mosquitto's plain listener on port
     `to`; a link that agreed on none it closes after the handshake.
     refuse: every handshake gets the no_application_protocol alert instead
-    (RFC 7301 3.2). agreed: what each handshake selected."""
+    (RFC 7301 3.2); require: it wants a client certificate signed by the CA.
+    agreed: what each handshake selected."""
 
-    def __init__(self, pki, to, protocols=("x-amzn-mqtt-ca",), refuse=False):
+    def __init__(self, pki, to, protocols=("x-amzn-mqtt-ca",), refuse=False, require=False):
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(pki["server"], pki["server.key"])
+        if require:
+            ctx.load_verify_locations(pki["ca"])
+            ctx.verify_mode = ssl.CERT_REQUIRED
         ctx.set_alpn_protocols(list(protocols))
         if refuse:  # (the servername callback runs for every ClientHello)
             ctx.sni_callback = lambda *_: 120  # the alert no_application_protocol
@@ -381,8 +385,8 @@ def test_alpn_the_broker_does_not_agree_on_is_refused_in_one_line(tmp_path, pki,
     at = "the broker at 127.0.0.1:%d" % front.port
     refused(module, args + ["--broker", "127.0.0.1:%d" % front.port, "--tls-alpn",
                             "x-amzn-mqtt-ca"],
-            at + " did not agree on the ALPN protocol x-amzn-mqtt-ca: it refused it (tlsv1 "
-            "alert no application protocol) (--tls-alpn)", status=1)
+            at + " did not agree on the ALPN protocol x-amzn-mqtt-ca: it refused it: tlsv1 "
+            "alert no application protocol (--tls-alpn)", status=1)
 
 
 def test_the_source_options_take_file_paths(tmp_path, pki, tls_mosquitto):
@@ -461,10 +465,11 @@ def test_the_source_option_alpn(tmp_path, pki, alpn_front):
 
 
 @pytest.mark.slow
-def test_the_job_reads_over_tls_with_a_client_certificate(tmp_path, pki, tls_mosquitto):
-    """The job's options reach the source through Spark (readings()): its
-    ingest connects with the client certificate and every reading is
-    committed."""
+def test_the_job_reads_over_tls_with_every_option(tmp_path, pki, alpn_front):
+    """The job's options reach the source through Spark (readings()):
+    --capath, a client certificate whose key is encrypted, its passphrase
+    in a file, and ALPN, through the front that wants the client
+    certificate and picks by ALPN; every reading is committed."""
     import re
     from pipeline_support import have_spark
     if have_spark() is not None:
@@ -472,15 +477,17 @@ def test_the_job_reads_over_tls_with_a_client_certificate(tmp_path, pki, tls_mos
     from umqtt3_pipeline import job
     from umqtt3_pipeline import log as L
     from umqtt3_pipeline.tls import context
-    port = tls_mosquitto(require=True)
-    tls = ["--cafile", pki["ca"], "--cert", pki["client"], "--key", pki["client.key"]]
+    front, plain = alpn_front(require=True)
+    tls = ["--capath", pki["capath"], "--cert", pki["client"], "--key", pki["client.locked"],
+           "--key-password-file", pki["passphrase"], "--tls-alpn", "x-amzn-mqtt-ca"]
     # the session first: the broker keeps every reading for the job
-    job.ensure_session("127.0.0.1:%d" % port, "umqtt3/+/+", 1, "tls-job",
-                       tls=context(pki["ca"], False, pki["client"], pki["client.key"]), cert=True)
+    job.ensure_session("127.0.0.1:%d" % front.port, "umqtt3/+/+", 1, "tls-job",
+                       tls=context(pki["ca"], False, pki["client"], pki["client.key"],
+                                   alpn="x-amzn-mqtt-ca"), cert=True)
     msgs = [reading("n%d" % (i % 4), "temp", float(i), 5, i) for i in range(60)]
-    _publish_over_tls(port, pki, msgs, "client")
+    _publish_over_tls(plain, pki, msgs, plain=True)
     p = subprocess.Popen([sys.executable, "-m", "umqtt3_pipeline.job", "--master", "local[1]",
-                          "--broker", "127.0.0.1:%d" % port, "--client-id", "tls-job",
+                          "--broker", "127.0.0.1:%d" % front.port, "--client-id", "tls-job",
                           "--log", str(tmp_path / "log"), "--out", str(tmp_path / "out"),
                           "--checkpoint", str(tmp_path / "ck"), "--window", "1 seconds",
                           "--watermark", "1 seconds", "--trigger", "0.5", "--keep-log"] + tls,
@@ -498,3 +505,5 @@ def test_the_job_reads_over_tls_with_a_client_certificate(tmp_path, pki, tls_mos
     assert p.returncode == 0, err
     assert re.search(r"^umqtt3 telemetry: stopped after \d+ s; 60 readings committed", out,
                      re.M), out + err
+    # the job's ensure_session and its source's ingest: each agreed on the protocol
+    assert len(front.agreed) >= 3 and set(front.agreed) == {"x-amzn-mqtt-ca"}, front.agreed

@@ -221,7 +221,7 @@ def refused(e, host, port, cert=False, alpn=None):
         reason = str(e.reason or e)
         if alpn and "NO APPLICATION PROTOCOL" in str(e).upper().replace("_", " "):
             # RFC 7301 3.2: the broker speaks none of the protocols offered
-            return _no_alpn(at, alpn, "it refused it (tlsv1 alert no application protocol)")
+            return _no_alpn(at, alpn, "it refused it: tlsv1 alert no application protocol")
         if "WRONG_VERSION_NUMBER" in reason.upper() or "RECORD_LAYER" in reason.upper():
             return "%s does not speak TLS on that port (%s)" % (at, reason.lower())
         if any(w in reason.upper() for w in _CLIENT_CERT):
