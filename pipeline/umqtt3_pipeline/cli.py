@@ -89,20 +89,30 @@ def usable_dir(ap, option, path):
 def add_tls(ap):
     """The TLS options, as mosquitto_sub names them (tls.py)."""
     ap.add_argument("--cafile", metavar="FILE",
-                    help="TLS to the broker, trusting the CA certificates in FILE (PEM) alone; "
+                    help="TLS to the broker, trusting the CA certificates in FILE (PEM); "
                     "the broker's name is checked")
+    ap.add_argument("--capath", metavar="DIR",
+                    help="TLS to the broker, trusting the CA certificates in DIR, hashed "
+                    "(openssl rehash DIR); with or instead of --cafile")
     ap.add_argument("--tls", action="store_true",
                     help="TLS to the broker, trusting the system's CAs; the name is checked")
     ap.add_argument("--cert", metavar="FILE",
                     help="a client certificate (PEM), with --key, for a broker that wants one")
-    ap.add_argument("--key", metavar="FILE", help="the key of --cert (PEM, no passphrase)")
+    ap.add_argument("--key", metavar="FILE", help="the key of --cert (PEM)")
+    ap.add_argument("--key-password-file", metavar="FILE",
+                    help="a file whose first line is the passphrase of an encrypted --key "
+                    "(never asked for on the terminal)")
+    ap.add_argument("--tls-alpn", metavar="PROTO",
+                    help="offer this ALPN protocol and stop if the broker does not agree on it "
+                    "(AWS IoT Core on port 443: x-amzn-mqtt-ca)")
 
 
 def tls_checked(ap, a):
     """The ssl.SSLContext of the TLS options (None: plain TCP); refuses
     (ap.error) files it cannot use."""
-    from .tls import context
+    from .tls import OPTIONS, context
     try:
-        return context(a.cafile, a.tls, a.cert, a.key)
+        return context(a.cafile, a.tls, a.cert, a.key, OPTIONS, a.capath,
+                       a.key_password_file, a.tls_alpn)
     except ValueError as e:
         ap.error(str(e))

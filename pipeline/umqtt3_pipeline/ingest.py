@@ -177,9 +177,9 @@ class Ingest:
                     # a broker that fails or refuses the handshake does so
                     # again, one on a TLS port refuses plain MQTT for ever:
                     # say why (check()) instead of trying on
-                    from .tls import TLSRefused, plain_refused, probe, refused
+                    from .tls import TLSRefused, alpn_of, plain_refused, probe, refused
                     if self.tls is not None:
-                        why = (refused(e, self.host, self.port, self.cert) or
+                        why = (refused(e, self.host, self.port, self.cert, alpn_of(self.tls)) or
                                probe(self.tls, self.host, self.port, self.cert))
                     else:
                         why = plain_refused(self.host, self.port)

@@ -232,19 +232,24 @@ def tls_context(a):
     them), or None: plain TCP."""
     from . import tls
     return tls.context(getattr(a, "cafile", None), getattr(a, "tls", False),
-                       getattr(a, "cert", None), getattr(a, "key", None))
+                       getattr(a, "cert", None), getattr(a, "key", None), tls.OPTIONS,
+                       getattr(a, "capath", None), getattr(a, "key_password_file", None),
+                       getattr(a, "tls_alpn", None))
 
 
 def tls_options(a):
     """The source's TLS options for the parsed arguments a: file paths
     only (absolute: the source runs in Spark's Python worker), never key
-    material, which would show in the query's plan."""
+    material or the key's passphrase, which would show in the query's plan."""
     o = {}
-    for option, path in (("cafile", "cafile"), ("certfile", "cert"), ("keyfile", "key")):
+    for option, path in (("cafile", "cafile"), ("capath", "capath"), ("certfile", "cert"),
+                         ("keyfile", "key"), ("keyPasswordFile", "key_password_file")):
         if getattr(a, path, None):
             o[option] = os.path.abspath(getattr(a, path))
     if getattr(a, "tls", False):
         o["tls"] = "true"
+    if getattr(a, "tls_alpn", None):
+        o["alpn"] = a.tls_alpn
     return o
 
 
@@ -274,8 +279,8 @@ def ensure_session(broker, topics, qos, client_id, level=5, user=None, password=
             c.disconnect()  # the session exists: it just delivered
         except OSError as e:
             c.disconnect()
-            from .tls import plain_refused, probe, refused
-            why = ((refused(e, host, port, cert) or probe(tls, host, port, cert))
+            from .tls import alpn_of, plain_refused, probe, refused
+            why = ((refused(e, host, port, cert, alpn_of(tls)) or probe(tls, host, port, cert))
                    if tls is not None else plain_refused(host, port))
             if why:
                 raise Refused(why)

@@ -23,9 +23,10 @@ persistent session), maxRowsPerBatch, minRowsPerBatch and maxTriggerDelay
 many seconds), keepalive, level (5: MQTT 5, the default; 4: MQTT 3.1.1),
 segmentBytes, splitBytes, trim ("false" keeps the history for the batch
 reader), user and passwordFile (the broker's login: a file whose first line
-is the password, so that the password is in no plan or log), cafile, tls,
-certfile and keyfile (TLS to the broker, as the job's --cafile, --tls,
---cert and --key: file paths, never key material), checkpoint (the query's
+is the password, so that the password is in no plan or log), cafile,
+capath, tls, certfile, keyfile, keyPasswordFile and alpn (TLS to the broker,
+as the job's --cafile, --capath, --tls, --cert, --key, --key-password-file
+and --tls-alpn: file paths, never key material or a passphrase), checkpoint (the query's
 checkpointLocation: its new offsets, commits and state files are fsynced
 before a trim), ingest ("external": no ingest here; path holds one log per
 sub-directory, each written by its own ``python -m umqtt3_pipeline.ingest``,
