@@ -1,25 +1,27 @@
-# umqtt3.broker_passwd -- the broker's users file, in the spirit of
-# mosquitto_passwd (desktop only).
+# umqtt3_cli.passwd -- the broker's users file, in the spirit of
+# mosquitto_passwd (desktop only; `umqtt3-passwd` once pip-installed).
 #
-#     python -m umqtt3.broker_passwd FILE USER            asks for the password
-#     python -m umqtt3.broker_passwd -b FILE USER PASS    takes it from the line
-#     python -m umqtt3.broker_passwd -D FILE USER         deletes the user
-#     python -m umqtt3.broker_passwd -c ...               starts a new file
+#     python -m umqtt3_cli.passwd FILE USER               asks for the password
+#     python -m umqtt3_cli.passwd -b FILE USER PASS       takes it from the line
+#     python -m umqtt3_cli.passwd -D FILE USER            deletes the user
+#     python -m umqtt3_cli.passwd -c ...                  starts a new file
 #
 # One `user:entry` per line, '#' comments and blank lines kept. The entry is
-# a salted, iterated SHA-256 (broker_auth.py, which the broker checks it
+# a salted, iterated SHA-256 (umqtt3.broker_auth, which the broker checks it
 # with, on MicroPython too); a plain password is still accepted from a file
 # written by hand, and mosquitto_passwd's $7$ / $6$ entries where the
 # platform has SHA-512 (read_users refuses what it cannot check). The file
 # is replaced atomically and keeps its mode and owner; a new one is made
 # 0600. -D on a missing file makes none (as mosquitto_passwd).
+import argparse
 import binascii
+import getpass
 import os
 import sys
 
 from umqtt3.broker_auth import PREFIX, digest, entry_error
 
-PROG = "python -m umqtt3.broker_passwd"
+PROG = "python -m umqtt3_cli.passwd"
 ROUNDS = 1000
 
 
@@ -136,9 +138,6 @@ def update(path, user, password=None, create=False, rounds=ROUNDS):
 
 
 def parser():
-    # desktop only, like broker_cli (the device type check has no argparse)
-    import argparse  # type: ignore[import-not-found, unused-ignore]
-
     class Parser(argparse.ArgumentParser):
         def error(self, message):  # one line, not the usage block
             self.exit(2, "%s: %s\n" % (PROG, message))
@@ -176,7 +175,6 @@ def main(argv=None):
             return 0
         pw = a.password
         if pw is None:
-            import getpass  # type: ignore[import-not-found, unused-ignore]
             pw = getpass.getpass("Password: ")
             if getpass.getpass("Again: ") != pw:
                 print("%s: the passwords differ" % PROG, file=sys.stderr)
