@@ -68,7 +68,7 @@ def _connack(port, cid, user=None, password=None, clean=True):
 @pytest.fixture
 def cli_broker(tmp_path):
     users = tmp_path / "users"
-    assert run("umqtt3_cli.passwd", "-b", str(users), "alice", "a").returncode == 0
+    assert run("umqtt3_cli.passwd", "-c", "-b", str(users), "alice", "a").returncode == 0
     assert run("umqtt3_cli.passwd", "-b", str(users), "bob", "b").returncode == 0
     started = []
 

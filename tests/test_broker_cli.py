@@ -4,6 +4,9 @@
 # broker_limits; a file umqtt3_cli.passwd writes lets exactly its users in.
 import os
 import re
+import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -20,6 +23,7 @@ def desktop():
 
 
 from refusal import run  # noqa: E402  (tests/refusal.py)
+from tools import procs  # noqa: E402
 
 
 def refused(r, words):
@@ -275,7 +279,7 @@ def test_the_largest_values_work():
 
 def test_passwd_add_update_delete(tmp_path):
     f = str(tmp_path / "users")
-    assert run("umqtt3_cli.passwd", "-b", f, "alice", "one").returncode == 0
+    assert run("umqtt3_cli.passwd", "-c", "-b", f, "alice", "one").returncode == 0
     assert run("umqtt3_cli.passwd", "-b", f, "bob", "two").returncode == 0
     first = read_users(f)[b"alice"]
     assert first.startswith(b"$sha256$") and b"one" not in first
@@ -302,7 +306,7 @@ def test_passwd_keeps_comments_and_plain_entries(tmp_path):
     (["-b", "F", "", "pw"], "user"),
     (["-b", "--rounds", "0", "F", "alice", "pw"], "--rounds"),
     (["-b", "/nonexistent/dir/users", "alice", "pw"], "/nonexistent/dir/users"),
-    (["-b", "F", "alice", ""], "empty"),
+    (["-c", "-b", "F", "alice", ""], "empty"),
     (["-D", "/nonexistent/users", "alice"], "/nonexistent/users"),
     ([], "required"),
 ])
@@ -358,6 +362,44 @@ def test_passwd_refuses_a_file_that_is_not_utf8_in_one_line(tmp_path):
     assert f.read_bytes() == b"alice:pw\ncaf\xe9:pw\n"  # left as it was
 
 
+def test_passwd_adds_to_a_missing_file_only_with_c(tmp_path):
+    # as mosquitto_passwd: -b (or the password asked for) on a file that does
+    # not exist is refused in one line and makes none, so a typo in FILE never
+    # starts a second users file beside the one the broker reads; -c creates
+    f = str(tmp_path / "typo-users")
+    for args in (["-b", f, "alice", "one"], [f, "alice"]):
+        r = run("umqtt3_cli.passwd", *args)
+        assert r.returncode == 1
+        line = refused(r, "unable to open password file %s: No such file or directory" % f)
+        assert "-c" in line  # says how to make one
+        assert "no password given" not in line  # refused before asking for it
+    assert os.listdir(str(tmp_path)) == []
+    library = str(tmp_path / "by-update")
+    with pytest.raises(FileNotFoundError):
+        update(library, "alice", b"one", rounds=2)
+    assert os.listdir(str(tmp_path)) == []
+    assert run("umqtt3_cli.passwd", "-c", "-b", f, "alice", "one").returncode == 0
+    assert run("umqtt3_cli.passwd", "-b", f, "bob", "two").returncode == 0
+    assert sorted(read_users(f)) == [b"alice", b"bob"]
+
+
+@pytest.mark.skipif(not shutil.which("mosquitto_passwd"), reason="mosquitto_passwd not installed")
+def test_passwd_missing_file_as_mosquitto_passwd(tmp_path):
+    # the peer, same arguments: both refuse -b on a missing file and make
+    # none, and both create it with -c -b
+    for tool in (["mosquitto_passwd"], [sys.executable, "-m", "umqtt3_cli.passwd"]):
+        d = tmp_path / os.path.basename(tool[-1]).replace(".", "_")
+        d.mkdir()
+        f = str(d / "users")
+        r = subprocess.run(tool + ["-b", f, "alice", "one"], capture_output=True, text=True,
+                           timeout=60, cwd=ROOT, env=procs.python_env(), stdin=subprocess.DEVNULL)
+        assert r.returncode != 0 and os.listdir(str(d)) == [], (tool, r)
+        assert "nable to open password file" in r.stdout + r.stderr, (tool, r)
+        r = subprocess.run(tool + ["-c", "-b", f, "alice", "one"], capture_output=True,
+                           text=True, timeout=60, cwd=ROOT, env=procs.python_env())
+        assert r.returncode == 0 and os.listdir(str(d)) == ["users"], (tool, r)
+
+
 def test_passwd_delete_from_a_missing_file_makes_none(tmp_path):
     # as mosquitto_passwd: "Unable to open password file", nothing created
     f = str(tmp_path / "typo-users")
@@ -370,7 +412,7 @@ def test_passwd_delete_from_a_missing_file_makes_none(tmp_path):
 def test_broker_lets_in_exactly_the_users_of_the_file(tmp_path):
     from umqtt3.broker import Broker
     f = str(tmp_path / "users")
-    assert run("umqtt3_cli.passwd", "-b", f, "alice", "s3cret").returncode == 0
+    assert run("umqtt3_cli.passwd", "-c", "-b", f, "alice", "s3cret").returncode == 0
     b = Broker(port=None, users=read_users(f), sys_interval=0)
     try:
         ok = _connect(b, "alice", "s3cret")
