@@ -9,11 +9,12 @@
 # Not frozen, on purpose: boot.py and main.py (a frozen one would run instead
 # of the filesystem's, so a board could no longer be changed without a new
 # firmware), the board profile (board.py), config.json and secrets.json; nor
-# the library's desktop-only modules (tools/libgraph.py's HOST_ONLY), which a
-# device never imports. The manifest runs with firmware/ as its directory.
+# the library's desktop-only module (tools/libgraph.py's HOST_ONLY), which a
+# device never imports (the desktop commands live outside lib/umqtt3, in
+# lib/umqtt3_cli). The manifest runs with firmware/ as its directory.
 import os
 
-HOST_ONLY = ("compat/cpython.py", "broker_cli.py", "broker_passwd.py")  # tools/libgraph.py
+HOST_ONLY = ("compat/cpython.py",)  # tools/libgraph.py
 
 # The port's own manifest first, so its usual frozen modules stay.
 include("$(PORT_DIR)/boards/manifest.py")

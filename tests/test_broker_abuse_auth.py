@@ -13,7 +13,7 @@ sys.path.insert(0, HERE)
 
 from refusal import run  # noqa: E402
 from tools import procs  # noqa: E402
-from umqtt3.broker_passwd import read_users  # noqa: E402
+from umqtt3_cli.passwd import read_users  # noqa: E402
 from umqtt3.codec import encode_connect  # noqa: E402
 
 
@@ -68,8 +68,8 @@ def _connack(port, cid, user=None, password=None, clean=True):
 @pytest.fixture
 def cli_broker(tmp_path):
     users = tmp_path / "users"
-    assert run("umqtt3.broker_passwd", "-b", str(users), "alice", "a").returncode == 0
-    assert run("umqtt3.broker_passwd", "-b", str(users), "bob", "b").returncode == 0
+    assert run("umqtt3_cli.passwd", "-c", "-b", str(users), "alice", "a").returncode == 0
+    assert run("umqtt3_cli.passwd", "-b", str(users), "bob", "b").returncode == 0
     started = []
 
     def start(*extra):

@@ -4,7 +4,7 @@
 # the hash string itself does not. An entry that cannot be checked (an
 # unknown $name$, a malformed hash, SHA-512 missing on the platform) is
 # refused as the file loads, in one line naming the line and the format,
-# never compared as a plain password (broker_auth, broker_passwd).
+# never compared as a plain password (broker_auth, umqtt3_cli.passwd).
 import shutil
 import socket
 
@@ -14,7 +14,7 @@ from refusal import run
 from tools import procs
 from umqtt3 import compat
 from umqtt3.broker_auth import entry_error, password_ok
-from umqtt3.broker_passwd import read_users
+from umqtt3_cli.passwd import read_users
 from umqtt3.codec import encode_connect
 
 MOSQUITTO_PASSWD = shutil.which("mosquitto_passwd")
@@ -100,7 +100,7 @@ def test_unknown_or_malformed_entry_refused_in_one_line(tmp_path, entry, words):
 
 
 def test_plain_and_own_entries_as_before(tmp_path):
-    from umqtt3.broker_passwd import entry
+    from umqtt3_cli.passwd import entry
     f = tmp_path / "users"
     f.write_text("node:plain\nalice:%s\nodd:$notahash\n" % entry(b"pw", 3).decode())
     users = read_users(str(f))

@@ -1,25 +1,29 @@
 # The broker's command line and its users-file tool, as a user meets them:
 # each bad input is refused in one line with a non-zero status and no
 # traceback; --help shows every default; docs/broker.md's tables agree with
-# broker_limits; a file broker_passwd writes lets exactly its users in.
+# broker_limits; a file umqtt3_cli.passwd writes lets exactly its users in.
 import os
 import re
+import shutil
+import subprocess
+import sys
 
 import pytest
 
-from umqtt3 import broker_cli
 from umqtt3.broker_limits import Limits, span
-from umqtt3.broker_passwd import read_users, update
+from umqtt3_cli import broker as cli
+from umqtt3_cli.passwd import read_users, update
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NAMES = broker_cli.NAMES
+NAMES = cli.NAMES
 
 
 def desktop():
-    return dict(broker_cli.DESKTOP)
+    return dict(cli.DESKTOP)
 
 
 from refusal import run  # noqa: E402  (tests/refusal.py)
+from tools import procs  # noqa: E402
 
 
 def refused(r, words):
@@ -99,7 +103,7 @@ def test_mosquitto_short_options(tmp_path):
         p.terminate()
         p.communicate(timeout=30)
     assert first.startswith("umqtt3 broker listening on 127.0.0.1:"), first
-    a = broker_cli.parser().parse_args(["-p", "1884", "-v"])
+    a = cli.parser().parse_args(["-p", "1884", "-v"])
     assert (a.port, a.verbose, a.quiet) == (1884, True, False)
     from refusal import refused as one_line
     one_line("umqtt3.broker", ["-c", "/etc/mosquitto/mosquitto.conf"],
@@ -113,9 +117,9 @@ def test_mosquitto_short_options(tmp_path):
 def test_queue_full_refuse_or_drop():
     # --queue-full: refuse (the default) or drop, as Limits.queue_full; any
     # other word is refused in one line, here and by Limits
-    p = broker_cli.parser()
-    assert broker_cli.limits(p.parse_args([])).queue_full == "refuse" == Limits.queue_full
-    assert broker_cli.limits(p.parse_args(["--queue-full", "drop"])).queue_full == "drop"
+    p = cli.parser()
+    assert cli.limits(p.parse_args([])).queue_full == "refuse" == Limits.queue_full
+    assert cli.limits(p.parse_args(["--queue-full", "drop"])).queue_full == "drop"
     refused(run("umqtt3.broker", "--queue-full", "keep", "--port", "0"), "--queue-full")
     with pytest.raises(ValueError):
         Limits(queue_full="keep")
@@ -131,7 +135,7 @@ def test_help_shows_every_default():
     assert r.returncode == 0
     text = " ".join(r.stdout.split())
     for name in NAMES:
-        assert re.search(r"%s N .*?\(default %d\)" % (broker_cli.flag(name), desktop()[name]),
+        assert re.search(r"%s N .*?\(default %d\)" % (cli.flag(name), desktop()[name]),
                          text), name
     for f in ("--host", "--port", "--users", "--store", "--queue-qos0", "--queue-full",
               "--allow-anonymous"):
@@ -142,9 +146,9 @@ def test_every_limit_is_a_flag_with_help():
     limits = sorted(k for k in dir(Limits) if not k.startswith("_") and
                     k not in ("queue_qos0", "queue_full"))
     assert sorted(NAMES) == limits  # the profile names every limit, once
-    assert sorted(broker_cli.HELP) == limits
-    a = broker_cli.parser().parse_args([])
-    lim = broker_cli.limits(a)
+    assert sorted(cli.HELP) == limits
+    a = cli.parser().parse_args([])
+    lim = cli.limits(a)
     for name in NAMES:
         assert getattr(lim, name) == desktop()[name]
     assert Limits().max_clients != lim.max_clients  # the device profile is its own
@@ -164,7 +168,7 @@ def test_docs_flag_table_matches_limits():
     rows = _table("broker.md", "flag")
     prof = desktop()
     for name in NAMES:
-        key = "`%s`" % broker_cli.flag(name)
+        key = "`%s`" % cli.flag(name)
         assert key in rows, key
         assert rows[key][0] == str(prof[name]), (key, rows[key][0], prof[name])
 
@@ -172,7 +176,7 @@ def test_docs_flag_table_matches_limits():
 def test_docs_flag_table_gives_each_largest_value():
     rows = _table("broker.md", "flag")
     for name in BOUNDED:
-        row = rows["`%s`" % broker_cli.flag(name)][1]
+        row = rows["`%s`" % cli.flag(name)][1]
         assert str(span(name)[1]) in row, (name, row)
 
 
@@ -271,20 +275,20 @@ def test_the_largest_values_work():
         s.close()
 
 
-# ---------------------------------------------------------------- broker_passwd
+# ---------------------------------------------------------------- umqtt3_cli.passwd
 
 def test_passwd_add_update_delete(tmp_path):
     f = str(tmp_path / "users")
-    assert run("umqtt3.broker_passwd", "-b", f, "alice", "one").returncode == 0
-    assert run("umqtt3.broker_passwd", "-b", f, "bob", "two").returncode == 0
+    assert run("umqtt3_cli.passwd", "-c", "-b", f, "alice", "one").returncode == 0
+    assert run("umqtt3_cli.passwd", "-b", f, "bob", "two").returncode == 0
     first = read_users(f)[b"alice"]
     assert first.startswith(b"$sha256$") and b"one" not in first
-    assert run("umqtt3.broker_passwd", "-b", f, "alice", "three").returncode == 0
+    assert run("umqtt3_cli.passwd", "-b", f, "alice", "three").returncode == 0
     users = read_users(f)
     assert sorted(users) == [b"alice", b"bob"] and users[b"alice"] != first
-    assert run("umqtt3.broker_passwd", "-D", f, "bob").returncode == 0
+    assert run("umqtt3_cli.passwd", "-D", f, "bob").returncode == 0
     assert sorted(read_users(f)) == [b"alice"]
-    refused(run("umqtt3.broker_passwd", "-D", f, "bob"), "no user bob")
+    refused(run("umqtt3_cli.passwd", "-D", f, "bob"), "no user bob")
 
 
 def test_passwd_keeps_comments_and_plain_entries(tmp_path):
@@ -302,13 +306,13 @@ def test_passwd_keeps_comments_and_plain_entries(tmp_path):
     (["-b", "F", "", "pw"], "user"),
     (["-b", "--rounds", "0", "F", "alice", "pw"], "--rounds"),
     (["-b", "/nonexistent/dir/users", "alice", "pw"], "/nonexistent/dir/users"),
-    (["-b", "F", "alice", ""], "empty"),
+    (["-c", "-b", "F", "alice", ""], "empty"),
     (["-D", "/nonexistent/users", "alice"], "/nonexistent/users"),
     ([], "required"),
 ])
 def test_passwd_refusals(tmp_path, args, words):
     args = [str(tmp_path / "users") if a == "F" else a for a in args]
-    refused(run("umqtt3.broker_passwd", *args), words)
+    refused(run("umqtt3_cli.passwd", *args), words)
 
 
 def test_passwd_keeps_the_mode_and_makes_new_files_0600(tmp_path):
@@ -316,20 +320,20 @@ def test_passwd_keeps_the_mode_and_makes_new_files_0600(tmp_path):
     f = str(tmp_path / "users")
     old = os.umask(0o022)
     try:
-        assert run("umqtt3.broker_passwd", "-c", "-b", f, "alice", "one").returncode == 0
+        assert run("umqtt3_cli.passwd", "-c", "-b", f, "alice", "one").returncode == 0
         assert os.stat(f).st_mode & 0o777 == 0o600  # new: 0600, whatever the umask
         for mode in (0o600, 0o640, 0o644):
             os.chmod(f, mode)
-            assert run("umqtt3.broker_passwd", "-b", f, "bob", "two").returncode == 0
+            assert run("umqtt3_cli.passwd", "-b", f, "bob", "two").returncode == 0
             assert os.stat(f).st_mode & 0o777 == mode
-            assert run("umqtt3.broker_passwd", "-D", f, "bob").returncode == 0
+            assert run("umqtt3_cli.passwd", "-D", f, "bob").returncode == 0
             assert os.stat(f).st_mode & 0o777 == mode
         # a FILE.tmp left by a crash does not lend its mode
         with open(f + ".tmp", "w") as t:
             t.write("x")
         os.chmod(f + ".tmp", 0o666)
         os.chmod(f, 0o600)
-        assert run("umqtt3.broker_passwd", "-b", f, "carl", "three").returncode == 0
+        assert run("umqtt3_cli.passwd", "-b", f, "carl", "three").returncode == 0
         assert os.stat(f).st_mode & 0o777 == 0o600 and not os.path.exists(f + ".tmp")
     finally:
         os.umask(old)
@@ -343,7 +347,7 @@ def test_passwd_writes_through_a_symbolic_link(tmp_path):
     real.write_text("")
     link = tmp_path / "users"
     os.symlink(str(real), str(link))
-    assert run("umqtt3.broker_passwd", "-b", str(link), "bob", "pw").returncode == 0
+    assert run("umqtt3_cli.passwd", "-b", str(link), "bob", "pw").returncode == 0
     assert os.path.islink(str(link)) and os.readlink(str(link)) == str(real)
     assert real.read_text().startswith("bob:")
 
@@ -352,16 +356,54 @@ def test_passwd_refuses_a_file_that_is_not_utf8_in_one_line(tmp_path):
     f = tmp_path / "users"
     f.write_bytes(b"alice:pw\ncaf\xe9:pw\n")
     for args in (["-b", str(f), "bob", "pw"], ["-D", str(f), "alice"]):
-        r = run("umqtt3.broker_passwd", *args)
+        r = run("umqtt3_cli.passwd", *args)
         assert r.returncode == 1
         refused(r, "%s:2: not UTF-8" % f)
     assert f.read_bytes() == b"alice:pw\ncaf\xe9:pw\n"  # left as it was
 
 
+def test_passwd_adds_to_a_missing_file_only_with_c(tmp_path):
+    # as mosquitto_passwd: -b (or the password asked for) on a file that does
+    # not exist is refused in one line and makes none, so a typo in FILE never
+    # starts a second users file beside the one the broker reads; -c creates
+    f = str(tmp_path / "typo-users")
+    for args in (["-b", f, "alice", "one"], [f, "alice"]):
+        r = run("umqtt3_cli.passwd", *args)
+        assert r.returncode == 1
+        line = refused(r, "unable to open password file %s: No such file or directory" % f)
+        assert "-c" in line  # says how to make one
+        assert "no password given" not in line  # refused before asking for it
+    assert os.listdir(str(tmp_path)) == []
+    library = str(tmp_path / "by-update")
+    with pytest.raises(FileNotFoundError):
+        update(library, "alice", b"one", rounds=2)
+    assert os.listdir(str(tmp_path)) == []
+    assert run("umqtt3_cli.passwd", "-c", "-b", f, "alice", "one").returncode == 0
+    assert run("umqtt3_cli.passwd", "-b", f, "bob", "two").returncode == 0
+    assert sorted(read_users(f)) == [b"alice", b"bob"]
+
+
+@pytest.mark.skipif(not shutil.which("mosquitto_passwd"), reason="mosquitto_passwd not installed")
+def test_passwd_missing_file_as_mosquitto_passwd(tmp_path):
+    # the peer, same arguments: both refuse -b on a missing file and make
+    # none, and both create it with -c -b
+    for tool in (["mosquitto_passwd"], [sys.executable, "-m", "umqtt3_cli.passwd"]):
+        d = tmp_path / os.path.basename(tool[-1]).replace(".", "_")
+        d.mkdir()
+        f = str(d / "users")
+        r = subprocess.run(tool + ["-b", f, "alice", "one"], capture_output=True, text=True,
+                           timeout=60, cwd=ROOT, env=procs.python_env(), stdin=subprocess.DEVNULL)
+        assert r.returncode != 0 and os.listdir(str(d)) == [], (tool, r)
+        assert "nable to open password file" in r.stdout + r.stderr, (tool, r)
+        r = subprocess.run(tool + ["-c", "-b", f, "alice", "one"], capture_output=True,
+                           text=True, timeout=60, cwd=ROOT, env=procs.python_env())
+        assert r.returncode == 0 and os.listdir(str(d)) == ["users"], (tool, r)
+
+
 def test_passwd_delete_from_a_missing_file_makes_none(tmp_path):
     # as mosquitto_passwd: "Unable to open password file", nothing created
     f = str(tmp_path / "typo-users")
-    r = run("umqtt3.broker_passwd", "-D", f, "bob")
+    r = run("umqtt3_cli.passwd", "-D", f, "bob")
     assert r.returncode == 1
     refused(r, "unable to open password file %s: No such file or directory" % f)
     assert os.listdir(str(tmp_path)) == []
@@ -370,7 +412,7 @@ def test_passwd_delete_from_a_missing_file_makes_none(tmp_path):
 def test_broker_lets_in_exactly_the_users_of_the_file(tmp_path):
     from umqtt3.broker import Broker
     f = str(tmp_path / "users")
-    assert run("umqtt3.broker_passwd", "-b", f, "alice", "s3cret").returncode == 0
+    assert run("umqtt3_cli.passwd", "-c", "-b", f, "alice", "s3cret").returncode == 0
     b = Broker(port=None, users=read_users(f), sys_interval=0)
     try:
         ok = _connect(b, "alice", "s3cret")

@@ -1,7 +1,7 @@
 """Every command-line tool refuses bad input in one line on stderr with a
 non-zero exit status naming what was wrong, never a traceback; and --help
 shows every default and the whole description. (The broker's own command
-line, umqtt3.broker_cli, has its tests beside the broker's.)"""
+line, umqtt3_cli.broker, has its tests beside the broker's.)"""
 import argparse
 import os
 import re

@@ -5,6 +5,7 @@ library."""
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import types
@@ -36,6 +37,7 @@ def test_every_device_module_is_in_one_package_and_desktop_ones_in_none():
         assert pkg["version"]
         for dest, src in pkg["urls"]:
             assert os.path.exists(os.path.join(ROOT, src)), src
+            assert src.startswith("lib/umqtt3/"), src  # never lib/umqtt3_cli, the desktop's
             listed.append(src[len("lib/umqtt3/"):])
     assert len(listed) == len(set(listed)), "a module in two packages"
     assert sorted(listed) == [m for m in lib_modules() if m not in packages.DESKTOP_ONLY]
@@ -106,22 +108,37 @@ def test_freeze_manifest_packages_the_library(monkeypatch):
 
 
 def test_pip_wheel_contains_the_library(tmp_path):
+    # built from a clean copy of what pip reads: an in-tree build/lib keeps
+    # the files of an earlier build, so a module moved away (or a package
+    # left out of pyproject.toml) would still be found in the wheel
+    src = tmp_path / "src"
+    for d in ("lib", "pipeline"):
+        shutil.copytree(os.path.join(ROOT, d), str(src / d),
+                        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for f in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(os.path.join(ROOT, f), str(src / f))
+    dist = tmp_path / "dist"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(tmp_path), ROOT], check=True, timeout=300)
-    wheels = [f for f in os.listdir(tmp_path) if f.endswith(".whl")]
+                    "-q", "-w", str(dist), str(src)], check=True, timeout=300)
+    wheels = [f for f in os.listdir(str(dist)) if f.endswith(".whl")]
     assert len(wheels) == 1
-    whl = zipfile.ZipFile(os.path.join(tmp_path, wheels[0]))
+    whl = zipfile.ZipFile(os.path.join(str(dist), wheels[0]))
     names = whl.namelist()
     for m in lib_modules():
         assert "umqtt3/" + m in names
+    # the desktop commands' package, which the console scripts run
+    cli = sorted(f for f in os.listdir(os.path.join(ROOT, "lib", "umqtt3_cli")) if f.endswith(".py"))
+    assert cli == ["__init__.py", "broker.py", "passwd.py"]
+    for m in cli:
+        assert "umqtt3_cli/" + m in names
     assert "umqtt3_pipeline/job.py" in names
     meta = [n for n in names if n.endswith(".dist-info/METADATA")][0]
     text = whl.read(meta).decode()
     assert "License-Expression: MIT" in text
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     ep = whl.read([n for n in names if n.endswith("entry_points.txt")][0]).decode()
-    for script in ("umqtt3-broker = umqtt3.broker_cli:main",
-                   "umqtt3-passwd = umqtt3.broker_passwd:main",
+    for script in ("umqtt3-broker = umqtt3_cli.broker:main",
+                   "umqtt3-passwd = umqtt3_cli.passwd:main",
                    "umqtt3-pipeline = umqtt3_pipeline.job:main"):
         assert script in ep
 

@@ -1,8 +1,8 @@
 # The device code type-checks against MicroPython's own stubs (mypy.ini,
 # docs/typecheck.md): firmware/, boards/ and lib/umqtt3/ once per board family
 # (esp32, rp2), so that a call a device does not have fails here instead of in
-# the field; and the desktop-only files (compat/cpython.py, broker_cli.py)
-# against CPython's typeshed. Probe files prove that the check reports a
+# the field; and the desktop-only files (compat/cpython.py, lib/umqtt3_cli/,
+# the commands) against CPython's typeshed. Probe files prove that the check reports a
 # missing device API, and that tools/desktop/shim (the desktop stand-ins for machine
 # and network) never takes the stubs' place.
 #
@@ -22,10 +22,10 @@ from tools import libgraph
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STUBS = os.path.join(REPO, "build", "stubs")
 FAMILIES = ("esp32", "rp2")
-# never imported on a device (see mypy.ini)
-# the desktop-only modules that exist (tools/libgraph.py lists them)
-DESKTOP_ONLY = tuple(p for p in ("lib/" + m.replace(".", "/") + ".py" for m in libgraph.HOST_ONLY)
-                     if os.path.isfile(os.path.join(REPO, p)))
+# never imported on a device (see mypy.ini): lib/umqtt3's desktop-only files
+# (tools/libgraph.py lists them), and the commands' package lib/umqtt3_cli
+DESKTOP_ONLY = tuple("lib/umqtt3/" + f for f in libgraph.lib_host_only())
+CLI = "lib/umqtt3_cli"
 NOT_CODE = ("firmware/manifest.py",)  # read by MicroPython's firmware build
 
 # Findings the check tolerates (same file, code and message), each with why.
@@ -107,10 +107,11 @@ def test_device_code_against_the_stubs(family):
 
 
 def test_desktop_half_against_typeshed():
-    # compat's CPython branch (compat/cpython.py) and the desktop broker's
-    # command line, with the rest of the library as CPython sees it
-    files = sources("lib/umqtt3")
+    # compat's CPython branch (compat/cpython.py) and the desktop commands
+    # (umqtt3_cli), with the rest of the library as CPython sees it
+    files = sources("lib/umqtt3", CLI)
     assert set(DESKTOP_ONLY) <= set(files)
+    assert "lib/umqtt3_cli/broker.py" in files and "lib/umqtt3_cli/passwd.py" in files
     found, summary = mypy("cpython", ["--always-false", "MICROPYTHON"] + files)
     new = unexpected(found)
     assert not new, "%s\n%s" % (new, summary)

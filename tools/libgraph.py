@@ -8,9 +8,22 @@ import os
 from tools import procs
 
 LIB_DIR = os.path.join(procs.ROOT, "lib")
-# Library modules a device never loads: CPython's half of compat, and the
-# desktop commands (python -m umqtt3.broker's command line, the password-file tool).
-HOST_ONLY = ("umqtt3.compat.cpython", "umqtt3.broker_cli", "umqtt3.broker_passwd")
+# What a device never loads: CPython's half of compat, and the desktop
+# commands' package (umqtt3_cli: python -m umqtt3.broker's command line, the
+# password-file tool), which umqtt3.broker imports only when run as a script.
+# A name here stands for its submodules too.
+HOST_ONLY = ("umqtt3.compat.cpython", "umqtt3_cli")
+
+
+def host_only(name):
+    """True for a dotted module name HOST_ONLY leaves off a device."""
+    return any(name == h or name.startswith(h + ".") for h in HOST_ONLY)
+
+
+def lib_host_only():
+    """HOST_ONLY's files inside lib/umqtt3, relative to it ("compat/cpython.py")."""
+    return tuple(h[len("umqtt3."):].replace(".", "/") + ".py" for h in HOST_ONLY
+                 if h.startswith("umqtt3."))
 
 
 def module_file(name):
@@ -55,7 +68,7 @@ def lib_closure(app_files=(), modules=()):
             parts = imp.split(".")
             for i in range(1, len(parts) + 1):  # a.b.c needs a and a.b
                 m = ".".join(parts[:i])
-                if m in seen or m in HOST_ONLY:
+                if m in seen or host_only(m):
                     continue
                 f = module_file(m)
                 if f:

@@ -168,7 +168,7 @@ def parse(text):
 
 
 def add_flags(ap):
-    """The broker CLI's bridge options (broker_cli.parser)."""
+    """The broker CLI's bridge options (umqtt3_cli.broker.parser)."""
     ap.add_argument("--bridge-config", metavar="FILE",
                     help="bridges to upstream brokers, in mosquitto's `connection` "
                          "form (docs/bridge.md)")

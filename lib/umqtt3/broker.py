@@ -14,7 +14,7 @@
 # per step, closes what the core closed, and keeps the clock. Limits are
 # broker_limits.Limits, given as keywords or as `limits`; see docs/broker.md.
 #
-# python -m umqtt3.broker --help   runs it on the desktop (broker_cli.py).
+# python -m umqtt3.broker --help   runs it on the desktop (umqtt3_cli/broker.py).
 from . import compat
 from .compat import ticks_ms, ticks_diff, POLLIN, POLLOUT, POLLHUP, POLLERR, asleep_ms, copy
 from .codec import MQTTError, frame_len
@@ -538,6 +538,6 @@ class Broker(Core):
             self.forget(c)
 
 
-if __name__ == "__main__":
-    from umqtt3.broker_cli import main
+if __name__ == "__main__":  # the desktop command line, a host-only package
+    from umqtt3_cli.broker import main
     raise SystemExit(main())

@@ -2,7 +2,7 @@
 #
 # An entry is one of
 #     $sha256$<rounds>$<salt hex>$<hex of sha256 applied rounds times>
-#         what broker_passwd writes: salt, then password, hashed; each
+#         what umqtt3_cli.passwd writes: salt, then password, hashed; each
 #         further round hashes the digest. hashlib.sha256 and binascii are
 #         on every MicroPython port the broker runs on.
 #     $7$<iterations>$<salt base64>$<hash base64>

@@ -128,7 +128,7 @@ class Core(Stats):
                  store=None, files=None, allow_fat=False, now=0):
         Stats.__init__(self)
         lim = self.limits = limits or Limits()
-        self.users = users  # {user bytes: password bytes or a broker_passwd hash} or None
+        self.users = users  # {user bytes: password bytes or a umqtt3_cli.passwd hash} or None
         self.owners = {}  # with users: client id -> the user whose session it is
         self.guard = None  # broker_auth.Backoff: failed logins per source, from the first
         self.allow_anonymous = (users is None) if allow_anonymous is None else allow_anonymous

@@ -4,8 +4,8 @@
 #     lim = Limits(max_clients=4, max_packet=2048)
 #
 # The class attributes are the defaults, sized for a device. The desktop
-# broker (broker_cli.py) has one flag per limit and starts from its own
-# profile (broker_cli.DESKTOP, kept there so that a device holds none of it);
+# broker (umqtt3_cli/broker.py) has one flag per limit and starts from its
+# own profile (DESKTOP there, so that a device holds none of it);
 # tests/test_broker_cli.py checks that the profile names every limit and
 # that docs/broker.md's tables agree with both. A limit that is 0 or below
 # is refused unless zero_ok(), where 0 means "none" or "the default".

@@ -16,7 +16,7 @@ from tools import procs
 @pytest.fixture
 def login_broker(tmp_path):
     users = str(tmp_path / "users")
-    subprocess.run([sys.executable, "-m", "umqtt3.broker_passwd", "-c", "-b", users, "ingest",
+    subprocess.run([sys.executable, "-m", "umqtt3_cli.passwd", "-c", "-b", users, "ingest",
                     "s3cret pass"], check=True, env=procs.python_env(), capture_output=True)
     pw = tmp_path / "pw"
     pw.write_text("s3cret pass\n")

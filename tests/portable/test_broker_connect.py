@@ -366,8 +366,8 @@ def test_retained_messages_outlive_the_session():
             assert c.messages(1)[0][:4] == (b"keep/me", b"v", 0, True)
 
 
-def test_hashed_password_from_broker_passwd():
-    # an entry broker_passwd writes ($sha256$rounds$salt$hex) is checked
+def test_hashed_password_from_umqtt3_passwd():
+    # an entry umqtt3_cli.passwd writes ($sha256$rounds$salt$hex) is checked
     # with hashlib on the device too; only the right password passes
     entry = b"$sha256$3$73616c74$" + digest(3, b"salt", b"secret")
     with running(users={b"alice": entry}) as b:

@@ -640,7 +640,7 @@ def core_in_run(qos, n, trace=None):
     def put(fn, *a):
         return bytes(buf[:fn(buf, 0, *a)])
 
-    from umqtt3.broker_cli import DESKTOP
+    from umqtt3_cli.broker import DESKTOP
     kw = dict(DESKTOP)  # the limits `python -m umqtt3.broker` runs with
     kw["sys_interval"] = 0
     b = Core(Limits(**kw))

@@ -1,9 +1,9 @@
 """The mip packages, as micropython-lib splits umqtt.simple and umqtt.robust:
 `package.json` is the client (codec, client, store, asyncio client: what a
 sensor node installs alone), `package-broker.json` the broker a gateway adds
-(it names the client package as its dependency). Modules that run only on
-the desktop (compat/cpython.py, broker_cli.py, broker_passwd.py) are in
-neither.
+(it names the client package as its dependency). What runs only on the
+desktop is in neither: compat/cpython.py, and the commands' package
+lib/umqtt3_cli (umqtt3.broker imports it only when run as a script).
 
 Each package's file list is the import closure of its entry modules in
 lib/umqtt3, so a new module lands in the package that imports it:
@@ -26,8 +26,9 @@ from tools.measure import sizes
 ROOT = sizes.REPO
 LIB = os.path.join(ROOT, "lib", "umqtt3")
 
-# Never copied to a device: CPython's half of compat and the desktop commands.
-DESKTOP_ONLY = tuple(m[len("umqtt3."):].replace(".", "/") + ".py" for m in libgraph.HOST_ONLY)
+# Never copied to a device: CPython's half of compat (the desktop commands
+# live outside lib/umqtt3, in lib/umqtt3_cli, and the closure leaves them out).
+DESKTOP_ONLY = libgraph.lib_host_only()
 
 # package file -> (name, its entry modules, the package files it depends on)
 PACKAGES = {

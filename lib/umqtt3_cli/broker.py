@@ -1,8 +1,9 @@
-# umqtt3.broker_cli -- `python -m umqtt3.broker` on the desktop.
+# umqtt3_cli.broker -- `python -m umqtt3.broker` (`umqtt3-broker`) on the
+# desktop.
 #
-# Flags for the listener, every limit of broker_limits (one flag each, its
-# default from the desktop profile below), a users file (broker_passwd writes
-# one) and a store directory; prints where it listens and logs connects,
+# Flags for the listener, every limit of umqtt3.broker_limits (one flag each,
+# its default from the desktop profile below), a users file (umqtt3_cli.passwd
+# writes one) and a store directory; prints where it listens and logs connects,
 # disconnects and refusals. Bad input is refused in one line, exit status
 # 2 (usage) or 1 (the port, the file, the directory), never a traceback.
 # Ctrl-C (or SIGTERM) closes and exits; the store needs no saving (it is
@@ -11,7 +12,8 @@ import argparse
 import sys
 
 from umqtt3.broker_limits import choices, refused, span
-from umqtt3.broker_passwd import read_users
+
+from .passwd import read_users
 
 PROG = "python -m umqtt3.broker"
 
@@ -148,7 +150,7 @@ def parser():
                          "publisher, or drop it for that client alone, as mosquitto does "
                          "(default %s)" % choices("queue_full")[0])
     ap.add_argument("--users", metavar="FILE",
-                    help="user:password lines (python -m umqtt3.broker_passwd writes them); "
+                    help="user:password lines (umqtt3-passwd, python -m umqtt3_cli.passwd, writes them); "
                          "anonymous clients are then refused (default none)")
     ap.add_argument("--allow-anonymous", action="store_true",
                     help="with --users, still accept clients without one (default off)")

@@ -1,25 +1,29 @@
-# umqtt3.broker_passwd -- the broker's users file, in the spirit of
-# mosquitto_passwd (desktop only).
+# umqtt3_cli.passwd -- the broker's users file, in the spirit of
+# mosquitto_passwd (desktop only; `umqtt3-passwd` once pip-installed).
 #
-#     python -m umqtt3.broker_passwd FILE USER            asks for the password
-#     python -m umqtt3.broker_passwd -b FILE USER PASS    takes it from the line
-#     python -m umqtt3.broker_passwd -D FILE USER         deletes the user
-#     python -m umqtt3.broker_passwd -c ...               starts a new file
+#     python -m umqtt3_cli.passwd FILE USER               asks for the password
+#     python -m umqtt3_cli.passwd -b FILE USER PASS       takes it from the line
+#     python -m umqtt3_cli.passwd -D FILE USER            deletes the user
+#     python -m umqtt3_cli.passwd -c [-b] FILE USER ...   starts a new file
 #
 # One `user:entry` per line, '#' comments and blank lines kept. The entry is
-# a salted, iterated SHA-256 (broker_auth.py, which the broker checks it
+# a salted, iterated SHA-256 (umqtt3.broker_auth, which the broker checks it
 # with, on MicroPython too); a plain password is still accepted from a file
 # written by hand, and mosquitto_passwd's $7$ / $6$ entries where the
 # platform has SHA-512 (read_users refuses what it cannot check). The file
 # is replaced atomically and keeps its mode and owner; a new one is made
-# 0600. -D on a missing file makes none (as mosquitto_passwd).
+# 0600. Only -c makes a file: adding to or deleting from a missing one is
+# refused and makes none (as mosquitto_passwd), so a typo in FILE never
+# starts a second users file beside the one the broker reads.
+import argparse
 import binascii
+import getpass
 import os
 import sys
 
 from umqtt3.broker_auth import PREFIX, digest, entry_error
 
-PROG = "python -m umqtt3.broker_passwd"
+PROG = "python -m umqtt3_cli.passwd"
 ROUNDS = 1000
 
 
@@ -62,17 +66,13 @@ def entry(password, rounds=ROUNDS, salt=None):
     return PREFIX + b"%d$%s$%s" % (rounds, binascii.hexlify(salt), digest(rounds, salt, password))
 
 
-def _lines(path, create, new_ok=True):
-    # the file's lines; ValueError names a line that is not UTF-8
+def _lines(path, create):
+    # the file's lines ([] for -c); FileNotFoundError for a missing file;
+    # ValueError names a line that is not UTF-8
     if create:
         return []
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        if new_ok:
-            return []  # a new file
-        raise
+    with open(path, "rb") as f:
+        data = f.read()
     lines = []
     for n, line in enumerate(data.splitlines(), 1):
         try:
@@ -114,11 +114,12 @@ def _replace(path, text):
 
 
 def update(path, user, password=None, create=False, rounds=ROUNDS):
-    """Add or replace user (password given), or delete it (None). Returns
-    False when deleting a user the file does not have; FileNotFoundError
-    when deleting from a file that does not exist; ValueError naming a
-    line that is not UTF-8."""
-    lines = _lines(path, create and password is not None, password is not None)
+    """Add or replace user (password given), or delete it (None); create
+    starts a new file (replacing one), for an addition only. Returns False
+    when deleting a user the file does not have; FileNotFoundError when the
+    file does not exist and create is not given; ValueError naming a line
+    that is not UTF-8."""
+    lines = _lines(path, create and password is not None)
     out = []
     found = False
     for line in lines:
@@ -136,9 +137,6 @@ def update(path, user, password=None, create=False, rounds=ROUNDS):
 
 
 def parser():
-    # desktop only, like broker_cli (the device type check has no argparse)
-    import argparse  # type: ignore[import-not-found, unused-ignore]
-
     class Parser(argparse.ArgumentParser):
         def error(self, message):  # one line, not the usage block
             self.exit(2, "%s: %s\n" % (PROG, message))
@@ -148,7 +146,8 @@ def parser():
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("-b", action="store_true", help="batch: the password is the last argument")
     mode.add_argument("-D", action="store_true", help="delete the user")
-    ap.add_argument("-c", action="store_true", help="create the file (replaces an existing one)")
+    ap.add_argument("-c", action="store_true",
+                    help="create the file (replaces an existing one); without it FILE must exist")
     ap.add_argument("--rounds", type=int, default=ROUNDS,
                     help="SHA-256 rounds per check (default %d)" % ROUNDS)
     ap.add_argument("file")
@@ -174,9 +173,10 @@ def main(argv=None):
                 print("%s: %s has no user %s" % (PROG, a.file, a.user), file=sys.stderr)
                 return 1
             return 0
+        if not a.c:
+            open(a.file, "rb").close()  # as mosquitto_passwd: missing, refused before asking
         pw = a.password
         if pw is None:
-            import getpass  # type: ignore[import-not-found, unused-ignore]
             pw = getpass.getpass("Password: ")
             if getpass.getpass("Again: ") != pw:
                 print("%s: the passwords differ" % PROG, file=sys.stderr)
@@ -185,9 +185,10 @@ def main(argv=None):
             print("%s: the password is empty" % PROG, file=sys.stderr)
             return 1
         update(a.file, a.user, pw.encode(), a.c, a.rounds)
-    except FileNotFoundError as e:  # -D: as mosquitto_passwd, nothing made
-        print("%s: unable to open password file %s: %s" % (PROG, a.file, e.strerror or e),
-              file=sys.stderr)
+    except FileNotFoundError as e:  # without -c: as mosquitto_passwd, nothing made
+        print("%s: unable to open password file %s: %s%s" % (
+            PROG, a.file, e.strerror or e, "" if a.D or a.c else " (-c creates it)"),
+            file=sys.stderr)
         return 1
     except OSError as e:
         print("%s: %s: %s" % (PROG, a.file, e.strerror or e), file=sys.stderr)
