@@ -334,7 +334,7 @@ STUBS = {
 # "RAM <import> <connected>": heap in use after the imports, and after
 # constructing, connecting, subscribing (QoS 1) and one QoS 1 publish.
 CONNECTED_PROBE = """\
-import sys, gc, asyncio
+import sys, gc, asyncio, micropython
 kind, level, store, root = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 """ + MOUNT_ROM + """mount_rom(root)
 sys.path[:] = ["/" + root, "/probe"]
@@ -386,6 +386,7 @@ async def main():
         c.publish(b"nodes/node1/temp", b"21.5", qos=1)
         await collect()
         print("RAM", imported, gc.mem_alloc() - base)
+        micropython.qstr_info()
     except Exception as e:
         print("ERR %s: %s" % (type(e).__name__, e))
 
@@ -460,11 +461,26 @@ async def main():
         c = await asyncio.create_task(steps(MQTTClient, config))
         await collect()
         print("RAM", imported, gc.mem_alloc() - base)
+        micropython.qstr_info()
     except Exception as e:
         print("ERR %s: %s" % (type(e).__name__, e))
 
 mp_await = main()
 """
+
+
+def name_table(out):
+    """"used/room" of the interpreter's table of interned names, from
+    micropython.qstr_info()'s line in out: its blocks hold 20, 40, 80, ...
+    names (MicroPython doubles each new one), so a name past the room
+    allocates the next block, about 2.3 KB at 300 names. A reading near a
+    block's end moves by a block with a few names more, in the probe or,
+    on a board, in the firmware and the application."""
+    m = re.search(r"n_pool=(\d+), n_qstr=(\d+)", out)
+    if not m:
+        return "-"
+    pools, used = int(m.group(1)), int(m.group(2))
+    return "%d/%d" % (used, 20 * (2 ** pools - 1))
 
 
 class Vm:
@@ -515,11 +531,12 @@ class Vm:
         return None
 
     def connected(self, kind, level, store, which):
-        """(import RAM, heap in use once connected) of one configuration."""
+        """(import RAM, heap in use once connected, the interned-name table)
+        of one configuration."""
         probe = self.async_probe if kind == "mqtt_async" else self.connected_probe
         r = self.run(probe, [kind, str(level), store, which],
                      "%s level %d store %s" % (kind, level, store))
-        return tuple(r) if r else ("error", "error")
+        return tuple(r) + (name_table(self.out),) if r else ("error", "error", "-")
 
     def steps(self, level, store, names, root="mpy"):
         """Heap added by each module of names imported in turn, then by
@@ -698,17 +715,21 @@ def connected_table(vm, sizes, peers, markdown, romfs=False):
             mpy, root = os.path.getsize(path), "peer_mpy"
         else:
             mpy, root = sum(sizes[m][1] or 0 for m in loads), "mpy"
-        row = [label, mpy] + list(vm.connected(kind, level, store, root))
+        imp, run, names = vm.connected(kind, level, store, root)
+        row = [label, mpy, imp, run]
         if romfs:
-            row += list(vm.connected(kind, level, store, "rom/" + root))
-        rows.append(row)
+            row += list(vm.connected(kind, level, store, "rom/" + root)[:2])
+        rows.append(row + [names])
     headers = ["connected client (from .mpy)", ".mpy bytes", "import RAM", "heap in use"]
     if romfs:
         headers += ["import RAM (ROMFS)", "heap in use (ROMFS)"]
+    headers.append("names/room")
     print_table(headers, rows, markdown)
     print()
     print("heap in use: gc.mem_alloc() growth after import, construct, connect, subscribe "
           "(QoS 1) and one QoS 1 publish, against a scripted broker in the same VM")
+    print("names/room: interned names in use, and what the interpreter's table held, once "
+          "connected (.mpy); a name past the room costs a block more (2.3 KB at 300)")
     if romfs:
         print("ROMFS: the same .mpy files imported from a ROMFS image mounted at /rom "
               "(bytecode run in place, as frozen modules are; the image itself not counted)")
