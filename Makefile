@@ -15,7 +15,9 @@
 #>   make test-py   pytest only            (MQ_FAST=1 deselects tests marked slow)
 #>   make test-mp   MicroPython part only  (MP_TESTS="test_codec ..." to pick modules)
 #>   make typecheck firmware/, boards/ and lib/ against MicroPython's esp32 and rp2 stubs
-#>   make sizes     .py/.mpy bytes and import RAM (UMQTT_PEER=path/to/umqtt/simple.py)
+#>   make sizes     .py/.mpy bytes, import RAM and a connected client's heap, next to the
+#>                  peers under build/peers/ (UMQTT_PEER=path/to/umqtt/simple.py)
+#>   make peers     fetch those peers from PyPI (umqtt.simple, mqtt_async), SHA-256 checked
 #>   make packages  .py/.mpy bytes of each mip package (the README's table)
 #>   make bench     the benchmarks (codec, client, broker, pipeline; minutes)
 #>   make pipeline  the Spark telemetry job against a running broker (BROKER=, PIPELINE_ARGS=)
@@ -59,7 +61,7 @@ MP_TESTS ?=
 PYTEST_MARKS ?= $(if $(filter 1,$(MQ_FAST)),not slow,slow or not slow)
 PYTEST_ARGS ?= --durations=15
 
-.PHONY: help setup packages test test-py test-mp sizes bench demo pipeline typecheck deploy flash selftest selftest-wasm simulate
+.PHONY: help setup packages peers test test-py test-mp sizes bench demo pipeline typecheck deploy flash selftest selftest-wasm simulate
 
 # Device targets: the tools check every value, so an empty one gets a clear message.
 BOARD ?=
@@ -120,6 +122,9 @@ sizes: $(STAMP)
 
 packages: $(STAMP)
 	$(PYTHON) -m tools.measure.packages
+
+peers: $(STAMP)
+	$(PYTHON) -m tools.measure.peers
 
 bench: $(STAMP)
 	@status=0; \

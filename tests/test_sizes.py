@@ -76,15 +76,21 @@ def test_romfs_columns_beside_the_filesystem_ones():
         assert 0 < num(by[name][-1]) < num(by[name][-2]), by[name]
     assert by["umqtt3.compat.cpython"][-1] == "CPython only"
     head, rows = table(p.stdout, "connected client (from .mpy)")
-    assert head[2:] == ["import RAM", "heap in use", "import RAM (ROMFS)", "heap in use (ROMFS)"]
+    assert head[2:] == ["import RAM", "heap in use", "import RAM (ROMFS)", "heap in use (ROMFS)",
+                        "names/room"]
     labels = [r[0] for r in rows]
     assert labels[:4] == ["umqtt3, QoS 0/1/2, MemoryStore (default)", "umqtt3, QoS 2, FileStore",
                           "umqtt3, MQTT 5, MemoryStore",
                           "umqtt3, QoS 0/1/2, no store (store=False)"]
     for r in rows:
-        if r[0].startswith("umqtt3") or r[0].startswith("umqtt.simple"):
+        # (mqtt_async, when it is there: connected through stand-in streams)
+        if r[0].startswith(("umqtt3", "umqtt.simple", "mqtt_async")):
             imp, run, rimp, rrun = (num(c) for c in r[2:6])
             assert 0 < rimp < imp and rimp <= rrun < run, r
+            # the interpreter's name table: in use, of the room its blocks
+            # of 20, 40, 80, ... names give
+            used, room = (int(x) for x in r[6].split("/"))
+            assert 0 < used <= room and room in (20, 60, 140, 300, 620, 1260), r
     if any(r[0].startswith("umqtt.simple") for r in rows):  # the peer, when it is there
         _, cmp_rows = table(p.stdout, "client set vs umqtt.simple")
         assert cmp_rows[-1][0] == "import RAM from ROMFS"

@@ -44,14 +44,14 @@ the same VM (plain Python: it loads nothing of umqtt3), from .mpy.
 
 The peers are micropython-lib's umqtt.simple (PyPI micropython-umqtt.simple)
 and PyPI's micropython-mqtt (mqtt_async.py, a fork of mqtt_as; a file called
-mqtt_as.py is taken too), measured in the same run. Their PyPI uploads are
-sdists without setup.py, so pip cannot install them: unpack them under
-build/peers/ (found there), or give the files with --peer / --mqtt-as (or
-UMQTT_PEER / MQTT_AS_PEER); a peer not found is left out. Stand-ins for
-what they import and the WebAssembly build lacks (usocket, machine, network,
-uasyncio) are imported before the first reading; usocket's socket() is the
-scripted broker. mqtt_async connects through asyncio streams, which the
-WebAssembly build lacks, so only its import is measured.
+mqtt_as.py is taken too, at import only), measured in the same run. Their
+PyPI uploads are sdists without setup.py, so pip cannot install them:
+`python -m tools.measure.peers` (make peers) unpacks them under build/peers/
+(found there), or give the files with --peer / --mqtt-as (or UMQTT_PEER /
+MQTT_AS_PEER); a peer not found is left out. Stand-ins for what they import
+and the WebAssembly build lacks (usocket, machine, network, uasyncio's
+streams) are imported before the first reading; usocket's socket() and
+uasyncio's open_connection() reach the scripted broker.
 
 Modules that do not exist yet are skipped. Exit status: 1 if a module does not
 compile (or cannot be imported when measuring RAM), 2 if a tool is missing
@@ -305,7 +305,28 @@ STUBS = {
     "machine.py": "def unique_id():\n    return b'\\x01\\x02\\x03\\x04'\n",
     "network.py": "STA_IF = 0\nclass WLAN:\n    def __init__(self, i):\n        pass\n"
                   "    def isconnected(self):\n        return True\n",
-    "uasyncio.py": "from asyncio import *\n",
+    # asyncio streams over the scripted broker (mqtt_async talks to its
+    # broker through them; the WebAssembly build has none)
+    "uasyncio.py": "from asyncio import *\n"
+                   "import fakepeer\n"
+                   "class _Stream:\n"
+                   "    async def read(self, n):\n"
+                   "        while True:\n"
+                   "            b = fakepeer.PEER.read(n)\n"
+                   "            if b:\n"
+                   "                return b\n"
+                   "            await sleep_ms(1)\n"
+                   "    def write(self, b):\n"
+                   "        fakepeer.PEER.write(b)\n"
+                   "    async def drain(self):\n"
+                   "        pass\n"
+                   "    def close(self):\n"
+                   "        pass\n"
+                   "    async def wait_closed(self):\n"
+                   "        pass\n"
+                   "async def open_connection(host, port):\n"
+                   "    s = _Stream()\n"
+                   "    return s, s\n",
 }
 
 # Runs inside MicroPython. argv: kind (umqtt3, simple, mqtt_async), protocol
@@ -314,7 +335,7 @@ STUBS = {
 # "RAM <import> <connected>": heap in use after the imports, and after
 # constructing, connecting, subscribing (QoS 1) and one QoS 1 publish.
 CONNECTED_PROBE = """\
-import sys, gc, asyncio
+import sys, gc, asyncio, micropython
 kind, level, store, root = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 """ + MOUNT_ROM + """mount_rom(root)
 sys.path[:] = ["/" + root, "/probe"]
@@ -366,6 +387,7 @@ async def main():
         c.publish(b"nodes/node1/temp", b"21.5", qos=1)
         await collect()
         print("RAM", imported, gc.mem_alloc() - base)
+        micropython.qstr_info()
     except Exception as e:
         print("ERR %s: %s" % (type(e).__name__, e))
 
@@ -411,6 +433,57 @@ mp_await = main()
 """
 
 
+# The connected probe for mqtt_async, in a file of its own so that the
+# others' probe interns no name more (a name more can cost a block of the
+# interned-name table: see docs/client.md). Its API: a config and
+# coroutines (keepalive only with a will, its rule); its broker is reached
+# through the stand-in asyncio streams (STUBS). The same steps as the
+# others: import, construct, connect, subscribe at QoS 1, one QoS 1 publish.
+ASYNC_PROBE = CONNECTED_PROBE.split("async def main():")[0] + """
+async def steps(MQTTClient, config):
+    config.server = "peer"
+    config.client_id = "node1"
+    config.subs_cb = lambda topic, msg, retained: None
+    c = MQTTClient(config)
+    await c.connect()
+    await c.subscribe("nodes/node1/cmd", 1)
+    await c.publish("nodes/node1/temp", "21.5", qos=1)
+    return c
+
+async def main():
+    await collect()
+    base = gc.mem_alloc()
+    try:
+        from mqtt_async import MQTTClient, config
+        await collect()
+        imported = gc.mem_alloc() - base
+        # in a task of its own: its wait_for() cancels the waiting task,
+        # which the WebAssembly port's top-level coroutine is not
+        c = await asyncio.create_task(steps(MQTTClient, config))
+        await collect()
+        print("RAM", imported, gc.mem_alloc() - base)
+        micropython.qstr_info()
+    except Exception as e:
+        print("ERR %s: %s" % (type(e).__name__, e))
+
+mp_await = main()
+"""
+
+
+def name_table(out):
+    """"used/room" of the interpreter's table of interned names, from
+    micropython.qstr_info()'s line in out: its blocks hold 20, 40, 80, ...
+    names (MicroPython doubles each new one), so a name past the room
+    allocates the next block, about 2.3 KB at 300 names. A reading near a
+    block's end moves by a block with a few names more, in the probe or,
+    on a board, in the firmware and the application."""
+    m = re.search(r"n_pool=(\d+), n_qstr=(\d+)", out)
+    if not m:
+        return "-"
+    pools, used = int(m.group(1)), int(m.group(2))
+    return "%d/%d" % (used, 20 * (2 ** pools - 1))
+
+
 class Vm:
     """Runs the probe under tests/mp/run.mjs, one fresh interpreter per call."""
 
@@ -426,8 +499,10 @@ class Vm:
         self.probe = os.path.join(probe_dir, "probe.py")
         self.connected_probe = os.path.join(probe_dir, "connected.py")
         self.steps_probe = os.path.join(probe_dir, "steps.py")
+        self.async_probe = os.path.join(probe_dir, "async_connected.py")
         for path, text in ((self.probe, PROBE), (self.connected_probe, CONNECTED_PROBE),
                            (self.steps_probe, STEPS_PROBE),
+                           (self.async_probe, ASYNC_PROBE),
                            (os.path.join(probe_dir, "fakepeer.py"), FAKE_PEER)):
             with open(path, "w") as f:
                 f.write(text)
@@ -457,10 +532,12 @@ class Vm:
         return None
 
     def connected(self, kind, level, store, which):
-        """(import RAM, heap in use once connected) of one configuration."""
-        r = self.run(self.connected_probe, [kind, str(level), store, which],
+        """(import RAM, heap in use once connected, the interned-name table)
+        of one configuration."""
+        probe = self.async_probe if kind == "mqtt_async" else self.connected_probe
+        r = self.run(probe, [kind, str(level), store, which],
                      "%s level %d store %s" % (kind, level, store))
-        return tuple(r) if r else ("error", "error")
+        return tuple(r) + (name_table(self.out),) if r else ("error", "error", "-")
 
     def steps(self, level, store, names, root="mpy"):
         """Heap added by each module of names imported in turn, then by
@@ -639,17 +716,21 @@ def connected_table(vm, sizes, peers, markdown, romfs=False):
             mpy, root = os.path.getsize(path), "peer_mpy"
         else:
             mpy, root = sum(sizes[m][1] or 0 for m in loads), "mpy"
-        row = [label, mpy] + list(vm.connected(kind, level, store, root))
+        imp, run, names = vm.connected(kind, level, store, root)
+        row = [label, mpy, imp, run]
         if romfs:
-            row += list(vm.connected(kind, level, store, "rom/" + root))
-        rows.append(row)
+            row += list(vm.connected(kind, level, store, "rom/" + root)[:2])
+        rows.append(row + [names])
     headers = ["connected client (from .mpy)", ".mpy bytes", "import RAM", "heap in use"]
     if romfs:
         headers += ["import RAM (ROMFS)", "heap in use (ROMFS)"]
+    headers.append("names/room")
     print_table(headers, rows, markdown)
     print()
     print("heap in use: gc.mem_alloc() growth after import, construct, connect, subscribe "
           "(QoS 1) and one QoS 1 publish, against a scripted broker in the same VM")
+    print("names/room: interned names in use, and what the interpreter's table held, once "
+          "connected (.mpy); a name past the room costs a block more (2.3 KB at 300)")
     if romfs:
         print("ROMFS: the same .mpy files imported from a ROMFS image mounted at /rom "
               "(bytecode run in place, as frozen modules are; the image itself not counted)")
@@ -757,7 +838,10 @@ def main():
                 peers.append(("umqtt.simple (QoS 0/1, no reconnect)", "simple", mpy))
             else:
                 name = rel[:-3]
-                peers.append((name + " (asyncio; import only)", name, mpy))
+                # mqtt_async is connected through stand-in asyncio streams;
+                # another file (mqtt_as.py) is measured at import only
+                peers.append((name + (" (asyncio, QoS 0/1, reconnect)" if name == "mqtt_async"
+                                      else " (asyncio; import only)"), name, mpy))
 
         image = build_romfs(tmp, ["mpy"] + sorted(set(peer_dirs) & {"peer_mpy"})) \
             if args.romfs else None
