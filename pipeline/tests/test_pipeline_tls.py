@@ -389,6 +389,35 @@ def test_alpn_the_broker_does_not_agree_on_is_refused_in_one_line(tmp_path, pki,
             "alert no application protocol (--tls-alpn)", status=1)
 
 
+def _reader_logs_five(options, publish):
+    """The source's reader with these options connects, and five readings
+    that publish(msgs) sends reach its log."""
+    from umqtt3_pipeline.source import StreamReader
+    r = StreamReader(options)
+    try:
+        r.initialOffset()
+        wait_for(lambda: r._ingest.connected.is_set() or r._ingest.error, 10, "the connection")
+        r._ingest.check()
+        publish([reading("n1", "temp", 1.5, 3, i) for i in range(5)])
+        wait_for(lambda: len(_logged(options["path"])) == 5, 10, "the readings")
+    finally:
+        r.stop()
+
+
+def _reader_refused(options, match):
+    """The source's reader with these options fails its first connection
+    with the refusal that match finds."""
+    from umqtt3_pipeline.source import StreamReader
+    r = StreamReader(options)
+    try:
+        r.initialOffset()
+        wait_for(lambda: r._ingest.error, 20, "the refusal")
+        with pytest.raises(RuntimeError, match=match):
+            r._ingest.check()
+    finally:
+        r.stop()
+
+
 def test_the_source_options_take_file_paths(tmp_path, pki, tls_mosquitto):
     """The source's cafile, certfile and keyfile (what the job passes on):
     its ingest connects over TLS with the client certificate; without it
@@ -406,24 +435,10 @@ def test_the_source_options_take_file_paths(tmp_path, pki, tls_mosquitto):
     assert o == {"capath": pki["capath"], "certfile": pki["client"],
                  "keyfile": pki["client.locked"], "keyPasswordFile": pki["passphrase"]}
     assert not any("s3cret" in v for v in o.values()), o  # the file's name, not what it holds
-    r = StreamReader(dict(o, path=str(tmp_path / "log"), broker=at))
-    try:
-        r.initialOffset()
-        wait_for(lambda: r._ingest.connected.is_set() or r._ingest.error, 10, "the connection")
-        r._ingest.check()
-        msgs = [reading("n1", "temp", 1.5, 3, i) for i in range(5)]
-        _publish_over_tls(port, pki, msgs, "client")
-        wait_for(lambda: len(_logged(str(tmp_path / "log"))) == 5, 10, "the readings")
-    finally:
-        r.stop()
-    r = StreamReader({"path": str(tmp_path / "log2"), "broker": at, "cafile": pki["ca"]})
-    try:
-        r.initialOffset()
-        wait_for(lambda: r._ingest.error, 20, "the refusal")
-        with pytest.raises(RuntimeError, match="it wants a client certificate"):
-            r._ingest.check()
-    finally:
-        r.stop()
+    _reader_logs_five(dict(o, path=str(tmp_path / "log"), broker=at),
+                      lambda msgs: _publish_over_tls(port, pki, msgs, "client"))
+    _reader_refused({"path": str(tmp_path / "log2"), "broker": at, "cafile": pki["ca"]},
+                    "it wants a client certificate")
     with pytest.raises(ValueError, match="^certfile and keyfile go together: certfile without"):
         StreamReader({"path": str(tmp_path / "log3"), "broker": at, "tls": "true",
                       "certfile": pki["client"]}).initialOffset()
@@ -436,7 +451,6 @@ def test_the_source_options_take_file_paths(tmp_path, pki, tls_mosquitto):
 def test_the_source_option_alpn(tmp_path, pki, alpn_front):
     """What the job passes on for --tls-alpn: the source's ingest offers it
     and holds the broker to it."""
-    from umqtt3_pipeline.source import StreamReader
     from umqtt3_pipeline.job import parser, tls_options
     front, plain = alpn_front()
     a = parser().parse_args(["--log", "l", "--out", "o", "--checkpoint", "c", "--cafile",
@@ -444,24 +458,10 @@ def test_the_source_option_alpn(tmp_path, pki, alpn_front):
     o = tls_options(a)
     assert o == {"cafile": pki["ca"], "alpn": "x-amzn-mqtt-ca"}
     at = "127.0.0.1:%d" % front.port
-    r = StreamReader(dict(o, path=str(tmp_path / "log"), broker=at))
-    try:
-        r.initialOffset()
-        wait_for(lambda: r._ingest.connected.is_set() or r._ingest.error, 10, "the connection")
-        r._ingest.check()
-        msgs = [reading("n1", "temp", 1.5, 3, i) for i in range(5)]
-        _publish_over_tls(plain, pki, msgs, plain=True)
-        wait_for(lambda: len(_logged(str(tmp_path / "log"))) == 5, 10, "the readings")
-    finally:
-        r.stop()
-    r = StreamReader(dict(o, path=str(tmp_path / "log2"), broker=at, alpn="mqtt"))
-    try:
-        r.initialOffset()
-        wait_for(lambda: r._ingest.error, 20, "the refusal")
-        with pytest.raises(RuntimeError, match="did not agree on the ALPN protocol mqtt: it chose"):
-            r._ingest.check()
-    finally:
-        r.stop()
+    _reader_logs_five(dict(o, path=str(tmp_path / "log"), broker=at),
+                      lambda msgs: _publish_over_tls(plain, pki, msgs, plain=True))
+    _reader_refused(dict(o, path=str(tmp_path / "log2"), broker=at, alpn="mqtt"),
+                    "did not agree on the ALPN protocol mqtt: it chose")
 
 
 @pytest.mark.slow
