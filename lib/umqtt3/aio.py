@@ -22,6 +22,9 @@ class AsyncClient(Core):
     `interval_ms`: how often to look while the link has no socket to wait
     on (connect_link, e.g. an in-memory pipe)."""
     woke = None  # an asyncio.Event while a task waits on the socket
+    # the error that last dropped a link (or a dial) run() then reconnects
+    # from: connect() raises it rather than OSError(110) at its timeout
+    err = None  # type: Exception | None
 
     def __init__(self, client_id, server, interval_ms=5, port=0, ssl=None, ssl_params=None,
                  connect_link=None, **kw):
@@ -40,7 +43,16 @@ class AsyncClient(Core):
         t = self.timeout_ms if timeout_ms is None else timeout_ms
         start = ticks_ms()
         await self.connect_start(clean_session, t)  # the dial counts too
-        await self._until(self.is_connected, t - ticks_diff(ticks_ms(), start))
+        try:
+            # raises what dropped the link (a refused CONNACK:
+            # MQTTException(code)); reconnect=True: tries again
+            await self._until(self.is_connected, t - ticks_diff(ticks_ms(), start))
+        except OSError:
+            # timed out: what dropped the link before CONNACK (the last
+            # attempt's), if anything did
+            if self.err is None:
+                raise
+            raise self.err
         return self.session_present
 
     async def connect_start(self, clean_session=True, timeout_ms=0):
@@ -49,8 +61,9 @@ class AsyncClient(Core):
         self.clean = clean_session
         self.tries = 0
         self.reconnect = self.auto
+        self.err = None
         try:
-            await self._open(timeout_ms)
+            await self._open(timeout_ms)  # raises what the dial met (111: refused)
         except BaseException:
             self._close()
             raise
@@ -222,8 +235,9 @@ class AsyncClient(Core):
                 return
             try:
                 await self._open()
-            except OSError:
+            except OSError as e:
                 self._lost()
+                self.err = e
                 # an attempt that failed without awaiting (a connect_link
                 # that raises at once): the other tasks run before the next
                 await asleep_ms(0)
@@ -241,6 +255,7 @@ class AsyncClient(Core):
                 self._lost()
             if not self.reconnect:
                 raise
+            self.err = e
             await asleep_ms(0)  # (as above: the next attempt after the other tasks)
             return
         if n:

@@ -31,6 +31,9 @@ class MQTTClient(Core):
     # larger one)
     connect_link = None  # () -> link, instead of a socket
     ssl_params = None  # dict of keyword arguments for wrap_socket()
+    # the error that last dropped a link (or a dial) poll() then reconnects
+    # from: connect() raises it rather than OSError(110) at its timeout
+    err = None  # type: Exception | None
 
     def __init__(self, client_id, server, port=0, user=None, password=None,
                  keepalive=0, ssl=None, ssl_params=None, connect_link=None, **kw):
@@ -54,19 +57,22 @@ class MQTTClient(Core):
         self.clean = clean_session
         self.tries = 0
         self.reconnect = self.auto
+        self.err = None
         t = self.timeout_ms if timeout_ms is None else timeout_ms
         start = ticks_ms()  # the dial counts too
         try:
-            self.open_link(None, t)
+            self.open_link(None, t)  # raises what the dial met (111: refused)
         except Exception:
             self.down()  # no half-open socket left behind
             raise
         while self.state != _UP:
-            if self.state == _DOWN and not self.reconnect:
-                raise OSError(111)
             if ticks_diff(ticks_ms(), start) > t:
-                raise OSError(110)
-            self.poll(10)  # a refused CONNACK raises MQTTException(code)
+                # what dropped the link before CONNACK (reconnect=True:
+                # the last attempt's); 110 when nothing did
+                raise self.err or OSError(110)
+            # raises what dropped the link (a refused CONNACK:
+            # MQTTException(code)); reconnect=True: poll() tries again
+            self.poll(10)
         return self.session_present
 
     def ping(self):
@@ -167,8 +173,9 @@ class MQTTClient(Core):
             try:
                 if not self.redial(timeout_ms):  # (client_more.py)
                     return 0  # the dial goes on in the next poll()
-            except OSError:
+            except OSError as e:
                 self.lost(ticks_ms())
+                self.err = e
                 return 0
         # Handles what arrives until timeout_ms has passed, at least one
         # packet when one is there; a peer that keeps sending cannot hold
@@ -215,11 +222,12 @@ class MQTTClient(Core):
             return handled
         except Busy:
             raise
-        except (OSError, MQTTError):
+        except (OSError, MQTTError) as e:
             if self.state != _DOWN:  # (else the core's lost() came first)
                 self.lost(ticks_ms())
             if not self.reconnect:
                 raise
+            self.err = e
             return 0
 
     # umqtt.simple's check_msg(): handle whatever has arrived, without

@@ -378,8 +378,12 @@ def dial(host, port, ctx, params, timeout_ms):
             from .dial_steps import tls_params
             ctx, host, params = tls_params(ctx, host, params)
             s = ctx.wrap_socket(s, server_hostname=host, **params)
-    except BaseException:
+    except BaseException as e:
         s.close()
+        if isinstance(e, TimeoutError) and e.errno is None:
+            # the socket's own timeout (TCP connect or TLS handshake) has no
+            # errno here; MicroPython's is ETIMEDOUT, as dial_async's
+            raise OSError(110, "connect timed out") from None
         raise
     return s
 

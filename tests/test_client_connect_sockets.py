@@ -1,0 +1,174 @@
+"""What connect() raises when the first connection fails, on both drivers
+and with reconnect=False and True, against scripted plain-TCP servers on
+127.0.0.1: one that accepts and closes at once (errno 104: the peer ended
+the link before CONNACK), one that takes CONNECT and never answers (110,
+within the call's timeout_ms), and a port nothing listens on (111: the TCP
+connect was refused). (tests/portable/test_client_connect_errors.py: the
+same on in-memory links, under MicroPython too; tests/test_client_tls_refused.py:
+a TLS broker that refuses the client's certificate.)"""
+import asyncio
+import socket
+import threading
+import time
+
+import pytest
+
+from umqtt3.aio import AsyncClient
+from umqtt3.client import MQTTClient
+
+TIMEOUT = 500  # the call's timeout_ms
+LONG = 10000  # the client's
+
+
+class _Server:
+    """Accepts on 127.0.0.1; close=True closes each connection at once,
+    else reads what comes and never answers."""
+
+    def __init__(self, close):
+        self.ls = socket.socket()
+        self.ls.bind(("127.0.0.1", 0))
+        self.ls.listen(8)
+        self.port = self.ls.getsockname()[1]
+        self.close_at_once = close
+        self.accepted = 0
+        self.held = []
+        self.t = threading.Thread(target=self._serve, daemon=True)
+        self.t.start()
+
+    def _serve(self):
+        while True:
+            try:
+                s, _ = self.ls.accept()
+            except OSError:
+                return  # closed
+            self.accepted += 1
+            if self.close_at_once:
+                s.close()
+            else:
+                self.held.append(s)
+
+    def close(self):
+        self.ls.close()
+        for s in self.held:
+            s.close()
+        self.t.join(5)
+
+
+@pytest.fixture
+def closing():
+    s = _Server(close=True)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def silent():
+    s = _Server(close=False)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def refusing():
+    # a port that was free a moment ago: nothing listens there
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _blocking(port, reconnect):
+    c = MQTTClient("errs", "127.0.0.1", port=port, reconnect=reconnect, timeout_ms=LONG,
+                   backoff_ms=(20, 50))
+    t = time.monotonic()
+    with pytest.raises(OSError) as e:
+        c.connect(timeout_ms=TIMEOUT)
+    d = time.monotonic() - t
+    assert not c.is_connected()
+    c.down()
+    return e.value, d
+
+
+def _async(port, reconnect):
+    async def main():
+        c = AsyncClient("errs", "127.0.0.1", port=port, reconnect=reconnect, timeout_ms=LONG,
+                        backoff_ms=(20, 50))
+        t = time.monotonic()
+        with pytest.raises(OSError) as e:
+            await c.connect(timeout_ms=TIMEOUT)
+        d = time.monotonic() - t
+        assert not c.is_connected()
+        await c.disconnect()
+        return e.value, d
+    return asyncio.run(asyncio.wait_for(main(), 20))
+
+
+def _code(e):
+    # the errno: args[0] (CPython sets e.errno only for OSError(n, text),
+    # MicroPython for OSError(n) too, which the client raises)
+    return e.args[0] if e.args else None
+
+
+DRIVERS = [pytest.param(_blocking, id="blocking"), pytest.param(_async, id="asyncio")]
+RECONNECT = [pytest.param(False, id="once"), pytest.param(True, id="reconnect")]
+
+
+@pytest.mark.parametrize("reconnect", RECONNECT)
+@pytest.mark.parametrize("connect", DRIVERS)
+def test_a_server_that_closes_at_once_is_reported_as_closed(connect, reconnect, closing):
+    # the TCP connect succeeded: not 111, and the close is no timeout
+    e, d = connect(closing.port, reconnect)
+    assert _code(e) == 104, repr(e)
+    assert d < TIMEOUT / 1000 + 2
+    if reconnect:
+        assert closing.accepted > 1  # it tried again within the call's timeout
+
+
+@pytest.mark.parametrize("reconnect", RECONNECT)
+@pytest.mark.parametrize("connect", DRIVERS)
+def test_no_connack_is_a_timeout_within_the_calls_timeout(connect, reconnect, silent):
+    e, d = connect(silent.port, reconnect)
+    assert _code(e) == 110, repr(e)
+    assert TIMEOUT / 1000 - 0.05 < d < TIMEOUT / 1000 + 2  # the call's, not the client's 10 s
+
+
+@pytest.mark.parametrize("reconnect", RECONNECT)
+@pytest.mark.parametrize("connect", DRIVERS)
+def test_a_refused_tcp_connect_is_111(connect, reconnect, refusing):
+    e, d = connect(refusing, reconnect)
+    assert _code(e) == 111, repr(e)
+    assert d < 2  # at once, not after the timeout
+
+
+def test_a_dial_that_times_out_is_110_on_cpython_too():
+    # CPython's socket timeout carries no errno; compat.dial gives it
+    # MicroPython's, ETIMEDOUT. Here the accept queue is full, so the SYN
+    # is dropped and the TCP connect itself times out.
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(0)
+    port = ls.getsockname()[1]
+    held = []
+    try:
+        for _ in range(4):
+            s = socket.socket()
+            s.setblocking(False)
+            try:
+                s.connect(("127.0.0.1", port))
+            except BlockingIOError:
+                pass
+            held.append(s)
+        time.sleep(0.1)
+        probe = socket.socket()
+        probe.settimeout(0.2)
+        with pytest.raises(OSError):  # the premise: this address swallows SYNs
+            probe.connect(("127.0.0.1", port))
+        probe.close()
+        e, d = _blocking(port, False)
+        assert e.errno == 110 and isinstance(e, TimeoutError), repr(e)
+        assert d < TIMEOUT / 1000 + 2
+    finally:
+        for s in held:
+            s.close()
+        ls.close()
