@@ -9,13 +9,16 @@
 # exactly once, in order [MQTT-4.3.3-2], and never one retained after a
 # CONNACK that said it keeps none. A refusal (the client's own resend)
 # loses such a message; a resend under a new packet id duplicates it.
+# And with an upstream that takes at most QoS 1 from its second connection
+# on (AWS IoT Core's limit): every message at least once, in order of first
+# arrival, none above QoS 1 [MQTT-3.2.2-11].
 import pytest
 
 import test_bridge_crash
-from crashsim import BrokerTx, explore, sized
+from crashsim import BrokerTx, explore, sized, ack, key_of
 from test_bridge_crash import BridgeWorld, FileBridgeWorld, Upstream
 from umqtt3.bridge import Bridge, install
-from umqtt3.codec import CONNECT, PUBLISH
+from umqtt3.codec import CONNECT, PUBLISH, PUBACK
 
 pytestmark = pytest.mark.powerloss
 
@@ -63,10 +66,11 @@ class Upstream5(Upstream):
     stand-in takes it (its property length dropped)."""
 
     links = 0  # CONNECTs so far
+    LIMITS = b"\x25\x00"  # the CONNACK's properties from the second connection on
 
     def copy(self):
         u = Upstream.copy(self)
-        u.__class__ = Upstream5
+        u.__class__ = type(self)
         u.links = self.links
         return u
 
@@ -74,7 +78,7 @@ class Upstream5(Upstream):
         t = data[0] >> 4
         if t == CONNECT:
             self.links += 1
-            props = b"\x25\x00" if self.session else b""
+            props = self.LIMITS if self.session else b""
             out.append(bytes((0x20, 3 + len(props), 1 if self.session else 0, 0, len(props)))
                        + props)
             self.session = True
@@ -90,13 +94,51 @@ class Upstream5(Upstream):
         Upstream.packet(self, data, out)
 
 
-def _world(base):
+class UpstreamQoS1(Upstream5):
+    """Maximum QoS 1 (AWS IoT Core's) from the second CONNACK on, retained
+    messages kept: a QoS 1 PUBLISH is handed on and acknowledged; one
+    under an id held from a QoS 2 PUBLISH ends that id's QoS 2 flow (the
+    sender gave it up), as mosquitto takes a reused id."""
+
+    LIMITS = b"\x24\x01"
+
+    def packet(self, data, out):
+        q = (data[0] >> 1) & 3
+        if data[0] >> 4 != PUBLISH or q == 2 and self.links < 2:
+            Upstream5.packet(self, data, out)
+            return
+        if q != 1:
+            self.errors.append("QoS %d above the upstream's Maximum QoS 1: %r" % (q, data))
+            return
+        rl, i = _varint(data, 1)
+        j = i + 2 + ((data[i] << 8) | data[i + 1])
+        pid = (data[j] << 8) | data[j + 1]
+        pn, k = _varint(data, j + 2)
+        self.held.pop(pid, None)
+        self.delivered.append(key_of(bytes(data[i + 2:j]), bytes(data[k + pn:])))
+        out.append(ack(PUBACK, pid))
+
+
+def _world(base, up=Upstream5):
     class LowerWorld(base):
         def __init__(self, cfg=None, seed=1):
             base.__init__(self, cfg, seed)
             n, window, ids, inflight, up_window = self.CONFIGS[seed]
             self.tx = RetainTx(n, window, ids)
-            self.up = Upstream5(up_window)
+            self.up = up(up_window)
+
+        def _final(self):
+            if up is Upstream5:
+                base._final(self)
+                return
+            # lowered to QoS 1: at least once, in order of first arrival
+            p = self.problems
+            p.extend(self.tx.errors)
+            p.extend(self.up.errors)
+            d = self.up.delivered
+            first = [k for i, k in enumerate(d) if k not in d[:i]]
+            if first != list(range(self.tx.n)):
+                p.append("upstream got %r: lost %r" % (d, sorted(set(range(self.tx.n)) - set(d))))
     return LowerWorld
 
 
@@ -132,10 +174,21 @@ def test_power_loss_then_an_upstream_without_retain(level5, base):
     assert not st.failures, st.failures[:3]
 
 
+@WORLDS
+def test_power_loss_then_an_upstream_of_maximum_qos_1(level5, base):
+    # AWS IoT Core's limit: what the client held at QoS 2 goes again at QoS
+    # 1 under its packet id, at least once, in order
+    st = explore(_world(base, UpstreamQoS1), None, *sized((1, 2, 3)), double=False)
+    print("bridge crash points, upstream lowering to QoS 1: %d single" % st.single)
+    assert st.single > 500
+    assert not st.failures, st.failures[:3]
+
+
 def test_teeth_refused_held_messages_are_lost(level5, monkeypatch):
     # without the bridge's hook the client's resend refuses (0x9A) what it
     # sent retained on the first connection: a power loss loses messages
     monkeypatch.setattr(Bridge, "_lower", lambda self, body, rc: None)
-    st = explore(_world(FileBridgeWorld), None, (1,), 0, double=False, stop=True)
-    assert st.failures, "no power loss lost a held message"
-    assert "lost" in str(st.failures[0][2]), st.failures[0]
+    for up in (Upstream5, UpstreamQoS1):
+        st = explore(_world(FileBridgeWorld, up), None, (1,), 0, double=False, stop=True)
+        assert st.failures, "no power loss lost a held message"
+        assert "lost" in str(st.failures[0][2]), st.failures[0]
