@@ -23,7 +23,7 @@
 # backoff, and hands the connected socket to the client.
 from .topic import match_span
 from .codec import valid_filter, MQTTError
-from .client_codec import Busy
+from .client_codec import Busy, put_header
 from .compat import ticks_diff, ticks_add, copy
 from .bridge_queue import Queue, RamFiles, undo, marks, client_files
 
@@ -312,8 +312,9 @@ class Bridge:
         q = self.q
         n = 0
         # Only once the upstream's limits are known (a CONNACK since the
-        # start): what the client stored before would meet them only in its
-        # resend, which refuses what they forbid instead of sending it.
+        # start), so that a message goes to the client as the upstream
+        # takes it; what the client holds when the next connection's limits
+        # are lower, its resend hands to _lower.
         while q.keys and self.connects:
             k = q.keys[0]
             if not c.accepted(k):
@@ -364,6 +365,40 @@ class Bridge:
         if qos > c.max_qos:
             qos = c.max_qos
         c.queue(topic, payload, retain and self.retain and c.retain_ok, qos, key)
+
+    def _lower(self, body, rc):
+        # The client's resend (Core.lower): a message it took under the
+        # last connection's limits that the new one's refuse. Too large
+        # [MQTT-3.2.2-15]: dropped and counted, as in forward(). Above the
+        # Maximum QoS [MQTT-3.2.2-11] or retained where none is kept
+        # [MQTT-3.2.2-14]: the same PUBLISH lowered, as _queue lowers a new
+        # one, under its packet id: where the upstream still takes QoS 2 it
+        # knows the id and takes the message once [MQTT-4.3.3-2]. At QoS 0
+        # without the id (the client sends it once and forgets it).
+        i = 1
+        while body[i] & 0x80:
+            i += 1
+        i += 1  # the topic's length
+        t = i + 2 + ((body[i] << 8) | body[i + 1])  # past the topic
+        if rc == 0x95:
+            self._too_large(body[i + 2:t])
+            return None
+        c = self.client
+        q = (body[0] >> 1) & 3
+        if q > c.max_qos:
+            q = c.max_qos
+        h = 0x30 | q << 1 | (body[0] & 1 if c.retain_ok else 0)
+        if q:
+            b = bytearray(body)
+            b[0] = h
+            return b
+        b = bytearray(len(body))
+        o = put_header(b, 0, h, len(body) - i - 2)  # the packet id left out
+        n = o + t - i
+        b[o:n] = body[i:t]
+        e = n + len(body) - t - 2
+        b[n:e] = body[t + 2:]
+        return b[:e]
 
     def _too_large(self, topic):
         # dropped, never sent: the upstream would close the link on it and
@@ -499,6 +534,7 @@ class Bridge:
             connect_link=cfg["link"])
         c.set_callback(self._in, True)
         c.set_sync(self._sync)
+        c.lower = self._lower  # what it holds goes within the next connection's limits
         st = cfg["status_topic"]
         if st:
             c.set_last_will(st, b"0", self.w_retain, 1)  # [MQTT-3.1.2-8] (see _refused)

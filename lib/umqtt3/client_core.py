@@ -72,6 +72,10 @@ class Core:
     retain_ok = 1  # Retain Available
     keepalive0 = None  # our keepalive while the server's Server Keep Alive replaces it
     held = None  # the resume while it waits for acks (the server's Receive Maximum)
+    # f(body, rc) -> body or None: a stored PUBLISH the new connection's
+    # limits refuse (rc 0x95, 0x9B, 0x9A), sent lowered instead (client_resume;
+    # a bridge's: a node's caller asked for that QoS, and gets the refusal)
+    lower = None  # type: object
 
     def __init__(self, client_id, keepalive=0, user=None, password=None, level=4,
                  store=None, window=8, bufsize=512, reconnect=False, timeout_ms=5000,

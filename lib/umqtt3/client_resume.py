@@ -43,8 +43,12 @@ def resend(store, conn, sp, c=None):
                 0x9B if (body[0] >> 1) & 3 > c.max_qos else \
                 0x9A if body[0] & 1 and not c.retain_ok else 0
             if rc:
-                done(c, pid, rc)
-                continue
+                # unless the client's owner sends it within them (a
+                # bridge, Core.lower): the body to send, or None
+                body = c.lower and c.lower(body, rc)
+                if not body:
+                    done(c, pid, rc)
+                    continue
         if state != "p" and not sp:
             # PUBREC came and PUBREL was sent: the broker owns the message
             # and the PUBLISH must not go again [MQTT-4.3.3-1]; a broker
@@ -63,8 +67,13 @@ def resend(store, conn, sp, c=None):
         o = conn.tlen
         if state == "p":
             tx[o:o + n] = body
-            tx[o] |= 8  # DUP [MQTT-3.3.1-1]
             conn.tlen = o + n
+            if body[0] & 6:
+                tx[o] |= 8  # DUP [MQTT-3.3.1-1]
+            else:
+                # lowered to QoS 0 (Core.lower): no DUP [MQTT-3.3.1-2],
+                # no ack to wait for
+                done(c, pid, 0)
         else:
             conn.tlen = encode_ack(tx, o, _PUBREL, pid)
 
