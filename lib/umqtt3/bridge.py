@@ -832,14 +832,17 @@ def install(core, configs, files=None):
     return hub
 
 
-def undo_cut(store, files=None):
+def undo_cut(store, files=None, said=None):
     """Before the broker loads its store: take back what QoS 2 routings a
     power loss cut short left behind. A node's (its session's record still
     .u): the copies on the bridges' queues (the broker then takes back the
     rest, and the node sends it again). An upstream message's (a bridge's
     mark whose packet id its client still holds undelivered): the copies in
     the local sessions and on the other bridges' queues, and the mark (the
-    client then hands the message over again). Returns how many copies."""
+    client then hands the message over again). Returns how many copies.
+    said((byte, count)): told of a torn tail this opening of the store's
+    log cut (kept in log.bad), which the broker's own opening then no
+    longer finds."""
     from .broker_log import AppendFiles, LogFiles, layout
     from .store import unframe, FileStore
     base = files or AppendFiles()
@@ -851,6 +854,8 @@ def undo_cut(store, files=None):
     if not names:
         return 0
     fs = LogFiles(d, base) if layout(d, base) == "log" else base
+    if said and isinstance(fs, LogFiles) and fs.cut:
+        said(fs.cut)
     tags = []
     queues = []
     sessions = []

@@ -205,13 +205,14 @@ def from_args(a):
     return cfgs
 
 
-def prepare(a):
+def prepare(a, said=None):
     """Before the broker starts: the bridges asked for, and their queues
-    made consistent with the store (bridge.undo_cut). None: no bridge."""
+    made consistent with the store (bridge.undo_cut, which tells said of a
+    torn tail it cut). None: no bridge."""
     cfgs = from_args(a)
     if not cfgs:
         return None
     if a.store:
         from .bridge import undo_cut
-        undo_cut(a.store)
+        undo_cut(a.store, None, said)
     return cfgs

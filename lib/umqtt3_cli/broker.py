@@ -242,7 +242,7 @@ def tls_context(a):
             a.certfile, a.keyfile, getattr(e, "reason", None) or e))
 
 
-def start(a, log):
+def start(a, log, said=None):
     """The Broker the arguments describe, listening; Refused when it cannot."""
     from umqtt3.broker import Broker
     lim = limits(a)
@@ -274,7 +274,7 @@ def start(a, log):
             raise Refused("--store %s: not a directory" % a.store)
     from umqtt3.bridge_config import prepare
     try:
-        bridges = prepare(a)  # checked, and their queues squared with the store
+        bridges = prepare(a, said)  # checked, and their queues squared with the store
     except UnicodeDecodeError:  # reading --bridge-config
         raise not_utf8("--bridge-config", a.bridge_config)
     except ValueError as e:
@@ -325,15 +325,20 @@ def main(argv=None):
     def log(msg):
         print(msg, flush=True)
 
+    def said(cut):  # the bytes a power loss left torn: kept, and said
+        d = a.store.rstrip("/") or "/"
+        print("store %s/log: cut a torn tail of %d bytes at byte %d, kept in %s/log.bad"
+              % (d, cut[1], cut[0], d), flush=True)
+
     try:
-        b = start(a, None if a.quiet else log)
+        # (with bridges, their start-up opens the store's log first)
+        b = start(a, None if a.quiet else log, said)
     except Refused as e:
         print("%s: %s" % (PROG, e), file=sys.stderr, flush=True)
         return 1
     cut = b.disk and b.disk.log and b.disk.log.cut
-    if cut:  # the bytes a power loss left torn: kept, and said
-        print("store %s/log: cut a torn tail of %d bytes at byte %d, kept in %s/log.bad"
-              % (b.disk.dir, cut[1], cut[0], b.disk.dir), flush=True)
+    if cut:
+        said(cut)
     print("umqtt3 broker listening on %s:%d%s" % (a.host, b.port, " (TLS)" if b.tls else ""),
           flush=True)
     from umqtt3.compat import on_term
