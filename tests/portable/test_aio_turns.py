@@ -1,0 +1,122 @@
+# The asyncio client's calls from several tasks, its constructor and its
+# errors, on an in-memory link (CPython and the WebAssembly MicroPython):
+# subscribe()/unsubscribe() from two tasks at once each get the answer with
+# their own packet id [MQTT-3.8.4-2] (the core awaits one at a time: they
+# take turns); connect() that times out or is cancelled leaves no link
+# open; run() with reconnect=False raises when a callback's refusal dropped
+# the link; the errors carry their errno; MQTTClient's argument order.
+from test_client_mem import Peer, Link
+from umqtt3.aio import AsyncClient
+from umqtt3.compat import asleep_ms
+
+
+def _client(peer, **kw):
+    return AsyncClient("dev1", "peer", interval_ms=1, timeout_ms=2000,
+                       connect_link=lambda: Link(peer.client_end, peer), **kw)
+
+
+def _own_task(coro):
+    # in a task of its own, as under asyncio.run() (the WebAssembly port
+    # awaits a test from JavaScript, which a timed-out wait cannot cancel)
+    import asyncio
+    return asyncio.create_task(coro)
+
+
+async def test_two_tasks_subscribing_at_once_get_their_own_answers():
+    await _own_task(_two_subscribers())
+
+
+async def _two_subscribers():
+    import asyncio
+    peer = Peer()
+    c = _client(peer)
+    c.set_callback(lambda t, m: None)
+    await c.connect()
+    got = await asyncio.gather(c.subscribe(b"a/1", 1), c.subscribe(b"a/2", 2),
+                               c.subscribe(b"a/0", 0))
+    assert got == [1, 2, 0]
+    # an UNSUBACK (MQTT 3.1.1: no code, 0) does not answer a SUBSCRIBE
+    got = await asyncio.gather(c.unsubscribe(b"a/1"), c.subscribe(b"a/3", 2))
+    assert got == [0, 2]
+    assert sorted(c.subs) == [b"a/0", b"a/2", b"a/3"]
+    await c.disconnect()
+
+
+async def _silent_connect(bound):
+    # a peer that never answers CONNECT: bound(c) gives up on connect()
+    peer = Peer()
+    links = []
+
+    def dial():
+        links.append(1)
+        return peer.client_end
+    c = AsyncClient("dev1", "peer", interval_ms=1, timeout_ms=2000, reconnect=True,
+                    connect_link=dial)
+    err = None
+    try:
+        await bound(c)
+    except Exception as e:
+        err = e
+    assert peer.client_end.closed  # no half-open link left behind
+    assert c.conn.link is None and c.state == 0 and not c.reconnect
+    await asleep_ms(5)
+    assert links == [1]  # and no reconnect after it
+    return err
+
+
+async def test_connect_that_times_out_leaves_no_link_open():
+    e = await _silent_connect(lambda c: c.connect(timeout_ms=20))
+    assert isinstance(e, OSError) and e.errno == 110  # (CPython: a TimeoutError)
+
+
+async def test_connect_cancelled_leaves_no_link_open():
+    import asyncio
+    e = await _own_task(_silent_connect(lambda c: asyncio.wait_for(c.connect(), 0.02)))
+    assert isinstance(e, asyncio.TimeoutError)
+
+
+async def test_run_on_a_client_that_is_down_raises_errno_107():
+    c = AsyncClient("dev1", "peer")
+    try:
+        await c.run()
+        assert False, "no error"
+    except OSError as e:
+        assert e.errno == 107  # ENOTCONN, on CPython too
+
+
+async def test_run_raises_when_a_refused_message_dropped_the_link():
+    await _own_task(_refused())
+
+
+async def _refused():
+    # reconnect=False: the link is gone for good, so run() does not end as
+    # after disconnect() (returning None) but raises the callback's error
+    import asyncio
+    peer = Peer()
+    c = _client(peer)
+
+    def cb(t, m):
+        raise ValueError("not taken")
+    c.set_callback(cb)
+    await c.connect()
+    server = asyncio.create_task(c.run())
+    await asleep_ms(2)
+    peer.publish(b"cmd/a", b"m1", 1)
+    try:
+        await asyncio.wait_for(server, 1)
+        assert False, "run() returned"
+    except ValueError:
+        pass
+    assert not c.is_connected() and peer.got[4] == 0  # no PUBACK [MQTT-4.4.0-1]
+
+
+def test_constructor_takes_mqttclients_arguments_in_order():
+    c = AsyncClient("dev1", "broker.lan", 1884, "user", b"pw", 30)
+    assert (c.port, c.user, c.password, c.keepalive) == (1884, "user", b"pw", 30)
+    assert AsyncClient("dev1", "h", 0, None, None, 0, True).port == 8883  # ssl
+    assert AsyncClient("dev1", "h", interval_ms=7).interval == 7
+    try:
+        AsyncClient("dev1", "h", 0, None, None, 0, None, None, None, 7)
+        assert False, "interval_ms taken by position"
+    except TypeError:
+        pass
