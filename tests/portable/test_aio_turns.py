@@ -120,3 +120,56 @@ def test_constructor_takes_mqttclients_arguments_in_order():
         assert False, "interval_ms taken by position"
     except TypeError:
         pass
+
+
+async def test_a_link_closed_by_another_task_wakes_the_task_waiting_on_it():
+    await _own_task(_closed_under_the_waiter())
+
+
+async def _closed_under_the_waiter():
+    # run() waits to read; a publisher's write meets a reset and closes the
+    # link. A socket wait does not end because the socket was closed (epoll
+    # forgets a closed file): the client wakes run() itself, so the
+    # reconnect and the resend come at once, not after run()'s wait
+    import asyncio
+    import umqtt3.aio as aio
+    from umqtt3.compat import ticks_ms, ticks_diff
+    peer = Peer()
+    broken = []
+
+    class Breaking(Link):
+        def write(self, buf, off=0, n=-1):
+            if broken:
+                raise OSError(104, "")
+            return Link.write(self, buf, off, n)
+
+    def dial():
+        if peer.client_end.closed:
+            peer.drop()  # a new connection
+        del broken[:]
+        return Breaking(peer.client_end, peer)
+
+    async def wait_sock(sock, write, ev, timeout_ms):
+        start = ticks_ms()
+        while ticks_diff(ticks_ms(), start) < timeout_ms and not ev.is_set():
+            if write or (sock.n and not sock.closed):
+                break
+            await asleep_ms(1)
+        ev.set()
+
+    real = aio.wait_sock
+    aio.wait_sock = wait_sock
+    try:
+        c = AsyncClient("dev1", "peer", interval_ms=1, timeout_ms=1000, reconnect=True,
+                        backoff_ms=(1, 1), connect_link=dial)
+        await c.connect()
+        c.sock = peer.client_end  # wait on the pipe as on a socket
+        server = asyncio.create_task(c.run())
+        await asleep_ms(5)  # run() waits to read
+        broken.append(1)
+        await asyncio.wait_for(c.publish(b"dev/x", b"m", qos=1), 0.5)
+        assert c.is_connected() and peer.got[1] == 2  # reconnected, resent, acknowledged
+        assert not server.done()
+        await c.disconnect()
+    finally:
+        aio.wait_sock = real
