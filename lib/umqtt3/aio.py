@@ -154,7 +154,9 @@ class AsyncClient(Core):
 
     async def run(self):
         """Serve the connection until disconnect(): handle incoming messages,
-        keepalive and reconnects. Start it as a task."""
+        keepalive and reconnects. Start it as a task. Returns only after
+        disconnect(); with no reconnect to come it raises what ended the
+        link (OSError 107 once down)."""
         self.runner = current_task()
         self.stopping = False
         try:
