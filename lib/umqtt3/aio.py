@@ -76,7 +76,7 @@ class AsyncClient(Core):
 
     async def publish(self, topic, msg, retain=False, qos=0, key=None, props=None):
         """Returns once the message is acknowledged (QoS 1/2) or written."""
-        pid = await self._busy(self.queue, topic, msg, retain, qos, key, props)
+        pid = await self._busy(Core.queue, self, topic, msg, retain, qos, key, props)
         if qos:
             st = self.store
             w = self.waits
@@ -89,6 +89,14 @@ class AsyncClient(Core):
                 if rc == _LOST:
                     raise OSError(104, "")  # a reconnect forgot it (store=False): never acknowledged
                 raise MQTTError("refused", rc)  # MQTT 5 PUBACK/PUBREC
+        return pid
+
+    def queue(self, topic, msg, retain=False, qos=0, key=None, props=None):
+        """Publish without waiting (Core.queue()); the task waiting on the
+        socket (run()) is woken to write it."""
+        pid = Core.queue(self, topic, msg, retain, qos, key, props)
+        if self.state == _UP and not self.depth:
+            self._kick()  # (from the callback: written after it anyway)
         return pid
 
     async def subscribe(self, topic, qos=0, no_local=False, retain_as_published=False,
@@ -247,7 +255,8 @@ class AsyncClient(Core):
                 # The callback raised (Busy: its publish found the window
                 # full): the message is not taken. A broker resends QoS 1/2
                 # only on a new connection [MQTT-4.4.0-1]: the core dropped
-                # it. run() goes on; the loop's exception handler reports it.
+                # it. run() goes on; the loop's exception handler reports it
+                # (with no reconnect to come, the caller raises it).
                 if self.state == _DOWN:
                     self._close()
                     if not self.reconnect:
@@ -303,8 +312,11 @@ class AsyncClient(Core):
             await asleep_ms(0)  # more may be waiting
             return
         t = min(wait, limit_ms)
-        if t > 0:
-            await self._wait(self.sock, self.conn.tlen > 0, t)  # (write: bytes wait to go)
+        s = self.sock
+        if s is None:
+            await asleep_ms(min(t, self.interval))
+        elif t > 0:
+            await self._wait(s, self.conn.tlen > 0, t)  # (write: bytes wait to go)
 
     async def _wait(self, s, write, t):
         # asyncio has one reader per socket (CPython's add_reader one

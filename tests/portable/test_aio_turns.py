@@ -173,3 +173,46 @@ async def _closed_under_the_waiter():
         await c.disconnect()
     finally:
         aio.wait_sock = real
+
+
+async def test_queue_wakes_the_task_waiting_to_read():
+    await _own_task(_queued_while_run_reads())
+
+
+async def _queued_while_run_reads():
+    # queue() does not wait; run(), waiting to read with nothing to send
+    # when it began, is woken to write the message now, not when its own
+    # wait (up to a minute) ends
+    import asyncio
+    import umqtt3.aio as aio
+    from umqtt3.codec import PUBLISH
+    from umqtt3.compat import ticks_ms, ticks_diff
+    peer = Peer()
+
+    async def wait_sock(sock, write, ev, timeout_ms):
+        start = ticks_ms()
+        while ticks_diff(ticks_ms(), start) < timeout_ms and not ev.is_set():
+            if write or sock.n:
+                break
+            await asleep_ms(1)
+        ev.set()
+
+    real = aio.wait_sock
+    aio.wait_sock = wait_sock
+    try:
+        c = _client(peer)
+        await c.connect()
+        c.sock = peer.client_end  # wait on the pipe as on a socket
+        server = asyncio.create_task(c.run())
+        await asleep_ms(5)  # run() waits to read
+        c.queue(b"dev/x", b"m")
+        for _ in range(100):
+            peer.step()
+            if peer.got[PUBLISH]:
+                break
+            await asleep_ms(2)
+        assert peer.got[PUBLISH] == 1
+        assert not server.done()
+        await c.disconnect()
+    finally:
+        aio.wait_sock = real
