@@ -38,7 +38,7 @@ class AsyncClient(Core):
         self.interval = interval_ms
         self.sock = None
         self.runner = None  # the task in run(), woken by disconnect()
-        self.stopping = False
+        self.stopping = False  # disconnect() was called: run() ends
 
     async def connect(self, clean_session=True, timeout_ms=None):
         t = self.timeout_ms if timeout_ms is None else timeout_ms
@@ -68,6 +68,7 @@ class AsyncClient(Core):
         self.tries = 0
         self.reconnect = self.auto
         self.err = None
+        self.stopping = False
         try:
             await self._open(timeout_ms)  # raises what the dial met (111: refused)
         except BaseException:
@@ -154,10 +155,10 @@ class AsyncClient(Core):
             pass
         finally:
             self._close()
+        self.stopping = True  # (a run() that has yet to start returns at once)
         r = self.runner
         if r is not None and r is not current_task():
             # run() may be waiting on the socket just closed: end it now
-            self.stopping = True
             r.cancel()
 
     async def run(self):
@@ -166,9 +167,8 @@ class AsyncClient(Core):
         disconnect(); with no reconnect to come it raises what ended the
         link (OSError 107 once down)."""
         self.runner = current_task()
-        self.stopping = False
         try:
-            while True:  # down with no reconnect to come: _step raises OSError(107)
+            while not self.stopping:  # down with no reconnect to come: _step raises OSError(107)
                 await self._step(60000)
         except BaseException:  # CancelledError, from disconnect() or not
             if not self.stopping:

@@ -216,3 +216,19 @@ async def _queued_while_run_reads():
         await c.disconnect()
     finally:
         aio.wait_sock = real
+
+
+async def test_run_started_after_disconnect_returns():
+    await _own_task(_run_after_disconnect())
+
+
+async def _run_after_disconnect():
+    # run() as a task that had not started when disconnect() came: it
+    # returns, as after any disconnect(), instead of raising 107
+    import asyncio
+    peer = Peer()
+    c = _client(peer)
+    await c.connect()
+    server = asyncio.create_task(c.run())
+    await c.disconnect()
+    assert await asyncio.wait_for(server, 1) is None
