@@ -8,7 +8,7 @@
 # deadline (keepalive, CONNACK timeout, reconnect backoff), whichever comes
 # first, instead of waking up every few milliseconds.
 from .compat import asleep_ms, ticks_ms, ticks_diff, link, const
-from .compat.aio import dial_async, wait_io, event, wait_event, current_task, report
+from .compat.aio import dial_async, wait_sock, event, wait_event, lock, current_task, report
 from .client_codec import MQTTError, Busy
 from .client_core import Core
 
@@ -18,17 +18,18 @@ _LOST = const(0x100)  # client_core's completion code: a reconnect forgot the me
 
 
 class AsyncClient(Core):
-    """MQTTClient's constructor arguments; every network call is awaitable.
-    `interval_ms`: how often to look while the link has no socket to wait
-    on (connect_link, e.g. an in-memory pipe)."""
-    woke = None  # an asyncio.Event while a task waits on the socket
+    """MQTTClient's constructor arguments, in its order; every network call
+    is awaitable. `interval_ms` (keyword only): how often to look while the
+    link has no socket to wait on (connect_link, e.g. an in-memory pipe)."""
+    woke = None  # an asyncio.Event while a task waits on the socket or dials
+    asking = None  # an asyncio.Lock: one SUBSCRIBE/UNSUBSCRIBE answer awaited at a time
     # the error that last dropped a link (or a dial) run() then reconnects
     # from: connect() raises it rather than OSError(110) at its timeout
     err = None  # type: Exception | None
 
-    def __init__(self, client_id, server, interval_ms=5, port=0, ssl=None, ssl_params=None,
-                 connect_link=None, **kw):
-        Core.__init__(self, client_id, now=ticks_ms(), **kw)
+    def __init__(self, client_id, server, port=0, user=None, password=None, keepalive=0,
+                 ssl=None, ssl_params=None, connect_link=None, *, interval_ms=5, **kw):
+        Core.__init__(self, client_id, keepalive, user, password, now=ticks_ms(), **kw)
         self.server = server
         self.port = port or (8883 if ssl else 1883)
         self.ssl = ssl
@@ -37,20 +38,25 @@ class AsyncClient(Core):
         self.interval = interval_ms
         self.sock = None
         self.runner = None  # the task in run(), woken by disconnect()
-        self.stopping = False
+        self.stopping = False  # disconnect() was called: run() ends
 
     async def connect(self, clean_session=True, timeout_ms=None):
         t = self.timeout_ms if timeout_ms is None else timeout_ms
         start = ticks_ms()
-        await self.connect_start(clean_session, t)  # the dial counts too
         try:
+            await self.connect_start(clean_session, t)  # the dial counts too
             # raises what dropped the link (a refused CONNACK:
             # MQTTException(code)); reconnect=True: tries again
             await self._until(self.is_connected, t - ticks_diff(ticks_ms(), start))
-        except OSError:
+        except BaseException as e:
+            # timed out or cancelled (asyncio.wait_for): no half-open link
+            # left behind, no reconnect until the next connect(); a late
+            # CONNACK finds no socket to arrive on
+            self.reconnect = False
+            self._close()
             # timed out: what dropped the link before CONNACK (the last
             # attempt's), if anything did
-            if self.err is None:
+            if self.err is None or not isinstance(e, OSError):
                 raise
             raise self.err
         return self.session_present
@@ -62,6 +68,7 @@ class AsyncClient(Core):
         self.tries = 0
         self.reconnect = self.auto
         self.err = None
+        self.stopping = False
         try:
             await self._open(timeout_ms)  # raises what the dial met (111: refused)
         except BaseException:
@@ -70,7 +77,7 @@ class AsyncClient(Core):
 
     async def publish(self, topic, msg, retain=False, qos=0, key=None, props=None):
         """Returns once the message is acknowledged (QoS 1/2) or written."""
-        pid = await self._busy(self.queue, topic, msg, retain, qos, key, props)
+        pid = await self._busy(Core.queue, self, topic, msg, retain, qos, key, props)
         if qos:
             st = self.store
             w = self.waits
@@ -81,25 +88,33 @@ class AsyncClient(Core):
                 rc = w.pop(pid)
             if rc >= 0x80:
                 if rc == _LOST:
-                    raise OSError(104)  # a reconnect forgot it (store=False): never acknowledged
+                    raise OSError(104, "")  # a reconnect forgot it (store=False): never acknowledged
                 raise MQTTError("refused", rc)  # MQTT 5 PUBACK/PUBREC
+        return pid
+
+    def queue(self, topic, msg, retain=False, qos=0, key=None, props=None):
+        """Publish without waiting (Core.queue()); the task waiting on the
+        socket (run()) is woken to write it."""
+        pid = Core.queue(self, topic, msg, retain, qos, key, props)
+        if self.state == _UP and not self.depth:
+            self._kick()  # (from the callback: written after it anyway)
         return pid
 
     async def subscribe(self, topic, qos=0, no_local=False, retain_as_published=False,
                         retain_handling=0, props=None):
         """As MQTTClient.subscribe: the granted QoS; MQTT 5's options and
         properties."""
-        pid = await self._busy(self.subscribe_start, topic, qos | no_local << 2 |
-                               retain_as_published << 3 | retain_handling << 4, props)
-        await self._until(lambda: self.wait_pid != pid)
-        return self.subscribe_end(topic)
+        async with self._turn():
+            await self._ask(self.subscribe_start, topic, qos | no_local << 2 |
+                            retain_as_published << 3 | retain_handling << 4, props)
+            return self.subscribe_end(topic)
 
     async def unsubscribe(self, topic):
         """MQTT 5: returns UNSUBACK's reason code (0x11: there was no such
         subscription); raises MQTTError for a refusal."""
-        pid = await self._busy(self.unsubscribe_start, topic)
-        await self._until(lambda: self.wait_pid != pid)
-        rc = self.answer
+        async with self._turn():
+            await self._ask(self.unsubscribe_start, topic)
+            rc = self.answer
         if rc >= 0x80:
             raise MQTTError("refused", rc)
         return rc
@@ -125,25 +140,35 @@ class AsyncClient(Core):
         self._send()
 
     async def disconnect(self):
-        if self.bye():
-            try:
-                self._send()
-            except OSError:
-                pass
-        self._close()
+        """DISCONNECT, written within timeout_ms as the blocking client
+        drains it (the server then discards the will [MQTT-3.14.4-3]), then
+        close; ends run()."""
+        try:
+            if self.bye():
+                start = ticks_ms()
+                while not self._send():
+                    left = self.timeout_ms - ticks_diff(ticks_ms(), start)
+                    if left < 0:
+                        break
+                    await self._wait(self.sock, True, left)
+        except (OSError, MQTTError):
+            pass
+        finally:
+            self._close()
+        self.stopping = True  # (a run() that has yet to start returns at once)
         r = self.runner
         if r is not None and r is not current_task():
             # run() may be waiting on the socket just closed: end it now
-            self.stopping = True
             r.cancel()
 
     async def run(self):
         """Serve the connection until disconnect(): handle incoming messages,
-        keepalive and reconnects. Start it as a task."""
+        keepalive and reconnects. Start it as a task. Returns only after
+        disconnect(); with no reconnect to come it raises what ended the
+        link (OSError 107 once down)."""
         self.runner = current_task()
-        self.stopping = False
         try:
-            while self.state != _DOWN or self.reconnect:  # (OPENING after connect_start)
+            while not self.stopping:  # down with no reconnect to come: _step raises OSError(107)
                 await self._step(60000)
         except BaseException:  # CancelledError, from disconnect() or not
             if not self.stopping:
@@ -153,28 +178,47 @@ class AsyncClient(Core):
 
     # ---------------------------------------------------------- internals
     async def _open(self, ms=0):
+        # one dial at a time per client: the other tasks wait for this one
+        # (_step), so no second link races the first (the server would
+        # close the older one [MQTT-3.1.4-3], publishing the will)
         self._close()
-        if self.connect_link:
-            lk = self.connect_link()
-        else:
-            s = await dial_async(self.server, self.port, self.ssl, self.ssl_params,
-                                 ms or self.timeout_ms)
-            self.sock = s
-            s.setblocking(False)
-            lk = link(s)
-        self.conn.link = lk
-        self.start(ticks_ms())
-        self._send()
+        ev = self.woke = event()
+        try:
+            if self.connect_link:
+                lk = self.connect_link()
+            else:
+                s = await dial_async(self.server, self.port, self.ssl, self.ssl_params,
+                                     ms or self.timeout_ms)
+                self._close()  # (a link opened meanwhile: replaced, so closed)
+                self.sock = s
+                s.setblocking(False)
+                lk = link(s)
+            self.conn.link = lk
+            self.start(ticks_ms())
+            self._send()
+        finally:
+            if self.woke is ev:
+                self.woke = None
+            ev.set()
 
     def _close(self):
         c = self.conn
+        s = self.sock
         if c.link is not None:
             c.close()
             c.link = None
-        elif self.sock is not None:
-            self.sock.close()
+        elif s is not None:
+            s.close()
         self.sock = None
         self.down()
+        if s is not None:
+            self._kick()  # a task waiting on the closed socket: look again
+
+    def _kick(self):
+        # wake the task waiting on the socket (and those waiting for it)
+        ev = self.woke
+        if ev is not None:
+            ev.set()
 
     def _lost(self):
         self._close()
@@ -211,9 +255,12 @@ class AsyncClient(Core):
                 # The callback raised (Busy: its publish found the window
                 # full): the message is not taken. A broker resends QoS 1/2
                 # only on a new connection [MQTT-4.4.0-1]: the core dropped
-                # it. run() goes on; the loop's exception handler reports it.
+                # it. run() goes on; the loop's exception handler reports it
+                # (with no reconnect to come, the caller raises it).
                 if self.state == _DOWN:
                     self._close()
+                    if not self.reconnect:
+                        raise  # no link, none to come: the caller's (run() ends)
                 report(e)
                 return n + 1
             n += 1
@@ -228,7 +275,10 @@ class AsyncClient(Core):
         # next deadline or limit_ms, whichever comes first
         if self.state == _DOWN:
             if not self.reconnect:
-                raise OSError(107)
+                raise OSError(107, "")
+            if self.woke is not None:
+                await self._wait(None, False, limit_ms)  # another task dials
+                return
             wait = self.tick(ticks_ms())
             if wait:
                 await asleep_ms(min(wait, limit_ms))
@@ -272,15 +322,20 @@ class AsyncClient(Core):
         # asyncio has one reader per socket (CPython's add_reader one
         # callback per file, MicroPython's IO queue one task per stream):
         # one task waits on it, the others (run() and an awaited publish)
-        # until that one wakes, then look themselves
+        # until that one wakes (or dials: _open), then look themselves
         ev = self.woke
         if ev is None:
+            if s is None:  # (connect_link: nothing to wait on; look again soon)
+                await asleep_ms(min(t, self.interval))
+                return
             ev = self.woke = event()
             try:
-                await wait_io(s, write, t)
+                await wait_sock(s, write, ev, t)  # or until _kick()
             finally:
-                self.woke = None
-                ev.set()
+                if self.woke is ev:
+                    self.woke = None
+        elif ev.is_set():
+            await asleep_ms(0)  # woken: its task has yet to run
         else:
             # (a write may be possible before a read: look again soon)
             await wait_event(ev, min(t, self.interval) if write else t)
@@ -300,7 +355,10 @@ class AsyncClient(Core):
                 await self._step(left + 1)
         if self.state == _UP:
             try:
-                self._send()
+                if not self._send():
+                    # bytes left for the socket to take: the task waiting
+                    # on it (run(), reading) waits for room too
+                    self._kick()
             except OSError:
                 self._lost()  # a stored message goes out after the reconnect
                 if not self.reconnect:
@@ -313,5 +371,17 @@ class AsyncClient(Core):
         while not done():
             left = t - ticks_diff(ticks_ms(), start)
             if left < 0:
-                raise OSError(110)
+                raise OSError(110, "")
             await self._step(left + 1)
+
+    def _turn(self):
+        # the core awaits one SUBACK/UNSUBACK at a time (wait_pid): the
+        # tasks asking take turns
+        lk = self.asking
+        if lk is None:
+            lk = self.asking = lock()
+        return lk
+
+    async def _ask(self, f, *args):
+        pid = await self._busy(f, *args)
+        await self._until(lambda: self.wait_pid != pid)

@@ -4,7 +4,7 @@
 # waiter's end removed run()'s reader), MicroPython's IO queue asserts that
 # a stream has one reader. So one task at a time waits on the socket, the
 # others until it wakes. The socket wait here is a stand-in for
-# compat.aio.wait_io that asserts that rule (the WebAssembly MicroPython's
+# compat.aio.wait_sock that asserts that rule (the WebAssembly MicroPython's
 # asyncio has no IO queue); with a real socket and mosquitto under CPython:
 # tests/test_aio_two_tasks.py.
 import umqtt3.aio as aio
@@ -14,22 +14,22 @@ from umqtt3.compat import asleep_ms, ticks_ms, ticks_diff
 
 
 def _one_reader(waiting):
-    async def wait_io(sock, write, timeout_ms):
+    async def wait_sock(sock, write, ev, timeout_ms):
         # as MicroPython's IOQueue: one task per stream and direction
         assert write or not waiting, "a second task waits to read the socket"
         if not write:
             waiting.append(1)
         try:
             start = ticks_ms()
-            while ticks_diff(ticks_ms(), start) < timeout_ms:
+            while ticks_diff(ticks_ms(), start) < timeout_ms and not ev.is_set():
                 if write or sock.readable():
-                    return True
+                    break
                 await asleep_ms(1)
-            return False
         finally:
             if not write:
                 waiting.pop()
-    return wait_io
+            ev.set()
+    return wait_sock
 
 
 async def test_run_and_an_awaited_publish_share_the_socket():
@@ -52,8 +52,8 @@ async def _two_waiters():
             while peer.step():
                 pass
             await asleep_ms(1)
-    real = aio.wait_io
-    aio.wait_io = _one_reader([])
+    real = aio.wait_sock
+    aio.wait_sock = _one_reader([])
     b = asyncio.create_task(broker())
     try:
         await c.connect()
@@ -72,6 +72,6 @@ async def _two_waiters():
         assert not server.done()
         await c.disconnect()
     finally:
-        aio.wait_io = real
+        aio.wait_sock = real
         stop.append(1)
         await b

@@ -22,6 +22,13 @@ def event():
     return Event()
 
 
+def lock():
+    # an asyncio.Lock (umqtt3.aio: one SUBSCRIBE/UNSUBSCRIBE waiting for
+    # its answer at a time)
+    from asyncio import Lock
+    return Lock()
+
+
 def report(e):
     # an exception no task raises (the message callback's, in run()): to
     # the event loop's exception handler, which prints it by default
@@ -70,6 +77,21 @@ if MICROPYTHON:
             return False
         return True
 
+    async def _set_ready(sock, write, ev):
+        await _ready(sock, write)
+        ev.set()
+
+    async def wait_sock(sock, write, ev, timeout_ms):
+        # until sock is readable (writable), ev is set by another task (a
+        # wake-up: look again) or timeout_ms has passed; ev is set after
+        import asyncio
+        t = asyncio.create_task(_set_ready(sock, write, ev))
+        try:
+            await wait_event(ev, timeout_ms)
+        finally:
+            t.cancel()  # (out of the IO queue, if still in it)
+            ev.set()
+
     async def wait_event(ev, timeout_ms):
         # until ev is set or timeout_ms has passed
         import asyncio
@@ -101,3 +123,16 @@ if MICROPYTHON:
 else:
     from .cpython import (tls_client, wait_io, wait_event, dial_async,  # noqa: F401
                           current_task, lookup_start)
+
+    async def wait_sock(sock, write, ev, timeout_ms):
+        """Until sock is readable (writable), ev is set by another task (a
+        wake-up: look again) or timeout_ms has passed; ev is set after."""
+        import asyncio
+        loop = asyncio.get_running_loop()
+        fd = sock.fileno()
+        (loop.add_writer if write else loop.add_reader)(fd, ev.set)
+        try:
+            await wait_event(ev, timeout_ms)
+        finally:
+            (loop.remove_writer if write else loop.remove_reader)(fd)
+            ev.set()
