@@ -8,7 +8,8 @@
 # with request() for the answer to a request (response topic and
 # correlation data).
 from .compat import ticks_ms, ticks_diff, const
-from .props import TYPES, get, parse, encode, encode_auth, varint_end
+from .props import TYPES, get, parse, encode, encode_auth, varint_end, outgoing
+from .client_codec import MQTTError
 
 _CONNECT = const(1)  # packet types, as in client_codec
 _CONNACK = const(2)
@@ -39,10 +40,15 @@ def event(c, t, p):
       for the reconnects (they must resume the session under it);
     AUTH: continue (0x18) asks the application's hook for the next
       authentication data [MQTT-4.12.0-2];
-    PUBLISH: the message's properties as a dict (msg_props(); allocates)."""
+    PUBLISH: the message's properties as a dict (msg_props(); allocates).
+    The will's properties are checked here, at each CONNECT: MQTTError
+    naming one a will may not carry (props.outgoing), nothing sent."""
     if t == _PUBLISH:
         return parse(p.buf, p.props_off, p.props_len) if p.props_len else {}
     if t == _CONNECT:
+        lw = c.lw
+        if lw is not None and lw[4]:
+            outgoing(lw[4], 0)  # (0: the will's properties)
         if c.keepalive0 is not None:
             c.keepalive = c.keepalive0  # asked for anew: the last server's is its own
         d = {}
@@ -78,16 +84,36 @@ def event(c, t, p):
         cid = get(b, o, n, _ASSIGNED_ID)
         if cid is not None:
             c.client_id = cid  # [MQTT-3.2.2-16]
+        if c.disconnect_rc is not None:
+            c.disconnect_rc = None  # this connection's end is yet to come
+        if c.auth is not None:
+            data = get(b, o, n, _AUTH_DATA)
+            if data is not None:
+                # the server's last word (section 4.12's SCRAM example:
+                # server-final, its proof): the hook checks it too
+                _hook(c, data)
     elif c.auth is not None and p.rc == 0x18:
         # (success, 0x00, needs nothing; without a hook the server closes)
-        method, _, f = c.auth
-        d = {_AUTH_METHOD: method}
-        reply = f(get(b, o, n, _AUTH_DATA))
+        d = {_AUTH_METHOD: c.auth[0]}
+        reply = _hook(c, get(b, o, n, _AUTH_DATA))
         if reply is not None:
             d[_AUTH_DATA] = reply
         conn = c.conn
         conn.tlen = encode_auth(conn.tx, conn.tlen, 0x18, d)
     return None
+
+
+def _hook(c, data):
+    # The application's enhanced-authentication hook with the server's data.
+    # A hook that raises rejects the server: MQTTError(0x87), which both
+    # drivers answer by closing the connection (any other exception would
+    # pass for a message callback's and leave it open).
+    try:
+        return c.auth[2](data)
+    except MQTTError:
+        raise
+    except Exception as e:
+        raise MQTTError("authentication refused: %r" % (e,), 0x87)
 
 
 def reason(p):

@@ -7,9 +7,11 @@
 # CPython client_core puts them all into the class at import.
 #
 # Each function is a method of the client (self: client_core.Core, or
-# client.MQTTClient for the blocking driver's three at the end). Nothing is
-# imported at module level: every public name here becomes a client
+# client.MQTTClient for the blocking driver's three at the end). Only
+# underscored names are imported at module level (from client_codec, which
+# every client has loaded): every public name here becomes a client
 # attribute on first use.
+from .client_codec import mqtt5 as _mqtt5  # umqtt3.props, without an import per call
 
 
 def set_sync(self, f):
@@ -68,16 +70,54 @@ def unsubscribe_start(self, topic):
     return self.subscribe_start(topic, -1)
 
 
-def bye(self):
+def check_out(self, props, t, topic=None, qos=0):
+    """MQTT 5: what the application asks to send in packet type t (3
+    PUBLISH, 8 SUBSCRIBE: topic and qos, the options byte), checked before
+    anything is stored or queued (Core.queue, Core.subscribe_start). Raises
+    MQTTError: 0x82 naming a property a client may not send there, 0x94 for
+    a Topic Alias out of range (props.outgoing); 0x82 for No Local on a
+    shared subscription [MQTT-3.8.3-4]. Allocates nothing for bytes props
+    that pass. Below level 5 nothing is checked (nor are properties sent)."""
+    if self.level == 5:
+        if qos & 4:
+            from .compat import as_bytes
+            if as_bytes(topic)[:7] == b"$share/":
+                from .client_codec import MQTTError
+                raise MQTTError("protocol error", 0x82)
+        if props:
+            _mqtt5().outgoing(props, t, self.alias_max)
+
+
+def bye(self, rc=None, props=None):
     """Queue DISCONNECT if connected; no reconnect until the next
-    connect. True when there is something to send."""
+    connect. True when there is something to send. MQTT 5: rc, the reason
+    code (0x04: the server publishes the will), and props, e.g. {0x11: 0}
+    to end the session now (MQTT 5.0 3.14.2). Refused with MQTTError(0x82),
+    nothing queued and the connection kept: either below level 5, a code
+    or property a client may not send [MQTT-3.14.2-1], or a Session Expiry
+    Interval above 0 when CONNECT's was 0 (a Protocol Error, 3.14.2.2.2)."""
+    from .client_codec import MQTTError, put_header
+    if rc is not None or props is not None:
+        if self.level != 5:
+            raise MQTTError("DISCONNECT reason or properties: MQTT 5 only", 0x82)
+        p5 = _mqtt5()
+        if rc is not None and not (0 <= rc < 256 and rc in p5.RC_DISCONNECT):
+            raise MQTTError("DISCONNECT reason code 0x%02x: not a client's" % rc, 0x82)
+        if props is not None:
+            props = p5.outgoing(props, 14)
+            exp = self.session_expiry  # as client5 put it in CONNECT
+            if p5.get(props, 0, len(props), 0x11) and not (exp or (exp is None and not self.clean)):
+                raise MQTTError("DISCONNECT property 0x11: CONNECT's Session Expiry "
+                                "Interval was 0", 0x82)
     self.reconnect = False
     if not self.is_connected():
         return False
     c = self.conn
-    from .client_codec import MQTTError, put_header
     try:
-        c.tlen = put_header(c.tx, c.tlen, 0xE0, 0)  # DISCONNECT, no reason
+        if rc is None and props is None:
+            c.tlen = put_header(c.tx, c.tlen, 0xE0, 0)  # DISCONNECT, no reason
+        else:
+            c.tlen = p5.encode_rc(c.tx, c.tlen, 0xE0, rc, props)
     except MQTTError:
         return False
     return True
@@ -153,8 +193,10 @@ def unsubscribe(self, topic):
     return rc
 
 
-def disconnect(self):
-    if self.bye():
+def disconnect(self, rc=None, props=None):
+    """Send DISCONNECT (MQTT 5: with reason code rc and properties props,
+    see bye()) and close the connection; no reconnect until connect()."""
+    if self.bye(rc, props):
         from .client_codec import MQTTError
         try:
             self.drain()
