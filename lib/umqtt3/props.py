@@ -196,7 +196,7 @@ def check(buf, off, end, ptype):
         if pid == MAXIMUM_QOS and buf[v0] > 1:
             fail(_E_PROP_MAX_QOS, 0x82)
         if (pid == RECEIVE_MAXIMUM or pid == TOPIC_ALIAS) and not (buf[v0] | buf[v0 + 1]):
-            fail(_E_PROP_ZERO, 0x94 if pid == TOPIC_ALIAS else 0x82)  # [MQTT-3.3.2-8]
+            fail(_E_PROP_ZERO, 0x94 if pid == TOPIC_ALIAS and t == 3 else 0x82)  # [MQTT-3.3.2-8]
         if pid == MAXIMUM_PACKET_SIZE and not (buf[v0] | buf[v0 + 1] | buf[v0 + 2] | buf[v0 + 3]):
             fail(_E_PROP_MAX_PACKET_0, 0x82)
         if pid == SUBSCRIPTION_ID and buf[v0] == 0:
@@ -470,7 +470,7 @@ def _refuse(t, pid, why):
     # MQTTError naming the property; 0x94 (Topic Alias invalid) for a
     # Topic Alias, else 0x82 (Protocol Error): what the server would say
     raise MQTTError("%s property 0x%02x: %s" % (_NAMES.get(t, t), pid, why),
-                    0x94 if pid == TOPIC_ALIAS else 0x82)
+                    0x94 if pid == TOPIC_ALIAS and t == 3 else 0x82)
 
 
 def outgoing(props, t, alias_max=0):
