@@ -28,6 +28,9 @@ _MAX_QOS = const(0x24)
 _RETAIN_OK = const(0x25)
 _RESPONSE_TOPIC = const(0x08)
 _CORRELATION = const(0x09)
+# the reason codes a client may put in DISCONNECT (MQTT 5.0 section
+# 3.14.2.1: sent by "Client" or "Client or Server") [MQTT-3.14.2-1]
+_RC_DISCONNECT = b"\x00\x04\x80\x81\x82\x83\x90\x93\x94\x95\x96\x97\x98\x99"
 
 
 def event(c, t, p):
@@ -114,6 +117,24 @@ def _hook(c, data):
         raise
     except Exception as e:
         raise MQTTError("authentication refused: %r" % (e,), 0x87)
+
+
+def goodbye(c, rc, props):
+    """DISCONNECT's reason code and properties (MQTT 5.0 3.14.2), checked
+    for client.disconnect(rc, props); returns the properties encoded.
+    Raises MQTTError(0x82): a code a client may not send [MQTT-3.14.2-1],
+    a property a client may not send (props.outgoing), or a Session Expiry
+    Interval above 0 when CONNECT's was 0 (a Protocol Error, 3.14.2.2.2)."""
+    if rc is not None and not (0 <= rc < 256 and rc in _RC_DISCONNECT):
+        raise MQTTError("DISCONNECT reason code 0x%02x: not a client's" % rc, 0x82)
+    if props is not None:
+        props = outgoing(props, 14)
+        exp = c.session_expiry  # as event() put it in CONNECT
+        if get(props, 0, len(props), _SESSION_EXPIRY) and not (exp or (exp is None and
+                                                                        not c.clean)):
+            raise MQTTError("DISCONNECT property 0x11: CONNECT's Session Expiry "
+                            "Interval was 0", 0x82)
+    return props
 
 
 def reason(p):

@@ -92,23 +92,14 @@ def bye(self, rc=None, props=None):
     """Queue DISCONNECT if connected; no reconnect until the next
     connect. True when there is something to send. MQTT 5: rc, the reason
     code (0x04: the server publishes the will), and props, e.g. {0x11: 0}
-    to end the session now (MQTT 5.0 3.14.2). Refused with MQTTError(0x82),
-    nothing queued and the connection kept: either below level 5, a code
-    or property a client may not send [MQTT-3.14.2-1], or a Session Expiry
-    Interval above 0 when CONNECT's was 0 (a Protocol Error, 3.14.2.2.2)."""
+    to end the session now; what a client may not send raises MQTTError
+    (client5.goodbye), nothing queued, the connection kept."""
     from .client_codec import MQTTError, put_header
     if rc is not None or props is not None:
         if self.level != 5:
             raise MQTTError("DISCONNECT reason or properties: MQTT 5 only", 0x82)
-        p5 = _mqtt5()
-        if rc is not None and not (0 <= rc < 256 and rc in p5.RC_DISCONNECT):
-            raise MQTTError("DISCONNECT reason code 0x%02x: not a client's" % rc, 0x82)
-        if props is not None:
-            props = p5.outgoing(props, 14)
-            exp = self.session_expiry  # as client5 put it in CONNECT
-            if p5.get(props, 0, len(props), 0x11) and not (exp or (exp is None and not self.clean)):
-                raise MQTTError("DISCONNECT property 0x11: CONNECT's Session Expiry "
-                                "Interval was 0", 0x82)
+        from .client5 import goodbye
+        props = goodbye(self, rc, props)
     self.reconnect = False
     if not self.is_connected():
         return False
@@ -117,7 +108,7 @@ def bye(self, rc=None, props=None):
         if rc is None and props is None:
             c.tlen = put_header(c.tx, c.tlen, 0xE0, 0)  # DISCONNECT, no reason
         else:
-            c.tlen = p5.encode_rc(c.tx, c.tlen, 0xE0, rc, props)
+            c.tlen = _mqtt5().encode_rc(c.tx, c.tlen, 0xE0, rc, props)
     except MQTTError:
         return False
     return True

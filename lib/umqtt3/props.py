@@ -459,10 +459,6 @@ def encode_rc(buf, off, first, rc, props):
 # What a client may send, checked before anything is stored or queued: a
 # property the server would close the connection on must not reach a store
 # that resends it after every reconnect.
-
-# the reason codes a client may put in DISCONNECT (MQTT 5.0 section
-# 3.14.2.1: "Client" or "Client or Server") [MQTT-3.14.2-1]
-RC_DISCONNECT = b"\x00\x04\x80\x81\x82\x83\x90\x93\x94\x95\x96\x97\x98\x99"
 _NAMES = {0: "will", 3: "PUBLISH", 8: "SUBSCRIBE", 10: "UNSUBSCRIBE", 14: "DISCONNECT"}
 
 
