@@ -208,7 +208,7 @@ class Core:
         if retain and not self.retain_ok:
             raise MQTTError("refused", 0x9A)  # [MQTT-3.2.2-14]
         if props:
-            self.check_out(props, 3)  # MQTT 5: what a client may send (client_more)
+            props = self.encoded(props, 3)  # MQTT 5: only what a client may send (client_more)
         c = self.conn
         start = c.tlen
         al = self.aliases
@@ -270,7 +270,7 @@ class Core:
             if props or qos & 4:
                 # MQTT 5: No Local on a shared subscription, properties a
                 # client may not send: refused before subs keeps them (client_more)
-                self.check_out(props, 8, topic, qos)
+                props = self.encoded(props, 8, topic, qos)
             # as umqtt.simple: messages would have nowhere to go
             assert self.cb is not None, "set_callback() before subscribe()"
             self.subs[topic] = (qos, props)  # props too: asked the same way again

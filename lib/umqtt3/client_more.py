@@ -70,14 +70,15 @@ def unsubscribe_start(self, topic):
     return self.subscribe_start(topic, -1)
 
 
-def check_out(self, props, t, topic=None, qos=0):
-    """MQTT 5: what the application asks to send in packet type t (3
-    PUBLISH, 8 SUBSCRIBE: topic and qos, the options byte), checked before
-    anything is stored or queued (Core.queue, Core.subscribe_start). Raises
-    MQTTError: 0x82 naming a property a client may not send there, 0x94 for
-    a Topic Alias out of range (props.outgoing); 0x82 for No Local on a
-    shared subscription [MQTT-3.8.3-4]. Allocates nothing for bytes props
-    that pass. Below level 5 nothing is checked (nor are properties sent)."""
+def encoded(self, props, t, topic=None, qos=0):
+    """MQTT 5: the properties the application gives for packet type t (3
+    PUBLISH, 8 SUBSCRIBE: topic and qos, the options byte), checked and
+    encoded before anything is stored or queued (Core.queue,
+    Core.subscribe_start). Raises MQTTError: 0x82 naming a property a
+    client may not send there, 0x94 for a Topic Alias out of range
+    (props.outgoing); 0x82 for No Local on a shared subscription
+    [MQTT-3.8.3-4]. Allocates nothing for bytes that pass. Below level 5
+    props come back as given (no properties are sent)."""
     if self.level == 5:
         if qos & 4:
             from .compat import as_bytes
@@ -85,7 +86,8 @@ def check_out(self, props, t, topic=None, qos=0):
                 from .client_codec import MQTTError
                 raise MQTTError("protocol error", 0x82)
         if props:
-            _mqtt5().outgoing(props, t, self.alias_max)
+            return _mqtt5().outgoing(props, t, self.alias_max)
+    return props
 
 
 def bye(self, rc=None, props=None):
