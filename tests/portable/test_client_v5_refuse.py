@@ -206,6 +206,17 @@ def test_a_hook_that_rejects_connack_data_ends_the_connection():
     assert not c.is_connected() and c.conn.link is None
 
 
+def test_a_hook_that_rejects_an_auth_challenge_ends_the_connection():
+    def hook(data):
+        raise ValueError("unknown challenge")
+
+    s = Server(auth=b"server-first")
+    c = _client(s, auth=("M", b"client-first", hook))
+    e = raises(MQTTError, c.connect)
+    assert e.code == 0x87 and "unknown challenge" in e.reason, e.reason
+    assert not c.is_connected() and c.conn.link is None and AUTH not in s.types()
+
+
 def test_disconnect_rc_is_cleared_by_the_next_connack():
     s = Server()
     c = _client(s)
