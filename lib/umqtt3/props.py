@@ -459,13 +459,14 @@ def encode_rc(buf, off, first, rc, props):
 # What a client may send, checked before anything is stored or queued: a
 # property the server would close the connection on must not reach a store
 # that resends it after every reconnect.
-_NAMES = {0: "will", 3: "PUBLISH", 8: "SUBSCRIBE", 10: "UNSUBSCRIBE", 14: "DISCONNECT"}
 
 
 def _refuse(t, pid, why):
     # MQTTError naming the property; 0x94 (Topic Alias invalid) for a
-    # Topic Alias, else 0x82 (Protocol Error): what the server would say
-    raise MQTTError("%s property 0x%02x: %s" % (_NAMES.get(t, t), pid, why),
+    # Topic Alias in PUBLISH, else 0x82 (Protocol Error): what the server
+    # would say
+    name = {0: "will", 3: "PUBLISH", 8: "SUBSCRIBE", 14: "DISCONNECT"}.get(t, t)
+    raise MQTTError("%s property 0x%02x: %s" % (name, pid, why),
                     0x94 if pid == TOPIC_ALIAS and t == 3 else 0x82)
 
 
@@ -473,7 +474,8 @@ def outgoing(props, t, alias_max=0):
     """props (a dict or encoded bytes) checked for packet type t sent by a
     client (0: the will's properties); returns them encoded. Raises
     MQTTError naming the first property the server would refuse: unknown,
-    not defined for t (section 2.2.2.2), a bad value, repeated; in PUBLISH
+    not defined for t (section 2.2.2.2), a bad value, repeated, a Response
+    Topic with a wildcard [MQTT-3.3.2-14]; in PUBLISH
     a Subscription Identifier [MQTT-3.3.4-6] or a Topic Alias that is 0
     [MQTT-3.3.2-8], above alias_max, the server's Topic Alias Maximum
     [MQTT-3.3.2-9], or one of the 8 the client assigns itself
@@ -510,6 +512,10 @@ def outgoing(props, t, alias_max=0):
                         % (v, alias_max))
         if t == 14 and pid == SERVER_REFERENCE:
             _refuse(t, pid, "sent by the server only")
+        if pid == RESPONSE_TOPIC:
+            for j in range(i + 3, e):  # a topic name [MQTT-3.3.2-14]
+                if b[j] == 0x23 or b[j] == 0x2B:
+                    _refuse(t, pid, "wildcard in a topic name")
         i = e
     return b
 

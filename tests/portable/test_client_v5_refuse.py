@@ -99,6 +99,7 @@ def test_publish_property_a_client_may_not_send_is_refused_unsent_unstored():
     for bad, code in (({0x11: 5}, 0x82), ({0x0B: 3}, 0x82), ({0x23: 0}, 0x94),
                       ({0x23: 11}, 0x94), ({0x23: 8}, 0x94), ({0x01: 2}, 0x82),
                       ({0x26: ("k", "v"), 0x24: 1}, 0x82), ({0x7F: 1}, 0x82),
+                      ({0x08: "answers/+"}, 0x82), ({0x08: "a/#", 0x09: b"1"}, 0x82),
                       (bytes([0x11, 0, 0, 0, 5]), 0x82), (bytes([0x0B, 3]), 0x82),
                       (bytes([0x01, 1, 0x01, 1]), 0x82)):
         for qos in (0, 1):
@@ -138,6 +139,9 @@ def test_will_property_a_will_may_not_carry_is_refused_at_connect():
     e = raises(MQTTError, c.connect)
     assert e.code == 0x82 and "will property 0x11" in e.reason, e.reason
     assert CONNECT not in s.types() and not c.is_connected()
+    c.set_last_will(b"w", b"x", props={0x08: "r/#"})  # a wildcard in its Response Topic
+    e = raises(MQTTError, c.connect)
+    assert "will property 0x08" in e.reason, e.reason
     c.set_last_will(b"w", b"gone", props={0x18: 5, 0x02: 60})
     c.connect()
     assert c.is_connected()
