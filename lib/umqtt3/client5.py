@@ -8,7 +8,8 @@
 # with request() for the answer to a request (response topic and
 # correlation data).
 from .compat import ticks_ms, ticks_diff, const
-from .props import TYPES, get, parse, encode, encode_auth, varint_end
+from .props import TYPES, get, parse, encode, encode_auth, varint_end, outgoing
+from .client_codec import MQTTError
 
 _CONNECT = const(1)  # packet types, as in client_codec
 _CONNACK = const(2)
@@ -27,6 +28,9 @@ _MAX_QOS = const(0x24)
 _RETAIN_OK = const(0x25)
 _RESPONSE_TOPIC = const(0x08)
 _CORRELATION = const(0x09)
+# the reason codes a client may put in DISCONNECT (MQTT 5.0 section
+# 3.14.2.1: sent by "Client" or "Client or Server") [MQTT-3.14.2-1]
+_RC_DISCONNECT = b"\x00\x04\x80\x81\x82\x83\x90\x93\x94\x95\x96\x97\x98\x99"
 
 
 def event(c, t, p):
@@ -39,10 +43,15 @@ def event(c, t, p):
       for the reconnects (they must resume the session under it);
     AUTH: continue (0x18) asks the application's hook for the next
       authentication data [MQTT-4.12.0-2];
-    PUBLISH: the message's properties as a dict (msg_props(); allocates)."""
+    PUBLISH: the message's properties as a dict (msg_props(); allocates).
+    The will's properties are checked here, at each CONNECT: MQTTError
+    naming one a will may not carry (props.outgoing), nothing sent."""
     if t == _PUBLISH:
         return parse(p.buf, p.props_off, p.props_len) if p.props_len else {}
     if t == _CONNECT:
+        lw = c.lw
+        if lw is not None and lw[4]:
+            outgoing(lw[4], 0)  # (0: the will's properties)
         if c.keepalive0 is not None:
             c.keepalive = c.keepalive0  # asked for anew: the last server's is its own
         d = {}
@@ -78,16 +87,54 @@ def event(c, t, p):
         cid = get(b, o, n, _ASSIGNED_ID)
         if cid is not None:
             c.client_id = cid  # [MQTT-3.2.2-16]
+        if c.disconnect_rc is not None:
+            c.disconnect_rc = None  # this connection's end is yet to come
+        if c.auth is not None:
+            data = get(b, o, n, _AUTH_DATA)
+            if data is not None:
+                # the server's last word (section 4.12's SCRAM example:
+                # server-final, its proof): the hook checks it too
+                _hook(c, data)
     elif c.auth is not None and p.rc == 0x18:
         # (success, 0x00, needs nothing; without a hook the server closes)
-        method, _, f = c.auth
-        d = {_AUTH_METHOD: method}
-        reply = f(get(b, o, n, _AUTH_DATA))
+        d = {_AUTH_METHOD: c.auth[0]}
+        reply = _hook(c, get(b, o, n, _AUTH_DATA))
         if reply is not None:
             d[_AUTH_DATA] = reply
         conn = c.conn
         conn.tlen = encode_auth(conn.tx, conn.tlen, 0x18, d)
     return None
+
+
+def _hook(c, data):
+    # The application's enhanced-authentication hook with the server's data.
+    # A hook that raises rejects the server: MQTTError(0x87), which both
+    # drivers answer by closing the connection (any other exception would
+    # pass for a message callback's and leave it open).
+    try:
+        return c.auth[2](data)
+    except MQTTError:
+        raise
+    except Exception as e:
+        raise MQTTError("authentication refused: %r" % (e,), 0x87)
+
+
+def goodbye(c, rc, props):
+    """DISCONNECT's reason code and properties (MQTT 5.0 3.14.2), checked
+    for client.disconnect(rc, props); returns the properties encoded.
+    Raises MQTTError(0x82): a code a client may not send [MQTT-3.14.2-1],
+    a property a client may not send (props.outgoing), or a Session Expiry
+    Interval above 0 when CONNECT's was 0 (a Protocol Error, 3.14.2.2.2)."""
+    if rc is not None and not (0 <= rc < 256 and rc in _RC_DISCONNECT):
+        raise MQTTError("DISCONNECT reason code 0x%02x: not a client's" % rc, 0x82)
+    if props is not None:
+        props = outgoing(props, 14)
+        exp = c.session_expiry  # as event() put it in CONNECT
+        if get(props, 0, len(props), _SESSION_EXPIRY) and not (exp or (exp is None and
+                                                                        not c.clean)):
+            raise MQTTError("DISCONNECT property 0x11: CONNECT's Session Expiry "
+                            "Interval was 0", 0x82)
+    return props
 
 
 def reason(p):

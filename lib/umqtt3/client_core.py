@@ -20,7 +20,7 @@
 # publish a caller waits for), disconnect_rc. It never
 # opens a socket, resolves a name, reads a clock or sleeps: the drivers,
 # client.MQTTClient (blocking) and aio.AsyncClient (asyncio), do.
-from .compat import ticks_add, ticks_diff, const, MICROPYTHON, as_bytes
+from .compat import ticks_add, ticks_diff, const, MICROPYTHON
 from .client_codec import (Packet, MQTTError, MQTTException, Busy, decode, encode_connect,
                            encode_publish, encode_ack, encode_filter, put_header, Conn, Closed)
 
@@ -211,6 +211,8 @@ class Core:
             raise MQTTError("refused", 0x9B)  # [MQTT-3.2.2-11]
         if retain and not self.retain_ok:
             raise MQTTError("refused", 0x9A)  # [MQTT-3.2.2-14]
+        if props:
+            props = self.encoded(props, 3)  # MQTT 5: only what a client may send (client_more)
         c = self.conn
         start = c.tlen
         al = self.aliases
@@ -268,10 +270,11 @@ class Core:
             raise OSError(107)
         if qos < 0:
             self.subs.pop(topic, None)
-        elif qos & 4 and self.level == 5 and as_bytes(topic)[:7] == b"$share/":
-            # No Local on a shared subscription [MQTT-3.8.3-4]
-            raise MQTTError("protocol error", 0x82)
         else:
+            if props or qos & 4:
+                # MQTT 5: No Local on a shared subscription, properties a
+                # client may not send: refused before subs keeps them (client_more)
+                props = self.encoded(props, 8, topic, qos)
             # as umqtt.simple: messages would have nowhere to go
             assert self.cb is not None, "set_callback() before subscribe()"
             self.subs[topic] = (qos, props)  # props too: asked the same way again

@@ -7,9 +7,11 @@
 # CPython client_core puts them all into the class at import.
 #
 # Each function is a method of the client (self: client_core.Core, or
-# client.MQTTClient for the blocking driver's three at the end). Nothing is
-# imported at module level: every public name here becomes a client
+# client.MQTTClient for the blocking driver's three at the end). Only
+# underscored names are imported at module level (from client_codec, which
+# every client has loaded): every public name here becomes a client
 # attribute on first use.
+from .client_codec import mqtt5 as _mqtt5  # umqtt3.props, without an import per call
 
 
 def set_sync(self, f):
@@ -68,16 +70,47 @@ def unsubscribe_start(self, topic):
     return self.subscribe_start(topic, -1)
 
 
-def bye(self):
+def encoded(self, props, t, topic=None, qos=0):
+    """MQTT 5: the properties the application gives for packet type t (3
+    PUBLISH, 8 SUBSCRIBE: topic and qos, the options byte), checked and
+    encoded before anything is stored or queued (Core.queue,
+    Core.subscribe_start). Raises MQTTError: 0x82 naming a property a
+    client may not send there, 0x94 for a Topic Alias out of range
+    (props.outgoing); 0x82 for No Local on a shared subscription
+    [MQTT-3.8.3-4]. Allocates nothing for bytes that pass. Below level 5
+    props come back as given (no properties are sent)."""
+    if self.level == 5:
+        if qos & 4:
+            from .compat import as_bytes
+            if as_bytes(topic)[:7] == b"$share/":
+                from .client_codec import MQTTError
+                raise MQTTError("protocol error", 0x82)
+        if props:
+            return _mqtt5().outgoing(props, t, self.alias_max)
+    return props
+
+
+def bye(self, rc=None, props=None):
     """Queue DISCONNECT if connected; no reconnect until the next
-    connect. True when there is something to send."""
+    connect. True when there is something to send. MQTT 5: rc, the reason
+    code (0x04: the server publishes the will), and props, e.g. {0x11: 0}
+    to end the session now; what a client may not send raises MQTTError
+    (client5.goodbye), nothing queued, the connection kept."""
+    from .client_codec import MQTTError, put_header
+    if rc is not None or props is not None:
+        if self.level != 5:
+            raise MQTTError("DISCONNECT reason or properties: MQTT 5 only", 0x82)
+        from .client5 import goodbye
+        props = goodbye(self, rc, props)
     self.reconnect = False
     if not self.is_connected():
         return False
     c = self.conn
-    from .client_codec import MQTTError, put_header
     try:
-        c.tlen = put_header(c.tx, c.tlen, 0xE0, 0)  # DISCONNECT, no reason
+        if rc is None and props is None:
+            c.tlen = put_header(c.tx, c.tlen, 0xE0, 0)  # DISCONNECT, no reason
+        else:
+            c.tlen = _mqtt5().encode_rc(c.tx, c.tlen, 0xE0, rc, props)
     except MQTTError:
         return False
     return True
@@ -153,8 +186,10 @@ def unsubscribe(self, topic):
     return rc
 
 
-def disconnect(self):
-    if self.bye():
+def disconnect(self, rc=None, props=None):
+    """Send DISCONNECT (MQTT 5: with reason code rc and properties props,
+    see bye()) and close the connection; no reconnect until connect()."""
+    if self.bye(rc, props):
         from .client_codec import MQTTError
         try:
             self.drain()

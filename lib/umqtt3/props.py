@@ -8,7 +8,7 @@ from .compat import const, as_bytes
 # Not circular: codec imports this module lazily. Importing here, not inside
 # the functions, keeps check() free of a per-call import (which allocates on
 # MicroPython).
-from .client_codec import fail, str_end, put_header, read_pid
+from .client_codec import fail, str_end, put_header, read_pid, MQTTError
 
 # indexes into umqtt3.codec_errors, as in codec.py
 _E_BINARY_TRUNCATED = const(22)
@@ -196,7 +196,7 @@ def check(buf, off, end, ptype):
         if pid == MAXIMUM_QOS and buf[v0] > 1:
             fail(_E_PROP_MAX_QOS, 0x82)
         if (pid == RECEIVE_MAXIMUM or pid == TOPIC_ALIAS) and not (buf[v0] | buf[v0 + 1]):
-            fail(_E_PROP_ZERO, 0x94 if pid == TOPIC_ALIAS else 0x82)  # [MQTT-3.3.2-8]
+            fail(_E_PROP_ZERO, 0x94 if pid == TOPIC_ALIAS and t == 3 else 0x82)  # [MQTT-3.3.2-8]
         if pid == MAXIMUM_PACKET_SIZE and not (buf[v0] | buf[v0 + 1] | buf[v0 + 2] | buf[v0 + 3]):
             fail(_E_PROP_MAX_PACKET_0, 0x82)
         if pid == SUBSCRIPTION_ID and buf[v0] == 0:
@@ -453,6 +453,71 @@ def encode_rc(buf, off, first, rc, props):
         if props is not None:
             off = put(buf, off, props)
     return off
+
+
+# ------------------------------------------------------------ what we send
+# What a client may send, checked before anything is stored or queued: a
+# property the server would close the connection on must not reach a store
+# that resends it after every reconnect.
+
+
+def _refuse(t, pid, why):
+    # MQTTError naming the property; 0x94 (Topic Alias invalid) for a
+    # Topic Alias in PUBLISH, else 0x82 (Protocol Error): what the server
+    # would say
+    name = {0: "will", 3: "PUBLISH", 8: "SUBSCRIBE", 14: "DISCONNECT"}.get(t, t)
+    raise MQTTError("%s property 0x%02x: %s" % (name, pid, why),
+                    0x94 if pid == TOPIC_ALIAS and t == 3 else 0x82)
+
+
+def outgoing(props, t, alias_max=0):
+    """props (a dict or encoded bytes) checked for packet type t sent by a
+    client (0: the will's properties); returns them encoded. Raises
+    MQTTError naming the first property the server would refuse: unknown,
+    not defined for t (section 2.2.2.2), a bad value, repeated, a Response
+    Topic with a wildcard [MQTT-3.3.2-14]; in PUBLISH
+    a Subscription Identifier [MQTT-3.3.4-6] or a Topic Alias that is 0
+    [MQTT-3.3.2-8], above alias_max, the server's Topic Alias Maximum
+    [MQTT-3.3.2-9], or one of the 8 the client assigns itself
+    (client_core.queue); in DISCONNECT a Server Reference (the server's).
+    Allocates nothing for bytes that pass."""
+    try:
+        b = encoded(props)
+    except (MQTTError, TypeError) as x:  # an unknown id, a value its type cannot hold
+        for k in props:  # (a dict: bytes are not encoded) which one?
+            try:
+                encode({k: props[k]})
+            except (MQTTError, TypeError):
+                _refuse(t, k, getattr(x, "reason", "bad value"))
+        raise
+    i = 0
+    n = len(b)
+    while i < n:
+        pid = b[i]
+        try:
+            if pid >= len(TYPES) or not TYPES[pid]:
+                fail(_E_PROP_UNKNOWN)
+            e = _value_end(b, i + 1, n, TYPES[pid])
+            # the list up to this one: defined for t, a legal value, no
+            # repeat (what passed before did, so this one is at fault)
+            check(b, 0, e, t)
+        except MQTTError as x:
+            _refuse(t, pid, x.reason)
+        if t == 3 and pid == SUBSCRIPTION_ID:
+            _refuse(t, pid, "sent by the server only")
+        if t == 3 and pid == TOPIC_ALIAS:
+            v = (b[i + 1] << 8) | b[i + 2]
+            if v > alias_max or v <= min(alias_max, 8):
+                _refuse(t, pid, "%d: the server allows 1..%d, the client's own are 1..8"
+                        % (v, alias_max))
+        if t == 14 and pid == SERVER_REFERENCE:
+            _refuse(t, pid, "sent by the server only")
+        if pid == RESPONSE_TOPIC:
+            for j in range(i + 3, e):  # a topic name [MQTT-3.3.2-14]
+                if b[j] == 0x23 or b[j] == 0x2B:
+                    _refuse(t, pid, "wildcard in a topic name")
+        i = e
+    return b
 
 
 def encode_auth(buf, off, rc=None, props=None):
