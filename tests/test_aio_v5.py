@@ -120,3 +120,41 @@ def test_request_with_a_paho_responder(broker):
         r.disconnect()
         r.loop_stop()
     assert other == []  # the answers did not reach the callback
+
+
+def test_disconnect_with_a_reason_and_properties(broker):
+    """disconnect(rc, props) as the blocking client's (MQTT 5.0 3.14.2):
+    0x04 makes the server publish the will; what a client may not send is
+    refused with nothing sent and the link kept."""
+    got = []
+
+    async def main():
+        s = MQTTClient("aio5-will-sink", HOST, broker.port, level=5)
+        s.set_callback(lambda t, m: got.append(m))
+        s.connect()
+        s.subscribe(b"a5/will", 1)
+        c = AsyncClient("aio5-bye", HOST, port=broker.port, level=5)
+        c.set_last_will(b"a5/will", b"gone", qos=1)
+        await c.connect()
+        with pytest.raises(MQTTError) as e:
+            await c.disconnect(0x8E)  # a server's reason, not a client's
+        assert e.value.code == 0x82 and c.is_connected()
+        with pytest.raises(MQTTError):
+            await c.disconnect(None, {0x11: 10})  # CONNECT's expiry was 0
+        assert c.is_connected()
+        await c.disconnect(0x04, {0x1F: "leaving"})  # with the will
+        assert not c.is_connected()
+        end = time.monotonic() + 3
+        while not got and time.monotonic() < end:
+            s.check_msg()
+            await asyncio.sleep(0.02)
+        s.disconnect()
+        d = AsyncClient("aio5-v4", HOST, port=broker.port)
+        await d.connect()
+        with pytest.raises(MQTTError):
+            await d.disconnect(0x04)  # below level 5: no reason code
+        assert d.is_connected()
+        await d.disconnect()
+
+    _run(main())
+    assert got == [b"gone"]

@@ -139,12 +139,15 @@ class AsyncClient(Core):
         self.pingreq(ticks_ms())
         self._send()
 
-    async def disconnect(self):
+    async def disconnect(self, rc=None, props=None):
         """DISCONNECT, written within timeout_ms as the blocking client
         drains it (the server then discards the will [MQTT-3.14.4-3]), then
-        close; ends run()."""
+        close; ends run(). MQTT 5: rc and props as MQTTClient.disconnect()
+        (client_more.bye); what a client may not send raises MQTTError
+        with nothing sent and the link kept."""
+        more = self.bye(rc, props)  # (its refusal raises here)
         try:
-            if self.bye():
+            if more:
                 start = ticks_ms()
                 while not self._send():
                     left = self.timeout_ms - ticks_diff(ticks_ms(), start)
