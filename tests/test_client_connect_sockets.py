@@ -105,8 +105,8 @@ def _async(port, reconnect):
 
 
 def _code(e):
-    # the errno: args[0] (CPython sets e.errno only for OSError(n, text),
-    # MicroPython for OSError(n) too, which the client raises)
+    # the errno as args[0] (the blocking client's errors also set e.errno on
+    # CPython: test_blocking_errors_carry_errno below)
     return e.args[0] if e.args else None
 
 
@@ -172,3 +172,111 @@ def test_a_dial_that_times_out_is_110_on_cpython_too():
         for s in held:
             s.close()
         ls.close()
+
+
+@pytest.mark.parametrize("reconnect", RECONNECT)
+def test_blocking_errors_carry_errno(reconnect, closing, silent, refusing):
+    # e.errno, which CPython sets only from OSError(n, text): the client's
+    # own OSError(110, "") (a TimeoutError on CPython) and Closed(104, ""),
+    # and the socket's 111
+    from umqtt3.client_codec import Closed
+    e, _ = _blocking(closing.port, reconnect)
+    # Closed(104, "") when the read met the close; the socket's own
+    # ConnectionResetError when a write met the reset first
+    assert isinstance(e, (Closed, ConnectionResetError)) and e.errno == 104, repr(e)
+    e, _ = _blocking(silent.port, reconnect)
+    assert isinstance(e, TimeoutError) and e.errno == 110, repr(e)
+    e, _ = _blocking(refusing, reconnect)
+    assert e.errno == 111, repr(e)
+
+
+@pytest.mark.parametrize("reconnect", RECONNECT)
+def test_blocking_connect_that_times_out_closes_its_socket(reconnect, silent):
+    # connect(timeout_ms) shorter than the client's: the server sees the
+    # link closed, and a CONNACK it sends afterwards connects nothing
+    c = MQTTClient("late", "127.0.0.1", port=silent.port, reconnect=reconnect,
+                   timeout_ms=LONG, backoff_ms=(20, 50))
+    with pytest.raises(OSError) as e:
+        c.connect(timeout_ms=TIMEOUT)
+    assert e.value.errno == 110
+    assert c.sock is None and not c.is_connected()
+    s = silent.held[-1]
+    s.settimeout(2)
+    assert s.recv(200)[:1] == b"\x10"  # CONNECT came
+    assert s.recv(200) == b""  # then the close: no half-open link left
+    try:
+        s.send(b"\x20\x02\x00\x00")  # the late CONNACK
+    except OSError:
+        pass
+    time.sleep(0.05)
+    if reconnect:
+        # poll() dials a new link (as after a drop), which stays silent:
+        # the CONNACK on the old one is never read
+        for _ in range(20):
+            c.poll(10)
+        assert not c.is_connected() and silent.accepted == 2
+    else:
+        with pytest.raises(OSError) as e:
+            c.check_msg()
+        assert e.value.errno == 107  # not connected
+        assert silent.accepted == 1
+    c.down()
+
+
+class _Refuses:
+    """Answers every CONNECT with CONNACK `code` and closes."""
+
+    def __init__(self, answer):
+        self.ls = socket.socket()
+        self.ls.bind(("127.0.0.1", 0))
+        self.ls.listen(8)
+        self.port = self.ls.getsockname()[1]
+        self.answer = answer
+        self.accepted = 0
+        self.t = threading.Thread(target=self._serve, daemon=True)
+        self.t.start()
+
+    def _serve(self):
+        while True:
+            try:
+                s, _ = self.ls.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            try:
+                s.settimeout(2)
+                s.recv(200)
+                s.sendall(self.answer)
+                time.sleep(0.02)
+            except OSError:
+                pass
+            s.close()
+
+    def close(self):
+        self.ls.close()
+        self.t.join(5)
+
+
+@pytest.mark.parametrize("reconnect", RECONNECT)
+def test_blocking_first_connect_reports_connack_3(reconnect):
+    # server unavailable (3.1.1 3.2.2.3): MQTTException(3), as umqtt.simple;
+    # at once with reconnect=False; with reconnect=True after trying again
+    # within the call's timeout_ms (the code asks to come back later), the
+    # refusal, not a timeout
+    from umqtt3.client import MQTTException
+    srv = _Refuses(b"\x20\x02\x00\x03")
+    try:
+        c = MQTTClient("c3", "127.0.0.1", port=srv.port, reconnect=reconnect, timeout_ms=LONG,
+                       backoff_ms=(20, 50))
+        t = time.monotonic()
+        with pytest.raises(MQTTException) as e:
+            c.connect(timeout_ms=TIMEOUT)
+        d = time.monotonic() - t
+        assert e.value.args == (3,)
+        if reconnect:
+            assert TIMEOUT / 1000 - 0.05 < d < TIMEOUT / 1000 + 2 and srv.accepted > 1
+        else:
+            assert d < 1 and srv.accepted == 1
+        assert c.sock is None and not c.is_connected()
+    finally:
+        srv.close()

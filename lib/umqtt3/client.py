@@ -62,17 +62,21 @@ class MQTTClient(Core):
         start = ticks_ms()  # the dial counts too
         try:
             self.open_link(None, t)  # raises what the dial met (111: refused)
-        except Exception:
-            self.down()  # no half-open socket left behind
+            while self.state != _UP:
+                if ticks_diff(ticks_ms(), start) > t:
+                    # what dropped the link before CONNACK (reconnect=True:
+                    # the last attempt's, a retry-later CONNACK's
+                    # MQTTException too); 110 when nothing did
+                    raise self.err or OSError(110, "")
+                # raises what dropped the link (a refused CONNACK:
+                # MQTTException(code)); reconnect=True: poll() tries again
+                # (not after a final CONNACK code: the core ends reconnect)
+                self.poll(10)
+        except BaseException:
+            # no half-open link left behind: a CONNACK that comes late
+            # cannot connect a client whose connect() raised
+            self.down()
             raise
-        while self.state != _UP:
-            if ticks_diff(ticks_ms(), start) > t:
-                # what dropped the link before CONNACK (reconnect=True:
-                # the last attempt's); 110 when nothing did
-                raise self.err or OSError(110)
-            # raises what dropped the link (a refused CONNACK:
-            # MQTTException(code)); reconnect=True: poll() tries again
-            self.poll(10)
         return self.session_present
 
     def ping(self):
@@ -118,13 +122,13 @@ class MQTTClient(Core):
                         first = False
                         start = ticks_ms()
                     elif ticks_diff(ticks_ms(), start) > self.timeout_ms:
-                        raise OSError(110)
+                        raise OSError(110, "")
             finally:
                 rc = w[pid]
                 del w[pid]
             if rc >= 0x80:
                 if rc == _LOST:
-                    raise OSError(104)  # a reconnect forgot it (store=False): never acknowledged
+                    raise OSError(104, "")  # a reconnect forgot it (store=False): never acknowledged
                 raise MQTTError("refused", rc)  # MQTT 5
         return pid
 
@@ -158,14 +162,14 @@ class MQTTClient(Core):
         start = ticks_ms()
         while not self.poll(10):
             if timeout_ms is not None and ticks_diff(ticks_ms(), start) > timeout_ms:
-                raise OSError(110)
+                raise OSError(110, "")
 
     def poll(self, timeout_ms=0):
         """One step: I/O, keepalive, reconnect. Never blocks longer than
         timeout_ms. Returns the number of packets handled."""
         if self.state == _DOWN:
             if not self.reconnect:
-                raise OSError(107)
+                raise OSError(107, "")
             w = ticks_diff(self.retry_at, ticks_ms())
             if w > 0:
                 sleep_ms(min(timeout_ms, w))
@@ -187,7 +191,7 @@ class MQTTClient(Core):
             if self.poller is not None and timeout_ms and not c.spent:  # (nothing read ahead)
                 for obj, ev in self.ipoll(timeout_ms):
                     if ev & _POLLERR_HUP and not ev & _POLLIN:
-                        raise Closed(104)
+                        raise Closed(104, "")
             # inside the message callback only write (publish from a
             # callback queues and returns)
             n = 0 if self.depth else c.recv()
@@ -260,7 +264,7 @@ class MQTTClient(Core):
                 if not self.refill():
                     return True
             elif ticks_diff(ticks_ms(), start) > self.timeout_ms:
-                raise OSError(110)
+                raise OSError(110, "")
             elif self.poller is not None:
                 for _ in self.ipoll(10):
                     break
@@ -308,6 +312,6 @@ class MQTTClient(Core):
         while self.wait_pid == pid:
             if ticks_diff(ticks_ms(), start) > self.timeout_ms:
                 self.wait_pid = 0
-                raise OSError(110)
+                raise OSError(110, "")
             self.poll(10)
         return self.answer

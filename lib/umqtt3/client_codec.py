@@ -618,7 +618,8 @@ def decode(p, buf, off, end, max_packet=0):
 
 class Closed(OSError):
     """The peer closed the connection (or the link failed): errno 104, or 32
-    when a write failed; no text, to keep strings out of RAM."""
+    when a write failed. Raised as Closed(n, ""): the empty text is interned
+    (no string in RAM), and with it CPython sets e.errno too."""
 
 
 class Conn:
@@ -670,7 +671,7 @@ class Conn:
             if r is None:
                 return 0
             if not r:
-                raise Closed(104)  # closed by the peer
+                raise Closed(104, "")  # closed by the peer
             got += r
             self.got = got
 
@@ -699,7 +700,7 @@ class Conn:
                 self.sent = s
                 if r is None:
                     return False
-                raise Closed(32)  # write failed
+                raise Closed(32, "")  # write failed
             s += r
         self.sent = self.tlen = 0
         return True

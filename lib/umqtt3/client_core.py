@@ -50,10 +50,13 @@ _AUTH = const(15)
 # name would take a slot in this module's dict (18 names: a table of 23
 # slots, 17 names: 17)
 del const
-# I/O errors carry an errno and no text (each text would be a string in RAM
-# from import on): 107 not connected, 110 timed out (also no CONNACK or
-# PINGRESP in time), 111 connection failed, 104 the link or the server
-# ended the connection (disconnect_rc: a server DISCONNECT's reason, MQTT 5)
+# The I/O errors the client raises itself carry an errno and an empty text
+# (a text would be a string in RAM from import on; the empty one is
+# interned): OSError(n, "") so that CPython sets e.errno too, as
+# MicroPython does from OSError(n). 107 not connected, 110 timed out (also
+# no CONNACK or PINGRESP in time), 104 the link or the server ended the
+# connection (disconnect_rc: a server DISCONNECT's reason, MQTT 5), 32 a
+# write failed. A refused dial's 111 is the socket's own, raised as it came.
 
 
 class Core:
@@ -204,7 +207,7 @@ class Core:
         window or the send buffer is full."""
         up = self.state == _UP
         if not up and not (qos and self.reconnect):
-            raise OSError(107)
+            raise OSError(107, "")
         if self.backlog is not None:
             raise Busy("busy", 0x97)  # the resend keeps its order
         if qos > self.max_qos:
@@ -267,7 +270,7 @@ class Core:
         # qos: the options byte (MQTT 5's options above bit 1); -1: an
         # UNSUBSCRIBE (unsubscribe_start)
         if self.state != _UP:
-            raise OSError(107)
+            raise OSError(107, "")
         if qos < 0:
             self.subs.pop(topic, None)
         else:
@@ -319,7 +322,7 @@ class Core:
 
     def pingreq(self, now):
         if self.state != _UP:
-            raise OSError(107)
+            raise OSError(107, "")
         c = self.conn
         c.tlen = put_header(c.tx, c.tlen, 0xC0, 0)  # PINGREQ
         self.ping_at = now
@@ -387,7 +390,7 @@ class Core:
         elif st == _OPENING:
             t = self.timeout_ms - ticks_diff(now, self.retry_at)
             if t < 0:
-                raise Closed(110)  # no CONNACK
+                raise Closed(110, "")  # no CONNACK
         elif not self.keepalive:
             t = _IDLE_MS
         else:
@@ -395,7 +398,7 @@ class Core:
             if self.ping_at is not None:
                 t = ka - ticks_diff(now, self.ping_at)
                 if t < 0:
-                    raise Closed(110)  # no PINGRESP: the link is dead
+                    raise Closed(110, "")  # no PINGRESP: the link is dead
                 t += 1
             else:
                 t = ka - ticks_diff(now, self.last_tx)
@@ -568,7 +571,7 @@ class Core:
             return
         elif t == _DISCONNECT:
             self.disconnect_rc = p.rc  # MQTT 5: why the server closes
-            raise Closed(104)  # the server sent DISCONNECT
+            raise Closed(104, "")  # the server sent DISCONNECT
         raise MQTTError("protocol error", 0x82)  # (before CONNACK: not CONNACK)
 
 

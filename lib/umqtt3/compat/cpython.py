@@ -318,7 +318,7 @@ class server_link:
         if r is None:
             return 0
         if not r:
-            raise OSError("closed by peer")
+            raise OSError(104, "closed by peer")
         self.pos = 0
         self.end = r
         return r
