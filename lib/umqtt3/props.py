@@ -196,7 +196,7 @@ def check(buf, off, end, ptype):
         if pid == MAXIMUM_QOS and buf[v0] > 1:
             fail(_E_PROP_MAX_QOS, 0x82)
         if (pid == RECEIVE_MAXIMUM or pid == TOPIC_ALIAS) and not (buf[v0] | buf[v0 + 1]):
-            fail(_E_PROP_ZERO, 0x94 if pid == TOPIC_ALIAS and t == 3 else 0x82)  # [MQTT-3.3.2-8]
+            fail(_E_PROP_ZERO, 0x94 if pid == TOPIC_ALIAS and ptype == 3 else 0x82)  # [MQTT-3.3.2-8]
         if pid == MAXIMUM_PACKET_SIZE and not (buf[v0] | buf[v0 + 1] | buf[v0 + 2] | buf[v0 + 3]):
             fail(_E_PROP_MAX_PACKET_0, 0x82)
         if pid == SUBSCRIPTION_ID and buf[v0] == 0:
