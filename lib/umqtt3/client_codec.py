@@ -255,7 +255,7 @@ def encode_publish(buf, off, topic, payload, qos=0, pid=0, retain=False,
         topic = as_bytes(topic)
         n = len(topic)
         # a topic name: 1..65535 bytes, no wildcards, no U+0000 [MQTT-4.7.3-1,
-        # MQTT-4.7.3-2, MQTT-3.3.2-2] (5.0: empty with a topic alias). Refused
+        # MQTT-4.7.3-2, MQTT-3.3.2-2] (5.0: empty with a topic alias, below). Refused
         # before the flows store it: a broker would close on it, and a stored
         # one would be resent after every reconnect.
         ok = 0 < n < 65536 or (level == 5 and not n)
@@ -288,6 +288,9 @@ def encode_publish(buf, off, topic, payload, qos=0, pid=0, retain=False,
     if level == 5:
         p5 = mqtt5()
         props = p5.encoded(props)
+        if not n and (not props or p5.find(props, 0, len(props), 0x23) < 0):
+            # an empty topic name without a Topic Alias (5.0, 3.3.2.1)
+            fail(_E_TOPIC, _PROTOCOL_ERROR)
         rl += p5.size(props)
     if rl < 128 and off + rl + 2 <= len(buf):
         buf[off] = first  # a reading's header: put_header() without its call

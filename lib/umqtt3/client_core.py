@@ -220,10 +220,11 @@ class Core:
         start = c.tlen
         al = self.aliases
         new = None
-        if al is not None and not qos and props is None and isinstance(topic, _KEYS):
+        if al is not None and not qos and props is None and topic and isinstance(topic, _KEYS):
             # MQTT 5 topic alias: the topic once, then two bytes [MQTT-3.3.2-12]
             # (QoS 0 only: a stored message may be resent on a connection
-            # that knows no alias; a bytearray topic may change: none)
+            # that knows no alias; a bytearray topic may change: none; an
+            # empty one is the codec's to refuse)
             props = al.get(topic)
             if props is not None:
                 topic = b""

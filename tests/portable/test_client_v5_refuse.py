@@ -115,6 +115,26 @@ def test_publish_property_a_client_may_not_send_is_refused_unsent_unstored():
     assert s.published == 1 and c.inflight() == 0
 
 
+def test_an_empty_topic_without_a_topic_alias_is_refused_unsent_unstored():
+    # 5.0 3.3.2.1: a zero-length Topic Name is a Protocol Error unless a
+    # Topic Alias gives the topic
+    s = Server(connack_props=bytes([0x22, 0, 10]))  # Topic Alias Maximum 10
+    c = _client(s, reconnect=True)
+    c.connect()
+    for qos in (0, 1):
+        for pr in (None, {0x01: 1}):
+            e = raises(MQTTError, c.publish, b"", b"x", False, qos, None, False, pr)
+            assert e.code == 0x82, e.code
+    assert c.inflight() == 0 and not c.waits  # nothing stored
+    _poll(c, s)
+    assert s.published == 0 and c.is_connected()
+    # with its alias set by an earlier message, an empty topic goes out
+    c.publish(b"a/b", b"x", False, 1, None, False, {0x23: 9})
+    c.publish(b"", b"y", False, 1, None, False, {0x23: 9})
+    _poll(c, s)
+    assert s.published == 2 and c.inflight() == 0
+
+
 def test_subscribe_property_a_client_may_not_send_is_not_kept():
     s = Server()
     c = _client(s)
