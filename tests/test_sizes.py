@@ -77,7 +77,7 @@ def test_romfs_columns_beside_the_filesystem_ones():
     assert by["umqtt3.compat.cpython"][-1] == "CPython only"
     head, rows = table(p.stdout, "connected client (from .mpy)")
     assert head[2:] == ["import RAM", "heap in use", "import RAM (ROMFS)", "heap in use (ROMFS)",
-                        "names/room"]
+                        "names/room", "names at cost"]
     labels = [r[0] for r in rows]
     assert labels[:4] == ["umqtt3, QoS 0/1/2, MemoryStore (default)", "umqtt3, QoS 2, FileStore",
                           "umqtt3, MQTT 5, MemoryStore",
@@ -91,6 +91,9 @@ def test_romfs_columns_beside_the_filesystem_ones():
             # of 20, 40, 80, ... names give
             used, room = (int(x) for x in r[6].split("/"))
             assert 0 < used <= room and room in (20, 60, 140, 300, 620, 1260), r
+            # the same reading with the names at 7 bytes each instead of
+            # the blocks they fell into: within a block of the raw one
+            assert abs(num(r[7]) - run) < 2600, r
     if any(r[0].startswith("umqtt.simple") for r in rows):  # the peer, when it is there
         _, cmp_rows = table(p.stdout, "client set vs umqtt.simple")
         assert cmp_rows[-1][0] == "import RAM from ROMFS"

@@ -305,28 +305,31 @@ STUBS = {
     "machine.py": "def unique_id():\n    return b'\\x01\\x02\\x03\\x04'\n",
     "network.py": "STA_IF = 0\nclass WLAN:\n    def __init__(self, i):\n        pass\n"
                   "    def isconnected(self):\n        return True\n",
+    "uasyncio.py": "from asyncio import *\n",
     # asyncio streams over the scripted broker (mqtt_async talks to its
-    # broker through them; the WebAssembly build has none)
-    "uasyncio.py": "from asyncio import *\n"
-                   "import fakepeer\n"
-                   "class _Stream:\n"
-                   "    async def read(self, n):\n"
-                   "        while True:\n"
-                   "            b = fakepeer.PEER.read(n)\n"
-                   "            if b:\n"
-                   "                return b\n"
-                   "            await sleep_ms(1)\n"
-                   "    def write(self, b):\n"
-                   "        fakepeer.PEER.write(b)\n"
-                   "    async def drain(self):\n"
-                   "        pass\n"
-                   "    def close(self):\n"
-                   "        pass\n"
-                   "    async def wait_closed(self):\n"
-                   "        pass\n"
-                   "async def open_connection(host, port):\n"
-                   "    s = _Stream()\n"
-                   "    return s, s\n",
+    # broker through them; the WebAssembly build has none): imported by
+    # mqtt_async's probe alone, so the other peers' readings keep their
+    # table of names as it was
+    "streams.py": "import uasyncio, fakepeer\n"
+                  "class _Stream:\n"
+                  "    async def read(self, n):\n"
+                  "        while True:\n"
+                  "            b = fakepeer.PEER.read(n)\n"
+                  "            if b:\n"
+                  "                return b\n"
+                  "            await uasyncio.sleep_ms(1)\n"
+                  "    def write(self, b):\n"
+                  "        fakepeer.PEER.write(b)\n"
+                  "    async def drain(self):\n"
+                  "        pass\n"
+                  "    def close(self):\n"
+                  "        pass\n"
+                  "    async def wait_closed(self):\n"
+                  "        pass\n"
+                  "async def open_connection(host, port):\n"
+                  "    s = _Stream()\n"
+                  "    return s, s\n"
+                  "uasyncio.open_connection = open_connection\n",
 }
 
 # Runs inside MicroPython. argv: kind (umqtt3, simple, mqtt_async), protocol
@@ -355,6 +358,7 @@ def link():
 """ + COLLECT + """
 async def main():
     await collect()
+    micropython.qstr_info()  # (the name table as the reading starts)
     base = gc.mem_alloc()
     try:
         if kind == "umqtt3":
@@ -440,6 +444,7 @@ mp_await = main()
 # through the stand-in asyncio streams (STUBS). The same steps as the
 # others: import, construct, connect, subscribe at QoS 1, one QoS 1 publish.
 ASYNC_PROBE = CONNECTED_PROBE.split("async def main():")[0] + """
+import streams
 async def steps(MQTTClient, config):
     config.server = "peer"
     config.client_id = "node1"
@@ -452,6 +457,7 @@ async def steps(MQTTClient, config):
 
 async def main():
     await collect()
+    micropython.qstr_info()  # (the name table as the reading starts)
     base = gc.mem_alloc()
     try:
         from mqtt_async import MQTTClient, config
@@ -477,11 +483,30 @@ def name_table(out):
     allocates the next block, about 2.3 KB at 300 names. A reading near a
     block's end moves by a block with a few names more, in the probe or,
     on a board, in the firmware and the application."""
-    m = re.search(r"n_pool=(\d+), n_qstr=(\d+)", out)
+    m = _QSTR.findall(out)
     if not m:
         return "-"
-    pools, used = int(m.group(1)), int(m.group(2))
+    pools, used = int(m[-1][0]), int(m[-1][1])
     return "%d/%d" % (used, 20 * (2 ** pools - 1))
+
+
+_QSTR = re.compile(r"n_pool=(\d+), n_qstr=(\d+), n_str_data_bytes=(\d+), n_total_bytes=(\d+)")
+ENTRY = 7  # bytes of a name's entry in a block (hash 2, length 1, pointer 4; 32-bit)
+
+
+def names_at_cost(out, heap):
+    """heap with the name table's blocks replaced by what the names
+    added during the reading take in them (ENTRY bytes each; their text is
+    counted either way): the reading without the block a name more or less
+    would add, so that configurations and peers compare whatever the table
+    held before them. From the two micropython.qstr_info() lines in out (as
+    the reading starts, once connected); "-" without them."""
+    m = _QSTR.findall(out)
+    if len(m) < 2 or not isinstance(heap, int):
+        return "-"
+    (_, n0, s0, t0), (_, n1, s1, t1) = [[int(x) for x in r] for r in (m[0], m[-1])]
+    blocks = (t1 - s1) - (t0 - s0)  # bytes of blocks allocated meanwhile
+    return heap - blocks + ENTRY * (n1 - n0)
 
 
 class Vm:
@@ -537,7 +562,9 @@ class Vm:
         probe = self.async_probe if kind == "mqtt_async" else self.connected_probe
         r = self.run(probe, [kind, str(level), store, which],
                      "%s level %d store %s" % (kind, level, store))
-        return tuple(r) + (name_table(self.out),) if r else ("error", "error", "-")
+        if not r:
+            return ("error", "error", "-", "-")
+        return tuple(r) + (name_table(self.out), names_at_cost(self.out, r[1]))
 
     def steps(self, level, store, names, root="mpy"):
         """Heap added by each module of names imported in turn, then by
@@ -716,21 +743,23 @@ def connected_table(vm, sizes, peers, markdown, romfs=False):
             mpy, root = os.path.getsize(path), "peer_mpy"
         else:
             mpy, root = sum(sizes[m][1] or 0 for m in loads), "mpy"
-        imp, run, names = vm.connected(kind, level, store, root)
+        imp, run, names, at_cost = vm.connected(kind, level, store, root)
         row = [label, mpy, imp, run]
         if romfs:
             row += list(vm.connected(kind, level, store, "rom/" + root)[:2])
-        rows.append(row + [names])
+        rows.append(row + [names, at_cost])
     headers = ["connected client (from .mpy)", ".mpy bytes", "import RAM", "heap in use"]
     if romfs:
         headers += ["import RAM (ROMFS)", "heap in use (ROMFS)"]
-    headers.append("names/room")
+    headers += ["names/room", "names at cost"]
     print_table(headers, rows, markdown)
     print()
     print("heap in use: gc.mem_alloc() growth after import, construct, connect, subscribe "
           "(QoS 1) and one QoS 1 publish, against a scripted broker in the same VM")
     print("names/room: interned names in use, and what the interpreter's table held, once "
           "connected (.mpy); a name past the room costs a block more (2.3 KB at 300)")
+    print("names at cost: heap in use with the table's blocks replaced by %d bytes a name "
+          "added (the reading whatever the table held before it)" % ENTRY)
     if romfs:
         print("ROMFS: the same .mpy files imported from a ROMFS image mounted at /rom "
               "(bytecode run in place, as frozen modules are; the image itself not counted)")
