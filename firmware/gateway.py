@@ -36,7 +36,7 @@ def bridge_settings(cfg, board, secrets):
     if not br:
         return []
     from umqtt3.bridge import settings
-    out = []
+    out = []  # type: list[dict]
     for c in (br if isinstance(br, list) else [br]):
         c = dict(c)
         if "queue_size" not in c:
@@ -46,7 +46,11 @@ def bridge_settings(cfg, board, secrets):
         if "user" not in c and secrets.get("bridge_user"):
             c["user"] = secrets["bridge_user"]
             c["password"] = secrets.get("bridge_password", "")
-        out.append(settings(c))
+        c = settings(c)
+        if any(b["name"] == c["name"] for b in out):
+            # one upstream session and one queue per name
+            raise ValueError("bridge %s: a second bridge of that name" % c["name"])
+        out.append(c)
     return out
 
 

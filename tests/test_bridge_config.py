@@ -128,3 +128,197 @@ def test_lines_that_say_what_the_bridge_does_anyway_are_accepted():
         assert k not in c
     (c,) = parse("connection x\ntopic a\nbridge_outgoing_retain true\n")
     assert c["outgoing_retain"] is True
+
+
+# ---- settings mosquitto refuses, or that cannot work: refused at start-up in
+# one line naming the line or the key, never accepted and failing later
+
+BASE = "connection up\naddress 127.0.0.1:1\ntopic x/# out 1\n"
+
+
+@pytest.mark.parametrize("extra, what", [
+    # Keep Alive is a Two Byte Integer (3.1.1 section 3.1.2.10); mosquitto:
+    # "Bridge keepalive value too high"
+    ("keepalive_interval 70000", "line 4: keepalive_interval: 70000 is above 65535"),
+    ("keepalive_interval -1", "line 4: keepalive_interval: -1 is below 0"),
+    # no password without a user name at 3.1.1 [MQTT-3.1.2-22]
+    ("remote_password pw", "bridge up: a password needs a user name at MQTT 3.1.1"),
+    ("bridge_protocol_version mqttv311\nremote_password pw", "a password needs a user name"),
+    # a prefix is part of topic names: no wildcard [MQTT-4.7.1-1]
+    ("topic t/# out 1 a/+/ up/", "line 4: topic rule 't/# out 1 a/+/ up/': local prefix 'a/+/' "
+                                 "has a wildcard"),
+    ("topic t/# in 1 a/ +/", "remote prefix '+/' has a wildcard"),
+    ("topic t/# both 1 a/#/ up/", "local prefix 'a/#/' has a wildcard"),
+    ("topic t in 1 \"\" up/#/", "remote prefix 'up/#/' has a wildcard"),
+    # the will and the status go on it: a topic name [MQTT-3.3.2-2]
+    ("notification_topic st/#", "bridge up: status topic 'st/#' is not a topic name"),
+    ("notification_topic st/+/x", "status topic 'st/+/x' is not a topic name"),
+    ("remote_clientid gw+1", "status topic 'umqtt3/bridge/gw+1/state' is not a topic name"),
+    # one upstream session and one queue per name (mosquitto: "Duplicate bridge name")
+    ("connection up\ntopic y/# out 1", "line 4: connection up: a second bridge of that name"),
+    # no failover to a second address (mosquitto's round robin is not built)
+    ("address 127.0.0.1:1 127.0.0.1:2", "line 4: address 127.0.0.1:1 127.0.0.1:2: one upstream "
+                                        "address only (no failover to 127.0.0.1:2)"),
+    ("addresses h1 h2:1884", "one upstream address only (no failover to h2:1884)"),
+    ("restart_timeout 1 2 3", "line 4: restart_timeout: one value (constant) or two"),
+    ("restart_timeout 60 30", "restart_timeout: 30 is below 60"),
+    # the upstream client's RAM pool is 1 KiB for the whole window
+    ("bridge_window 1025", "line 4: bridge_window: 1025 is above 1024"),
+])
+def test_settings_that_cannot_work_are_refused(extra, what):
+    with pytest.raises(ValueError) as e:
+        parse(BASE + extra + "\n")
+    assert what in str(e.value)
+
+
+@pytest.mark.parametrize("key", [
+    "address", "addresses", "topic", "remote_clientid", "remote_username", "remote_password",
+    "bridge_protocol_version", "keepalive_interval", "restart_timeout", "cleansession",
+    "notifications", "notification_topic", "bridge_tls", "bridge_cafile", "bridge_certfile",
+    "bridge_keyfile", "bridge_outgoing_retain", "bridge_queue_size", "bridge_queue_qos0",
+    "bridge_window", "bridge_inflight_in", "try_private", "start_type"])
+def test_a_setting_without_its_value_is_refused(key):
+    # never a traceback, never a default in its place (a bare bridge_cafile
+    # is not plain TCP)
+    with pytest.raises(ValueError) as e:
+        parse(BASE + key + "\n")
+    assert str(e.value) == "line 4: %s without its value" % key
+    with pytest.raises(ValueError) as e:
+        parse(BASE + key + "   \t \n")
+    assert str(e.value) == "line 4: %s without its value" % key
+
+
+def test_the_cli_refuses_them_in_one_line_before_it_serves(tmp_path):
+    for n, (extra, what) in enumerate([
+            ("keepalive_interval 70000", "line 4: keepalive_interval: 70000 is above 65535"),
+            ("remote_password secret", "a password needs a user name at MQTT 3.1.1"),
+            ("address", "line 4: address without its value"),
+            ("restart_timeout", "line 4: restart_timeout without its value"),
+            ("bridge_cafile", "line 4: bridge_cafile without its value"),
+            ("connection up\ntopic y/# out 1", "line 4: connection up: a second bridge"),
+            ("notification_topic st/#", "status topic 'st/#' is not a topic name")]):
+        f = tmp_path / ("b%d.conf" % n)
+        f.write_text(BASE + extra + "\n")
+        refused("umqtt3.broker", ["--port", "0", "--bridge-config", str(f)], what, 1)
+    f = tmp_path / "bridge.conf"
+    f.write_text("connection bridge\ntopic x/# out 1\n")
+    refused("umqtt3.broker", ["--port", "0", "--bridge-config", str(f), "--bridge", "h:1",
+                              "--bridge-topic", "y out 1"],
+            "--bridge: --bridge-config has a `connection bridge` already", 1)
+
+
+def test_keepalive_below_5_is_raised_to_5_as_mosquitto_does():
+    # 0 would switch keep-alive off [MQTT-3.1.2-10]: a hung upstream never
+    # noticed while idle; mosquitto: "keepalive interval too low, using 5 seconds"
+    from umqtt3.bridge import settings
+    for v, want in (("0", 5), ("2", 5), ("5", 5), ("6", 6), ("65535", 65535)):
+        (c,) = parse(BASE + "keepalive_interval %s\n" % v)
+        assert settings(c)["keepalive"] == want
+    assert settings({"rules": ["a"], "keepalive": 0})["keepalive"] == 5
+
+
+def test_a_password_without_a_user_name_is_taken_at_mqtt5():
+    # MQTT 5 allows it (3.1.2.9); 3.1.1 does not [MQTT-3.1.2-22]
+    from umqtt3.bridge import settings
+    (c,) = parse(BASE + "bridge_protocol_version mqttv50\nremote_password pw\n")
+    assert settings(c)["password"] == "pw" and settings(c)["user"] is None
+    (c,) = parse(BASE + "remote_username u\nremote_password pw\n")
+    assert settings(c)["password"] == "pw"
+
+
+def test_notifications_false_stays_false_whatever_the_order():
+    # mosquitto: notifications switches them, notification_topic only names the topic
+    for lines in ("notifications false\nnotification_topic gw/st",
+                  "notification_topic gw/st\nnotifications false"):
+        (c,) = parse(BASE + lines + "\n")
+        assert c["status_topic"] is None
+    (c,) = parse(BASE + "notifications false\nnotification_topic gw/st\nnotifications true\n")
+    assert c["status_topic"] == "gw/st"
+    (c,) = parse(BASE + "notifications false\nnotifications true\n")
+    from umqtt3.bridge import settings
+    assert settings(c)["status_topic"].startswith("umqtt3/bridge/")
+
+
+def test_restart_timeout_one_value_is_a_constant_delay():
+    # mosquitto.conf(5): "restart_timeout 20 ... a constant timeout of 20 seconds"
+    (c,) = parse(BASE + "restart_timeout 2\n")
+    assert c["backoff_ms"] == (2000, 2000)
+    (c,) = parse(BASE + "restart_timeout 60\n")
+    assert c["backoff_ms"] == (60000, 60000)
+    (c,) = parse(BASE + "restart_timeout 10 30\n")
+    assert c["backoff_ms"] == (10000, 30000)
+
+
+def test_bridge_window_up_to_1024():
+    from umqtt3.bridge import settings
+    (c,) = parse(BASE + "bridge_window 1024\n")
+    assert settings(c)["window"] == 1024
+    with pytest.raises(ValueError) as e:
+        settings({"rules": ["a"], "window": 1025})
+    assert "window must be a whole number 1-1024, not 1025" in str(e.value)
+
+
+def test_the_default_client_id_is_hostname_dot_name_as_mosquitto():
+    # two gateways with the same file: two upstream sessions, not one stolen
+    # back and forth (mosquitto's default remote_clientid)
+    import socket
+    from umqtt3.bridge import settings
+    from umqtt3.bridge_config import from_args
+    (c,) = parse(BASE)
+    host = socket.gethostname()
+    assert settings(c)["client_id"] == host + ".up"
+    assert settings(c)["status_topic"] == "umqtt3/bridge/%s.up/state" % host
+    (c,) = parse(BASE + "remote_clientid gw1\n")
+    assert settings(c)["client_id"] == "gw1"
+
+    class A:
+        bridge_config = None
+        bridge = "h:1"
+        bridge_topic = ["a out 1"]
+    (c,) = from_args(A)
+    assert c["client_id"] == host + ".bridge"
+    # the API's dict (a device has no host name): umqtt3-NAME, as before
+    assert settings({"rules": ["a"], "name": "n1"})["client_id"] == "umqtt3-n1"
+
+
+@pytest.mark.parametrize("key, value, what", [
+    # a device's /config.json "bridge" dict, typed by hand: refused when the
+    # settings are checked (at boot), never by a raise in the broker's loop
+    ("rules", "sensors/#", "bridge up: rules must be a list of rule lines, not 'sensors/#'"),
+    ("rules", [1], "rules must be a list of rule lines"),
+    ("backoff_ms", [1000], "bridge up: backoff_ms must be two whole numbers 0 < LO <= HI"),
+    ("backoff_ms", ["1", "2"], "backoff_ms must be two whole numbers"),
+    ("backoff_ms", [2000, 1000], "backoff_ms must be two whole numbers"),
+    ("backoff_ms", 1000, "backoff_ms must be two whole numbers"),
+    ("keepalive", "60", "bridge up: keepalive must be a whole number 0-65535, not '60'"),
+    ("keepalive", 70000, "keepalive must be a whole number 0-65535, not 70000"),
+    ("keepalive", 60.0, "keepalive must be a whole number"),
+    ("timeout_ms", "3000", "timeout_ms must be a whole number"),
+    ("port", "1883", "port must be a whole number 0-65535, not '1883'"),
+    ("port", 70000, "port must be a whole number 0-65535"),
+    ("host", 10, "host must be a host name or address"),
+    ("window", "8", "window must be a whole number 1-1024"),
+    ("queue_size", True, "queue_size must be a whole number"),
+    ("outgoing_retain", "no", "outgoing_retain must be true or false"),
+    ("cafile", "", "cafile must be a text, not ''"),
+    ("user", 7, "user must be a text, not 7"),
+    ("status_topic", "a/#", "status topic 'a/#' is not a topic name"),
+    ("password", "pw", "a password needs a user name at MQTT 3.1.1"),
+    ("name", 5, "bridge name 5: letters, digits"),
+])
+def test_a_device_dict_with_a_wrongly_typed_value_is_refused(key, value, what):
+    from umqtt3.bridge import settings
+    cfg = {"name": "up", "host": "10.0.0.2", "rules": ["sensors/# out 1"]}
+    cfg[key] = value
+    with pytest.raises(ValueError) as e:
+        settings(cfg)
+    assert what in str(e.value)
+
+
+def test_a_device_dict_that_is_right_is_taken():
+    from umqtt3.bridge import settings
+    c = settings({"name": "up", "host": "10.0.0.2", "port": 1883, "rules": ("a/# out 1",),
+                  "backoff_ms": [1000, 30000], "keepalive": 30, "level": 5, "password": "pw",
+                  "outgoing_retain": False, "status_topic": None, "timeout_ms": 3000})
+    assert (c["backoff_ms"], c["keepalive"], c["password"], c["status_topic"]) == (
+        [1000, 30000], 30, "pw", None)

@@ -68,3 +68,29 @@ def test_gateway_bridges_a_nodes_readings_upstream(tmp_path):
         procs.stop(upstream, 5)
     assert not t.is_alive()
     assert (tmp_path / "gw" / "log").exists()  # the broker kept a store for the queue
+
+
+def test_a_wrongly_typed_bridge_setting_stops_the_gateway_at_boot():
+    # /config.json is typed by hand: what bridge.settings() refuses, main.py
+    # prints in one line and the board does not start (never a raise in the
+    # broker's loop, and a reset loop, later)
+    gw = fw["gateway"]
+    for b, what in (({"host": "h", "rules": "sensors/#"}, "rules must be a list of rule lines"),
+                    ({"host": "h", "rules": ["a out 1"], "backoff_ms": [1000]},
+                     "backoff_ms must be two whole numbers"),
+                    ({"host": "h", "rules": ["a out 1"], "keepalive": "60"},
+                     "keepalive must be a whole number 0-65535"),
+                    ({"host": "h", "rules": ["a out 1"], "keepalive": 70000},
+                     "keepalive must be a whole number 0-65535"),
+                    ([{"host": "h", "rules": ["a out 1"]}, {"host": "i", "rules": ["b out 1"]}],
+                     "bridge bridge: a second bridge of that name")):
+        try:
+            gw.bridge_settings(fw_config.merge({"bridge": b}), DESKTOP, {})
+            raise AssertionError("taken: %r" % (b,))
+        except ValueError as e:
+            assert what in str(e), e
+    # a user without a password from /secrets.json, and two names: taken
+    two = [{"name": "a", "host": "h", "rules": ["a out 1"]}, {"name": "b", "host": "i",
+                                                              "rules": ["b out 1"]}]
+    assert [c["name"] for c in gw.bridge_settings(fw_config.merge({"bridge": two}), DESKTOP,
+                                                    {"bridge_user": "u"})] == ["a", "b"]

@@ -148,7 +148,11 @@ def test_a_gateway_whose_bridge_is_refused_says_so_and_does_not_reset(tmp_path):
 @pytest.mark.parametrize("bridge,msg", [
     ({"host": "h", "rules": ["a/# sideways"]}, "direction 'sideways' is not out, in or both"),
     ([{"hots": "h", "rules": ["a/# out 1"]}], "bridge: unknown setting 'hots'"),
-    ({"host": "h", "rules": ["a/# out 1"], "window": 0}, "window must be a whole number above 0"),
+    ({"host": "h", "rules": ["a/# out 1"], "window": 0}, "window must be a whole number 1-1024"),
+    # typed by hand: the wrong type is refused here, not by the board's loop
+    ({"host": "h", "rules": "a/#"}, "rules must be a list of rule lines"),
+    ({"host": "h", "rules": ["a/# out 1"], "backoff_ms": [1000]}, "backoff_ms must be two whole"),
+    ({"host": "h", "rules": ["a/# out 1"], "keepalive": "60"}, "keepalive must be a whole number"),
     # the files are the board's, but which go together is checked here
     ({"host": "h", "rules": ["a/# out 1"], "cafile": "/ca.pem", "certfile": "/c.pem"},
      "certfile and keyfile go together"),

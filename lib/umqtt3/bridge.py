@@ -82,6 +82,12 @@ def parse_rule(line):
     local = _word(w[3]) if len(w) > 3 else b""
     remote = _word(w[4]) if len(w) > 3 else b""
     pat = _word(w[0])
+    for side, p in (("local", local), ("remote", remote)):
+        # a prefix is part of every topic name the bridge writes, and a
+        # topic name has no wildcard [MQTT-4.7.1-1] (mosquitto refuses it too)
+        if b"+" in p or b"#" in p:
+            raise ValueError("topic rule %r: %s prefix %r has a wildcard (+ or #)"
+                             % (line, side, p.decode()))
     for f in (local + pat, remote + pat):
         if not valid_filter(f, 0, len(f)):
             raise ValueError("topic rule %r: %r is not a topic filter" % (line, f.decode()))
@@ -115,6 +121,19 @@ DEFAULTS = {  # type: dict
 }
 
 
+# what the settings take (docs/bridge.md's settings table)
+MAX_WINDOW = 1024  # the upstream client's RAM pool (start()) is 1 KiB shared by the window
+MIN_KEEPALIVE = 5  # seconds; lower (0: off) is raised to it, as mosquitto does
+
+
+def _whole(c, k, lo, hi, name):
+    # c[k] a whole number lo..hi, or ValueError naming the bridge and key
+    v = c[k]
+    if type(v) is not int or not lo <= v <= hi:
+        raise ValueError("bridge %s: %s must be a whole number %d-%d, not %r" % (name, k, lo, hi, v))
+    return v
+
+
 def settings(cfg, files=True):
     """DEFAULTS with cfg on top, checked; ValueError names what is wrong.
     files=False: the certificate files are named but not read (a deploy
@@ -125,18 +144,48 @@ def settings(cfg, files=True):
             raise ValueError("bridge: unknown setting %r" % k)
         c[k] = cfg[k]
     name = c["name"]
-    if not name or not all(ch.isalpha() or ch.isdigit() or ch in "-_" for ch in name):
-        raise ValueError("bridge name %r: letters, digits, - and _ only" % name)
-    c["rules"] = [r if isinstance(r, Rule) else parse_rule(r) for r in c["rules"]]
+    if not name or not isinstance(name, str) or not all(
+            ch.isalpha() or ch.isdigit() or ch in "-_" for ch in name):
+        raise ValueError("bridge name %r: letters, digits, - and _ only" % (name,))
+    # a device's dict (/config.json) is typed by hand: each value's type is
+    # checked here, at boot, not by a raise in the broker's loop later
+    rules = c["rules"]
+    if not isinstance(rules, (list, tuple)) or not all(isinstance(r, (str, Rule)) for r in rules):
+        raise ValueError("bridge %s: rules must be a list of rule lines, not %r" % (name, rules))
+    c["rules"] = [r if isinstance(r, Rule) else parse_rule(r) for r in rules]
     if not c["rules"]:
         raise ValueError("bridge %s: no topic rule" % name)
+    if not c["host"] or not isinstance(c["host"], str):
+        raise ValueError("bridge %s: host must be a host name or address" % name)
+    _whole(c, "port", 0, 65535, name)
     if c["level"] not in (4, 5):
         raise ValueError("bridge %s: protocol level must be 4 (3.1.1) or 5" % name)
-    for k in ("queue_size", "window", "inflight_in"):
-        if not isinstance(c[k], int) or c[k] < 1:
-            raise ValueError("bridge %s: %s must be a whole number above 0" % (name, k))
-    if not isinstance(c["queue_qos0"], int) or c["queue_qos0"] < 0:
-        raise ValueError("bridge %s: queue_qos0 must be a whole number" % name)
+    for k in ("client_id", "user", "password", "status_topic", "cafile", "certfile", "keyfile"):
+        v = c[k]
+        if v is not None and not isinstance(v, str) or (v == "" and k in ("cafile", "certfile",
+                                                                          "keyfile")):
+            # an empty file name would mean plain TCP without a word
+            raise ValueError("bridge %s: %s must be a text, not %r" % (name, k, v))
+    if c["password"] is not None and c["user"] is None and c["level"] == 4:
+        # MQTT 3.1.1 has no password without a user name [MQTT-3.1.2-22]
+        raise ValueError("bridge %s: a password needs a user name at MQTT 3.1.1 "
+                         "(remote_username, or mqttv50)" % name)
+    if not isinstance(c["outgoing_retain"], bool):
+        raise ValueError("bridge %s: outgoing_retain must be true or false" % name)
+    # Keep Alive is a Two Byte Integer (3.1.1 section 3.1.2.10); a bridge
+    # never goes without one: a hung upstream would never be noticed
+    if _whole(c, "keepalive", 0, 65535, name) < MIN_KEEPALIVE:
+        c["keepalive"] = MIN_KEEPALIVE
+    b = c["backoff_ms"]
+    if (not isinstance(b, (list, tuple)) or len(b) != 2 or type(b[0]) is not int
+            or type(b[1]) is not int or not 0 < b[0] <= b[1]):
+        raise ValueError("bridge %s: backoff_ms must be two whole numbers 0 < LO <= HI, not %r"
+                         % (name, b))
+    _whole(c, "timeout_ms", 1, 0x7FFFFFFF, name)
+    _whole(c, "queue_size", 1, 0x7FFFFFFF, name)
+    _whole(c, "window", 1, MAX_WINDOW, name)
+    _whole(c, "inflight_in", 1, 65535, name)
+    _whole(c, "queue_qos0", 0, 0x7FFFFFFF, name)
     if not c["client_id"]:
         c["client_id"] = "umqtt3-" + name
     cert = c["certfile"]
@@ -161,8 +210,16 @@ def settings(cfg, files=True):
             except (OSError, ValueError) as e:
                 raise ValueError("bridge %s: certfile %s, keyfile %s: %s" % (name, cert, key, e))
         c["tls"] = ctx
-    if c["status_topic"] == "":
-        c["status_topic"] = "umqtt3/bridge/%s/state" % c["client_id"]
+    st = c["status_topic"]
+    if st == "":
+        st = c["status_topic"] = "umqtt3/bridge/%s/state" % c["client_id"]
+    if st is not None:
+        # the will and the status go there: a topic name [MQTT-3.3.2-2]
+        from .codec import valid_name
+        t = st.encode()
+        if not valid_name(t, 0, len(t)):
+            raise ValueError("bridge %s: status topic %r is not a topic name "
+                             "(no + or #)" % (name, st))
     return c
 
 

@@ -30,6 +30,14 @@ _AS_WE_DO = {
 }
 
 
+# the lines parse() reads, each with a value
+_KEYS = ("address", "addresses", "topic", "remote_clientid", "remote_username",
+         "remote_password", "bridge_protocol_version", "keepalive_interval", "restart_timeout",
+         "cleansession", "notifications", "notification_topic", "bridge_tls", "bridge_cafile",
+         "bridge_certfile", "bridge_keyfile", "bridge_outgoing_retain", "bridge_capath",
+         "bridge_queue_size", "bridge_queue_qos0", "bridge_window", "bridge_inflight_in")
+
+
 def settings(c):
     from .bridge import settings  # loaded once a bridge is asked for
     return settings(c)
@@ -48,13 +56,15 @@ def _bool(v, what):
     raise ValueError("%s: %r is not true or false" % (what, v))
 
 
-def _int(v, what, lo=0):
+def _int(v, what, lo=0, hi=None):
     try:
         n = int(v)
     except ValueError:
         raise ValueError("%s: %r is not a whole number" % (what, v))
     if n < lo:
         raise ValueError("%s: %d is below %d" % (what, n, lo))
+    if hi is not None and n > hi:
+        raise ValueError("%s: %d is above %d" % (what, n, hi))
     return n
 
 
@@ -71,25 +81,41 @@ def address(v):
 
 def parse(text):
     """The bridges of a configuration file's text; ValueError names the line."""
-    out = []
-    c = None
+    out = []  # type: list[dict]
+    notify = []  # per bridge: [notifications, notification_topic]
+    c = None  # type: dict | None
     for no, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line[0] == "#":
             continue
-        key, _, v = line.partition(" ")
-        v = v.strip()
+        w = line.split(None, 1)
+        key = w[0]
+        v = w[1].strip() if len(w) > 1 else ""
         try:
             if key == "connection":
                 if not v:
                     raise ValueError("connection needs a name")
+                if any(b["name"] == v for b in out):
+                    # one upstream session and one queue per name (mosquitto
+                    # refuses it too)
+                    raise ValueError("connection %s: a second bridge of that name" % v)
                 c = {"name": v, "rules": []}
                 out.append(c)
+                notify.append([True, ""])
                 continue
             if c is None:
                 raise ValueError("%s before the first `connection NAME`" % key)
+            if not v and (key in _KEYS or key in _AS_WE_DO):
+                # never a default in its place (a bare bridge_cafile is not
+                # plain TCP)
+                raise ValueError("%s without its value" % key)
             if key == "address" or key == "addresses":
-                c["host"], c["port"] = address(v.split()[0])
+                a = v.split()
+                if len(a) > 1:
+                    # mosquitto's failover to the next address is not built
+                    raise ValueError("%s %s: one upstream address only (no failover to %s)"
+                                     % (key, v, a[1]))
+                c["host"], c["port"] = address(a[0])
             elif key == "topic":
                 parse_rule(v)
                 c["rules"].append(v)
@@ -105,20 +131,26 @@ def parse(text):
                     raise ValueError("bridge_protocol_version: mqttv311 or mqttv50, not %r" % v)
                 c["level"] = lv
             elif key == "keepalive_interval":
-                c["keepalive"] = _int(v, key)
+                # a Two Byte Integer; below 5 (0 too) settings() raises it
+                # to 5, as mosquitto does
+                c["keepalive"] = _int(v, key, 0, 65535)
             elif key == "restart_timeout":
+                # mosquitto's: one value a constant delay, two the backoff's
+                # base and cap
                 w = v.split()
+                if len(w) > 2:
+                    raise ValueError("restart_timeout: one value (constant) or two (base, cap)")
                 lo = _int(w[0], key, 1)
-                hi = _int(w[1], key, lo) if len(w) > 1 else 30
+                hi = _int(w[1], key, lo) if len(w) > 1 else lo
                 c["backoff_ms"] = (lo * 1000, hi * 1000)
             elif key == "cleansession":
                 if _bool(v, key):
                     raise ValueError("cleansession true: the bridge keeps a persistent session")
             elif key == "notifications":
-                if not _bool(v, key):
-                    c["status_topic"] = None
+                # on or off whatever the order of the two lines (mosquitto's)
+                notify[-1][0] = _bool(v, key)
             elif key == "notification_topic":
-                c["status_topic"] = v
+                notify[-1][1] = v
             elif key == "bridge_tls":
                 # TLS as the client's ssl=True: on the desktop the system's
                 # CAs check the upstream; a device encrypts without a check
@@ -151,7 +183,8 @@ def parse(text):
             elif key == "bridge_queue_qos0":
                 c["queue_qos0"] = _int(v, key)
             elif key == "bridge_window":
-                c["window"] = _int(v, key, 1)
+                from .bridge import MAX_WINDOW
+                c["window"] = _int(v, key, 1, MAX_WINDOW)
             elif key == "bridge_inflight_in":
                 c["inflight_in"] = _int(v, key, 1)
             else:
@@ -159,12 +192,30 @@ def parse(text):
         except ValueError as e:
             raise ValueError("line %d: %s" % (no, e))
     cfgs = []
-    for c in out:
-        settings(c)  # refused now, not when the broker starts
-        cfgs.append(c)
+    for b, (on, topic) in zip(out, notify):
+        b["status_topic"] = topic if on else None
+        _client_id(b)
+        settings(b)  # refused now, not when the broker starts
+        cfgs.append(b)
     if not cfgs:
         raise ValueError("no `connection NAME` in it")
     return cfgs
+
+
+def _client_id(c):
+    # mosquitto's default remote_clientid, HOSTNAME.NAME: two gateways
+    # with one file keep two upstream sessions. Where there is no host name
+    # (MicroPython) settings() makes it umqtt3-NAME.
+    if c.get("client_id"):
+        return
+    from . import compat
+    h = getattr(compat.socket, "gethostname", None)
+    try:
+        host = h() if h else ""
+    except OSError:
+        host = ""
+    if host:
+        c["client_id"] = "%s.%s" % (host, c["name"])
 
 
 def add_flags(ap):
@@ -195,10 +246,13 @@ def from_args(a):
     if a.bridge:
         host, port = address(a.bridge)
         c = {"name": "bridge", "host": host, "port": port, "rules": a.bridge_topic}
+        _client_id(c)
         try:
             settings(c)
         except ValueError as e:
             raise ValueError("--bridge: %s" % e)
+        if any(b["name"] == "bridge" for b in cfgs):
+            raise ValueError("--bridge: --bridge-config has a `connection bridge` already")
         cfgs.append(c)
     elif a.bridge_topic:
         raise ValueError("--bridge-topic without --bridge")
