@@ -53,13 +53,28 @@ class Rule:
         """The upstream topic of the local topic buf[off:off+n], or None."""
         if not self.takes(buf, off, n):
             return None
-        k = len(self.local)
+        k = cut(self.local, buf, off, n)
         return self.remote + bytes(buf[off + k:off + n])
 
     def in_topic(self, topic):
         if not (self.dir & IN and match_span(self.rf, 0, len(self.rf), topic, 0, len(topic))):
             return None
-        return self.local + topic[len(self.remote):]
+        return self.local + topic[cut(self.remote, topic, 0, len(topic)):]
+
+
+def cut(prefix, buf, off, n):
+    """How much of the topic buf[off:off+n] the prefix swap takes off: the
+    prefix's length where the topic starts with it, else 0. A rule's filter
+    also matches the prefix's parent level (`rem/#` matches `rem`
+    [MQTT-4.7.1-2]): as mosquitto, such a topic keeps its whole name and
+    only gets the other side's prefix (`rem` in, `loc/rem` locally)."""
+    k = len(prefix)
+    if k > n:
+        return 0
+    for i in range(k):  # in place: no slice, no allocation
+        if buf[off + i] != prefix[i]:
+            return 0
+    return k
 
 
 def _word(w):
@@ -261,7 +276,7 @@ class Bridge:
         # this is for a bridge without one (its queue would only be RAM).
         c = self.client
         rem = rule.remote
-        k = len(rule.local)
+        k = cut(rule.local, r.tsrc, r.toff, r.tn)
         n = len(rem)
         t = self._scratch(0, n + r.tn - k)
         copy(t, 0, rem, 0, n)
@@ -436,7 +451,7 @@ class Bridge:
             rf = rule.rf
             if not (rule.dir & IN and match_span(rf, 0, len(rf), buf, to, tn)):
                 continue
-            k = len(rule.remote)
+            k = cut(rule.remote, buf, to, tn)
             loc = rule.local
             n = len(loc)
             if n:

@@ -317,3 +317,53 @@ def test_qos0_at_mqtt5_with_topic_aliases_goes_up():
     w.run(100)
     assert [bytes(m[1]) for m in sub.messages(2)] == [b"r0", b"r1"]
     assert not [x for x in logged if "internal error" in x], logged
+
+
+def test_parent_of_a_prefix_keeps_its_name_as_mosquitto():
+    # `rem/#` matches `rem` [MQTT-4.7.1-2]: the topic does not start with the
+    # prefix, so nothing is cut and the other prefix goes in front (mosquitto)
+    r = parse_rule("# both 1 loc/ rem/")
+    assert r.in_topic(b"rem") == b"loc/rem" and r.in_topic(b"rem/a") == b"loc/a"
+    assert r.out_topic(b"loc", 0, 3) == b"rem/loc" and r.out_topic(b"loc/a", 0, 5) == b"rem/a"
+
+
+def test_upstream_message_on_the_parent_of_an_in_prefix():
+    for local, want in (("loc/", b"loc/rem"), ('""', b"rem")):
+        w = World(["# in 1 %s rem/" % local])
+        w.run(50)
+        assert w.bridge.up
+        app = w.open_on(w.gw)
+        app.connect("app")
+        app.subscribe(1, [("#", 1)])
+        u = w.open_on(w.up)
+        u.connect("ctl")
+        u.publish("rem", b"parent", 1, pid=3)
+        u.publish("rem/x", b"child", 1, pid=4)
+        u.expect(PUBACK, 3)
+        u.expect(PUBACK, 4)
+        w.run(50)
+        got = [m[:2] for m in app.messages(2)]
+        assert got == [(want, b"parent"), (want[:-3] + b"x", b"child")], got
+        assert w.bridge.received == 2
+
+
+def test_node_message_on_the_parent_of_an_out_prefix():
+    # straight to the client (uplink up, no store) and through the queue
+    # (uplink down first): the same upstream topic both ways
+    for down in (False, True):
+        w = World(["# out 1 gw/ site/"])
+        w.run(50)
+        sub = _sub(w, "site/#", 1)
+        if down:
+            w.cut()
+            w.run(10)
+        node = w.open_on(w.gw)
+        node.connect("n1")
+        node.publish("gw", b"parent", 1, pid=1)
+        node.expect(PUBACK, 1)
+        node.publish("gw/t", b"child", 1, pid=2)
+        node.expect(PUBACK, 2)
+        w.down = False
+        w.run(300)
+        got = [m[:2] for m in sub.messages(2)]
+        assert got == [(b"site/gw", b"parent"), (b"site/t", b"child")], (down, got)
