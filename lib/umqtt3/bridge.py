@@ -245,13 +245,14 @@ class Bridge:
         return q > 0 and self.q.full()
 
     def put(self, rule, r):
-        """r on its way up: straight to the upstream client when nothing
-        waits and the bridge has no store (no allocation, see _direct);
-        else on the queue: QoS 1/2 on the store (durable with the commit
-        before the node's acknowledgement), QoS 0 in RAM, the oldest
-        dropped when there is no room."""
+        """r on its way up: straight to the upstream client while the
+        uplink is up and nothing of its kind waits (no allocation, see
+        _direct): QoS 0 always, QoS 1/2 on a bridge without a store; else
+        on the queue: QoS 1/2 on the store (durable with the commit before
+        the node's acknowledgement), QoS 0 in RAM, the oldest dropped when
+        there is no room (queue_qos0: what may wait, not what goes up)."""
         q = r.qos if r.qos < rule.qos else rule.qos
-        if not self.durable and self.up and not self.q.keys and not self.q0 and \
+        if self.up and not self.q0 and (q == 0 or not (self.durable or self.q.keys)) and \
                 self._direct(rule, r, q):
             return
         t = rule.out_topic(r.tsrc, r.toff, r.tn)
@@ -273,7 +274,8 @@ class Bridge:
         # r to the client now; False when it did not take it (Busy: its
         # window or send buffer is full; the link broke first). With a
         # store the queue's record is what a power loss cannot undo, so
-        # this is for a bridge without one (its queue would only be RAM).
+        # QoS 1/2 come here only on a bridge without one (its queue would
+        # only be RAM); QoS 0 on every bridge (it never waits on the store).
         c = self.client
         rem = rule.remote
         k = cut(rule.local, r.tsrc, r.toff, r.tn)
@@ -534,16 +536,20 @@ class Bridge:
         # the QoS 1/2 messages it takes meanwhile: it sends them once linked
         # (connect_start puts the flag down again)
         cs = self.cstore
+        size = self.core.limits.max_packet + 64  # the client's buffers
         if cs is None:
-            # in RAM (no store): the default pool, room for inflight_in
-            # inbound QoS 2 ids
+            # in RAM (no store): window slots sharing one pool that holds
+            # at least the largest PUBLISH the client can send (its send
+            # buffer), or a larger message would wait at the head of the
+            # queue for good; room for inflight_in inbound QoS 2 ids
             from .memstore import MemoryStore
             w = cfg["window"]
-            cs = MemoryStore(w, 1024 // w, cfg["inflight_in"])
+            pool = size if size > 1024 else 1024
+            cs = MemoryStore(w, (pool + w - 1) // w, cfg["inflight_in"])
         c = self.client = MQTTClient(
             cfg["client_id"], cfg["host"], cfg["port"], cfg["user"], cfg["password"],
             cfg["keepalive"], cfg["tls"], level=cfg["level"], store=cs,
-            window=cfg["window"], bufsize=self.core.limits.max_packet + 64, reconnect=False,
+            window=cfg["window"], bufsize=size, reconnect=False,
             timeout_ms=cfg["timeout_ms"], backoff_ms=cfg["backoff_ms"],
             session_expiry=0xFFFFFFFF if cfg["level"] == 5 else None,
             connect_link=cfg["link"])

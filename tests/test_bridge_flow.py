@@ -1,0 +1,68 @@
+# The bridge's forwarding while the uplink is up, with and without a store:
+# nothing a node sends is dropped, refused or stuck for the gateway's own
+# pace (the queue's limits are for outages). Over in-memory pipes
+# (tests/portable/test_bridge.py's World), a gateway Broker on a store
+# directory where one is named.
+from test_bridge import World, _sub
+from umqtt3.codec import PUBACK
+
+
+def _world(tmp_path, rules, store=True, gw_kw=None, **cfg):
+    d = tmp_path / "gw"
+    d.mkdir(parents=True)
+    kw = dict(gw_kw or {})
+    if store:
+        kw["store"] = str(d)
+    w = World(rules, gw_kw=kw, up_kw={"max_packet": 8192}, **cfg)
+    w.run(50)
+    assert w.bridge.up
+    return w
+
+
+def test_qos0_goes_up_with_a_store_and_no_qos0_queue(tmp_path):
+    # bridge_queue_qos0 0 is what may wait while the uplink is down; with
+    # it up every QoS 0 message goes up, with a store as without one
+    for store in (True, False):
+        w = _world(tmp_path / str(store), ["x/# out 1"], store, queue_qos0=0)
+        sub = _sub(w, "x/#", 0)
+        node = w.open_on(w.gw)
+        node.connect("n1")
+        for i in range(3):
+            node.publish("x/%d" % i, b"m", 0)
+        w.run(100)
+        assert [m[0] for m in sub.messages(3)] == [b"x/0", b"x/1", b"x/2"], store
+        assert sub.nothing() and w.bridge.dropped == 0
+
+
+def test_qos0_burst_with_a_store_loses_nothing_while_up(tmp_path):
+    # the broker reads up to 16 packets of a node per step: more than the
+    # 4 that may wait; they go up as they come, nothing waits
+    w = _world(tmp_path, ["x/# out 1"], queue_qos0=4)
+    sub = _sub(w, "x/#", 0)
+    node = w.open_on(w.gw)
+    node.connect("n1")
+    for i in range(200):
+        node.publish("x/b", b"%d" % i, 0)
+    w.run(400)
+    got = [m[1] for m in sub.messages(200)]
+    assert got == [b"%d" % i for i in range(200)]
+    assert w.bridge.dropped == 0
+
+
+def test_a_large_qos1_message_without_a_store_goes_up_and_so_does_the_next(tmp_path):
+    # the upstream client's RAM pool holds any message the broker takes
+    # (max_packet): a 2000-byte one does not stop the queue behind it
+    for window in (8, 2000):
+        w = _world(tmp_path / str(window), ["x/# out 1"], False, gw_kw={"max_packet": 4096},
+                   window=window)
+        sub = _sub(w, "x/#", 1)
+        node = w.open_on(w.gw)
+        node.connect("n1")
+        node.publish("x/big", b"B" * 2000, 1, pid=1)
+        node.expect(PUBACK, 1)
+        node.publish("x/small", b"after", 1, pid=2)
+        node.expect(PUBACK, 2)
+        w.run(200)
+        got = [(m[0], len(m[1])) for m in sub.messages(2)]
+        assert got == [(b"x/big", 2000), (b"x/small", 5)], (window, got)
+        assert not w.bridge.q.keys
