@@ -3,8 +3,12 @@
 # pace (the queue's limits are for outages). Over in-memory pipes
 # (tests/portable/test_bridge.py's World), a gateway Broker on a store
 # directory where one is named.
+from broker_harness import Memory, Raw
 from test_bridge import World, _sub
-from umqtt3.codec import PUBACK
+from umqtt3.bridge import install
+from umqtt3.broker import Broker
+from umqtt3.codec import PUBACK, PUBREC, PUBREL, PUBCOMP
+from umqtt3.transport import Pipe
 
 
 def _world(tmp_path, rules, store=True, gw_kw=None, **cfg):
@@ -66,3 +70,71 @@ def test_a_large_qos1_message_without_a_store_goes_up_and_so_does_the_next(tmp_p
         got = [(m[0], len(m[1])) for m in sub.messages(2)]
         assert got == [(b"x/big", 2000), (b"x/small", 5)], (window, got)
         assert not w.bridge.q.keys
+
+
+class Relay(World):
+    """A gateway with two bridges: `a` brings r/# in from upstream A, `b`
+    takes it out to upstream B (queue of one, B down at first)."""
+
+    def __init__(self, store, qos):
+        Memory.__init__(self)
+        self.up = Broker(port=None, sys_interval=0)
+        self.up2 = Broker(port=None, sys_interval=0)
+        self.gw = Broker(port=None, sys_interval=0, store=store)
+        self.down = False
+        self.down2 = True
+        self.links = []
+        self.hub = install(self.gw, [
+            {"name": "a", "rules": ["r/# in %d" % qos], "link": self.uplink, "backoff_ms": (1, 1)},
+            {"name": "b", "rules": ["r/# out %d" % qos], "link": self.uplink2, "backoff_ms": (1, 1),
+             "queue_size": 1}])
+        self.a, self.b = self.hub.all
+
+    def uplink2(self):
+        if self.down2:
+            raise OSError(111)
+        x, y = Pipe.pair(4096)
+        self.up2.attach(y)
+        return x
+
+    def poll_once(self, t=0):
+        return self.gw.poll_once(0) + self.up.poll_once(0) + self.up2.poll_once(0)
+
+
+def test_a_relayed_message_is_not_acknowledged_upstream_when_the_next_queue_is_full(tmp_path):
+    # [MQTT-4.3.2] / [MQTT-4.3.3] the receiver owns a message once it sent
+    # PUBACK / PUBREC: bridge a acknowledges upstream only what it could
+    # route, so what b's full queue cannot take stays with upstream A, which
+    # sends it again on a's next connection [MQTT-4.4.0-1], until b's queue
+    # has room. QoS 1 at least once, QoS 2 exactly once [MQTT-4.3.3-2].
+    for store in (True, False):
+        for qos in (1, 2):
+            d = tmp_path / ("%s%d" % (store, qos))
+            d.mkdir()
+            w = Relay(str(d) if store else None, qos)
+            w.run(50)
+            assert w.a.up and not w.b.up
+            w.side = w.up2
+            sub = Raw(w, transport=w)
+            sub.connect("far")
+            sub.subscribe(1, [("r/#", qos)])
+            ctl = w.open_on(w.up)
+            ctl.connect("ctl")
+            for i in range(3):
+                ctl.publish("r/x", b"m%d" % i, qos, pid=i + 1)
+                if qos == 1:
+                    ctl.expect(PUBACK, i + 1)
+                else:
+                    ctl.expect(PUBREC, i + 1)
+                    ctl.ack(PUBREL, i + 1)
+                    ctl.expect(PUBCOMP, i + 1)
+            w.run(100)
+            assert len(w.b.q.keys) == 1 and w.b.refused >= 1
+            w.down2 = False
+            w.run(600)
+            got = []
+            while len(set(got)) < 3 and len(got) < 20:
+                got += [m[1] for m in sub.messages(1)]
+            assert sorted(set(got)) == [b"m0", b"m1", b"m2"], (store, qos, got)
+            if qos == 2:
+                assert got == [b"m0", b"m1", b"m2"] and sub.nothing(), (store, got)

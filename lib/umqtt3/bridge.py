@@ -478,6 +478,22 @@ class Bridge:
             try:
                 core.publish_span(ts, toff, n + tn - k, buf, pkt.payload_off, pkt.payload_len,
                                   q, pkt.retain)
+            except MQTTError as e:
+                # another bridge's queue is full (Hub.route): nothing routed,
+                # so nothing acknowledged [MQTT-4.3.2-3] [MQTT-4.3.3-2]:
+                # the client drops the link and the upstream sends the
+                # message again on the next one [MQTT-4.4.0-1]
+                # What this read routed before it is acknowledged first
+                # (the sync hook commits it), so that the next link does not
+                # bring it back ahead of this one, again and again.
+                log = core.log
+                if log is not None:
+                    log("bridge %s: not taken from upstream: %s" % (self.name, e.reason))
+                try:
+                    self.client.send()
+                except OSError:
+                    pass  # the upstream sends those again too: at least once
+                raise OSError(105)
             finally:
                 hub.injecting = None
                 self.tag = -1
@@ -773,14 +789,17 @@ class Hub:
 
     def route(self, r):
         """Every message the broker routes, before any subscriber gets it.
-        A QoS 1/2 message from a node that a full queue cannot take is
-        refused: MQTTError 0x97 closes the node's connection with nothing
-        acknowledged and nothing routed, and its client sends it again."""
+        A QoS 1/2 message from a node, or from another bridge's upstream,
+        that a full queue cannot take is refused: MQTTError 0x97, nothing
+        acknowledged and nothing routed. The node's connection is closed
+        and its client sends it again; the other bridge's upstream link is
+        dropped unacknowledged (Bridge._in) and the upstream sends it again
+        on the next one [MQTT-4.4.0-1]."""
         inj = self.injecting
         if inj is not None and inj.tag >= 0:
             r.tag = inj.tag  # its local copies: taken back if the routing is cut short
         # (two passes rather than a list of the hits: no allocation)
-        if r.src is not None:
+        if r.src is not None or inj is not None:
             for b in self.all:
                 if b is not inj:
                     rule = b.match(r)
