@@ -746,10 +746,21 @@ class Bridge:
             self.subscribed = True
             return
         rule = self.todo[0]
-        # no local at MQTT 5: what we publish does not come back [MQTT-3.8.3-3]
-        nl = 4 if rule.dir == BOTH and self.cfg["level"] == 5 else 0
+        # At MQTT 5: no local, what we publish does not come back
+        # [MQTT-3.8.3-3]; Retain As Published, a message the upstream got
+        # retained keeps its flag [MQTT-3.3.1-13] (else cleared
+        # [MQTT-3.3.1-12]), so that _in retains it here too and a node
+        # that subscribes later gets the last value, as through
+        # mosquitto's bridge. (At 3.1.1 only what the upstream holds
+        # retained when the subscription is made comes with the flag
+        # [MQTT-3.3.1-8] [MQTT-3.3.1-9].)
+        o = 0
+        if self.cfg["level"] == 5:
+            o = 8
+            if rule.dir == BOTH:
+                o = 12
         try:
-            self.pid = c.subscribe_start(rule.rf, rule.qos | nl)
+            self.pid = c.subscribe_start(rule.rf, rule.qos | o)
         except (OSError, MQTTError):
             self.pid = 0
 

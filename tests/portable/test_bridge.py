@@ -367,3 +367,26 @@ def test_node_message_on_the_parent_of_an_out_prefix():
         w.run(300)
         got = [m[:2] for m in sub.messages(2)]
         assert got == [(b"site/gw", b"parent"), (b"site/t", b"child")], (down, got)
+
+
+def test_in_at_mqtt5_keeps_upstream_retained_messages_retained():
+    # Retain As Published [MQTT-3.3.1-13]: a message retained upstream while
+    # the bridge is up is retained on the gateway, and a later one replaces it
+    w = World(["cmd/# in 1"], level=5)
+    w.run(50)
+    assert w.bridge.up
+    u = w.open_on(w.up)
+    u.connect("ctl")
+    u.publish("cmd/a", b"v1", 1, pid=1, retain=True)
+    u.expect(PUBACK, 1)
+    w.run(50)
+    u.publish("cmd/a", b"v2", 1, pid=2, retain=True)
+    u.expect(PUBACK, 2)
+    w.run(50)
+    late = w.open_on(w.gw)
+    late.connect("late")
+    late.subscribe(1, [("cmd/#", 1)])
+    m = late.messages(1)[0]
+    assert m[:2] == (b"cmd/a", b"v2"), m
+    assert late.nothing()
+    assert w.gw.retained[b"cmd/a"][1] == b"v2"
