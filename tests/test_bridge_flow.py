@@ -73,21 +73,20 @@ def test_a_large_qos1_message_without_a_store_goes_up_and_so_does_the_next(tmp_p
 
 
 class Relay(World):
-    """A gateway with two bridges: `a` brings r/# in from upstream A, `b`
-    takes it out to upstream B (queue of one, B down at first)."""
+    """A gateway with two bridges, `a` to upstream A (self.up) and `b` to
+    upstream B (self.up2); B down at first unless down2=False."""
 
-    def __init__(self, store, qos):
+    def __init__(self, store, a, b, down2=True):
         Memory.__init__(self)
         self.up = Broker(port=None, sys_interval=0)
         self.up2 = Broker(port=None, sys_interval=0)
         self.gw = Broker(port=None, sys_interval=0, store=store)
         self.down = False
-        self.down2 = True
+        self.down2 = down2
         self.links = []
-        self.hub = install(self.gw, [
-            {"name": "a", "rules": ["r/# in %d" % qos], "link": self.uplink, "backoff_ms": (1, 1)},
-            {"name": "b", "rules": ["r/# out %d" % qos], "link": self.uplink2, "backoff_ms": (1, 1),
-             "queue_size": 1}])
+        a = dict(a, name="a", link=self.uplink, backoff_ms=(1, 1))
+        b = dict(b, name="b", link=self.uplink2, backoff_ms=(1, 1))
+        self.hub = install(self.gw, [a, b])
         self.a, self.b = self.hub.all
 
     def uplink2(self):
@@ -111,7 +110,8 @@ def test_a_relayed_message_is_not_acknowledged_upstream_when_the_next_queue_is_f
         for qos in (1, 2):
             d = tmp_path / ("%s%d" % (store, qos))
             d.mkdir()
-            w = Relay(str(d) if store else None, qos)
+            w = Relay(str(d) if store else None, {"rules": ["r/# in %d" % qos]},
+                      {"rules": ["r/# out %d" % qos], "queue_size": 1})
             w.run(50)
             assert w.a.up and not w.b.up
             w.side = w.up2
@@ -138,3 +138,52 @@ def test_a_relayed_message_is_not_acknowledged_upstream_when_the_next_queue_is_f
             assert sorted(set(got)) == [b"m0", b"m1", b"m2"], (store, qos, got)
             if qos == 2:
                 assert got == [b"m0", b"m1", b"m2"] and sub.nothing(), (store, got)
+
+
+def test_two_both_bridges_at_311_do_not_pass_echoes_on():
+    # At 3.1.1 each upstream sends the bridge its own message back (no No
+    # Local); that echo must not go up the other bridge, whose upstream
+    # would echo it back in turn: one node message, once to each upstream
+    w = Relay(None, {"rules": ["x/# both 1"]}, {"rules": ["x/# both 1"]}, down2=False)
+    w.run(50)
+    assert w.a.up and w.b.up
+    subs = []
+    for side in (w.up, w.up2):
+        w.side = side
+        s = Raw(w, transport=w)
+        s.connect("far")
+        s.subscribe(1, [("x/#", 1)])
+        subs.append(s)
+    local = w.open_on(w.gw)
+    local.connect("app")
+    local.subscribe(1, [("x/#", 1)])
+    node = w.open_on(w.gw)
+    node.connect("n1")
+    node.publish("x/a", b"one", 1, pid=1)
+    node.expect(PUBACK, 1)
+    w.run(400)
+    for s in subs:
+        assert [m[1] for m in s.messages(1)] == [b"one"]
+        assert s.nothing()
+    # locally: the node's and each upstream's echo (3.1.1, documented)
+    assert [m[1] for m in local.messages(3)] == [b"one"] * 3
+    assert local.nothing()
+    assert (w.a.sent, w.b.sent, w.a.received, w.b.received) == (1, 1, 1, 1)
+
+
+def test_a_relay_from_one_upstream_to_another_still_goes_at_311(tmp_path):
+    # only a possible echo stays local: a's `in` topic that a does not
+    # send up goes on up b
+    w = Relay(None, {"rules": ["r/# in 1"]}, {"rules": ["r/# both 1"]}, down2=False)
+    w.run(50)
+    w.side = w.up2
+    far = Raw(w, transport=w)
+    far.connect("far")
+    far.subscribe(1, [("r/#", 1)])
+    ctl = w.open_on(w.up)
+    ctl.connect("ctl")
+    ctl.publish("r/x", b"relayed", 1, pid=1)
+    ctl.expect(PUBACK, 1)
+    w.run(300)
+    assert [m[1] for m in far.messages(1)] == [b"relayed"]
+    assert far.nothing()

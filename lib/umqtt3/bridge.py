@@ -746,19 +746,16 @@ class Bridge:
             self.subscribed = True
             return
         rule = self.todo[0]
-        # At MQTT 5: no local, what we publish does not come back
-        # [MQTT-3.8.3-3]; Retain As Published, a message the upstream got
+        # At MQTT 5: No Local on every `in` subscription, what we publish
+        # (an `out` or `both` rule's message, the status) does not come
+        # back [MQTT-3.8.3-3]; Retain As Published, a message the upstream got
         # retained keeps its flag [MQTT-3.3.1-13] (else cleared
         # [MQTT-3.3.1-12]), so that _in retains it here too and a node
         # that subscribes later gets the last value, as through
         # mosquitto's bridge. (At 3.1.1 only what the upstream holds
         # retained when the subscription is made comes with the flag
         # [MQTT-3.3.1-8] [MQTT-3.3.1-9].)
-        o = 0
-        if self.cfg["level"] == 5:
-            o = 8
-            if rule.dir == BOTH:
-                o = 12
+        o = 12 if self.cfg["level"] == 5 else 0
         try:
             self.pid = c.subscribe_start(rule.rf, rule.qos | o)
         except (OSError, MQTTError):
@@ -807,8 +804,16 @@ class Hub:
         dropped unacknowledged (Bridge._in) and the upstream sends it again
         on the next one [MQTT-4.4.0-1]."""
         inj = self.injecting
-        if inj is not None and inj.tag >= 0:
-            r.tag = inj.tag  # its local copies: taken back if the routing is cut short
+        if inj is not None:
+            if inj.tag >= 0:
+                r.tag = inj.tag  # its local copies: taken back if the routing is cut short
+            if inj.cfg["level"] != 5 and inj.match(r) is not None:
+                # At 3.1.1 (no No Local) an upstream sends the bridge its
+                # own messages back: one on a topic this bridge also takes
+                # up may be such an echo. Local subscribers get it, other
+                # bridges do not: with two `both` bridges the echo of one
+                # would go up the other and come back, for ever.
+                return
         # (two passes rather than a list of the hits: no allocation)
         if r.src is not None or inj is not None:
             for b in self.all:

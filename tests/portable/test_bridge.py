@@ -390,3 +390,24 @@ def test_in_at_mqtt5_keeps_upstream_retained_messages_retained():
     assert m[:2] == (b"cmd/a", b"v2"), m
     assert late.nothing()
     assert w.gw.retained[b"cmd/a"][1] == b"v2"
+
+
+def test_out_and_in_rules_on_the_same_topics_at_mqtt5_use_no_local():
+    # mosquitto's usual layout: `x/# out 2` + `x/# in 2` rather than `both`;
+    # No Local on every `in` subscription [MQTT-3.8.3-3]: once [MQTT-4.3.3-2]
+    w = World(["x/# out 2", "x/# in 2"], level=5)
+    w.run(50)
+    assert w.bridge.up
+    local = w.open_on(w.gw)
+    local.connect("app")
+    local.subscribe(1, [("x/#", 2)])
+    node = w.open_on(w.gw)
+    node.connect("n1")
+    node.publish("x/a", b"once", 2, pid=1)
+    node.expect(PUBREC, 1)
+    node.ack(PUBREL, 1)
+    node.expect(PUBCOMP, 1)
+    w.run(200)
+    assert [m[1] for m in local.messages(1)] == [b"once"]
+    assert local.nothing()
+    assert w.bridge.sent == 1 and w.bridge.received == 0
