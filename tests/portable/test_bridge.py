@@ -201,7 +201,8 @@ def test_status_topic_retained_with_a_will():
 def test_full_queue_refusal_at_mqtt5_says_quota_exceeded():
     # the node's connection closes with DISCONNECT 0x97 [MQTT-4.13.1-1]
     from umqtt3.codec import DISCONNECT, encode_publish
-    w = World(["s/# out 1"], queue_size=1, window=1)
+    said = []
+    w = World(["s/# out 1"], gw_kw={"log": said.append}, queue_size=1, window=1)
     w.run(50)
     w.cut()
     w.run(10)
@@ -215,6 +216,9 @@ def test_full_queue_refusal_at_mqtt5_says_quota_exceeded():
     assert p is not None and p.type == DISCONNECT and p.rc == 0x97, p
     assert node.closed()
     assert w.bridge.refused == 1
+    # the node did nothing wrong: the log (and the Reason String) say why
+    assert [x for x in said if "queue full" in x] == [
+        "disconnect n5: quota exceeded: bridge up: queue full"], said
 
 
 def test_larger_than_the_upstream_takes_is_dropped_and_the_rest_goes_on():
