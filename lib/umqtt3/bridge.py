@@ -656,8 +656,8 @@ class Bridge:
             if not self.tries or ticks_diff(now, self.retry_at) >= 0:
                 try:
                     self._dial(now)
-                except OSError:
-                    self._down(now)  # refused, unreachable, TLS failed, timed out
+                except OSError as e:
+                    self._failed(now, e)  # refused, unreachable, TLS failed, timed out
         else:
             n = self._poll(now)
         up = c.is_connected()
@@ -689,8 +689,8 @@ class Bridge:
                 self.t_recv = now
         except Busy:
             pass  # its send buffer is full: the next step goes on
-        except OSError:
-            self._down(now)  # the link broke, or no CONNACK in time
+        except OSError as e:
+            self._failed(now, e)  # the link broke, or no CONNACK in time
         except MQTTError as e:
             if not self.up:
                 # refused by the upstream (CONNACK: credentials, client
@@ -704,6 +704,19 @@ class Bridge:
                 self._refused(e.code)
             self._down(now)
         return n
+
+    def _failed(self, now, e):
+        # an attempt that failed, or a link lost: a line per attempt (the
+        # backoff spaces them), with the reason, as mosquitto's bridge logs
+        # them; then the backoff
+        log = self.core.log
+        if log is not None:
+            cfg = self.cfg
+            log("bridge %s: %s %s:%d: %s" % (
+                self.name, "lost the link to" if self.up else
+                "no CONNACK from" if self.linked else "cannot connect to",
+                cfg["host"], self.client.port, e))
+        self._down(now)
 
     def _refused(self, rc):
         # An MQTT 5 upstream refuses a will it cannot keep: retained where

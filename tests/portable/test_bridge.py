@@ -415,3 +415,30 @@ def test_out_and_in_rules_on_the_same_topics_at_mqtt5_use_no_local():
     assert [m[1] for m in local.messages(1)] == [b"once"]
     assert local.nothing()
     assert w.bridge.sent == 1 and w.bridge.received == 0
+
+
+def test_every_failed_attempt_is_logged_with_its_reason():
+    # an operator sees why the uplink does not come up: refused, closed
+    # before CONNACK, lost
+    said = []
+    w = World(["s/# out 1"], gw_kw={"log": said.append})
+    w.down = True
+    w.run(20)
+    refused = [x for x in said if x.startswith("bridge up: cannot connect to 127.0.0.1:1883: ")]
+    assert refused and "111" in refused[0], said
+    n = len(said)
+    w.down = False
+    up_attach = w.up.attach
+    held = []
+    w.up.attach = held.append  # accepted, CONNECT sent, then closed unanswered
+    w.run(5)
+    assert held
+    for link in held:
+        link.close()
+    w.up.attach = up_attach
+    w.run(50)
+    assert any(x.startswith("bridge up: no CONNACK from 127.0.0.1:1883: ") for x in said[n:]), said
+    assert w.bridge.up
+    w.cut()
+    w.run(20)
+    assert any(x.startswith("bridge up: lost the link to 127.0.0.1:1883") for x in said), said
