@@ -577,6 +577,7 @@ class Bridge:
             c.set_last_will(st, b"0", self.w_retain, 1)  # [MQTT-3.1.2-8] (see _refused)
         c.reconnect = True  # no link yet: see above
         self.started = True
+        self._state(b"0")  # not up yet (a value kept from before is stale)
 
     def _dial(self, now):
         # one step of opening the uplink, never waiting: start a TCP
@@ -667,6 +668,8 @@ class Bridge:
             self.connects += 1
             self._online()
         elif not up:
+            if self.up:
+                self._state(b"0")
             self.up = False
             self.pid = 0  # asked again on the next connection
         if up and self.todo:
@@ -732,6 +735,23 @@ class Bridge:
             self.w_qos -= 1
         self.client.set_last_will(st, b"0", self.w_retain, self.w_qos)
 
+    def _state(self, v):
+        # the status on the gateway too, retained at QoS 1, as mosquitto's
+        # bridge publishes it on its own broker: local applications see
+        # whether the uplink is up (1) or not (0). As if it came in over
+        # this bridge: never sent back up it (its upstream has its own)
+        st = self.cfg["status_topic"]
+        if not st:
+            return
+        hub = self.core.bridge
+        hub.injecting = self
+        try:
+            self.core.publish(st, v, 1, True)
+        except MQTTError:
+            pass  # another bridge's queue is full (Hub.route): not sent on
+        finally:
+            hub.injecting = None
+
     def _online(self):
         c = self.client
         cfg = self.cfg
@@ -742,6 +762,8 @@ class Bridge:
                           min(1, c.max_qos), wait=False)
         except (OSError, MQTTError):
             self.up = False  # the link went down again: the next step retries
+        if self.up:
+            self._state(b"1")
         if not self.subscribed:
             self.todo = [r for r in self.rules if r.dir & IN]
 
@@ -797,6 +819,8 @@ class Bridge:
                 c.disconnect()  # a clean goodbye: the will is not sent
             except (OSError, MQTTError):
                 pass
+            if up:
+                self._state(b"0")
 
 
 class Hub:

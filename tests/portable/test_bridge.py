@@ -346,7 +346,7 @@ def test_upstream_message_on_the_parent_of_an_in_prefix():
         u.expect(PUBACK, 3)
         u.expect(PUBACK, 4)
         w.run(50)
-        got = [m[:2] for m in app.messages(2)]
+        got = [m[:2] for m in app.messages(3) if not m[0].startswith(b"umqtt3/")]  # (status)
         assert got == [(want, b"parent"), (want[:-3] + b"x", b"child")], got
         assert w.bridge.received == 2
 
@@ -442,3 +442,24 @@ def test_every_failed_attempt_is_logged_with_its_reason():
     w.cut()
     w.run(20)
     assert any(x.startswith("bridge up: lost the link to 127.0.0.1:1883") for x in said), said
+
+
+def test_status_also_retained_on_the_gateway():
+    # as mosquitto's bridge: 0 until connected, 1 while up, 0 once lost
+    w = World(["s/# out 1"])
+    st = b"umqtt3/bridge/umqtt3-up/state"
+    w.run(1)
+    w.run(50)
+    assert w.bridge.up and w.gw.retained[st][1] == b"1"
+    app = w.open_on(w.gw)
+    app.connect("app")
+    app.subscribe(1, [("umqtt3/bridge/#", 1)])
+    assert [m[:2] for m in app.messages(1)] == [(st, b"1")]
+    w.cut()
+    w.run(20)
+    assert [m[:2] for m in app.messages(1)] == [(st, b"0")]
+    assert w.gw.retained[st][1] == b"0"
+    w.down = False
+    w.run(100)
+    assert [m[:2] for m in app.messages(1)] == [(st, b"1")]
+    assert w.up.retained[st][1] == b"1"  # upstream as before
