@@ -3,7 +3,7 @@
 # pace (the queue's limits are for outages). Over in-memory pipes
 # (tests/portable/test_bridge.py's World), a gateway Broker on a store
 # directory where one is named.
-from broker_harness import Memory, Raw
+from broker_harness import Memory, Raw, Timeout
 from test_bridge import World, _sub
 from umqtt3.bridge import install
 from umqtt3.broker import Broker
@@ -187,3 +187,48 @@ def test_a_relay_from_one_upstream_to_another_still_goes_at_311(tmp_path):
     w.run(300)
     assert [m[1] for m in far.messages(1)] == [b"relayed"]
     assert far.nothing()
+
+
+def test_properties_kept_on_the_store_and_an_expired_message_not_sent(tmp_path):
+    # MQTT 5: the queue record keeps a node's properties; a message whose
+    # Message Expiry Interval passed while the uplink was down is not sent
+    # [MQTT-3.3.2-5], one that has time left goes with what is left
+    # [MQTT-3.3.2-6]; QoS 0 waiting in RAM the same
+    import time
+    from test_broker5_connect import sub5
+    from umqtt3 import props as P
+    from umqtt3.codec import PUBLISH, encode_publish
+    w = _world(tmp_path, ["x/# out 1"], level=5)
+    w.side = w.up
+    far = Raw(w, transport=w)
+    far.connect("far", level=5)
+    sub5(far, 1, [("x/#", 1)])
+    w.cut()
+    w.run(10)
+    node = w.open_on(w.gw)
+    node.connect("n5", level=5)
+    short = P.encode({P.MESSAGE_EXPIRY: 1, P.USER_PROPERTY: [("k", "v")]})
+    long_ = P.encode({P.MESSAGE_EXPIRY: 100, P.USER_PROPERTY: [("k", "v")]})
+    for i, (t, pr) in enumerate((("x/a", short), ("x/b", long_), ("x/c", None))):
+        node.put(encode_publish, t, b"m", 1, i + 1, False, False, 5, pr)
+        node.expect(PUBACK, i + 1)
+    node.put(encode_publish, "x/z", b"m", 0, 0, False, False, 5, short)
+    w.run(10)
+    time.sleep(1.1)
+    w.down = False
+    w.run(300)
+    got = {}
+    while True:
+        try:
+            m = far.recv(0.3)
+        except Timeout:
+            break
+        if m.type != PUBLISH:
+            continue
+        got[bytes(m.topic)] = P.parse(m.buf, m.props_off, m.props_len)
+        if m.qos:
+            far.ack(PUBACK, m.pid)
+    assert sorted(got) == [b"x/b", b"x/c"], got
+    assert 98 <= got[b"x/b"][P.MESSAGE_EXPIRY] < 100
+    assert got[b"x/b"][P.USER_PROPERTY] == [("k", "v")]
+    assert w.bridge.expired == 2

@@ -24,7 +24,7 @@
 from .topic import match_span
 from .codec import valid_filter, MQTTError
 from .client_codec import Busy, put_header
-from .compat import ticks_diff, ticks_add, copy
+from .compat import ticks_diff, ticks_add, ticks_ms, copy
 from .bridge_queue import Queue, RamFiles, undo, marks, client_files
 
 OUT = 1
@@ -181,6 +181,13 @@ def settings(cfg, files=True):
     return c
 
 
+def _expiry_at(pr):
+    # where the Message Expiry Interval's value is in the property list
+    # pr, or -1 (MQTT 5 only: props is not imported for 3.1.1)
+    from .props import find, MESSAGE_EXPIRY
+    return find(pr, 0, len(pr), MESSAGE_EXPIRY)
+
+
 class Bridge:
     """One upstream connection: its rules, its queue, its client."""
 
@@ -190,7 +197,9 @@ class Bridge:
         self.name = cfg["name"]
         self.rules = cfg["rules"]
         self.q = Queue(files, store_dir + "/b" + self.name, cfg["queue_size"])
-        self.q0 = []  # QoS 0 messages waiting: (topic, payload, retain)
+        self.q0 = []  # QoS 0 messages waiting: (topic, payload, retain, props, since)
+        self.since = {}  # key: when a queued message with properties came (its expiry)
+        self.hold = -1  # the key of one that waits for the link (forward)
         self.client = None
         self.cstore = client_store
         self.up = False
@@ -214,6 +223,7 @@ class Bridge:
         self.dropped = 0  # QoS 0 messages dropped, oldest first, while full
         self.refused = 0  # QoS 1/2 messages refused, queue full
         self.too_large = 0  # messages larger than the upstream takes, dropped
+        self.expired = 0  # messages whose Message Expiry passed while they waited
         self.connects = 0
         self.refusals = 0  # connections the upstream refused (CONNACK)
         # the link: dialled here, step by step; then the client's
@@ -257,6 +267,7 @@ class Bridge:
             return
         t = rule.out_topic(r.tsrc, r.toff, r.tn)
         pl = bytes(r.psrc[r.poff:r.poff + r.pn])
+        pr = self._props(r)
         if q == 0:
             q0 = self.q0
             if len(q0) >= self.cfg["queue_qos0"]:
@@ -264,11 +275,22 @@ class Bridge:
                 if not q0:
                     return
                 q0.pop(0)
-            q0.append((t, pl, r.retain))
+            q0.append((t, pl, r.retain, pr, ticks_ms()))
         elif self.q.full():
             self.refused += 1  # the broker's own message (a will, $SYS): not queued
         else:
-            self.q.add(r.tag, q, r.retain, t, pl)
+            k = self.q.add(r.tag, q, r.retain, t, pl, pr)
+            if pr is not None:
+                self.since[k] = ticks_ms()
+
+    def _props(self, r):
+        # MQTT 5: a node's properties go up as they came [MQTT-3.3.2-17]
+        # [MQTT-3.3.2-18] [MQTT-3.3.2-19] [MQTT-3.3.2-20] (the broker took
+        # its Topic Alias off); a 3.1.1 upstream takes none. Only a message
+        # that has them allocates their copy.
+        if r.prs is None or not r.prn or self.cfg["level"] != 5:
+            return None
+        return bytes(r.prs[r.pro:r.pro + r.prn])
 
     def _direct(self, rule, r, q):
         # r to the client now; False when it did not take it (Busy: its
@@ -289,7 +311,8 @@ class Bridge:
             q = c.max_qos
         held = c.inflight()
         try:
-            c.publish(t, pl, r.retain and self.retain and c.retain_ok, q, None, False)
+            c.publish(t, pl, r.retain and self.retain and c.retain_ok, q, None, False,
+                      self._props(r))
         except Busy:
             return False
         except (OSError, MQTTError) as e:
@@ -335,9 +358,27 @@ class Bridge:
         while q.keys and self.connects:
             k = q.keys[0]
             if not c.accepted(k):
-                qos, retain, topic, payload = q.read(k)
+                if k == self.hold and not self.up:
+                    break
+                qos, retain, topic, payload, pr = q.entry(k)
+                if pr is not None:
+                    t0 = self.since.get(k)
+                    if t0 is None:
+                        t0 = self.since[k] = ticks_ms()  # queued before a restart
+                    if not self.up and _expiry_at(pr) >= 0:
+                        # a message that may expire waits here, not in the
+                        # client's store, until the link is up: it goes
+                        # with the time it has left then (the client
+                        # would resend it as it took it)
+                        self.hold = k
+                        break
+                    pr = self._expiry(pr, t0)
+                    if pr is None:
+                        q.remove(k)
+                        del self.since[k]
+                        continue
                 try:
-                    self._queue(topic, payload, retain, qos, k)
+                    self._queue(topic, payload, retain, qos, k, pr)
                 except Busy:
                     break
                 except (OSError, MQTTError) as e:
@@ -348,13 +389,19 @@ class Bridge:
                     if not c.accepted(k):
                         break
             q.remove(k)
+            self.since.pop(k, None)
             self.sent += 1
             n += 1
         q0 = self.q0
         while q0 and self.up:
-            t, pl, ret = q0[0]
+            t, pl, ret, pr, t0 = q0[0]
+            if pr is not None:
+                pr = self._expiry(pr, t0)
+                if pr is None:
+                    q0.pop(0)
+                    continue
             try:
-                self._queue(t, pl, ret, 0, None)
+                self._queue(t, pl, ret, 0, None, pr)
             except Busy:
                 break
             except MQTTError as e:
@@ -370,7 +417,28 @@ class Bridge:
             n += 1
         return n
 
-    def _queue(self, topic, payload, retain, qos, key):
+    def _expiry(self, pr, t0):
+        # A message with a Message Expiry Interval that waited since t0:
+        # None when it expired meanwhile (not sent [MQTT-3.3.2-5], counted
+        # in `expired`), else its properties with the time left
+        # [MQTT-3.3.2-6]. (The time before a restart is not known: a
+        # message queued then counts from the start.)
+        i = _expiry_at(pr)
+        if i < 0:
+            return pr
+        left = (pr[i] << 24) | (pr[i + 1] << 16) | (pr[i + 2] << 8) | pr[i + 3]
+        left -= ticks_diff(ticks_ms(), t0) // 1000
+        if left <= 0:
+            self.expired += 1
+            return None
+        b = bytearray(pr)
+        b[i] = left >> 24
+        b[i + 1] = (left >> 16) & 255
+        b[i + 2] = (left >> 8) & 255
+        b[i + 3] = left & 255
+        return b
+
+    def _queue(self, topic, payload, retain, qos, key, props=None):
         # to the client within what the upstream takes, as mosquitto's
         # bridge sends: the QoS lowered to its Maximum QoS [MQTT-3.2.2-11],
         # the retain flag cleared where it keeps none [MQTT-3.2.2-14] (or
@@ -381,7 +449,7 @@ class Bridge:
         c = self.client
         if qos > c.max_qos:
             qos = c.max_qos
-        c.queue(topic, payload, retain and self.retain and c.retain_ok, qos, key)
+        c.queue(topic, payload, retain and self.retain and c.retain_ok, qos, key, props)
 
     def _lower(self, body, rc):
         # The client's resend (Core.lower): a message it took under the
@@ -474,10 +542,20 @@ class Bridge:
                 if pkt.pid not in self.marked:
                     self.marked.append(pkt.pid)  # removed once recorded (_sync)
             se = core.store_errors
+            prs = None
+            if pkt.props_len:
+                # MQTT 5: the properties go on as they came [MQTT-3.3.2-17]
+                # [MQTT-3.3.2-18] [MQTT-3.3.2-19] [MQTT-3.3.2-20] (the
+                # expiry already counted down upstream [MQTT-3.3.2-6]; no
+                # Topic Alias, the client allows none, and no Subscription
+                # Identifier, it asks for none). Only a message that has
+                # them allocates their copy.
+                o = pkt.props_off
+                prs = bytes(buf[o:o + pkt.props_len])
             hub.injecting = self  # not sent back out over this bridge (loop rule)
             try:
                 core.publish_span(ts, toff, n + tn - k, buf, pkt.payload_off, pkt.payload_len,
-                                  q, pkt.retain)
+                                  q, pkt.retain, prs)
             except MQTTError as e:
                 # another bridge's queue is full (Hub.route): nothing routed,
                 # so nothing acknowledged [MQTT-4.3.2-3] [MQTT-4.3.3-2]:
@@ -894,6 +972,7 @@ class Hub:
             pub(p + "dropped", b.dropped)
             pub(p + "refused", b.refused)
             pub(p + "too_large", b.too_large)
+            pub(p + "expired", b.expired)
             pub(p + "connects", b.connects)
 
     def close(self):

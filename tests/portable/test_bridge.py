@@ -463,3 +463,68 @@ def test_status_also_retained_on_the_gateway():
     w.run(100)
     assert [m[:2] for m in app.messages(1)] == [(st, b"1")]
     assert w.up.retained[st][1] == b"1"  # upstream as before
+
+
+def test_in_at_mqtt5_forwards_the_properties_as_they_came():
+    # [MQTT-3.3.2-17] [MQTT-3.3.2-18] [MQTT-3.3.2-19] [MQTT-3.3.2-20]:
+    # request/response over the bridge needs Response Topic and
+    # Correlation Data; user properties in their order
+    from umqtt3 import props as P
+    from umqtt3.codec import encode_publish
+    from test_broker5_connect import sub5
+    raw = P.encode({P.PAYLOAD_FORMAT: 1, P.CONTENT_TYPE: "text/plain", P.RESPONSE_TOPIC: "r/t",
+                    P.CORRELATION_DATA: b"c1", P.USER_PROPERTY: [("k", "v"), ("a", "1")]})
+    w = World(["cmd/# in 1"], level=5)
+    w.run(50)
+    app = w.open_on(w.gw)
+    app.connect("app", level=5)
+    sub5(app, 1, [("cmd/#", 1)])
+    old = w.open_on(w.gw)
+    old.connect("old")
+    old.subscribe(1, [("cmd/#", 1)])
+    u = w.open_on(w.up)
+    u.connect("ctl", level=5)
+    u.put(encode_publish, "cmd/a", b"hi", 1, 1, False, False, 5, raw)
+    u.expect(PUBACK, 1)
+    w.run(50)
+    m = app.recv()
+    assert m.type == PUBLISH and bytes(m.payload) == b"hi"
+    assert bytes(m.buf[m.props_off:m.props_off + m.props_len]) == raw
+    assert [x[:2] for x in old.messages(1)] == [(b"cmd/a", b"hi")]  # 3.1.1: none
+
+
+def test_out_at_mqtt5_forwards_the_properties_as_they_came():
+    # both ways the same [MQTT-3.3.2-17..20]: straight to the client (uplink
+    # up) and through the queue (uplink down first), QoS 0 and 1
+    from umqtt3 import props as P
+    from umqtt3.codec import encode_publish
+    from test_broker5_connect import sub5
+    raw = P.encode({P.CONTENT_TYPE: "text/plain", P.RESPONSE_TOPIC: "r/t",
+                    P.CORRELATION_DATA: b"c1", P.USER_PROPERTY: [("k", "v")]})
+    for down in (False, True):
+        w = World(["x/# out 1"], level=5)
+        w.run(50)
+        w.side = w.up
+        far = Raw(w, transport=w)
+        far.connect("far", level=5)
+        sub5(far, 1, [("x/#", 1)])
+        if down:
+            w.cut()
+            w.run(10)
+        node = w.open_on(w.gw)
+        node.connect("n5", level=5)
+        node.put(encode_publish, "x/a", b"q1", 1, 1, False, False, 5, raw)
+        node.expect(PUBACK, 1)
+        node.put(encode_publish, "x/b", b"q0", 0, 0, False, False, 5, raw)
+        w.down = False
+        w.run(300)
+        got = []
+        for _ in range(2):
+            m = far.recv()
+            assert m.type == PUBLISH, m.type
+            got.append((bytes(m.topic), bytes(m.buf[m.props_off:m.props_off + m.props_len])))
+            if m.qos:
+                far.ack(PUBACK, m.pid)
+        if down:  # waiting, QoS 0 and 1 keep no order between them
+            got.sort()
+        assert got == [(b"x/a", raw), (b"x/b", raw)], (down, got)
