@@ -62,21 +62,6 @@ class Rule:
         return self.local + topic[cut(self.remote, topic, 0, len(topic)):]
 
 
-def cut(prefix, buf, off, n):
-    """How much of the topic buf[off:off+n] the prefix swap takes off: the
-    prefix's length where the topic starts with it, else 0. A rule's filter
-    also matches the prefix's parent level (`rem/#` matches `rem`
-    [MQTT-4.7.1-2]): as mosquitto, such a topic keeps its whole name and
-    only gets the other side's prefix (`rem` in, `loc/rem` locally)."""
-    k = len(prefix)
-    if k > n:
-        return 0
-    for i in range(k):  # in place: no slice, no allocation
-        if buf[off + i] != prefix[i]:
-            return 0
-    return k
-
-
 def _word(w):
     return b"" if w == '""' else w.encode()
 
@@ -179,13 +164,6 @@ def settings(cfg, files=True):
     if c["status_topic"] == "":
         c["status_topic"] = "umqtt3/bridge/%s/state" % c["client_id"]
     return c
-
-
-def _expiry_at(pr):
-    # where the Message Expiry Interval's value is in the property list
-    # pr, or -1 (MQTT 5 only: props is not imported for 3.1.1)
-    from .props import find, MESSAGE_EXPIRY
-    return find(pr, 0, len(pr), MESSAGE_EXPIRY)
 
 
 class Bridge:
@@ -899,6 +877,28 @@ class Bridge:
                 pass
             if up:
                 self._state(b"0")
+
+
+def cut(prefix, buf, off, n):
+    """How much of the topic buf[off:off+n] the prefix swap takes off: the
+    prefix's length where the topic starts with it, else 0. A rule's filter
+    also matches the prefix's parent level (`rem/#` matches `rem`
+    [MQTT-4.7.1-2]): as mosquitto, such a topic keeps its whole name and
+    only gets the other side's prefix (`rem` in, `loc/rem` locally)."""
+    k = len(prefix)
+    if k > n:
+        return 0
+    for i in range(k):  # in place: no slice, no allocation
+        if buf[off + i] != prefix[i]:
+            return 0
+    return k
+
+
+def _expiry_at(pr):
+    # where the Message Expiry Interval's value is in the property list
+    # pr, or -1 (MQTT 5 only: props is not imported for 3.1.1)
+    from .props import find, MESSAGE_EXPIRY
+    return find(pr, 0, len(pr), MESSAGE_EXPIRY)
 
 
 class Hub:
