@@ -24,7 +24,7 @@
 from .topic import match_span
 from .codec import valid_filter, MQTTError
 from .client_codec import Busy, put_header
-from .compat import ticks_diff, ticks_add, copy
+from .compat import ticks_diff, ticks_add, ticks_ms, copy
 from .bridge_queue import Queue, RamFiles, undo, marks, client_files
 
 OUT = 1
@@ -53,13 +53,13 @@ class Rule:
         """The upstream topic of the local topic buf[off:off+n], or None."""
         if not self.takes(buf, off, n):
             return None
-        k = len(self.local)
+        k = cut(self.local, buf, off, n)
         return self.remote + bytes(buf[off + k:off + n])
 
     def in_topic(self, topic):
         if not (self.dir & IN and match_span(self.rf, 0, len(self.rf), topic, 0, len(topic))):
             return None
-        return self.local + topic[len(self.remote):]
+        return self.local + topic[cut(self.remote, topic, 0, len(topic)):]
 
 
 def _word(w):
@@ -232,7 +232,9 @@ class Bridge:
         self.name = cfg["name"]
         self.rules = cfg["rules"]
         self.q = Queue(files, store_dir + "/b" + self.name, cfg["queue_size"])
-        self.q0 = []  # QoS 0 messages waiting: (topic, payload, retain)
+        self.q0 = []  # QoS 0 messages waiting: (topic, payload, retain, props, since)
+        self.since = {}  # key: when a queued message with properties came (its expiry)
+        self.hold = -1  # the key of one that waits for the link (forward)
         self.client = None
         self.cstore = client_store
         self.up = False
@@ -256,6 +258,7 @@ class Bridge:
         self.dropped = 0  # QoS 0 messages dropped, oldest first, while full
         self.refused = 0  # QoS 1/2 messages refused, queue full
         self.too_large = 0  # messages larger than the upstream takes, dropped
+        self.expired = 0  # messages whose Message Expiry passed while they waited
         self.connects = 0
         self.refusals = 0  # connections the upstream refused (CONNACK)
         # the link: dialled here, step by step; then the client's
@@ -287,17 +290,19 @@ class Bridge:
         return q > 0 and self.q.full()
 
     def put(self, rule, r):
-        """r on its way up: straight to the upstream client when nothing
-        waits and the bridge has no store (no allocation, see _direct);
-        else on the queue: QoS 1/2 on the store (durable with the commit
-        before the node's acknowledgement), QoS 0 in RAM, the oldest
-        dropped when there is no room."""
+        """r on its way up: straight to the upstream client while the
+        uplink is up and nothing of its kind waits (no allocation, see
+        _direct): QoS 0 always, QoS 1/2 on a bridge without a store; else
+        on the queue: QoS 1/2 on the store (durable with the commit before
+        the node's acknowledgement), QoS 0 in RAM, the oldest dropped when
+        there is no room (queue_qos0: what may wait, not what goes up)."""
         q = r.qos if r.qos < rule.qos else rule.qos
-        if not self.durable and self.up and not self.q.keys and not self.q0 and \
+        if self.up and not self.q0 and (q == 0 or not (self.durable or self.q.keys)) and \
                 self._direct(rule, r, q):
             return
         t = rule.out_topic(r.tsrc, r.toff, r.tn)
         pl = bytes(r.psrc[r.poff:r.poff + r.pn])
+        pr = self._props(r)
         if q == 0:
             q0 = self.q0
             if len(q0) >= self.cfg["queue_qos0"]:
@@ -305,20 +310,32 @@ class Bridge:
                 if not q0:
                     return
                 q0.pop(0)
-            q0.append((t, pl, r.retain))
+            q0.append((t, pl, r.retain, pr, ticks_ms()))
         elif self.q.full():
             self.refused += 1  # the broker's own message (a will, $SYS): not queued
         else:
-            self.q.add(r.tag, q, r.retain, t, pl)
+            k = self.q.add(r.tag, q, r.retain, t, pl, pr)
+            if pr is not None:
+                self.since[k] = ticks_ms()
+
+    def _props(self, r):
+        # MQTT 5: a node's properties go up as they came [MQTT-3.3.2-17]
+        # [MQTT-3.3.2-18] [MQTT-3.3.2-19] [MQTT-3.3.2-20] (the broker took
+        # its Topic Alias off); a 3.1.1 upstream takes none. Only a message
+        # that has them allocates their copy.
+        if r.prs is None or not r.prn or self.cfg["level"] != 5:
+            return None
+        return bytes(r.prs[r.pro:r.pro + r.prn])
 
     def _direct(self, rule, r, q):
         # r to the client now; False when it did not take it (Busy: its
         # window or send buffer is full; the link broke first). With a
         # store the queue's record is what a power loss cannot undo, so
-        # this is for a bridge without one (its queue would only be RAM).
+        # QoS 1/2 come here only on a bridge without one (its queue would
+        # only be RAM); QoS 0 on every bridge (it never waits on the store).
         c = self.client
         rem = rule.remote
-        k = len(rule.local)
+        k = cut(rule.local, r.tsrc, r.toff, r.tn)
         n = len(rem)
         t = self._scratch(0, n + r.tn - k)
         copy(t, 0, rem, 0, n)
@@ -329,7 +346,8 @@ class Bridge:
             q = c.max_qos
         held = c.inflight()
         try:
-            c.publish(t, pl, r.retain and self.retain and c.retain_ok, q, None, False)
+            c.publish(t, pl, r.retain and self.retain and c.retain_ok, q, None, False,
+                      self._props(r))
         except Busy:
             return False
         except (OSError, MQTTError) as e:
@@ -375,9 +393,27 @@ class Bridge:
         while q.keys and self.connects:
             k = q.keys[0]
             if not c.accepted(k):
-                qos, retain, topic, payload = q.read(k)
+                if k == self.hold and not self.up:
+                    break
+                qos, retain, topic, payload, pr = q.entry(k)
+                if pr is not None:
+                    t0 = self.since.get(k)
+                    if t0 is None:
+                        t0 = self.since[k] = ticks_ms()  # queued before a restart
+                    if not self.up and _expiry_at(pr) >= 0:
+                        # a message that may expire waits here, not in the
+                        # client's store, until the link is up: it goes
+                        # with the time it has left then (the client
+                        # would resend it as it took it)
+                        self.hold = k
+                        break
+                    pr = self._expiry(pr, t0)
+                    if pr is None:
+                        q.remove(k)
+                        del self.since[k]
+                        continue
                 try:
-                    self._queue(topic, payload, retain, qos, k)
+                    self._queue(topic, payload, retain, qos, k, pr)
                 except Busy:
                     break
                 except (OSError, MQTTError) as e:
@@ -388,13 +424,19 @@ class Bridge:
                     if not c.accepted(k):
                         break
             q.remove(k)
+            self.since.pop(k, None)
             self.sent += 1
             n += 1
         q0 = self.q0
         while q0 and self.up:
-            t, pl, ret = q0[0]
+            t, pl, ret, pr, t0 = q0[0]
+            if pr is not None:
+                pr = self._expiry(pr, t0)
+                if pr is None:
+                    q0.pop(0)
+                    continue
             try:
-                self._queue(t, pl, ret, 0, None)
+                self._queue(t, pl, ret, 0, None, pr)
             except Busy:
                 break
             except MQTTError as e:
@@ -410,7 +452,28 @@ class Bridge:
             n += 1
         return n
 
-    def _queue(self, topic, payload, retain, qos, key):
+    def _expiry(self, pr, t0):
+        # A message with a Message Expiry Interval that waited since t0:
+        # None when it expired meanwhile (not sent [MQTT-3.3.2-5], counted
+        # in `expired`), else its properties with the time left
+        # [MQTT-3.3.2-6]. (The time before a restart is not known: a
+        # message queued then counts from the start.)
+        i = _expiry_at(pr)
+        if i < 0:
+            return pr
+        left = (pr[i] << 24) | (pr[i + 1] << 16) | (pr[i + 2] << 8) | pr[i + 3]
+        left -= ticks_diff(ticks_ms(), t0) // 1000
+        if left <= 0:
+            self.expired += 1
+            return None
+        b = bytearray(pr)
+        b[i] = left >> 24
+        b[i + 1] = (left >> 16) & 255
+        b[i + 2] = (left >> 8) & 255
+        b[i + 3] = left & 255
+        return b
+
+    def _queue(self, topic, payload, retain, qos, key, props=None):
         # to the client within what the upstream takes, as mosquitto's
         # bridge sends: the QoS lowered to its Maximum QoS [MQTT-3.2.2-11],
         # the retain flag cleared where it keeps none [MQTT-3.2.2-14] (or
@@ -421,7 +484,7 @@ class Bridge:
         c = self.client
         if qos > c.max_qos:
             qos = c.max_qos
-        c.queue(topic, payload, retain and self.retain and c.retain_ok, qos, key)
+        c.queue(topic, payload, retain and self.retain and c.retain_ok, qos, key, props)
 
     def _lower(self, body, rc):
         # The client's resend (Core.lower): a message it took under the
@@ -493,7 +556,7 @@ class Bridge:
             rf = rule.rf
             if not (rule.dir & IN and match_span(rf, 0, len(rf), buf, to, tn)):
                 continue
-            k = len(rule.remote)
+            k = cut(rule.remote, buf, to, tn)
             loc = rule.local
             n = len(loc)
             if n:
@@ -514,10 +577,36 @@ class Bridge:
                 if pkt.pid not in self.marked:
                     self.marked.append(pkt.pid)  # removed once recorded (_sync)
             se = core.store_errors
+            prs = None
+            if pkt.props_len:
+                # MQTT 5: the properties go on as they came [MQTT-3.3.2-17]
+                # [MQTT-3.3.2-18] [MQTT-3.3.2-19] [MQTT-3.3.2-20] (the
+                # expiry already counted down upstream [MQTT-3.3.2-6]; no
+                # Topic Alias, the client allows none, and no Subscription
+                # Identifier, it asks for none). Only a message that has
+                # them allocates their copy.
+                o = pkt.props_off
+                prs = bytes(buf[o:o + pkt.props_len])
             hub.injecting = self  # not sent back out over this bridge (loop rule)
             try:
                 core.publish_span(ts, toff, n + tn - k, buf, pkt.payload_off, pkt.payload_len,
-                                  q, pkt.retain)
+                                  q, pkt.retain, prs)
+            except MQTTError as e:
+                # another bridge's queue is full (Hub.route): nothing routed,
+                # so nothing acknowledged [MQTT-4.3.2-3] [MQTT-4.3.3-2]:
+                # the client drops the link and the upstream sends the
+                # message again on the next one [MQTT-4.4.0-1]
+                # What this read routed before it is acknowledged first
+                # (the sync hook commits it), so that the next link does not
+                # bring it back ahead of this one, again and again.
+                log = core.log
+                if log is not None:
+                    log("bridge %s: not taken from upstream: %s" % (self.name, e.reason))
+                try:
+                    self.client.send()
+                except OSError:
+                    pass  # the upstream sends those again too: at least once
+                raise OSError(105)
             finally:
                 hub.injecting = None
                 self.tag = -1
@@ -576,16 +665,20 @@ class Bridge:
         # the QoS 1/2 messages it takes meanwhile: it sends them once linked
         # (connect_start puts the flag down again)
         cs = self.cstore
+        size = self.core.limits.max_packet + 64  # the client's buffers
         if cs is None:
-            # in RAM (no store): the default pool, room for inflight_in
-            # inbound QoS 2 ids
+            # in RAM (no store): window slots sharing one pool that holds
+            # at least the largest PUBLISH the client can send (its send
+            # buffer), or a larger message would wait at the head of the
+            # queue for good; room for inflight_in inbound QoS 2 ids
             from .memstore import MemoryStore
             w = cfg["window"]
-            cs = MemoryStore(w, 1024 // w, cfg["inflight_in"])
+            pool = size if size > 1024 else 1024
+            cs = MemoryStore(w, (pool + w - 1) // w, cfg["inflight_in"])
         c = self.client = MQTTClient(
             cfg["client_id"], cfg["host"], cfg["port"], cfg["user"], cfg["password"],
             cfg["keepalive"], cfg["tls"], level=cfg["level"], store=cs,
-            window=cfg["window"], bufsize=self.core.limits.max_packet + 64, reconnect=False,
+            window=cfg["window"], bufsize=size, reconnect=False,
             timeout_ms=cfg["timeout_ms"], backoff_ms=cfg["backoff_ms"],
             session_expiry=0xFFFFFFFF if cfg["level"] == 5 else None,
             connect_link=cfg["link"])
@@ -597,6 +690,7 @@ class Bridge:
             c.set_last_will(st, b"0", self.w_retain, 1)  # [MQTT-3.1.2-8] (see _refused)
         c.reconnect = True  # no link yet: see above
         self.started = True
+        self._state(b"0")  # not up yet (a value kept from before is stale)
 
     def _dial(self, now):
         # one step of opening the uplink, never waiting: start a TCP
@@ -676,8 +770,8 @@ class Bridge:
             if not self.tries or ticks_diff(now, self.retry_at) >= 0:
                 try:
                     self._dial(now)
-                except OSError:
-                    self._down(now)  # refused, unreachable, TLS failed, timed out
+                except OSError as e:
+                    self._failed(now, e)  # refused, unreachable, TLS failed, timed out
         else:
             n = self._poll(now)
         up = c.is_connected()
@@ -687,6 +781,8 @@ class Bridge:
             self.connects += 1
             self._online()
         elif not up:
+            if self.up:
+                self._state(b"0")
             self.up = False
             self.pid = 0  # asked again on the next connection
         if up and self.todo:
@@ -709,8 +805,8 @@ class Bridge:
                 self.t_recv = now
         except Busy:
             pass  # its send buffer is full: the next step goes on
-        except OSError:
-            self._down(now)  # the link broke, or no CONNACK in time
+        except OSError as e:
+            self._failed(now, e)  # the link broke, or no CONNACK in time
         except MQTTError as e:
             if not self.up:
                 # refused by the upstream (CONNACK: credentials, client
@@ -724,6 +820,19 @@ class Bridge:
                 self._refused(e.code)
             self._down(now)
         return n
+
+    def _failed(self, now, e):
+        # an attempt that failed, or a link lost: a line per attempt (the
+        # backoff spaces them), with the reason, as mosquitto's bridge logs
+        # them; then the backoff
+        log = self.core.log
+        if log is not None:
+            cfg = self.cfg
+            log("bridge %s: %s %s:%d: %s" % (
+                self.name, "lost the link to" if self.up else
+                "no CONNACK from" if self.linked else "cannot connect to",
+                cfg["host"], self.client.port, e))
+        self._down(now)
 
     def _refused(self, rc):
         # An MQTT 5 upstream refuses a will it cannot keep: retained where
@@ -739,6 +848,23 @@ class Bridge:
             self.w_qos -= 1
         self.client.set_last_will(st, b"0", self.w_retain, self.w_qos)
 
+    def _state(self, v):
+        # the status on the gateway too, retained at QoS 1, as mosquitto's
+        # bridge publishes it on its own broker: local applications see
+        # whether the uplink is up (1) or not (0). As if it came in over
+        # this bridge: never sent back up it (its upstream has its own)
+        st = self.cfg["status_topic"]
+        if not st:
+            return
+        hub = self.core.bridge
+        hub.injecting = self
+        try:
+            self.core.publish(st, v, 1, True)
+        except MQTTError:
+            pass  # another bridge's queue is full (Hub.route): not sent on
+        finally:
+            hub.injecting = None
+
     def _online(self):
         c = self.client
         cfg = self.cfg
@@ -749,6 +875,8 @@ class Bridge:
                           min(1, c.max_qos), wait=False)
         except (OSError, MQTTError):
             self.up = False  # the link went down again: the next step retries
+        if self.up:
+            self._state(b"1")
         if not self.subscribed:
             self.todo = [r for r in self.rules if r.dir & IN]
 
@@ -766,10 +894,18 @@ class Bridge:
             self.subscribed = True
             return
         rule = self.todo[0]
-        # no local at MQTT 5: what we publish does not come back [MQTT-3.8.3-3]
-        nl = 4 if rule.dir == BOTH and self.cfg["level"] == 5 else 0
+        # At MQTT 5: No Local on every `in` subscription, what we publish
+        # (an `out` or `both` rule's message, the status) does not come
+        # back [MQTT-3.8.3-3]; Retain As Published, a message the upstream got
+        # retained keeps its flag [MQTT-3.3.1-13] (else cleared
+        # [MQTT-3.3.1-12]), so that _in retains it here too and a node
+        # that subscribes later gets the last value, as through
+        # mosquitto's bridge. (At 3.1.1 only what the upstream holds
+        # retained when the subscription is made comes with the flag
+        # [MQTT-3.3.1-8] [MQTT-3.3.1-9].)
+        o = 12 if self.cfg["level"] == 5 else 0
         try:
-            self.pid = c.subscribe_start(rule.rf, rule.qos | nl)
+            self.pid = c.subscribe_start(rule.rf, rule.qos | o)
         except (OSError, MQTTError):
             self.pid = 0
 
@@ -796,6 +932,30 @@ class Bridge:
                 c.disconnect()  # a clean goodbye: the will is not sent
             except (OSError, MQTTError):
                 pass
+            if up:
+                self._state(b"0")
+
+
+def cut(prefix, buf, off, n):
+    """How much of the topic buf[off:off+n] the prefix swap takes off: the
+    prefix's length where the topic starts with it, else 0. A rule's filter
+    also matches the prefix's parent level (`rem/#` matches `rem`
+    [MQTT-4.7.1-2]): as mosquitto, such a topic keeps its whole name and
+    only gets the other side's prefix (`rem` in, `loc/rem` locally)."""
+    k = len(prefix)
+    if k > n:
+        return 0
+    for i in range(k):  # in place: no slice, no allocation
+        if buf[off + i] != prefix[i]:
+            return 0
+    return k
+
+
+def _expiry_at(pr):
+    # where the Message Expiry Interval's value is in the property list
+    # pr, or -1 (MQTT 5 only: props is not imported for 3.1.1)
+    from .props import find, MESSAGE_EXPIRY
+    return find(pr, 0, len(pr), MESSAGE_EXPIRY)
 
 
 class Hub:
@@ -809,14 +969,25 @@ class Hub:
 
     def route(self, r):
         """Every message the broker routes, before any subscriber gets it.
-        A QoS 1/2 message from a node that a full queue cannot take is
-        refused: MQTTError 0x97 closes the node's connection with nothing
-        acknowledged and nothing routed, and its client sends it again."""
+        A QoS 1/2 message from a node, or from another bridge's upstream,
+        that a full queue cannot take is refused: MQTTError 0x97, nothing
+        acknowledged and nothing routed. The node's connection is closed
+        and its client sends it again; the other bridge's upstream link is
+        dropped unacknowledged (Bridge._in) and the upstream sends it again
+        on the next one [MQTT-4.4.0-1]."""
         inj = self.injecting
-        if inj is not None and inj.tag >= 0:
-            r.tag = inj.tag  # its local copies: taken back if the routing is cut short
+        if inj is not None:
+            if inj.tag >= 0:
+                r.tag = inj.tag  # its local copies: taken back if the routing is cut short
+            if inj.cfg["level"] != 5 and inj.match(r) is not None:
+                # At 3.1.1 (no No Local) an upstream sends the bridge its
+                # own messages back: one on a topic this bridge also takes
+                # up may be such an echo. Local subscribers get it, other
+                # bridges do not: with two `both` bridges the echo of one
+                # would go up the other and come back, for ever.
+                return
         # (two passes rather than a list of the hits: no allocation)
-        if r.src is not None:
+        if r.src is not None or inj is not None:
             for b in self.all:
                 if b is not inj:
                     rule = b.match(r)
@@ -858,6 +1029,7 @@ class Hub:
             pub(p + "dropped", b.dropped)
             pub(p + "refused", b.refused)
             pub(p + "too_large", b.too_large)
+            pub(p + "expired", b.expired)
             pub(p + "connects", b.connects)
 
     def close(self):

@@ -17,7 +17,9 @@
 # across restarts with an empty queue.
 #
 # Record: store.frame(seq = tag + 1, key, body), body = qos (1), retain (1),
-# topic length (2), topic, payload. tag: the broker's tag of the QoS 2
+# topic length (2), topic, payload; with MQTT 5 properties the qos byte has
+# 0x80 set and the topic is followed by the property list's length (4) and
+# the list (a record without them reads as before). tag: the broker's tag of the QoS 2
 # routing the message came from (-1: none), so that a routing a power loss
 # cut short is taken back here too (undo(), before the broker loads).
 #
@@ -103,15 +105,25 @@ def _name(k):
     return "q%010d" % k
 
 
-def _body(qos, retain, topic, payload):
+def _body(qos, retain, topic, payload, props=None):
     n = len(topic)
-    b = bytearray(4 + n + len(payload))
-    b[0] = qos
+    m = 4 + len(props) if props else 0
+    b = bytearray(4 + n + m + len(payload))
+    b[0] = qos | (0x80 if m else 0)
     b[1] = 1 if retain else 0
     b[2] = n >> 8
     b[3] = n & 255
     b[4:4 + n] = topic
-    b[4 + n:] = payload
+    i = 4 + n
+    if m:
+        k = m - 4
+        b[i] = k >> 24
+        b[i + 1] = (k >> 16) & 255
+        b[i + 2] = (k >> 8) & 255
+        b[i + 3] = k & 255
+        b[i + 4:i + m] = props
+        i += m
+    b[i:] = payload
     return b
 
 
@@ -151,10 +163,12 @@ class Queue:
     def full(self):
         return len(self.keys) >= self.size
 
-    def add(self, tag, qos, retain, topic, payload):
-        """Write a message (durable with the broker's next commit); its key."""
+    def add(self, tag, qos, retain, topic, payload, props=None):
+        """Write a message (durable with the broker's next commit); its key.
+        props: its MQTT 5 property list (bytes), or None."""
         k = self.last + 1
-        self.fs.write(self._p(_name(k)), frame(tag + 1, k, _body(qos, retain, topic, payload)))
+        self.fs.write(self._p(_name(k)), frame(tag + 1, k, _body(qos, retain, topic, payload,
+                                                                 props)))
         self.fs.sync_dir(self.dir)
         self.last = k
         self.keys.append(k)
@@ -174,9 +188,20 @@ class Queue:
 
     def read(self, k):
         """(qos, retain, topic, payload) of the message with key k."""
+        return self.entry(k)[:4]
+
+    def entry(self, k):
+        """(qos, retain, topic, payload, props) of the message with key k;
+        props None when it has no MQTT 5 properties."""
         b = unframe(self.fs.read(self._p(_name(k))))[2]
         n = (b[2] << 8) | b[3]
-        return b[0], b[1] == 1, b[4:4 + n], b[4 + n:]
+        i = 4 + n
+        pr = None
+        if b[0] & 0x80:
+            m = (b[i] << 24) | (b[i + 1] << 16) | (b[i + 2] << 8) | b[i + 3]
+            pr = b[i + 4:i + 4 + m]
+            i += 4 + m
+        return b[0] & 3, b[1] == 1, b[4:4 + n], b[i:], pr
 
     def remove(self, k):
         self.keys.remove(k)

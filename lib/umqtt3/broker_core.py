@@ -363,7 +363,7 @@ class Core(Stats):
     def fail(self, c, e):
         """c broke the protocol (e: the codec's MQTTError): closed, with a
         DISCONNECT carrying e's reason code at MQTT 5 [MQTT-4.13.1-1]."""
-        self.disconnect(c, "protocol error: " + e.reason, True, e.code)  # [MQTT-4.8.0-1]
+        self.disconnect(c, ("quota exceeded: " if e.code == 0x97 else "protocol error: ") + e.reason, True, e.code)
 
     def disconnect(self, c, why, will, rc=0):
         """Close a connection; publish its will when `will` and it has one

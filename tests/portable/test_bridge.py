@@ -201,7 +201,8 @@ def test_status_topic_retained_with_a_will():
 def test_full_queue_refusal_at_mqtt5_says_quota_exceeded():
     # the node's connection closes with DISCONNECT 0x97 [MQTT-4.13.1-1]
     from umqtt3.codec import DISCONNECT, encode_publish
-    w = World(["s/# out 1"], queue_size=1, window=1)
+    said = []
+    w = World(["s/# out 1"], gw_kw={"log": said.append}, queue_size=1, window=1)
     w.run(50)
     w.cut()
     w.run(10)
@@ -215,6 +216,9 @@ def test_full_queue_refusal_at_mqtt5_says_quota_exceeded():
     assert p is not None and p.type == DISCONNECT and p.rc == 0x97, p
     assert node.closed()
     assert w.bridge.refused == 1
+    # the node did nothing wrong: the log (and the Reason String) say why
+    assert [x for x in said if "queue full" in x] == [
+        "disconnect n5: quota exceeded: bridge up: queue full"], said
 
 
 def test_larger_than_the_upstream_takes_is_dropped_and_the_rest_goes_on():
@@ -317,3 +321,210 @@ def test_qos0_at_mqtt5_with_topic_aliases_goes_up():
     w.run(100)
     assert [bytes(m[1]) for m in sub.messages(2)] == [b"r0", b"r1"]
     assert not [x for x in logged if "internal error" in x], logged
+
+
+def test_parent_of_a_prefix_keeps_its_name_as_mosquitto():
+    # `rem/#` matches `rem` [MQTT-4.7.1-2]: the topic does not start with the
+    # prefix, so nothing is cut and the other prefix goes in front (mosquitto)
+    r = parse_rule("# both 1 loc/ rem/")
+    assert r.in_topic(b"rem") == b"loc/rem" and r.in_topic(b"rem/a") == b"loc/a"
+    assert r.out_topic(b"loc", 0, 3) == b"rem/loc" and r.out_topic(b"loc/a", 0, 5) == b"rem/a"
+
+
+def test_upstream_message_on_the_parent_of_an_in_prefix():
+    for local, want in (("loc/", b"loc/rem"), ('""', b"rem")):
+        w = World(["# in 1 %s rem/" % local])
+        w.run(50)
+        assert w.bridge.up
+        app = w.open_on(w.gw)
+        app.connect("app")
+        app.subscribe(1, [("#", 1)])
+        u = w.open_on(w.up)
+        u.connect("ctl")
+        u.publish("rem", b"parent", 1, pid=3)
+        u.publish("rem/x", b"child", 1, pid=4)
+        u.expect(PUBACK, 3)
+        u.expect(PUBACK, 4)
+        w.run(50)
+        got = [m[:2] for m in app.messages(3) if not m[0].startswith(b"umqtt3/")]  # (status)
+        assert got == [(want, b"parent"), (want[:-3] + b"x", b"child")], got
+        assert w.bridge.received == 2
+
+
+def test_node_message_on_the_parent_of_an_out_prefix():
+    # straight to the client (uplink up, no store) and through the queue
+    # (uplink down first): the same upstream topic both ways
+    for down in (False, True):
+        w = World(["# out 1 gw/ site/"])
+        w.run(50)
+        sub = _sub(w, "site/#", 1)
+        if down:
+            w.cut()
+            w.run(10)
+        node = w.open_on(w.gw)
+        node.connect("n1")
+        node.publish("gw", b"parent", 1, pid=1)
+        node.expect(PUBACK, 1)
+        node.publish("gw/t", b"child", 1, pid=2)
+        node.expect(PUBACK, 2)
+        w.down = False
+        w.run(300)
+        got = [m[:2] for m in sub.messages(2)]
+        assert got == [(b"site/gw", b"parent"), (b"site/t", b"child")], (down, got)
+
+
+def test_in_at_mqtt5_keeps_upstream_retained_messages_retained():
+    # Retain As Published [MQTT-3.3.1-13]: a message retained upstream while
+    # the bridge is up is retained on the gateway, and a later one replaces it
+    w = World(["cmd/# in 1"], level=5)
+    w.run(50)
+    assert w.bridge.up
+    u = w.open_on(w.up)
+    u.connect("ctl")
+    u.publish("cmd/a", b"v1", 1, pid=1, retain=True)
+    u.expect(PUBACK, 1)
+    w.run(50)
+    u.publish("cmd/a", b"v2", 1, pid=2, retain=True)
+    u.expect(PUBACK, 2)
+    w.run(50)
+    late = w.open_on(w.gw)
+    late.connect("late")
+    late.subscribe(1, [("cmd/#", 1)])
+    m = late.messages(1)[0]
+    assert m[:2] == (b"cmd/a", b"v2"), m
+    assert late.nothing()
+    assert w.gw.retained[b"cmd/a"][1] == b"v2"
+
+
+def test_out_and_in_rules_on_the_same_topics_at_mqtt5_use_no_local():
+    # mosquitto's usual layout: `x/# out 2` + `x/# in 2` rather than `both`;
+    # No Local on every `in` subscription [MQTT-3.8.3-3]: once [MQTT-4.3.3-2]
+    w = World(["x/# out 2", "x/# in 2"], level=5)
+    w.run(50)
+    assert w.bridge.up
+    local = w.open_on(w.gw)
+    local.connect("app")
+    local.subscribe(1, [("x/#", 2)])
+    node = w.open_on(w.gw)
+    node.connect("n1")
+    node.publish("x/a", b"once", 2, pid=1)
+    node.expect(PUBREC, 1)
+    node.ack(PUBREL, 1)
+    node.expect(PUBCOMP, 1)
+    w.run(200)
+    assert [m[1] for m in local.messages(1)] == [b"once"]
+    assert local.nothing()
+    assert w.bridge.sent == 1 and w.bridge.received == 0
+
+
+def test_every_failed_attempt_is_logged_with_its_reason():
+    # an operator sees why the uplink does not come up: refused, closed
+    # before CONNACK, lost
+    said = []
+    w = World(["s/# out 1"], gw_kw={"log": said.append})
+    w.down = True
+    w.run(20)
+    refused = [x for x in said if x.startswith("bridge up: cannot connect to 127.0.0.1:1883: ")]
+    assert refused and "111" in refused[0], said
+    n = len(said)
+    w.down = False
+    up_attach = w.up.attach
+    held = []
+    w.up.attach = held.append  # accepted, CONNECT sent, then closed unanswered
+    w.run(5)
+    assert held
+    for link in held:
+        link.close()
+    w.up.attach = up_attach
+    w.run(50)
+    assert any(x.startswith("bridge up: no CONNACK from 127.0.0.1:1883: ") for x in said[n:]), said
+    assert w.bridge.up
+    w.cut()
+    w.run(20)
+    assert any(x.startswith("bridge up: lost the link to 127.0.0.1:1883") for x in said), said
+
+
+def test_status_also_retained_on_the_gateway():
+    # as mosquitto's bridge: 0 until connected, 1 while up, 0 once lost
+    w = World(["s/# out 1"])
+    st = b"umqtt3/bridge/umqtt3-up/state"
+    w.run(1)
+    w.run(50)
+    assert w.bridge.up and w.gw.retained[st][1] == b"1"
+    app = w.open_on(w.gw)
+    app.connect("app")
+    app.subscribe(1, [("umqtt3/bridge/#", 1)])
+    assert [m[:2] for m in app.messages(1)] == [(st, b"1")]
+    w.cut()
+    w.run(20)
+    assert [m[:2] for m in app.messages(1)] == [(st, b"0")]
+    assert w.gw.retained[st][1] == b"0"
+    w.down = False
+    w.run(100)
+    assert [m[:2] for m in app.messages(1)] == [(st, b"1")]
+    assert w.up.retained[st][1] == b"1"  # upstream as before
+
+
+def test_in_at_mqtt5_forwards_the_properties_as_they_came():
+    # [MQTT-3.3.2-17] [MQTT-3.3.2-18] [MQTT-3.3.2-19] [MQTT-3.3.2-20]:
+    # request/response over the bridge needs Response Topic and
+    # Correlation Data; user properties in their order
+    from umqtt3 import props as P
+    from umqtt3.codec import encode_publish
+    from test_broker5_connect import sub5
+    raw = P.encode({P.PAYLOAD_FORMAT: 1, P.CONTENT_TYPE: "text/plain", P.RESPONSE_TOPIC: "r/t",
+                    P.CORRELATION_DATA: b"c1", P.USER_PROPERTY: [("k", "v"), ("a", "1")]})
+    w = World(["cmd/# in 1"], level=5)
+    w.run(50)
+    app = w.open_on(w.gw)
+    app.connect("app", level=5)
+    sub5(app, 1, [("cmd/#", 1)])
+    old = w.open_on(w.gw)
+    old.connect("old")
+    old.subscribe(1, [("cmd/#", 1)])
+    u = w.open_on(w.up)
+    u.connect("ctl", level=5)
+    u.put(encode_publish, "cmd/a", b"hi", 1, 1, False, False, 5, raw)
+    u.expect(PUBACK, 1)
+    w.run(50)
+    m = app.recv()
+    assert m.type == PUBLISH and bytes(m.payload) == b"hi"
+    assert bytes(m.buf[m.props_off:m.props_off + m.props_len]) == raw
+    assert [x[:2] for x in old.messages(1)] == [(b"cmd/a", b"hi")]  # 3.1.1: none
+
+
+def test_out_at_mqtt5_forwards_the_properties_as_they_came():
+    # both ways the same [MQTT-3.3.2-17..20]: straight to the client (uplink
+    # up) and through the queue (uplink down first), QoS 0 and 1
+    from umqtt3 import props as P
+    from umqtt3.codec import encode_publish
+    from test_broker5_connect import sub5
+    raw = P.encode({P.CONTENT_TYPE: "text/plain", P.RESPONSE_TOPIC: "r/t",
+                    P.CORRELATION_DATA: b"c1", P.USER_PROPERTY: [("k", "v")]})
+    for down in (False, True):
+        w = World(["x/# out 1"], level=5)
+        w.run(50)
+        w.side = w.up
+        far = Raw(w, transport=w)
+        far.connect("far", level=5)
+        sub5(far, 1, [("x/#", 1)])
+        if down:
+            w.cut()
+            w.run(10)
+        node = w.open_on(w.gw)
+        node.connect("n5", level=5)
+        node.put(encode_publish, "x/a", b"q1", 1, 1, False, False, 5, raw)
+        node.expect(PUBACK, 1)
+        node.put(encode_publish, "x/b", b"q0", 0, 0, False, False, 5, raw)
+        w.down = False
+        w.run(300)
+        got = []
+        for _ in range(2):
+            m = far.recv()
+            assert m.type == PUBLISH, m.type
+            got.append((bytes(m.topic), bytes(m.buf[m.props_off:m.props_off + m.props_len])))
+            if m.qos:
+                far.ack(PUBACK, m.pid)
+        if down:  # waiting, QoS 0 and 1 keep no order between them
+            got.sort()
+        assert got == [(b"x/a", raw), (b"x/b", raw)], (down, got)
