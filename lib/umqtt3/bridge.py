@@ -122,7 +122,7 @@ DEFAULTS = {  # type: dict
 
 
 # what the settings take (docs/bridge.md's settings table)
-MAX_WINDOW = 1024  # the upstream client's RAM pool (start()) is 1 KiB shared by the window
+MAX_WINDOW = 1024  # in flight upstream at most: 13 bytes of RAM a slot in the client's MemoryStore
 MIN_KEEPALIVE = 5  # seconds; lower (0: off) is raised to it, as mosquitto does
 
 
