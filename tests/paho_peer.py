@@ -2,7 +2,9 @@
 
     r = responder(port, "req/topic", "client-id")  # answers MQTT 5 requests
     ...; r.disconnect(); r.loop_stop()
+    w = Watch(port, "site/#")  # an MQTT 5 subscriber: w.take(n), w.close()
 """
+import queue
 import time
 
 HOST = "127.0.0.1"
@@ -29,3 +31,52 @@ def responder(port, topic, client_id):
     r.subscribe(topic, qos=1)
     time.sleep(0.3)  # (its SUBACK: no request before it)
     return r
+
+
+class Watch:
+    """A paho MQTT 5 subscriber to topic at QoS 2 (what the broker grants),
+    subscribed before the constructor returns; take(n) the (topic, payload,
+    qos, retain) of what came. session_expiry: a persistent session (and
+    paho reconnecting quickly), so that what the broker takes while it is
+    away waits for it."""
+
+    def __init__(self, port, topic="site/#", client_id=None, session_expiry=None):
+        import paho.mqtt.client as mqtt
+        self.got = queue.Queue()
+        self.ready = False
+        c = self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2,
+                                 client_id=client_id or "watch%d" % port, protocol=mqtt.MQTTv5)
+        c.on_connect = lambda c, u, f, rc, p: c.subscribe(topic, 2)
+        c.on_subscribe = lambda *a: setattr(self, "ready", True)
+        c.on_message = lambda c, u, m: self.got.put((m.topic, bytes(m.payload), m.qos,
+                                                     m.retain))
+        props = None
+        if session_expiry is not None:
+            from paho.mqtt.properties import Properties
+            from paho.mqtt.packettypes import PacketTypes
+            c.reconnect_delay_set(0.1, 0.5)
+            props = Properties(PacketTypes.CONNECT)
+            props.SessionExpiryInterval = session_expiry
+        c.connect(HOST, port, keepalive=10, clean_start=session_expiry is None, properties=props)
+        c.loop_start()
+        self.wait()
+
+    def wait(self):
+        end = time.monotonic() + 10
+        while not self.ready and time.monotonic() < end:
+            time.sleep(0.01)
+        assert self.ready, "the watcher did not subscribe"
+
+    def take(self, n, seconds=20):
+        out = []
+        end = time.monotonic() + seconds
+        while len(out) < n and time.monotonic() < end:
+            try:
+                out.append(self.got.get(timeout=0.1))
+            except queue.Empty:
+                pass
+        return out
+
+    def close(self):
+        self.c.disconnect()
+        self.c.loop_stop()

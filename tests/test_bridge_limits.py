@@ -8,7 +8,6 @@
 # never one larger than the upstream takes; what is too large is dropped,
 # counted in $SYS/broker/bridge/NAME/too_large and logged, and never holds
 # up the messages behind it.
-import queue
 import subprocess
 import time
 
@@ -17,49 +16,12 @@ import pytest
 from mosq import MOSQUITTO
 from tools.procs import free_port, start, stop, umqtt3_broker_cmd
 from umqtt3.client import MQTTClient
+from paho_peer import Watch  # tests/paho_peer.py
 
 mqtt = pytest.importorskip("paho.mqtt.client")
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not MOSQUITTO, reason="no mosquitto")]
 
 LIMITS = ["max_qos 1", "retain_available false", "max_packet_size 300"]
-
-
-class Watch:
-    """The upstream subscriber: paho at MQTT 5, QoS 2 asked (granted 1)."""
-
-    def __init__(self, port, topic="site/#"):
-        self.got = queue.Queue()
-        c = self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="watch%d" % port,
-                                 protocol=mqtt.MQTTv5)
-        self.ready = False
-
-        def on_sub(c, u, mid, rcs, p):
-            self.ready = True
-
-        c.on_connect = lambda c, u, f, rc, p: c.subscribe(topic, 2)
-        c.on_subscribe = on_sub
-        c.on_message = lambda c, u, m: self.got.put((m.topic, bytes(m.payload), m.qos,
-                                                     m.retain))
-        c.connect("127.0.0.1", port, keepalive=10)
-        c.loop_start()
-        end = time.monotonic() + 10
-        while not self.ready and time.monotonic() < end:
-            time.sleep(0.01)
-        assert self.ready, "the watcher did not subscribe"
-
-    def take(self, n, seconds=15):
-        out = []
-        end = time.monotonic() + seconds
-        while len(out) < n and time.monotonic() < end:
-            try:
-                out.append(self.got.get(timeout=0.1))
-            except queue.Empty:
-                pass
-        return out
-
-    def close(self):
-        self.c.disconnect()
-        self.c.loop_stop()
 
 
 def _conf(tmp_path, up_port, extra="bridge_protocol_version mqttv50\n"):

@@ -13,7 +13,6 @@
 # gateway with and without a store; then against Debian's mosquitto,
 # stopped while a node publishes and started again with the limits in its
 # configuration.
-import queue
 import select
 import socket
 import subprocess
@@ -30,6 +29,7 @@ from umqtt3.bridge import install
 from umqtt3.client import MQTTClient
 from umqtt3.codec import PUBACK, PUBREC, PUBREL, PUBCOMP
 from umqtt3.transport import Pipe, Closed
+from paho_peer import Watch  # tests/paho_peer.py
 
 MAX_QOS1 = b"\x24\x01"  # CONNACK properties: Maximum QoS 1
 MAX_QOS0 = b"\x24\x00"
@@ -284,49 +284,6 @@ except ImportError:
     mqtt = None
 
 
-class Watch:
-    """A paho subscriber on the upstream at MQTT 5 with a persistent
-    session, so that what the upstream takes while it is away waits for it."""
-
-    def __init__(self, port):
-        from paho.mqtt.properties import Properties
-        from paho.mqtt.packettypes import PacketTypes
-        self.got = queue.Queue()
-        self.ready = False
-        c = self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="watch",
-                                 protocol=mqtt.MQTTv5)
-        c.reconnect_delay_set(0.1, 0.5)
-        c.on_connect = lambda c, u, f, rc, p: c.subscribe("s/#", 2)
-        c.on_subscribe = lambda *a: setattr(self, "ready", True)
-        c.on_message = lambda c, u, m: self.got.put((m.topic, bytes(m.payload), m.qos,
-                                                     m.retain))
-        props = Properties(PacketTypes.CONNECT)
-        props.SessionExpiryInterval = 3600
-        c.connect("127.0.0.1", port, keepalive=10, clean_start=False, properties=props)
-        c.loop_start()
-        self.wait()
-
-    def wait(self):
-        end = time.monotonic() + 10
-        while not self.ready and time.monotonic() < end:
-            time.sleep(0.01)
-        assert self.ready, "the watcher did not subscribe"
-
-    def take(self, n, seconds=20):
-        out = []
-        end = time.monotonic() + seconds
-        while len(out) < n and time.monotonic() < end:
-            try:
-                out.append(self.got.get(timeout=0.1))
-            except queue.Empty:
-                pass
-        return out
-
-    def close(self):
-        self.c.disconnect()
-        self.c.loop_stop()
-
-
 def _sys(port, name, want, seconds=10):
     got = []
     c = MQTTClient("sys%d" % free_port(), "127.0.0.1", port)
@@ -357,7 +314,7 @@ def test_mosquitto_restarted_with_lower_limits_gets_what_was_held(broker_factory
     # each message reaches the upstream's subscriber once, lowered, and the
     # one larger than max_packet_size is counted in too_large
     up = broker_factory(persistence=True)
-    watch = Watch(up.port)
+    watch = Watch(up.port, "s/#", "watch", 3600)
     port = free_port()
     conf = tmp_path / "bridge.conf"
     conf.write_text("connection up\naddress 127.0.0.1:%d\ntopic s/# out 2\n"
@@ -478,7 +435,7 @@ def test_mosquitto_that_holds_the_id_takes_the_lowered_qos2_message_once(broker_
     # upstream, which hands on at PUBLISH, does show it,
     # tests/test_bridge_crash_lower.py.)
     up = broker_factory(persistence=True)
-    watch = Watch(up.port)
+    watch = Watch(up.port, "s/#", "watch", 3600)
     proxy = Proxy(up.port)
     port = free_port()
     conf = tmp_path / "bridge.conf"
