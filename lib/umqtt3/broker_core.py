@@ -363,7 +363,9 @@ class Core(Stats):
     def fail(self, c, e):
         """c broke the protocol (e: the codec's MQTTError): closed, with a
         DISCONNECT carrying e's reason code at MQTT 5 [MQTT-4.13.1-1]."""
-        self.disconnect(c, ("quota exceeded: " if e.code == 0x97 else "protocol error: ") + e.reason, True, e.code)
+        # (0x97: a bridge's full queue refused the message, no error of c's)
+        why = "quota exceeded: " if e.code == 0x97 else "protocol error: "  # [MQTT-4.8.0-1]
+        self.disconnect(c, why + e.reason, True, e.code)
 
     def disconnect(self, c, why, will, rc=0):
         """Close a connection; publish its will when `will` and it has one
