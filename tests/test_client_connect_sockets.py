@@ -48,6 +48,11 @@ class _Server:
                 self.held.append(s)
 
     def close(self):
+        try:
+            # wakes the accept() (closing alone leaves it blocked on Linux)
+            self.ls.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.ls.close()
         for s in self.held:
             s.close()
