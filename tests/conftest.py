@@ -35,6 +35,30 @@ def broker(broker_factory):
 
 
 @pytest.fixture
+def v5(request):
+    """v5(port, client_id, **kw) -> an MQTT 5 MQTTClient on 127.0.0.1, not
+    yet connected; disconnected at teardown. Its timeout_ms defaults to the
+    test module's V5_TIMEOUT_MS (5000 when the module sets none)."""
+    from umqtt3.client import MQTTClient
+    timeout = getattr(request.module, "V5_TIMEOUT_MS", 5000)
+    made = []
+
+    def mk(port, cid, **kw):
+        kw.setdefault("timeout_ms", timeout)
+        c = MQTTClient(cid, "127.0.0.1", port, level=5, **kw)
+        made.append(c)
+        return c
+
+    yield mk
+    for c in made:
+        c.reconnect = False
+        try:
+            c.disconnect()
+        except Exception:
+            pass
+
+
+@pytest.fixture
 def busy_port():
     """A port something listens on."""
     s = socket.socket()

@@ -10,7 +10,6 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
 
-from umqtt3.client import MQTTClient  # noqa: E402
 from umqtt3.codec import MQTTError  # noqa: E402
 from umqtt3.flow import Busy  # noqa: E402
 from umqtt3 import client5, props  # noqa: E402
@@ -18,25 +17,6 @@ import paho_peer  # noqa: E402  (tests/paho_peer.py)
 
 pytestmark = pytest.mark.interop
 HOST = "127.0.0.1"
-
-
-@pytest.fixture
-def v5(request):
-    made = []
-
-    def mk(port, cid, **kw):
-        kw.setdefault("timeout_ms", 5000)
-        c = MQTTClient(cid, HOST, port, level=5, **kw)
-        made.append(c)
-        return c
-
-    yield mk
-    for c in made:
-        c.reconnect = False
-        try:
-            c.disconnect()
-        except Exception:
-            pass
 
 
 class Paho:
