@@ -545,3 +545,28 @@ def test_link_stream_methods_cpython():
     finally:
         a.close()
         b.close()
+
+
+def test_a_failed_name_lookup_raises_its_own_error():
+    # compat.aio's lookup (the bridge dials its upstream through it) hands
+    # on the resolver's error with its errno and words, so that the
+    # gateway's log says why; a one-argument OSError(n) has no errno on
+    # CPython and says only the number
+    if compat.socket is None:  # the WebAssembly port has no sockets
+        _cpython_only()
+    from umqtt3.compat.aio import lookup_start, lookup_done
+    r = lookup_start("no-such-host.invalid", 1883)  # [RFC 2606]: never resolves
+    deadline = ticks_add(compat.ticks_ms(), 30000)
+    err = None
+    while err is None:
+        try:
+            ai = lookup_done(r)
+        except OSError as e:
+            err = e
+        else:
+            assert ai is None, "resolved a .invalid name: %r" % (ai,)
+            assert ticks_diff(deadline, compat.ticks_ms()) > 0, "the lookup never ended"
+            compat.sleep_ms(10)
+    assert err.errno, err.args
+    if not MICROPYTHON:
+        assert err.strerror, err.args  # the resolver's words, for the log

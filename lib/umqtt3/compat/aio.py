@@ -9,9 +9,10 @@ from .dial_steps import dial_start, dial_addr, dial_done, tls_start, tls_step  #
 
 def lookup_done(r):
     """The getaddrinfo() entry of a lookup_start() once it is there, None
-    while it runs; OSError when the name does not resolve."""
+    while it runs; the lookup's own OSError (its errno and text) when the
+    name does not resolve."""
     if r[1] is not None:
-        raise OSError(r[1])
+        raise r[1]
     return r[0]
 
 
@@ -46,7 +47,7 @@ if MICROPYTHON:
         try:
             r[0] = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)[0]
         except OSError as e:
-            r[1] = e.errno or 2
+            r[1] = e
         return r
 
     def tls_client(cafile):

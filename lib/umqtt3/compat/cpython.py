@@ -477,14 +477,16 @@ def current_task():
 def lookup_start(host, port):
     """The name lookup of host:port in a worker thread, so that the
     caller's loop (the gateway's bridges) goes on meanwhile; compat.aio's
-    lookup_done() reads the result: [getaddrinfo entry, errno]."""
+    lookup_done() reads the result: [getaddrinfo entry, OSError]."""
     import threading
     r = [None, None]  # type: list
 
     def look():
         try:
             r[0] = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)[0]
-        except (OSError, UnicodeError) as e:
-            r[1] = getattr(e, "errno", None) or 2
+        except OSError as e:
+            r[1] = e  # socket.gaierror: its errno and its words
+        except UnicodeError as e:  # a name IDNA cannot encode
+            r[1] = OSError(2, str(e))
     threading.Thread(target=look, daemon=True).start()
     return r
