@@ -107,7 +107,7 @@ def test_a_plain_client_gets_its_own_messages_back():
 
 @pytest.mark.parametrize("level_byte", [0x84, 0x83])
 def test_a_bridge_gets_live_retained_messages_retained_MQTT_3_3_1_9(level_byte):
-    # Retain As Published for a bridge [MQTT-3.3.1-12 (5.0)]: another
+    # Retain As Published for a bridge [MQTT-3.3.1-13 (5.0)]: another
     # client's live retained message reaches the bridge with RETAIN 1, a
     # plain subscriber with RETAIN 0 [MQTT-3.3.1-9], at each QoS
     with running() as b, Raw(b) as br, Raw(b) as plain, Raw(b) as pub:

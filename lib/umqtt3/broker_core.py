@@ -966,7 +966,7 @@ class Core(Stats):
                 # a bridge's subscription is no local and retain as
                 # published, as mosquitto makes it: its own messages do not
                 # come back [MQTT-3.8.3-3 (5.0)], live ones keep their
-                # RETAIN flag [MQTT-3.3.1-12 (5.0)]; kept in the options
+                # RETAIN flag [MQTT-3.3.1-13 (5.0)]; kept in the options
                 # byte, so the store keeps them too
                 o |= 12
             gr = c.grants

@@ -96,7 +96,7 @@ def test_forward_to_a_bridge_qos2_allocates_nothing():
 
 
 def test_a_bridge_gets_live_retained_messages_retained():
-    # Retain As Published [MQTT-3.3.1-12 (5.0)]: a live retained message
+    # Retain As Published [MQTT-3.3.1-13 (5.0)]: a live retained message
     # reaches the bridge with RETAIN 1, a plain 3.1.1 subscriber with
     # RETAIN 0 [MQTT-3.3.1-9]; the bridge's own does not come back
     b = _broker()
