@@ -130,6 +130,29 @@ def test_a_bridge_gets_live_retained_messages_retained_MQTT_3_3_1_9(level_byte):
         assert [m[:4] for m in br.messages(1)] == [(b"a/r1", b"v", 1, True)]
 
 
+def test_a_bridge_leaves_the_topic_memo_on_and_no_local_holds():
+    # CPython remembers what a topic matched (Subs.memo): a bridge's No
+    # Local subscriptions do not turn that off for every topic; what the
+    # bridge publishes itself is matched again, without its own copy
+    with running() as b, Raw(b) as br, Raw(b) as plain, Raw(b) as pub:
+        if b.subs.memo is None:
+            pytest.skip("no topic memo here")
+        assert _connect(br, "up.br", 0x84).rc == 0
+        assert _connect(plain, "plain", 4).rc == 0
+        assert _connect(pub, "pub", 4).rc == 0
+        assert _subscribe(br, 1, "a/#", 0)[0] == b"\x00"
+        assert _subscribe(plain, 1, "a/#", 0)[0] == b"\x00"
+        for payload in (b"1", b"2"):
+            pub.publish("a/t", payload)
+            assert [m[:2] for m in br.messages(1)] == [(b"a/t", payload)]
+            assert [m[:2] for m in plain.messages(1)] == [(b"a/t", payload)]
+            assert b"a/t" in b.subs.memo
+        assert _publish_own(br, "a/t", b"own", 0, 0) == []
+        assert [m[:2] for m in plain.messages(1)] == [(b"a/t", b"own")]
+        pub.publish("a/t", b"3")
+        assert [m[:2] for m in br.messages(1)] == [(b"a/t", b"3")]
+
+
 def test_bridge_bit_at_mqtt5_closes_without_connack_as_mosquitto_MQTT_3_1_2_2():
     # 0x85 is no protocol level [MQTT-3.1.2-2]: mosquitto 2.0.11 closes a
     # well-formed MQTT 5 CONNECT at 0x85 without a CONNACK (a protocol
