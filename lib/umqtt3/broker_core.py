@@ -97,6 +97,9 @@ class Connection:
     v5 = None  # broker5.V5 at MQTT 5 (what the client asked for); a class
     # attribute, so a 3.1.1 connection holds no slot for it
     grants = None  # broker_acl.Grants, when the broker has an ACL
+    # a broker's bridge: a 3.1/3.1.1 CONNECT with the level's bridge bit
+    # (codec_server.decode_connect); set on the instance for one only
+    bridge = False
 
     def __init__(self, conn, peer, now):
         self.conn = conn  # transport.Conn: the buffers
@@ -675,6 +678,8 @@ class Core(Stats):
         c.cid = cid
         c.sess = s
         c.state = CONNECTED
+        if p.bridge:
+            c.bridge = True
         self.connected += 1
         ka = p.keepalive
         ska = -1
@@ -699,8 +704,9 @@ class Core(Stats):
         if gone:
             self._save(s)  # no end on disk while a client is connected
         if self.log is not None:
-            self._log("connect %s from %s (clean %d, keepalive %d)",
-                      (cid.decode(), c.peer, p.clean, p.keepalive))
+            self._log("connect %s from %s (%sclean %d, keepalive %d)",
+                      (cid.decode(), c.peer, "bridge, " if c.bridge else "", p.clean,
+                       p.keepalive))
 
     def _will_resumed(self, cid, clean):
         """A client connects with the id of a delayed will: the session
@@ -956,6 +962,13 @@ class Core(Stats):
             if p.buf[p.f_off] == 36:
                 sh = shared_at(p.buf[p.f_off:p.f_off + p.f_len])
             o = p.opts if v5 else p.opts & 3
+            if c.bridge:
+                # a bridge's subscription is no local and retain as
+                # published, as mosquitto makes it: its own messages do not
+                # come back [MQTT-3.8.3-3 (5.0)], live ones keep their
+                # RETAIN flag [MQTT-3.3.1-13 (5.0)]; kept in the options
+                # byte, so the store keeps them too
+                o |= 12
             gr = c.grants
             ff = None if gr is None or sh < 0 else bytes(p.buf[p.f_off + sh:p.f_off + p.f_len])
             if sh < 0:

@@ -204,14 +204,17 @@ class Subs:
         key = bytes(tsrc[toff:toff + tn])
         e = memo.get(key)
         if e is None:
-            n = self._scan(tsrc, toff, tn, src)
-            if self.local:
-                return n  # what it gets depends on who publishes: not kept
-            e = (self.hit[:n], bytes(self.hq[:n]))
+            # kept as anyone but a subscriber gets it: no local matters
+            # only when the publisher is among the hits (a bridge's
+            # subscriptions all have it: its topics are kept too)
+            n = self._scan(tsrc, toff, tn, None)
+            e = (self.hit[:n], bytes(self.hq[:n]), self.local)
             self.release(n)
             if len(memo) >= TOPIC_MEMO:
                 memo.clear()
             memo[key] = e
+        if e[2] and src is not None and src in e[0]:
+            return self._scan(tsrc, toff, tn, src)  # what it gets depends on who publishes
         # the remembered lists, read-only, until release()
         self.hit = e[0]
         self.hq = e[1]

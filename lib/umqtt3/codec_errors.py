@@ -66,4 +66,5 @@ TEXT = (
     "string too long",  # 58 _E_PROP_STRING_LONG
     "bad property value",  # 59 _E_PROP_VALUE
     "bad reason code",  # 60 _E_REASON_CODE
+    "bridge bit at MQTT 5",  # 61 _E_BRIDGE_5
 )

@@ -48,6 +48,7 @@ _E_WILL_FLAGS = const(41)
 _E_EMPTY_WILL = const(42)
 _E_WILL_WILDCARD = const(43)
 _E_CONNECT_TAIL = const(44)
+_E_BRIDGE_5 = const(61)
 
 
 def encode_filters(buf, off, first, pid, topics, level=4, props=None):
@@ -157,7 +158,7 @@ def decode_connect(pkt, buf, i, end):
     if i + 4 > end:
         fail(_E_CONNECT_TRUNCATED)
     nl = i - n0
-    level = buf[i] & 0x7F  # 0x80 is the bridge bit some brokers send
+    level = buf[i] & 0x7F  # 0x80: the bridge bit, below
     name_mqtt = nl == 4 and buf[n0] == 77 and buf[n0 + 1] == 81 and buf[n0 + 2] == 84 and buf[n0 + 3] == 84
     name_31 = nl == 6 and buf[n0] == 77 and buf[n0 + 1] == 81 and buf[n0 + 2] == 73 and \
         buf[n0 + 3] == 115 and buf[n0 + 4] == 100 and buf[n0 + 5] == 112
@@ -165,6 +166,14 @@ def decode_connect(pkt, buf, i, end):
         fail(_E_PROTOCOL_NAME, PROTOCOL_ERROR)
     if not ((name_mqtt and (level == 4 or level == 5)) or (name_31 and level == 3)):
         fail(_E_PROTOCOL_LEVEL, BAD_PROTOCOL_VERSION)
+    # The bridge bit (0x83, 0x84): a broker's bridge, as mosquitto's
+    # try_private sends it, which the broker serves as mosquitto does
+    # (Core._subscribe). Not an MQTT 5 level [MQTT-3.1.2-2]: mosquitto
+    # 2.0.11 closes a well-formed 0x85 CONNECT without a CONNACK, and so
+    # does this (a protocol error). pkt.bridge is a server's field only.
+    pkt.bridge = buf[i] > 0x7F
+    if pkt.bridge and level == 5:
+        fail(_E_BRIDGE_5, PROTOCOL_ERROR)
     pkt.level = level
     fl = buf[i + 1]
     if fl & 1 and level > 3:

@@ -573,6 +573,19 @@ def test_unknown_protocol_level_0x84():
         assert e.code == BAD_VERSION
 
 
+def test_bridge_bit_kept_apart_from_the_level_MQTT_3_1_2_2():
+    # mosquitto's bridges set 0x80 on the level (try_private): the level is
+    # the rest, the bit pkt.bridge; at level 5 it is a protocol error, as
+    # mosquitto 2.0.11 treats a well-formed 0x85 CONNECT (closed, no CONNACK)
+    for name, level in ((b"MQTT", 4), (b"MQIsdp", 3)):
+        for bit in (0, 0x80):
+            p = dec(frame(0x10, s16(name) + bytes([level | bit, 2]) + b"\x00\x3c" + s16(b"c")))
+            assert p.level == level and p.bridge == (bit != 0)
+    bad(frame(0x10, s16(b"MQTT") + b"\x85\x02\x00\x3c\x00" + s16(b"c")), code=PROTOCOL_ERROR)
+    p = dec(frame(0x10, s16(b"MQTT") + b"\x05\x02\x00\x3c\x00" + s16(b"c")))
+    assert p.level == 5 and not p.bridge
+
+
 def test_connect_client_id_rules_MQTT_3_1_3_7():
     # 3.1.1: an empty client id needs CleanSession 1 [MQTT-3.1.3-7]; 3.1:
     # 1..23 characters; 5.0: the server may assign one, any Clean Start

@@ -332,8 +332,9 @@ def check_fields(pkt, data, obj, level):
 
 def _check_connect(pkt, obj):
     lv = obj.get("protocolVersion", 4)
-    # the 0x80 "bridge" bit (bridgeMode) is accepted and not reported
+    # the 0x80 "bridge" bit (bridgeMode) is kept apart from the level
     _eq("protocolVersion", pkt.level, lv & 0x7F)
+    _eq("bridge bit", pkt.bridge, bool(obj.get("bridgeMode")))
     if obj.get("protocolId"):
         _eq("protocolId", "MQIsdp" if pkt.level == 3 else "MQTT", obj["protocolId"])
     _eq("clean", pkt.clean, obj.get("clean", True))
