@@ -56,8 +56,8 @@ def test_a_file_with_two_connections():
     ("connection x\ntopic a\nbridge_keyfile c.key", "bridge x: certfile and keyfile go together"),
     ("connection x\ntopic a\nbridge_certfile c.pem\nbridge_keyfile c.key",
      "bridge x: certfile needs cafile"),
-    ("connection x\ntopic a\ntry_private true", "try_private true: not supported; the bridge "
-                                                 "connects as a plain client"),
+    ("connection x\ntopic a\ntry_private maybe", "line 3: try_private: 'maybe' is not true or "
+                                                  "false"),
     ("connection x\ntopic a\nbridge_insecure true", "bridge_insecure true: not supported; "
                                                      "the upstream's name is always checked"),
     ("connection x\ntopic a\nstart_type lazy", "start_type lazy: not supported"),
@@ -120,11 +120,11 @@ def test_client_certificate_files_are_read_at_start_up(tmp_path):
 def test_lines_that_say_what_the_bridge_does_anyway_are_accepted():
     # a mosquitto bridge section as users copy it starts: these lines say
     # what this bridge always does; bridge_outgoing_retain false is kept
-    (c,) = parse("connection x\naddress h\ntopic a out 1\ntry_private false\n"
+    (c,) = parse("connection x\naddress h\ntopic a out 1\n"
                  "bridge_insecure false\nstart_type automatic\n"
                  "bridge_attempt_unsubscribe false\nbridge_outgoing_retain false\n")
     assert c["outgoing_retain"] is False
-    for k in ("try_private", "bridge_insecure", "start_type", "bridge_attempt_unsubscribe"):
+    for k in ("bridge_insecure", "start_type", "bridge_attempt_unsubscribe"):
         assert k not in c
     (c,) = parse("connection x\ntopic a\nbridge_outgoing_retain true\n")
     assert c["outgoing_retain"] is True

@@ -145,8 +145,11 @@ def test_a_relayed_message_is_not_acknowledged_upstream_when_the_next_queue_is_f
 def test_two_both_bridges_at_311_do_not_pass_echoes_on():
     # At 3.1.1 each upstream sends the bridge its own message back (no No
     # Local); that echo must not go up the other bridge, whose upstream
-    # would echo it back in turn: one node message, once to each upstream
-    w = Relay(None, {"rules": ["x/# both 1"]}, {"rules": ["x/# both 1"]}, down2=False)
+    # would echo it back in turn: one node message, once to each upstream.
+    # Plain 3.1.1 connections (try_private false); the bridge bit's case is
+    # tests/test_bridge_private.py's
+    w = Relay(None, {"rules": ["x/# both 1"], "try_private": False},
+              {"rules": ["x/# both 1"], "try_private": False}, down2=False)
     w.run(50)
     assert w.a.up and w.b.up
     subs = []
@@ -175,8 +178,9 @@ def test_two_both_bridges_at_311_do_not_pass_echoes_on():
 
 def test_a_relay_from_one_upstream_to_another_still_goes_at_311(tmp_path):
     # only a possible echo stays local: a's `in` topic that a does not
-    # send up goes on up b
-    w = Relay(None, {"rules": ["r/# in 1"]}, {"rules": ["r/# both 1"]}, down2=False)
+    # send up goes on up b (plain 3.1.1 connections, as above)
+    w = Relay(None, {"rules": ["r/# in 1"], "try_private": False},
+              {"rules": ["r/# both 1"], "try_private": False}, down2=False)
     w.run(50)
     w.side = w.up2
     far = Raw(w, transport=w)

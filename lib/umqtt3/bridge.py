@@ -16,8 +16,9 @@
 # refused before anybody got it); step(now) once per poll step (the
 # upstream clients' I/O and the forwarding); sys(pub) with the $SYS figures;
 # close(). The upstream side is umqtt3.client.MQTTClient, used through its
-# public API only: it does the upstream I/O and keeps what it took in its
-# own store until the upstream broker acknowledged it. The bridge dials
+# public API only (a subclass of it adds mosquitto's bridge bit to CONNECT,
+# _up_class): it does the upstream I/O and keeps what it took in its own
+# store until the upstream broker acknowledged it. The bridge dials
 # itself, without blocking the broker's loop (compat.aio: a TCP connect
 # checked each step, the TLS handshake run step by step), with its own
 # backoff, and hands the connected socket to the client.
@@ -109,6 +110,7 @@ DEFAULTS = {  # type: dict
     "keyfile": None,  # its private key (PEM file)
     "level": 4,  # 4: MQTT 3.1.1, 5: MQTT 5 (no local for `both`)
     "outgoing_retain": True,  # False: nothing goes up retained (the status and will too)
+    "try_private": True,  # at 3.1.1: CONNECT with mosquitto's bridge bit (level | 0x80)
     "keepalive": 60,
     "backoff_ms": (500, 30000),
     "timeout_ms": 3000,  # dialling (TCP and TLS), CONNACK and the answers awaited
@@ -170,8 +172,9 @@ def settings(cfg, files=True):
         # MQTT 3.1.1 has no password without a user name [MQTT-3.1.2-22]
         raise ValueError("bridge %s: a password needs a user name at MQTT 3.1.1 "
                          "(remote_username, or mqttv50)" % name)
-    if not isinstance(c["outgoing_retain"], bool):
-        raise ValueError("bridge %s: outgoing_retain must be true or false" % name)
+    for k in ("outgoing_retain", "try_private"):
+        if not isinstance(c[k], bool):
+            raise ValueError("bridge %s: %s must be true or false" % (name, k))
     # Keep Alive is a Two Byte Integer (3.1.1 section 3.1.2.10); a bridge
     # never goes without one: a hung upstream would never be noticed
     if _whole(c, "keepalive", 0, 65535, name) < MIN_KEEPALIVE:
@@ -275,6 +278,10 @@ class Bridge:
         self.w_retain = cfg["outgoing_retain"]
         self.w_qos = 1
         self.retain = cfg["outgoing_retain"]  # False: messages go up without the flag
+        # whether the upstream may send the bridge its own messages back: at
+        # 3.1.1 without the bridge bit (try_private false, or refused); see
+        # Hub.route and _private
+        self.echo = cfg["level"] == 4 and not cfg["try_private"]
 
     # ------------------------------------------------------------ out
     def match(self, r):
@@ -657,7 +664,6 @@ class Bridge:
 
     # ------------------------------------------------------------ the link
     def start(self):
-        from .client import MQTTClient
         cfg = self.cfg
         # reconnect=False: the client never dials by itself (it would block
         # the broker's loop); step() dials and hands it the socket. While
@@ -675,13 +681,15 @@ class Bridge:
             w = cfg["window"]
             pool = size if size > 1024 else 1024
             cs = MemoryStore(w, (pool + w - 1) // w, cfg["inflight_in"])
-        c = self.client = MQTTClient(
+        c = self.client = _up_class()(
             cfg["client_id"], cfg["host"], cfg["port"], cfg["user"], cfg["password"],
             cfg["keepalive"], cfg["tls"], level=cfg["level"], store=cs,
             window=cfg["window"], bufsize=size, reconnect=False,
             timeout_ms=cfg["timeout_ms"], backoff_ms=cfg["backoff_ms"],
             session_expiry=0xFFFFFFFF if cfg["level"] == 5 else None,
             connect_link=cfg["link"])
+        if cfg["try_private"] and cfg["level"] == 4:
+            c.bit = 0x80  # until the upstream refuses it (_private)
         c.set_callback(self._in, True)
         c.set_sync(self._sync)
         c.lower = self._lower  # what it holds goes within the next connection's limits
@@ -813,11 +821,12 @@ class Bridge:
                 # id, ...): asked again after the backoff, as the
                 # upstream may be put right meanwhile
                 self.refusals += 1
-                log = self.core.log
-                if log is not None:
-                    log("bridge %s: the upstream refused the connection (%d)"
-                        % (self.name, e.code))
-                self._refused(e.code)
+                if not self._private(e.code):
+                    log = self.core.log
+                    if log is not None:
+                        log("bridge %s: the upstream refused the connection (%d)"
+                            % (self.name, e.code))
+                    self._refused(e.code)
             self._down(now)
         return n
 
@@ -833,6 +842,24 @@ class Bridge:
                 "no CONNACK from" if self.linked else "cannot connect to",
                 cfg["host"], self.client.port, e))
         self._down(now)
+
+    def _private(self, rc):
+        # True when the upstream refused the bridge bit: a 3.1.1 CONNACK
+        # 0x01, unacceptable protocol version [MQTT-3.1.2-2], to a CONNECT
+        # that carried it. As mosquitto's bridge, every later attempt goes
+        # without it, for the life of the process, and the upstream may
+        # then echo (Hub.route). A link closed before CONNACK is no such
+        # answer (a network drop looks the same): see docs/bridge.md.
+        c = self.client
+        if rc != 1 or not c.bit:
+            return False
+        c.bit = 0
+        self.echo = True
+        log = self.core.log
+        if log is not None:
+            log("bridge %s: the upstream does not take the bridge protocol (try_private); "
+                "connecting as a plain client" % self.name)
+        return True
 
     def _refused(self, rc):
         # An MQTT 5 upstream refuses a will it cannot keep: retained where
@@ -900,9 +927,10 @@ class Bridge:
         # retained keeps its flag [MQTT-3.3.1-13] (else cleared
         # [MQTT-3.3.1-12]), so that _in retains it here too and a node
         # that subscribes later gets the last value, as through
-        # mosquitto's bridge. (At 3.1.1 only what the upstream holds
-        # retained when the subscription is made comes with the flag
-        # [MQTT-3.3.1-8] [MQTT-3.3.1-9].)
+        # mosquitto's bridge. At 3.1.1 the bridge bit (try_private) asks
+        # an upstream that knows it for both, per connection; without it
+        # only what the upstream holds retained when the subscription is
+        # made comes with the flag [MQTT-3.3.1-8] [MQTT-3.3.1-9].
         o = 12 if self.cfg["level"] == 5 else 0
         try:
             self.pid = c.subscribe_start(rule.rf, rule.qos | o)
@@ -934,6 +962,45 @@ class Bridge:
                 pass
             if up:
                 self._state(b"0")
+
+
+_Up = None  # the upstream client's class, made by _up_class
+
+
+def _up_class():
+    # MQTTClient that at 3.1.1 connects as mosquitto's bridges do with
+    # try_private: the CONNECT's protocol level with its high bit set (0x84).
+    # An upstream that knows it treats the bridge's subscriptions as No
+    # Local and Retain As Published; one that does not answers CONNACK
+    # 0x01 (Bridge._private). Made when the first bridge starts, where the
+    # client is loaded anyway: importing bridge (a settings check) loads
+    # no client.
+    global _Up
+    if _Up is None:
+        from .client import MQTTClient
+
+        class Up(MQTTClient):
+            bit = 0  # 0x80: the bridge bit goes in the next CONNECT
+
+            def start(self, now):
+                MQTTClient.start(self, now)
+                if self.bit:
+                    tx = self.conn.tx
+                    tx[level_at(tx)] |= self.bit
+
+        _Up = Up
+    return _Up
+
+
+def level_at(b):
+    """Where the protocol level byte of the CONNECT at b[0] is: past the
+    fixed header (its Remaining Length a varint of 1-4 bytes) and the
+    protocol name (a 2-byte length, then "MQTT")."""
+    i = 1
+    while b[i] & 0x80:
+        i += 1
+    i += 1
+    return i + 2 + ((b[i] << 8) | b[i + 1])
 
 
 def cut(prefix, buf, off, n):
@@ -979,12 +1046,13 @@ class Hub:
         if inj is not None:
             if inj.tag >= 0:
                 r.tag = inj.tag  # its local copies: taken back if the routing is cut short
-            if inj.cfg["level"] != 5 and inj.match(r) is not None:
-                # At 3.1.1 (no No Local) an upstream sends the bridge its
-                # own messages back: one on a topic this bridge also takes
-                # up may be such an echo. Local subscribers get it, other
-                # bridges do not: with two `both` bridges the echo of one
-                # would go up the other and come back, for ever.
+            if inj.echo and inj.match(r) is not None:
+                # At 3.1.1 without the bridge bit (no No Local) an upstream
+                # sends the bridge its own messages back: one on a topic
+                # this bridge also takes up may be such an echo. Local
+                # subscribers get it, other bridges do not: with two `both`
+                # bridges the echo of one would go up the other and come
+                # back, for ever.
                 return
         # (two passes rather than a list of the hits: no allocation)
         if r.src is not None or inj is not None:

@@ -21,8 +21,6 @@
 # mosquitto's lines whose one value says what this bridge always does: the
 # value accepted, and why the other is not
 _AS_WE_DO = {
-    "try_private": ("false", "the bridge connects as a plain client (at MQTT 5 No Local "
-                             "keeps its messages from coming back)"),
     "bridge_insecure": ("false", "the upstream's name is always checked with bridge_cafile; "
                                  "give bridge.install an ssl context to change that"),
     "start_type": ("automatic", "the bridge connects at start-up and after every loss"),
@@ -35,7 +33,8 @@ _KEYS = ("address", "addresses", "topic", "remote_clientid", "remote_username",
          "remote_password", "bridge_protocol_version", "keepalive_interval", "restart_timeout",
          "cleansession", "notifications", "notification_topic", "bridge_tls", "bridge_cafile",
          "bridge_certfile", "bridge_keyfile", "bridge_outgoing_retain", "bridge_capath",
-         "bridge_queue_size", "bridge_queue_qos0", "bridge_window", "bridge_inflight_in")
+         "bridge_queue_size", "bridge_queue_qos0", "bridge_window", "bridge_inflight_in",
+         "try_private")
 
 
 def settings(c):
@@ -169,6 +168,11 @@ def parse(text):
                 # false: every message goes up without the retain flag (an
                 # upstream at 3.1.1 that keeps no retained messages)
                 c["outgoing_retain"] = _bool(v, key)
+            elif key == "try_private":
+                # at 3.1.1 mosquitto's bridge bit in CONNECT (default true,
+                # as mosquitto); false for an upstream that closes the
+                # connection on it instead of answering CONNACK 0x01
+                c["try_private"] = _bool(v, key)
             elif key in _AS_WE_DO:
                 # lines that say what this bridge does anyway: accepted;
                 # the other value is refused with why

@@ -132,7 +132,8 @@ def test_in_rule_routes_upstream_messages_locally():
 def test_both_at_311_never_sends_back_what_came_in():
     # the 3.1.1 loop rule: a message that came in over a bridge never goes
     # back out over it, so the upstream's echo of an `out` message stops here
-    w = World(["x/# both 1"])
+    # (a plain 3.1.1 connection: try_private false)
+    w = World(["x/# both 1"], try_private=False)
     w.run(50)
     sub = _sub(w, "x/#", 1)
     node = w.open_on(w.gw)
