@@ -347,3 +347,34 @@ def test_try_private_in_the_dict(value, ok):
             settings(cfg)
         assert str(e.value) == "bridge up: try_private must be true or false"
 
+
+
+@pytest.mark.parametrize("private,copies", [(True, 1), (False, 2)])
+def test_our_own_broker_as_the_upstream_honours_the_bit(tmp_path, private, copies):
+    # A gateway bridged into our desktop broker at 3.1.1: the broker serves
+    # the bridge bit as mosquitto does (its subscriptions No Local and
+    # Retain As Published), so a `both` rule brings a node's QoS 2 message
+    # back no more [MQTT-4.3.3-2], and a value retained upstream while the
+    # bridge is up stays retained on the gateway; plain 3.1.1 gets the echo
+    # and the flag cleared [MQTT-3.3.1-9]
+    uport = free_port()
+    up = start(umqtt3_broker_cmd(uport, "--sys-interval", "0"), uport)
+    gw, gport, _ = _gateway(tmp_path, "gw", {"up": _up(uport, private, ["x/# both 2"], "g1")})
+    try:
+        _bridged(uport, gport, "x/probe")
+        local = Watch(gport, "x/a", "l1")
+        far = Watch(uport, "x/a", "far")
+        _publish(gport, "x/a", b"m", 2, cid="node")
+        assert _exactly(local, copies) == [b"m"] * copies, private
+        assert _exactly(far, 1) == [b"m"]
+        live = Watch(gport, "x/cfg", "live")
+        _publish(uport, "x/cfg", b"v1", 1, True, cid="ctl")
+        assert [m[1] for m in live.take(1)] == [b"v1"]  # on the gateway now
+        late = Watch(gport, "x/cfg", "late")
+        got = late.take(1, 1.5)
+        assert [m[1] for m in got] == ([b"v1"] if private else []), private
+        for w in (local, far, live, late):
+            w.close()
+    finally:
+        stop(gw)
+        stop(up)

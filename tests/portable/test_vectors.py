@@ -51,7 +51,8 @@ SKIP = {
     # -- mqtt-packet more lenient than the spec
     "10 connect MQTT bridge 131": (
         "generate", "the 0x80 'bridge' bit on the level is a broker extension outside "
-                    "MQTT 3.1/3.1.1 [MQTT-3.1.2-2]; we accept it on decode, never write it"),
+                    "MQTT 3.1/3.1.1 [MQTT-3.1.2-2]; the decoder keeps it apart (pkt.bridge), the "
+                    "encoder never writes it (the bridge sets it on its own CONNECT)"),
     "11 connect MQTT bridge 132": (
         "all", "\"MQIsdp\" with level 4 (| 0x80): 3.1.1's name is \"MQTT\" [MQTT-3.1.2-1], "
                "\"MQIsdp\" belongs to level 3; we refuse the mix (0x84)"),
