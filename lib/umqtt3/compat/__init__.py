@@ -49,18 +49,6 @@ if MICROPYTHON:
     def as_bytes(s):
         return s.encode() if isinstance(s, str) else s
 
-    def fsync(f):
-        # littlefs commits a file's data and metadata on flush.
-        f.flush()
-
-    def fsync_dir(path):
-        # littlefs and FAT have no directory handles; littlefs renames and
-        # removes are atomic metadata commits.
-        pass
-
-    # littlefs renames atomically, over an existing file too
-    from os import rename as replace
-
     def link(sock):
         # MicroPython sockets (and TLS sockets) already have readinto(buf, n)
         # and write(buf, off, n), returning None when they would block.

@@ -82,6 +82,12 @@ def nodelay(sock):
         pass  # not every port has TCP_NODELAY
 
 
+def fsync(f):
+    # littlefs commits a file's data and metadata on flush (the broker's
+    # log; store.py has its own, so that a client's compat does without)
+    f.flush()
+
+
 # the broker's platform differences (broker.py, broker_core.py)
 def mem_free():
     import gc
