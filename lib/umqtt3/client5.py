@@ -83,7 +83,8 @@ def event(c, t, p):
         c.max_packet = get(b, o, n, _MAX_PACKET, 0)  # [MQTT-3.2.2-15]
         c.max_qos = get(b, o, n, _MAX_QOS, 2)  # [MQTT-3.2.2-11]
         c.retain_ok = get(b, o, n, _RETAIN_OK, 1)  # [MQTT-3.2.2-14]
-        c.alias_max = get(b, o, n, _ALIAS_MAX, 0)  # [MQTT-3.3.2-9]
+        c.alias_max = am = get(b, o, n, _ALIAS_MAX, 0)  # [MQTT-3.3.2-9]
+        c.aliases = Aliases(am) if am else None  # none from an old connection
         cid = get(b, o, n, _ASSIGNED_ID)
         if cid is not None:
             c.client_id = cid  # [MQTT-3.2.2-16]
@@ -104,6 +105,32 @@ def event(c, t, p):
         conn = c.conn
         conn.tlen = encode_auth(conn.tx, conn.tlen, 0x18, d)
     return None
+
+
+_KEYS = (bytes, str)  # topics an alias may stand for: a bytearray's contents may change
+
+
+class Aliases:
+    """The Topic Aliases of one connection, for the QoS 0 publishes without
+    properties (Core.queue): the topic once, then two bytes [MQTT-3.3.2-12],
+    at most the server's Topic Alias Maximum and 8 of them."""
+
+    def __init__(self, n):
+        self.n = min(n, 8)
+        self.d = {}  # topic -> its Topic Alias property, once sent
+        self.new = None  # the property props() made for a topic not yet in d
+
+    def props(self, topic):
+        # topic's Topic Alias property, or None (none left; a bytearray
+        # topic may change: none; an empty one is the codec's to refuse)
+        self.new = None
+        if not topic or not isinstance(topic, _KEYS):
+            return None
+        d = self.d
+        p = d.get(topic)
+        if p is None and len(d) < self.n:
+            p = self.new = bytes((0x23, 0, len(d) + 1))
+        return p
 
 
 def _hook(c, data):

@@ -31,7 +31,6 @@ _OPENING = const(1)  # CONNECT sent, CONNACK awaited
 _UP = const(2)
 _IDLE_MS = const(60000)  # tick()'s answer when no timer runs
 _RESERVE = const(8)  # send-buffer bytes a PUBLISH may not take: acks and PINGREQ always fit
-_KEYS = (bytes, str)  # topics an alias may stand for: a bytearray's contents may change
 _LOST = const(0x100)  # the completion code of a message a reconnect forgot (store=False)
 # packet types, as in codec
 _CONNECT = const(1)
@@ -67,7 +66,7 @@ class Core:
     lw = None  # the will: (topic, msg, qos, retain, props)
     on_ack = None  # f(pid, reason code) when a QoS 1/2 publish completes
     disconnect_rc = None  # MQTT 5: the reason code of a server's DISCONNECT
-    aliases = None  # type: dict | None  # MQTT 5: topic -> Topic Alias property, per connection
+    aliases = None  # type: object  # MQTT 5: client5.Aliases, per connection
     # MQTT 5 limits the server set in CONNACK
     max_packet = 0  # Maximum Packet Size, 0: none [MQTT-3.2.2-15]
     alias_max = 0  # Topic Alias Maximum
@@ -220,16 +219,13 @@ class Core:
         start = c.tlen
         al = self.aliases
         new = None
-        if al is not None and not qos and props is None and topic and isinstance(topic, _KEYS):
-            # MQTT 5 topic alias: the topic once, then two bytes [MQTT-3.3.2-12]
-            # (QoS 0 only: a stored message may be resent on a connection
-            # that knows no alias; a bytearray topic may change: none; an
-            # empty one is the codec's to refuse)
-            props = al.get(topic)
-            if props is not None:
-                topic = b""
-            elif len(al) < self.alias_max and len(al) < 8:
-                props = new = bytes((0x23, 0, len(al) + 1))
+        if al is not None and not qos and props is None:
+            # MQTT 5 topic alias (client5.Aliases; QoS 0 only: a stored
+            # message may be resent on a connection that knows no alias)
+            props = al.props(topic)
+            new = al.new
+            if props is not None and new is None:
+                topic = b""  # the server knows it
         pid = 0
         try:
             if qos:
@@ -261,7 +257,7 @@ class Core:
                 raise Busy("busy", 0x97)
             raise  # larger than the whole buffer or the server's maximum
         if new is not None:
-            al[topic] = new  # known to the server once this PUBLISH is queued
+            al.d[topic] = new  # known to the server once this PUBLISH is queued
         return pid
 
     # The halves of subscribe/unsubscribe, for drivers that wait their own
@@ -542,8 +538,7 @@ class Core:
                 self.tries = 0
                 if self.level == 5:
                     from .client5 import event
-                    event(self, _CONNACK, p)
-                    self.aliases = {} if self.alias_max else None
+                    event(self, _CONNACK, p)  # (and a new connection's aliases)
                 self.ping_at = None
                 sp = self.session_present = p.session_present
                 # A new connection. Only what a reconnect or a kept

@@ -29,11 +29,28 @@
 #
 # The file layer (OSFiles, refuse_fat) uses os and vfs directly: they are
 # the same modules on MicroPython and CPython; only fsync and rename differ,
-# and those come from compat.
+# and those are written here for MicroPython (compat's would be in every
+# client's compat, a FileStore or not), CPython's come from compat.
 import os
 from binascii import crc32
 from struct import pack, unpack
-from .compat import fsync, fsync_dir, replace, const
+from .compat import const, MICROPYTHON
+
+if MICROPYTHON:
+    # littlefs renames atomically, over an existing file too
+    from os import rename as replace
+
+    def fsync(f):
+        # littlefs commits a file's data and metadata on flush
+        f.flush()
+
+    def fsync_dir(path):
+        # littlefs and FAT have no directory handles; littlefs renames and
+        # removes are atomic metadata commits
+        pass
+
+else:
+    from .compat import fsync, fsync_dir, replace
 from .client_codec import StoreFull
 
 

@@ -49,18 +49,6 @@ if MICROPYTHON:
     def as_bytes(s):
         return s.encode() if isinstance(s, str) else s
 
-    def fsync(f):
-        # littlefs commits a file's data and metadata on flush.
-        f.flush()
-
-    def fsync_dir(path):
-        # littlefs and FAT have no directory handles; littlefs renames and
-        # removes are atomic metadata commits.
-        pass
-
-    # littlefs renames atomically, over an existing file too
-    from os import rename as replace
-
     def link(sock):
         # MicroPython sockets (and TLS sockets) already have readinto(buf, n)
         # and write(buf, off, n), returning None when they would block.
@@ -69,8 +57,8 @@ if MICROPYTHON:
     def dial(host, port, ctx, params, timeout_ms):
         # blocking TCP connect (+ TLS handshake) for the blocking client,
         # each step bounded by timeout_ms. What compat/gateway.py's
-        # nodelay() and tls_context() do is written out here, so that a
-        # client loads neither.
+        # nodelay() does is written out here, so that a client never loads
+        # that module.
         ai = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)[0]
         s = socket.socket(ai[0], socket.SOCK_STREAM, ai[2])
         try:
@@ -82,18 +70,10 @@ if MICROPYTHON:
             except Exception:
                 pass  # not every port has TCP_NODELAY
             if ctx:
-                if ctx is True:
-                    # ssl=True: a context that encrypts but, with no CA
-                    # bundle on the device, cannot authenticate the broker
-                    # (docs/client.md)
-                    import ssl
-                    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-                    ctx.verify_mode = ssl.CERT_NONE
-                if params:
-                    # umqtt.simple's ssl_params (rare: loaded then)
-                    from .dial_steps import tls_params
-                    ctx, host, params = tls_params(ctx, host, params)
-                s = ctx.wrap_socket(s, server_hostname=host, **(params or {}))
+                # TLS, in compat/dial_steps.py: a node without it never
+                # loads the ssl half
+                from .dial_steps import tls_wrap
+                s = tls_wrap(s, host, ctx, params)
         except BaseException:
             s.close()
             raise

@@ -375,9 +375,8 @@ def dial(host, port, ctx, params, timeout_ms):
         s.connect(ai[-1])
         nodelay(s)  # one write per packet, no Nagle stall on QoS 1
         if ctx:
-            from .dial_steps import tls_params
-            ctx, host, params = tls_params(ctx, host, params)
-            s = ctx.wrap_socket(s, server_hostname=host, **params)
+            from .dial_steps import tls_wrap
+            s = tls_wrap(s, host, ctx, params)
     except BaseException as e:
         s.close()
         if isinstance(e, TimeoutError) and e.errno is None:

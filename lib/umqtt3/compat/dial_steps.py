@@ -60,10 +60,8 @@ def tls_params(ctx, host, params):
     for wrap_socket). server_hostname replaces the name; cert and key (data
     or file paths) go to load_cert_chain, cadata to load_verify_locations,
     cert_reqs to verify_mode. ctx True: the platform's default context
-    (compat.tls_context)."""
-    if ctx is True:
-        from . import tls_context
-        ctx = tls_context(ctx)
+    (tls_context)."""
+    ctx = tls_context(ctx)
     p = dict(params or ())
     host = p.pop("server_hostname", host)
     cert = p.pop("cert", None)
@@ -82,6 +80,13 @@ def tls_params(ctx, host, params):
     return ctx, host, p
 
 
+def tls_wrap(s, host, ctx, params):
+    """compat.dial's TLS half: s wrapped in TLS, its handshake run within
+    the socket's timeout (the blocking client's connect)."""
+    ctx, host, params = tls_params(ctx, host, params)
+    return ctx.wrap_socket(s, server_hostname=host, **params)
+
+
 def tls_start(s, host, ctx, params):
     """s wrapped in TLS (ctx: True or an ssl context), its handshake not
     yet run: tls_step() runs it."""
@@ -90,10 +95,19 @@ def tls_start(s, host, ctx, params):
 
 
 if MICROPYTHON:
+    def tls_context(ctx):
+        # ssl=True: a context that encrypts but, with no CA bundle on the
+        # device, cannot authenticate the broker (docs/client.md)
+        if ctx is True:
+            import ssl
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+
     def tls_step(s):
         # MicroPython's ssl runs the handshake within the first reads and
         # writes of a non-blocking socket: nothing to step here
         return 0
 
 else:
-    from .cpython import tls_step  # noqa: F401
+    from .cpython import tls_context, tls_step  # noqa: F401

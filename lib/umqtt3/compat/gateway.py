@@ -82,14 +82,10 @@ def nodelay(sock):
         pass  # not every port has TCP_NODELAY
 
 
-def tls_context(ctx):
-    # ssl=True: a context that encrypts but, with no CA bundle on the
-    # device, cannot authenticate the broker (docs/client.md)
-    if ctx is True:
-        import ssl
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        ctx.verify_mode = ssl.CERT_NONE
-    return ctx
+def fsync(f):
+    # littlefs commits a file's data and metadata on flush (the broker's
+    # log; store.py has its own, so that a client's compat does without)
+    f.flush()
 
 
 # the broker's platform differences (broker.py, broker_core.py)
