@@ -66,7 +66,7 @@ class Core:
     lw = None  # the will: (topic, msg, qos, retain, props)
     on_ack = None  # f(pid, reason code) when a QoS 1/2 publish completes
     disconnect_rc = None  # MQTT 5: the reason code of a server's DISCONNECT
-    aliases = None  # type: object  # MQTT 5: client5.Aliases, per connection
+    aliases = None  # MQTT 5: client5.Aliases, per connection
     # MQTT 5 limits the server set in CONNACK
     max_packet = 0  # Maximum Packet Size, 0: none [MQTT-3.2.2-15]
     alias_max = 0  # Topic Alias Maximum
