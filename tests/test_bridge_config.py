@@ -156,10 +156,11 @@ BASE = "connection up\naddress 127.0.0.1:1\ntopic x/# out 1\n"
     ("remote_clientid gw+1", "status topic 'umqtt3/bridge/gw+1/state' is not a topic name"),
     # one upstream session and one queue per name (mosquitto: "Duplicate bridge name")
     ("connection up\ntopic y/# out 1", "line 4: connection up: a second bridge of that name"),
-    # no failover to a second address (mosquitto's round robin is not built)
-    ("address 127.0.0.1:1 127.0.0.1:2", "line 4: address 127.0.0.1:1 127.0.0.1:2: one upstream "
-                                        "address only (no failover to 127.0.0.1:2)"),
-    ("addresses h1 h2:1884", "one upstream address only (no failover to h2:1884)"),
+    # several addresses (failover): each one checked, round_robin a boolean
+    ("address 127.0.0.1:1 h2:0", "line 4: address h2:0: port outside 1-65535"),
+    ("addresses h1 ::1", "line 4: address ::1: an IPv6 address needs its port: [ADDR]:PORT"),
+    ("addresses h1 h2:x", "address h2:x: port 'x' is not a whole number"),
+    ("round_robin maybe", "line 4: round_robin: 'maybe' is not true or false"),
     ("restart_timeout 1 2 3", "line 4: restart_timeout: one value (constant) or two"),
     ("restart_timeout 60 30", "restart_timeout: 30 is below 60"),
     # the upstream client's RAM pool is 1 KiB for the whole window
@@ -176,7 +177,7 @@ def test_settings_that_cannot_work_are_refused(extra, what):
     "bridge_protocol_version", "keepalive_interval", "restart_timeout", "cleansession",
     "notifications", "notification_topic", "bridge_tls", "bridge_cafile", "bridge_certfile",
     "bridge_keyfile", "bridge_outgoing_retain", "bridge_queue_size", "bridge_queue_qos0",
-    "bridge_window", "bridge_inflight_in", "try_private", "start_type"])
+    "bridge_window", "bridge_inflight_in", "try_private", "start_type", "round_robin"])
 def test_a_setting_without_its_value_is_refused(key):
     # never a traceback, never a default in its place (a bare bridge_cafile
     # is not plain TCP)

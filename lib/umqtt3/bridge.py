@@ -100,6 +100,8 @@ DEFAULTS = {  # type: dict
     "name": "bridge",
     "host": "127.0.0.1",
     "port": 0,  # 0: 1883, or 8883 with TLS
+    "addresses": None,  # ["HOST[:PORT]", ...] in place of host and port: the main one first
+    "round_robin": False,  # False: back to the main address once it takes TCP again
     "rules": (),  # rule lines or Rules
     "client_id": "",  # "": umqtt3-<name>
     "user": None,
@@ -126,6 +128,25 @@ DEFAULTS = {  # type: dict
 # what the settings take (docs/bridge.md's settings table)
 MAX_WINDOW = 1024  # in flight upstream at most: 13 bytes of RAM a slot in the client's MemoryStore
 MIN_KEEPALIVE = 5  # seconds; lower (0: off) is raised to it, as mosquitto does
+PRIMARY_RETRY_MS = 5000  # on a secondary address: how often the main one is tried (mosquitto 2.0's)
+
+
+def address(v):
+    """(host, port) of `host[:port]` (port 0: the default); an IPv6
+    literal in brackets, with its port or without, or bare with a port
+    (as mosquitto: `::1` alone is refused)."""
+    if v[:1] == "[" and v[-1:] == "]":
+        return v[1:-1], 0
+    host, _, port = v.rpartition(":")
+    if not host:
+        return v, 0
+    if host[-1:] == ":":
+        raise ValueError("address %s: an IPv6 address needs its port: [ADDR]:PORT" % v)
+    if not port.isdigit():
+        raise ValueError("address %s: port %r is not a whole number" % (v, port))
+    if not 0 < int(port) < 65536:
+        raise ValueError("address %s: port outside 1-65535" % v)
+    return host.strip("[]"), int(port)
 
 
 def _whole(c, k, lo, hi, name):
@@ -160,6 +181,18 @@ def settings(cfg, files=True):
     if not c["host"] or not isinstance(c["host"], str):
         raise ValueError("bridge %s: host must be a host name or address" % name)
     _whole(c, "port", 0, 65535, name)
+    a = c["addresses"]
+    if a is not None:
+        if not isinstance(a, (list, tuple)) or not a or not all(isinstance(x, str) for x in a):
+            raise ValueError('bridge %s: addresses must be a list of "HOST[:PORT]", not %r'
+                             % (name, a))
+        if c["host"] != DEFAULTS["host"] or c["port"]:
+            raise ValueError("bridge %s: addresses or host and port, not both" % name)
+        for x in a:
+            try:
+                address(x)
+            except ValueError as e:
+                raise ValueError("bridge %s: %s" % (name, e))
     if c["level"] not in (4, 5):
         raise ValueError("bridge %s: protocol level must be 4 (3.1.1) or 5" % name)
     for k in ("client_id", "user", "password", "status_topic", "cafile", "certfile", "keyfile"):
@@ -172,7 +205,7 @@ def settings(cfg, files=True):
         # MQTT 3.1.1 has no password without a user name [MQTT-3.1.2-22]
         raise ValueError("bridge %s: a password needs a user name at MQTT 3.1.1 "
                          "(remote_username, or mqttv50)" % name)
-    for k in ("outgoing_retain", "try_private"):
+    for k in ("outgoing_retain", "try_private", "round_robin"):
         if not isinstance(c[k], bool):
             raise ValueError("bridge %s: %s must be true or false" % (name, k))
     # Keep Alive is a Two Byte Integer (3.1.1 section 3.1.2.10); a bridge
@@ -273,6 +306,19 @@ class Bridge:
         self.t_dial = 0
         self.tries = 0  # failed attempts since the last connection
         self.retry_at = 0
+        # the upstream's addresses, the main one first, each (host, port);
+        # at: the one dialled or connected (docs/bridge.md "Several
+        # upstream addresses")
+        p = 8883 if cfg["tls"] else 1883
+        a = cfg["addresses"]
+        a = [address(x) for x in a] if a else [(cfg["host"], cfg["port"])]
+        self.addrs = [(h, n or p) for h, n in a]
+        self.at = 0
+        self.probe = None  # on a secondary: the TCP connect to the main address (_probe)
+        self.plook = None  # its name lookup
+        self.probe_at = 0  # when the next probe starts
+        self.t_probe = 0  # when the one under way started
+        self.leaving = False  # the main address is back: the goodbye once all is acknowledged
         # the will's flags: lowered when an MQTT 5 upstream refuses the
         # connection for them (CONNACK 0x9A, 0x9B), as mosquitto's bridge does
         self.w_retain = cfg["outgoing_retain"]
@@ -304,8 +350,8 @@ class Bridge:
         the node's acknowledgement), QoS 0 in RAM, the oldest dropped when
         there is no room (queue_qos0: what may wait, not what goes up)."""
         q = r.qos if r.qos < rule.qos else rule.qos
-        if self.up and not self.q0 and (q == 0 or not (self.durable or self.q.keys)) and \
-                self._direct(rule, r, q):
+        if self.up and not self.leaving and not self.q0 and \
+                (q == 0 or not (self.durable or self.q.keys)) and self._direct(rule, r, q):
             return
         t = rule.out_topic(r.tsrc, r.toff, r.tn)
         pl = bytes(r.psrc[r.poff:r.poff + r.pn])
@@ -397,6 +443,8 @@ class Bridge:
         # start), so that a message goes to the client as the upstream
         # takes it; what the client holds when the next connection's limits
         # are lower, its resend hands to _lower.
+        if self.leaving:
+            return 0  # leaving a secondary: the rest goes to the main address (_leave)
         while q.keys and self.connects:
             k = q.keys[0]
             if not c.accepted(k):
@@ -723,7 +771,8 @@ class Bridge:
                 # until one fails.
                 if self.look is None:
                     self.t_dial = now
-                    self.look = lookup_start(cfg["host"], c.port)
+                    c.server, c.port = self.addrs[self.at]  # (its public umqtt fields)
+                    self.look = lookup_start(c.server, c.port)
                 ai = lookup_done(self.look)  # OSError: the name does not resolve
                 if ai is None:
                     self._late(now)
@@ -738,7 +787,7 @@ class Bridge:
                 self._late(now)
                 return
             if cfg["tls"]:
-                s = self.sock = tls_start(s, cfg["host"], cfg["tls"], {})
+                s = self.sock = tls_start(s, c.server, cfg["tls"], {})
             self.shaking = True
         if cfg["tls"] and tls_step(s):
             self._late(now)
@@ -765,6 +814,11 @@ class Bridge:
         self.linked = False
         self.client.reconnect = True  # no link: see start()
         self.tries += 1
+        # the next address in turn, after the backoff: as mosquitto, whose
+        # restart_timeout spaces every attempt, whichever address it goes to
+        self.at = (self.at + 1) % len(self.addrs)
+        self._unprobe(now)
+        self.leaving = False
         lo, hi = self.cfg["backoff_ms"]
         d = min(hi, lo << min(self.tries - 1, 16))
         # the clock's low bits as noise (the device stubs make ticks opaque)
@@ -787,6 +841,12 @@ class Bridge:
             self.up = True
             self.tries = 0
             self.connects += 1
+            log = self.core.log
+            if log is not None:
+                h, p = self.addrs[self.at]
+                log("bridge %s: connected to %s:%d%s" % (
+                    self.name, h, p, "" if self.at == 0 or len(self.addrs) < 2 else
+                    " (secondary address %d)" % self.at))
             self._online()
         elif not up:
             if self.up:
@@ -795,6 +855,19 @@ class Bridge:
             self.pid = 0  # asked again on the next connection
         if up and self.todo:
             self._subscribe()
+        if up and self.at and not self.cfg["round_robin"] and not self.leaving and \
+                self._probe(now):
+            # the main address takes TCP again: no new message goes to the
+            # secondary; once it acknowledged all it was sent, a clean
+            # goodbye, and the main address next (_leave)
+            self.leaving = True
+            log = self.core.log
+            if log is not None:
+                log("bridge %s: the main address %s:%d takes connections again: leaving %s:%d"
+                    % ((self.name,) + self.addrs[0] + self.addrs[self.at]))
+        if self.leaving and up and not c.inflight():
+            self._leave(now)
+            up = False
         k = self.forward()
         if k and up:
             n += self._poll(now)  # the burst leaves, after one sync (_sync)
@@ -802,6 +875,67 @@ class Bridge:
             self.t_sent = now
             self.handed = False
         return n + k
+
+    def _probe(self, now):
+        # round_robin false, connected to a secondary address: a TCP
+        # connect to the main one every PRIMARY_RETRY_MS, checked each
+        # step, never waiting (mosquitto 2.0's probe); True once it took it
+        s = self.probe
+        if s is None and self.plook is None and ticks_diff(now, self.probe_at) < 0:
+            return False
+        from .compat.aio import lookup_start, lookup_done, dial_addr, dial_done
+        try:
+            if s is None:
+                if self.plook is None:
+                    self.t_probe = now
+                    self.plook = lookup_start(*self.addrs[0])
+                ai = lookup_done(self.plook)
+                if ai is None:
+                    self._probe_late(now)
+                    return False
+                self.plook = None
+                s = self.probe = dial_addr(ai)
+            if not dial_done(s):
+                self._probe_late(now)
+                return False
+        except OSError:
+            self._unprobe(now)  # refused, unreachable, timed out: again later
+            return False
+        self._unprobe(now)
+        return True
+
+    def _probe_late(self, now):
+        if ticks_diff(now, self.t_probe) > self.cfg["timeout_ms"]:
+            raise OSError(110, "connect timed out")
+
+    def _unprobe(self, now):
+        s = self.probe
+        if s is not None:
+            self.probe = None
+            s.close()
+        self.plook = None
+        self.probe_at = ticks_add(now, PRIMARY_RETRY_MS)
+
+    def _leave(self, now):
+        # back to the main address, the secondary having acknowledged all
+        # it was sent: no QoS 2 message is left past PUBREC there, whose
+        # PUBREL would not reach it (mosquitto delivers at PUBREL) and which
+        # the main address, without the bridge's session, never gets
+        # (docs/bridge.md). A clean goodbye (its status topic 0, then
+        # DISCONNECT: the will is not sent), then the main address dialled
+        # at once, no backoff (nothing failed). A secondary that stops
+        # answering meanwhile is dropped by the keepalive, as any link.
+        self.leaving = False
+        up = self._bye()
+        self.linked = False
+        self.addr = None
+        self.client.reconnect = True  # no link: see start()
+        self.at = 0
+        self.tries = 0
+        self._unprobe(now)
+        if up:
+            self._state(b"0")
+        self.pid = 0
 
     def _poll(self, now):
         # the client's I/O: what arrived handled, what is queued sent
@@ -836,11 +970,10 @@ class Bridge:
         # them; then the backoff
         log = self.core.log
         if log is not None:
-            cfg = self.cfg
+            h, p = self.addrs[self.at]
             log("bridge %s: %s %s:%d: %s" % (
                 self.name, "lost the link to" if self.up else
-                "no CONNACK from" if self.linked else "cannot connect to",
-                cfg["host"], self.client.port, e))
+                "no CONNACK from" if self.linked else "cannot connect to", h, p, e))
         self._down(now)
 
     def _private(self, rc):
@@ -949,19 +1082,27 @@ class Bridge:
         if self.sock is not None:
             self.sock.close()
             self.sock = None
-        c = self.client
-        if c is not None:
-            st = self.cfg["status_topic"]
-            up = self.up
-            self.up = False  # the sync hook forwards no more: nothing after DISCONNECT
-            try:
-                if up and st:
-                    c.publish(st, b"0", self.retain and c.retain_ok, 0)
-                c.disconnect()  # a clean goodbye: the will is not sent
-            except (OSError, MQTTError):
-                pass
+        self._unprobe(0)
+        if self.client is not None:
+            up = self._bye()
+            self.up = False
             if up:
                 self._state(b"0")
+
+    def _bye(self):
+        # a clean goodbye to the upstream: its status topic 0, DISCONNECT
+        # (the will is not sent); whether the link was up
+        c = self.client
+        st = self.cfg["status_topic"]
+        up = self.up
+        self.up = False  # the sync hook forwards no more: nothing after DISCONNECT
+        try:
+            if up and st:
+                c.publish(st, b"0", self.retain and c.retain_ok, 0)
+            c.disconnect()
+        except (OSError, MQTTError):
+            pass
+        return up
 
 
 _Up = None  # the upstream client's class, made by _up_class
@@ -1114,6 +1255,9 @@ def install(core, configs, files=None):
     disk = core.disk
     for cfg in configs:
         cfg = settings(cfg)
+        if any(b.name == cfg["name"] for b in hub.all):
+            # one queue and one upstream session per name (as parse())
+            raise ValueError("bridge %s: a second bridge of that name" % cfg["name"])
         if disk is not None:
             d = disk.dir
             # the client's store beside the broker's records: in its log, or

@@ -34,7 +34,7 @@ _KEYS = ("address", "addresses", "topic", "remote_clientid", "remote_username",
          "cleansession", "notifications", "notification_topic", "bridge_tls", "bridge_cafile",
          "bridge_certfile", "bridge_keyfile", "bridge_outgoing_retain", "bridge_capath",
          "bridge_queue_size", "bridge_queue_qos0", "bridge_window", "bridge_inflight_in",
-         "try_private")
+         "try_private", "round_robin")
 
 
 def settings(c):
@@ -68,14 +68,8 @@ def _int(v, what, lo=0, hi=None):
 
 
 def address(v):
-    """(host, port) of `host[:port]` (port 0: the default)."""
-    host, _, port = v.rpartition(":")
-    if not host:
-        return v, 0
-    n = _int(port, "address " + v, 1)
-    if n > 65535:
-        raise ValueError("address %s: port outside 1-65535" % v)
-    return host.strip("[]"), n
+    from .bridge import address
+    return address(v)
 
 
 def parse(text):
@@ -109,12 +103,16 @@ def parse(text):
                 # plain TCP)
                 raise ValueError("%s without its value" % key)
             if key == "address" or key == "addresses":
+                # several: the main address first, then the others in
+                # turn (mosquitto's failover, see round_robin)
                 a = v.split()
-                if len(a) > 1:
-                    # mosquitto's failover to the next address is not built
-                    raise ValueError("%s %s: one upstream address only (no failover to %s)"
-                                     % (key, v, a[1]))
+                for x in a:
+                    address(x)
+                c.pop("addresses", None)  # (a later line replaces an earlier)
                 c["host"], c["port"] = address(a[0])
+                if len(a) > 1:
+                    del c["host"], c["port"]
+                    c["addresses"] = a
             elif key == "topic":
                 parse_rule(v)
                 c["rules"].append(v)
@@ -168,6 +166,10 @@ def parse(text):
                 # false: every message goes up without the retain flag (an
                 # upstream at 3.1.1 that keeps no retained messages)
                 c["outgoing_retain"] = _bool(v, key)
+            elif key == "round_robin":
+                # false: the first address is the main one, and the bridge
+                # goes back to it once it takes connections again
+                c["round_robin"] = _bool(v, key)
             elif key == "try_private":
                 # at 3.1.1 mosquitto's bridge bit in CONNECT (default true,
                 # as mosquitto); false for an upstream that closes the

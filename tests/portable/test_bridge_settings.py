@@ -50,5 +50,26 @@ def test_a_file_on_the_device():
     cid = settings(c)["client_id"]
     assert cid == "umqtt3-up" or cid.endswith(".up") and len(cid) > 3, cid
     raises(ValueError, parse, "connection up\ntopic a out 1\nbridge_cafile\n")
-    raises(ValueError, parse, "connection up\ntopic a out 1\naddress h1 h2\n")
+    # several addresses (failover), the main one first; each checked
+    (c,) = parse("connection up\ntopic a out 1\naddress h1 [fe80::1]:1884 h3:1885\n"
+                 "round_robin true\n")
+    assert c["addresses"] == ["h1", "[fe80::1]:1884", "h3:1885"] and c["round_robin"] is True
+    raises(ValueError, parse, "connection up\ntopic a out 1\naddress h1 ::1\n")
+    raises(ValueError, parse, "connection up\ntopic a out 1\naddress h1 h2:0\n")
+    raises(ValueError, parse, "connection up\ntopic a out 1\nround_robin 2\n")
     raises(ValueError, parse, "connection up\ntopic a\nconnection up\ntopic b\n")
+
+
+def test_several_addresses_in_the_dict():
+    from umqtt3.bridge import address
+    cfg = {"name": "up", "addresses": ["10.0.0.2", "10.0.0.3:1884"], "rules": ["a out 1"]}
+    c = settings(cfg)
+    assert c["round_robin"] is False and [address(a) for a in c["addresses"]] == [
+        ("10.0.0.2", 0), ("10.0.0.3", 1884)]
+    assert address("[::1]") == ("::1", 0) and address("::1:1883") == ("::1", 1883)
+    del cfg["addresses"]
+    _refused('addresses must be a list of "HOST[:PORT]"', addresses="10.0.0.2 10.0.0.3")
+    _refused("addresses or host and port, not both", addresses=["10.0.0.3"])  # GOOD has host
+    _refused("round_robin must be true or false", round_robin=1)
+    _refused("address 10.0.0.3:x: port 'x' is not a whole number", host="127.0.0.1",
+             addresses=["10.0.0.3:x"])
