@@ -630,12 +630,15 @@ class Conn:
     # discarded, and the core answers its header (client_skip). A server's
     # (None) refuses it (0x95): it must not drop a client's message unannounced.
     discard = None
+    head = 5  # (see __init__)
 
     def __init__(self, link, rx=1024, tx=1024, max_packet=0, head=2):
         self.link = link
         # bytes asked for at a packet's start: at most 5, so that what follows
-        # lands at an offset with a view made once (_at)
-        self.head = min(head, 5, rx)
+        # lands at an offset with a view made once (_at). A client's 5 is the
+        # class's: its Conn has `discard` instead, in a table of 12 slots
+        if head != 5 or rx < 5:
+            self.head = min(head, 5, rx)
         self.last = 0  # length of the packet recv() returned
         self.spent = 0  # of rx[0:got], bytes done() consumed
         self.rx = bytearray(rx)
