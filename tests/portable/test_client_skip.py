@@ -9,7 +9,7 @@
 # also proves that skipping allocates nothing under heap_lock.
 import sys
 
-from support import locked
+from support import locked, tempdir, rmtree
 from umqtt3.client_core import Core
 from umqtt3.client_codec import MQTTError
 from umqtt3.conn import Closed
@@ -235,6 +235,35 @@ def test_the_link_closing_mid_skip_is_a_closed_link():
     else:
         raise AssertionError("end of stream while skipping went unnoticed")
 
+
+
+def test_a_discarded_qos2_id_in_a_filestore_hands_nothing_over_after_a_reset():
+    # with a FileStore the id is on disk before PUBREC, without a body; a
+    # reset before it is marked delivered leaves it undelivered on disk: the
+    # next start hands nothing over (there is no message), and the id still
+    # answers PUBREL with PUBCOMP
+    from umqtt3.store import FileStore
+    d = tempdir("skipstore")
+    try:
+        c, log = client(store=FileStore(d))
+        feed(c, publish(b"t/big", 2, 5, 3 * BUF))
+        assert sent(c) == ack(5, 5) and c.too_large == 1
+        st = FileStore(d)  # as after a reset between in_add and in_done:
+        st.in_add(6, b"", 0, 0)  # an id stored without a body, not yet delivered
+        c = Core("dev1", bufsize=BUF, store=FileStore(d))
+        log = Log()
+        c.set_callback(log.cb)
+        c.conn.link = Stream()
+        c.clean = False
+        c.start(0)
+        sent(c)
+        feed(c, b"\x20\x02\x01\x00")  # CONNACK, session present
+        sent(c)
+        assert log.msgs == [] and c.store.in_has(5) and c.store.in_has(6)
+        feed(c, ack(6, 5) + ack(6, 6))
+        assert sent(c) == ack(7, 5) + ack(7, 6) and not c.store.in_has(6)
+    finally:
+        rmtree(d)
 
 # ------------------------------------------------------------ the drivers
 
