@@ -629,7 +629,7 @@ class Conn:
     # A client's Conn holds its core here: a PUBLISH larger than rx is
     # discarded, and the core answers its header (client_skip). A server's
     # (None) refuses it (0x95): it must not drop a client's message unannounced.
-    discard = None
+    discard = None  # type: object
     head = 5  # (see __init__)
 
     def __init__(self, link, rx=1024, tx=1024, max_packet=0, head=2):
