@@ -22,7 +22,8 @@ HOST = "umqtt3_cli"  # the host-only package: lib/umqtt3 imports it from `__main
 LAYERS = (
     ("compat", "compat.cpython", "compat.dial_steps", "compat.aio", "compat.gateway"),
     ("codec_errors",),
-    ("client_codec", "codec", "codec_server", "props", "topic"),  # the codecs load the next two on demand
+    # the codecs load the next three on demand
+    ("client_codec", "codec", "codec_server", "props", "topic", "client_skip"),
     ("transport", "conn", "store", "flow", "memstore", "nostore", "qos_state", "broker_limits",
      "broker_auth", "broker_acl", "broker_log"),
     ("client_core", "client", "client5", "client_resume", "client_more", "broker_session"),

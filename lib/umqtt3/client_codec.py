@@ -113,7 +113,7 @@ def fail(e, code=_MALFORMED):
     raise MQTTError(TEXT[e], code)
 
 
-_M = [None, None]  # type: list  # umqtt3.props and umqtt3.codec_server, once imported
+_M = [None, None, None]  # type: list  # umqtt3.props, codec_server, client_skip, once imported
 
 
 def mqtt5():
@@ -626,11 +626,19 @@ class Closed(OSError):
 
 
 class Conn:
+    # A client's Conn holds its core here: a PUBLISH larger than rx is
+    # discarded, and the core answers its header (client_skip). A server's
+    # (None) refuses it (0x95): it must not drop a client's message unannounced.
+    discard = None  # type: object
+    head = 5  # (see __init__)
+
     def __init__(self, link, rx=1024, tx=1024, max_packet=0, head=2):
         self.link = link
         # bytes asked for at a packet's start: at most 5, so that what follows
-        # lands at an offset with a view made once (_at)
-        self.head = min(head, 5, rx)
+        # lands at an offset with a view made once (_at). A client's 5 is the
+        # class's: its Conn has `discard` instead, in a table of 12 slots
+        if head != 5 or rx < 5:
+            self.head = min(head, 5, rx)
         self.last = 0  # length of the packet recv() returned
         self.spent = 0  # of rx[0:got], bytes done() consumed
         self.rx = bytearray(rx)
@@ -648,6 +656,9 @@ class Conn:
     def recv(self):
         """Read what is available; return the length of a whole packet now in
         rx[0:n], or 0 if none is complete yet. Call done() after decoding."""
+        if self.need < 0:
+            # a PUBLISH larger than rx: -need bytes of it still to drop
+            return _M[2].recv(self)
         link = self.link
         s = self.spent
         if s:
@@ -660,7 +671,14 @@ class Conn:
             if got >= 2:
                 n = self.rx[1] + 2  # a one-byte remaining length: the usual case
                 if n > 129 or n > self.max_packet:
-                    n = frame_len(self.rx, 0, got, self.max_packet)
+                    n = frame_len(self.rx, 0, got, self.discard is None and self.max_packet)
+                    if n > self.max_packet:
+                        # a client's: its header, then the rest dropped
+                        m = _M[2]
+                        if m is None:
+                            from . import client_skip as m
+                            _M[2] = m
+                        n = m.head(self, n, got)
                 if n:
                     if got >= n:
                         self.last = n

@@ -78,6 +78,7 @@ class Core:
     # limits refuse (rc 0x95, 0x9B, 0x9A), sent lowered instead (client_resume;
     # a bridge's: a node's caller asked for that QoS, and gets the refusal)
     lower = None  # type: object
+    too_large = 0  # inbound PUBLISHes larger than bufsize, discarded (client_skip)
 
     def __init__(self, client_id, keepalive=0, user=None, password=None, level=4,
                  store=None, window=8, bufsize=512, reconnect=False, timeout_ms=5000,
@@ -126,6 +127,7 @@ class Core:
         # one Conn for the client's life: buffers allocated once; a larger
         # head reads a PUBACK in one read
         self.conn = Conn(None, bufsize, bufsize, 0, 5)
+        self.conn.discard = self  # a PUBLISH larger than bufsize: discarded, not the link
         self.state = _DOWN
         self.clean = True
         self.session_present = False
@@ -461,6 +463,8 @@ class Core:
                 if self.on_ack is not None or self.held is not None:
                     self.acked(pid, 0)
             return
+        if n < 0:
+            return  # a piece of a PUBLISH larger than the buffer, discarded (client_skip)
         p = self.pkt
         t = decode(p, rx, 0, n)
         c.done()  # consumed even if the callback raises; rx stays intact

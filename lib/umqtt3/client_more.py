@@ -29,7 +29,9 @@ def set_ack_callback(self, f):
     """f(pid, reason_code) when a QoS 1/2 publish completes (PUBACK,
     PUBCOMP) or is refused (MQTT 5: reason code 0x80 or more in PUBACK
     or PUBREC), or 0x100 when a reconnect forgot it (store=False). With
-    wait=True a refusal raises MQTTError instead, a loss OSError(104)."""
+    wait=True a refusal raises MQTTError instead, a loss OSError(104).
+    Also f(0, 0x195) when an inbound message larger than bufsize was
+    discarded (client_skip; counted in too_large)."""
     self.on_ack = f
 
 

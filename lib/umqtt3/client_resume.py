@@ -101,9 +101,10 @@ def resume(c, sp):
     r = c.redelivered
     while r:
         pid, body = r[0]
-        p = Packet(c.level)
-        decode(p, body, 0, len(body))
-        c.deliver(p, True)  # if this raises, it stays on the list
+        if body:  # (none: a message too large for the buffer, discarded: client_skip)
+            p = Packet(c.level)
+            decode(p, body, 0, len(body))
+            c.deliver(p, True)  # if this raises, it stays on the list
         r.pop(0)
         c.store.in_done(pid)
     if not sp:
