@@ -127,7 +127,11 @@ class Core:
         # one Conn for the client's life: buffers allocated once; a larger
         # head reads a PUBACK in one read
         self.conn = Conn(None, bufsize, bufsize, 0, 5)
-        self.conn.discard = self  # a PUBLISH larger than bufsize: discarded, not the link
+        if level < 5:
+            # a PUBLISH larger than bufsize: discarded, not the link. At 5
+            # the server was told our size, so one is a Protocol Error
+            # (DISCONNECT 0x95, MQTT 5.0 section 3.1.2.11.4) [MQTT-3.1.2-24]
+            self.conn.discard = self
         self.state = _DOWN
         self.clean = True
         self.session_present = False

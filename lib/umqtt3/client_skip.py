@@ -1,10 +1,11 @@
 # umqtt3.client_skip -- an inbound PUBLISH larger than the client's receive
 # buffer, discarded as an MQTT 5 server discards a message larger than the
 # Maximum Packet Size its client declared, "as if it had completed sending"
-# [MQTT-3.1.2-25]. At 3.1 and 3.1.1 no property tells the server our size,
-# so the client does it itself; otherwise a persistent session would send
-# the message again on every connection and the client would never get
-# past it. Loaded by Conn.recv (client_codec) on the first such message: a
+# ([MQTT-3.1.2-25], the server's rule). At 3.1 and 3.1.1 no property tells
+# the server our size, so the client does it itself; otherwise a persistent
+# session would send the message again on every connection and the client
+# would never get past it. At 5 the server was told (Core sets no discard):
+# a larger packet is a Protocol Error [MQTT-3.1.2-24]. Loaded by Conn.recv (client_codec) on the first such message: a
 # client that never gets one never loads it, and a server's Conn refuses
 # such a packet instead (docs/client.md, "When an inbound packet cannot be
 # stored").

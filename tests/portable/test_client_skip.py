@@ -1,6 +1,7 @@
-# An inbound PUBLISH larger than the client's receive buffer (umqtt3.client_skip):
-# discarded as an MQTT 5 server discards a message larger than its client's
-# Maximum Packet Size [MQTT-3.1.2-25], and answered as a delivered one
+# An inbound PUBLISH larger than the client's receive buffer at 3.1/3.1.1
+# (umqtt3.client_skip): discarded as an MQTT 5 server would have discarded it
+# for us (the server's rule [MQTT-3.1.2-25]; at 5 it is a Protocol Error, the
+# server having been told the size [MQTT-3.1.2-24]), and answered as a delivered one
 # (PUBACK [MQTT-4.3.2-2]; PUBREC with the id kept until PUBREL [MQTT-4.3.3-2]),
 # so that a persistent session is not stuck behind it. The core is driven with
 # bytes and a number for the time (as in test_client_core), the blocking and
@@ -179,6 +180,29 @@ def test_other_packets_larger_than_the_buffer_still_drop_the_link():
     else:
         raise AssertionError("a header larger than the buffer was taken")
     assert c.too_large == 0
+
+
+def test_at_mqtt5_a_publish_larger_than_the_declared_size_is_a_protocol_error():
+    # At 5 the client told the server its Maximum Packet Size in CONNECT:
+    # the server must not send more [MQTT-3.1.2-24], and one larger is a
+    # Protocol Error (MQTT 5.0 section 3.1.2.11.4, 0x95), not a message to
+    # discard and acknowledge
+    c = Core("dev1", bufsize=BUF, level=5)
+    c.conn.link = Stream()
+    c.start(0)
+    c.conn.tlen = c.conn.sent = 0
+    feed(c, b"\x20\x03\x00\x00\x00")  # CONNACK, no properties
+    assert c.state == UP
+    body = b"\x00\x03t/x\x00\x07\x00" + b"x" * (3 * BUF)  # topic, id 7, no properties
+    n = len(body)
+    c.conn.link.add(bytes((0x32, (n & 0x7F) | 0x80, n >> 7)) + body)
+    try:
+        c.conn.recv()
+    except MQTTError as e:
+        assert e.code == 0x95
+    else:
+        raise AssertionError("an MQTT 5 PUBLISH over the declared size was taken")
+    assert c.too_large == 0 and c.conn.tlen == 0  # nothing acknowledged
 
 
 def test_a_malformed_or_early_large_publish_is_a_protocol_error():
