@@ -164,12 +164,8 @@ class Bridge:
         a = cfg["addresses"]
         a = [address(x) for x in a] if a else [(cfg["host"], cfg["port"])]
         self.addrs = [(h, n or p) for h, n in a]
-        self.at = 0
-        self.probe = None  # on a secondary: the TCP connect to the main address (_probe)
-        self.plook = None  # its name lookup
-        self.probe_at = 0  # when the next probe starts
-        self.t_probe = 0  # when the one under way started
-        self.leaving = False  # the main address is back: the goodbye once all is acknowledged
+        self.at = 0  # (always 0 here; bridge_failover.Failover moves it)
+        self.leaving = False  # (Failover) the main address is back: leaving the secondary
         # the will's flags: lowered when an MQTT 5 upstream refuses the
         # connection for them (CONNACK 0x9A, 0x9B), as mosquitto's bridge does
         self.w_retain = cfg["outgoing_retain"]
@@ -665,11 +661,6 @@ class Bridge:
         self.linked = False
         self.client.reconnect = True  # no link: see start()
         self.tries += 1
-        # the next address in turn, after the backoff: as mosquitto, whose
-        # restart_timeout spaces every attempt, whichever address it goes to
-        self.at = (self.at + 1) % len(self.addrs)
-        self._unprobe(now)
-        self.leaving = False
         lo, hi = self.cfg["backoff_ms"]
         d = min(hi, lo << min(self.tries - 1, 16))
         # the clock's low bits as noise (the device stubs make ticks opaque)
@@ -706,19 +697,9 @@ class Bridge:
             self.pid = 0  # asked again on the next connection
         if up and self.todo:
             self._subscribe()
-        if up and self.at and not self.cfg["round_robin"] and not self.leaving and \
-                self._probe(now):
-            # the main address takes TCP again: no new message goes to the
-            # secondary; once it acknowledged all it was sent, a clean
-            # goodbye, and the main address next (_leave)
-            self.leaving = True
-            log = self.core.log
-            if log is not None:
-                log("bridge %s: the main address %s:%d takes connections again: leaving %s:%d"
-                    % ((self.name,) + self.addrs[0] + self.addrs[self.at]))
-        if self.leaving and up and not c.inflight():
-            self._leave(now)
-            up = False
+        if up and self.at:
+            # on a secondary address (only bridge_failover.Failover moves `at`)
+            up = self.secondary(now)  # type: ignore[attr-defined]
         k = self.forward()
         if k and up:
             n += self._poll(now)  # the burst leaves, after one sync (_sync)
@@ -726,67 +707,6 @@ class Bridge:
             self.t_sent = now
             self.handed = False
         return n + k
-
-    def _probe(self, now):
-        # round_robin false, connected to a secondary address: a TCP
-        # connect to the main one every PRIMARY_RETRY_MS, checked each
-        # step, never waiting (mosquitto 2.0's probe); True once it took it
-        s = self.probe
-        if s is None and self.plook is None and ticks_diff(now, self.probe_at) < 0:
-            return False
-        from .compat.aio import lookup_start, lookup_done, dial_addr, dial_done
-        try:
-            if s is None:
-                if self.plook is None:
-                    self.t_probe = now
-                    self.plook = lookup_start(*self.addrs[0])
-                ai = lookup_done(self.plook)
-                if ai is None:
-                    self._probe_late(now)
-                    return False
-                self.plook = None
-                s = self.probe = dial_addr(ai)
-            if not dial_done(s):
-                self._probe_late(now)
-                return False
-        except OSError:
-            self._unprobe(now)  # refused, unreachable, timed out: again later
-            return False
-        self._unprobe(now)
-        return True
-
-    def _probe_late(self, now):
-        if ticks_diff(now, self.t_probe) > self.cfg["timeout_ms"]:
-            raise OSError(110, "connect timed out")
-
-    def _unprobe(self, now):
-        s = self.probe
-        if s is not None:
-            self.probe = None
-            s.close()
-        self.plook = None
-        self.probe_at = ticks_add(now, PRIMARY_RETRY_MS)
-
-    def _leave(self, now):
-        # back to the main address, the secondary having acknowledged all
-        # it was sent: no QoS 2 message is left past PUBREC there, whose
-        # PUBREL would not reach it (mosquitto delivers at PUBREL) and which
-        # the main address, without the bridge's session, never gets
-        # (docs/bridge.md). A clean goodbye (its status topic 0, then
-        # DISCONNECT: the will is not sent), then the main address dialled
-        # at once, no backoff (nothing failed). A secondary that stops
-        # answering meanwhile is dropped by the keepalive, as any link.
-        self.leaving = False
-        up = self._bye()
-        self.linked = False
-        self.addr = None
-        self.client.reconnect = True  # no link: see start()
-        self.at = 0
-        self.tries = 0
-        self._unprobe(now)
-        if up:
-            self._state(b"0")
-        self.pid = 0
 
     def _poll(self, now):
         # the client's I/O: what arrived handled, what is queued sent
@@ -933,7 +853,6 @@ class Bridge:
         if self.sock is not None:
             self.sock.close()
             self.sock = None
-        self._unprobe(0)
         if self.client is not None:
             up = self._bye()
             self.up = False
@@ -1109,6 +1028,12 @@ def install(core, configs, files=None):
         if any(b.name == cfg["name"] for b in hub.all):
             # one queue and one upstream session per name (as parse())
             raise ValueError("bridge %s: a second bridge of that name" % cfg["name"])
+        kind = Bridge
+        a = cfg["addresses"]
+        if a and len(a) > 1:
+            # failover between them: its code is loaded only for such a bridge
+            from .bridge_failover import Failover
+            kind = Failover
         if disk is not None:
             d = disk.dir
             # the client's store beside the broker's records: in its log, or
@@ -1116,9 +1041,9 @@ def install(core, configs, files=None):
             p = d + "/b" + cfg["name"] + ".up"
             cs = FileStore(p, client_files(p, files, disk.fs), 2 * cfg["window"] +
                            cfg["inflight_in"], allow_fat=True)
-            b = Bridge(core, cfg, disk.fs, d, cs)
+            b = kind(core, cfg, disk.fs, d, cs)
         else:
-            b = Bridge(core, cfg, RamFiles(), "", None)
+            b = kind(core, cfg, RamFiles(), "", None)
         hub.all.append(b)
     core.bridge = hub
     return hub
