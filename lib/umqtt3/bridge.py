@@ -291,7 +291,7 @@ class Bridge:
         # takes it; what the client holds when the next connection's limits
         # are lower, its resend hands to _lower.
         if self.leaving:
-            return 0  # leaving a secondary: the rest goes to the main address (_leave)
+            return 0  # leaving a secondary: the rest goes to the main address (bridge_failover)
         while q.keys and self.connects:
             k = q.keys[0]
             if not c.accepted(k):
