@@ -21,7 +21,7 @@
 #   drain_ms     on stop or before deep sleep, wait this long for acks (2000)
 #   allow_fat    let the FileStore use a FAT filesystem (default false)
 #   bridge       gateway: an upstream broker to bridge to, or a list of them
-#                (default none), each a dict of umqtt3.bridge.DEFAULTS, e.g.
+#                (default none), each a dict of umqtt3.bridge_settings.DEFAULTS, e.g.
 #                {"host": "10.0.0.2", "rules": ["sensors/# out 2 gw/ site1/"]};
 #                queue_size and window default to the board's BRIDGE_QUEUE and
 #                BRIDGE_WINDOW, user and password to secrets' bridge_user and

@@ -30,7 +30,7 @@ LAYERS = (
     ("aio", "broker_subs", "broker_retain", "broker_store", "bridge_queue"),
     ("broker_core", "broker5"),
     ("broker_bytes",),
-    ("broker", "bridge", "bridge_config"),
+    ("broker", "bridge", "bridge_settings", "bridge_failover", "bridge_config"),
     ("__init__",),
 )
 PLATFORM = {"gc", "socket", "usocket", "select", "uselect", "micropython", "machine", "ssl",

@@ -23,7 +23,7 @@
 # checked each step, the TLS handshake run step by step), with its own
 # backoff, and hands the connected socket to the client.
 from .topic import match_span
-from .codec import valid_filter, MQTTError
+from .codec import MQTTError
 from .client_codec import Busy, put_header
 from .compat import ticks_diff, ticks_add, ticks_ms, copy
 from .bridge_queue import Queue, RamFiles, undo, marks, client_files
@@ -31,7 +31,11 @@ from .bridge_queue import Queue, RamFiles, undo, marks, client_files
 OUT = 1
 IN = 2
 BOTH = 3
-_DIRS = {"out": OUT, "in": IN, "both": BOTH}
+
+# what the settings take (docs/bridge.md's settings table; checked in bridge_settings)
+MAX_WINDOW = 1024  # in flight upstream at most: 13 bytes of RAM a slot in the client's MemoryStore
+MIN_KEEPALIVE = 5  # seconds; lower (0: off) is raised to it, as mosquitto does
+PRIMARY_RETRY_MS = 5000  # on a secondary address: how often the main one is tried (mosquitto 2.0's)
 
 
 class Rule:
@@ -63,74 +67,6 @@ class Rule:
         return self.local + topic[cut(self.remote, topic, 0, len(topic)):]
 
 
-def _word(w):
-    return b"" if w == '""' else w.encode()
-
-
-def parse_rule(line):
-    """A Rule from the words after `topic`; ValueError says what is wrong."""
-    w = line.split()
-    if w and w[0] == "topic":
-        w = w[1:]
-    if not w or len(w) > 5 or len(w) == 4:
-        raise ValueError("topic rule %r: PATTERN [out|in|both [QOS [LOCAL REMOTE]]]" % line)
-    d = _DIRS.get(w[1] if len(w) > 1 else "out")
-    if d is None:
-        raise ValueError("topic rule %r: direction %r is not out, in or both" % (line, w[1]))
-    q = w[2] if len(w) > 2 else "0"
-    if q not in ("0", "1", "2"):
-        raise ValueError("topic rule %r: QoS %r is not 0, 1 or 2" % (line, q))
-    local = _word(w[3]) if len(w) > 3 else b""
-    remote = _word(w[4]) if len(w) > 3 else b""
-    pat = _word(w[0])
-    for side, p in (("local", local), ("remote", remote)):
-        # a prefix is part of every topic name the bridge writes, and a
-        # topic name has no wildcard [MQTT-4.7.1-1] (mosquitto refuses it too)
-        if b"+" in p or b"#" in p:
-            raise ValueError("topic rule %r: %s prefix %r has a wildcard (+ or #)"
-                             % (line, side, p.decode()))
-    for f in (local + pat, remote + pat):
-        if not valid_filter(f, 0, len(f)):
-            raise ValueError("topic rule %r: %r is not a topic filter" % (line, f.decode()))
-    return Rule(pat, d, int(q), local, remote)
-
-
-# the settings of one bridge, with their defaults (docs/bridge.md)
-DEFAULTS = {  # type: dict
-    "name": "bridge",
-    "host": "127.0.0.1",
-    "port": 0,  # 0: 1883, or 8883 with TLS
-    "addresses": None,  # ["HOST[:PORT]", ...] in place of host and port: the main one first
-    "round_robin": False,  # False: back to the main address once it takes TCP again
-    "rules": (),  # rule lines or Rules
-    "client_id": "",  # "": umqtt3-<name>
-    "user": None,
-    "password": None,
-    "tls": None,  # True, an ssl context, or None (plain TCP)
-    "cafile": None,  # TLS checked against this CA certificate (PEM file): tls is ignored
-    "certfile": None,  # with keyfile and cafile: the client certificate chain (PEM file)
-    "keyfile": None,  # its private key (PEM file)
-    "level": 4,  # 4: MQTT 3.1.1, 5: MQTT 5 (no local for `both`)
-    "outgoing_retain": True,  # False: nothing goes up retained (the status and will too)
-    "try_private": True,  # at 3.1.1: CONNECT with mosquitto's bridge bit (level | 0x80)
-    "keepalive": 60,
-    "backoff_ms": (500, 30000),
-    "timeout_ms": 3000,  # dialling (TCP and TLS), CONNACK and the answers awaited
-    "status_topic": "",  # "": $bridge status at umqtt3/bridge/<client id>/state; None: none
-    "queue_size": 100,  # stored QoS 1/2 messages waiting for upstream
-    "queue_qos0": 32,  # QoS 0 messages waiting in RAM (the oldest is dropped)
-    "window": 8,  # QoS 1/2 messages with the upstream client at once
-    "inflight_in": 32,  # QoS 2 messages from upstream the client holds at once (awaiting PUBREL)
-    "link": None,  # () -> a link (transport.Pipe end) instead of a socket: tests
-}
-
-
-# what the settings take (docs/bridge.md's settings table)
-MAX_WINDOW = 1024  # in flight upstream at most: 13 bytes of RAM a slot in the client's MemoryStore
-MIN_KEEPALIVE = 5  # seconds; lower (0: off) is raised to it, as mosquitto does
-PRIMARY_RETRY_MS = 5000  # on a secondary address: how often the main one is tried (mosquitto 2.0's)
-
-
 def address(v):
     """(host, port) of `host[:port]` (port 0: the default); an IPv6
     literal in brackets, with its port or without, or bare with a port
@@ -149,114 +85,29 @@ def address(v):
     return host.strip("[]"), int(port)
 
 
-def _whole(c, k, lo, hi, name):
-    # c[k] a whole number lo..hi, or ValueError naming the bridge and key
-    v = c[k]
-    if type(v) is not int or not lo <= v <= hi:
-        raise ValueError("bridge %s: %s must be a whole number %d-%d, not %r" % (name, k, lo, hi, v))
-    return v
-
-
 def settings(cfg, files=True):
-    """DEFAULTS with cfg on top, checked; ValueError names what is wrong.
-    files=False: the certificate files are named but not read (a deploy
-    checks a board's configuration on another machine)."""
-    c = dict(DEFAULTS)
-    for k in cfg:
-        if k not in DEFAULTS:
-            raise ValueError("bridge: unknown setting %r" % k)
-        c[k] = cfg[k]
-    name = c["name"]
-    if not name or not isinstance(name, str) or not all(
-            ch.isalpha() or ch.isdigit() or ch in "-_" for ch in name):
-        raise ValueError("bridge name %r: letters, digits, - and _ only" % (name,))
-    # a device's dict (/config.json) is typed by hand: each value's type is
-    # checked here, at boot, not by a raise in the broker's loop later
-    rules = c["rules"]
-    if not isinstance(rules, (list, tuple)) or not all(isinstance(r, (str, Rule)) for r in rules):
-        raise ValueError("bridge %s: rules must be a list of rule lines, not %r" % (name, rules))
-    c["rules"] = [r if isinstance(r, Rule) else parse_rule(r) for r in rules]
-    if not c["rules"]:
-        raise ValueError("bridge %s: no topic rule" % name)
-    if not c["host"] or not isinstance(c["host"], str):
-        raise ValueError("bridge %s: host must be a host name or address" % name)
-    _whole(c, "port", 0, 65535, name)
-    a = c["addresses"]
-    if a is not None:
-        if not isinstance(a, (list, tuple)) or not a or not all(isinstance(x, str) for x in a):
-            raise ValueError('bridge %s: addresses must be a list of "HOST[:PORT]", not %r'
-                             % (name, a))
-        if c["host"] != DEFAULTS["host"] or c["port"]:
-            raise ValueError("bridge %s: addresses or host and port, not both" % name)
-        for x in a:
-            try:
-                address(x)
-            except ValueError as e:
-                raise ValueError("bridge %s: %s" % (name, e))
-    if c["level"] not in (4, 5):
-        raise ValueError("bridge %s: protocol level must be 4 (3.1.1) or 5" % name)
-    for k in ("client_id", "user", "password", "status_topic", "cafile", "certfile", "keyfile"):
-        v = c[k]
-        if v is not None and not isinstance(v, str) or (v == "" and k in ("cafile", "certfile",
-                                                                          "keyfile")):
-            # an empty file name would mean plain TCP without a word
-            raise ValueError("bridge %s: %s must be a text, not %r" % (name, k, v))
-    if c["password"] is not None and c["user"] is None and c["level"] == 4:
-        # MQTT 3.1.1 has no password without a user name [MQTT-3.1.2-22]
-        raise ValueError("bridge %s: a password needs a user name at MQTT 3.1.1 "
-                         "(remote_username, or mqttv50)" % name)
-    for k in ("outgoing_retain", "try_private", "round_robin"):
-        if not isinstance(c[k], bool):
-            raise ValueError("bridge %s: %s must be true or false" % (name, k))
-    # Keep Alive is a Two Byte Integer (3.1.1 section 3.1.2.10); a bridge
-    # never goes without one: a hung upstream would never be noticed
-    if _whole(c, "keepalive", 0, 65535, name) < MIN_KEEPALIVE:
-        c["keepalive"] = MIN_KEEPALIVE
-    b = c["backoff_ms"]
-    if (not isinstance(b, (list, tuple)) or len(b) != 2 or type(b[0]) is not int
-            or type(b[1]) is not int or not 0 < b[0] <= b[1]):
-        raise ValueError("bridge %s: backoff_ms must be two whole numbers 0 < LO <= HI, not %r"
-                         % (name, b))
-    _whole(c, "timeout_ms", 1, 0x7FFFFFFF, name)
-    _whole(c, "queue_size", 1, 0x7FFFFFFF, name)
-    _whole(c, "window", 1, MAX_WINDOW, name)
-    _whole(c, "inflight_in", 1, 65535, name)
-    _whole(c, "queue_qos0", 0, 0x7FFFFFFF, name)
-    if not c["client_id"]:
-        c["client_id"] = "umqtt3-" + name
-    cert = c["certfile"]
-    key = c["keyfile"]
-    if bool(cert) != bool(key):
-        raise ValueError("bridge %s: certfile and keyfile go together" % name)
-    if cert and not c["cafile"]:
-        # as mosquitto: a certificate only over TLS that checks the upstream
-        raise ValueError("bridge %s: certfile needs cafile" % name)
-    if c["cafile"] and files:
-        from .compat.aio import tls_client
-        try:
-            ctx = tls_client(c["cafile"])
-        except (OSError, ValueError) as e:
-            raise ValueError("bridge %s: cafile %s: %s" % (name, c["cafile"], e))
-        if cert:
-            # the upstream checks it (AWS IoT Core, Azure IoT Hub's X.509
-            # devices, mosquitto's require_certificate); a file missing,
-            # unreadable or a key that is not the certificate's stops here
-            try:
-                ctx.load_cert_chain(cert, key)
-            except (OSError, ValueError) as e:
-                raise ValueError("bridge %s: certfile %s, keyfile %s: %s" % (name, cert, key, e))
-        c["tls"] = ctx
-    st = c["status_topic"]
-    if st == "":
-        st = c["status_topic"] = "umqtt3/bridge/%s/state" % c["client_id"]
-    if st is not None:
-        # the will and the status go there: a topic name [MQTT-3.3.2-2]
-        from .codec import valid_name
-        t = st.encode()
-        if not valid_name(t, 0, len(t)):
-            raise ValueError("bridge %s: status topic %r is not a topic name "
-                             "(no + or #)" % (name, st))
-    return c
+    """bridge_settings.DEFAULTS with cfg on top, checked; ValueError names
+    what is wrong. files=False: the certificate files are named but not
+    read (a deploy checks a board's configuration on another machine)."""
+    return _checks("settings", cfg, files)
+
+
+def parse_rule(line):
+    """A Rule from the words after `topic`; ValueError says what is wrong."""
+    return _checks("parse_rule", line)
+
+
+def _checks(name, *a):
+    # bridge_settings' function name(*a), the module dropped again after
+    # the call (from sys.modules and from the package): it runs at boot
+    # only, and a module kept loaded keeps its code in RAM for good
+    import sys
+    from . import bridge_settings
+    try:
+        return getattr(bridge_settings, name)(*a)
+    finally:
+        del sys.modules["umqtt3.bridge_settings"]
+        delattr(sys.modules["umqtt3"], "bridge_settings")
 
 
 class Bridge:
@@ -313,12 +164,8 @@ class Bridge:
         a = cfg["addresses"]
         a = [address(x) for x in a] if a else [(cfg["host"], cfg["port"])]
         self.addrs = [(h, n or p) for h, n in a]
-        self.at = 0
-        self.probe = None  # on a secondary: the TCP connect to the main address (_probe)
-        self.plook = None  # its name lookup
-        self.probe_at = 0  # when the next probe starts
-        self.t_probe = 0  # when the one under way started
-        self.leaving = False  # the main address is back: the goodbye once all is acknowledged
+        self.at = 0  # (always 0 here; bridge_failover.Failover moves it)
+        self.leaving = False  # (Failover) the main address is back: leaving the secondary
         # the will's flags: lowered when an MQTT 5 upstream refuses the
         # connection for them (CONNACK 0x9A, 0x9B), as mosquitto's bridge does
         self.w_retain = cfg["outgoing_retain"]
@@ -444,7 +291,7 @@ class Bridge:
         # takes it; what the client holds when the next connection's limits
         # are lower, its resend hands to _lower.
         if self.leaving:
-            return 0  # leaving a secondary: the rest goes to the main address (_leave)
+            return 0  # leaving a secondary: the rest goes to the main address (bridge_failover)
         while q.keys and self.connects:
             k = q.keys[0]
             if not c.accepted(k):
@@ -814,11 +661,6 @@ class Bridge:
         self.linked = False
         self.client.reconnect = True  # no link: see start()
         self.tries += 1
-        # the next address in turn, after the backoff: as mosquitto, whose
-        # restart_timeout spaces every attempt, whichever address it goes to
-        self.at = (self.at + 1) % len(self.addrs)
-        self._unprobe(now)
-        self.leaving = False
         lo, hi = self.cfg["backoff_ms"]
         d = min(hi, lo << min(self.tries - 1, 16))
         # the clock's low bits as noise (the device stubs make ticks opaque)
@@ -855,19 +697,9 @@ class Bridge:
             self.pid = 0  # asked again on the next connection
         if up and self.todo:
             self._subscribe()
-        if up and self.at and not self.cfg["round_robin"] and not self.leaving and \
-                self._probe(now):
-            # the main address takes TCP again: no new message goes to the
-            # secondary; once it acknowledged all it was sent, a clean
-            # goodbye, and the main address next (_leave)
-            self.leaving = True
-            log = self.core.log
-            if log is not None:
-                log("bridge %s: the main address %s:%d takes connections again: leaving %s:%d"
-                    % ((self.name,) + self.addrs[0] + self.addrs[self.at]))
-        if self.leaving and up and not c.inflight():
-            self._leave(now)
-            up = False
+        if up and self.at:
+            # on a secondary address (only bridge_failover.Failover moves `at`)
+            up = self.secondary(now)  # type: ignore[attr-defined]
         k = self.forward()
         if k and up:
             n += self._poll(now)  # the burst leaves, after one sync (_sync)
@@ -875,67 +707,6 @@ class Bridge:
             self.t_sent = now
             self.handed = False
         return n + k
-
-    def _probe(self, now):
-        # round_robin false, connected to a secondary address: a TCP
-        # connect to the main one every PRIMARY_RETRY_MS, checked each
-        # step, never waiting (mosquitto 2.0's probe); True once it took it
-        s = self.probe
-        if s is None and self.plook is None and ticks_diff(now, self.probe_at) < 0:
-            return False
-        from .compat.aio import lookup_start, lookup_done, dial_addr, dial_done
-        try:
-            if s is None:
-                if self.plook is None:
-                    self.t_probe = now
-                    self.plook = lookup_start(*self.addrs[0])
-                ai = lookup_done(self.plook)
-                if ai is None:
-                    self._probe_late(now)
-                    return False
-                self.plook = None
-                s = self.probe = dial_addr(ai)
-            if not dial_done(s):
-                self._probe_late(now)
-                return False
-        except OSError:
-            self._unprobe(now)  # refused, unreachable, timed out: again later
-            return False
-        self._unprobe(now)
-        return True
-
-    def _probe_late(self, now):
-        if ticks_diff(now, self.t_probe) > self.cfg["timeout_ms"]:
-            raise OSError(110, "connect timed out")
-
-    def _unprobe(self, now):
-        s = self.probe
-        if s is not None:
-            self.probe = None
-            s.close()
-        self.plook = None
-        self.probe_at = ticks_add(now, PRIMARY_RETRY_MS)
-
-    def _leave(self, now):
-        # back to the main address, the secondary having acknowledged all
-        # it was sent: no QoS 2 message is left past PUBREC there, whose
-        # PUBREL would not reach it (mosquitto delivers at PUBREL) and which
-        # the main address, without the bridge's session, never gets
-        # (docs/bridge.md). A clean goodbye (its status topic 0, then
-        # DISCONNECT: the will is not sent), then the main address dialled
-        # at once, no backoff (nothing failed). A secondary that stops
-        # answering meanwhile is dropped by the keepalive, as any link.
-        self.leaving = False
-        up = self._bye()
-        self.linked = False
-        self.addr = None
-        self.client.reconnect = True  # no link: see start()
-        self.at = 0
-        self.tries = 0
-        self._unprobe(now)
-        if up:
-            self._state(b"0")
-        self.pid = 0
 
     def _poll(self, now):
         # the client's I/O: what arrived handled, what is queued sent
@@ -1082,7 +853,6 @@ class Bridge:
         if self.sock is not None:
             self.sock.close()
             self.sock = None
-        self._unprobe(0)
         if self.client is not None:
             up = self._bye()
             self.up = False
@@ -1248,7 +1018,7 @@ class Hub:
 
 def install(core, configs, files=None):
     """Give the broker (umqtt3.broker.Broker) its bridges: a list of
-    settings dicts (DEFAULTS). With a store the queues and the upstream
+    settings dicts (bridge_settings.DEFAULTS). With a store the queues and the upstream
     clients' stores live in it; files: the store's file layer (tests)."""
     from .store import FileStore
     hub = Hub(core)
@@ -1258,6 +1028,12 @@ def install(core, configs, files=None):
         if any(b.name == cfg["name"] for b in hub.all):
             # one queue and one upstream session per name (as parse())
             raise ValueError("bridge %s: a second bridge of that name" % cfg["name"])
+        kind = Bridge
+        a = cfg["addresses"]
+        if a and len(a) > 1:
+            # failover between them: its code is loaded only for such a bridge
+            from .bridge_failover import Failover
+            kind = Failover
         if disk is not None:
             d = disk.dir
             # the client's store beside the broker's records: in its log, or
@@ -1265,9 +1041,9 @@ def install(core, configs, files=None):
             p = d + "/b" + cfg["name"] + ".up"
             cs = FileStore(p, client_files(p, files, disk.fs), 2 * cfg["window"] +
                            cfg["inflight_in"], allow_fat=True)
-            b = Bridge(core, cfg, disk.fs, d, cs)
+            b = kind(core, cfg, disk.fs, d, cs)
         else:
-            b = Bridge(core, cfg, RamFiles(), "", None)
+            b = kind(core, cfg, RamFiles(), "", None)
         hub.all.append(b)
     core.bridge = hub
     return hub
