@@ -72,17 +72,24 @@ def address(v):
     literal in brackets, with its port or without, or bare with a port
     (as mosquitto: `::1` alone is refused)."""
     if v[:1] == "[" and v[-1:] == "]":
-        return v[1:-1], 0
-    host, _, port = v.rpartition(":")
-    if not host:
-        return v, 0
+        host, _, port = v[1:-1], "", ""
+    else:
+        host, _, port = v.rpartition(":")
+        if not _:
+            host = v
+    h = host.strip("[]")
+    if h.split() != [h]:
+        # empty (`[]`, `:1883`) or with whitespace: refused as `host ""` is
+        raise ValueError("address %r: no host, or whitespace in it" % v)
+    if not _:
+        return h, 0
     if host[-1:] == ":":
         raise ValueError("address %s: an IPv6 address needs its port: [ADDR]:PORT" % v)
     if not port.isdigit():
         raise ValueError("address %s: port %r is not a whole number" % (v, port))
     if not 0 < int(port) < 65536:
         raise ValueError("address %s: port outside 1-65535" % v)
-    return host.strip("[]"), int(port)
+    return h, int(port)
 
 
 def settings(cfg, files=True):
