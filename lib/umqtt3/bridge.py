@@ -136,6 +136,7 @@ class Bridge:
         self.subscribed = False
         self.todo = []  # `in` rules still to subscribe
         self.pid = 0  # the packet id of the SUBSCRIBE on its way
+        self.pid_in = 0  # the packet id of the last QoS 2 message from upstream
         # `in` at QoS 2 with a store: the tag of the routing under way, and
         # the marks (upstream packet ids) to remove before the next PUBREC
         self.durable = store_dir != ""
@@ -461,6 +462,8 @@ class Bridge:
         buf = pkt.buf
         to = pkt.topic_off
         tn = pkt.topic_len
+        if pkt.qos == 2:
+            self.pid_in = pkt.pid  # (Failover: held until its PUBREL, see secondary())
         for rule in self.rules:
             rf = rule.rf
             if not (rule.dir & IN and match_span(rf, 0, len(rf), buf, to, tn)):
