@@ -29,7 +29,7 @@ class Failover(Bridge):
         self.owner = 0
         if self.durable:
             try:
-                self.owner = int(files.read(self.opath)) % len(self.addrs)
+                self.owner = int(bytes(files.read(self.opath)).decode()) % len(self.addrs)
             except (OSError, ValueError):
                 pass  # none yet: the main address's
         self.settled = False  # the owner's kept state looked at since the start
@@ -62,7 +62,7 @@ class Failover(Bridge):
                     % ((self.name,) + self.addrs[0] + self.addrs[self.at]))
         c = self.client
         if self.leaving and not c.inflight() and (
-                not c.store.in_has(self.pid_in) or
+                not (self.pid_in and c.store.in_has(self.pid_in)) or
                 ticks_diff(now, self.t_leave) > self.cfg["timeout_ms"]):
             # nothing unacknowledged, and the last QoS 2 message from it
             # released (its PUBREL came; it sends them in order), or too
@@ -94,6 +94,7 @@ class Failover(Bridge):
         st = self.client.store
         a = self.owner
         b = self.at
+        self.pid_in = 0  # (secondary(): the new broker's only)
         if a != b:
             n = _move(st, self._kept(a, True))
             if n:
@@ -101,7 +102,7 @@ class Failover(Bridge):
             self.owner = b
             if self.durable:
                 f = self.files
-                f.write(self.opath + "~", b"%d" % b)
+                f.write(self.opath + "~", ("%d" % b).encode())
                 f.rename(self.opath + "~", self.opath)
                 f.sync_dir(self.core.disk.dir)
         k = self._kept(b, self.durable)
