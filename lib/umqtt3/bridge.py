@@ -72,17 +72,24 @@ def address(v):
     literal in brackets, with its port or without, or bare with a port
     (as mosquitto: `::1` alone is refused)."""
     if v[:1] == "[" and v[-1:] == "]":
-        return v[1:-1], 0
-    host, _, port = v.rpartition(":")
-    if not host:
-        return v, 0
+        host, _, port = v[1:-1], "", ""
+    else:
+        host, _, port = v.rpartition(":")
+        if not _:
+            host = v
+    h = host.strip("[]")
+    if h.split() != [h]:
+        # empty (`[]`, `:1883`) or with whitespace: refused as `host ""` is
+        raise ValueError("address %r: no host, or whitespace in it" % v)
+    if not _:
+        return h, 0
     if host[-1:] == ":":
         raise ValueError("address %s: an IPv6 address needs its port: [ADDR]:PORT" % v)
     if not port.isdigit():
         raise ValueError("address %s: port %r is not a whole number" % (v, port))
     if not 0 < int(port) < 65536:
         raise ValueError("address %s: port outside 1-65535" % v)
-    return host.strip("[]"), int(port)
+    return h, int(port)
 
 
 def settings(cfg, files=True):
@@ -129,6 +136,7 @@ class Bridge:
         self.subscribed = False
         self.todo = []  # `in` rules still to subscribe
         self.pid = 0  # the packet id of the SUBSCRIBE on its way
+        self.pid_in = 0  # the packet id of the last QoS 2 message from upstream
         # `in` at QoS 2 with a store: the tag of the routing under way, and
         # the marks (upstream packet ids) to remove before the next PUBREC
         self.durable = store_dir != ""
@@ -454,6 +462,8 @@ class Bridge:
         buf = pkt.buf
         to = pkt.topic_off
         tn = pkt.topic_len
+        if pkt.qos == 2:
+            self.pid_in = pkt.pid  # (Failover: held until its PUBREL, see secondary())
         for rule in self.rules:
             rf = rule.rf
             if not (rule.dir & IN and match_span(rf, 0, len(rf), buf, to, tn)):

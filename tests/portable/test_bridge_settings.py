@@ -73,3 +73,12 @@ def test_several_addresses_in_the_dict():
     _refused("round_robin must be true or false", round_robin=1)
     _refused("address 10.0.0.3:x: port 'x' is not a whole number", host="127.0.0.1",
              addresses=["10.0.0.3:x"])
+
+
+def test_an_address_without_a_host_is_refused():
+    # as `host ""` is: empty after the brackets, empty before the port, or
+    # with whitespace (a dict from a device; the file splits on spaces)
+    for a in ("[]", "[]:1883", ":1883", " 10.0.0.2", "10.0.0.2 ", "[ ]:1883"):
+        _refused("address %r: no host" % a, host="127.0.0.1", addresses=["10.0.0.2", a])
+    raises(ValueError, parse, "connection up\ntopic a out 1\naddress 10.0.0.2 :1883\n")
+    raises(ValueError, parse, "connection up\ntopic a out 1\naddress []:1883\n")
