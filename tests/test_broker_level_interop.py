@@ -50,10 +50,12 @@ class Sub:
         self.msgs = queue.Queue()
         self.log = []
         self.up = threading.Event()
+        self.gone = threading.Event()
         self.present = None
         c.on_message = lambda c, u, m: self.msgs.put((m.topic, bytes(m.payload), m.qos, m.dup))
         c.on_log = lambda c, u, lvl, s: self.log.append(s)
         c.on_connect = self._on_connect
+        c.on_disconnect = lambda *a: self.gone.set()
         if level == 5:
             p = Properties(PacketTypes.CONNECT)
             p.SessionExpiryInterval = 3600
@@ -81,8 +83,13 @@ class Sub:
         raise AssertionError("%d x %r not logged: %r" % (n, what, self.log))
 
     def close(self):
+        # DISCONNECT goes after what paho queued before it (the acks of step
+        # 3): wait until it is written and the link closed, or loop_stop()
+        # may end paho's thread first and leave the acks unsent, the broker
+        # then sending those messages again in step 4
         try:
             self.c.disconnect()
+            self.gone.wait(TIMEOUT)
         finally:
             self.c.loop_stop()
 
