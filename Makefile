@@ -112,7 +112,7 @@ test: $(STAMP)
 	  for r in $$a $$b; do [ $$r -eq 0 ] || [ $$r -eq 5 ] || exit 1; done; } \
 		> $(SECOND)/pytest-second.log 2>&1 & bg=$$!; \
 	$(PYTHON) -m pytest -m "($(PYTEST_MARKS)) and not powerloss" $(PYTEST_ARGS) \
-		$(addprefix --ignore=,$(SECOND_TESTS)) || { rc=$$?; \
+		$(addprefix --deselect ,$(SECOND_TESTS)) || { rc=$$?; \
 		if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; require=--require-tests; \
 		else status=1; fi; }; \
 	wait $$bg || status=1; \
