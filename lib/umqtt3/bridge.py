@@ -632,7 +632,7 @@ class Bridge:
                     self.look = lookup_start(c.server, c.port)
                 ai = lookup_done(self.look)  # OSError: the name does not resolve
                 if ai is None:
-                    self._late(now)
+                    self._late(now, self.t_dial)
                     return
                 self.look = None
                 self.addr = ai
@@ -641,21 +641,22 @@ class Bridge:
             s = self.sock = dial_addr(ai)
         if not self.shaking:
             if not dial_done(s):
-                self._late(now)
+                self._late(now, self.t_dial)
                 return
             if cfg["tls"]:
                 s = self.sock = tls_start(s, c.server, cfg["tls"], {})
             self.shaking = True
         if cfg["tls"] and tls_step(s):
-            self._late(now)
+            self._late(now, self.t_dial)
             return
         self.sock = None
         self._commit()  # what the client holds, durable before it is resent
         c.connect_start(False, sock=s)  # the client closes s if this fails
         self.linked = True
 
-    def _late(self, now):
-        if ticks_diff(now, self.t_dial) > self.cfg["timeout_ms"]:
+    def _late(self, now, since):
+        # a dial (or the failover's probe) that began at `since` took too long
+        if ticks_diff(now, since) > self.cfg["timeout_ms"]:
             raise OSError(110, "connect timed out")
 
     def _down(self, now):

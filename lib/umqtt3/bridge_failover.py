@@ -162,22 +162,18 @@ class Failover(Bridge):
                     self.plook = lookup_start(*self.addrs[0])
                 ai = lookup_done(self.plook)
                 if ai is None:
-                    self._probe_late(now)
+                    self._late(now, self.t_probe)
                     return False
                 self.plook = None
                 s = self.probe = dial_addr(ai)
             if not dial_done(s):
-                self._probe_late(now)
+                self._late(now, self.t_probe)
                 return False
         except OSError:
             self._unprobe(now)  # refused, unreachable, timed out: again later
             return False
         self._unprobe(now)
         return True
-
-    def _probe_late(self, now):
-        if ticks_diff(now, self.t_probe) > self.cfg["timeout_ms"]:
-            raise OSError(110, "connect timed out")
 
     def _unprobe(self, now):
         s = self.probe
