@@ -282,6 +282,32 @@ def test_the_default_client_id_is_hostname_dot_name_as_mosquitto():
     assert settings({"rules": ["a"], "name": "n1"})["client_id"] == "umqtt3-n1"
 
 
+def test_cli_bridge_takes_several_addresses_for_failover():
+    # --bridge H1[:P1],H2[:P2]: one bridge, the first address the main one,
+    # as an `address H1 H2` line; one address stays host and port
+    from umqtt3.bridge_config import from_args
+
+    class A:
+        bridge_config = None
+        bridge = "10.0.0.2:1883,[::1]:1884,backup"
+        bridge_topic = ["a out 1"]
+    (c,) = from_args(A)
+    assert c["addresses"] == ["10.0.0.2:1883", "[::1]:1884", "backup"]
+    assert "host" not in c and "port" not in c
+    A.bridge = "10.0.0.2:1883"
+    (c,) = from_args(A)
+    assert (c["host"], c["port"]) == ("10.0.0.2", 1883) and "addresses" not in c
+    for bad, what in (("h:1,:1883", "--bridge: address ':1883': no host"),
+                      ("h:1,h2:x", "--bridge: address h2:x: port 'x' is not a whole number"),
+                      (",", "--bridge: no address")):
+        A.bridge = bad
+        with pytest.raises(ValueError) as e:
+            from_args(A)
+        assert str(e.value).startswith(what), e.value
+    refused("umqtt3.broker", ["--port", "0", "--bridge", "h:1,h2:0", "--bridge-topic", "a out 1"],
+            "--bridge: address h2:0: port outside 1-65535", 1)
+
+
 @pytest.mark.parametrize("key, value, what", [
     # a device's /config.json "bridge" dict, typed by hand: refused when the
     # settings are checked (at boot), never by a raise in the broker's loop

@@ -72,6 +72,21 @@ def address(v):
     return address(v)
 
 
+def _addresses(c, a):
+    # an `address` line's (or --bridge's) HOST[:PORT] words into c: several,
+    # the main address first, then the others in turn (mosquitto's failover,
+    # see round_robin); a later line replaces an earlier
+    for x in a:
+        address(x)
+    c.pop("addresses", None)
+    c.pop("host", None)
+    c.pop("port", None)
+    if len(a) > 1:
+        c["addresses"] = a
+    else:
+        c["host"], c["port"] = address(a[0])
+
+
 def parse(text):
     """The bridges of a configuration file's text; ValueError names the line."""
     out = []  # type: list[dict]
@@ -103,16 +118,7 @@ def parse(text):
                 # plain TCP)
                 raise ValueError("%s without its value" % key)
             if key == "address" or key == "addresses":
-                # several: the main address first, then the others in
-                # turn (mosquitto's failover, see round_robin)
-                a = v.split()
-                for x in a:
-                    address(x)
-                c.pop("addresses", None)  # (a later line replaces an earlier)
-                c["host"], c["port"] = address(a[0])
-                if len(a) > 1:
-                    del c["host"], c["port"]
-                    c["addresses"] = a
+                _addresses(c, v.split())
             elif key == "topic":
                 parse_rule(v)
                 c["rules"].append(v)
@@ -229,8 +235,9 @@ def add_flags(ap):
     ap.add_argument("--bridge-config", metavar="FILE",
                     help="bridges to upstream brokers, in mosquitto's `connection` "
                          "form (docs/bridge.md)")
-    ap.add_argument("--bridge", metavar="HOST[:PORT]",
-                    help="one bridge to this upstream broker, with --bridge-topic rules")
+    ap.add_argument("--bridge", metavar="HOST[:PORT][,HOST[:PORT]...]",
+                    help="one bridge to this upstream broker, with --bridge-topic rules; "
+                         "more addresses, comma-separated: failover, the first one main")
     ap.add_argument("--bridge-topic", metavar="RULE", action="append", default=[],
                     help="`PATTERN out|in|both QOS LOCAL-PREFIX REMOTE-PREFIX`, repeatable")
 
@@ -250,8 +257,14 @@ def from_args(a):
         except ValueError as e:
             raise ValueError("--bridge-config %s: %s" % (a.bridge_config, e))
     if a.bridge:
-        host, port = address(a.bridge)
-        c = {"name": "bridge", "host": host, "port": port, "rules": a.bridge_topic}
+        c = {"name": "bridge", "rules": a.bridge_topic}
+        words = a.bridge.replace(",", " ").split()
+        if not words:
+            raise ValueError("--bridge: no address")
+        try:
+            _addresses(c, words)
+        except ValueError as e:
+            raise ValueError("--bridge: %s" % e)
         _client_id(c)
         try:
             settings(c)
