@@ -39,6 +39,9 @@ class AsyncClient(Core):
         self.sock = None
         self.runner = None  # the task in run(), woken by disconnect()
         self.stopping = False  # disconnect() was called: run() ends
+        # counts dials and disconnect()s: a dial that finds it moved on when
+        # its await returns is no longer wanted (_open)
+        self.dials = 0
 
     async def connect(self, clean_session=True, timeout_ms=None):
         t = self.timeout_ms if timeout_ms is None else timeout_ms
@@ -70,10 +73,12 @@ class AsyncClient(Core):
         self.err = None
         self.stopping = False
         try:
-            await self._open(timeout_ms)  # raises what the dial met (111: refused)
+            ok = await self._open(timeout_ms)  # raises what the dial met (111: refused)
         except BaseException:
             self._close()
             raise
+        if not ok:
+            raise OSError(107, "")  # disconnect() came during the dial
 
     async def publish(self, topic, msg, retain=False, qos=0, key=None, props=None):
         """Returns once the message is acknowledged (QoS 1/2) or written."""
@@ -146,6 +151,7 @@ class AsyncClient(Core):
         (client_more.bye); what a client may not send raises MQTTError
         with nothing sent and the link kept."""
         more = self.bye(rc, props)  # (its refusal raises here)
+        self.dials += 1  # a dial under way in another task is dropped
         try:
             if more:
                 start = ticks_ms()
@@ -183,7 +189,10 @@ class AsyncClient(Core):
     async def _open(self, ms=0):
         # one dial at a time per client: the other tasks wait for this one
         # (_step), so no second link races the first (the server would
-        # close the older one [MQTT-3.1.4-3], publishing the will)
+        # close the older one [MQTT-3.1.4-3], publishing the will).
+        # False when disconnect() (or a newer dial) came while it awaited:
+        # its socket is closed before CONNECT, the client left as it is
+        n = self.dials = self.dials + 1
         self._close()
         ev = self.woke = event()
         try:
@@ -192,13 +201,16 @@ class AsyncClient(Core):
             else:
                 s = await dial_async(self.server, self.port, self.ssl, self.ssl_params,
                                      ms or self.timeout_ms)
-                self._close()  # (a link opened meanwhile: replaced, so closed)
+                if self.dials != n:
+                    s.close()
+                    return False
                 self.sock = s
                 s.setblocking(False)
                 lk = link(s)
             self.conn.link = lk
             self.start(ticks_ms())
             self._send()
+            return True
         finally:
             if self.woke is ev:
                 self.woke = None
