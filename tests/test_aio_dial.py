@@ -1,7 +1,9 @@
 """The asyncio client's dials against mosquitto: disconnect() while another
 task is redialling stops that dial (its socket closed before CONNECT, the
 awaited publish() raising OSError 107), as docs/client.md promises
-("stops reconnecting until the next connect()")."""
+("stops reconnecting until the next connect()"); and after a first
+connect() that failed, run() with reconnect=True dials once the broker is
+up, as the blocking client's poll() does."""
 import asyncio
 
 import pytest
@@ -109,3 +111,28 @@ def test_disconnect_stops_a_redial_under_way_in_another_task(broker_factory, tmp
     assert isinstance(r, OSError) and r.errno == 107, r  # not sent: disconnect() came first
     assert not up and closed
     assert b.log_text().count("as aio-gate (") == 1  # no CONNECT after disconnect()
+
+
+def test_run_connects_after_a_failed_first_connect(broker_factory):
+    b = broker_factory()
+    b.stop(5)  # not up at the first connect()
+
+    async def main():
+        c = AsyncClient("aio-late", "127.0.0.1", b.port, reconnect=True,
+                        backoff_ms=(50, 100), timeout_ms=4000)
+        try:
+            await c.connect()
+            assert False, "connected to no broker"
+        except OSError as e:
+            assert e.errno == 111  # refused
+        assert not c.is_connected()
+        b.start()
+        run = asyncio.ensure_future(c.run())
+        await _until(lambda: c.is_connected() or run.done())
+        assert not run.done(), run  # run() did not give up with OSError 107
+        assert c.is_connected()
+        assert await c.publish(b"aio/late", b"up", qos=1) == 1
+        await c.disconnect()
+        await asyncio.wait_for(run, 2)
+
+    asyncio.run(asyncio.wait_for(main(), 30))

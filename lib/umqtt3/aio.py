@@ -52,10 +52,12 @@ class AsyncClient(Core):
             # MQTTException(code)); reconnect=True: tries again
             await self._until(self.is_connected, t - ticks_diff(ticks_ms(), start))
         except BaseException as e:
-            # timed out or cancelled (asyncio.wait_for): no half-open link
-            # left behind, no reconnect until the next connect(); a late
-            # CONNACK finds no socket to arrive on
-            self.reconnect = False
+            # no half-open link left behind: a late CONNACK finds no socket
+            # to arrive on. Refused or timed out, reconnect=True stays, as
+            # on MQTTClient: run() dials again. Cancelled (asyncio.wait_for):
+            # the application gave up, no reconnect until the next connect()
+            if not isinstance(e, Exception):
+                self.reconnect = False
             self._close()
             # timed out: what dropped the link before CONNACK (the last
             # attempt's), if anything did

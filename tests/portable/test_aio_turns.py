@@ -3,7 +3,8 @@
 # subscribe()/unsubscribe() from two tasks at once each get the answer with
 # their own packet id [MQTT-3.8.4-2] (the core awaits one at a time: they
 # take turns); connect() that times out or is cancelled leaves no link
-# open; run() with reconnect=False raises when a callback's refusal dropped
+# open (timed out, reconnect=True stays: run() dials again, as MQTTClient's
+# poll(); cancelled, it is cleared); run() with reconnect=False raises when a callback's refusal dropped
 # the link; the errors carry their errno; MQTTClient's argument order.
 from test_client_mem import Peer, Link
 from umqtt3.aio import AsyncClient
@@ -42,13 +43,16 @@ async def _two_subscribers():
     await c.disconnect()
 
 
-async def _silent_connect(bound):
-    # a peer that never answers CONNECT: bound(c) gives up on connect()
+async def _silent_connect(bound, keeps):
+    # a peer that never answers CONNECT: bound(c) gives up on connect();
+    # keeps: reconnect=True stays, and run() dials again
+    import asyncio
     peer = Peer()
     links = []
 
     def dial():
         links.append(1)
+        peer.drop()  # a fresh pipe, silent too
         return peer.client_end
     c = AsyncClient("dev1", "peer", interval_ms=1, timeout_ms=2000, reconnect=True,
                     connect_link=dial)
@@ -58,20 +62,35 @@ async def _silent_connect(bound):
     except Exception as e:
         err = e
     assert peer.client_end.closed  # no half-open link left behind
-    assert c.conn.link is None and c.state == 0 and not c.reconnect
+    assert c.conn.link is None and c.state == 0 and c.reconnect == keeps
     await asleep_ms(5)
-    assert links == [1]  # and no reconnect after it
+    assert links == [1]  # no dial until run() steps the client
+    server = asyncio.create_task(c.run())
+    for _ in range(100):
+        if len(links) > 1 or server.done():
+            break
+        await asleep_ms(1)
+    assert len(links) == (2 if keeps else 1)
+    await c.disconnect()
+    if keeps:
+        await server  # ends after disconnect()
+    else:
+        try:
+            await server
+            assert False, "run() on a client with no reconnect returned"
+        except OSError as e:
+            assert e.errno == 107
     return err
 
 
 async def test_connect_that_times_out_leaves_no_link_open():
-    e = await _silent_connect(lambda c: c.connect(timeout_ms=20))
+    e = await _silent_connect(lambda c: c.connect(timeout_ms=20), True)
     assert isinstance(e, OSError) and e.errno == 110  # (CPython: a TimeoutError)
 
 
 async def test_connect_cancelled_leaves_no_link_open():
     import asyncio
-    e = await _own_task(_silent_connect(lambda c: asyncio.wait_for(c.connect(), 0.02)))
+    e = await _own_task(_silent_connect(lambda c: asyncio.wait_for(c.connect(), 0.02), False))
     assert isinstance(e, asyncio.TimeoutError)
 
 
