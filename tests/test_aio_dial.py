@@ -11,7 +11,7 @@ import pytest
 from tests.certs import self_signed
 from umqtt3.aio import AsyncClient
 
-pytestmark = [pytest.mark.interop, pytest.mark.slow]
+pytestmark = pytest.mark.interop
 
 
 async def _pipe(r, w, links):
