@@ -88,6 +88,12 @@ def test_simulate_refuses_unreadable_secrets(tmp_path):
      "esp32 takes a .bin image, not plain-file"),
     ("tools.device.selftest", ["--wasm", "--script", "{file}/x.py"], "x.py"),
     ("tools.device.selftest", ["--bogus"], "unrecognized arguments: --bogus"),
+    # run.mjs's sizes: bytes, or with a k or m suffix
+    ("tools.device.selftest", ["--wasm", "--heap", "abc", "--dry-run"],
+     "argument --heap: 'abc' is not a size (bytes, or with k or m: 2m)"),
+    ("tools.device.selftest", ["--wasm", "--heap", "0", "--dry-run"],
+     "argument --heap: '0' is not a size"),
+    ("tools.device.selftest", ["--wasm", "--heap", "2g", "--dry-run"], "'2g' is not a size"),
 ])
 def test_device_tools_refuse(module, argv, what, a_file):
     refused(module, [x.replace("{file}", a_file) for x in argv], what)

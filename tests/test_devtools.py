@@ -886,6 +886,12 @@ def test_selftest_commands():
         "node", "tests/mp/run.mjs", "--heap", "2m", "firmware/selftest.py"]
 
 
+def test_selftest_takes_the_heap_sizes_run_mjs_takes():
+    for heap in ("512k", "4M", "1048576"):
+        p = cli("selftest.py", "--wasm", "--heap", heap, "--dry-run")
+        assert p.returncode == 0 and "run.mjs --heap %s firmware/selftest.py" % heap in p.stdout, p
+
+
 # ------------------------------------------------------------------ manifest
 def test_manifest_freezes_the_library_and_the_apps():
     calls = []
