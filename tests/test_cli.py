@@ -75,7 +75,21 @@ def test_simulate_refuses_a_broker_that_is_not_there():
 
 
 def test_simulate_refuses_unreadable_secrets(tmp_path):
-    refused(SIMULATE, ["--secrets", str(tmp_path / "none.json")], "cannot read secrets", 1)
+    refused(SIMULATE, ["--secrets", str(tmp_path / "none.json")], "cannot read secrets")
+
+
+@pytest.mark.parametrize("text,what", [
+    ("[1, 2]", "must hold a JSON object"),
+    ('{"mqtt_user": "u", "mqtt_password": 5}', "mqtt_password must be a string"),
+    ("{", "is not valid JSON"),
+])
+def test_simulate_refuses_secrets_the_board_would_not_take(tmp_path, text, what):
+    # deploy's check, up front: not a traceback from every node's thread
+    f = tmp_path / "secrets.json"
+    f.write_text(text)
+    err = refused(SIMULATE, ["--secrets", str(f), "--start-broker", "--seconds", "2",
+                             "--nodes", "1"], what)
+    assert err.startswith("simulate: ") and str(f) in err, err
 
 
 @pytest.mark.parametrize("module,argv,what", [

@@ -176,6 +176,25 @@ def test_config_json_is_the_users_with_the_role(tmp_path):
     assert "must hold a JSON object" in usage_error(staged_config)
 
 
+def test_secrets_json_is_refused_before_staging_unless_an_object_of_strings(tmp_path, capsys):
+    user = tmp_path / "secrets.json"
+    out = str(tmp_path / "b")
+
+    def staged_secrets():
+        staged = deploy.stage(deploy.plan("esp32", "node", None, str(user), frozen=True), out,
+                              "xtensawin", "node")
+        return json.load(open([p for p, d in staged if d == "secrets.json"][0]))
+    user.write_text('{"ssid": "home", "password": "pw"}')
+    assert staged_secrets() == {"ssid": "home", "password": "pw"}
+    user.write_text('{"mqtt_user": "u"}')
+    assert staged_secrets() == {"mqtt_user": "u"}
+    assert "has no ssid: the board cannot join a Wi-Fi network" in capsys.readouterr().out
+    user.write_text('{"ssid": "home", "password": 1234}')
+    assert usage_error(staged_secrets) == "secrets %s: password must be a string" % user
+    user.write_text('["home", "pw"]')
+    assert usage_error(staged_secrets) == "secrets %s must hold a JSON object" % user
+
+
 def test_secrets_template_is_valid_and_names_what_the_firmware_reads():
     s = json.load(open(os.path.join(ROOT, deploy.SECRETS_TEMPLATE)))
     assert {"ssid", "password", "mqtt_user", "mqtt_password", "ap_ssid", "ap_password"} == set(s)

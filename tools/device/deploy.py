@@ -127,10 +127,18 @@ def device_config(path, role, say=True):
     return cfg
 
 
-def check_secrets(secrets, path):
+def read_secrets(path):
+    """A secrets.json as the board takes it: a JSON object of strings
+    (tools/desktop/simulate.py checks its --secrets with this too)."""
+    secrets = read_json(path, "secrets")
     for k in secrets:
         if not isinstance(secrets[k], str):
             fail("secrets %s: %s must be a string" % (path, k))
+    return secrets
+
+
+def check_secrets(path):
+    secrets = read_secrets(path)
     if not secrets.get("ssid") and not secrets.get("ap_ssid"):
         print("secrets %s has no ssid: the board cannot join a Wi-Fi network" % path)
 
@@ -177,7 +185,7 @@ def stage(entries, out_dir, arch, role, source_lines=False):
                 f.write("\n")
         else:
             if dest == "secrets.json":
-                check_secrets(read_json(src, "secrets"), src)  # here, not on the board
+                check_secrets(src)  # here, not on the board
             shutil.copyfile(src, path)
         if not rom:
             staged.append((path, dest))
