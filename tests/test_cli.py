@@ -52,6 +52,32 @@ def test_demo_refuses_an_unusable_out_directory(a_file):
     refused(DEMO, ["--out", os.path.join(a_file, "demo")], "%s is not a directory" % a_file)
 
 
+def test_demo_never_empties_a_directory_it_did_not_make(tmp_path):
+    mine = tmp_path / "precious"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("my notes")
+    err = refused(DEMO, ["--out", str(mine), "--seconds", "1", "--nodes", "1"],
+                  "--out %s: not a directory the demo made (no %s in it)" % (mine, demo.MARKER))
+    assert err.endswith("name an empty or new directory"), err
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+    assert (mine / "notes.txt").read_text() == "my notes"
+    # --no-spark writes nothing there: nothing to refuse
+    assert demo.parse(["--out", str(mine), "--no-spark"]).out == str(mine)
+
+
+def test_demo_empties_only_its_own_out_directory(tmp_path):
+    # missing, empty, or marked by an earlier demo: the demo's to empty
+    new, empty, made = tmp_path / "new", tmp_path / "empty", tmp_path / "made"
+    empty.mkdir()
+    made.mkdir()
+    (made / demo.MARKER).write_text("")
+    (made / "spark.log").write_text("an earlier run")
+    for d in (new, empty, made):
+        assert demo.parse(["--out", str(d)]).out == str(d)
+    demo.renew_out(str(made))
+    assert [p.name for p in made.iterdir()] == [demo.MARKER]
+
+
 @pytest.mark.parametrize("argv,what", [
     (["--host", "no-such-host.invalid"], "cannot resolve host 'no-such-host.invalid'"),
     (["--port", "65536"], "port 65536 is outside 1-65535"),

@@ -40,7 +40,7 @@ import os
 import shutil
 import sys
 
-from tools import args, libgraph
+from tools import args, libgraph, outdir
 from tools.device import devices
 from tools.device.devices import ROOT, LIB_DIR, FIRMWARE_DIR, fail
 
@@ -159,14 +159,10 @@ def stage(entries, out_dir, arch, role, source_lines=False):
     directory deploy made itself (its marker file inside) or an empty one is
     emptied: --build may name any directory. The library is compiled without
     line numbers unless source_lines."""
-    marker = os.path.join(out_dir, MARKER)
-    if os.path.isdir(out_dir) and os.listdir(out_dir) and not os.path.exists(marker):
+    if not outdir.ours(out_dir, MARKER):
         fail("%s is not a staging directory made by deploy (no %s in it): "
              "not emptying it; name an empty or new directory" % (out_dir, MARKER))
-    shutil.rmtree(out_dir, ignore_errors=True)
-    os.makedirs(out_dir)
-    with open(marker, "w") as f:
-        f.write("staged by tools/device/deploy.py; emptied by the next deploy\n")
+    outdir.renew(out_dir, MARKER, "staged by tools/device/deploy.py; emptied by the next deploy")
     cmd = None
     staged = []
     for dest, src, how in entries:
