@@ -71,11 +71,12 @@ def check_firmware(path, board):
 
 def check_uf2(block, path, board):
     """The first block of a UF2 file: its magics, and the board's family."""
-    if len(block) < UF2_BLOCK or (
-            struct.unpack_from("<2I", block) + struct.unpack_from("<I", block, 508)
-            != UF2_MAGICS):
+    start0 = start1 = end = None
+    if len(block) == UF2_BLOCK:
+        start0, start1, flags, _, _, _, _, family = struct.unpack_from("<8I", block)
+        end = struct.unpack_from("<I", block, UF2_BLOCK - 4)[0]
+    if (start0, start1, end) != UF2_MAGICS:
         fail("%s is not a UF2 image (no UF2 magic in its first block)" % path)
-    flags, family = struct.unpack_from("<I", block, 8)[0], struct.unpack_from("<I", block, 28)[0]
     want = UF2_FAMILIES[board.CHIP]
     if not flags & UF2_FAMILY_FLAG:
         fail("%s is a UF2 image with no family id: not MicroPython's for %s (family 0x%08x)"
