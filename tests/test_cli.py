@@ -52,6 +52,32 @@ def test_demo_refuses_an_unusable_out_directory(a_file):
     refused(DEMO, ["--out", os.path.join(a_file, "demo")], "%s is not a directory" % a_file)
 
 
+def test_demo_never_empties_a_directory_it_did_not_make(tmp_path):
+    mine = tmp_path / "precious"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("my notes")
+    err = refused(DEMO, ["--out", str(mine), "--seconds", "1", "--nodes", "1"],
+                  "--out %s: not a directory the demo made (no %s in it)" % (mine, demo.MARKER))
+    assert err.endswith("name an empty or new directory"), err
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+    assert (mine / "notes.txt").read_text() == "my notes"
+    # --no-spark writes nothing there: nothing to refuse
+    assert demo.parse(["--out", str(mine), "--no-spark"]).out == str(mine)
+
+
+def test_demo_empties_only_its_own_out_directory(tmp_path):
+    # missing, empty, or marked by an earlier demo: the demo's to empty
+    new, empty, made = tmp_path / "new", tmp_path / "empty", tmp_path / "made"
+    empty.mkdir()
+    made.mkdir()
+    (made / demo.MARKER).write_text("")
+    (made / "spark.log").write_text("an earlier run")
+    for d in (new, empty, made):
+        assert demo.parse(["--out", str(d)]).out == str(d)
+    demo.renew_out(str(made))
+    assert [p.name for p in made.iterdir()] == [demo.MARKER]
+
+
 @pytest.mark.parametrize("argv,what", [
     (["--host", "no-such-host.invalid"], "cannot resolve host 'no-such-host.invalid'"),
     (["--port", "65536"], "port 65536 is outside 1-65535"),
@@ -75,7 +101,21 @@ def test_simulate_refuses_a_broker_that_is_not_there():
 
 
 def test_simulate_refuses_unreadable_secrets(tmp_path):
-    refused(SIMULATE, ["--secrets", str(tmp_path / "none.json")], "cannot read secrets", 1)
+    refused(SIMULATE, ["--secrets", str(tmp_path / "none.json")], "cannot read secrets")
+
+
+@pytest.mark.parametrize("text,what", [
+    ("[1, 2]", "must hold a JSON object"),
+    ('{"mqtt_user": "u", "mqtt_password": 5}', "mqtt_password must be a string"),
+    ("{", "is not valid JSON"),
+])
+def test_simulate_refuses_secrets_the_board_would_not_take(tmp_path, text, what):
+    # deploy's check, up front: not a traceback from every node's thread
+    f = tmp_path / "secrets.json"
+    f.write_text(text)
+    err = refused(SIMULATE, ["--secrets", str(f), "--start-broker", "--seconds", "2",
+                             "--nodes", "1"], what)
+    assert err.startswith("simulate: ") and str(f) in err, err
 
 
 @pytest.mark.parametrize("module,argv,what", [
@@ -88,6 +128,12 @@ def test_simulate_refuses_unreadable_secrets(tmp_path):
      "esp32 takes a .bin image, not plain-file"),
     ("tools.device.selftest", ["--wasm", "--script", "{file}/x.py"], "x.py"),
     ("tools.device.selftest", ["--bogus"], "unrecognized arguments: --bogus"),
+    # run.mjs's sizes: bytes, or with a k or m suffix
+    ("tools.device.selftest", ["--wasm", "--heap", "abc", "--dry-run"],
+     "argument --heap: 'abc' is not a size (bytes, or with k or m: 2m)"),
+    ("tools.device.selftest", ["--wasm", "--heap", "0", "--dry-run"],
+     "argument --heap: '0' is not a size"),
+    ("tools.device.selftest", ["--wasm", "--heap", "2g", "--dry-run"], "'2g' is not a size"),
 ])
 def test_device_tools_refuse(module, argv, what, a_file):
     refused(module, [x.replace("{file}", a_file) for x in argv], what)

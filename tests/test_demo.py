@@ -175,6 +175,8 @@ def test_a_closed_pipe_stops_the_demo_spark_and_broker(tmp_path):
             p.kill()
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
     assert none_left(mark) == []
+    # --out is marked as the demo's: the next demo may empty it
+    assert (tmp_path / "d" / ".demo-out").is_file()
 
 
 def test_run_sets_up_first_where_make_is_missing(tmp_path):

@@ -9,6 +9,7 @@ our broker."""
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import time
@@ -173,6 +174,25 @@ def test_config_json_is_the_users_with_the_role(tmp_path):
     assert "not valid JSON" in usage_error(staged_config)
     user.write_text("[1]")
     assert "must hold a JSON object" in usage_error(staged_config)
+
+
+def test_secrets_json_is_refused_before_staging_unless_an_object_of_strings(tmp_path, capsys):
+    user = tmp_path / "secrets.json"
+    out = str(tmp_path / "b")
+
+    def staged_secrets():
+        staged = deploy.stage(deploy.plan("esp32", "node", None, str(user), frozen=True), out,
+                              "xtensawin", "node")
+        return json.load(open([p for p, d in staged if d == "secrets.json"][0]))
+    user.write_text('{"ssid": "home", "password": "pw"}')
+    assert staged_secrets() == {"ssid": "home", "password": "pw"}
+    user.write_text('{"mqtt_user": "u"}')
+    assert staged_secrets() == {"mqtt_user": "u"}
+    assert "has no ssid: the board cannot join a Wi-Fi network" in capsys.readouterr().out
+    user.write_text('{"ssid": "home", "password": 1234}')
+    assert usage_error(staged_secrets) == "secrets %s: password must be a string" % user
+    user.write_text('["home", "pw"]')
+    assert usage_error(staged_secrets) == "secrets %s must hold a JSON object" % user
 
 
 def test_secrets_template_is_valid_and_names_what_the_firmware_reads():
@@ -685,15 +705,87 @@ def test_uf2_copy_to_the_rp2_drive(tmp_path):
     assert "no RPI-RP2 drive" in usage_error(flash.find_drive, None, str(tmp_path / "none"))
 
 
+RP2040 = 0xE48BFF56  # the UF2 family id of MicroPython's Pico W images
+
+
+def uf2_image(family=RP2040, flags=0x2000, start1=0x9E5D5157, end=0x0AB16F30, blocks=2):
+    """A UF2 file as picotool writes one: 512-byte blocks, a 32-byte header
+    (two start magics, flags, address, payload size, block number, count,
+    family id when flags has 0x2000), 476 bytes of data, the end magic."""
+    out = b""
+    for n in range(blocks):
+        out += struct.pack("<8I", 0x0A324655, start1, flags, 0x10000000 + 256 * n, 256, n,
+                           blocks, family) + bytes(476) + struct.pack("<I", end)
+    return out
+
+
+def esp_image(chip_id=0, magic=0xE9):
+    """The start of an ESP-IDF image: magic, segments, SPI mode and speed,
+    entry address, then the extended header with the chip id at byte 12."""
+    return struct.pack("<BBBBIB3sH", magic, 3, 2, 0x20, 0x40080000, 0xEE, bytes(3),
+                       chip_id) + bytes(242)
+
+
 def test_uf2_flash_copies_the_image(tmp_path, capsys):
     drive = tmp_path / "RPI-RP2"
     drive.mkdir()
     (drive / "INFO_UF2.TXT").write_text("Board-ID: RPI-RP2\n")
     fw = tmp_path / "RPI_PICO_W.uf2"
-    fw.write_bytes(b"UF2\n" * 128)
+    fw.write_bytes(uf2_image())
     assert flash.main(["--board", "picow", "--firmware", str(fw), "--drive", str(drive)]) == 0
     assert (drive / fw.name).read_bytes() == fw.read_bytes()
     assert "$ cp %s %s/" % (fw, drive) in capsys.readouterr().out
+
+
+def test_flash_refuses_a_file_that_is_no_image_for_the_board(tmp_path):
+    # an ESP32 image renamed .uf2: the RP2040 bootloader ignores it, so the
+    # board would stay as it was while flash said "flashed"; nothing is copied
+    drive = tmp_path / "RPI-RP2"
+    drive.mkdir()
+    (drive / "INFO_UF2.TXT").write_text("UF2 Bootloader v3.0\nBoard-ID: RPI-RP2\n")
+    fw = tmp_path / "ESP32_GENERIC.uf2"
+    fw.write_bytes(esp_image() + os.urandom(4096))
+    p = cli("flash.py", "--board", "picow", "--firmware", str(fw), "--drive", str(drive))
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, p
+    assert lines[0] == "flash: %s is not a UF2 image (no UF2 magic in its first block)" % fw
+    assert "flashed" not in p.stdout
+    assert sorted(os.listdir(drive)) == ["INFO_UF2.TXT"]
+
+
+def test_firmware_image_checks(tmp_path):
+    picow = devices.device_board("picow")
+
+    def refused(data, board=picow, name="fw.uf2"):
+        f = tmp_path / name
+        f.write_bytes(data)
+        return usage_error(flash.check_firmware, str(f), board)
+
+    good = uf2_image()
+    assert "no UF2 magic" in refused(b"")
+    assert "no UF2 magic" in refused(good[:511])  # not even one whole block
+    assert "no UF2 magic" in refused(good[:4] + b"\0" + good[5:])  # first start magic
+    assert "no UF2 magic" in refused(uf2_image(start1=0))
+    assert "no UF2 magic" in refused(uf2_image(end=0))
+    # a UF2 image for another chip: its bootloader would ignore it too
+    msg = refused(uf2_image(family=0x1C5F21B0))
+    assert msg.endswith("is a UF2 image for family 0x1c5f21b0, not picow's (rp2040, "
+                        "family 0xe48bff56)"), msg
+    assert "no family id" in refused(uf2_image(flags=0))
+    f = tmp_path / "RPI_PICO_W.uf2"
+    f.write_bytes(good)
+    assert flash.check_firmware(str(f), picow) == str(f)
+    # ESP32s: the ESP-IDF image magic, and the chip the image was built for
+    for board, chip_id in (("esp32", 0), ("esp32s3", 9), ("esp32c3", 5)):
+        b = devices.device_board(board)
+        f = tmp_path / ("%s.bin" % board)
+        f.write_bytes(esp_image(chip_id))
+        assert flash.check_firmware(str(f), b) == str(f)
+        assert "not an ESP image (its first byte is 0x55, not 0xe9)" in refused(
+            good, b, "x.bin")
+        assert "not an ESP image" in refused(b"", b, "x.bin")
+    msg = refused(esp_image(9), devices.device_board("esp32"), "s3.bin")
+    assert msg.endswith("s3.bin is an image for chip id 9 (esp32s3), not esp32's (chip id 0)"), msg
 
 
 # ------------------------------------------------------------------ errors
@@ -718,7 +810,7 @@ def test_firmware_file_checks(tmp_path):
     assert "no such firmware file" in usage_error(flash.check_firmware,
                                                   str(tmp_path / "x.bin"), esp32)
     uf2 = tmp_path / "x.uf2"
-    uf2.write_bytes(b"x")
+    uf2.write_bytes(uf2_image())
     assert "esp32 takes a .bin image" in usage_error(flash.check_firmware, str(uf2), esp32)
     assert flash.check_firmware(str(uf2), picow) == str(uf2)
 
@@ -811,6 +903,12 @@ def test_selftest_commands():
         "firmware/selftest.py"]
     assert selftest.wasm_command() == [
         "node", "tests/mp/run.mjs", "--heap", "2m", "firmware/selftest.py"]
+
+
+def test_selftest_takes_the_heap_sizes_run_mjs_takes():
+    for heap in ("512k", "4M", "1048576"):
+        p = cli("selftest.py", "--wasm", "--heap", heap, "--dry-run")
+        assert p.returncode == 0 and "run.mjs --heap %s firmware/selftest.py" % heap in p.stdout, p
 
 
 # ------------------------------------------------------------------ manifest

@@ -15,6 +15,9 @@ on Spark local[2]: its ingest takes every reading into a durable log under
 Parquet, and at the end each node's series goes to --out/telemetry.png. A
 window is written once the watermark has passed its end, so the last few
 seconds of a run stay unwritten. --no-spark leaves it out (no Java needed).
+--out is emptied first, so it must be new, empty or one an earlier demo
+wrote (it leaves a .demo-out file there); any other directory is refused,
+untouched.
 
 Ctrl-C (or --seconds) stops it: the nodes, then the pipeline (Spark first
 processes what the log holds, up to 90 s; a second Ctrl-C cuts that short),
@@ -31,13 +34,14 @@ import tempfile
 import threading
 import time
 
-from tools import args, procs
+from tools import args, outdir, procs
 # the firmware on the desktop and its broker, shared with tools/desktop/simulate.py
 from tools.desktop.sim import PREFIX, broker_kind, node_config, run_node, start_broker
 from umqtt3.client import MQTTClient
 from umqtt3_pipeline.job import spark_missing
 
 RATE_SPAN = 5.0  # seconds the live view's msg/s is measured over
+MARKER = ".demo-out"  # in --out: the demo wrote it, and may empty it
 
 
 class Out:
@@ -74,8 +78,7 @@ class Pipeline:
 
     def __init__(self, port, out, window):
         from umqtt3_pipeline.job import ensure_session
-        shutil.rmtree(out, ignore_errors=True)
-        os.makedirs(out)
+        renew_out(out)
         self.out = out
         self.log = os.path.join(out, "log")
         self.parquet = os.path.join(out, "parquet")
@@ -148,6 +151,11 @@ class Pipeline:
         self.killed = self.killed or self.proc.poll() is None
         procs.kill_group(self.proc)
         self.proc.wait()
+
+
+def renew_out(path):
+    """Empty --out (parse() made sure it is the demo's) for a new run."""
+    outdir.renew(path, MARKER, "written by the umqtt3 demo; emptied by the next one")
 
 
 def rates(history, counts, now):
@@ -232,7 +240,8 @@ def parser():
                     help="which broker (default: umqtt3's own, else mosquitto)")
     ap.add_argument("--no-spark", action="store_true", help="leave the Spark pipeline out")
     ap.add_argument("--out", default=os.path.join("build", "demo"),
-                    help="the pipeline's log, checkpoint, Parquet and plot (emptied first)")
+                    help="the pipeline's log, checkpoint, Parquet and plot (emptied first: "
+                         "only a new or empty directory, or one the demo wrote)")
     ap.add_argument("--window", type=args.positive, default=5, help="window length, seconds")
     return ap
 
@@ -244,6 +253,9 @@ def parse(argv=None):
         args.check_free(ap, a.port)
     if not a.no_spark:
         args.check_dir(ap, a.out, "--out")
+        if not outdir.ours(a.out, MARKER):
+            ap.error("--out %s: not a directory the demo made (no %s in it): not emptying it; "
+                     "name an empty or new directory" % (a.out, MARKER))
     if a.broker == "mosquitto" and not shutil.which("mosquitto"):
         ap.error("--broker mosquitto: mosquitto is not installed (apt-get install mosquitto)")
     return a

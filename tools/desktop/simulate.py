@@ -15,7 +15,6 @@ docs/firmware.md); watch them with mosquitto_sub -t '<prefix>/#' -v.
 --seconds 0 runs until Ctrl-C. At the end each node's readings accepted and
 dropped are printed; the exit status is 1 if a node accepted none.
 """
-import json
 import os
 import shutil
 import sys
@@ -25,17 +24,7 @@ import time
 
 from tools import args, procs
 from tools.desktop import sim
-
-
-def read_secrets(path):
-    """mqtt_user / mqtt_password from a secrets.json, as the device reads it."""
-    if not path:
-        return {}
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError) as e:
-        raise SystemExit("simulate: cannot read secrets %s: %s" % (path, e))
+from tools.device import deploy, devices
 
 
 def parser():
@@ -76,7 +65,12 @@ def parse(argv=None):
 
 def main(argv=None):
     a = parse(argv)
-    secrets = read_secrets(a.secrets)
+    try:
+        # mqtt_user / mqtt_password; checked as deploy checks a board's,
+        # before any node starts
+        secrets = deploy.read_secrets(a.secrets) if a.secrets else {}
+    except devices.Usage as e:
+        return devices.report("simulate", e)
 
     tmp = tempfile.mkdtemp(prefix="umqtt3-sim-")
     broker = None

@@ -40,7 +40,7 @@ import os
 import shutil
 import sys
 
-from tools import args, libgraph
+from tools import args, libgraph, outdir
 from tools.device import devices
 from tools.device.devices import ROOT, LIB_DIR, FIRMWARE_DIR, fail
 
@@ -127,10 +127,18 @@ def device_config(path, role, say=True):
     return cfg
 
 
-def check_secrets(secrets, path):
+def read_secrets(path):
+    """A secrets.json as the board takes it: a JSON object of strings
+    (tools/desktop/simulate.py checks its --secrets with this too)."""
+    secrets = read_json(path, "secrets")
     for k in secrets:
         if not isinstance(secrets[k], str):
             fail("secrets %s: %s must be a string" % (path, k))
+    return secrets
+
+
+def check_secrets(path):
+    secrets = read_secrets(path)
     if not secrets.get("ssid") and not secrets.get("ap_ssid"):
         print("secrets %s has no ssid: the board cannot join a Wi-Fi network" % path)
 
@@ -151,14 +159,10 @@ def stage(entries, out_dir, arch, role, source_lines=False):
     directory deploy made itself (its marker file inside) or an empty one is
     emptied: --build may name any directory. The library is compiled without
     line numbers unless source_lines."""
-    marker = os.path.join(out_dir, MARKER)
-    if os.path.isdir(out_dir) and os.listdir(out_dir) and not os.path.exists(marker):
+    if not outdir.ours(out_dir, MARKER):
         fail("%s is not a staging directory made by deploy (no %s in it): "
              "not emptying it; name an empty or new directory" % (out_dir, MARKER))
-    shutil.rmtree(out_dir, ignore_errors=True)
-    os.makedirs(out_dir)
-    with open(marker, "w") as f:
-        f.write("staged by tools/device/deploy.py; emptied by the next deploy\n")
+    outdir.renew(out_dir, MARKER, "staged by tools/device/deploy.py; emptied by the next deploy")
     cmd = None
     staged = []
     for dest, src, how in entries:
@@ -177,7 +181,7 @@ def stage(entries, out_dir, arch, role, source_lines=False):
                 f.write("\n")
         else:
             if dest == "secrets.json":
-                check_secrets(read_json(src, "secrets"), src)  # here, not on the board
+                check_secrets(src)  # here, not on the board
             shutil.copyfile(src, path)
         if not rom:
             staged.append((path, dest))

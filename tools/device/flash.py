@@ -15,9 +15,14 @@ running board); it mounts as a USB drive named RPI-RP2, and copying a .uf2
 file to it flashes the board, which then reboots by itself. Without --drive
 the mounted RPI-RP2 drive is found in /proc/mounts.
 
+The image is read first: a .uf2 that is no UF2 image for the RP2040, or a
+.bin that is no ESP-IDF image for the board's chip, is refused before any
+device is touched.
+
 --dry-run prints the commands and touches no device.
 """
 import os
+import struct
 import sys
 
 from tools import args
@@ -30,6 +35,20 @@ ESP_OFFSETS = {"esp32": 0x1000, "esp32s3": 0x0, "esp32c3": 0x0}
 BAUD = 460800
 UF2_MARKER = "INFO_UF2.TXT"  # every UF2 bootloader drive has it
 
+# A UF2 file is 512-byte blocks: a header of eight little-endian words (two
+# start magics, flags, address, payload size, block number, block count, and
+# the family id when flags has UF2_FAMILY_FLAG), 476 bytes, the end magic.
+# A bootloader ignores a file without them, or for another family, in silence.
+UF2_BLOCK = 512
+UF2_MAGICS = (0x0A324655, 0x9E5D5157, 0x0AB16F30)  # start 0 ("UF2\n"), start 1, end
+UF2_FAMILY_FLAG = 0x2000
+UF2_FAMILIES = {"rp2040": 0xE48BFF56}
+# An ESP-IDF image starts with this byte; its extended header has the chip
+# id (16 bits, little-endian) at byte 12; esptool would only see a wrong one
+# after erase-flash has wiped the board.
+ESP_MAGIC = 0xE9
+ESP_CHIP_IDS = {"esp32": 0, "esp32s3": 9, "esp32c3": 5}
+
 
 def image_kind(board):
     return "uf2" if board.CHIP == "rp2040" else "bin"
@@ -41,7 +60,45 @@ def check_firmware(path, board):
                        % (kind, board.NAME))
     if not path.lower().endswith("." + kind):
         fail("%s takes a .%s image, not %s" % (board.NAME, kind, os.path.basename(path)))
+    try:
+        with open(path, "rb") as f:
+            head = f.read(UF2_BLOCK)
+    except OSError as e:
+        fail("cannot read %s: %s" % (path, e.strerror or e))
+    (check_uf2 if kind == "uf2" else check_esp_image)(head, path, board)
     return path
+
+
+def check_uf2(block, path, board):
+    """The first block of a UF2 file: its magics, and the board's family."""
+    start0 = start1 = end = None
+    if len(block) == UF2_BLOCK:
+        start0, start1, flags, _, _, _, _, family = struct.unpack_from("<8I", block)
+        end = struct.unpack_from("<I", block, UF2_BLOCK - 4)[0]
+    if (start0, start1, end) != UF2_MAGICS:
+        fail("%s is not a UF2 image (no UF2 magic in its first block)" % path)
+    want = UF2_FAMILIES[board.CHIP]
+    if not flags & UF2_FAMILY_FLAG:
+        fail("%s is a UF2 image with no family id: not MicroPython's for %s (family 0x%08x)"
+             % (path, board.NAME, want))
+    if family != want:
+        fail("%s is a UF2 image for family 0x%08x, not %s's (%s, family 0x%08x)"
+             % (path, family, board.NAME, board.CHIP, want))
+
+
+def check_esp_image(head, path, board):
+    """The start of an ESP-IDF image: its magic, and the board's chip."""
+    if head[:1] != bytes((ESP_MAGIC,)):
+        fail("%s is not an ESP image (%s, not 0x%02x)" % (
+            path, "its first byte is 0x%02x" % head[0] if head else "it is empty", ESP_MAGIC))
+    if len(head) < 14:
+        fail("%s is not an ESP image (%d bytes: shorter than its header)" % (path, len(head)))
+    chip = struct.unpack_from("<H", head, 12)[0]
+    want = ESP_CHIP_IDS[board.CHIP]
+    if chip != want:
+        names = dict((v, k) for k, v in ESP_CHIP_IDS.items())
+        fail("%s is an image for chip id %s%s, not %s's (chip id %d)"
+             % (path, chip, " (%s)" % names[chip] if chip in names else "", board.NAME, want))
 
 
 def esptool_commands(board, port, firmware, baud=BAUD, erase=True):

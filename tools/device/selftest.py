@@ -13,7 +13,9 @@ tests/mp/run.mjs, which puts lib/ at /lib (on sys.path, as /lib is on a
 board), tests/portable at /tests and the script with its neighbours in
 firmware/ at /run.
 """
+import argparse
 import os
+import re
 import shutil
 import sys
 
@@ -25,6 +27,14 @@ SCRIPT = os.path.join("firmware", "selftest.py")
 
 
 TESTS = os.path.join("tests", "portable")
+
+
+def heap_size(text):
+    """--heap as tests/mp/run.mjs takes it (its parseSize): bytes, or with
+    a k or m suffix; checked here, so that --dry-run refuses it too."""
+    if not re.fullmatch(r"[0-9]+[kKmM]?", text) or not int(text.rstrip("kKmM")):
+        raise argparse.ArgumentTypeError("%r is not a size (bytes, or with k or m: 2m)" % text)
+    return text
 
 
 def device_command(port, script=SCRIPT):
@@ -42,7 +52,8 @@ def main(argv=None):
     ap.add_argument("--port", default="", help="serial port (default: the only one plugged in)")
     ap.add_argument("--wasm", action="store_true", help="run under the WebAssembly MicroPython")
     ap.add_argument("--node", default="node", help="Node.js for --wasm")
-    ap.add_argument("--heap", default="2m", help="MicroPython heap for --wasm")
+    ap.add_argument("--heap", type=heap_size, default="2m",
+                    help="MicroPython heap for --wasm (bytes, or with k or m)")
     ap.add_argument("--script", default=SCRIPT, help="the script")
     ap.add_argument("--dry-run", action="store_true", help="print the command only")
     a = ap.parse_args(argv)
