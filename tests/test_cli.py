@@ -78,6 +78,16 @@ def test_demo_empties_only_its_own_out_directory(tmp_path):
     assert [p.name for p in made.iterdir()] == [demo.MARKER]
 
 
+
+def test_demo_default_out_is_its_own_even_unmarked(tmp_path, monkeypatch):
+    # build/demo is the demo's: a run from before the marker left it
+    # unmarked, and `make demo` still runs
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "build" / "demo").mkdir(parents=True)
+    (tmp_path / "build" / "demo" / "spark.log").write_text("a run before the marker")
+    assert demo.parse([]).out == demo.DEFAULT_OUT == os.path.join("build", "demo")
+
+
 @pytest.mark.parametrize("argv,what", [
     (["--host", "no-such-host.invalid"], "cannot resolve host 'no-such-host.invalid'"),
     (["--port", "65536"], "port 65536 is outside 1-65535"),

@@ -16,7 +16,8 @@ Parquet, and at the end each node's series goes to --out/telemetry.png. A
 window is written once the watermark has passed its end, so the last few
 seconds of a run stay unwritten. --no-spark leaves it out (no Java needed).
 --out is emptied first, so it must be new, empty or one an earlier demo
-wrote (it leaves a .demo-out file there); any other directory is refused,
+wrote (it leaves a .demo-out file there; the default, build/demo, is its
+own); any other directory is refused,
 untouched.
 
 Ctrl-C (or --seconds) stops it: the nodes, then the pipeline (Spark first
@@ -42,6 +43,7 @@ from umqtt3_pipeline.job import spark_missing
 
 RATE_SPAN = 5.0  # seconds the live view's msg/s is measured over
 MARKER = ".demo-out"  # in --out: the demo wrote it, and may empty it
+DEFAULT_OUT = os.path.join("build", "demo")  # the demo's own (a run before MARKER has none)
 
 
 class Out:
@@ -239,7 +241,7 @@ def parser():
     ap.add_argument("--broker", choices=("umqtt3", "mosquitto"),
                     help="which broker (default: umqtt3's own, else mosquitto)")
     ap.add_argument("--no-spark", action="store_true", help="leave the Spark pipeline out")
-    ap.add_argument("--out", default=os.path.join("build", "demo"),
+    ap.add_argument("--out", default=DEFAULT_OUT,
                     help="the pipeline's log, checkpoint, Parquet and plot (emptied first: "
                          "only a new or empty directory, or one the demo wrote)")
     ap.add_argument("--window", type=args.positive, default=5, help="window length, seconds")
@@ -253,7 +255,7 @@ def parse(argv=None):
         args.check_free(ap, a.port)
     if not a.no_spark:
         args.check_dir(ap, a.out, "--out")
-        if not outdir.ours(a.out, MARKER):
+        if a.out != DEFAULT_OUT and not outdir.ours(a.out, MARKER):
             ap.error("--out %s: not a directory the demo made (no %s in it): not emptying it; "
                      "name an empty or new directory" % (a.out, MARKER))
     if a.broker == "mosquitto" and not shutil.which("mosquitto"):
