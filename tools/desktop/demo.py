@@ -17,8 +17,7 @@ window is written once the watermark has passed its end, so the last few
 seconds of a run stay unwritten. --no-spark leaves it out (no Java needed).
 --out is emptied first, so it must be new, empty or one an earlier demo
 wrote (it leaves a .demo-out file there; the default, build/demo, is its
-own); any other directory is refused,
-untouched.
+own); any other directory is refused, untouched.
 
 Ctrl-C (or --seconds) stops it: the nodes, then the pipeline (Spark first
 processes what the log holds, up to 90 s; a second Ctrl-C cuts that short),
