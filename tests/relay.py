@@ -1,9 +1,12 @@
 """A TCP relay on 127.0.0.1 in front of a real broker that loses one packet:
 a network that drops a packet of one type in one direction once, and then,
-with cut, breaks the link and refuses connections until opened again.
+with cut, breaks the link and refuses connections until opened again. Or a
+slow upstream: hold() keeps everything the broker sends (its acks) until
+release() passes it on, in order, on a link that stays up.
 
     r = Relay(upstream_port, drop_up=0x62, cut=True)   # the first PUBREL upward
     ... r.dropped, r.open() ... r.close()
+    r.hold() ... r.kept ... r.release()
 """
 import socket
 import threading
@@ -40,6 +43,9 @@ class Relay:
         self.dropped = []  # the packets lost (one at most)
         self.refusing = False
         self.socks = []
+        self.lock = threading.Lock()
+        self.holding = False
+        self.kept = []  # what hold() kept from the broker: (socket, packet)
         ls = self.ls = socket.socket()
         ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         ls.bind(("127.0.0.1", self.port))
@@ -48,6 +54,23 @@ class Relay:
 
     def open(self):
         self.refusing = False
+
+    def hold(self):
+        """Keep what the broker sends from now on (its PUBACKs, PUBRECs,
+        PUBCOMPs: the link stays up, the acks wait)."""
+        with self.lock:
+            self.holding = True
+
+    def release(self):
+        """Pass on what was kept, in order, and hold no more."""
+        with self.lock:
+            for s, p in self.kept:
+                try:
+                    s.sendall(p)
+                except OSError:
+                    pass
+            self.kept = []
+            self.holding = False
 
     def close(self):
         self.refusing = True
@@ -93,7 +116,11 @@ class Relay:
                             self._cut()
                             return
                         continue
-                    b.sendall(p)
+                    with self.lock:
+                        if way == "down" and self.holding:
+                            self.kept.append((b, p))
+                        else:
+                            b.sendall(p)
         except OSError:
             pass
         for s in (a, b):

@@ -152,6 +152,7 @@ class Bridge:
         self.received = 0  # messages from upstream routed here
         self.dropped = 0  # QoS 0 messages dropped, oldest first, while full
         self.refused = 0  # QoS 1/2 messages refused, queue full
+        self.held = 0  # a node's QoS 1/2 messages held, queue full, uplink up (waits)
         self.too_large = 0  # messages larger than the upstream takes, dropped
         self.expired = 0  # messages whose Message Expiry passed while they waited
         self.connects = 0
@@ -196,6 +197,12 @@ class Bridge:
     def full(self, rule, r):
         q = r.qos if r.qos < rule.qos else rule.qos
         return q > 0 and self.q.full()
+
+    def waits(self):
+        """True while a node's QoS 1/2 message that the full queue cannot
+        take is held rather than refused: the uplink is up (and not
+        leaving a secondary address), so the upstream's acks make room."""
+        return self.up and not self.leaving and self.q.full()
 
     def put(self, rule, r):
         """r on its way up: straight to the upstream client while the
@@ -963,7 +970,11 @@ class Hub:
         acknowledged and nothing routed. The node's connection is closed
         and its client sends it again; the other bridge's upstream link is
         dropped unacknowledged (Bridge._in) and the upstream sends it again
-        on the next one [MQTT-4.4.0-1]."""
+        on the next one [MQTT-4.4.0-1]. A node's message whose full
+        bridges all have their uplink up (Bridge.waits) is held instead:
+        nothing done, and the bridge it waits for returned (the broker
+        keeps the packet unread until that bridge stops waiting,
+        Core.refuse_publish); else None."""
         inj = self.injecting
         if inj is not None:
             if inj.tag >= 0:
@@ -978,12 +989,19 @@ class Hub:
                 return
         # (two passes rather than a list of the hits: no allocation)
         if r.src is not None or inj is not None:
+            hold = None
             for b in self.all:
                 if b is not inj:
                     rule = b.match(r)
                     if rule is not None and b.full(rule, r):
+                        if inj is None and b.waits():
+                            hold = b  # unless another full bridge refuses it
+                            continue
                         b.refused += 1
                         raise MQTTError("bridge %s: queue full" % b.name, 0x97)
+            if hold is not None:
+                hold.held += 1
+                return hold
         for b in self.all:
             if b is not inj:  # it came in over b: never back out over it
                 rule = b.match(r)
@@ -1018,6 +1036,7 @@ class Hub:
             pub(p + "received", b.received)
             pub(p + "dropped", b.dropped)
             pub(p + "refused", b.refused)
+            pub(p + "held", b.held)
             pub(p + "too_large", b.too_large)
             pub(p + "expired", b.expired)
             pub(p + "connects", b.connects)

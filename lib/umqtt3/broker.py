@@ -268,6 +268,8 @@ class Broker(Core):
             work = self.bridge.step(now)  # the upstream clients' I/O; sets wait
             if self.bridge.wait < timeout_ms:
                 timeout_ms = self.bridge.wait
+            if self.nheld:
+                work += self._resume(now)  # what the bridge's acks made room for goes first
         cl = self.clients
         if self._hot:
             # what the last step left in memory (a turn that reached the
@@ -281,7 +283,7 @@ class Broker(Core):
                 c = cl[i]
                 if c.kick and c.state != CLOSED:
                     c.kick = False
-                    if not c.blocked and c.io is not None:  # (pipes: read below)
+                    if not c.blocked and c.held is None and c.io is not None:  # (pipes: below)
                         work += self._read(c, now)
                 i += 1
         if self._poller is not None:
@@ -303,7 +305,7 @@ class Broker(Core):
                     continue
                 if e & POLLOUT:
                     self._flush(c)
-                if c.blocked:
+                if c.blocked or c.held is not None:
                     if e & (POLLHUP | POLLERR):
                         self.disconnect(c, "connection lost", True)
                 elif e & (POLLIN | POLLHUP | POLLERR) and not c.kick:
@@ -316,7 +318,7 @@ class Broker(Core):
         i = 0
         while i < len(pipes):
             c = pipes[i]
-            if c.state != CLOSED and not c.blocked:
+            if c.state != CLOSED and not c.blocked and c.held is None:
                 work += self._read(c, now)
             i += 1
         # one write per connection per step, whatever the step routed to it
@@ -400,6 +402,9 @@ class Broker(Core):
                         self._mask(c)
                         break
                 self.packet(c, n, now)
+                if c.held is not None:
+                    self._mask(c)  # held: its packet kept in rx, the rest in the socket
+                    break
                 k += 1
         except MQTTError as e:
             self.fail(c, e)  # [MQTT-4.8.0-1]
@@ -422,15 +427,19 @@ class Broker(Core):
         burst = self.limits.burst
         fan = self.limits.fanout
         short = False
+        # a packet kept in rx (held, or stalled, when it was cut between two
+        # gulps) goes to the core before the socket is read: it may be whole
+        again = conn.got
         try:
             while k < burst and self.routed < fan and c.state != CLOSED:
-                if link.pos >= link.end:
+                if link.pos >= link.end and not again:
                     if short:
                         break
                     r = link.fill()
                     if not r:
                         break
                     short = r < len(link.buf)
+                again = 0
                 if conn.got and len(conn.rx) < conn.max_packet:
                     # a packet cut between two gulps: the rest may be up to max_packet
                     rx = bytearray(conn.max_packet)
@@ -439,6 +448,9 @@ class Broker(Core):
                 link.pos, n, stalled = consume(self, c, link.buf, link.pos, link.end, now, burst - k, True,
                                                fan)
                 k += n
+                if c.held is not None:
+                    self._mask(c)  # held: its packet kept in the link's buffer
+                    break
                 if stalled:
                     self._flush(c)
                     if c.state == CLOSED:
@@ -452,12 +464,32 @@ class Broker(Core):
                         break
         except OSError:
             self.disconnect(c, "connection lost", True)
-        held = link.pos < link.end or (self.tls is not None and compat.tls_held(link))
-        if c.state != CLOSED and not c.blocked and held:
+        left = link.pos < link.end or (self.tls is not None and compat.tls_held(link))
+        if c.state != CLOSED and not c.blocked and c.held is None and left:
             # bytes left in memory (burst or fanout limit, TLS): poll would
             # not report them
             c.kick = True
             self._hot = True
+        return k
+
+    def _resume(self, now):
+        """Back-pressure's end: each held connection (Core._hold) whose
+        bridge no longer waits (the upstream's acks made room on its queue,
+        or its uplink went down: refused now) is read again from its held
+        packet on, in accept order, before anything else in the step.
+        Asked before each, so that the room one ack makes goes to one."""
+        k = 0
+        cl = self.clients
+        i = 0
+        while i < len(cl):
+            c = cl[i]
+            i += 1
+            b = c.held
+            if b is not None and not b.waits():
+                self.unhold(c, now)
+                k += self._read(c, now)
+                if c.state != CLOSED:
+                    self._mask(c)
         return k
 
     def _flush(self, c):
@@ -489,7 +521,7 @@ class Broker(Core):
     def _mask(self, c):
         if c.io is None:
             return
-        m = (0 if c.blocked else POLLIN) | (POLLOUT if c.conn.tlen else 0)
+        m = (0 if c.blocked or c.held is not None else POLLIN) | (POLLOUT if c.conn.tlen else 0)
         if m != c.mask:
             c.mask = m
             self._poller.modify(c.io, m)

@@ -21,7 +21,9 @@ def consume(core, c, buf, off, end, now, limit, careful=True, fan=0x3FFFFFFF):
     once core.routed (deliveries, counted from 0 by the caller) reaches
     fan. Returns (offset reached, packets handled, stalled). careful: stop
     before a packet whose answers do not fit c's send buffer (stalled:
-    flush, then call again)."""
+    flush, then call again). A PUBLISH the core holds (c.held, a bridge's
+    back-pressure) stops it there: the offset reached is the packet's (in
+    rx: kept there), for the call after Core.unhold."""
     conn = c.conn
     mp = conn.max_packet
     rx = conn.rx
@@ -36,6 +38,8 @@ def consume(core, c, buf, off, end, now, limit, careful=True, fan=0x3FFFFFFF):
                     if careful and not core.room(c, rx[0], n):
                         return off, k, True
                     core.packet(c, n, now)
+                    if c.held is not None:
+                        break  # kept in rx (Core.packet)
                     k += 1
                     continue
                 if off >= end:
@@ -66,6 +70,8 @@ def consume(core, c, buf, off, end, now, limit, careful=True, fan=0x3FFFFFFF):
                 # a run of PUBLISHes, each in one pass; one the run does not
                 # take goes the general way, below
                 o, j = publishes(core, c, buf, off, end, now, limit - k, fan, careful)
+                if c.held is not None:
+                    return o, k + j, False  # the held PUBLISH at o, unread
                 if j:
                     off = o
                     k += j
@@ -75,6 +81,8 @@ def consume(core, c, buf, off, end, now, limit, careful=True, fan=0x3FFFFFFF):
                 if careful and len(conn.tx) - conn.tlen < (n if buf[off] >> 4 == SUBSCRIBE else 8):
                     return off, k, True
                 core.packet_at(c, buf, off, n, now)
+                if c.held is not None:
+                    break  # left where it lies, unread
                 off += n
                 k += 1
                 continue
@@ -94,7 +102,8 @@ def publishes(core, c, buf, off, end, now, limit, fan, careful):
     them in one call, up to `limit` packets and until core.routed reaches
     fan (fan-in sends PUBLISHes in runs). careful: only while the answers
     fit the send buffer. Returns where the run ends and the packets
-    handled: at anything else, which consume() hands to packet_at."""
+    handled: at anything else, which consume() hands to packet_at, or at
+    a PUBLISH the core held (c.held)."""
     if core.names is None:
         return off, 0
     c.t_last = now
@@ -136,7 +145,8 @@ def publish4(core, c, buf, off, n):
     an ACL: what the decoder, Core._packet and Core._route_of do with it, in
     one pass over its bytes, its topic name checked once per name
     (core.names). False, nothing done: anything the decoder refuses (it
-    names what is wrong) and a topic starting with "$" go the general way."""
+    names what is wrong) and a topic starting with "$" go the general way;
+    and False for a PUBLISH the core held (c.held), left where it lies."""
     b0 = buf[off]
     q = (b0 >> 1) & 3
     if q == 3 or (b0 & 8 and not q):  # ([MQTT-3.3.1-4], [MQTT-3.3.1-2]: the decoder's)
@@ -200,18 +210,21 @@ def publish4(core, c, buf, off, n):
             core.route_ready(r)
         except QueueFull:
             core.refuse_publish(c, q, pid)
-            return True
+            return c.held is None  # (held: nothing done, the run ends here)
         if q:
             put_ack(c.conn, 0x40, pid)  # [MQTT-4.3.2-2]
         return True
     core.publish2(c, pid, r)  # the QoS 2 rules, Core._packet's too
-    return True
+    return c.held is None
 
 
 def feed(core, c, data, now):
     """Bytes received for c: handle every packet they complete; a partial
     one waits in c.conn.rx for the next call. Returns the packets handled.
-    The caller take()s what is due between calls."""
+    The caller take()s what is due between calls. A held PUBLISH (c.held:
+    a broker with a bridge) ends the call and the bytes from it on are not
+    taken: a broker with a bridge is fed by its driver (broker.py), which
+    keeps them for after Core.unhold."""
     core.routed = 0
     return consume(core, c, data, 0, len(data), now, 0x7FFFFFFF, False)[1]
 

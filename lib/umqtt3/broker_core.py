@@ -54,6 +54,11 @@ _NOT_AUTHORIZED = const(5)
 
 TIMER_MS = const(100)  # how often keepalives and connect timeouts are checked
 
+# Core._why: why the last QoS 1/2 PUBLISH was not routed (1: a
+# subscriber's queue is full, _refuse_full)
+_MEM = const(2)  # the broker's mem_budget is spent
+_HELD = const(4)  # a bridge's queue is full, its uplink up: the publisher waits
+
 
 class Stats:
     """The figures $SYS publishes; the sessions and the store count here."""
@@ -100,6 +105,9 @@ class Connection:
     # a broker's bridge: a 3.1/3.1.1 CONNECT with the level's bridge bit
     # (codec_server.decode_connect); set on the instance for one only
     bridge = False
+    # the bridge (bridge.Bridge) whose full queue its PUBLISH waits for, the
+    # packet kept unread where it lies (Core.refuse_publish); None: none
+    held = None
 
     def __init__(self, conn, peer, now):
         self.conn = conn  # transport.Conn: the buffers
@@ -142,7 +150,9 @@ class Core(Stats):
         self.subs = Subs(lim.max_subs)
         self.ret = Retained(lim, self, log)
         self.budget = lim.mem_budget
-        self._why = 0  # why the last QoS 1/2 PUBLISH was refused (_refuse_full)
+        self._why = 0  # why the last QoS 1/2 PUBLISH was refused (_refuse_full), or held
+        self._holder = None  # the bridge the last held PUBLISH waits for
+        self.nheld = 0  # connections held (Connection.held): the driver retries them
         # a QoS 1/2 message a session's full queue cannot take: dropped for
         # that session (True) or refused to its publisher
         self.drop_full = lim.queue_full == "drop"
@@ -263,9 +273,11 @@ class Core(Stats):
 
     def packet(self, c, n, now):
         """Handle the whole packet c.conn.rx[0:n] (a driver that reads each
-        packet into rx exactly, as on MicroPython)."""
+        packet into rx exactly, as on MicroPython). A held one (c.held)
+        stays in rx, whole: conn.recv() returns it again after unhold()."""
         self.packet_at(c, c.conn.rx, 0, n, now)
-        c.conn.done()
+        if c.held is None:
+            c.conn.done()
 
     def packet_at(self, c, buf, off, n, now):
         """Handle the whole packet buf[off:off+n], in place. Anything
@@ -376,6 +388,8 @@ class Core(Stats):
         DISCONNECT first. The driver releases it."""
         if c.state == CLOSED:
             return
+        if c.held is not None:
+            self.unhold(c, c.t_last)  # its packet goes unacknowledged: the client resends it
         was = c.state
         if rc and c.v5 is not None and was == CONNECTED:
             self.b5.send_disconnect(c, rc, why)
@@ -436,7 +450,9 @@ class Core(Stats):
                 if c.sess is not None and c.sess.client is c:
                     c.sess.client = None
                 self.ndead += 1
+            c.held = None
         self.connected = 0
+        self.nheld = 0
 
     def end_clean(self):
         """At shutdown: clean sessions go (their connections are gone)."""
@@ -895,8 +911,12 @@ class Core(Stats):
 
     def refuse_publish(self, c, q, pid):
         """c's QoS q (1 or 2) PUBLISH with packet id pid was refused
-        (QueueFull): counted, and answered as its level allows."""
-        mem = self._why == 2
+        (QueueFull): counted, and answered as its level allows; or held
+        (_hold), when a bridge with its uplink up has no room for it."""
+        if self._why == _HELD:
+            self._hold(c)
+            return
+        mem = self._why == _MEM
         if mem:
             self.refused_mem += 1
         else:
@@ -910,6 +930,30 @@ class Core(Stats):
             # client sends it again on its next connection [MQTT-4.4.0-1]
             self.disconnect(c, "the broker's memory budget is spent" if mem
                             else "a subscriber's queue is full", True)
+
+    def _hold(self, c):
+        # Back-pressure: c's QoS 1/2 PUBLISH waits for room on the bridge's
+        # queue (nothing routed, retained or acknowledged; a QoS 2 id taken
+        # back, publish2). Its caller leaves the packet where it lies and
+        # the driver reads c no further, so TCP stops the node at its
+        # window; once the bridge no longer waits (its upstream's acks made
+        # room, or its uplink went down: then the refusal) the driver
+        # calls unhold(c) and hands the packet over again, as if it had
+        # just arrived. (What allocates is route_ready's QueueFull, as for
+        # a refusal: a hold is no steady state.)
+        self.received -= 1  # counted when it is handled
+        if c.held is None:
+            self.nheld += 1
+        c.held = self._holder
+        self._holder = None
+
+    def unhold(self, c, now):
+        """c's held PUBLISH may be handed over again (c.held.waits() is
+        False), or c is closing. The keepalive counts from now: while held
+        the client's silence was ours [MQTT-3.1.2-24]."""
+        c.held = None
+        c.t_last = now
+        self.nheld -= 1
 
     def _ack(self, c, t, pid, rc):
         # PUBACK, PUBREC, PUBREL or PUBCOMP for pid (rc: its reason code,
@@ -1118,14 +1162,24 @@ class Core(Stats):
                     self._why = w
                     raise QueueFull()
             if self.bridge is not None:
-                # queued for upstream, or refused, before anything is
-                # retained: a refused message is nobody's [MQTT-3.3.1-5]
-                self.bridge.route(r)
+                # queued for upstream, or refused, or held, before anything
+                # is retained: a refused message is nobody's [MQTT-3.3.1-5]
+                self._bridge(r)
             if r.retain:
                 self._retain(r)
             self._route(r, n)
         finally:
             subs.release(n)
+
+    def _bridge(self, r):
+        # route_ready's: r to the bridges (bridge.Hub.route), which queue it
+        # or refuse it (MQTTError 0x97), or return the bridge a node's r
+        # waits for: QueueFull, nothing done, and refuse_publish holds it
+        b = self.bridge.route(r)
+        if b is not None:
+            self._holder = b
+            self._why = _HELD
+            raise QueueFull()
 
     def _retain(self, r):
         # route_ready's: r kept as its topic's retained message, but a QoS 0
@@ -1143,7 +1197,7 @@ class Core(Stats):
         # _route_but; the marks go whatever happens
         try:
             if self.bridge is not None:
-                self.bridge.route(r)
+                self._bridge(r)
             if r.retain:
                 self._retain(r)
             self._route_but(r, n)
@@ -1386,8 +1440,10 @@ class Core(Stats):
             if c.state == WAITING:
                 if ct and ticks_diff(now, c.t_last) > ct:
                     self.disconnect(c, "no CONNECT in time", False)
-            elif c.state == CONNECTED and c.ka and ticks_diff(now, c.t_last) > c.ka:
-                self.disconnect(c, "keepalive expired", True, 0x8D)  # [MQTT-3.1.2-24]
+            elif c.state == CONNECTED and c.ka and ticks_diff(now, c.t_last) > c.ka and \
+                    c.held is None:
+                # [MQTT-3.1.2-24]; a held connection's silence is ours (unhold)
+                self.disconnect(c, "keepalive expired", True, 0x8D)
         if d > 0 and ms >= 1000:
             self._expire()
             if self.disk is not None:
