@@ -74,7 +74,8 @@ def test_a_large_upstream_message_no_longer_stops_the_bridge_in_direction(broker
     conf.write_text("connection up\naddress 127.0.0.1:%d\ntopic d/# in 1 \"\" site/\n"
                     "bridge_protocol_version mqttv311\nrestart_timeout 1\n" % up.port)
     port = free_port()
-    gw = start(umqtt3_broker_cmd(port, "--max-packet", "1024", "--bridge-config", str(conf)),
+    gw = start(umqtt3_broker_cmd(port, "--max-packet", "1024", "--bridge-config", str(conf),
+                                 "--sys-interval", "1"),
                port, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     got = []
     node = MQTTClient("skip-local", HOST, port, timeout_ms=3000)
@@ -93,6 +94,9 @@ def test_a_large_upstream_message_no_longer_stops_the_bridge_in_direction(broker
         _pub(up.port, "site/d/after", b"after")
         assert _until(node, lambda: got, 10), "the in direction stopped at the large message"
         assert got == [(b"d/after", b"after")]
+        # counted where a gateway's operator looks: $SYS
+        node.subscribe(b"$SYS/broker/bridge/up/too_large_in", 0)
+        assert _until(node, lambda: (b"$SYS/broker/bridge/up/too_large_in", b"1") in got, 5), got
     finally:
         node.disconnect()
         stop(gw)

@@ -1038,6 +1038,8 @@ class Hub:
             pub(p + "refused", b.refused)
             pub(p + "held", b.held)
             pub(p + "too_large", b.too_large)
+            # from upstream, larger than the client's buffer: discarded (3.1.1)
+            pub(p + "too_large_in", b.client.too_large if b.client is not None else 0)
             pub(p + "expired", b.expired)
             pub(p + "connects", b.connects)
 
