@@ -128,9 +128,11 @@ def device_config(path, role, say=True):
 
 
 def check_secrets(secrets, path):
-    for k in secrets:
-        if not isinstance(secrets[k], str):
-            fail("secrets %s: %s must be a string" % (path, k))
+    """As the board checks /secrets.json at boot (firmware/config.py)."""
+    try:
+        load_firmware_config().check_secrets(secrets)
+    except ValueError as e:
+        fail("secrets %s: %s" % (path, e))
     if not secrets.get("ssid") and not secrets.get("ap_ssid"):
         print("secrets %s has no ssid: the board cannot join a Wi-Fi network" % path)
 
