@@ -6,8 +6,9 @@
 #   board        profile name, when /boards/<name>.py is on the device
 #                ("": the /board.py a deploy copies, the usual case)
 #   node_id      client id and topic level (default: "n" + machine.unique_id() hex)
-#   prefix       first topic level                      (default "umqtt3")
-#   broker       broker host, port: its TCP port        (default 1883)
+#   prefix       first topic level(s)                   (default "umqtt3")
+#                (neither may hold '+', '#' or NUL: they are in topic names)
+#   broker       broker host (not empty), port: its TCP port (default 1883)
 #   qos          0, 1 or 2                              (default 1)
 #   store        "memory" or "file"; "" picks file for QoS 2, else memory
 #   store_dir    where a FileStore keeps its files ("": the board's STORE_DIR)
@@ -17,6 +18,8 @@
 #   cycles       readings to take, 0: forever           (default 0)
 #   wifi_mode    "sta" (join a network) or "ap" (gateway: open an access point)
 #   wifi_timeout_s  how long to wait for Wi-Fi before giving up (default 20)
+#   wifi_rejoin_s   a station whose link stays down this long joins again
+#                (default 30; 0: never, the driver's own rejoin only)
 #   watchdog     false: do not start the board's watchdog (default true)
 #   drain_ms     on stop or before deep sleep, wait this long for acks (2000)
 #   allow_fat    let the FileStore use a FAT filesystem (default false)
@@ -51,6 +54,7 @@ DEFAULTS = {
     "cycles": 0,
     "wifi_mode": "sta",
     "wifi_timeout_s": 20,
+    "wifi_rejoin_s": 30,
     "watchdog": True,
     "drain_ms": 2000,
     "allow_fat": False,
@@ -67,9 +71,15 @@ BOOLS = ("deep_sleep", "watchdog", "allow_fat", "ntp")
 NUMBERS = {  # key: (whole, low, high)
     "port": (True, 1, 65535), "keepalive": (True, 0, 65535), "cycles": (True, 0, 10 ** 9),
     "period_s": (False, 0.001, 86400), "wifi_timeout_s": (False, 0, 86400),
+    "wifi_rejoin_s": (False, 0, 86400),
     "drain_ms": (False, 0, 86400000),
 }
 CHOICES = {"role": ("node", "gateway"), "wifi_mode": ("sta", "ap"), "qos": (0, 1, 2)}
+# parts of every topic the node publishes to: a topic name holds no wildcard
+# [MQTT-4.7.1-1] and no NUL [MQTT-4.7.3-2], or the broker closes the CONNECT
+# (the will's topic) at every boot
+TOPIC_PARTS = ("prefix", "node_id")
+NOT_IN_TOPICS = ("+", "#", "\x00")
 
 
 def _refuse(k, what, v):
@@ -97,6 +107,21 @@ def check(c):
         v = c.get(k, DEFAULTS[k])
         if not any(v == x and type(v) is type(x) for x in CHOICES[k]):
             _refuse(k, "one of " + ", ".join(json.dumps(x) for x in CHOICES[k]), v)
+    for k in TOPIC_PARTS:
+        if any(x in c.get(k, "") for x in NOT_IN_TOPICS):
+            _refuse(k, "free of '+', '#' and NUL (it is part of topic names)", c[k])
+    if c.get("broker", DEFAULTS["broker"]) == "":
+        _refuse("broker", "a host name or address", "")
+
+
+def check_secrets(s):
+    """Raise ValueError unless `s` (the parsed /secrets.json) is an object of
+    strings; the message names the key, never a value."""
+    if not isinstance(s, dict):
+        raise ValueError("must be a JSON object")
+    for k in s:
+        if not isinstance(s[k], str):
+            raise ValueError("%s must be a string" % k)
 
 
 def merge(overrides=None):
@@ -137,7 +162,11 @@ def load(path="/config.json"):
 
 
 def load_secrets(path="/secrets.json"):
-    return read_json(path)
+    """The secrets, checked (check_secrets); ValueError also for JSON that
+    does not parse."""
+    s = read_json(path)
+    check_secrets(s)
+    return s
 
 
 def board(name=None):

@@ -6,6 +6,7 @@
 from umqtt3.compat import ticks_ms, sleep_ms
 from umqtt3.broker import Broker
 
+import config as _config
 import node as _node
 
 
@@ -62,11 +63,16 @@ def run(cfg, board, secrets=None, stop=None, log=None, host="0.0.0.0", bridges=N
     if getattr(board, "WDT_MS", 0) and cfg.get("watchdog", True):
         import machine
         wdt = machine.WDT(timeout=board.WDT_MS)
+    feed = wdt.feed if wdt else None
+    link = None
     if cfg.get("wifi_mode", "sta") == "ap":
         access_point(secrets)
     else:
-        _node.wifi(secrets, cfg.get("wifi_timeout_s", 20),
-                   wdt.feed if wdt else None, ticks_ms, sleep_ms)
+        d = _config.DEFAULTS
+        timeout = cfg.get("wifi_timeout_s", d["wifi_timeout_s"])
+        w = _node.wifi(secrets, timeout, feed, ticks_ms, sleep_ms)
+        link = _node.keep_joined(w, secrets, cfg.get("wifi_rejoin_s", d["wifi_rejoin_s"]), timeout,
+                                 feed, ticks_ms, sleep_ms, log)
     users = None
     if secrets.get("mqtt_user"):
         users = {secrets["mqtt_user"].encode(): secrets.get("mqtt_password", "").encode()}
@@ -88,6 +94,8 @@ def run(cfg, board, secrets=None, stop=None, log=None, host="0.0.0.0", bridges=N
     try:
         while not (stop and stop()):
             b.poll_once(100)
+            if link:
+                link()  # the Wi-Fi joined again when it stays down
             if wdt:
                 wdt.feed()
     finally:

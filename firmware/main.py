@@ -2,8 +2,8 @@
 # "gateway"), the profile in /board.py, secrets from /secrets.json. Any error
 # is printed, then the board resets after a pause (unattended devices recover
 # by themselves; Ctrl-C at the REPL during the pause stops that). A bad
-# /config.json is printed and the board stays at the REPL: a reset would
-# not mend it, so fix it there (or deploy again) and reset.
+# /config.json or /secrets.json is printed and the board stays at the REPL:
+# a reset would not mend it, so fix it there (or deploy again) and reset.
 import sys
 import time
 
@@ -17,7 +17,11 @@ def main():
         print("/config.json: %s: not starting" % e)
         return
     board = config.board(cfg["board"])
-    secrets = config.load_secrets()
+    try:
+        secrets = config.load_secrets()
+    except ValueError as e:  # also JSON that does not parse
+        print("/secrets.json: %s: not starting" % e)
+        return
     if cfg["role"] == "gateway":
         import gateway
         try:  # the bridges' files (cafile, ...) are on the board: checked here

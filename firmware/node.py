@@ -19,7 +19,7 @@ import random
 
 from umqtt3.compat import ticks_ms, ticks_add, ticks_diff, sleep_ms
 from umqtt3.client import MQTTClient
-from umqtt3.flow import Busy
+from umqtt3.flow import Busy, StoreFull
 from umqtt3.memstore import MemoryStore
 from umqtt3.store import FileStore
 
@@ -57,6 +57,39 @@ def wifi(secrets, timeout_s=20, feed=None, clock=ticks_ms, sleep=sleep_ms):
     return w
 
 
+def keep_joined(w, secrets, rejoin_s, timeout_s, feed=None, clock=ticks_ms, sleep=sleep_ms,
+                log=None):
+    """A check to call often (it returns at once while the link is up): once
+    the station `w` has had no link for rejoin_s, join again with wifi()
+    (at most timeout_s, the watchdog fed); a failed join is logged and
+    tried again rejoin_s later. rejoin_s 0: never (the driver's own rejoin
+    only). ESP32's driver rejoins by itself, the Pico W's not reliably."""
+    down = [None]  # when the link was first seen down
+
+    def check():
+        if w.isconnected():
+            down[0] = None
+            return True
+        now = clock()
+        if down[0] is None:
+            down[0] = now
+        elif rejoin_s and ticks_diff(now, down[0]) >= rejoin_s * 1000:
+            try:
+                w.disconnect()  # a driver still trying on its own would refuse connect()
+            except OSError:
+                pass
+            try:
+                wifi(secrets, timeout_s, feed, clock, sleep)
+                what = "joined again"
+            except OSError as e:  # no link in timeout_s: wait, then again
+                what = "%r" % e
+            if log:
+                log("Wi-Fi: link down for %d s: %s" % (ticks_diff(clock(), down[0]) // 1000, what))
+            down[0] = None if w.isconnected() else clock()
+        return False
+    return check
+
+
 # seconds from 1970 to 2000: ports whose time.time() counts from 2000
 # (ESP32, RP2040 before MicroPython 1.23) are moved to the Unix epoch
 EPOCH_2000 = 946684800
@@ -85,6 +118,14 @@ def sync_clock(host=""):
         return True
     except Exception:  # OSError on a timeout, ImportError without ntptime, ...
         return False
+
+
+def number(v):
+    """True for what a reading may carry: an int, or a finite float (JSON has
+    no NaN or infinity)."""
+    if isinstance(v, float):
+        return v - v == 0  # nan - nan and inf - inf are nan
+    return isinstance(v, int)
 
 
 def fmt(v):
@@ -148,7 +189,9 @@ class Node:
         self.seq = 0
         self.synced = False  # the RTC was set over NTP this boot
         self.sent = 0     # readings accepted this boot
-        self.skipped = 0  # readings dropped: window full for a whole period
+        self.skipped = 0  # readings dropped: window or store full for a whole period
+        self.refused = False  # the store refuses readings now (logged once)
+        self.link = None  # keep_joined()'s check, once started
 
     def uptime(self):
         return ticks_diff(self.clock(), self.t0) // 1000
@@ -173,7 +216,9 @@ class Node:
         if pin is not None:
             import machine
             self.led = machine.Pin(pin, machine.Pin.OUT)
-        wifi(self.secrets, c["wifi_timeout_s"], self.feed, self.clock, self.sleep)
+        w = wifi(self.secrets, c["wifi_timeout_s"], self.feed, self.clock, self.sleep)
+        self.link = keep_joined(w, self.secrets, c["wifi_rejoin_s"], c["wifi_timeout_s"],
+                                self.feed, self.clock, self.sleep, self.log)
         if c.get("ntp", True):
             self.synced = sync_clock(c.get("ntp_host", ""))
             self.feed()
@@ -193,7 +238,10 @@ class Node:
         cl.connect(clean_session=False)
         self.client = cl
         self.seq = next_seq(cl.accepted)
-        cl.publish(status, b"online", retain=True, qos=1, wait=False)
+        # the birth: waits like a reading for room in the window; not taken
+        # (store full), the node goes on (its retained status stays as it was)
+        if not self.put(status, b"online", 1, None, ticks_add(self.clock(), c["drain_ms"]), True):
+            self._log("%s: birth not sent" % self.id)
         self._log("%s: boot %d, first seq %d, %s" % (
             self.id, self.boot, self.seq,
             "time synced" if self.synced else
@@ -201,31 +249,50 @@ class Node:
 
     # ------------------------------------------------------------ readings
     def publish(self, metric, value, deadline):
-        """Publish one reading; True once the client took it. On Busy (the
-        window is full, e.g. the broker is away) keep polling until
-        `deadline`, then give up on this reading."""
-        cl = self.client
+        """Publish one reading; True once the client took it (put())."""
         qos = self.cfg["qos"]
-        while qos and cl.accepted(self.seq):
+        while qos and self.client.accepted(self.seq):
             self.seq += 1  # taken before a reset: never publish it again
         msg = reading(value, self.boot, self.seq, unix_time())
+        took = self.put(self.base + metric, msg, qos, self.seq if qos else None, deadline)
+        if not took:
+            if took is False:
+                self.skipped += 1
+            return False
+        self.seq += 1
+        self.sent += 1
+        return True
+
+    def put(self, topic, msg, qos, key, deadline, retain=False):
+        """Hand one message to the client; True once it took it. On Busy
+        (the window is full, e.g. the broker is away) or StoreFull keep
+        polling (acks make room) until `deadline`, then give up on it: False.
+        A store whose write fails (OSError at QoS 1/2, e.g. a full flash:
+        ENOSPC) is given up at once (no retried writes to a failing flash):
+        False. A store's refusal is logged once per episode; what it holds
+        stays and goes out. None: QoS 0 while the link is down, dropped."""
+        cl = self.client
         while True:
             try:
                 if qos:
-                    cl.publish(self.base + metric, msg, qos=qos, key=self.seq, wait=False)
+                    cl.publish(topic, msg, retain, qos, key, wait=False)
                 else:
-                    cl.publish(self.base + metric, msg)
-                self.seq += 1
-                self.sent += 1
+                    cl.publish(topic, msg, retain)
+                if self.refused:
+                    self.refused = False
+                    self._log("%s: the store takes messages again" % self.id)
                 return True
             except Busy:
                 pass
-            except OSError:
-                if qos:
-                    raise
-                return False  # QoS 0 while the link is down: dropped
+            except (StoreFull, OSError) as e:
+                if not qos:
+                    return None  # QoS 0 while the link is down: dropped
+                if not self.refused:
+                    self.refused = True
+                    self._log("%s: the store refuses messages (%r): dropping them" % (self.id, e))
+                if not isinstance(e, StoreFull):
+                    return False
             if ticks_diff(deadline, self.clock()) <= 0:
-                self.skipped += 1
                 return False
             self.feed()
             cl.poll(20)
@@ -240,8 +307,12 @@ class Node:
             except Exception as e:  # a broken sensor must not stop the node
                 self._log("%s: sensor %s: %r" % (self.id, name, e))
                 continue
-            if v is not None:
-                self.publish(name, v, deadline)
+            if v is None:
+                continue
+            if not number(v):  # (21.5, 40.0), nan, "21.5": no JSON reading
+                self._log("%s: sensor %s: not a number: %r" % (self.id, name, v))
+                continue
+            self.publish(name, v, deadline)
         if self.led:
             self.led.value(0)
 
@@ -253,6 +324,8 @@ class Node:
             self.feed()
             if self.stop and self.stop():
                 return False
+            if self.link:
+                self.link()  # the Wi-Fi joined again when it stays down
             left = ticks_diff(end, self.clock())
             if left <= 0:
                 return True
@@ -306,7 +379,7 @@ class Node:
         try:
             cl.publish(self.base + "status", b"asleep", retain=True, qos=1, wait=False)
             self.drain(500)
-        except (OSError, Busy):
+        except (OSError, Busy, StoreFull):
             pass
         cl.disconnect()  # a clean disconnect: the broker drops the will
         machine.deepsleep(ms)
@@ -318,6 +391,6 @@ class Node:
             if cl.is_connected():
                 cl.publish(self.base + "status", b"offline", retain=True, qos=1, wait=False)
                 self.drain(1000)
-        except (OSError, Busy):
+        except (OSError, Busy, StoreFull):
             pass
         cl.disconnect()

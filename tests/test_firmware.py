@@ -187,9 +187,10 @@ def test_deep_sleep_cycles(port, tmp_path):
 
 
 def test_wifi_needs_an_ssid():
+    network = fw["network"]
+    network.WLAN(network.STA_IF).disconnect()  # the one station interface: joined before
     with pytest.raises(OSError):
         fw_node.wifi({})
-    network = fw["network"]
     w = fw_node.wifi({"ssid": "lab", "password": "x"})
     assert isinstance(w, network.WLAN) and w.isconnected()
 

@@ -53,6 +53,17 @@ BAD = [
     ({"prefix": None}, "prefix"),
     ({"node_id": 7}, "node_id"),
     ({"bridge": [1]}, "bridge"),
+    ({"wifi_rejoin_s": -1}, "wifi_rejoin_s"),
+    ({"wifi_rejoin_s": "30"}, "wifi_rejoin_s"),
+    # in every topic the node publishes to (the will's too), where a topic
+    # name may hold no wildcard [MQTT-4.7.1-1] and no NUL [MQTT-4.7.3-2]: the
+    # broker closes the CONNECT, at every boot
+    ({"prefix": "site/+"}, "prefix"),
+    ({"prefix": "#"}, "prefix"),
+    ({"prefix": "a\x00b"}, "prefix"),
+    ({"node_id": "n+1"}, "node_id"),
+    ({"node_id": "n#"}, "node_id"),
+    ({"broker": ""}, "broker"),  # connects nowhere
 ]
 
 GOOD = [
@@ -61,7 +72,8 @@ GOOD = [
     {"period_s": 86400, "keepalive": 65535, "port": 65535, "cycles": 3, "deep_sleep": True,
      "watchdog": False, "allow_fat": True, "ntp": False, "ntp_host": "pool.ntp.org",
      "qos": 2, "role": "gateway", "wifi_mode": "ap", "country": "DE",
-     "bridge": [{"host": "10.0.0.2"}], "mine": "kept"},
+     "bridge": [{"host": "10.0.0.2"}], "mine": "kept", "wifi_rejoin_s": 0},
+    {"prefix": "site/a/b", "node_id": "n-1_x", "broker": "broker.local", "wifi_rejoin_s": 2.5},
 ]
 
 
@@ -90,7 +102,8 @@ def deploy(tmp_path, cfg):
                           env=procs.python_env())
 
 
-@pytest.mark.parametrize("cfg,key", [BAD[0], BAD[4], BAD[8], BAD[12], BAD[13], BAD[17]])
+@pytest.mark.parametrize("cfg,key", [BAD[0], BAD[4], BAD[8], BAD[12], BAD[13], BAD[17]] + [
+    b for b in BAD if b[1] in ("prefix", "node_id", "broker") and isinstance(b[0][b[1]], str)])
 def test_deploy_refuses_a_config_the_node_cannot_boot_with(tmp_path, cfg, key):
     p = deploy(tmp_path, cfg)
     assert p.returncode == 2, p.stdout + p.stderr
@@ -121,6 +134,7 @@ def run_main(tmp_path, text):
     ('{"keepalive": 100000}', "keepalive must be a whole number from 0 to 65535, not 100000"),
     ('{"qos": 1.0}', "qos must be one of 0, 1, 2, not 1.0"),
     ('{"period_s": 10', "/config.json: "),  # JSON that does not parse
+    ('{"prefix": "site/+"}', "prefix must be free of '+', '#' and NUL"),
 ])
 def test_main_on_the_board_says_what_is_wrong_and_does_not_reset(tmp_path, text, msg):
     # before the fix, the error went to main.py's reset-after-a-pause (for ever)
@@ -167,3 +181,56 @@ def test_deploy_refuses_a_gateway_bridge_the_library_would_refuse_at_boot(tmp_pa
     assert deploy(tmp_path, {"role": "gateway", "bridge": ok}).returncode == 0
     ok = dict(ok, certfile="/c.pem", keyfile="/k.pem")
     assert deploy(tmp_path, {"role": "gateway", "bridge": ok}).returncode == 0
+
+
+# /secrets.json as a hand edit leaves it: each went to main.py's reset after a
+# pause, at every boot, with an error that did not name the file
+BAD_SECRETS = [
+    ('{"ssid": "x"', ""),  # JSON that does not parse (cut short)
+    ('["x"]', "must be a JSON object"),
+    ('{"ssid": "x", "password": 1234}', "password must be a string"),
+]
+
+
+# a trailing comma: refused by CPython's json (deploy), taken by MicroPython's
+@pytest.mark.parametrize("text,msg", BAD_SECRETS + [('{"ssid": "x",}', "")])
+def test_load_secrets_refuses_what_the_board_cannot_use(tmp_path, text, msg):
+    path = tmp_path / "secrets.json"
+    path.write_text(text)
+    with pytest.raises(ValueError) as e:
+        fw_config.load_secrets(str(path))
+    assert msg in str(e.value) and "1234" not in str(e.value)  # never a value: it is secret
+    path.write_text('{"ssid": "x", "password": "y"}')
+    assert fw_config.load_secrets(str(path)) == {"ssid": "x", "password": "y"}
+    assert fw_config.load_secrets(str(tmp_path / "none.json")) == {}  # no file: no secrets
+
+
+def test_deploy_refuses_secrets_the_board_would_refuse(tmp_path):
+    secrets = tmp_path / "secrets.json"
+    secrets.write_text(BAD_SECRETS[2][0])
+    path = tmp_path / "config.json"
+    path.write_text("{}")
+    p = subprocess.run([sys.executable, "-m", "tools.device.deploy", "--board", "esp32",
+                        "--dry-run", "--build", str(tmp_path / "stage"), "--config", str(path),
+                        "--secrets", str(secrets)],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT,
+                       env=procs.python_env())
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert p.stderr == "deploy: secrets %s: password must be a string\n" % secrets, p.stderr
+
+
+@pytest.mark.skipif(not (NODE and os.path.exists(WASM)), reason="no WebAssembly MicroPython")
+@pytest.mark.parametrize("text,msg", BAD_SECRETS)
+def test_main_on_the_board_says_its_secrets_are_bad_and_does_not_reset(tmp_path, text, msg):
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "secrets.json").write_text(text)
+    p = subprocess.run(["node", RUN_MJS, "--mount", "%s=/config.json" % (tmp_path / "config.json"),
+                        "--mount", "%s=/secrets.json" % (tmp_path / "secrets.json"),
+                        "--mount", "%s=/board.py" % os.path.join(ROOT, "boards", "esp32.py"),
+                        os.path.join(ROOT, "firmware", "main.py")],
+                       capture_output=True, text=True, timeout=60, cwd=ROOT)
+    # before: the exception printed (not naming the file), 10 s, machine.reset()
+    assert p.returncode == 0 and not p.stderr, p.stdout + p.stderr
+    out = p.stdout.strip()
+    assert out.startswith("/secrets.json: ") and out.endswith(": not starting"), out
+    assert msg in out and "\n" not in out, out

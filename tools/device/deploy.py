@@ -128,12 +128,14 @@ def device_config(path, role, say=True):
 
 
 def read_secrets(path):
-    """A secrets.json as the board takes it: a JSON object of strings
-    (tools/desktop/simulate.py checks its --secrets with this too)."""
+    """A secrets.json checked as the board checks /secrets.json at boot
+    (firmware/config.py; tools/desktop/simulate.py checks its --secrets
+    with this too)."""
     secrets = read_json(path, "secrets")
-    for k in secrets:
-        if not isinstance(secrets[k], str):
-            fail("secrets %s: %s must be a string" % (path, k))
+    try:
+        load_firmware_config().check_secrets(secrets)
+    except ValueError as e:
+        fail("secrets %s: %s" % (path, e))
     return secrets
 
 

@@ -1,0 +1,290 @@
+"""The sensor node and the gateway (firmware/) when the board's world goes
+wrong, under CPython through tools/desktop/shim, against Debian's mosquitto
+(conftest.py): a flash that fills up, a sensor that returns something other
+than a number, a Wi-Fi link that drops for good. Each used to end Node.run
+with an exception (main.py then resets the board, and at the next boot the
+same again) or left the node without a link for ever. A bad prefix and a bad
+/secrets.json are in tests/test_firmware_config.py."""
+import errno
+import json
+import threading
+import time
+
+import pytest
+
+import collector  # tests/collector.py
+import mosq  # tests/mosq.py
+from tools.desktop.sim import fw  # firmware/ and the shims under their device names
+from tools.procs import free_port, wait_port
+import umqtt3.store
+
+fw_config, fw_node, network = fw["config"], fw["node"], fw["network"]
+DESKTOP = fw_config.board("desktop")
+PREFIX = "fwfault"
+
+
+def cfg(name, port, **kw):
+    c = {"node_id": name, "prefix": PREFIX, "broker": "127.0.0.1", "port": port,
+         "period_s": 0.05, "keepalive": 10}
+    c.update(kw)
+    return c
+
+
+def Collector(port):
+    return collector.Collector(port, PREFIX)
+
+
+def wait_for(cond, timeout=10):
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.02)
+
+
+class Running:
+    """A node's or a gateway's run in a thread: start(target, *args, **kw);
+    `stopping.is_set` is the stop() to give it; what it raised is kept."""
+
+    def __init__(self):
+        self.stopping = threading.Event()
+        self.error = None
+        self.t = None
+
+    def start(self, target, *args, **kw):
+        self.t = threading.Thread(target=self.run, args=(target, args, kw), daemon=True)
+        self.t.start()
+
+    def run(self, target, args, kw):
+        try:
+            target(*args, **kw)
+        except BaseException as e:  # SystemExit too (machine.Reset)
+            self.error = e
+
+    def alive(self):
+        return self.t.is_alive()
+
+    def stop(self):
+        self.stopping.set()
+        self.t.join(15)
+        assert not self.t.is_alive()
+        assert self.error is None, repr(self.error)
+
+
+def count(logs, text):
+    return sum(1 for m in logs if text in m)
+
+
+def seqs(col, name):
+    return set(r["seq"] for _, r in col.readings(name))
+
+
+# ------------------------------------------------------------------ a full flash
+@pytest.fixture
+def flash(monkeypatch):
+    """The flash under every FileStore: flash["full"] = True makes each write
+    fail as littlefs does on a full flash (OSError ENOSPC)."""
+    state = {"full": False}
+    real = umqtt3.store.OSFiles.write
+
+    def write(self, path, data):
+        if state["full"]:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(self, path, data)
+    monkeypatch.setattr(umqtt3.store.OSFiles, "write", write)
+    return state
+
+
+def test_a_full_flash_drops_readings_and_the_node_goes_on(broker, tmp_path, flash):
+    col = Collector(broker.port)
+    logs = []
+    r = Running()
+    n = fw_node.Node(cfg("f1", broker.port, store="file", store_dir=str(tmp_path / "mq")),
+                     DESKTOP, {"ssid": "lab"}, stop=r.stopping.is_set, log=logs.append)
+    r.start(n.run, 0)
+    try:
+        wait_for(lambda: n.sent >= 6)
+        flash["full"] = True
+        wait_for(lambda: n.skipped >= 6 or not r.alive())
+        assert r.alive() and r.error is None  # before: OSError(28) out of run()
+        flash["full"] = False  # room again (acks removed records, a file was deleted)
+        sent = n.sent
+        wait_for(lambda: n.sent >= sent + 6)
+    finally:
+        r.stop()
+    # the refusal is logged once for the whole episode, its end once
+    assert count(logs, "the store refuses messages") == 1, logs
+    assert count(logs, "the store takes messages again") == 1, logs
+    # every reading taken arrives; a dropped one's seq went to the next
+    col.wait(lambda: seqs(col, "f1") == set(range(1, n.sent + 1)))
+    col.close()
+
+
+def test_a_node_that_boots_on_a_full_flash_runs_and_keeps_what_it_stored(broker, tmp_path,
+                                                                        flash):
+    col = Collector(broker.port)
+    store = str(tmp_path / "mq")
+
+    def boot(logs):  # main.py at each boot: a new Node on the same store
+        return fw_node.Node(cfg("f2", broker.port, store="file", store_dir=store),
+                            DESKTOP, {"ssid": "lab"}, log=logs.append)
+    first = boot([])
+    assert first.run(3) == 3
+    taken = first.sent
+    flash["full"] = True
+    logs = []
+    full = boot(logs)
+    assert full.run(3) == 3  # before: OSError(28) from the birth, at every boot
+    assert full.sent == 0 and full.skipped == taken  # each cycle's readings (mem: none here)
+    assert count(logs, "birth not sent") == 1 and count(logs, "the store refuses") == 1, logs
+    flash["full"] = False
+    again = boot([])
+    assert again.run(3) == 3 and again.sent == taken
+    col.wait(lambda: seqs(col, "f2") == set(range(1, taken + again.sent + 1)))
+    col.wait(lambda: col.status("f2").count("online") == 2)  # births of boots 1 and 3
+    col.close()
+
+
+def test_a_store_refusal_keeps_the_records_it_holds(tmp_path, flash):
+    # the broker is away: readings wait in the store; then the flash is full.
+    # What the store held before goes out once the broker is back.
+    port = free_port()
+    logs = []
+    n = fw_node.Node(cfg("f3", port, store="file", store_dir=str(tmp_path / "mq")),
+                     DESKTOP, {"ssid": "lab"}, log=logs.append)
+    b = mosq.Broker(tmp_path / "mosq", port=port).start()
+    try:
+        n.start()
+        b.kill()  # the broker goes; the node's client stores what it takes
+        n.cycle(n.clock())  # a deadline now: no waiting for room
+        held = n.sent
+        assert held >= 1
+        flash["full"] = True
+        n.cycle(n.clock())
+        n.cycle(n.clock())
+        assert n.sent == held and n.skipped >= 2
+        flash["full"] = False
+        b.start()
+        col = Collector(port)
+        n.wait(200)  # the client reconnects and sends what it held
+        n.drain(5000)
+        col.wait(lambda: seqs(col, "f3") == set(range(1, held + 1)))
+        col.close()
+    finally:
+        if n.client:
+            n.close()
+        b.kill()
+
+
+# ------------------------------------------------------------------ readings
+def test_only_finite_numbers_are_readings():
+    for v in (0, -3, 2 ** 40, 21.5, -0.0, 1e300, True):
+        assert fw_node.number(v), v
+    for v in (float("nan"), float("inf"), float("-inf"), (21.5, 40.0), "21.5", b"1", [1],
+              {"v": 1}, None):
+        assert not fw_node.number(v), v
+
+
+def test_a_reading_that_is_not_a_number_is_logged_and_skipped(broker):
+    col = Collector(broker.port)
+    logs = []
+    bad = {"pair": lambda: (21.5, 40.0), "nan": lambda: float("nan"),
+           "inf": lambda: float("-inf"), "text": lambda: "21.5"}
+    good = {"soil": lambda: 41, "ratio": lambda: 0.5}
+    sensors = dict(bad, **good)
+    n = fw_node.Node(cfg("s1", broker.port), DESKTOP, {"ssid": "lab"}, sensors=sensors,
+                     log=logs.append)
+    assert n.run(3) == 3  # before: TypeError out of run() at the tuple
+    col.wait(lambda: len(col.readings("s1", "soil")) == 3 and len(col.readings("s1", "ratio")) == 3)
+    col.close()
+    assert [r["v"] for _, r in col.readings("s1", "soil")] == [41] * 3
+    assert [r["v"] for _, r in col.readings("s1", "ratio")] == [0.5] * 3
+    for k in bad:
+        assert not col.readings("s1", k), k
+        assert count(logs, "sensor %s: not a number" % k) == 3, logs
+
+    def no_constants(c):
+        raise ValueError("not JSON: " + c)
+    for m, p in col.of("s1"):  # NaN and Infinity are not JSON: the pipeline refuses them
+        if m != "status":
+            json.loads(p, parse_constant=no_constants)
+
+
+# ------------------------------------------------------------------ Wi-Fi
+@pytest.fixture
+def wlan(monkeypatch):
+    """The shim's station interface, down, its joins (WLAN.connect) counted;
+    the access point back in range at the end."""
+    joins = []
+    real = network.WLAN.connect
+
+    def connect(self, *a):
+        joins.append(a)
+        real(self, *a)
+    monkeypatch.setattr(network.WLAN, "connect", connect)
+    w = network.WLAN(network.STA_IF)
+    w.disconnect()
+    yield w, joins
+    network.IN_RANGE = True
+
+
+def drop_until_rejoined(w, joins, logs, running):
+    """The access point goes away: the node tries again and again, without a
+    reset; then it is back, and the node is on it again."""
+    joined = len(joins)
+    network.IN_RANGE = False
+    w.disconnect()
+    wait_for(lambda: len(joins) >= joined + 2 or not running.alive())
+    assert running.alive() and running.error is None
+    assert count(logs, "Wi-Fi: link down") >= 1, logs
+    network.IN_RANGE = True
+    wait_for(lambda: w.isconnected() and count(logs, ": joined again"))
+
+
+def test_a_node_joins_again_when_its_wifi_stays_down(broker, wlan):
+    w, joins = wlan
+    logs = []
+    r = Running()
+    n = fw_node.Node(cfg("w1", broker.port, wifi_rejoin_s=0.2, wifi_timeout_s=0.2), DESKTOP,
+                     {"ssid": "lab"}, stop=r.stopping.is_set, log=logs.append)
+    r.start(n.run, 0)
+    try:
+        wait_for(lambda: n.sent >= 3)
+        assert len(joins) == 1  # the first join, in start()
+        drop_until_rejoined(w, joins, logs, r)  # before: no WLAN.connect after the drop
+        assert joins[-1] == ("lab", "")
+        assert not n.wdt.late  # fed while it waited for the link
+    finally:
+        r.stop()
+
+
+def test_wifi_rejoin_s_0_leaves_the_rejoin_to_the_driver(broker, wlan):
+    w, joins = wlan
+    r = Running()
+    n = fw_node.Node(cfg("w2", broker.port, wifi_rejoin_s=0), DESKTOP, {"ssid": "lab"},
+                     stop=r.stopping.is_set)
+    r.start(n.run, 0)
+    try:
+        wait_for(lambda: n.sent >= 3)
+        w.disconnect()
+        sent = n.sent
+        # the desktop's sockets do not use the shim's link: readings go on
+        wait_for(lambda: n.sent >= sent + 9)
+        assert len(joins) == 1 and not w.isconnected()
+    finally:
+        r.stop()
+
+
+def test_a_gateway_joins_again_when_its_wifi_stays_down(wlan):
+    w, joins = wlan
+    gateway = fw["gateway"]
+    logs = []
+    p = free_port()
+    r = Running()
+    r.start(gateway.run, {"port": p, "wifi_rejoin_s": 0.2, "wifi_timeout_s": 0.2}, DESKTOP,
+            {"ssid": "lab"}, stop=r.stopping.is_set, log=logs.append, host="127.0.0.1")
+    try:
+        assert wait_port(p, 10)
+        assert len(joins) == 1
+        drop_until_rejoined(w, joins, logs, r)
+    finally:
+        r.stop()
