@@ -83,9 +83,19 @@ class OSFiles:
     in a layer that simulates power loss at every step and byte."""
 
     def write(self, path, data):
-        with open(path, "wb") as f:
-            f.write(data)
-            fsync(f)
+        try:
+            with open(path, "wb") as f:
+                f.write(data)
+                fsync(f)
+        except OSError:
+            # a full flash (ENOSPC): refused means not stored, so no part of
+            # the record stays to be found at the next boot (a whole one
+            # would be sent then)
+            try:
+                os.remove(path)
+            except OSError:
+                pass
+            raise
 
     def read(self, path):
         with open(path, "rb") as f:

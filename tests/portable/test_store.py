@@ -511,6 +511,30 @@ def test_file_full():
         _cleanup(d)
 
 
+def test_file_write_that_fails_leaves_no_record():
+    # a full flash (ENOSPC) as the record is made durable: refused, and
+    # nothing of it left to be taken for a stored message at the next boot
+    d = _tmpdir()
+    keep = store_mod.fsync
+    try:
+        s = FileStore(d)
+        _add(s, 1, key=0)
+
+        def full(f):
+            raise OSError(28, "")
+        store_mod.fsync = full
+        _raises(OSError, _add, s, 2, 1)
+        b, n = _pub(5)
+        _raises(OSError, s.in_add, 5, b, 0, n)
+        store_mod.fsync = keep
+        assert s.out_count() == 1 and not s.in_has(5) and not s.accepted(1)
+        assert len(_files(d)) == 1
+        assert [r[0] for r in FileStore(d).recover()] == [1]
+    finally:
+        store_mod.fsync = keep
+        _cleanup(d)
+
+
 def test_file_recover_drops_torn_and_corrupt():
     d = _tmpdir()
     try:
