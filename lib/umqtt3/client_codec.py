@@ -191,44 +191,38 @@ def encode_connect(buf, off, client_id, level=4, clean=True, keepalive=0,
                    will_qos=0, will_retain=False, props=None, will_props=None):
     if not 3 <= level <= 5:
         fail(_E_LEVEL, _BAD_PROTOCOL_VERSION)
-    cid = as_bytes(client_id)
-    if not cid and (level == 3 or (level == 4 and not clean)):
+    f = [as_bytes(client_id)]  # the payload's fields, in their order [MQTT-3.1.3-1]
+    if not f[0] and (level == 3 or (level == 4 and not clean)):
         # 3.1 wants 1..23 characters; 3.1.1 an empty id only with a clean
         # session [MQTT-3.1.3-7]; 5.0 lets the server assign one
         fail(_E_EMPTY_ID, _PROTOCOL_ERROR)
     name = b"MQIsdp" if level == 3 else b"MQTT"
     flags = 2 if clean else 0
-    rl = len(name) + 8 + len(cid)
     if will_topic is not None:
         if will_qos > 2:
             fail(_E_WILL_QOS, _PROTOCOL_ERROR)  # [MQTT-3.1.2-14] (5.0: MQTT-3.1.2-12)
-        will_topic = as_bytes(will_topic)
-        will_msg = as_bytes(will_msg)
         flags |= 4 | (will_qos << 3) | (32 if will_retain else 0)
-        rl += len(will_topic) + len(will_msg) + 4
+        f += (as_bytes(will_topic), as_bytes(will_msg))
     if user is not None:
-        user = as_bytes(user)
         flags |= 128
-        rl += len(user) + 2
+        f.append(as_bytes(user))
     if password is not None:
         if user is None and level < 5:
             fail(_E_PASSWORD, _PROTOCOL_ERROR)  # [MQTT-3.1.2-22]
-        password = as_bytes(password)
         flags |= 64
-        rl += len(password) + 2
+        f.append(as_bytes(password))
     if not 0 <= keepalive < 65536:
         fail(_E_KEEPALIVE, _PROTOCOL_ERROR)
+    rl = len(name) + 6  # its length, the level, the flags, keepalive
+    for s in f:
+        rl += len(s) + 2
     o = off
     off = _put(buf, put_header(buf, off, 0x10, rl), name)
     buf[off] = level
     buf[off + 1] = flags
-    off = _put(buf, _put(buf, off + 2, None, keepalive), cid)
-    if will_topic is not None:
-        off = _put(buf, _put(buf, off, will_topic), will_msg)
-    if user is not None:
-        off = _put(buf, off, user)
-    if password is not None:
-        off = _put(buf, off, password)
+    off = _put(buf, off + 2, None, keepalive)
+    for s in f:
+        off = _put(buf, off, s)
     if level == 5:
         return mqtt5().put_in(buf, o, off, props, will_props)  # MQTT 5's properties
     return off
