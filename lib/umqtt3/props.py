@@ -1,9 +1,11 @@
 # umqtt3.props -- MQTT 5 properties and reason codes: check, read and build
-# them, and frame property lists in packets for umqtt3.codec.
+# them, and frame property lists in packets for umqtt3.codec (put_in(): the
+# client's encoders write the 3.1.1 form, this makes it MQTT 5's).
 #
 # Imported only when protocol level 5 is in use, so v3/v4 devices never pay
-# for it. check(), read(), tail(), size() and put() do not allocate; parse()
-# and encode() trade allocation for convenience (dicts keyed by property id).
+# for it. check(), read(), tail(), size(), put() and put_in() do not allocate
+# (for properties given as bytes); parse() and encode() trade allocation for
+# convenience (dicts keyed by property id).
 from .compat import const, as_bytes, move
 # Not circular: codec imports this module lazily. Importing here, not inside
 # the functions, keeps check() free of a per-call import (which allocates on
