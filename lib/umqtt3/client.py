@@ -272,15 +272,15 @@ class MQTTClient(Core):
                 sleep_ms(1)
 
     # ---------------------------------------------------------- internals
-    def open_link(self, sock=None, ms=0):
+    def open_link(self, sock=None, timeout_ms=0):
         # a new connection: sock already connected by the caller, else
-        # dialled here, blocking for at most ms (else timeout_ms)
+        # dialled here, blocking for at most timeout_ms (else the client's)
         self.down()
         if self.connect_link:
             lk = self.connect_link()
         else:
             s = sock or dial(self.server, self.port, self.ssl, self.ssl_params,
-                             ms or self.timeout_ms)
+                             timeout_ms or self.timeout_ms)
             self.sock = s
             s.setblocking(False)
             lk = link(s)

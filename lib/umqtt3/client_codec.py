@@ -191,55 +191,40 @@ def encode_connect(buf, off, client_id, level=4, clean=True, keepalive=0,
                    will_qos=0, will_retain=False, props=None, will_props=None):
     if not 3 <= level <= 5:
         fail(_E_LEVEL, _BAD_PROTOCOL_VERSION)
-    cid = as_bytes(client_id)
-    if not cid and (level == 3 or (level == 4 and not clean)):
+    f = [as_bytes(client_id)]  # the payload's fields, in their order [MQTT-3.1.3-1]
+    if not f[0] and (level == 3 or (level == 4 and not clean)):
         # 3.1 wants 1..23 characters; 3.1.1 an empty id only with a clean
         # session [MQTT-3.1.3-7]; 5.0 lets the server assign one
         fail(_E_EMPTY_ID, _PROTOCOL_ERROR)
     name = b"MQIsdp" if level == 3 else b"MQTT"
     flags = 2 if clean else 0
-    rl = len(name) + 8 + len(cid)
-    if level == 5:
-        p5 = mqtt5()
-        props = p5.encoded(props)
-        rl += p5.size(props)
     if will_topic is not None:
         if will_qos > 2:
             fail(_E_WILL_QOS, _PROTOCOL_ERROR)  # [MQTT-3.1.2-14] (5.0: MQTT-3.1.2-12)
-        will_topic = as_bytes(will_topic)
-        will_msg = as_bytes(will_msg)
         flags |= 4 | (will_qos << 3) | (32 if will_retain else 0)
-        rl += len(will_topic) + len(will_msg) + 4
-        if level == 5:
-            will_props = p5.encoded(will_props)
-            rl += p5.size(will_props)
+        f += (as_bytes(will_topic), as_bytes(will_msg))
     if user is not None:
-        user = as_bytes(user)
         flags |= 128
-        rl += len(user) + 2
+        f.append(as_bytes(user))
     if password is not None:
         if user is None and level < 5:
             fail(_E_PASSWORD, _PROTOCOL_ERROR)  # [MQTT-3.1.2-22]
-        password = as_bytes(password)
         flags |= 64
-        rl += len(password) + 2
+        f.append(as_bytes(password))
     if not 0 <= keepalive < 65536:
         fail(_E_KEEPALIVE, _PROTOCOL_ERROR)
+    rl = len(name) + 6  # its length, the level, the flags, keepalive
+    for s in f:
+        rl += len(s) + 2
+    o = off
     off = _put(buf, put_header(buf, off, 0x10, rl), name)
     buf[off] = level
     buf[off + 1] = flags
     off = _put(buf, off + 2, None, keepalive)
+    for s in f:
+        off = _put(buf, off, s)
     if level == 5:
-        off = p5.put(buf, off, props)
-    off = _put(buf, off, cid)
-    if will_topic is not None:
-        if level == 5:
-            off = p5.put(buf, off, will_props)
-        off = _put(buf, _put(buf, off, will_topic), will_msg)
-    if user is not None:
-        off = _put(buf, off, user)
-    if password is not None:
-        off = _put(buf, off, password)
+        return mqtt5().put_in(buf, o, off, props, will_props)  # MQTT 5's properties
     return off
 
 
@@ -285,13 +270,7 @@ def encode_publish(buf, off, topic, payload, qos=0, pid=0, retain=False,
     # DUP is never set on QoS 0 [MQTT-3.3.1-2]
     if retain:
         first |= 1
-    if level == 5:
-        p5 = mqtt5()
-        props = p5.encoded(props)
-        if not n and (not props or p5.find(props, 0, len(props), 0x23) < 0):
-            # an empty topic name without a Topic Alias (5.0, 3.3.2.1)
-            fail(_E_TOPIC, _PROTOCOL_ERROR)
-        rl += p5.size(props)
+    o = off
     if rl < 128 and off + rl + 2 <= len(buf):
         buf[off] = first  # a reading's header: put_header() without its call
         buf[off + 1] = rl
@@ -308,9 +287,11 @@ def encode_publish(buf, off, topic, payload, qos=0, pid=0, retain=False,
         buf[off] = pid >> 8
         buf[off + 1] = pid & 0xFF
         off += 2
-    if level == 5:
-        off = p5.put(buf, off, props)
     buf[off:off + pl] = payload
+    if level == 5:
+        # its properties (and the check of an empty topic name: a Topic
+        # Alias must stand for it) are umqtt3.props's
+        return mqtt5().put_in(buf, o, off + pl, props)
     return off + pl
 
 
@@ -352,18 +333,14 @@ def encode_filter(buf, off, pid, topic, qos=0, level=4, props=None):
     sub = qos >= 0
     if sub and ((qos & 3) == 3 or qos & (0xC0 if level == 5 else 0xFC) or (qos & 0x30) == 0x30):
         fail(_E_SUB_OPTIONS, _PROTOCOL_ERROR)  # [MQTT-3.8.3-4]
-    rl = n + 4 + sub
-    if level == 5:
-        p5 = mqtt5()
-        props = p5.encoded(props)
-        rl += p5.size(props)
-    off = _put(buf, put_header(buf, off, 0x82 if sub else 0xA2, rl), None, pid)
-    if level == 5:
-        off = p5.put(buf, off, props)
-    off = _put(buf, off, f)
+    o = off
+    off = _put(buf, _put(buf, put_header(buf, off, 0x82 if sub else 0xA2, n + 4 + sub), None,
+                         pid), f)
     if sub:
         buf[off] = qos
         off += 1
+    if level == 5:
+        return mqtt5().put_in(buf, o, off, props)  # MQTT 5's properties
     return off
 
 

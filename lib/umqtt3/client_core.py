@@ -527,7 +527,7 @@ class Core:
                     # message: a publish completed, or was refused
                     self.acked(pid, p.rc)
                 return
-        elif t == _AUTH and self.level == 5:
+        elif t == _AUTH:  # (decode() refuses AUTH below level 5)
             from .client5 import event
             event(self, _AUTH, p)  # enhanced authentication, also before CONNACK
             return

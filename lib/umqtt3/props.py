@@ -1,16 +1,20 @@
 # umqtt3.props -- MQTT 5 properties and reason codes: check, read and build
-# them, and frame property lists in packets for umqtt3.codec.
+# them, and frame property lists in packets for umqtt3.codec (put_in(): the
+# client's encoders write the 3.1.1 form, this makes it MQTT 5's).
 #
 # Imported only when protocol level 5 is in use, so v3/v4 devices never pay
-# for it. check(), read(), tail(), size() and put() do not allocate; parse()
-# and encode() trade allocation for convenience (dicts keyed by property id).
-from .compat import const, as_bytes
+# for it. check(), read(), tail(), size(), put() and put_in() do not allocate
+# (for properties given as bytes); parse() and encode() trade allocation for
+# convenience (dicts keyed by property id).
+from .compat import const, as_bytes, move
 # Not circular: codec imports this module lazily. Importing here, not inside
 # the functions, keeps check() free of a per-call import (which allocates on
 # MicroPython).
 from .client_codec import fail, str_end, put_header, read_pid, MQTTError
 
 # indexes into umqtt3.codec_errors, as in codec.py
+_E_BUFFER = const(5)
+_E_TOPIC = const(16)
 _E_BINARY_TRUNCATED = const(22)
 _E_BINARY_PAST_END = const(23)
 _E_LENGTH = const(28)
@@ -367,6 +371,48 @@ def put(buf, off, p):
     off += 1
     buf[off:off + n] = p
     return off + n
+
+
+def put_in(buf, o, end, props, will_props=None):
+    """The packet buf[o:end] that client_codec encoded as 3.1.1 has it
+    (CONNECT, PUBLISH, SUBSCRIBE, UNSUBSCRIBE) made MQTT 5's: its property
+    list after the variable header (CONNECT: the will's too, before the
+    will topic), the bytes behind moved up and the remaining length grown.
+    Returns the new end. Allocates nothing for properties as bytes."""
+    i = varint_end(buf, o + 1)  # the body's start
+    t = buf[o] >> 4
+    if t == 1:
+        k = 10  # CONNECT: after "MQTT", the level, the flags, keepalive
+        if buf[i + 7] & 4:
+            # the will's properties, first: after the client id
+            end = _put_in(buf, o, i, end, 12 + ((buf[i + 10] << 8) | buf[i + 11]),
+                          encoded(will_props))
+            i = varint_end(buf, o + 1)
+    elif t == 3:
+        n = (buf[i] << 8) | buf[i + 1]
+        props = encoded(props)
+        if not n and (not props or find(props, 0, len(props), TOPIC_ALIAS) < 0):
+            # an empty topic name without a Topic Alias (5.0, 3.3.2.1)
+            fail(_E_TOPIC, 0x82)
+        k = n + (4 if buf[o] & 6 else 2)  # PUBLISH: after the topic and the packet id
+    else:
+        k = 2  # SUBSCRIBE, UNSUBSCRIBE: after the packet id
+    return _put_in(buf, o, i, end, k, encoded(props))
+
+
+def _put_in(buf, o, i, end, k, p):
+    # p (bytes or None) put k bytes into the body at buf[i:end]
+    n = size(p)
+    rl = end - i + n
+    h = 2 if rl < 128 else 3 if rl < 16384 else 4 if rl < 2097152 else 5
+    if o + h + rl > len(buf):
+        fail(_E_BUFFER, 0x95)  # put_header's refusal, before anything moves
+    d = o + h - i  # the header's growth
+    move(buf, i + d + k + n, buf, i + k, end - i - k)
+    if d:
+        move(buf, i + d, buf, i, k)
+    put(buf, put_header(buf, o, buf[o], rl) + k, p)
+    return o + h + rl
 
 
 def read(pkt, buf, off, end, ptype):

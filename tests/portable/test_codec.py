@@ -804,6 +804,60 @@ def test_roundtrip_connect():
             assert p.props_len == 0
 
 
+def _frame(first, body):
+    # a fixed header by hand: the first byte, the remaining length 7 bits a byte
+    n = len(body)
+    h = bytearray([first])
+    while True:
+        h.append((n & 0x7F) | (0x80 if n > 127 else 0))
+        n >>= 7
+        if not n:
+            return bytes(h) + body
+
+
+def _plist(p):
+    return _frame(0, p)[1:]  # a property list: its length as a variable byte integer
+
+
+def test_v5_properties_put_in_after_encoding():
+    # The encoders write the 3.1.1 form and props.put_in() puts MQTT 5's
+    # properties in, moving what follows and growing the remaining length,
+    # whose bytes grow past 127 and 16383 [MQTT-1.5.5-1] (5.0 sections
+    # 3.1.2.11, 3.1.3.2, 3.3.2.3, 3.8.2.1, 3.10.2.1): byte-exact against
+    # packets built by hand, in a buffer of exactly their size, at an offset
+    for n in [0] + list(range(88, 136, 3)) + list(range(16340, 16390, 7)):
+        pr = b"\x26" + s16(b"k") + s16(b"v" * n)  # a User Property
+        wpr = b"\x18\x00\x00\x00\x1e" + pr  # Will Delay Interval 30, the same
+        cases = (
+            (_frame(0x32, s16(b"t") + b"\x00\x07" + _plist(pr) + b"pl"),
+             encode_publish, ("t", b"pl", 1, 7), {}),
+            (_frame(0x30, s16(b"a/b") + _plist(pr) + b"x" * 20),
+             encode_publish, ("a/b", b"x" * 20), {}),
+            (_frame(0x10, s16(b"MQTT") + b"\x05\x86\x00\x3c" + _plist(pr) + s16(b"c")
+                    + _plist(wpr) + s16(b"w") + s16(b"m") + s16(b"u")),
+             encode_connect, ("c",), {"keepalive": 60, "will_topic": "w", "will_msg": b"m",
+                                      "user": "u", "will_props": wpr}),
+            (_frame(0x10, s16(b"MQTT") + b"\x05\x02\x00\x00" + _plist(pr) + s16(b"c")),
+             encode_connect, ("c",), {}),
+            (_frame(0x82, b"\x00\x07" + _plist(pr) + s16(b"a/#") + b"\x01"),
+             encode_subscribe, (7, "a/#", 1), {}),
+            (_frame(0xA2, b"\x00\x07" + _plist(pr) + s16(b"a/#")),
+             encode_unsubscribe, (7, "a/#"), {}),
+        )
+        for want, fn, args, kw in cases:
+            buf = bytearray(len(want) + 3)
+            buf[:3] = b"abc"
+            assert fn(buf, 3, *args, level=5, props=pr, **kw) == len(buf), (fn, n)
+            assert buf == b"abc" + want, (fn, n, tohex(buf[:12]))
+            # a byte less: refused as too large, nothing past the end
+            buf = bytearray(len(want) - 1)
+            e = raises(MQTTError, fn, buf, 0, *args, level=5, props=pr, **kw)
+            assert e.code == TOO_LARGE and len(buf) == len(want) - 1, (fn, n)
+    # no properties: the empty list, one byte
+    assert enc(encode_publish, "t", b"", level=5) == b"\x30\x04\x00\x01t\x00"
+    assert enc(encode_subscribe, 1, "t", level=5) == b"\x82\x07\x00\x01\x00\x00\x01t\x00"
+
+
 def test_roundtrip_connack():
     for level in (3, 4, 5):
         for sp, rc in ((False, 0), (True, 0), (False, 5 if level < 5 else 0x87)):

@@ -25,21 +25,23 @@ if MICROPYTHON:
         # (CPython's waiter is select's own poll: file numbers, no wrapper)
         return p.ipoll
 
-    def move(dst, doff, src, soff, n):
-        # n bytes from src[soff:] to dst[doff:]: a memoryview slice would
+    def move(dst, off, buf, start, n):
+        # n bytes from buf[start:] to dst[off:]: a memoryview slice would
         # allocate, a byte loop does not; backwards when moving up within
         # one buffer, like memmove. The client's few bytes (Conn's
-        # read-ahead, MemoryStore's messages) go this way; copy(), which
-        # the broker moves its blocks with, is this loop or a native one
-        # (compat/gateway.py), handed out by __getattr__ on first use.
-        if doff + n > len(dst) or soff + n > len(src):
+        # read-ahead, MemoryStore's messages, MQTT 5's properties put in)
+        # go this way; copy(), which the broker moves its blocks with, is
+        # this loop or a native one (compat/gateway.py), handed out by
+        # __getattr__ on first use. (Its parameters are names the client
+        # has anyway: each name costs a device RAM.)
+        if off + n > len(dst) or start + n > len(buf):
             raise IndexError
-        if dst is src and soff < doff:
+        if dst is buf and start < off:
             for i in range(n - 1, -1, -1):
-                dst[doff + i] = src[soff + i]
+                dst[off + i] = buf[start + i]
         else:
             for i in range(n):
-                dst[doff + i] = src[soff + i]
+                dst[off + i] = buf[start + i]
 
     # CPython has a strict decoder; MicroPython checks UTF-8 in codec.py.
     valid_utf8 = None
@@ -54,12 +56,12 @@ if MICROPYTHON:
         # and write(buf, off, n), returning None when they would block.
         return sock
 
-    def dial(host, port, ctx, params, timeout_ms):
+    def dial(server, port, ssl, params, timeout_ms):
         # blocking TCP connect (+ TLS handshake) for the blocking client,
         # each step bounded by timeout_ms. What compat/gateway.py's
         # nodelay() does is written out here, so that a client never loads
         # that module.
-        ai = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)[0]
+        ai = socket.getaddrinfo(server, port, 0, socket.SOCK_STREAM)[0]
         s = socket.socket(ai[0], socket.SOCK_STREAM, ai[2])
         try:
             s.settimeout(timeout_ms / 1000)
@@ -69,11 +71,11 @@ if MICROPYTHON:
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except Exception:
                 pass  # not every port has TCP_NODELAY
-            if ctx:
+            if ssl:
                 # TLS, in compat/dial_steps.py: a node without it never
                 # loads the ssl half
                 from .dial_steps import tls_wrap
-                s = tls_wrap(s, host, ctx, params)
+                s = tls_wrap(s, server, ssl, params)
         except BaseException:
             s.close()
             raise

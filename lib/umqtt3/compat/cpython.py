@@ -135,14 +135,14 @@ def copy(dst, doff, src, soff, n):
         dst[doff:doff + n] = memoryview(src)[soff:soff + n]
 
 
-def move(dst, doff, src, soff, n):
+def move(dst, off, buf, start, n):
     # the client's copy (Conn's read-ahead, MemoryStore's messages), with
     # the checks of MicroPython's byte loop: a range past either end is an
     # error, never a resized buffer; offsets and lengths are the caller's
     # own, never negative
-    if doff + n > len(dst) or soff + n > len(src):
+    if off + n > len(dst) or start + n > len(buf):
         raise IndexError("move out of range")
-    dst[doff:doff + n] = src[soff:soff + n] if n < 1024 else memoryview(src)[soff:soff + n]
+    dst[off:off + n] = buf[start:start + n] if n < 1024 else memoryview(buf)[start:start + n]
 
 
 def valid_utf8(buf, off, n):
@@ -366,17 +366,17 @@ def tls_context(ctx):
     return ctx
 
 
-def dial(host, port, ctx, params, timeout_ms):
+def dial(server, port, ssl, params, timeout_ms):
     # blocking TCP connect (+ TLS handshake) for the blocking client
-    ai = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)[0]
+    ai = socket.getaddrinfo(server, port, 0, socket.SOCK_STREAM)[0]
     s = socket.socket(ai[0], socket.SOCK_STREAM, ai[2])
     try:
         s.settimeout(timeout_ms / 1000)
         s.connect(ai[-1])
         nodelay(s)  # one write per packet, no Nagle stall on QoS 1
-        if ctx:
+        if ssl:
             from .dial_steps import tls_wrap
-            s = tls_wrap(s, host, ctx, params)
+            s = tls_wrap(s, server, ssl, params)
     except BaseException as e:
         s.close()
         if isinstance(e, TimeoutError) and e.errno is None:
