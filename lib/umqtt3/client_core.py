@@ -138,7 +138,7 @@ class Core:
         self.subs = {}  # filter -> (options, props), re-subscribed when the session is gone
         self.tries = 0
         # when the next attempt may start (while opening: when it started)
-        self.retry_at = self.last_tx = now
+        self.retry_at = self.last_tx = self.last_rx = now
         self.ping_at = None
         self.wait_pid = 0  # SUBSCRIBE/UNSUBSCRIBE waiting for its ack
         self.req = None  # its filter, asked again if the link drops first
@@ -383,8 +383,8 @@ class Core:
         return n
 
     def tick(self, now):
-        """Timers: PINGREQ when nothing was sent for keepalive seconds
-        [MQTT-3.1.2-23]; Closed(110) when CONNACK or PINGRESP is late.
+        """Timers: PINGREQ when nothing was sent, or nothing received, for
+        keepalive seconds; Closed(110) when CONNACK or PINGRESP is late.
         Returns the ms until tick() has work again (while down: until a
         reconnect attempt may start)."""
         st = self.state
@@ -404,7 +404,10 @@ class Core:
                     raise Closed(110, "")  # no PINGRESP: the link is dead
                 t += 1
             else:
-                t = ka - ticks_diff(now, self.last_tx)
+                # nothing sent [MQTT-3.1.2-23], or nothing received, for
+                # keepalive seconds: a client that keeps sending QoS 0 to a
+                # server gone silent learns it from the missing PINGRESP
+                t = ka - max(ticks_diff(now, self.last_tx), ticks_diff(now, self.last_rx))
                 if t <= 0:
                     self.pingreq(now)
                     t = ka
@@ -452,6 +455,7 @@ class Core:
         protocol error and OSError when the connection must end; an
         exception from the application's callback leaves as it is (after a
         QoS 1/2 message the state is then DOWN: the driver closes the link)."""
+        self.last_rx = now
         c = self.conn
         rx = c.rx
         if n == 4 and rx[0] == 0x40 and self.state == _UP and (rx[2] or rx[3]):

@@ -145,10 +145,13 @@ def test_keepalive_pingreq_then_dead_link_without_pingresp():
     assert take(c, 2000) == PINGREQ
     feed(c, PINGRESP, 2100)
     assert c.ping_at is None
-    # sending counts as activity: the next PINGREQ is due 2 s after it
+    # sending and receiving both count: the next PINGREQ is due 2 s after
+    # the older of the two (here the PINGRESP at 2100)
     c.queue(b"t", b"x")
     take(c, 3000)
-    assert c.tick(3500) == 1500
+    assert c.tick(3500) == 600
+    feed(c, publish(b"t", b"y", 0), 3500)
+    assert c.tick(3500) == 1500  # now the send at 3000 is the older
     assert c.tick(5000) == 2000 and take(c, 5000) == PINGREQ
     c.tick(6000)
     try:
@@ -157,6 +160,40 @@ def test_keepalive_pingreq_then_dead_link_without_pingresp():
         assert e.args[0] == 110
     else:
         raise AssertionError("a missing PINGRESP went unnoticed")
+
+
+def test_a_server_gone_silent_is_noticed_while_the_client_keeps_sending():
+    # QoS 0 readings every 200 ms keep the client sending, so [MQTT-3.1.2-23]
+    # alone never asks for a PINGREQ; nothing received for keepalive seconds
+    # does, and its missing PINGRESP ends the link (3.1.2.10: a client that
+    # gets no PINGRESP in reasonable time should close the connection)
+    c = connected(core(keepalive=1), 0)
+    now = 0
+    sent = b""
+    while now < 3000:
+        now += 200
+        c.queue(b"t", b"21.5")
+        sent += take(c, now)
+        try:
+            c.tick(now)
+        except Closed as e:
+            assert e.args[0] == 110
+            break
+        sent += take(c, now)
+    else:
+        raise AssertionError("a silent server went unnoticed")
+    assert PINGREQ in sent and now <= 2200
+    # a server that answers keeps the link: its PINGRESP counts as received
+    c = connected(core(keepalive=1), 0)
+    now = 0
+    while now < 5000:
+        now += 200
+        c.queue(b"t", b"21.5")
+        take(c, now)
+        c.tick(now)
+        if take(c, now) == PINGREQ:
+            feed(c, PINGRESP, now + 50)
+    assert c.state == UP
 
 
 def test_qos1_publish_acknowledged_and_reported():

@@ -1,0 +1,73 @@
+# A broker that stops answering while a node keeps publishing QoS 0: the
+# node must notice. mosquitto is stopped with SIGSTOP, so its kernel still
+# acknowledges TCP and every write succeeds; only a PINGREQ's missing
+# PINGRESP shows the server is gone (MQTT 3.1.1, 3.1.2.10). Before, a client
+# that kept sending never sent PINGREQ [MQTT-3.1.2-23] and stayed
+# "connected" for good; it now also pings when nothing was received for
+# keepalive seconds. Both drivers, against the real mosquitto.
+import asyncio
+import os
+import signal
+import time
+
+from umqtt3.aio import AsyncClient
+from umqtt3.client import MQTTClient
+
+HOST = "127.0.0.1"
+SECONDS = 6  # keepalive 1 s: the link must be gone well before this
+
+
+def _frozen(broker):
+    os.kill(broker.proc.pid, signal.SIGSTOP)
+
+
+def _thawed(broker):
+    os.kill(broker.proc.pid, signal.SIGCONT)
+
+
+def test_blocking_client_notices_a_silent_broker_while_publishing(broker):
+    c = MQTTClient("ka-block", HOST, broker.port, keepalive=1, timeout_ms=1000)
+    c.connect()
+    _frozen(broker)
+    err = None
+    start = time.monotonic()
+    try:
+        while time.monotonic() - start < SECONDS and c.is_connected():
+            try:
+                c.publish(b"t/x", b"21.5")
+                c.poll(200)
+            except OSError as e:
+                err = e
+                break
+    finally:
+        _thawed(broker)
+        c.down()
+    assert err is not None and err.args[0] == 110, (err, time.monotonic() - start)
+
+
+def test_asyncio_client_notices_a_silent_broker_while_publishing(broker):
+    async def main():
+        c = AsyncClient("ka-aio", HOST, broker.port, keepalive=1, timeout_ms=1000)
+        await c.connect()
+        run = asyncio.create_task(c.run())
+        _frozen(broker)
+        start = time.monotonic()
+        try:
+            while time.monotonic() - start < SECONDS and c.is_connected():
+                try:
+                    await c.publish(b"t/x", b"21.5")
+                except OSError:
+                    break
+                await asyncio.sleep(0.2)
+        finally:
+            _thawed(broker)
+        up = c.is_connected()
+        run.cancel()
+        try:
+            await run
+        except BaseException:
+            pass
+        c.down()
+        return up
+
+    assert asyncio.run(main()) is False, "still connected to a silent broker"
