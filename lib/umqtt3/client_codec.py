@@ -201,6 +201,10 @@ def encode_connect(buf, off, client_id, level=4, clean=True, keepalive=0,
     if will_topic is not None:
         if will_qos > 2:
             fail(_E_WILL_QOS, _PROTOCOL_ERROR)  # [MQTT-3.1.2-14] (5.0: MQTT-3.1.2-12)
+        # the server publishes the will under it: refused as a PUBLISH's
+        # topic would be (written where CONNECT then goes) [MQTT-3.1.3-10]
+        # [MQTT-4.7.1-1], not closed on at every connect
+        encode_publish(buf, off, will_topic, b"")
         flags |= 4 | (will_qos << 3) | (32 if will_retain else 0)
         f += (as_bytes(will_topic), as_bytes(will_msg))
     if user is not None:

@@ -536,6 +536,16 @@ def test_will_qos3_MQTT_3_1_2_14():
 def test_will_topic_rules():
     bad(_connect(0x06, 4, s16(b"") + s16(b"m")))  # empty [MQTT-4.7.3-1]
     bad(_connect(0x06, 4, s16(b"a/#") + s16(b"m")))  # wildcard [MQTT-4.7.1-1]
+    # and the client's encoder refuses to write one (a server closes on it,
+    # so a node with such a will would never connect) [MQTT-3.1.3-10]
+    for level in (3, 4, 5):
+        for t in ("", "site/+/status", b"a/#", "a\x00b"):
+            e = raises(MQTTError, encode_connect, bytearray(64), 0, "c", level=level,
+                       will_topic=t, will_msg=b"offline")
+            assert e.code == 0x82, (level, t, e.code)
+        p = dec(enc(encode_connect, "c", level=level, will_topic="site/n1/status",
+                    will_msg=b"offline"), level)
+        assert p.will and span(p, p.topic_off, p.topic_len) == b"site/n1/status"
 
 
 def test_password_without_user_MQTT_3_1_2_22():
