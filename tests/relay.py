@@ -1,17 +1,23 @@
-"""A TCP relay on 127.0.0.1 in front of a real broker that loses one packet:
-a network that drops a packet of one type in one direction once, and then,
-with cut, breaks the link and refuses connections until opened again. Or a
-slow upstream: hold() keeps everything the broker sends (its acks) until
-release() passes it on, in order, on a link that stays up.
+"""A TCP relay on 127.0.0.1 in front of a real broker, for the tests that
+need a network that misbehaves between the bridge and its upstream. It
+passes whole MQTT packets, any number of connections, and can:
+
+- lose one packet: the first of a type in one direction (drop_up,
+  drop_down), and with cut break the link there and refuse connections
+  until open();
+- hold what the broker sends (its acks) on a link that stays up, until
+  release() passes it on, in order: a slow upstream;
+- mute what the broker sends: lost, from mute() until unmute(): a
+  broker that stops answering;
+- close(): break every link and take no more connections.
 
     r = Relay(upstream_port, drop_up=0x62, cut=True)   # the first PUBREL upward
     ... r.dropped, r.open() ... r.close()
-    r.hold() ... r.kept ... r.release()
+    r.hold() ... r.release()
+    r.mute() ... r.unmute()
 """
 import socket
 import threading
-
-from tools.procs import free_port
 
 
 def frames(buf):
@@ -34,25 +40,34 @@ def frames(buf):
     return out, buf
 
 
+def _shut(socks):
+    for s in socks:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
 class Relay:
     def __init__(self, upstream_port, drop_up=None, drop_down=None, cut=False):
-        self.port = free_port()
         self.up_port = upstream_port
         self.drop = {"up": drop_up, "down": drop_down}
         self.cut = cut
-        self.dropped = []  # the packets lost (one at most)
+        self.dropped = []  # the packets lost by drop_up or drop_down (one at most)
         self.refusing = False
         self.socks = []
         self.lock = threading.Lock()
         self.holding = False
         self.kept = []  # what hold() kept from the broker: (socket, packet)
+        self.muted = False
         ls = self.ls = socket.socket()
-        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        ls.bind(("127.0.0.1", self.port))
+        ls.bind(("127.0.0.1", 0))
         ls.listen(5)
+        self.port = ls.getsockname()[1]
         threading.Thread(target=self._accept, daemon=True).start()
 
     def open(self):
+        """Take connections again after a cut."""
         self.refusing = False
 
     def hold(self):
@@ -72,17 +87,25 @@ class Relay:
             self.kept = []
             self.holding = False
 
+    def mute(self):
+        """Lose what the broker sends from now on (its acks never reach
+        the bridge, whose client keeps its messages in flight)."""
+        with self.lock:
+            self.muted = True
+
+    def unmute(self):
+        with self.lock:
+            self.muted = False
+
     def close(self):
+        """Break every link and take no more connections."""
         self.refusing = True
         self.ls.close()
         self._cut()
 
     def _cut(self):
+        _shut(self.socks)
         for s in self.socks:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             s.close()
         self.socks = []
 
@@ -95,7 +118,11 @@ class Relay:
             if self.refusing:
                 c.close()
                 continue
-            u = socket.create_connection(("127.0.0.1", self.up_port))
+            try:
+                u = socket.create_connection(("127.0.0.1", self.up_port))
+            except OSError:  # the broker is down: so is this link
+                c.close()
+                continue
             self.socks += [c, u]
             threading.Thread(target=self._pump, args=(c, u, "up"), daemon=True).start()
             threading.Thread(target=self._pump, args=(u, c, "down"), daemon=True).start()
@@ -117,14 +144,12 @@ class Relay:
                             return
                         continue
                     with self.lock:
+                        if way == "down" and self.muted:
+                            continue
                         if way == "down" and self.holding:
                             self.kept.append((b, p))
                         else:
                             b.sendall(p)
         except OSError:
             pass
-        for s in (a, b):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        _shut((a, b))
