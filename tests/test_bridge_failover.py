@@ -15,6 +15,7 @@ import time
 import pytest
 
 from mosq import MOSQUITTO
+from relay import Relay
 from tools.procs import free_port, start, stop, umqtt3_broker_cmd
 from umqtt3.bridge import install, settings
 from umqtt3.bridge_config import parse
@@ -412,65 +413,12 @@ def test_the_switch_waits_for_what_the_secondary_was_sent(broker_factory, tmp_pa
                 s.close()
 
 
-class Proxy:
-    """A TCP relay on 127.0.0.1 to an upstream port, for one connection;
-    freeze() drops everything the upstream sends from then on (its
-    PUBRECs, PUBCOMPs and PUBACKs never reach the bridge), cut() closes it
-    all and takes no more connections."""
-
-    def __init__(self, port):
-        import socket
-        self.ls = socket.socket()
-        self.ls.bind(("127.0.0.1", 0))
-        self.ls.listen(1)
-        self.port = self.ls.getsockname()[1]
-        self.to = port
-        self.frozen = threading.Event()
-        self.socks = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        import socket
-        try:
-            c, _ = self.ls.accept()
-        except OSError:
-            return
-        u = socket.create_connection(("127.0.0.1", self.to))
-        self.socks += [c, u]
-        threading.Thread(target=self._pump, args=(c, u, None), daemon=True).start()
-        threading.Thread(target=self._pump, args=(u, c, self.frozen), daemon=True).start()
-
-    def _pump(self, src, dst, frozen):
-        try:
-            while True:
-                b = src.recv(4096)
-                if not b:
-                    break
-                if frozen is None or not frozen.is_set():
-                    dst.sendall(b)
-        except OSError:
-            pass
-
-    def freeze(self):
-        self.frozen.set()
-
-    def cut(self):
-        import socket
-        self.ls.close()
-        for s in self.socks:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
-
-
 @pytest.mark.slow
 @need_mosquitto
 def test_a_qos2_message_past_pubrec_is_not_sent_to_the_next_address(broker_factory, tmp_path):
     # The link to the secondary breaks while QoS 2 messages are past PUBREC
     # there: the secondary got their PUBREL and delivered them, but their
-    # PUBCOMP never came back (the relay drops what it sends). The bridge
+    # PUBCOMP never came back (the relay, muted, loses what it sends). The bridge
     # goes to the next address, whose broker has no session of the bridge:
     # such a message is the secondary's [MQTT-4.3.3-1] and is not sent
     # again (the client's rule on a new session), so it arrives once
@@ -479,7 +427,7 @@ def test_a_qos2_message_past_pubrec_is_not_sent_to_the_next_address(broker_facto
     a = broker_factory()
     b = broker_factory()
     a.stop()
-    relay = Proxy(b.port)
+    relay = Relay(b.port)
     sb = Sub(b.port, "sb")
     # round_robin true: no probe of the main address, the switch is the loss
     gw, gport, log = _gateway(tmp_path, [a.port, relay.port], True)
@@ -491,18 +439,18 @@ def test_a_qos2_message_past_pubrec_is_not_sent_to_the_next_address(broker_facto
         assert _reaches(node, sb), log.read_text()
         for _ in range(20):
             burst(20)
-        relay.freeze()
+        relay.mute()
         burst(20)
         time.sleep(1)  # the secondary takes the PUBRELs that were on their way
         a.start()
         sa = Sub(a.port, "sa")
-        relay.cut()
+        relay.close()
         _back_on_then_each_once(a.port, log, burst, node, (sa, sb), 5)
         assert "lost the link to 127.0.0.1:%d" % relay.port in log.read_text()
     finally:
         node.disconnect()
         stop(gw)
-        relay.cut()
+        relay.close()
         for s in (sa, sb):
             if s is not None:
                 s.close()
