@@ -185,6 +185,16 @@ def _reaches(node, sub, others=(), seconds=30):
 _reaches.n = 0
 
 
+def _end(node, gw, subs):
+    """A test's end: the node gone, the gateway stopped, the upstreams'
+    subscribers made (None for one not made) closed."""
+    node.disconnect()
+    stop(gw)
+    for s in subs:
+        if s is not None:
+            s.close()
+
+
 def _comes_down(up, gport):
     """A message published on the upstream at up reaches a subscriber on
     the gateway (the bridge's `c/# in 1`)."""
@@ -242,11 +252,7 @@ def test_the_secondary_carries_the_traffic_then_the_main_one_again(broker_factor
             b.stop()
             assert _reaches(node, sa, seconds=30), log.read_text()
     finally:
-        node.disconnect()
-        stop(gw)
-        for s in (sa, sb):
-            if s is not None:
-                s.close()
+        _end(node, gw, (sa, sb))
 
 
 @pytest.mark.slow
@@ -302,11 +308,8 @@ def test_nothing_is_lost_or_doubled_at_qos2_across_the_switch(broker_factory, tm
         # the stream went through both
         assert any(p.startswith(b"m") for p in on_a) and any(p.startswith(b"m") for p in on_b)
     finally:
-        node.disconnect()
-        stop(gw)
-        for s in (sa, sb):
-            if s is not None:
-                s.close()
+        _end(node, gw, (sa, sb))
+
 
 class Burst:
     """node's publishes on s/m, QoS 1 and 2 in turn, each payload new;
@@ -362,7 +365,6 @@ def _back_on_then_each_once(port, log, burst, node, subs, bursts):
     assert not doubled, doubled
 
 
-
 @pytest.mark.slow
 @need_mosquitto
 def test_the_switch_waits_for_what_the_secondary_was_sent(broker_factory, tmp_path):
@@ -406,11 +408,7 @@ def test_the_switch_waits_for_what_the_secondary_was_sent(broker_factory, tmp_pa
             b.proc.send_signal(signal.SIGCONT)
         _back_on_then_each_once(a.port, log, burst, node, (sa, sb), 10)
     finally:
-        node.disconnect()
-        stop(gw)
-        for s in (sa, sb):
-            if s is not None:
-                s.close()
+        _end(node, gw, (sa, sb))
 
 
 @pytest.mark.slow
@@ -448,9 +446,5 @@ def test_a_qos2_message_past_pubrec_is_not_sent_to_the_next_address(broker_facto
         _back_on_then_each_once(a.port, log, burst, node, (sa, sb), 5)
         assert "lost the link to 127.0.0.1:%d" % relay.port in log.read_text()
     finally:
-        node.disconnect()
-        stop(gw)
+        _end(node, gw, (sa, sb))
         relay.close()
-        for s in (sa, sb):
-            if s is not None:
-                s.close()
