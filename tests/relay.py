@@ -9,12 +9,16 @@ passes whole MQTT packets, any number of connections, and can:
   release() passes it on, in order: a slow upstream;
 - mute what the broker sends: lost, from mute() until unmute(): a
   broker that stops answering;
+- answer a connection's CONNECT in the broker's place: answer(connect)
+  returns the reply (the link then closes), or None to pass it on;
+- break_links(): break every link, and take the next connection;
 - close(): break every link and take no more connections.
 
     r = Relay(upstream_port, drop_up=0x62, cut=True)   # the first PUBREL upward
     ... r.dropped, r.open() ... r.close()
     r.hold() ... r.release()
     r.mute() ... r.unmute()
+    r = Relay(upstream_port, answer=lambda connect: b"\x20\x02\x00\x01")  # refuse all
 """
 import socket
 import threading
@@ -40,6 +44,19 @@ def frames(buf):
     return out, buf
 
 
+def _first_packet(s):
+    # the first whole packet from socket s, and what came after it
+    buf = b""
+    while True:
+        pk, rest = frames(buf)
+        if pk:
+            return pk[0], b"".join(pk[1:]) + rest
+        d = s.recv(4096)
+        if not d:
+            raise OSError("closed before a whole packet")
+        buf += d
+
+
 def _shut(socks):
     for s in socks:
         try:
@@ -49,8 +66,9 @@ def _shut(socks):
 
 
 class Relay:
-    def __init__(self, upstream_port, drop_up=None, drop_down=None, cut=False):
+    def __init__(self, upstream_port, drop_up=None, drop_down=None, cut=False, answer=None):
         self.up_port = upstream_port
+        self.answer = answer
         self.drop = {"up": drop_up, "down": drop_down}
         self.cut = cut
         self.dropped = []  # the packets lost by drop_up or drop_down (one at most)
@@ -97,17 +115,18 @@ class Relay:
         with self.lock:
             self.muted = False
 
-    def close(self):
-        """Break every link and take no more connections."""
-        self.refusing = True
-        self.ls.close()
-        self._cut()
-
-    def _cut(self):
+    def break_links(self):
+        """Break every link: the bridge connects again."""
         _shut(self.socks)
         for s in self.socks:
             s.close()
         self.socks = []
+
+    def close(self):
+        """Break every link and take no more connections."""
+        self.refusing = True
+        self.ls.close()
+        self.break_links()
 
     def _accept(self):
         while True:
@@ -118,29 +137,38 @@ class Relay:
             if self.refusing:
                 c.close()
                 continue
-            try:
-                u = socket.create_connection(("127.0.0.1", self.up_port))
-            except OSError:  # the broker is down: so is this link
-                c.close()
-                continue
-            self.socks += [c, u]
-            threading.Thread(target=self._pump, args=(c, u, "up"), daemon=True).start()
-            threading.Thread(target=self._pump, args=(u, c, "down"), daemon=True).start()
+            threading.Thread(target=self._link, args=(c,), daemon=True).start()
 
-    def _pump(self, a, b, way):
-        buf = b""
+    def _link(self, c):
+        # one connection: answered here, or linked to the broker
+        head = b""
+        try:
+            if self.answer is not None:
+                connect, head = _first_packet(c)
+                reply = self.answer(connect)
+                if reply is not None:
+                    c.sendall(reply)
+                    c.close()
+                    return
+                head = connect + head
+            u = socket.create_connection(("127.0.0.1", self.up_port))
+        except OSError:  # the node went, or the broker is down: so is this link
+            c.close()
+            return
+        self.socks += [c, u]
+        threading.Thread(target=self._pump, args=(u, c, "down"), daemon=True).start()
+        self._pump(c, u, "up", head)
+
+    def _pump(self, a, b, way, buf=b""):
         try:
             while True:
-                d = a.recv(4096)
-                if not d:
-                    break
-                pk, buf = frames(buf + d)
+                pk, buf = frames(buf)
                 for p in pk:
                     if p[0] == self.drop[way] and not self.dropped:
                         self.dropped.append(p)
                         if self.cut:
                             self.refusing = True
-                            self._cut()
+                            self.break_links()
                             return
                         continue
                     with self.lock:
@@ -150,6 +178,10 @@ class Relay:
                             self.kept.append((b, p))
                         else:
                             b.sendall(p)
+                d = a.recv(4096)
+                if not d:
+                    break
+                buf += d
         except OSError:
             pass
         _shut((a, b))
