@@ -298,6 +298,19 @@ def _sys(port, name, want, seconds=10):
     return got[-1] if got else None
 
 
+def _gateway(tmp_path, up_port):
+    """Our broker with a store, bridging `s/# out 2` at MQTT 5 to
+    127.0.0.1:up_port; (process, port)."""
+    port = free_port()
+    conf = tmp_path / "bridge.conf"
+    conf.write_text("connection up\naddress 127.0.0.1:%d\ntopic s/# out 2\n"
+                    "restart_timeout 1 2\nbridge_protocol_version mqttv50\n" % up_port)
+    gw = start(umqtt3_broker_cmd(port, "--store", str(tmp_path / "gw"), "--sys-interval", "1",
+                                 "--bridge-config", str(conf)),
+               port, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return gw, port
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not mosq.MOSQUITTO or mqtt is None, reason="no mosquitto or paho-mqtt")
 @pytest.mark.parametrize("limits,qos", [
@@ -313,13 +326,7 @@ def test_mosquitto_restarted_with_lower_limits_gets_what_was_held(broker_factory
     # one larger than max_packet_size is counted in too_large
     up = broker_factory(persistence=True)
     watch = Watch(up.port, "s/#", "watch", 3600)
-    port = free_port()
-    conf = tmp_path / "bridge.conf"
-    conf.write_text("connection up\naddress 127.0.0.1:%d\ntopic s/# out 2\n"
-                    "restart_timeout 1 2\nbridge_protocol_version mqttv50\n" % up.port)
-    gw = start(umqtt3_broker_cmd(port, "--store", str(tmp_path / "gw"), "--sys-interval", "1",
-                                 "--bridge-config", str(conf)),
-               port, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    gw, port = _gateway(tmp_path, up.port)
     again = None
     node = MQTTClient("node", "127.0.0.1", port)
     try:
@@ -376,13 +383,7 @@ def test_mosquitto_that_holds_the_id_takes_the_lowered_qos2_message_once(broker_
     up = broker_factory(persistence=True)
     watch = Watch(up.port, "s/#", "watch", 3600)
     relay = Relay(up.port)
-    port = free_port()
-    conf = tmp_path / "bridge.conf"
-    conf.write_text("connection up\naddress 127.0.0.1:%d\ntopic s/# out 2\n"
-                    "restart_timeout 1 2\nbridge_protocol_version mqttv50\n" % relay.port)
-    gw = start(umqtt3_broker_cmd(port, "--store", str(tmp_path / "gw"), "--sys-interval", "1",
-                                 "--bridge-config", str(conf)),
-               port, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    gw, port = _gateway(tmp_path, relay.port)
     again = None
     node = MQTTClient("node", "127.0.0.1", port)
     try:
