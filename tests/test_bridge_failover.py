@@ -416,7 +416,7 @@ def test_the_switch_waits_for_what_the_secondary_was_sent(broker_factory, tmp_pa
 def test_a_qos2_message_past_pubrec_is_not_sent_to_the_next_address(broker_factory, tmp_path):
     # The link to the secondary breaks while QoS 2 messages are past PUBREC
     # there: the secondary got their PUBREL and delivered them, but their
-    # PUBCOMP never came back (the relay, muted, loses what it sends). The bridge
+    # PUBCOMP never came back (the relay loses what it sends). The bridge
     # goes to the next address, whose broker has no session of the bridge:
     # such a message is the secondary's [MQTT-4.3.3-1] and is not sent
     # again (the client's rule on a new session), so it arrives once
