@@ -15,6 +15,7 @@ import time
 import pytest
 
 from mosq import MOSQUITTO
+from relay import Relay
 from tools.procs import free_port, start, stop, umqtt3_broker_cmd
 from umqtt3.bridge import install, settings
 from umqtt3.bridge_config import parse
@@ -184,6 +185,16 @@ def _reaches(node, sub, others=(), seconds=30):
 _reaches.n = 0
 
 
+def _end(node, gw, subs):
+    """A test's end: the node gone, the gateway stopped, the upstreams'
+    subscribers made (None for one not made) closed."""
+    node.disconnect()
+    stop(gw)
+    for s in subs:
+        if s is not None:
+            s.close()
+
+
 def _comes_down(up, gport):
     """A message published on the upstream at up reaches a subscriber on
     the gateway (the bridge's `c/# in 1`)."""
@@ -241,11 +252,7 @@ def test_the_secondary_carries_the_traffic_then_the_main_one_again(broker_factor
             b.stop()
             assert _reaches(node, sa, seconds=30), log.read_text()
     finally:
-        node.disconnect()
-        stop(gw)
-        for s in (sa, sb):
-            if s is not None:
-                s.close()
+        _end(node, gw, (sa, sb))
 
 
 @pytest.mark.slow
@@ -301,11 +308,8 @@ def test_nothing_is_lost_or_doubled_at_qos2_across_the_switch(broker_factory, tm
         # the stream went through both
         assert any(p.startswith(b"m") for p in on_a) and any(p.startswith(b"m") for p in on_b)
     finally:
-        node.disconnect()
-        stop(gw)
-        for s in (sa, sb):
-            if s is not None:
-                s.close()
+        _end(node, gw, (sa, sb))
+
 
 class Burst:
     """node's publishes on s/m, QoS 1 and 2 in turn, each payload new;
@@ -361,7 +365,6 @@ def _back_on_then_each_once(port, log, burst, node, subs, bursts):
     assert not doubled, doubled
 
 
-
 @pytest.mark.slow
 @need_mosquitto
 def test_the_switch_waits_for_what_the_secondary_was_sent(broker_factory, tmp_path):
@@ -405,64 +408,7 @@ def test_the_switch_waits_for_what_the_secondary_was_sent(broker_factory, tmp_pa
             b.proc.send_signal(signal.SIGCONT)
         _back_on_then_each_once(a.port, log, burst, node, (sa, sb), 10)
     finally:
-        node.disconnect()
-        stop(gw)
-        for s in (sa, sb):
-            if s is not None:
-                s.close()
-
-
-class Proxy:
-    """A TCP relay on 127.0.0.1 to an upstream port, for one connection;
-    freeze() drops everything the upstream sends from then on (its
-    PUBRECs, PUBCOMPs and PUBACKs never reach the bridge), cut() closes it
-    all and takes no more connections."""
-
-    def __init__(self, port):
-        import socket
-        self.ls = socket.socket()
-        self.ls.bind(("127.0.0.1", 0))
-        self.ls.listen(1)
-        self.port = self.ls.getsockname()[1]
-        self.to = port
-        self.frozen = threading.Event()
-        self.socks = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self):
-        import socket
-        try:
-            c, _ = self.ls.accept()
-        except OSError:
-            return
-        u = socket.create_connection(("127.0.0.1", self.to))
-        self.socks += [c, u]
-        threading.Thread(target=self._pump, args=(c, u, None), daemon=True).start()
-        threading.Thread(target=self._pump, args=(u, c, self.frozen), daemon=True).start()
-
-    def _pump(self, src, dst, frozen):
-        try:
-            while True:
-                b = src.recv(4096)
-                if not b:
-                    break
-                if frozen is None or not frozen.is_set():
-                    dst.sendall(b)
-        except OSError:
-            pass
-
-    def freeze(self):
-        self.frozen.set()
-
-    def cut(self):
-        import socket
-        self.ls.close()
-        for s in self.socks:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
+        _end(node, gw, (sa, sb))
 
 
 @pytest.mark.slow
@@ -470,7 +416,7 @@ class Proxy:
 def test_a_qos2_message_past_pubrec_is_not_sent_to_the_next_address(broker_factory, tmp_path):
     # The link to the secondary breaks while QoS 2 messages are past PUBREC
     # there: the secondary got their PUBREL and delivered them, but their
-    # PUBCOMP never came back (the relay drops what it sends). The bridge
+    # PUBCOMP never came back (the relay loses what it sends). The bridge
     # goes to the next address, whose broker has no session of the bridge:
     # such a message is the secondary's [MQTT-4.3.3-1] and is not sent
     # again (the client's rule on a new session), so it arrives once
@@ -479,7 +425,7 @@ def test_a_qos2_message_past_pubrec_is_not_sent_to_the_next_address(broker_facto
     a = broker_factory()
     b = broker_factory()
     a.stop()
-    relay = Proxy(b.port)
+    relay = Relay(b.port)
     sb = Sub(b.port, "sb")
     # round_robin true: no probe of the main address, the switch is the loss
     gw, gport, log = _gateway(tmp_path, [a.port, relay.port], True)
@@ -491,18 +437,14 @@ def test_a_qos2_message_past_pubrec_is_not_sent_to_the_next_address(broker_facto
         assert _reaches(node, sb), log.read_text()
         for _ in range(20):
             burst(20)
-        relay.freeze()
+        relay.mute()
         burst(20)
         time.sleep(1)  # the secondary takes the PUBRELs that were on their way
         a.start()
         sa = Sub(a.port, "sa")
-        relay.cut()
+        relay.close()
         _back_on_then_each_once(a.port, log, burst, node, (sa, sb), 5)
         assert "lost the link to 127.0.0.1:%d" % relay.port in log.read_text()
     finally:
-        node.disconnect()
-        stop(gw)
-        relay.cut()
-        for s in (sa, sb):
-            if s is not None:
-                s.close()
+        _end(node, gw, (sa, sb))
+        relay.close()

@@ -13,10 +13,7 @@
 # gateway with and without a store; then against Debian's mosquitto,
 # stopped while a node publishes and started again with the limits in its
 # configuration.
-import select
-import socket
 import subprocess
-import threading
 import time
 
 import pytest
@@ -30,6 +27,7 @@ from umqtt3.client import MQTTClient
 from umqtt3.codec import PUBACK, PUBREC, PUBREL, PUBCOMP
 from umqtt3.transport import Pipe, Closed
 from paho_peer import Watch  # tests/paho_peer.py
+from relay import Relay
 
 MAX_QOS1 = b"\x24\x01"  # CONNACK properties: Maximum QoS 1
 MAX_QOS0 = b"\x24\x00"
@@ -300,6 +298,19 @@ def _sys(port, name, want, seconds=10):
     return got[-1] if got else None
 
 
+def _gateway(tmp_path, up_port):
+    """Our broker with a store, bridging `s/# out 2` at MQTT 5 to
+    127.0.0.1:up_port; (process, port)."""
+    port = free_port()
+    conf = tmp_path / "bridge.conf"
+    conf.write_text("connection up\naddress 127.0.0.1:%d\ntopic s/# out 2\n"
+                    "restart_timeout 1 2\nbridge_protocol_version mqttv50\n" % up_port)
+    gw = start(umqtt3_broker_cmd(port, "--store", str(tmp_path / "gw"), "--sys-interval", "1",
+                                 "--bridge-config", str(conf)),
+               port, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return gw, port
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not mosq.MOSQUITTO or mqtt is None, reason="no mosquitto or paho-mqtt")
 @pytest.mark.parametrize("limits,qos", [
@@ -315,13 +326,7 @@ def test_mosquitto_restarted_with_lower_limits_gets_what_was_held(broker_factory
     # one larger than max_packet_size is counted in too_large
     up = broker_factory(persistence=True)
     watch = Watch(up.port, "s/#", "watch", 3600)
-    port = free_port()
-    conf = tmp_path / "bridge.conf"
-    conf.write_text("connection up\naddress 127.0.0.1:%d\ntopic s/# out 2\n"
-                    "restart_timeout 1 2\nbridge_protocol_version mqttv50\n" % up.port)
-    gw = start(umqtt3_broker_cmd(port, "--store", str(tmp_path / "gw"), "--sys-interval", "1",
-                                 "--bridge-config", str(conf)),
-               port, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    gw, port = _gateway(tmp_path, up.port)
     again = None
     node = MQTTClient("node", "127.0.0.1", port)
     try:
@@ -361,65 +366,6 @@ def test_mosquitto_restarted_with_lower_limits_gets_what_was_held(broker_factory
             again.kill()
 
 
-class Proxy:
-    """A TCP relay between the gateway and mosquitto that can drop what
-    mosquitto sends (mute): its PUBRECs and PUBACKs never reach the bridge,
-    whose client keeps the messages in flight."""
-
-    def __init__(self, up_port):
-        self.up = up_port
-        self.mute = False
-        self.done = False
-        self.ls = socket.socket()
-        self.ls.bind(("127.0.0.1", 0))
-        self.ls.listen(4)
-        self.port = self.ls.getsockname()[1]
-        self.t = threading.Thread(target=self.run, daemon=True)
-        self.t.start()
-
-    def run(self):
-        peer = {}
-        ups = set()
-        while not self.done:
-            r, _, _ = select.select([self.ls] + list(peer), [], [], 0.05)
-            for s in r:
-                if s is self.ls:
-                    a, _ = s.accept()
-                    try:
-                        b = socket.create_connection(("127.0.0.1", self.up), 2)
-                    except OSError:
-                        a.close()
-                        continue
-                    peer[a] = b
-                    peer[b] = a
-                    ups.add(b)
-                    continue
-                if s not in peer:
-                    continue
-                try:
-                    data = s.recv(65536)
-                except OSError:
-                    data = b""
-                o = peer[s]
-                if not data:
-                    for x in (s, o):
-                        peer.pop(x, None)
-                        ups.discard(x)
-                        x.close()
-                elif not (s in ups and self.mute):
-                    try:
-                        o.sendall(data)
-                    except OSError:
-                        pass
-        for x in peer:
-            x.close()
-        self.ls.close()
-
-    def close(self):
-        self.done = True
-        self.t.join(5)
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not mosq.MOSQUITTO or mqtt is None, reason="no mosquitto or paho-mqtt")
 def test_mosquitto_that_holds_the_id_takes_the_lowered_qos2_message_once(broker_factory,
@@ -436,19 +382,13 @@ def test_mosquitto_that_holds_the_id_takes_the_lowered_qos2_message_once(broker_
     # tests/test_bridge_crash_lower.py.)
     up = broker_factory(persistence=True)
     watch = Watch(up.port, "s/#", "watch", 3600)
-    proxy = Proxy(up.port)
-    port = free_port()
-    conf = tmp_path / "bridge.conf"
-    conf.write_text("connection up\naddress 127.0.0.1:%d\ntopic s/# out 2\n"
-                    "restart_timeout 1 2\nbridge_protocol_version mqttv50\n" % proxy.port)
-    gw = start(umqtt3_broker_cmd(port, "--store", str(tmp_path / "gw"), "--sys-interval", "1",
-                                 "--bridge-config", str(conf)),
-               port, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    relay = Relay(up.port)
+    gw, port = _gateway(tmp_path, relay.port)
     again = None
     node = MQTTClient("node", "127.0.0.1", port)
     try:
         assert _sys(port, "connected", 1) == 1
-        proxy.mute = True
+        relay.mute()
         node.connect()
         node.publish("s/r2", b"ret2", True, 2)
         node.publish("s/q2", b"two", False, 2)
@@ -458,7 +398,7 @@ def test_mosquitto_that_holds_the_id_takes_the_lowered_qos2_message_once(broker_
         up.stop()
         again = mosq.Broker(up.dir, port=up.port, persistence=True,
                             extra=["retain_available false"]).start()
-        proxy.mute = False
+        relay.unmute()
         assert _sys(port, "connects", 2, 15) == 2
         got = watch.take(3)
         time.sleep(1.0)
@@ -472,7 +412,7 @@ def test_mosquitto_that_holds_the_id_takes_the_lowered_qos2_message_once(broker_
         node.disconnect()
         watch.close()
         stop(gw)
-        proxy.close()
+        relay.close()
         if again is not None:
             again.stop()
             again.kill()

@@ -9,16 +9,15 @@
 # plain 3.1.1 behaviour (documented in docs/bridge.md) still holds.
 # The gateways are our broker's process (--bridge-config); the refusal of
 # the bit (CONNACK 0x01 [MQTT-3.1.2-2]) comes from a stand-in in front of
-# mosquitto that passes every other connection on.
-import socket
+# mosquitto (tests/relay.py) that passes every other connection on.
 import subprocess
-import threading
 import time
 
 import pytest
 
 from mosq import MOSQUITTO
 from paho_peer import Watch  # tests/paho_peer.py
+from relay import Relay
 from tools.procs import free_port, start, stop, umqtt3_broker_cmd, python_env
 from umqtt3.client import MQTTClient
 
@@ -182,90 +181,24 @@ def test_one_gateway_with_both_bridges_to_two_mosquittos(broker_factory, tmp_pat
         stop(gw)
 
 
-class StandIn:
-    """A broker that does not know the bridge bit, in front of mosquitto:
-    it reads each connection's CONNECT (levels), answers CONNACK 0x01
-    (unacceptable protocol version [MQTT-3.1.2-2]) to one with the bit
-    when refuse is set, and passes every other connection on to mosquitto."""
+def _stand_in(up_port, refuse=True):
+    """A broker that does not know the bridge bit, in front of mosquitto: a
+    relay that reads each connection's CONNECT (its level into levels),
+    answers CONNACK 0x01 (unacceptable protocol version [MQTT-3.1.2-2]) to
+    one with the bit when refuse is set, and passes every other connection
+    on to mosquitto. (relay, levels)"""
+    levels = []
 
-    def __init__(self, up_port, refuse=True):
-        self.up = up_port
-        self.refuse = refuse
-        self.levels = []
-        self.socks = []
-        self.ls = socket.socket()
-        self.ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.ls.bind(("127.0.0.1", 0))
-        self.ls.listen(4)
-        self.port = self.ls.getsockname()[1]
-        self.t = threading.Thread(target=self._accept, daemon=True)
-        self.t.start()
-
-    def _accept(self):
-        while True:
-            try:
-                s, _ = self.ls.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._serve, args=(s,), daemon=True).start()
-
-    def _serve(self, s):
-        try:
-            head = s.recv(2)
-            n, i, k = 0, 1, 0
-            while True:  # the Remaining Length
-                b = head[i] if i < len(head) else s.recv(1)[0]
-                if i >= len(head):
-                    head += bytes([b])
-                n |= (b & 0x7F) << (7 * k)
-                k += 1
-                i += 1
-                if not b & 0x80:
-                    break
-            body = b""
-            while len(body) < n:
-                body += s.recv(n - len(body))
-            lv = body[6]  # past the name's length and "MQTT"
-            self.levels.append(lv)
-            if lv & 0x80 and self.refuse:
-                s.sendall(bytes([0x20, 2, 0, 1]))
-                s.close()
-                return
-            u = socket.create_connection(("127.0.0.1", self.up))
-            self.socks += [s, u]
-            u.sendall(head + body)
-            threading.Thread(target=self._pump, args=(u, s), daemon=True).start()
-            self._pump(s, u)
-        except OSError:
-            s.close()
-
-    def _pump(self, a, b):
-        try:
-            while True:
-                d = a.recv(4096)
-                if not d:
-                    break
-                b.sendall(d)
-        except OSError:
-            pass
-        for x in (a, b):
-            try:
-                x.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def drop(self):
-        """Close the connections passed on: the bridge connects again."""
-        for x in self.socks:
-            try:
-                x.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        self.socks = []
-
-    def close(self):
-        self.drop()
-        self.ls.close()
+    def answer(connect):
+        i = 1
+        while connect[i] & 0x80:  # the Remaining Length
+            i += 1
+        lv = connect[i + 1 + 6]  # past the name's length and "MQTT"
+        levels.append(lv)
+        if lv & 0x80 and refuse:
+            return bytes([0x20, 2, 0, 1])
+        return None
+    return Relay(up_port, answer=answer), levels
 
 
 def _until(cond, seconds=20):
@@ -278,16 +211,16 @@ def _until(cond, seconds=20):
 def test_an_upstream_that_refuses_the_bit_gets_plain_connects_from_then_on(broker_factory,
                                                                            tmp_path):
     up = broker_factory()
-    si = StandIn(up.port)
+    si, levels = _stand_in(up.port)
     gw, gport, log = _gateway(tmp_path, "gw", {"up": "address 127.0.0.1:%d\ntopic x/# out 1\n"
                                                      "remote_clientid g1\n" % si.port})
     try:
         _bridged(gport, up.port, "x/probe")
-        assert si.levels[:2] == [0x84, 4]
-        si.drop()  # a lost link: the next attempt goes without the bit too
-        assert _until(lambda: len(si.levels) >= 3)
+        assert levels[:2] == [0x84, 4]
+        si.break_links()  # a lost link: the next attempt goes without the bit too
+        assert _until(lambda: len(levels) >= 3)
         _bridged(gport, up.port, "x/probe")
-        assert si.levels == [0x84, 4, 4]
+        assert levels == [0x84, 4, 4]
     finally:
         stop(gw)
         si.close()
@@ -305,12 +238,12 @@ def test_the_connect_level_byte(broker_factory, tmp_path, extra, level):
     # the bit at 3.1.1 unless try_private false; at MQTT 5 never (No Local
     # and Retain As Published go on each subscription instead)
     up = broker_factory()
-    si = StandIn(up.port, refuse=False)
+    si, levels = _stand_in(up.port, refuse=False)
     gw, gport, _ = _gateway(tmp_path, "gw", {"up": "address 127.0.0.1:%d\ntopic x/# out 1\n"
                                                      "remote_clientid g1\n%s" % (si.port, extra)})
     try:
         _bridged(gport, up.port, "x/probe")
-        assert si.levels == [level]
+        assert levels == [level]
     finally:
         stop(gw)
         si.close()
