@@ -9,24 +9,10 @@ import asyncio
 import pytest
 
 from tests.certs import self_signed
+from aio_pipe import pipe
 from umqtt3.aio import AsyncClient
 
 pytestmark = pytest.mark.interop
-
-
-async def _pipe(r, w, links):
-    try:
-        while True:
-            d = await r.read(4096)
-            if not d:
-                break
-            w.write(d)
-            await w.drain()
-    except OSError:
-        pass
-    finally:
-        links[0] -= 1
-        w.close()
 
 
 class _Gate:
@@ -38,7 +24,7 @@ class _Gate:
         self.upstream = upstream
         self.open = asyncio.Event()
         self.waiting = 0  # connections held at the gate
-        self.pipes = [0]  # pipes still running (two per connection joined)
+        self.pipes = 0  # pipes still running (two per connection joined)
         self.writers = []
         self.tasks = []
 
@@ -52,9 +38,12 @@ class _Gate:
         self.waiting -= 1
         br, bw = await asyncio.open_connection("127.0.0.1", self.upstream)
         self.writers += [cw, bw]
-        self.pipes[0] += 2
-        self.tasks += [asyncio.ensure_future(_pipe(cr, bw, self.pipes)),
-                       asyncio.ensure_future(_pipe(br, cw, self.pipes))]
+        self.pipes += 2
+        self.tasks += [asyncio.ensure_future(pipe(cr, bw, ended=self._ended)),
+                       asyncio.ensure_future(pipe(br, cw, ended=self._ended))]
+
+    def _ended(self):
+        self.pipes -= 1
 
     def cut(self):
         for w in self.writers:
@@ -102,7 +91,7 @@ def test_disconnect_stops_a_redial_under_way_in_another_task(broker_factory, tmp
         await c.disconnect()
         gate.open.set()  # the handshake completes after disconnect()
         r = await asyncio.wait_for(p, 10)
-        closed = await _until(lambda: gate.pipes[0] == 0)  # the client closed the new link
+        closed = await _until(lambda: gate.pipes == 0)  # the client closed the new link
         up = c.is_connected()
         gate.close()
         return r, closed, up

@@ -10,26 +10,11 @@ import time
 
 import pytest
 
+from aio_pipe import pipe
 from umqtt3.aio import AsyncClient
 from umqtt3.client import MQTTClient
 
 pytestmark = pytest.mark.interop
-
-
-async def _pipe(r, w, delay):
-    try:
-        while True:
-            d = await r.read(4096)
-            if not d:
-                break
-            if delay:
-                await asyncio.sleep(delay)
-            w.write(d)
-            await w.drain()
-    except OSError:
-        pass
-    finally:
-        w.close()
 
 
 def test_run_reads_while_another_task_awaits_publishes(broker):
@@ -40,8 +25,8 @@ def test_run_reads_while_another_task_awaits_publishes(broker):
 
         async def proxy(cr, cw):
             br, bw = await asyncio.open_connection("127.0.0.1", broker.port)
-            tasks.append(asyncio.ensure_future(_pipe(cr, bw, 0)))
-            tasks.append(asyncio.ensure_future(_pipe(br, cw, 0.005)))
+            tasks.append(asyncio.ensure_future(pipe(cr, bw)))
+            tasks.append(asyncio.ensure_future(pipe(br, cw, 0.005)))
         srv = await asyncio.start_server(proxy, "127.0.0.1", 0)
         c = AsyncClient("aio-two", "127.0.0.1", port=srv.sockets[0].getsockname()[1])
         c.set_callback(lambda t, m: got.append((time.monotonic(), m)))

@@ -10,16 +10,16 @@
 # hold the rules one by one; this is the whole path over real sockets. And
 # the CPython driver's own case, in process: a held PUBLISH cut between two
 # of its 16 KB gulps of the socket.
-import subprocess
 import threading
 import time
 
 import pytest
 
 from mosq import MOSQUITTO
+from gateway import start_gateway
 from relay import Relay
 from test_bridge_failover import Sub
-from tools.procs import free_port, start, stop, umqtt3_broker_cmd
+from tools.procs import stop
 
 need_mosquitto = pytest.mark.skipif(not MOSQUITTO, reason="no mosquitto")
 
@@ -28,18 +28,11 @@ BURST = 60  # the node's messages: 59 at QoS 1, one at QoS 2
 
 
 def _gateway(tmp_path, relay_port, store):
-    conf = tmp_path / "bridge.conf"
-    conf.write_text("connection up\naddress 127.0.0.1:%d\ntopic s/# out 2\n"
-                    "restart_timeout 1\nremote_clientid gw\nbridge_queue_size %d\n"
-                    "bridge_window 4\n" % (relay_port, QUEUE))
-    port = free_port()
-    log = tmp_path / "gw.log"
-    args = ["--sys-interval", "1", "--bridge-config", str(conf)]
-    if store:
-        args += ["--store", str(tmp_path / "store")]
-    with open(log, "wb") as out:
-        gw = start(umqtt3_broker_cmd(port, *args), port, stdout=out, stderr=subprocess.STDOUT)
-    return gw, port, log
+    conf = ("connection up\naddress 127.0.0.1:%d\ntopic s/# out 2\n"
+            "restart_timeout 1\nremote_clientid gw\nbridge_queue_size %d\n"
+            "bridge_window 4\n" % (relay_port, QUEUE))
+    args = ["--store", str(tmp_path / "store")] if store else []
+    return start_gateway(tmp_path, conf, *args, sys_interval=1)
 
 
 class Node:

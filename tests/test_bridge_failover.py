@@ -8,15 +8,15 @@
 # subscribers at least once [MQTT-4.3.2-1], each QoS 2 message exactly once
 # [MQTT-4.3.3-2]. The settings, in the file and the device's dict, and
 # install() refusing two bridges of one name, run without mosquitto.
-import subprocess
 import threading
 import time
 
 import pytest
 
 from mosq import MOSQUITTO
+from gateway import start_gateway
 from relay import Relay
-from tools.procs import free_port, start, stop, umqtt3_broker_cmd
+from tools.procs import free_port, stop
 from umqtt3.bridge import install, settings
 from umqtt3.bridge_config import parse
 from umqtt3.client import MQTTClient
@@ -117,20 +117,13 @@ def test_a_failed_attempt_moves_to_the_next_address_in_turn():
 # ------------------------------------------------------------ with mosquittos
 def _gateway(tmp_path, addresses, round_robin, store=False):
     """Our broker bridging `s/# out 2` to the addresses; (process, port, log)."""
-    conf = tmp_path / "bridge.conf"
-    conf.write_text("connection up\naddress %s\nround_robin %s\ntopic s/# out 2\n"
-                    "topic c/# in 1\n"
-                    "restart_timeout 1\nremote_clientid gw\nbridge_queue_size 5000\n"
-                    % (" ".join("127.0.0.1:%d" % p for p in addresses),
-                       "true" if round_robin else "false"))
-    port = free_port()
-    log = tmp_path / "gw.log"
-    args = ["--sys-interval", "0", "--bridge-config", str(conf)]
-    if store:
-        args += ["--store", str(tmp_path / "store")]
-    with open(log, "wb") as out:
-        gw = start(umqtt3_broker_cmd(port, *args), port, stdout=out, stderr=subprocess.STDOUT)
-    return gw, port, log
+    conf = ("connection up\naddress %s\nround_robin %s\ntopic s/# out 2\n"
+            "topic c/# in 1\n"
+            "restart_timeout 1\nremote_clientid gw\nbridge_queue_size 5000\n"
+            % (" ".join("127.0.0.1:%d" % p for p in addresses),
+               "true" if round_robin else "false"))
+    args = ["--store", str(tmp_path / "store")] if store else []
+    return start_gateway(tmp_path, conf, *args)
 
 
 class Sub:

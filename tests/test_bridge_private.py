@@ -17,6 +17,7 @@ import pytest
 
 from mosq import MOSQUITTO
 from paho_peer import Watch  # tests/paho_peer.py
+from gateway import start_gateway
 from relay import Relay
 from tools.procs import free_port, start, stop, umqtt3_broker_cmd, python_env
 from umqtt3.client import MQTTClient
@@ -33,15 +34,8 @@ def _gateway(tmp_path, name, sections):
     `connection NAME` line, {NAME: text}); (process, port, its log file)."""
     d = tmp_path / name
     d.mkdir()
-    conf = d / "bridge.conf"
-    conf.write_text("".join("connection %s\n%srestart_timeout 1\n" % (n, t)
-                            for n, t in sections.items()))
-    port = free_port()
-    log = d / "log"
-    with open(log, "wb") as out:
-        gw = start(umqtt3_broker_cmd(port, "--sys-interval", "0", "--bridge-config", str(conf)),
-                   port, stdout=out, stderr=subprocess.STDOUT)
-    return gw, port, log
+    return start_gateway(d, "".join("connection %s\n%srestart_timeout 1\n" % (n, t)
+                                    for n, t in sections.items()), log_name="log")
 
 
 def _up(port, private, rules, cid):
