@@ -214,13 +214,21 @@ class Core(Stats):
         # it queues what the ACL lets it read. One whose user name is not
         # known (a record written without an ACL, or before records kept
         # it) gets nothing through its subscriptions until its client
-        # connects (_connect). A connected client keeps what it was
-        # granted until it connects again.
+        # connects (_connect). A connected client that had grants gets
+        # those of its user name under this ACL: what it does next is
+        # checked against it, its subscriptions too (a reload, as
+        # mosquitto's on SIGHUP: umqtt3_cli.broker).
         who = self.disk.who if self.disk is not None else {}
         if self.users is not None:
             who = self.owners  # the user whose session it is (bytes, None: anonymous)
         for x in self.sess.all:
-            if x.client is None or text is None:
+            c = x.client
+            if c is not None and acl is not None and c.grants is not None:
+                c.grants = g = acl.grants(c.grants.user, x.cid.decode())
+                if self.subs.recheck(x, g):
+                    self._save(x)
+                continue
+            if c is None or text is None:
                 g = x.grants
                 if acl is not None and (g is not None or x.cid in who):
                     if g is not None:
