@@ -315,6 +315,42 @@ def test_passwd_refusals(tmp_path, args, words):
     refused(run("umqtt3_cli.passwd", *args), words)
 
 
+@pytest.mark.parametrize("user", ["bo\nb", "bo\rb", "bo\tb", "bo\x7fb", "bo\x85b", "bo:b"])
+def test_passwd_refuses_control_characters_and_colons_in_user_names(tmp_path, user):
+    # as mosquitto_passwd ("must not contain control characters", "must not
+    # contain the ':' character"): a newline would split the entry over two
+    # lines, a file the broker then refuses to start with; C1 controls too,
+    # which the broker refuses in a CONNECT's user name [MQTT-1.5.3-2]
+    f = tmp_path / "users"
+    f.write_text("alice:secret\n")
+    r = run("umqtt3_cli.passwd", "-b", str(f), user, "pw")
+    assert r.returncode == 2
+    refused(r, "user %r" % user)
+    assert f.read_text() == "alice:secret\n"  # left as it was
+
+
+def test_users_and_acl_files_with_a_utf8_bom(tmp_path):
+    # saved "UTF-8 with BOM" (Notepad): the BOM is not part of the first
+    # user's name (which it would lock out), nor of the first ACL keyword
+    from umqtt3.broker_acl import parse
+    f = tmp_path / "users"
+    f.write_bytes(b"\xef\xbb\xbfalice:secret\r\nbob:pw\r\n")
+    assert read_users(str(f)) == {b"alice": b"secret", b"bob": b"pw"}
+    assert run("umqtt3_cli.passwd", "-b", str(f), "alice", "new").returncode == 0
+    text = f.read_bytes()
+    assert not text.startswith(b"\xef\xbb\xbf") and text.count(b"alice:") == 1, text
+    g = parse("\ufeffuser alice\r\ntopic readwrite a/#\r\n").grants("alice", "c")
+    assert g.may_write(b"a/x", 0, 3)
+    acl = tmp_path / "acl"
+    acl.write_bytes(b"\xef\xbb\xbfuser alice\r\ntopic readwrite a/#\r\n")
+    a = cli.parser().parse_args(["--port", "0", "--users", str(f), "--acl-file", str(acl)])
+    b = cli.start(a, None)
+    try:
+        assert b.acl.grants("alice", "c").may_read(b"a/#")
+    finally:
+        b.close()
+
+
 def test_passwd_keeps_the_mode_and_makes_new_files_0600(tmp_path):
     # the hashes are never readable by more users than before
     f = str(tmp_path / "users")

@@ -153,21 +153,25 @@ def auth_in(core, c, p):
     else:
         raise MQTTError("AUTH out of its exchange", 0x82)
     if rc < 0:
+        core.others_out += 1
         return  # AUTH 0x18 sent: the client goes on
     if waiting:
         cb = v.cbytes
         v.cbytes = None
         if rc:
             refuse(c, rc, "authentication")
+            core.others_out += 1
             core.refused += 1
             core.disconnect(c, "refused (CONNACK 0x%02x): authentication" % rc, False)
             return
         v.authed = True
+        core.others_in -= 1  # (counted when it came)
         core.packet_at(c, cb, 0, len(cb), c.t_last)  # the held CONNECT, accepted now
     elif rc:
         core.disconnect(c, "re-authentication failed", True, rc)
     else:
         send_auth(c, 0)  # re-authenticated
+        core.others_out += 1
 
 
 def connack(core, c, present, assigned, ka):
@@ -270,6 +274,8 @@ def publish_in(core, c, p):
             core.aprops = without(buf, po, pn, TOPIC_ALIAS)  # not forwarded [MQTT-3.3.2-*]
         if get(buf, po, pn, PAYLOAD_FORMAT, 0) == 1 and \
                 not _utf8(buf, p.payload_off, p.payload_len):
+            if p.qos:
+                core.others_out += 1  # its PUBACK / PUBREC
             return ack_refuse(c, p, 0x99)  # payload format invalid
     if not p.topic_len and core.atopic is None:
         raise MQTTError("empty topic without alias", 0x82)  # [MQTT-3.3.2-8 (5.0: 3.3.4)]

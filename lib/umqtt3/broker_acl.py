@@ -42,7 +42,10 @@ def _bad_filter(t):
 
 
 def parse(text):
-    """An Acl from the text of an ACL file; ValueError names the line."""
+    """An Acl from the text of an ACL file; ValueError names the line. A
+    UTF-8 byte order mark at the start is taken off (mosquitto refuses it)."""
+    if text[:1] == "\ufeff":
+        text = text[1:]
     rules = []  # (user name or None, is a pattern, access, pattern)
     user = None
     n = 0

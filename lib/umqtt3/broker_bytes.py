@@ -213,6 +213,7 @@ def publish4(core, c, buf, off, n):
             return c.held is None  # (held: nothing done, the run ends here)
         if q:
             put_ack(c.conn, 0x40, pid)  # [MQTT-4.3.2-2]
+            core.others_out += 1
         return True
     core.publish2(c, pid, r)  # the QoS 2 rules, Core._packet's too
     return c.held is None

@@ -64,8 +64,13 @@ class Stats:
     """The figures $SYS publishes; the sessions and the store count here."""
 
     def __init__(self):
-        self.received = 0
-        self.sent = 0
+        self.received = 0  # PUBLISH packets received ($SYS publish/messages/received)
+        self.sent = 0  # PUBLISH packets sent (publish/messages/sent)
+        # the other packets (CONNECT, acks, SUBSCRIBE, PINGREQ...): $SYS
+        # messages/received and messages/sent count every packet, as mosquitto's
+        self.others_in = 0
+        self.others_out = 0
+        self.peak = 0  # the most clients connected at once (clients/maximum)
         self.dropped = 0
         self.refused = 0
         self.queue_full = 0  # QoS 1/2 PUBLISHes refused: a subscriber's queue was full
@@ -214,13 +219,21 @@ class Core(Stats):
         # it queues what the ACL lets it read. One whose user name is not
         # known (a record written without an ACL, or before records kept
         # it) gets nothing through its subscriptions until its client
-        # connects (_connect). A connected client keeps what it was
-        # granted until it connects again.
+        # connects (_connect). A connected client that had grants gets
+        # those of its user name under this ACL: what it does next is
+        # checked against it, its subscriptions too (a reload, as
+        # mosquitto's on SIGHUP: umqtt3_cli.broker).
         who = self.disk.who if self.disk is not None else {}
         if self.users is not None:
             who = self.owners  # the user whose session it is (bytes, None: anonymous)
         for x in self.sess.all:
-            if x.client is None or text is None:
+            c = x.client
+            if c is not None and acl is not None and c.grants is not None:
+                c.grants = g = acl.grants(c.grants.user, x.cid.decode())
+                if self.subs.recheck(x, g):
+                    self._save(x)
+                continue
+            if c is None or text is None:
                 g = x.grants
                 if acl is not None and (g is not None or x.cid in who):
                     if g is not None:
@@ -289,6 +302,8 @@ class Core(Stats):
             self.cur = c
             b0 = buf[off]
             t = b0 >> 4
+            if t != PUBLISH:
+                self.others_in += 1  # (a PUBLISH: Core.received, once handled)
             if n == 4 and (b0 == 0x50 or b0 == 0x62 or b0 == 0x70) and buf[off + 1] == 2 and \
                     c.state == CONNECTED:
                 # a PUBREC, PUBREL or PUBCOMP that is only its packet id
@@ -339,8 +354,10 @@ class Core(Stats):
                             else "connection lost", True)
             return end
         if o == off:
+            self.others_in += 1
             self.fail(c, MQTTError("acknowledgement out of its flow", 0x82))
             return off + 4
+        self.others_in += (o - off) >> 2  # 4 bytes each
         return o
 
     def wants_send(self, c):
@@ -393,6 +410,7 @@ class Core(Stats):
         was = c.state
         if rc and c.v5 is not None and was == CONNECTED:
             self.b5.send_disconnect(c, rc, why)
+            self.others_out += 1
         c.state = CLOSED
         c.why = why
         self.ndead += 1
@@ -466,6 +484,7 @@ class Core(Stats):
             self._b5().refuse(c, rc, why)
         elif conn.space() >= 4:
             conn.tlen = encode_connack(conn.tx, conn.tlen, False, rc)
+        self.others_out += 1
         self.refused += 1
         if self.log is not None:
             why = "refused (CONNACK %d): %s" % (rc, why)
@@ -579,6 +598,7 @@ class Core(Stats):
                 # an authentication exchange goes on (AUTH 0x18 sent): the
                 # CONNECT waits for its end (broker5.auth_in)
                 c.v5.cbytes = bytes(buf[self._foff:p.end])
+                self.others_out += 1
                 return
             if rc:
                 self._refuse(c, rc, "CONNECT refused")
@@ -697,6 +717,8 @@ class Core(Stats):
         if p.bridge:
             c.bridge = True
         self.connected += 1
+        if self.connected > self.peak:
+            self.peak = self.connected
         ka = p.keepalive
         ska = -1
         mk = self.limits.max_keepalive
@@ -715,6 +737,7 @@ class Core(Stats):
         else:
             # session present only for 3.1.1 [MQTT-3.2.2-1..3]
             conn.tlen = encode_connack(conn.tx, conn.tlen, present and lv == 4, 0)
+        self.others_out += 1
         gone = s.exp_at >= 0  # its client had gone, with an end on disk
         s.attach(c)  # resend what was in flight [MQTT-4.4.0-1]
         if gone:
@@ -838,10 +861,12 @@ class Core(Stats):
                     conn.tlen = encode_ack(conn.tx, conn.tlen, PUBACK, p.pid, 0x10, 5)
                 else:
                     put_ack(conn, 0x40, p.pid)
+                self.others_out += 1
         elif t == PUBACK or t == PUBREC or t == PUBCOMP or t == PUBREL:
             self._ack(c, t, p.pid, p.rc)
         elif t == PINGREQ:
             conn.tlen = encode_simple(conn.tx, conn.tlen, PINGRESP)
+            self.others_out += 1
         elif t == SUBSCRIBE:
             self._subscribe(c, p)
         elif t == UNSUBSCRIBE:
@@ -858,6 +883,7 @@ class Core(Stats):
                 self.disk.save_session(s)  # durable before UNSUBACK
             # [MQTT-3.10.4-4]; at 5.0 one reason code per filter [MQTT-3.11.3-1]
             conn.tlen = encode_unsuback(conn.tx, conn.tlen, p.pid, codes, c.level)
+            self.others_out += 1
         elif t == DISCONNECT:
             if c.v5 is not None:
                 self.b5.on_disconnect(self, c, p)
@@ -904,10 +930,12 @@ class Core(Stats):
                 # accepted, no subscription matched: PUBREC 0x10 (3.5.2.1)
                 conn = c.conn
                 conn.tlen = encode_ack(conn.tx, conn.tlen, PUBREC, pid, 0x10, 5)
+                self.others_out += 1
                 return
         # PUBREC after the routing; a known id gets PUBREC again and is not
         # routed a second time [MQTT-4.3.3-2]
         put_ack(c.conn, 0x50, pid)
+        self.others_out += 1
 
     def refuse_publish(self, c, q, pid):
         """c's QoS q (1 or 2) PUBLISH with packet id pid was refused
@@ -925,6 +953,7 @@ class Core(Stats):
             # Quota exceeded in its PUBACK / PUBREC (3.4.2.1, 3.5.2.1)
             conn = c.conn
             conn.tlen = encode_ack(conn.tx, conn.tlen, PUBACK if q == 1 else PUBREC, pid, 0x97, 5)
+            self.others_out += 1
         else:
             # 3.1.1 has no refusing PUBACK: closed unacknowledged, the
             # client sends it again on its next connection [MQTT-4.4.0-1]
@@ -971,10 +1000,12 @@ class Core(Stats):
         if c.v5 is not None and not s.in_has(pid):
             # PUBCOMP 0x92, packet identifier not found (broker5.no_pid)
             conn.tlen = encode_ack(conn.tx, conn.tlen, PUBCOMP, pid, 0x92, 5)
+            self.others_out += 1
             return
         s.in_del(pid)  # removed durably before PUBCOMP
         # unknown ids are answered too, so the sender can finish
         put_ack(conn, 0x70, pid)
+        self.others_out += 1
 
     def _denied(self, c, p):
         # a PUBLISH the ACL does not allow: dropped, and acknowledged so
@@ -985,6 +1016,8 @@ class Core(Stats):
         elif p.qos:
             conn = c.conn
             conn.tlen = encode_ack(conn.tx, conn.tlen, PUBACK if p.qos == 1 else PUBREC, p.pid)
+        if p.qos:
+            self.others_out += 1
 
     def _subscribe(self, c, p):
         conn = c.conn
@@ -1046,6 +1079,7 @@ class Core(Stats):
             self.disk.save_session(s)  # durable before SUBACK
         # one return code per filter, in order [MQTT-3.8.4-5]
         conn.tlen = encode_suback(conn.tx, conn.tlen, p.pid, codes, c.level)
+        self.others_out += 1
         # then the retained messages of each granted filter [MQTT-3.3.1-6]
         i = p.payload_off
         k = 0
@@ -1490,9 +1524,11 @@ class Core(Stats):
         pub("uptime", "%d seconds" % self.up_s)
         pub("clients/connected", self.connected)
         pub("clients/total", len(self.sess.all))
-        pub("clients/maximum", self.limits.max_clients)
-        pub("messages/received", self.received)
-        pub("messages/sent", self.sent)
+        pub("clients/maximum", self.peak)
+        pub("messages/received", self.received + self.others_in)
+        pub("messages/sent", self.sent + self.others_out)
+        pub("publish/messages/received", self.received)
+        pub("publish/messages/sent", self.sent)
         pub("messages/dropped", self.dropped)
         pub("messages/refused/queue_full", self.queue_full)
         pub("messages/refused/mem_budget", self.refused_mem)

@@ -828,6 +828,7 @@ class Session:
                     if conn.space() < 4:
                         return
                     conn.tlen = encode_ack(conn.tx, conn.tlen, PUBREL, self.s_pid[k])
+                    stats.others_out += 1
                     self.s_st[k] = REL_SENT
                     self.unsent -= 1
                 i += 1
@@ -875,6 +876,7 @@ class Session:
                 if conn.space() < 4:
                     break
                 conn.tlen = tl = encode_ack(tx, conn.tlen, PUBREL, pid)
+                self.stats.others_out += 1
                 self.s_st[k] = REL_SENT
                 self.unsent -= 1
                 continue
@@ -1340,6 +1342,7 @@ class Session:
                 return True
             sts[k] = REL_SENT
             put_ack(conn, 0x62, pid)
+            self.stats.others_out += 1
             return True
         # (out_del)
         if fs is not None:

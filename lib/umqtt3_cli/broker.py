@@ -7,7 +7,9 @@
 # disconnects and refusals. Bad input is refused in one line, exit status
 # 2 (usage) or 1 (the port, the file, the directory), never a traceback.
 # Ctrl-C (or SIGTERM) closes and exits; the store needs no saving (it is
-# written before each ack). On a device, build a Broker in code instead.
+# written before each ack). SIGHUP reads --users and --acl-file again (a file
+# that fails: one line, the previous kept). On a device, build a Broker in
+# code instead.
 import argparse
 import sys
 
@@ -133,7 +135,8 @@ def parser():
         def error(self, message):  # one line, not the usage block
             self.exit(2, "%s: %s\n" % (PROG, message))
 
-    ap = Parser(prog=PROG, description="The umqtt3 tiny MQTT 3.1/3.1.1/5.0 broker.")
+    ap = Parser(prog=PROG, description="The umqtt3 tiny MQTT 3.1/3.1.1/5.0 broker. SIGTERM "
+                                       "stops it; SIGHUP reads --users and --acl-file again.")
     ap.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     ap.add_argument("-p", "--port", type=_port, default=1883,
                     help="TCP port, 1-65535; 0 picks a free one (default 1883)")
@@ -242,31 +245,43 @@ def tls_context(a):
             a.certfile, a.keyfile, getattr(e, "reason", None) or e))
 
 
+def users_file(a):
+    """The users of --users (None without it); Refused names what is wrong."""
+    if not a.users:
+        return None
+    try:
+        return read_users(a.users, a.users_allow_empty, a.users_allow_spaces)
+    except OSError as e:
+        raise Refused("--users %s: %s" % (a.users, e.strerror or e))
+    except ValueError as e:
+        raise Refused("--users %s" % e)
+
+
+def acl_file(a):
+    """The text of --acl-file, parsed once (None without it); Refused names
+    what is wrong."""
+    if not a.acl_file:
+        return None
+    from umqtt3.broker_acl import parse
+    try:
+        with open(a.acl_file) as f:
+            acl = f.read()
+        parse(acl)
+    except OSError as e:
+        raise Refused("--acl-file %s: %s" % (a.acl_file, e.strerror or e))
+    except UnicodeDecodeError:
+        raise not_utf8("--acl-file", a.acl_file)
+    except ValueError as e:
+        raise Refused("--acl-file %s: %s" % (a.acl_file, e))
+    return acl
+
+
 def start(a, log, said=None):
     """The Broker the arguments describe, listening; Refused when it cannot."""
     from umqtt3.broker import Broker
     lim = limits(a)
-    users = None
-    if a.users:
-        try:
-            users = read_users(a.users, a.users_allow_empty, a.users_allow_spaces)
-        except OSError as e:
-            raise Refused("--users %s: %s" % (a.users, e.strerror or e))
-        except ValueError as e:
-            raise Refused("--users %s" % e)
-    acl = None
-    if a.acl_file:
-        from umqtt3.broker_acl import parse
-        try:
-            with open(a.acl_file) as f:
-                acl = f.read()
-            parse(acl)
-        except OSError as e:
-            raise Refused("--acl-file %s: %s" % (a.acl_file, e.strerror or e))
-        except UnicodeDecodeError:
-            raise not_utf8("--acl-file", a.acl_file)
-        except ValueError as e:
-            raise Refused("--acl-file %s: %s" % (a.acl_file, e))
+    users = users_file(a)
+    acl = acl_file(a)
     tls = tls_context(a)
     if a.store:
         import os
@@ -308,6 +323,64 @@ def start(a, log, said=None):
         raise Refused("--store %s: %s" % (a.store, e) if a.store else str(e))
 
 
+def new_users(b, users):
+    """b's users from now on (a reload). A connected client whose user the
+    new file no longer has, or has with another entry (a new password), is
+    disconnected, its will sent and its session kept, as mosquitto does
+    with a client its reloaded password file no longer lets in; it logs in
+    again with what the file says now."""
+    from umqtt3.broker_core import CONNECTED
+    old = b.users or {}
+    b.users = users
+    for c in list(b.clients):
+        if c.state == CONNECTED:
+            u = b.owners.get(c.cid)  # its user (None: anonymous, with --allow-anonymous)
+            if u is not None and users.get(u) != old.get(u):
+                b.disconnect(c, "its user is no longer in --users, or has a new password",
+                             True, 0x87)
+
+
+def reload(b, a, log):
+    """SIGHUP: --users and --acl-file read again, as mosquitto re-reads its
+    password_file and acl_file. A file that fails to read or parse is said
+    in one line and the broker keeps what it had; what did read applies at
+    once: logins from now on, connected clients as new_users() and
+    Core.set_acl say (the next thing each does is checked under the new
+    ACL; their sessions stay)."""
+    done = []
+    for opt, read, apply in (("--users", users_file, lambda v: new_users(b, v)),
+                             ("--acl-file", acl_file, b.set_acl)):
+        try:
+            v = read(a)
+        except Refused as e:
+            print("%s: reload: %s; the previous %s kept" % (
+                PROG, e, "users" if opt == "--users" else "ACL"), file=sys.stderr, flush=True)
+            continue
+        if v is not None:
+            apply(v)
+            done.append("%s %s" % (opt, a.users if opt == "--users" else a.acl_file))
+    log("reloaded %s" % (", ".join(done) if done else "nothing (no --users, no --acl-file read)"))
+
+
+def serve(b, a, log):
+    """b's loop until SIGTERM (or Ctrl-C). SIGHUP, what a service manager's
+    reload sends (mosquitto.service's ExecReload), reloads the users and the
+    ACL between two steps; where the platform has no SIGHUP, nothing."""
+    import signal
+    from umqtt3.broker_core import TIMER_MS
+    from umqtt3.compat import on_term
+    due = []  # "term" / "hup", in the order they came
+    on_term(lambda: due.append("term"))  # SIGTERM: stop, the store closed
+    hup = getattr(signal, "SIGHUP", None)
+    if hup is not None:
+        signal.signal(hup, lambda *_: due.append("hup"))
+    while "term" not in due:
+        b.poll_once(TIMER_MS)
+        while "hup" in due:
+            due.remove("hup")
+            reload(b, a, log)
+
+
 def main(argv=None):
     ap = parser()
     a = ap.parse_args(argv)
@@ -341,10 +414,8 @@ def main(argv=None):
         said(cut)
     print("umqtt3 broker listening on %s:%d%s" % (a.host, b.port, " (TLS)" if b.tls else ""),
           flush=True)
-    from umqtt3.compat import on_term
-    on_term(b.stop)  # SIGTERM: stop, the store closed
     try:
-        b.serve_forever()
+        serve(b, a, log)
     except KeyboardInterrupt:
         pass
     finally:

@@ -25,6 +25,7 @@ from umqtt3.broker_auth import PREFIX, digest, entry_error
 
 PROG = "python -m umqtt3_cli.passwd"
 ROUNDS = 1000
+BOM = b"\xef\xbb\xbf"  # UTF-8's byte order mark, which some editors start a file with
 
 
 def read_users(path, allow_empty=False, allow_spaces=False):
@@ -33,10 +34,13 @@ def read_users(path, allow_empty=False, allow_spaces=False):
     would let anyone in as guest) and spaces around the ':' (which would
     belong to the name or the password). Always refused: an entry of a
     hash format that cannot be checked here (broker_auth.entry_error),
-    which would otherwise lock its user out or be taken as a password."""
+    which would otherwise lock its user out or be taken as a password.
+    A UTF-8 byte order mark at the start is taken off."""
     users = {}
     with open(path, "rb") as f:
         for n, raw in enumerate(f, 1):
+            if n == 1 and raw.startswith(BOM):
+                raw = raw[3:]  # saved "UTF-8 with BOM": not part of the first name
             try:
                 line = raw.decode().rstrip("\r\n")
             except UnicodeError:
@@ -60,6 +64,18 @@ def read_users(path, allow_empty=False, allow_spaces=False):
     return users
 
 
+def control(name):
+    """Has name (str) a control character: U+0000-U+001F, U+007F-U+009F?
+    mosquitto_passwd refuses the first ones (a newline would split the
+    entry in two); the broker refuses them all in a CONNECT's user name
+    [MQTT-1.5.3-2], so such a user could never log in."""
+    for ch in name:
+        o = ord(ch)
+        if o < 0x20 or 0x7F <= o <= 0x9F:
+            return True
+    return False
+
+
 def entry(password, rounds=ROUNDS, salt=None):
     """The users-file entry for password (bytes)."""
     salt = salt if salt is not None else os.urandom(12)
@@ -73,6 +89,8 @@ def _lines(path, create):
         return []
     with open(path, "rb") as f:
         data = f.read()
+    if data.startswith(BOM):
+        data = data[3:]  # written back without it
     lines = []
     for n, line in enumerate(data.splitlines(), 1):
         try:
@@ -161,8 +179,10 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if (a.password is not None) != a.b:
         ap.error("a password on the line goes with -b, and -b wants one")
-    if ":" in a.user or not a.user or a.user.strip() != a.user or a.user.startswith("#"):
-        ap.error("user %r: no ':', no leading '#' or spaces, not empty" % a.user)
+    if ":" in a.user or not a.user or a.user.strip() != a.user or a.user.startswith("#") \
+            or control(a.user):
+        ap.error("user %r: no ':' nor control characters, no leading '#' or spaces, not empty"
+                 % a.user)
     if a.rounds < 1:
         ap.error("--rounds must be 1 or more, not %d" % a.rounds)
     if a.D and a.c:

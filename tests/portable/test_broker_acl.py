@@ -94,3 +94,25 @@ def test_will_topic_not_allowed_is_refused():
         b.set_acl(ACL)
         p = c.connect("w", user="bob", password=b"pw", will_topic="x", will_msg=b"m")
         assert p.rc == 5
+
+
+def test_a_new_acl_applies_to_connected_clients():
+    # set_acl again (the CLI's reload on SIGHUP, as mosquitto's): a
+    # connected client stays connected, and what it does next is checked
+    # under the new ACL; a subscription it no longer may read goes
+    with _broker() as b, Raw(b) as sub, Raw(b) as c:
+        b.set_acl(ACL)
+        sub.connect("s", user="alice", password=b"pw")
+        assert sub.subscribe(1, [("home/#", 0)]) == b"\x00"
+        c.connect("dev1", user="alice", password=b"pw")
+        c.publish("home/x", b"one")
+        assert [m[1] for m in sub.messages(1)] == [b"one"]
+        b.set_acl("user alice\ntopic write home/#\n")  # read revoked
+        c.publish("home/x", b"two")
+        assert sub.nothing()
+        assert sub.subscribe(2, [("home/#", 0)]) == b"\x80"
+        b.set_acl("user alice\ntopic read home/#\n")  # write revoked, read again
+        assert sub.subscribe(3, [("home/#", 0)]) == b"\x00"
+        c.publish("home/x", b"three")
+        assert sub.nothing()
+        assert b.connected == 2

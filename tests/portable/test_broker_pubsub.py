@@ -153,8 +153,46 @@ def test_sys_topics():
         assert got[b"$SYS/broker/version"].startswith(b"umqtt3")
         assert got[b"$SYS/broker/uptime"].endswith(b"seconds")
         for k in (b"clients/connected", b"clients/total", b"messages/received",
-                  b"messages/sent", b"messages/dropped", b"clients/maximum"):
+                  b"messages/sent", b"messages/dropped", b"clients/maximum",
+                  b"publish/messages/received", b"publish/messages/sent"):
             assert got[b"$SYS/broker/" + k].isdigit(), k
+
+
+def test_sys_counts_what_mosquitto_counts():
+    # as mosquitto(8): messages/received and messages/sent count packets of
+    # every type, publish/messages/received and publish/messages/sent the
+    # PUBLISHes alone, clients/maximum the most clients connected at once
+    with running(sys_interval=1) as b, Raw(b) as a, Raw(b) as c:
+        a.connect("a")  # in CONNECT, out CONNACK
+        a.subscribe(1, "t", 2)  # SUBSCRIBE, SUBACK
+        c.connect("c")  # CONNECT, CONNACK
+        c.publish("t", b"one", 1, pid=1)  # PUBLISH, PUBACK (and PUBLISH to a)
+        c.expect(PUBACK, 1)
+        assert a.messages(1)[0][1] == b"one"  # a: PUBACK
+        c.publish("t", b"two", 2, pid=2)  # PUBLISH, PUBREC (and PUBLISH to a)
+        c.expect(PUBREC, 2)
+        c.ack(PUBREL, 2)  # PUBREL, PUBCOMP
+        c.expect(PUBCOMP, 2)
+        p = a.recv()  # a: PUBREC, then PUBREL to a, a: PUBCOMP
+        assert p.type == PUBLISH and p.qos == 2
+        a.ack(PUBREC, p.pid)
+        a.expect(PUBREL, p.pid)
+        a.ack(PUBCOMP, p.pid)
+        a.simple(PINGREQ)  # PINGREQ, PINGRESP
+        a.expect(PINGRESP)
+        c.send(b"\xe0\x00")  # DISCONNECT
+        assert c.closed()
+        advance(1100)
+
+        def sys(name):
+            m = b.retained.get(b"$SYS/broker/" + name)
+            return m and int(m[1])
+        assert wait_for(lambda: sys(b"clients/connected") == 1)
+        assert sys(b"clients/maximum") == 2
+        assert sys(b"publish/messages/received") == 2
+        assert sys(b"publish/messages/sent") == 2
+        assert sys(b"messages/received") == 11
+        assert sys(b"messages/sent") == 10
 
 
 def test_sys_topics_are_published_every_interval():
