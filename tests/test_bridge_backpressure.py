@@ -206,10 +206,10 @@ def test_a_held_packet_cut_between_two_gulps_goes_on_without_more_bytes():
             w.send(encode_publish, "s/a", b"m%d" % i, 1, i + 1)
             assert w.run(lambda: len(w.acks()) == i + 1), w.got
         w.send(encode_publish, "s/a", b"x" * 20000, 1, 4)  # 20 KB: two gulps
-        assert w.run(lambda: w.gw.nheld == 1)
+        assert w.run(lambda: len(w.gw.holds) == 1)
         assert w.acks() == [1, 2, 3]  # held: not acknowledged
         w.frozen = False
         assert w.run(lambda: w.acks() == [1, 2, 3, 4]), w.acks()
-        assert w.gw.nheld == 0 and w.hub.all[0].held == 1
+        assert len(w.gw.holds) == 0 and w.hub.all[0].held == 1
     finally:
         w.close()

@@ -268,7 +268,7 @@ class Broker(Core):
             work = self.bridge.step(now)  # the upstream clients' I/O; sets wait
             if self.bridge.wait < timeout_ms:
                 timeout_ms = self.bridge.wait
-            if self.nheld:
+            if self.holds:
                 work += self._resume(now)  # what the bridge's acks made room for goes first
         cl = self.clients
         if self._hot:
@@ -476,21 +476,26 @@ class Broker(Core):
         """Back-pressure's end: each held connection (Core._hold) whose
         bridge no longer waits (the upstream's acks made room on its queue,
         or its uplink went down: refused now) is read again from its held
-        packet on, in accept order, before anything else in the step.
-        Asked before each, so that the room one ack makes goes to one."""
+        packet on, oldest hold first, before anything else in the step: a
+        connection held again goes behind the others, so none is passed
+        over for good. Asked before each, so that the room one ack makes
+        goes to one."""
         k = 0
-        cl = self.clients
-        i = 0
-        while i < len(cl):
-            c = cl[i]
-            i += 1
-            b = c.held
-            if b is not None and not b.waits():
-                self.unhold(c, now)
-                k += self._read(c, now)
-                if c.state != CLOSED:
-                    self._mask(c)
-        return k
+        q = self.holds
+        last = self.nholds  # holds begun before this step: one held again waits
+        while True:
+            # the oldest whose bridge has room, looked for again after each
+            # read (which may close or hold others: q changes under it)
+            i = 0
+            while i < len(q) and (q[i].hold_no > last or q[i].held.waits()):
+                i += 1
+            if i == len(q):
+                return k
+            c = q[i]
+            self.unhold(c, now)
+            k += self._read(c, now)
+            if c.state != CLOSED:
+                self._mask(c)
 
     def _flush(self, c):
         """Write what is queued for c; move waiting messages into its send

@@ -113,6 +113,7 @@ class Connection:
     # the bridge (bridge.Bridge) whose full queue its PUBLISH waits for, the
     # packet kept unread where it lies (Core.refuse_publish); None: none
     held = None
+    hold_no = 0  # the broker's count of holds when this one began (Core.holds)
 
     def __init__(self, conn, peer, now):
         self.conn = conn  # transport.Conn: the buffers
@@ -157,7 +158,10 @@ class Core(Stats):
         self.budget = lim.mem_budget
         self._why = 0  # why the last QoS 1/2 PUBLISH was refused (_refuse_full), or held
         self._holder = None  # the bridge the last held PUBLISH waits for
-        self.nheld = 0  # connections held (Connection.held): the driver retries them
+        # connections held (Connection.held), oldest hold first: the driver
+        # retries them in that order, so none waits behind later holds
+        self.holds = []
+        self.nholds = 0  # holds begun, ever (Connection.hold_no)
         # a QoS 1/2 message a session's full queue cannot take: dropped for
         # that session (True) or refused to its publisher
         self.drop_full = lim.queue_full == "drop"
@@ -470,7 +474,7 @@ class Core(Stats):
                 self.ndead += 1
             c.held = None
         self.connected = 0
-        self.nheld = 0
+        del self.holds[:]
 
     def end_clean(self):
         """At shutdown: clean sessions go (their connections are gone)."""
@@ -972,7 +976,9 @@ class Core(Stats):
         # a refusal: a hold is no steady state.)
         self.received -= 1  # counted when it is handled
         if c.held is None:
-            self.nheld += 1
+            self.holds.append(c)  # (a list keeps its room: no allocation once grown)
+            self.nholds += 1
+            c.hold_no = self.nholds
         c.held = self._holder
         self._holder = None
 
@@ -982,7 +988,7 @@ class Core(Stats):
         the client's silence was ours [MQTT-3.1.2-24]."""
         c.held = None
         c.t_last = now
-        self.nheld -= 1
+        self.holds.remove(c)
 
     def _ack(self, c, t, pid, rc):
         # PUBACK, PUBREC, PUBREL or PUBCOMP for pid (rc: its reason code,

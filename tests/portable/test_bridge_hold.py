@@ -68,7 +68,7 @@ def test_a_full_queue_with_the_uplink_up_holds_the_node_then_routes_in_order():
     node.publish("s/a", b"m4", 2, pid=5)  # behind it, unread in the link
     assert quiet(node)  # not acknowledged, not closed
     b = w.bridge
-    assert (b.held, b.refused, w.gw.nheld) == (1, 0, 1)
+    assert (b.held, b.refused, len(w.gw.holds)) == (1, 0, 1)
     assert len(b.q.keys) == 2  # nothing of m3 queued
     figures = {}
     w.hub.sys(lambda k, v: figures.__setitem__(k, v))
@@ -82,7 +82,7 @@ def test_a_full_queue_with_the_uplink_up_holds_the_node_then_routes_in_order():
     assert [m[1] for m in got] == [b"m0", b"m1", b"m2", b"m3", b"m4"]
     assert [m[2] for m in got] == [1, 1, 1, 1, 2]
     assert sub.nothing()  # each once [MQTT-4.3.3-2]
-    assert b.refused == 0 and w.gw.nheld == 0 and not b.q.keys
+    assert b.refused == 0 and len(w.gw.holds) == 0 and not b.q.keys
 
 
 def test_a_held_qos2_id_is_not_taken_so_its_resend_is_routed_once():
@@ -93,7 +93,7 @@ def test_a_held_qos2_id_is_not_taken_so_its_resend_is_routed_once():
     node.close()  # the node gives up on this connection, m3 unacknowledged
     node = w.open_on(w.gw)
     node.connect("n1", clean=False)  # the held one is taken over [MQTT-3.1.4-2]
-    assert w.gw.nheld == 0
+    assert len(w.gw.holds) == 0
     node.publish("s/a", b"m3", 2, pid=4, dup=True)  # its resend [MQTT-4.4.0-1]
     assert quiet(node)  # held again: the queue is still full
     w.frozen = False
@@ -111,7 +111,7 @@ def test_the_uplink_lost_while_held_refuses_as_before():
     w.cut()  # the link breaks with m3 held: the bridge's queue stays full
     assert node.recv() is None  # closed unacknowledged: its client sends m3 again
     b = w.bridge
-    assert not b.up and (b.held, b.refused, w.gw.nheld) == (1, 1, 0)
+    assert not b.up and (b.held, b.refused, len(w.gw.holds)) == (1, 1, 0)
     assert len(b.q.keys) == 2  # m1, m2: m3 was not queued
 
 
@@ -151,4 +151,33 @@ def test_a_full_local_queue_is_still_refused_with_the_uplink_up():
     node.expect(PUBACK, 1)
     node.publish("s/a", b"refused", 1, pid=2)
     assert node.recv() is None  # closed unacknowledged, as without a bridge
-    assert w.bridge.held == 0 and w.gw.nheld == 0 and w.gw.queue_full == 1
+    assert w.bridge.held == 0 and len(w.gw.holds) == 0 and w.gw.queue_full == 1
+
+
+def test_the_oldest_hold_goes_first():
+    # B, accepted before A, keeps a backlog; A's PUBLISH was held first. The
+    # room the upstream's acks make goes to the oldest hold, then B's: A's
+    # message is not passed over by everything B sends after it was held
+    w = Slow(["s/# out 1"], queue_size=2, window=1)
+    w.run(50)
+    sub = _sub(w, "s/#")
+    b = w.open_on(w.gw)
+    b.connect("B")  # accepted first: first in the broker's list
+    a = w.open_on(w.gw)
+    a.connect("A")
+    w.frozen = True
+    for i in range(3):  # B fills the window and the queue
+        b.put(encode_publish, "s/b", b"b%02d" % i, 1, i + 1)
+        b.expect(PUBACK, i + 1)
+    a.put(encode_publish, "s/a", b"a00", 1, 1)
+    assert quiet(a) and len(w.gw.holds) == 1  # A held
+    for i in range(3, 23):  # B's backlog, sent after A's message was held
+        b.put(encode_publish, "s/b", b"b%02d" % i, 1, i + 1)
+    w.run(5)
+    assert len(w.gw.holds) == 2
+    w.frozen = False
+    got = [m[1] for m in sub.messages(24)]
+    # what was queued before the holds, then A's, then B's backlog in order
+    assert got == [b"b00", b"b01", b"b02", b"a00"] + [b"b%02d" % i for i in range(3, 23)], got
+    a.expect(PUBACK, 1)
+    assert not w.gw.holds
