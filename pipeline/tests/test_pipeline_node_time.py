@@ -68,11 +68,12 @@ def test_a_node_without_time_sends_readings_without_t(monkeypatch):
         def accepted(self, key):
             return False
 
-        def publish(self, topic, msg, qos=0, key=None, wait=True):
+        def publish(self, topic, msg, retain=False, qos=0, key=None, wait=True):  # MQTTClient's
             sent.append((topic, msg))
 
     n = fw_node.Node.__new__(fw_node.Node)
     n.client, n.cfg, n.seq, n.sent, n.boot, n.base = Client(), {"qos": 1}, 1, 0, 7, "u/n/"
+    n.refused, n.skipped = False, 0
     monkeypatch.setattr(fw_node, "unix_time", lambda: None)
     n.publish("temp", 20.5, 0)
     monkeypatch.setattr(fw_node, "unix_time", lambda: 1767225600)
