@@ -54,7 +54,7 @@ CLOSE_FILE = "CLOSE"
 
 SCHEMA = ("topic string, payload binary, qos int, retain boolean, dup boolean, "
           "offset long, received_at timestamp, node string, metric string, value double, "
-          "boot int, seq long, sent_at timestamp")
+          "boot long, seq long, sent_at timestamp")
 
 _BATCH_ROWS = 8192
 QUIET = 0.1  # seconds without a sync after which the log is not growing
@@ -94,7 +94,7 @@ def _arrow_schema(names=NAMES):
     full = pa.schema([("topic", pa.string()), ("payload", pa.binary()), ("qos", pa.int32()),
                       ("retain", pa.bool_()), ("dup", pa.bool_()), ("offset", pa.int64()),
                       ("received_at", ts), ("node", pa.string()), ("metric", pa.string()),
-                      ("value", pa.float64()), ("boot", pa.int32()), ("seq", pa.int64()),
+                      ("value", pa.float64()), ("boot", pa.int64()), ("seq", pa.int64()),
                       ("sent_at", ts)])
     return pa.schema([f for f in full if f.name in names])
 
@@ -131,8 +131,7 @@ def rows(path, part, names=NAMES):
         p = None
         if text is not None and t_ms.min() >= 0 and t_ms.max() <= _MAX_MS:
             p = parse_columns(text, payloads)
-        if p is None or pc.any(pc.greater_equal(p["t"], _MAX_S)).as_py():
-            # a row only parse() takes, or a time beyond Spark's timestamps
+        if p is None:  # a row only parse() takes
             yield _rows_slow(numbers, flags, t_ms, topics, payloads, schema)
             continue
         ts = pa.timestamp("us", tz="UTC")  # as in _arrow_schema()
@@ -147,7 +146,6 @@ def rows(path, part, names=NAMES):
 
 
 _MAX_MS = (1 << 63) // 1000 - 1  # received ms that fit Spark's timestamps (µs)
-_MAX_S = float(1 << 63) / 1e6  # and event times in seconds
 
 
 def _rows_slow(numbers, flags, t_ms, topics, payloads, schema):
@@ -164,9 +162,8 @@ def _rows_slow(numbers, flags, t_ms, topics, payloads, schema):
         if p is None:
             row.update(node=None, metric=None, value=None, boot=None, seq=None, sent_at=None)
         else:
-            row.update(node=p[0], metric=p[1], value=p[2],
-                       boot=p[3] if -0x80000000 <= p[3] < 0x80000000 else None,
-                       seq=p[4] if -(1 << 63) <= p[4] < (1 << 63) else None,
+            # parse() keeps only numbers these columns hold (telemetry._fits)
+            row.update(node=p[0], metric=p[1], value=p[2], boot=p[3], seq=p[4],
                        sent_at=None if p[5] is None else int(p[5] * 1000000))
         for k, v in cols.items():
             v.append(row[k])
