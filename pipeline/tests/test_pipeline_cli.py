@@ -12,7 +12,7 @@ import time
 import pytest
 
 from pipeline_support import Broker, have_spark, reading
-from refusal import refused  # tests/refusal.py
+from refusal import refused, run  # tests/refusal.py
 from tools import procs
 
 JOB = "umqtt3_pipeline.job"
@@ -36,7 +36,7 @@ def job_args(tmp_path, *extra):
     (["--shuffle-partitions", "0"], "--shuffle-partitions: 0 is below 1"),
     (["--qos", "0"], "--qos: invalid choice: 0"),
     (["--window", "10"], "--window: '10' is not '<number> seconds|minutes|hours|days'"),
-    (["--watermark", "0 seconds"], "--watermark: '0 seconds' is not above 0"),
+    (["--watermark", "0 seconds"], "--watermark: '0 seconds' is outside 0.001 seconds to 365 days"),
     (["--max-early", "-1"], "--max-early: -1 is below 0"),
     (["--conf", "spark.sql.shuffle.partitions"],
      "--conf: 'spark.sql.shuffle.partitions' is not KEY=VALUE"),
@@ -47,15 +47,76 @@ def job_args(tmp_path, *extra):
     (["--seconds", "nan"], "--seconds: 'nan' is not a finite number"),
     (["--drain", "inf"], "--drain: 'inf' is not a finite number"),
     (["--max-delay", "NaN"], "--max-delay: 'NaN' is not a finite number"),
-    (["--window", "inf seconds"], "--window: 'inf seconds' is not a finite number"),
-    (["--watermark", "nan seconds"], "--watermark: 'nan seconds' is not above 0"),
-    (["--watermark", "inf minutes"], "--watermark: 'inf minutes' is not a finite number"),
+    (["--window", "inf seconds"], "--window: 'inf seconds' is not in Spark's form"),
+    (["--watermark", "nan seconds"], "--watermark: 'nan seconds' is not in Spark's form"),
+    (["--watermark", "inf minutes"], "--watermark: 'inf minutes' is not in Spark's form"),
+    # what Spark's interval parser refuses, refused here (it took 30 lines)
+    (["--window", "1e-9 seconds"], "--window: '1e-9 seconds' is not in Spark's form"),
+    (["--window", "1.5 minutes"], "--window: '1.5 minutes' is not in Spark's form"),
+    (["--window", "1 min"], "--window: '1 min' is not '<number> seconds|minutes|hours|days'"),
+    (["--window", "0.0000001 seconds"], "--window: '0.0000001 seconds' is not in Spark's form"),
+    (["--window", "0.0001 seconds"], "--window: '0.0001 seconds' is outside 0.001 seconds"),
+    (["--watermark", "1e15 days"], "--watermark: '1e15 days' is not in Spark's form"),
+    (["--watermark", "366 days"], "--watermark: '366 days' is outside 0.001 seconds to 365 days"),
+    (["--trigger", "1e-9"], "--trigger: 1e-9 is outside 0.001 to 86400 seconds"),
+    (["--trigger", "1e20"], "--trigger: 1e20 is outside 0.001 to 86400 seconds"),
+    (["--master", "bogus://x"], "--master: 'bogus://x' is not a master URL"),
+    (["--master", "local[x]"], "--master: 'local[x]' is not a master URL"),
+    # the broker would make up a new id at each connection [MQTT-3.1.3-6]
+    (["--client-id", ""], "--client-id: '' would have the broker make up an id"),
+    (["--client-id", "x" * 70000], "--client-id: 70000 bytes is more than 256"),
+    (["--password-file", "/etc/hostname"], "--password-file needs --user"),
+    (["--plot", "out.txt"], "--plot out.txt: the name must end in a format matplotlib writes"),
+    (["--max-packet", "100"], "--max-packet: 100 is outside 1024-268435460"),
+    (["--max-packet", "64k"], "--max-packet: '64k' is not a whole number of bytes"),
     (["--topics", "a/#/b"], "--topics: 'a/#/b' is not a topic filter"),  # [MQTT-4.7.1-2]
     (["--topics", "umqtt3/+/+,a+"], "--topics: 'a+' is not a topic filter"),  # [MQTT-4.7.1-3]
     (["--topics", ""], "--topics: '' is not a topic filter"),
 ])
 def test_job_refuses(tmp_path, extra, what):
     assert refused(JOB, job_args(tmp_path, *extra), what).startswith("umqtt3-pipeline: ")
+    assert os.listdir(tmp_path) == []  # nothing made for a refused command line
+
+
+@pytest.mark.parametrize("window,want", [("10 seconds", 10), ("1.5 seconds", 1.5),
+                                         ("2 Minutes", 120), ("1 hour", 3600), ("1 day", 86400),
+                                         ("0.001 seconds", 0.001), ("365 days", 365 * 86400)])
+def test_intervals_in_the_form_spark_takes(window, want):
+    from umqtt3_pipeline.job import seconds
+    assert seconds(window) == want
+
+
+def test_a_refused_command_line_makes_no_directory(tmp_path):
+    closed = procs.free_port()
+    refused(JOB, job_args(tmp_path, "--broker", "127.0.0.1:%d" % closed, "--plot",
+                          str(tmp_path / "p" / "t.png")), "cannot reach the broker")
+    assert os.listdir(tmp_path) == []
+    refused(INGEST, ["--log", str(tmp_path / "log"), "--broker", "127.0.0.1:%d" % closed],
+            "cannot reach the broker")
+    assert os.listdir(tmp_path) == []
+
+
+def test_python_m_package_is_the_job(tmp_path):
+    r = run("umqtt3_pipeline", "--help")
+    assert r.returncode == 0 and "--checkpoint" in r.stdout, r.stderr
+    refused("umqtt3_pipeline", job_args(tmp_path, "--trigger", "0"), "--trigger: 0 is not above 0")
+
+
+def test_without_pyspark_one_line_before_anything_is_made(tmp_path):
+    # the console script without the spark extra: it made the broker
+    # session, then died in a ModuleNotFoundError traceback
+    b = Broker().start()
+    try:
+        code = ("import sys; sys.modules['pyspark'] = None\n"  # import pyspark: ImportError
+                "from umqtt3_pipeline.job import main; sys.exit(main())")
+        r = subprocess.run([sys.executable, "-c", code] + job_args(
+            tmp_path, "--broker", "127.0.0.1:%d" % b.port), capture_output=True, text=True,
+            timeout=60, cwd=procs.ROOT, env=procs.python_env())
+    finally:
+        b.stop()
+    assert r.returncode == 2 and r.stdout == "", (r.stdout, r.stderr)
+    assert r.stderr == "umqtt3-pipeline: pyspark is not installed (pip install '.[spark]')\n"
+    assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.skipif(have_spark() is not None, reason=have_spark() or "")
@@ -194,6 +255,17 @@ INGEST = "umqtt3_pipeline.ingest"
 ])
 def test_ingest_refuses_a_bad_broker(tmp_path, broker, what):
     refused(INGEST, ["--log", str(tmp_path / "log"), "--broker", broker], what)
+
+
+@pytest.mark.parametrize("extra,what", [
+    (["--client-id", ""], "--client-id: '' would have the broker make up an id"),
+    (["--client-id", "é" * 200], "--client-id: 400 bytes is more than 256"),
+    (["--password-file", "/etc/hostname"], "--password-file needs --user"),
+    (["--max-packet", "0x100"], "--max-packet: '0x100' is not a whole number of bytes"),
+])
+def test_ingest_refuses(tmp_path, extra, what):
+    refused(INGEST, ["--log", str(tmp_path / "log")] + extra, what)
+    assert os.listdir(tmp_path) == []
 
 
 def test_ingest_refuses_a_bad_topic_filter(tmp_path):

@@ -20,7 +20,8 @@ Options: path (the log directory; required), broker (host:port), topics
 (comma-separated filters), qos (1 or 2), clientId (fixed: it names the
 persistent session), maxRowsPerBatch, minRowsPerBatch and maxTriggerDelay
 (while the log keeps growing, a batch waits for that many rows, at most that
-many seconds), keepalive, level (5: MQTT 5, the default; 4: MQTT 3.1.1),
+many seconds), keepalive, level (5: MQTT 5, the default; 4: MQTT 3.1.1), maxPacket (bytes: the
+largest message the ingest takes, 65536 by default; ingest.MAX_PACKET),
 segmentBytes, splitBytes, trim ("false" keeps the history for the batch
 reader), user and passwordFile (the broker's login: a file whose first line
 is the password, so that the password is in no plan or log), cafile,
@@ -310,7 +311,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _log(self):
         if self._ingest is None:
-            from .ingest import Ingest, read_password
+            from .ingest import MAX_PACKET, Ingest, read_password
             from .tls import from_options
             o = self.options
             topics = [t.strip() for t in o.get("topics", "#").split(",") if t.strip()]
@@ -320,7 +321,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                   int(o.get("segmentbytes", 64 << 20)),
                                   level=int(o.get("level", 5)), user=o.get("user") or None,
                                   password=read_password(o.get("passwordfile")),
-                                  tls=from_options(o), cert=bool(o.get("certfile"))).start()
+                                  tls=from_options(o), cert=bool(o.get("certfile")),
+                                  bufsize=int(o.get("maxpacket", MAX_PACKET))).start()
         self._ingest.check()
         return self._ingest.log
 
