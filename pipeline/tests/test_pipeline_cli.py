@@ -320,3 +320,55 @@ def test_job_runs_as_a_file_as_spark_submit_runs_it(tmp_path):
                        cwd=str(tmp_path), env=env)
     # the package this file is in, not another installed copy
     assert r.stderr.strip() == os.path.join(os.path.dirname(job), "__init__.py"), r.stderr
+
+
+def _last_lines(tmp_path, *extra):
+    """Run the job over one external log of 30 readings; (exit status,
+    stderr's lines after Spark's start-up notes, the trace file it names)."""
+    import glob
+    from umqtt3_pipeline.log import Log
+    log = Log(str(tmp_path / "log" / "a"), publish_synced=True)
+    for i in range(30):
+        log.append_msg(*reading("n1", "temp", float(i), 1, i), 1, False, False, 0,
+                       1000 * int(time.time()))
+    log.sync()
+    log.close()
+    (tmp_path / "tmp").mkdir()
+    p = subprocess.run([sys.executable, "-m", JOB] + job_args(
+        tmp_path, "--ingest", "external", "--master", "local[1]", "--seconds", "3",
+        "--window", "1 seconds", "--watermark", "1 seconds", "--max-early", "0", *extra),
+        capture_output=True, text=True, timeout=300,
+        env=dict(procs.python_env(), SPARK_LOCAL_IP="127.0.0.1", TMPDIR=str(tmp_path / "tmp")))
+    lines = [x for x in p.stderr.splitlines()
+             if not re.match(r"(WARNING: Using incubator|Using Spark's|Setting default log|"
+                             r"To adjust logging|\d\d/\d\d/\d\d [\d:]+ WARN )", x)]
+    return p.returncode, lines, glob.glob(str(tmp_path / "tmp" / "umqtt3-pipeline-*.log"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(have_spark() is not None, reason=have_spark() or "")
+def test_a_failing_query_ends_in_one_line_with_its_cause(tmp_path):
+    # the output's day directory cannot be made (a file is in the way), as a
+    # full disk cannot be written: 160 lines ending in a piece of the plan before
+    import datetime
+    day = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / ("day=" + day)).write_text("in the way")
+    status, lines, traces = _last_lines(tmp_path)
+    assert status == 1 and len(lines) == 1, lines
+    assert lines[0].startswith("umqtt3-pipeline: query failed (the full trace: ")
+    assert lines[0].endswith("FileExistsError: [Errno 17] File exists: '%s'"
+                             % (tmp_path / "out" / ("day=" + day))), lines
+    assert len(traces) == 1 and traces[0] in lines[0]
+    assert "Traceback" in open(traces[0]).read()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(have_spark() is not None, reason=have_spark() or "")
+def test_a_setting_spark_refuses_ends_in_one_line(tmp_path):
+    status, lines, traces = _last_lines(tmp_path, "--conf", "spark.sql.shuffle.partitions=abc")
+    assert status == 1 and len(lines) == 1, lines
+    assert lines[0].startswith("umqtt3-pipeline: Spark did not start (the full trace: ")
+    assert lines[0].endswith("The value 'abc' in the config \"spark.sql.shuffle.partitions\" "
+                             "is invalid. It should be a/an 'int' value. SQLSTATE: 22022"), lines
+    assert len(traces) == 1

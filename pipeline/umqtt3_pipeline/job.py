@@ -581,6 +581,58 @@ def on_signals(stop, interrupted):
     signal.signal(signal.SIGINT, on_int)
 
 
+# The loggers of Spark that report a failed query (with its trace, and the
+# tasks it failed in) before the query's exception gets here: the job says it
+# once, in one line (failed()), and writes the trace to a file
+_REPORTERS = ("org.apache.spark.sql.execution.streaming", "org.apache.spark.executor.Executor",
+              "org.apache.spark.scheduler.TaskSetManager", "org.apache.spark.api.python")
+# what names a cause in a trace: a Python exception's last line (a bare
+# builtin name), else the deepest "Caused by:" of the JVM's
+_PY_CAUSE = re.compile(r"^([A-Z]\w*(?:Error|Exception|Exit)): (.+)$", re.M)
+_JVM_CAUSE = re.compile(r"^Caused by: [\w.$]+: (.+)$", re.M)
+
+
+def cause(text):
+    """The line that says why, from a failure's whole text."""
+    m = _PY_CAUSE.findall(text)
+    if m:
+        return "%s: %s" % m[-1]
+    m = _JVM_CAUSE.findall(text)
+    if m:
+        return m[-1]
+    lines = [x.strip() for x in text.splitlines() if x.strip()]
+    return lines[-1] if lines else "unknown"
+
+
+def failed(what, e):
+    """Say "umqtt3-pipeline: WHAT (the full trace: FILE): CAUSE" on stderr,
+    the trace written to FILE; returns the exit status, 1."""
+    import tempfile
+    import traceback
+    text = "".join(traceback.format_exception(e)) if isinstance(e, BaseException) else str(e)
+    try:
+        fd, path = tempfile.mkstemp(prefix="umqtt3-pipeline-", suffix=".log")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        where = " (the full trace: %s)" % path
+    except OSError:  # a full /tmp: the cause still goes out
+        where = ""
+    print("umqtt3-pipeline: %s%s: %s" % (what, where, cause(text)[:1000]), file=sys.stderr,
+          flush=True)
+    return 1
+
+
+def quiet_reporters(spark):
+    """Turn off _REPORTERS (failed() reports instead)."""
+    try:
+        jvm = spark.sparkContext._jvm
+        off = jvm.org.apache.logging.log4j.Level.OFF
+        for name in _REPORTERS:
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, off)
+    except Exception:  # another logging back end: Spark's own lines stay
+        pass
+
+
 def main(argv=None):
     a = parse(argv)
     stop, interrupted = threading.Event(), threading.Event()
@@ -598,11 +650,21 @@ def main(argv=None):
     spark = q = None
     tally = [0]  # readings in the windows this run wrote
     try:
-        spark = session(a.master, conf=spark_conf(a.shuffle_partitions, a.ui, a.conf))
+        try:
+            spark = session(a.master, conf=spark_conf(a.shuffle_partitions, a.ui, a.conf))
+        except Exception as e:  # a --conf Spark refuses, a JVM that does not start
+            return failed("Spark did not start", e)
         on_signals(stop, interrupted)
         spark.sparkContext.setLogLevel("ERROR")
+        quiet_reporters(spark)
         if not stop.is_set():
-            q = start(spark, a, tally)
+            try:
+                q = start(spark, a, tally)
+            except Exception as e:  # what Spark finds wrong as it starts the query
+                if isinstance(e, Refused):
+                    print("umqtt3-pipeline: %s" % e, file=sys.stderr)
+                    return 1
+                return failed("the query did not start", e)
             print("umqtt3 telemetry: %s -> %s (log %s)" % (a.broker, a.out, a.log), flush=True)
         t_end = time.monotonic() + a.seconds if a.seconds else None
         while q is not None and q.isActive and not stop.is_set():
@@ -614,6 +676,11 @@ def main(argv=None):
     except KeyboardInterrupt:
         print("interrupted again: stopping now", file=sys.stderr, flush=True)
         return 130
+    except Exception as e:
+        from pyspark.errors import StreamingQueryException
+        if isinstance(e, StreamingQueryException):  # awaitTermination() raises it
+            return failed("query failed", e)
+        raise
     finally:
         try:
             if q is not None and q.isActive:
@@ -627,8 +694,7 @@ def main(argv=None):
     if q is None:
         return 130 if interrupted.is_set() else 1
     if q.exception() is not None:
-        print("query failed: %s" % q.exception(), file=sys.stderr)
-        return 1
+        return failed("query failed", q.exception())
     print("umqtt3 telemetry: stopped after %.0f s; %d readings committed to %s (in the windows "
           "this run wrote)" % (time.monotonic() - t0, tally[0], a.out), flush=True)
     if a.plot:
