@@ -372,3 +372,20 @@ def test_a_setting_spark_refuses_ends_in_one_line(tmp_path):
     assert lines[0].endswith("The value 'abc' in the config \"spark.sql.shuffle.partitions\" "
                              "is invalid. It should be a/an 'int' value. SQLSTATE: 22022"), lines
     assert len(traces) == 1
+
+
+def test_the_longest_client_id_makes_its_session_with_a_long_login(tmp_path):
+    # the id the command line takes at most, with a 300-byte password: the
+    # CONNECT did not fit the client's default 512-byte buffer
+    from umqtt3_pipeline.cli import MAX_CLIENT_ID, client_id_note
+    from umqtt3_pipeline.job import ensure_session
+    b = Broker().start()
+    try:
+        assert ensure_session("127.0.0.1:%d" % b.port, "umqtt3/+/+", 1, "x" * MAX_CLIENT_ID, 5,
+                              "u", b"p" * 300) is True
+    finally:
+        b.stop()
+    assert client_id_note("p", "x" * 23) is None  # every server takes it [MQTT-3.1.3-5]
+    assert client_id_note("p", "x" * 24) == (
+        "p: note: --client-id has 24 characters: a server must take up to 23 [MQTT-3.1.3-5], "
+        "and may refuse more")

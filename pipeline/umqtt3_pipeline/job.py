@@ -276,11 +276,15 @@ def ensure_session(broker, topics, qos, client_id, level=5, user=None, password=
     from umqtt3.client import MQTTClient
     from .cli import parse_broker
     host, port = parse_broker(broker)
+    # the CONNECT carries the id and the login (the client's default buffer
+    # is 512 bytes); a topic filter is no longer than --topics
+    room = 512 + len(client_id.encode()) + len((user or "").encode()) + len(password or b"") \
+        + len(topics.encode())
     for _ in range(5):
         # at the ingest's level (what the broker has in flight is resent
         # built for the level of the connection, whichever it is)
         c = MQTTClient(client_id, host, port, user=user, password=password, keepalive=30,
-                       level=level, ssl=tls)
+                       level=level, ssl=tls, bufsize=room)
         c.set_callback(_refuse, raw=True)
         try:
             if not c.connect(clean_session=False):
