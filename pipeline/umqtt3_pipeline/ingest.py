@@ -335,13 +335,13 @@ def main(argv=None):
     except KeyboardInterrupt:
         pass
     ing.stop()
-    print("umqtt3 ingest: stopped; %d messages logged, %d discarded (larger than --max-packet "
-          "%d)" % (ing.received, ing.discarded, a.max_packet), flush=True)
     try:
         ing.check()
     except (OSError, RuntimeError) as e:
         print("umqtt3-pipeline: %s" % e, file=sys.stderr)
         return 1
+    print("umqtt3 ingest: stopped; %d messages logged, %d discarded (larger than --max-packet "
+          "%d)" % (ing.received, ing.discarded, a.max_packet), flush=True)
     return 0
 
 
