@@ -389,3 +389,28 @@ def test_the_longest_client_id_makes_its_session_with_a_long_login(tmp_path):
     assert client_id_note("p", "x" * 24) == (
         "p: note: --client-id has 24 characters: a server must take up to 23 [MQTT-3.1.3-5], "
         "and may refuse more")
+
+
+def test_the_cause_of_a_failure_is_its_deepest_reason():
+    from umqtt3_pipeline.job import cause
+    plan = "\n== Physical Plan ==\n   +- ~StreamingDataSourceV2ScanRelation[topic#0] umqtt3\n"
+    py = ("pyspark.errors.exceptions.captured.StreamingQueryException: [STREAM_FAILED] Query "
+          "terminated with exception: [FOREACH_BATCH_USER_FUNCTION_ERROR] An error occurred\n"
+          "Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n"
+          "OSError: [Errno 28] Error writing bytes to file. Detail: [errno 28] No space left on "
+          "device\n\tat org.apache.spark.X.y(X.scala:1)" + plan)
+    assert cause(py) == ("OSError: [Errno 28] Error writing bytes to file. Detail: [errno 28] "
+                         "No space left on device")
+    jvm = ("pyspark.errors.exceptions.captured.IllegalArgumentException: Error while "
+           "instantiating 'x':\n\tat a.b(c)\nCaused by: java.lang.reflect.Invocation: outer\n"
+           "Caused by: org.apache.spark.SparkIllegalArgumentException: [INVALID_CONF_VALUE] "
+           "The value 'abc' is invalid.\n\tat d.e(f)\n")
+    assert cause(jvm) == "[INVALID_CONF_VALUE] The value 'abc' is invalid."
+    # a checkpoint from before boot became long (its state's key schema)
+    state = ("pyspark.errors.exceptions.captured.StreamingQueryException: [STREAM_FAILED] Query "
+             "[id = 1] terminated with exception: [STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] "
+             "Provided key schema does not match existing state key schema.\nPlease check "
+             "number and type of fields." + plan)
+    assert cause(state) == ("[STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] Provided key schema does "
+                            "not match existing state key schema. (a --checkpoint of an older "
+                            "version of the job: a new one, and a new --out; docs/pipeline.md)")

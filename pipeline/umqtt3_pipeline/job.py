@@ -591,21 +591,31 @@ def on_signals(stop, interrupted):
 _REPORTERS = ("org.apache.spark.sql.execution.streaming", "org.apache.spark.executor.Executor",
               "org.apache.spark.scheduler.TaskSetManager", "org.apache.spark.api.python")
 # what names a cause in a trace: a Python exception's last line (a bare
-# builtin name), else the deepest "Caused by:" of the JVM's
+# builtin name), else the deepest "Caused by:" of the JVM's, else the last of
+# Spark's error classes ("[STREAM_FAILED] ... [THE_CAUSE] what")
 _PY_CAUSE = re.compile(r"^([A-Z]\w*(?:Error|Exception|Exit)): (.+)$", re.M)
 _JVM_CAUSE = re.compile(r"^Caused by: [\w.$]+: (.+)$", re.M)
+_SPARK_CAUSE = re.compile(r"\[[A-Z][A-Z0-9_.]+\] ")
+# what to do about a cause, where the job knows it
+_HINTS = {"STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE":
+          " (a --checkpoint of an older version of the job: a new one, and a new --out; "
+          "docs/pipeline.md)"}
 
 
 def cause(text):
     """The line that says why, from a failure's whole text."""
+    hint = "".join(h for k, h in _HINTS.items() if k in text)
     m = _PY_CAUSE.findall(text)
     if m:
-        return "%s: %s" % m[-1]
+        return "%s: %s%s" % (m[-1] + (hint,))
     m = _JVM_CAUSE.findall(text)
     if m:
-        return m[-1]
+        return m[-1] + hint
+    m = list(_SPARK_CAUSE.finditer(text))
+    if m:
+        return text[m[-1].start():].split("\n", 1)[0].strip() + hint
     lines = [x.strip() for x in text.splitlines() if x.strip()]
-    return lines[-1] if lines else "unknown"
+    return (lines[-1] if lines else "unknown") + hint
 
 
 def failed(what, e):
