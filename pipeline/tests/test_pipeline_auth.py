@@ -37,7 +37,8 @@ def test_job_and_ingest_refuse_a_login_the_broker_refuses(tmp_path, login_broker
         assert "not authorized" in err or "bad user name or password" in err, err
         err = refused("umqtt3_pipeline.ingest", ["--log", str(tmp_path / "log"), "--broker", at]
                       + extra, "refused the login: ", status=1)
-    refused("umqtt3_pipeline.job", job + ["--password-file", str(tmp_path / "none")],
+    refused("umqtt3_pipeline.job", job + ["--user", "ingest", "--password-file",
+                                          str(tmp_path / "none")],
             "--password-file %s: No such file" % (tmp_path / "none"))
 
 

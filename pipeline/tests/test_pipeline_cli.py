@@ -12,7 +12,7 @@ import time
 import pytest
 
 from pipeline_support import Broker, have_spark, reading
-from refusal import refused  # tests/refusal.py
+from refusal import refused, run  # tests/refusal.py
 from tools import procs
 
 JOB = "umqtt3_pipeline.job"
@@ -36,7 +36,7 @@ def job_args(tmp_path, *extra):
     (["--shuffle-partitions", "0"], "--shuffle-partitions: 0 is below 1"),
     (["--qos", "0"], "--qos: invalid choice: 0"),
     (["--window", "10"], "--window: '10' is not '<number> seconds|minutes|hours|days'"),
-    (["--watermark", "0 seconds"], "--watermark: '0 seconds' is not above 0"),
+    (["--watermark", "0 seconds"], "--watermark: '0 seconds' is outside 0.001 seconds to 365 days"),
     (["--max-early", "-1"], "--max-early: -1 is below 0"),
     (["--conf", "spark.sql.shuffle.partitions"],
      "--conf: 'spark.sql.shuffle.partitions' is not KEY=VALUE"),
@@ -47,15 +47,76 @@ def job_args(tmp_path, *extra):
     (["--seconds", "nan"], "--seconds: 'nan' is not a finite number"),
     (["--drain", "inf"], "--drain: 'inf' is not a finite number"),
     (["--max-delay", "NaN"], "--max-delay: 'NaN' is not a finite number"),
-    (["--window", "inf seconds"], "--window: 'inf seconds' is not a finite number"),
-    (["--watermark", "nan seconds"], "--watermark: 'nan seconds' is not above 0"),
-    (["--watermark", "inf minutes"], "--watermark: 'inf minutes' is not a finite number"),
+    (["--window", "inf seconds"], "--window: 'inf seconds' is not in Spark's form"),
+    (["--watermark", "nan seconds"], "--watermark: 'nan seconds' is not in Spark's form"),
+    (["--watermark", "inf minutes"], "--watermark: 'inf minutes' is not in Spark's form"),
+    # what Spark's interval parser refuses, refused here (it took 30 lines)
+    (["--window", "1e-9 seconds"], "--window: '1e-9 seconds' is not in Spark's form"),
+    (["--window", "1.5 minutes"], "--window: '1.5 minutes' is not in Spark's form"),
+    (["--window", "1 min"], "--window: '1 min' is not '<number> seconds|minutes|hours|days'"),
+    (["--window", "0.0000001 seconds"], "--window: '0.0000001 seconds' is not in Spark's form"),
+    (["--window", "0.0001 seconds"], "--window: '0.0001 seconds' is outside 0.001 seconds"),
+    (["--watermark", "1e15 days"], "--watermark: '1e15 days' is not in Spark's form"),
+    (["--watermark", "366 days"], "--watermark: '366 days' is outside 0.001 seconds to 365 days"),
+    (["--trigger", "1e-9"], "--trigger: 1e-9 is outside 0.001 to 86400 seconds"),
+    (["--trigger", "1e20"], "--trigger: 1e20 is outside 0.001 to 86400 seconds"),
+    (["--master", "bogus://x"], "--master: 'bogus://x' is not a master URL"),
+    (["--master", "local[x]"], "--master: 'local[x]' is not a master URL"),
+    # the broker would make up a new id at each connection [MQTT-3.1.3-6]
+    (["--client-id", ""], "--client-id: '' would have the broker make up an id"),
+    (["--client-id", "x" * 70000], "--client-id: 70000 bytes is more than 256"),
+    (["--password-file", "/etc/hostname"], "--password-file needs --user"),
+    (["--plot", "out.txt"], "--plot out.txt: the name must end in a format matplotlib writes"),
+    (["--max-packet", "100"], "--max-packet: 100 is outside 1024-268435460"),
+    (["--max-packet", "64k"], "--max-packet: '64k' is not a whole number of bytes"),
     (["--topics", "a/#/b"], "--topics: 'a/#/b' is not a topic filter"),  # [MQTT-4.7.1-2]
     (["--topics", "umqtt3/+/+,a+"], "--topics: 'a+' is not a topic filter"),  # [MQTT-4.7.1-3]
     (["--topics", ""], "--topics: '' is not a topic filter"),
 ])
 def test_job_refuses(tmp_path, extra, what):
     assert refused(JOB, job_args(tmp_path, *extra), what).startswith("umqtt3-pipeline: ")
+    assert os.listdir(tmp_path) == []  # nothing made for a refused command line
+
+
+@pytest.mark.parametrize("window,want", [("10 seconds", 10), ("1.5 seconds", 1.5),
+                                         ("2 Minutes", 120), ("1 hour", 3600), ("1 day", 86400),
+                                         ("0.001 seconds", 0.001), ("365 days", 365 * 86400)])
+def test_intervals_in_the_form_spark_takes(window, want):
+    from umqtt3_pipeline.job import seconds
+    assert seconds(window) == want
+
+
+def test_a_refused_command_line_makes_no_directory(tmp_path):
+    closed = procs.free_port()
+    refused(JOB, job_args(tmp_path, "--broker", "127.0.0.1:%d" % closed, "--plot",
+                          str(tmp_path / "p" / "t.png")), "cannot reach the broker")
+    assert os.listdir(tmp_path) == []
+    refused(INGEST, ["--log", str(tmp_path / "log"), "--broker", "127.0.0.1:%d" % closed],
+            "cannot reach the broker")
+    assert os.listdir(tmp_path) == []
+
+
+def test_python_m_package_is_the_job(tmp_path):
+    r = run("umqtt3_pipeline", "--help")
+    assert r.returncode == 0 and "--checkpoint" in r.stdout, r.stderr
+    refused("umqtt3_pipeline", job_args(tmp_path, "--trigger", "0"), "--trigger: 0 is not above 0")
+
+
+def test_without_pyspark_one_line_before_anything_is_made(tmp_path):
+    # the console script without the spark extra: it made the broker
+    # session, then died in a ModuleNotFoundError traceback
+    b = Broker().start()
+    try:
+        code = ("import sys; sys.modules['pyspark'] = None\n"  # import pyspark: ImportError
+                "from umqtt3_pipeline.job import main; sys.exit(main())")
+        r = subprocess.run([sys.executable, "-c", code] + job_args(
+            tmp_path, "--broker", "127.0.0.1:%d" % b.port), capture_output=True, text=True,
+            timeout=60, cwd=procs.ROOT, env=procs.python_env())
+    finally:
+        b.stop()
+    assert r.returncode == 2 and r.stdout == "", (r.stdout, r.stderr)
+    assert r.stderr == "umqtt3-pipeline: pyspark is not installed (pip install '.[spark]')\n"
+    assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.skipif(have_spark() is not None, reason=have_spark() or "")
@@ -196,6 +257,17 @@ def test_ingest_refuses_a_bad_broker(tmp_path, broker, what):
     refused(INGEST, ["--log", str(tmp_path / "log"), "--broker", broker], what)
 
 
+@pytest.mark.parametrize("extra,what", [
+    (["--client-id", ""], "--client-id: '' would have the broker make up an id"),
+    (["--client-id", "é" * 200], "--client-id: 400 bytes is more than 256"),
+    (["--password-file", "/etc/hostname"], "--password-file needs --user"),
+    (["--max-packet", "0x100"], "--max-packet: '0x100' is not a whole number of bytes"),
+])
+def test_ingest_refuses(tmp_path, extra, what):
+    refused(INGEST, ["--log", str(tmp_path / "log")] + extra, what)
+    assert os.listdir(tmp_path) == []
+
+
 def test_ingest_refuses_a_bad_topic_filter(tmp_path):
     refused(INGEST, ["--log", str(tmp_path / "log"), "--topics", "a/#/b"],
             "--topics: 'a/#/b' is not a topic filter")
@@ -248,3 +320,97 @@ def test_job_runs_as_a_file_as_spark_submit_runs_it(tmp_path):
                        cwd=str(tmp_path), env=env)
     # the package this file is in, not another installed copy
     assert r.stderr.strip() == os.path.join(os.path.dirname(job), "__init__.py"), r.stderr
+
+
+def _last_lines(tmp_path, *extra):
+    """Run the job over one external log of 30 readings; (exit status,
+    stderr's lines after Spark's start-up notes, the trace file it names)."""
+    import glob
+    from umqtt3_pipeline.log import Log
+    log = Log(str(tmp_path / "log" / "a"), publish_synced=True)
+    for i in range(30):
+        log.append_msg(*reading("n1", "temp", float(i), 1, i), 1, False, False, 0,
+                       1000 * int(time.time()))
+    log.sync()
+    log.close()
+    (tmp_path / "tmp").mkdir()
+    p = subprocess.run([sys.executable, "-m", JOB] + job_args(
+        tmp_path, "--ingest", "external", "--master", "local[1]", "--seconds", "3",
+        "--window", "1 seconds", "--watermark", "1 seconds", "--max-early", "0", *extra),
+        capture_output=True, text=True, timeout=300,
+        env=dict(procs.python_env(), SPARK_LOCAL_IP="127.0.0.1", TMPDIR=str(tmp_path / "tmp")))
+    lines = [x for x in p.stderr.splitlines()
+             if not re.match(r"(WARNING: Using incubator|Using Spark's|Setting default log|"
+                             r"To adjust logging|\d\d/\d\d/\d\d [\d:]+ WARN )", x)]
+    return p.returncode, lines, glob.glob(str(tmp_path / "tmp" / "umqtt3-pipeline-*.log"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(have_spark() is not None, reason=have_spark() or "")
+def test_a_failing_query_ends_in_one_line_with_its_cause(tmp_path):
+    # the output's day directory cannot be made (a file is in the way), as a
+    # full disk cannot be written: 160 lines ending in a piece of the plan before
+    import datetime
+    day = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / ("day=" + day)).write_text("in the way")
+    status, lines, traces = _last_lines(tmp_path)
+    assert status == 1 and len(lines) == 1, lines
+    assert lines[0].startswith("umqtt3-pipeline: query failed (the full trace: ")
+    assert lines[0].endswith("FileExistsError: [Errno 17] File exists: '%s'"
+                             % (tmp_path / "out" / ("day=" + day))), lines
+    assert len(traces) == 1 and traces[0] in lines[0]
+    assert "Traceback" in open(traces[0]).read()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(have_spark() is not None, reason=have_spark() or "")
+def test_a_setting_spark_refuses_ends_in_one_line(tmp_path):
+    status, lines, traces = _last_lines(tmp_path, "--conf", "spark.sql.shuffle.partitions=abc")
+    assert status == 1 and len(lines) == 1, lines
+    assert lines[0].startswith("umqtt3-pipeline: Spark did not start (the full trace: ")
+    assert lines[0].endswith("The value 'abc' in the config \"spark.sql.shuffle.partitions\" "
+                             "is invalid. It should be a/an 'int' value. SQLSTATE: 22022"), lines
+    assert len(traces) == 1
+
+
+def test_the_longest_client_id_makes_its_session_with_a_long_login(tmp_path):
+    # the id the command line takes at most, with a 300-byte password: the
+    # CONNECT did not fit the client's default 512-byte buffer
+    from umqtt3_pipeline.cli import MAX_CLIENT_ID, client_id_note
+    from umqtt3_pipeline.job import ensure_session
+    b = Broker().start()
+    try:
+        assert ensure_session("127.0.0.1:%d" % b.port, "umqtt3/+/+", 1, "x" * MAX_CLIENT_ID, 5,
+                              "u", b"p" * 300) is True
+    finally:
+        b.stop()
+    assert client_id_note("p", "x" * 23) is None  # every server takes it [MQTT-3.1.3-5]
+    assert client_id_note("p", "x" * 24) == (
+        "p: note: --client-id has 24 characters: a server must take up to 23 [MQTT-3.1.3-5], "
+        "and may refuse more")
+
+
+def test_the_cause_of_a_failure_is_its_deepest_reason():
+    from umqtt3_pipeline.job import cause
+    plan = "\n== Physical Plan ==\n   +- ~StreamingDataSourceV2ScanRelation[topic#0] umqtt3\n"
+    py = ("pyspark.errors.exceptions.captured.StreamingQueryException: [STREAM_FAILED] Query "
+          "terminated with exception: [FOREACH_BATCH_USER_FUNCTION_ERROR] An error occurred\n"
+          "Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n"
+          "OSError: [Errno 28] Error writing bytes to file. Detail: [errno 28] No space left on "
+          "device\n\tat org.apache.spark.X.y(X.scala:1)" + plan)
+    assert cause(py) == ("OSError: [Errno 28] Error writing bytes to file. Detail: [errno 28] "
+                         "No space left on device")
+    jvm = ("pyspark.errors.exceptions.captured.IllegalArgumentException: Error while "
+           "instantiating 'x':\n\tat a.b(c)\nCaused by: java.lang.reflect.Invocation: outer\n"
+           "Caused by: org.apache.spark.SparkIllegalArgumentException: [INVALID_CONF_VALUE] "
+           "The value 'abc' is invalid.\n\tat d.e(f)\n")
+    assert cause(jvm) == "[INVALID_CONF_VALUE] The value 'abc' is invalid."
+    # a checkpoint from before boot became long (its state's key schema)
+    state = ("pyspark.errors.exceptions.captured.StreamingQueryException: [STREAM_FAILED] Query "
+             "[id = 1] terminated with exception: [STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] "
+             "Provided key schema does not match existing state key schema.\nPlease check "
+             "number and type of fields." + plan)
+    assert cause(state) == ("[STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] Provided key schema does "
+                            "not match existing state key schema. (a --checkpoint of an older "
+                            "version of the job: a new one, and a new --out; docs/pipeline.md)")

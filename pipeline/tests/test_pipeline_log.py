@@ -199,6 +199,32 @@ def test_parse_firmware_readings_and_dedup_keys():
         assert parse(topic, payload) is None
 
 
+@pytest.mark.parametrize("payload", [
+    b'{"v":1,"boot":1,"seq":1,"t":99999999999999}',  # the firmware's form, beyond year 290000
+    b'{"v":1,"boot":1,"seq":1,"t":NaN}', b'{"v":1,"boot":1,"seq":1,"t":Infinity}',
+    b'{"v":1,"boot":1,"seq":1,"t":1e300}', b'{"v":1,"boot":1,"seq":1,"t":-1e300}',
+    b'{"v":1,"boot":1,"seq":1,"t":%d}' % 10**400,
+    b'{"v":NaN,"boot":1,"seq":1}', b'{"v":Infinity,"boot":1,"seq":1}',
+    b'{"v":-Infinity,"boot":1,"seq":1}', b'{"v":1e999,"boot":1,"seq":1}',
+    b'{"v":1%s,"boot":1,"seq":1}' % (b"0" * 400), b'{"v":%d,"boot":1,"seq":1}' % 10**400,
+    b'{"v":1,"boot":9223372036854775808,"seq":1}', b'{"v":1,"boot":1,"seq":-9223372036854775809}',
+])
+def test_parse_refuses_numbers_spark_cannot_hold(payload):
+    # a time Spark's timestamps cannot hold would stop the job at every
+    # restart; a value that is no finite number would spoil its window's
+    # min/max/mean; a boot or seq beyond 64 bits would be null and merge
+    # readings in the de-duplication key
+    assert parse(b"umqtt3/n1/temp", payload) is None
+
+
+def test_parse_keeps_what_spark_holds():
+    t = b"umqtt3/n1/temp"
+    assert parse(t, b'{"v":1,"boot":4294967295,"seq":9223372036854775807,"t":9000000000000}') \
+        == ("n1", "temp", 1.0, 4294967295, (1 << 63) - 1, 9e12)
+    assert parse(t, b'{"v":-1e300, "boot":-9223372036854775808, "seq":0, "t":-1.5}') \
+        == ("n1", "temp", -1e300, -(1 << 63), 0, -1.5)
+
+
 def test_parse_fast_path_agrees_with_json():
     # the firmware's exact format is read without json; every variant must
     # give what json.loads gives, and whatever the fast path misses falls back

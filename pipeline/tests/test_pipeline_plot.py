@@ -5,7 +5,7 @@ import pytest
 pytest.importorskip("matplotlib")
 
 
-def windows_dir(tmp_path):
+def windows_dir(tmp_path, nodes=("a", "b"), metrics=("temp", "soil")):
     import pandas as pd
     import pyarrow as pa
     from umqtt3_pipeline.output import write_batch
@@ -13,7 +13,7 @@ def windows_dir(tmp_path):
     rows = [dict(window_start=t0 + pd.Timedelta(seconds=10 * i),
                  window_end=t0 + pd.Timedelta(seconds=10 * i + 10), node=node, metric=metric,
                  count=3, min=1.0, max=3.0, mean=2.0)
-            for i in range(6) for node in ("a", "b") for metric in ("temp", "soil")]
+            for i in range(6) for node in nodes for metric in metrics]
     out = tmp_path / "out"
     write_batch(str(out), pa.Table.from_pandas(pd.DataFrame(rows)), 0)
     return out
@@ -57,3 +57,31 @@ def test_plot_cli_refuses_a_missing_output_and_an_unwritable_png(tmp_path):
     refused("umqtt3_pipeline.plot", [str(out), "/proc/x.png"], "/proc/x.png: ")
     r = run("umqtt3_pipeline.plot", str(out), str(tmp_path / "x.png"))
     assert r.returncode == 0 and r.stdout.startswith("24 windows -> ") and (tmp_path / "x.png").exists()
+
+
+def test_names_from_topics_are_shown_as_they_are(tmp_path, monkeypatch):
+    # a node or metric is whatever a topic level holds: "$" in one started
+    # matplotlib's mathtext, which stopped the plot at the end of a run
+    import matplotlib.pyplot as plt
+    from umqtt3_pipeline import plot
+    figs = []
+    monkeypatch.setattr(plt, "close", figs.append)
+    out = windows_dir(tmp_path, nodes=("$\\frac$", "a$^$b"), metrics=("$x_$", "temp"))
+    png = tmp_path / "t.png"
+    assert plot.plot(str(out), str(png)) == 24 and png.stat().st_size > 0
+    axes = figs[0].get_axes()
+    assert axes[0].get_title(loc="left") == "\\$x_\\$"  # "\$": a literal "$"
+    assert [t.get_text() for t in axes[0].get_legend().get_texts()][:2] == \
+        ["\\$\\frac\\$", "a\\$^\\$b"]
+
+
+def test_plot_file_must_be_a_format_matplotlib_writes(tmp_path):
+    from refusal import refused
+    from umqtt3_pipeline.plot import unusable
+    assert unusable("x.png") is None and unusable("x.SVG") is None
+    for name in ("x.txt", "x", "x.png.bak"):
+        assert unusable(name).startswith(name + ": the name must end in a format")
+    out = windows_dir(tmp_path)
+    refused("umqtt3_pipeline.plot", [str(out), str(tmp_path / "x.txt")],
+            "x.txt: the name must end in a format matplotlib writes: .")
+    assert not (tmp_path / "x.txt").exists()

@@ -207,3 +207,27 @@ def first(log):
     b = L.segments(log)[0]
     h = L.read_header(log, b)
     return b + h[0], h[1]
+
+
+def test_hostile_numbers_neither_stop_spoil_nor_merge(spark, tmp_path):
+    """A time Spark's timestamps cannot hold stopped every batch holding it
+    (OverflowError in the executors, at every restart); NaN and Infinity were
+    counted into their window; boots from 2**31 up were null and merged two
+    readings. Now: the first two are refused as malformed, the boots kept."""
+    from umqtt3_pipeline import job, log as L
+    g = L.Log(str(tmp_path / "log"))
+    msgs = [reading("n1", "temp", 20, 1, 1, BASE + 1), reading("n1", "temp", 22, 1, 2, BASE + 2),
+            (b"umqtt3/n1/temp", b'{"v":1,"boot":1,"seq":3,"t":99999999999999}'),
+            (b"umqtt3/n1/temp", b'{"v":1,"boot":1,"seq":4,"t":NaN}'),
+            (b"umqtt3/n1/temp", b'{"v":1,"boot":1,"seq":5,"t":1e300}'),
+            (b"umqtt3/n1/temp", b'{"v":NaN,"boot":1,"seq":6,"t":%d}' % (BASE + 3)),
+            (b"umqtt3/n1/temp", b'{"v":Infinity,"boot":1,"seq":7,"t":%d}' % (BASE + 3)),
+            reading("n2", "temp", 5, 3000000000, 0, BASE + 1),
+            reading("n2", "temp", 7, 3000000001, 0, BASE + 2)]
+    for i, (tp, pl) in enumerate(msgs):
+        g.append_msg(tp, pl, 1, False, False, i + 1, BASE * 1000)
+    g.sync()
+    g.close()
+    rows = {r["node"]: r for r in job.history(spark, str(tmp_path / "log")).collect()}
+    assert (rows["n1"]["count"], rows["n1"]["min"], rows["n1"]["max"]) == (2, 20, 22)
+    assert (rows["n2"]["count"], rows["n2"]["min"], rows["n2"]["max"]) == (2, 5, 7)

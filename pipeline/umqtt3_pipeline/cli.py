@@ -72,7 +72,8 @@ def reachable(ap, broker):
 
 
 def usable_dir(ap, option, path):
-    """Refuse (ap.error) a directory that cannot be created or written."""
+    """Refuse (ap.error) a directory that cannot be created or written;
+    made_dirs() creates it once every check has passed."""
     probe = os.path.abspath(path)
     while not os.path.exists(probe):
         probe = os.path.dirname(probe)
@@ -80,10 +81,66 @@ def usable_dir(ap, option, path):
         ap.error("%s %s: %s is not a directory" % (option, path, probe))
     if not os.access(probe, os.W_OK | os.X_OK):
         ap.error("%s %s: %s is not writable" % (option, path, probe))
+
+
+def made_dirs(ap, dirs):
+    """Create the (option, path) directories usable_dir() checked: after the
+    last check, so a refused command line leaves nothing behind."""
+    for option, path in dirs:
+        try:
+            os.makedirs(path, exist_ok=True)  # what os.access cannot tell (root, /proc)
+        except OSError as e:
+            ap.error("%s %s: cannot create it: %s" % (option, path, e.strerror or e))
+
+
+# A client id every server must take: 1 to 23 characters of 0-9a-zA-Z
+# [MQTT-3.1.3-5]; longer ones most take. Empty asks the server to make one up
+# at each connection [MQTT-3.1.3-6], so the session would never be resumed.
+# MAX_CLIENT_ID bounds what the ingest's CONNECT buffer and Spark's options carry.
+PORTABLE_CLIENT_ID = 23
+MAX_CLIENT_ID = 256  # bytes of UTF-8
+
+
+def client_id(text):
+    """argparse type: a client id that names a session the broker keeps."""
+    n = len(text.encode("utf-8", "surrogateescape"))
+    if not n:
+        raise argparse.ArgumentTypeError(
+            "'' would have the broker make up an id at each connection, so the session is "
+            "never resumed [MQTT-3.1.3-6]: name one")
+    if n > MAX_CLIENT_ID:
+        raise argparse.ArgumentTypeError("%d bytes is more than %d: a shorter id, please "
+                                         "(every server takes up to %d characters "
+                                         "[MQTT-3.1.3-5])" % (n, MAX_CLIENT_ID, PORTABLE_CLIENT_ID))
+    return text
+
+
+def client_id_note(prog, cid):
+    """The line that says an id longer than every server must take may be
+    refused by some (printed, not refused)."""
+    if len(cid) > PORTABLE_CLIENT_ID:
+        return ("%s: note: --client-id has %d characters: a server must take up to %d "
+                "[MQTT-3.1.3-5], and may refuse more" % (prog, len(cid), PORTABLE_CLIENT_ID))
+    return None
+
+
+def max_packet(text):
+    """argparse type: --max-packet, bytes from 1024 to MQTT's largest packet."""
+    from .ingest import MAX_PACKET_LIMIT
     try:
-        os.makedirs(path, exist_ok=True)  # what os.access cannot tell (root, /proc)
-    except OSError as e:
-        ap.error("%s %s: cannot create it: %s" % (option, path, e.strerror or e))
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("%r is not a whole number of bytes" % text)
+    if not 1024 <= n <= MAX_PACKET_LIMIT:
+        raise argparse.ArgumentTypeError("%d is outside 1024-%d (MQTT's largest packet)"
+                                         % (n, MAX_PACKET_LIMIT))
+    return n
+
+
+def needs_user(ap, a):
+    """Refuse --password-file without --user: the broker would never see it."""
+    if a.password_file and not a.user:
+        ap.error("--password-file needs --user (MQTT sends a password only with a user name)")
 
 
 def add_tls(ap):

@@ -96,6 +96,14 @@ class LogStore(MemoryStore):
 # by default. The ingest publishes nothing, so the window costs no memory.
 RECEIVE_MAX = 65535
 
+# The largest MQTT packet the ingest takes (its buffer: a message's topic,
+# payload and header), by default and at most (MQTT's own limit). At MQTT 5
+# the broker is told (Maximum Packet Size) and drops a larger message itself
+# [MQTT-3.1.2-25], unseen by the ingest; at 3.1.1 the client discards it and
+# acknowledges it (client_skip): the ingest counts those (Ingest.discarded).
+MAX_PACKET = 65536
+MAX_PACKET_LIMIT = 268435460  # 256 MiB of Remaining Length and the fixed header
+
 
 class Ingest:
     """Ingest(path, broker, topics, client_id, qos): start() opens the log
@@ -103,7 +111,7 @@ class Ingest:
     stop(). topics: [filter, ...], all subscribed at qos."""
 
     def __init__(self, path, broker="127.0.0.1:1883", topics=("#",), client_id="umqtt3-spark",
-                 qos=1, keepalive=30, segment_bytes=64 << 20, bufsize=65536, clock=time.time,
+                 qos=1, keepalive=30, segment_bytes=64 << 20, bufsize=MAX_PACKET, clock=time.time,
                  level=5, publish_synced=False, lock_timeout=30.0, user=None, password=None,
                  tls=None, cert=False):
         assert qos in (1, 2), "the ingest acknowledges after the log: QoS 1 or 2"
@@ -128,6 +136,7 @@ class Ingest:
         self.stopping = threading.Event()
         self.error = None
         self.received = 0
+        self.discarded = 0  # messages over bufsize the client discarded (3.1.1)
         self.connected = threading.Event()
 
     def start(self):
@@ -192,6 +201,8 @@ class Ingest:
             self.connected.set()
             while not self.stopping.is_set():
                 c.poll(50)
+                if c.too_large != self.discarded:
+                    self._discards(c.too_large)
         except BaseException as e:  # reported by check(), on Spark's next call
             self.error = e
         finally:
@@ -200,6 +211,14 @@ class Ingest:
             except OSError as e:
                 if self.error is None:
                     self.error = LogWriteError("the log %s cannot be written: %s" % (self.path, e))
+
+    def _discards(self, n):
+        # said where the pipeline's lines go (the job's or the ingest's stderr)
+        import sys
+        print("umqtt3 ingest: %d message(s) larger than %d bytes discarded (acknowledged, not "
+              "logged: --max-packet), %d in all" % (n - self.discarded, self.bufsize, n),
+              file=sys.stderr, flush=True)
+        self.discarded = n
 
     def check(self):
         if isinstance(self.error, LogWriteError):
@@ -247,7 +266,8 @@ def main(argv=None):
     ROOT, or the batch reader later."""
     import signal
     import sys
-    from .cli import (Help, Parser, add_tls, broker_address, reachable, tls_checked,
+    from .cli import (Help, Parser, add_tls, broker_address, client_id, client_id_note,
+                      made_dirs, needs_user, reachable, tls_checked,
                       topic_filters, usable_dir)
     ap = Parser(prog="python -m umqtt3_pipeline.ingest", description=main.__doc__,
                 formatter_class=Help)
@@ -256,8 +276,9 @@ def main(argv=None):
     ap.add_argument("--topics", default="umqtt3/+/+", type=topic_filters,
                     help="comma-separated filters")
     ap.add_argument("--qos", type=int, default=1, choices=(1, 2))
-    ap.add_argument("--client-id", default="umqtt3-ingest",
-                    help="fixed and different for each ingest: it names the broker session")
+    ap.add_argument("--client-id", default="umqtt3-ingest", type=client_id,
+                    help="fixed and different for each ingest: it names the broker session "
+                    "(up to 23 characters: what every server takes)")
     ap.add_argument("--user", help="the user name the broker wants, if any")
     ap.add_argument("--password-file", metavar="FILE",
                     help="a file whose first line is the password for --user")
@@ -269,7 +290,9 @@ def main(argv=None):
                     help="MQTT 5 (default: the broker's window is the ingest's Receive Maximum, "
                     "up to the broker's cap) or 3.1.1 (4: the broker's --max-inflight), for a "
                     "broker without MQTT 5")
+    add_max_packet(ap)
     a = ap.parse_args(argv)
+    needs_user(ap, a)
     if a.share is not None and (not a.share or "/" in a.share or "+" in a.share or "#" in a.share):
         ap.error("--share %r: a group name has no '/', '+' or '#' [MQTT-4.8.2-2]" % a.share)
     level = a.level
@@ -277,11 +300,15 @@ def main(argv=None):
         ap.error("--share needs MQTT 5 (--level 5)")
     usable_dir(ap, "--log", a.log)
     ctx = tls_checked(ap, a)
-    reachable(ap, a.broker)
     try:
         password = read_password(a.password_file)
     except OSError as e:
         ap.error("--password-file %s: %s" % (a.password_file, e.strerror or e))
+    reachable(ap, a.broker)
+    made_dirs(ap, [("--log", a.log)])
+    note = client_id_note("umqtt3-pipeline", a.client_id)
+    if note:
+        print(note, file=sys.stderr)
     topics = [t for t in a.topics.split(",") if t]
     if a.share:
         topics = shared(topics, a.share)
@@ -289,7 +316,7 @@ def main(argv=None):
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     ing = Ingest(a.log, a.broker, topics, a.client_id, a.qos, level=level,
                  publish_synced=True, lock_timeout=2.0, user=a.user, password=password,
-                 tls=ctx, cert=bool(a.cert))
+                 tls=ctx, cert=bool(a.cert), bufsize=a.max_packet)
     try:
         ing.start()
     except BlockingIOError:
@@ -313,7 +340,18 @@ def main(argv=None):
     except (OSError, RuntimeError) as e:
         print("umqtt3-pipeline: %s" % e, file=sys.stderr)
         return 1
+    print("umqtt3 ingest: stopped; %d messages logged, %d discarded (larger than --max-packet "
+          "%d)" % (ing.received, ing.discarded, a.max_packet), flush=True)
     return 0
+
+
+def add_max_packet(ap):
+    """--max-packet, as the job and the ingest take it."""
+    from .cli import max_packet
+    ap.add_argument("--max-packet", type=max_packet, default=MAX_PACKET, metavar="BYTES",
+                    help="the largest MQTT packet (topic, payload, header) the ingest takes: "
+                    "at MQTT 5 the broker drops a larger message (unseen), at 3.1.1 the ingest "
+                    "discards it, acknowledged, and says so on stderr")
 
 
 if __name__ == "__main__":

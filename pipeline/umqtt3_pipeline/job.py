@@ -22,6 +22,7 @@ the log directory must then be shared storage that every executor mounts.
 """
 import argparse
 import os
+import re
 import signal
 import sys
 import threading
@@ -38,8 +39,9 @@ if __name__ == "__main__" and not __package__:
     from umqtt3_pipeline.job import main as _main
     sys.exit(_main())
 
-from .cli import (Help, Parser, add_tls, broker_address, reachable, tls_checked,
-                  topic_filters, usable_dir)
+from .cli import (PORTABLE_CLIENT_ID, Help, Parser, add_tls, broker_address, client_id,
+                  client_id_note, made_dirs, needs_user, reachable, tls_checked, topic_filters,
+                  usable_dir)
 
 
 def _worker_path():
@@ -119,7 +121,7 @@ COLUMNS = "topic,received_at,sent_at,node,metric,value,boot,seq"
 
 def readings(spark, broker, topics, path, qos=1, client_id="umqtt3-telemetry", max_rows=0,
              trim=True, min_rows=0, max_delay=1.0, external=False, level=5, checkpoint=None,
-             user=None, password_file=None, tls=None):
+             user=None, password_file=None, tls=None, max_packet=None):
     """The stream of parsed readings, in the columns windows() uses.
     tls: {source option: value} of TLS (tls_options()).
     external: the logs under path are written by ingest processes of their
@@ -143,27 +145,39 @@ def readings(spark, broker, topics, path, qos=1, client_id="umqtt3-telemetry", m
             r = r.option(k, v)
         if max_rows:
             r = r.option("maxRowsPerBatch", str(max_rows))
+        if max_packet:
+            r = r.option("maxPacket", str(max_packet))
     if min_rows:
         r = r.option("minRowsPerBatch", str(min_rows)).option("maxTriggerDelay", str(max_delay))
     return r.load()
 
 
-_UNITS = {"s": 1, "sec": 1, "second": 1, "seconds": 1, "m": 60, "min": 60, "minute": 60,
-          "minutes": 60, "h": 3600, "hour": 3600, "hours": 3600, "d": 86400, "day": 86400,
-          "days": 86400}
+# Spark's interval words and the forms it parses (window(), withWatermark()):
+# whole numbers, a fraction only of seconds, in microseconds ("1.5 minutes",
+# "1e-9 seconds" and "1 min" it refuses); the ranges a window and a
+# watermark can sensibly take (a window of 10,000 years overflows Spark's dates)
+_UNITS = {"second": 1, "seconds": 1, "minute": 60, "minutes": 60, "hour": 3600, "hours": 3600,
+          "day": 86400, "days": 86400}
+_WHOLE = re.compile(r"[0-9]{1,12}\Z")
+_SECONDS = re.compile(r"[0-9]{1,12}(\.[0-9]{1,6})?\Z")
+MIN_INTERVAL, MAX_INTERVAL = 0.001, 365 * 86400  # seconds
 
 
 def seconds(text):
-    """'10 seconds', '2 minutes', '1 hour' (Spark's interval words) in
-    seconds; ValueError for anything else."""
+    """'10 seconds', '2 minutes', '1 hour', '1.5 seconds' (Spark's interval
+    form) in seconds, from MIN_INTERVAL to MAX_INTERVAL; ValueError for
+    anything else."""
     parts = text.split()
     if len(parts) != 2 or parts[1].lower() not in _UNITS:
         raise ValueError("%r is not '<number> seconds|minutes|hours|days'" % text)
-    x = float(parts[0]) * _UNITS[parts[1].lower()]
-    if not x > 0:
-        raise ValueError("%r is not above 0" % text)
-    if x == float("inf"):
-        raise ValueError("%r is not a finite number" % text)
+    unit = _UNITS[parts[1].lower()]
+    if not (_SECONDS if unit == 1 else _WHOLE).match(parts[0]):
+        raise ValueError("%r is not in Spark's form: digits, a fraction (to microseconds) only "
+                         "of seconds" % text)
+    x = float(parts[0]) * unit
+    if not MIN_INTERVAL <= x <= MAX_INTERVAL:
+        raise ValueError("%r is outside %g seconds to %d days"
+                         % (text, MIN_INTERVAL, MAX_INTERVAL // 86400))
     return x
 
 
@@ -262,11 +276,15 @@ def ensure_session(broker, topics, qos, client_id, level=5, user=None, password=
     from umqtt3.client import MQTTClient
     from .cli import parse_broker
     host, port = parse_broker(broker)
+    # the CONNECT carries the id and the login (the client's default buffer
+    # is 512 bytes); a topic filter is no longer than --topics
+    room = 512 + len(client_id.encode()) + len((user or "").encode()) + len(password or b"") \
+        + len(topics.encode())
     for _ in range(5):
         # at the ingest's level (what the broker has in flight is resent
         # built for the level of the connection, whichever it is)
         c = MQTTClient(client_id, host, port, user=user, password=password, keepalive=30,
-                       level=level, ssl=tls)
+                       level=level, ssl=tls, bufsize=room)
         c.set_callback(_refuse, raw=True)
         try:
             if not c.connect(clean_session=False):
@@ -313,7 +331,7 @@ def start(spark, a, tally=None):
     ck = a.checkpoint if "://" in a.checkpoint else os.path.abspath(a.checkpoint)
     df = readings(spark, a.broker, a.topics, a.log, a.qos, a.client_id, a.max_rows,
                   not a.keep_log, a.min_rows, a.max_delay, external, a.level, ck,
-                  a.user, a.password_file, tls_options(a))
+                  a.user, a.password_file, tls_options(a), a.max_packet)
     out, fold_every = a.out, a.fold_every
 
     def write(batch, batch_id):  # on the driver; a replayed batch writes the same files
@@ -328,7 +346,8 @@ def start(spark, a, tally=None):
     if a.available_now:
         w = w.trigger(availableNow=True)
     else:
-        w = w.trigger(processingTime="%g seconds" % a.trigger)
+        # in milliseconds: "%g" wrote 1e-09, a form Spark cannot parse
+        w = w.trigger(processingTime="%d milliseconds" % round(a.trigger * 1000))
     return w.start()
 
 
@@ -409,11 +428,27 @@ def _at_least(low, kind=float):
     return check
 
 
-def _above_zero(text):
+def _trigger(text):
     x = _at_least(0)(text)
     if x == 0:
         raise argparse.ArgumentTypeError("0 is not above 0")
+    if not MIN_INTERVAL <= x <= 86400:
+        raise argparse.ArgumentTypeError("%s is outside %g to 86400 seconds" % (text, MIN_INTERVAL))
     return x
+
+
+# the master URLs Spark takes (spark-submit --help): anything else ends in
+# 30 lines from the JVM before the job starts
+_MASTER = re.compile(r"(local(\[([0-9]+|\*)(,[0-9]+)?\])?|local-cluster\[[0-9]+,[0-9]+,[0-9]+\]"
+                     r"|yarn|(spark|k8s|mesos)://\S+)\Z")
+
+
+def _master(text):
+    if not _MASTER.match(text):
+        raise argparse.ArgumentTypeError(
+            "%r is not a master URL: local, local[N], local[*], spark://HOST:PORT, yarn, "
+            "k8s://URL" % text)
+    return text
 
 
 def _duration(text):
@@ -432,13 +467,15 @@ def _setting(text):
 
 
 def parser():
+    from .ingest import add_max_packet
     ap = Parser(prog="python -m umqtt3_pipeline.job", description=__doc__, formatter_class=Help)
     ap.add_argument("--broker", type=broker_address, default="127.0.0.1:1883", help="host:port")
     ap.add_argument("--topics", default="umqtt3/+/+", type=topic_filters,
                     help="comma-separated filters")
     ap.add_argument("--qos", type=int, default=1, choices=(1, 2), help="QoS of the subscription")
-    ap.add_argument("--client-id", default="umqtt3-telemetry",
-                    help="fixed: it names the broker's persistent session")
+    ap.add_argument("--client-id", default="umqtt3-telemetry", type=client_id,
+                    help="fixed: it names the broker's persistent session (up to %d "
+                    "characters: what every server takes)" % PORTABLE_CLIENT_ID)
     ap.add_argument("--user", help="the user name the broker wants, if any")
     ap.add_argument("--password-file", metavar="FILE",
                     help="a file whose first line is the password for --user")
@@ -452,7 +489,7 @@ def parser():
     ap.add_argument("--max-early", type=_at_least(0), default=5.0,
                     help="seconds a reading's own time may be ahead of its arrival; "
                     "a reading further ahead takes its arrival time (default: 5)")
-    ap.add_argument("--trigger", type=_above_zero, default=2.0, help="seconds between batches")
+    ap.add_argument("--trigger", type=_trigger, default=2.0, help="seconds between batches")
     ap.add_argument("--max-rows", type=_at_least(0, int), default=100000,
                     help="rows per batch at most (0: all)")
     ap.add_argument("--min-rows", type=_at_least(0, int), default=10000,
@@ -472,6 +509,7 @@ def parser():
                     "broker's cap (ours: --max-inflight-v5; mosquitto: none), or 4 (3.1.1, for "
                     "a broker without MQTT 5), where it is the broker's --max-inflight "
                     "(mosquitto: max_inflight_messages)")
+    add_max_packet(ap)
     ap.add_argument("--keep-log", action="store_true", help="do not trim the log after commits")
     ap.add_argument("--available-now", action="store_true",
                     help="process what the log holds, then stop")
@@ -480,8 +518,9 @@ def parser():
     ap.add_argument("--drain", type=_at_least(0), default=60,
                     help="on stop, up to this many seconds to close: process what the log "
                     "holds and write every window (0: stop at once)")
-    ap.add_argument("--plot", help="write each node's windowed series to this PNG at the end")
-    ap.add_argument("--master", help="default: spark-submit's, else local[*]")
+    ap.add_argument("--plot", help="write each node's windowed series to this PNG at the end "
+                    "(or .svg, .pdf: a format matplotlib writes)")
+    ap.add_argument("--master", type=_master, help="default: spark-submit's, else local[*]")
     ap.add_argument("--shuffle-partitions", type=_at_least(1, int),
                     help="default: spark-submit's, else 1 (one machine)")
     ap.add_argument("--ui", action="store_true", help="start Spark's web UI")
@@ -493,13 +532,23 @@ def parser():
 
 def parse(argv=None):
     """The checked arguments: one line and exit status 2 for anything
-    unusable, the broker that cannot be reached included."""
+    unusable, the broker that cannot be reached included; the directories
+    are created only once everything passed."""
     ap = parser()
     a = ap.parse_args(argv)
-    for option in ("--log", "--out", "--checkpoint"):
-        usable_dir(ap, option, getattr(a, option[2:]))
+    why = spark_missing()
+    if why:
+        ap.error(why)
+    needs_user(ap, a)
+    dirs = [(option, getattr(a, option[2:])) for option in ("--log", "--out", "--checkpoint")]
     if a.plot:
-        usable_dir(ap, "--plot", os.path.dirname(os.path.abspath(a.plot)))
+        from .plot import unusable
+        why = unusable(a.plot)
+        if why:
+            ap.error("--plot " + why)
+        dirs.append(("--plot", os.path.dirname(os.path.abspath(a.plot))))
+    for option, path in dirs:
+        usable_dir(ap, option, path)
     from .ingest import read_password
     try:
         read_password(a.password_file)
@@ -508,6 +557,10 @@ def parse(argv=None):
     tls_checked(ap, a)  # refused here, before Spark starts
     if a.ingest == "driver":
         reachable(ap, a.broker)
+    made_dirs(ap, dirs)
+    note = client_id_note("umqtt3-pipeline", a.client_id)
+    if note and a.ingest == "driver":
+        print(note, file=sys.stderr)
     return a
 
 
@@ -532,6 +585,68 @@ def on_signals(stop, interrupted):
     signal.signal(signal.SIGINT, on_int)
 
 
+# The loggers of Spark that report a failed query (with its trace, and the
+# tasks it failed in) before the query's exception gets here: the job says it
+# once, in one line (failed()), and writes the trace to a file
+_REPORTERS = ("org.apache.spark.sql.execution.streaming", "org.apache.spark.executor.Executor",
+              "org.apache.spark.scheduler.TaskSetManager", "org.apache.spark.api.python")
+# what names a cause in a trace: a Python exception's last line (a bare
+# builtin name), else the deepest "Caused by:" of the JVM's, else the last of
+# Spark's error classes ("[STREAM_FAILED] ... [THE_CAUSE] what")
+_PY_CAUSE = re.compile(r"^([A-Z]\w*(?:Error|Exception|Exit)): (.+)$", re.M)
+_JVM_CAUSE = re.compile(r"^Caused by: [\w.$]+: (.+)$", re.M)
+_SPARK_CAUSE = re.compile(r"\[[A-Z][A-Z0-9_.]+\] ")
+# what to do about a cause, where the job knows it
+_HINTS = {"STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE":
+          " (a --checkpoint of an older version of the job: a new one, and a new --out; "
+          "docs/pipeline.md)"}
+
+
+def cause(text):
+    """The line that says why, from a failure's whole text."""
+    hint = "".join(h for k, h in _HINTS.items() if k in text)
+    m = _PY_CAUSE.findall(text)
+    if m:
+        return "%s: %s%s" % (m[-1] + (hint,))
+    m = _JVM_CAUSE.findall(text)
+    if m:
+        return m[-1] + hint
+    m = list(_SPARK_CAUSE.finditer(text))
+    if m:
+        return text[m[-1].start():].split("\n", 1)[0].strip() + hint
+    lines = [x.strip() for x in text.splitlines() if x.strip()]
+    return (lines[-1] if lines else "unknown") + hint
+
+
+def failed(what, e):
+    """Say "umqtt3-pipeline: WHAT (the full trace: FILE): CAUSE" on stderr,
+    the trace written to FILE; returns the exit status, 1."""
+    import tempfile
+    import traceback
+    text = "".join(traceback.format_exception(e)) if isinstance(e, BaseException) else str(e)
+    try:
+        fd, path = tempfile.mkstemp(prefix="umqtt3-pipeline-", suffix=".log")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        where = " (the full trace: %s)" % path
+    except OSError:  # a full /tmp: the cause still goes out
+        where = ""
+    print("umqtt3-pipeline: %s%s: %s" % (what, where, cause(text)[:1000]), file=sys.stderr,
+          flush=True)
+    return 1
+
+
+def quiet_reporters(spark):
+    """Turn off _REPORTERS (failed() reports instead)."""
+    try:
+        jvm = spark.sparkContext._jvm
+        off = jvm.org.apache.logging.log4j.Level.OFF
+        for name in _REPORTERS:
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, off)
+    except Exception:  # another logging back end: Spark's own lines stay
+        pass
+
+
 def main(argv=None):
     a = parse(argv)
     stop, interrupted = threading.Event(), threading.Event()
@@ -549,11 +664,21 @@ def main(argv=None):
     spark = q = None
     tally = [0]  # readings in the windows this run wrote
     try:
-        spark = session(a.master, conf=spark_conf(a.shuffle_partitions, a.ui, a.conf))
+        try:
+            spark = session(a.master, conf=spark_conf(a.shuffle_partitions, a.ui, a.conf))
+        except Exception as e:  # a --conf Spark refuses, a JVM that does not start
+            return failed("Spark did not start", e)
         on_signals(stop, interrupted)
         spark.sparkContext.setLogLevel("ERROR")
+        quiet_reporters(spark)
         if not stop.is_set():
-            q = start(spark, a, tally)
+            try:
+                q = start(spark, a, tally)
+            except Exception as e:  # what Spark finds wrong as it starts the query
+                if isinstance(e, Refused):
+                    print("umqtt3-pipeline: %s" % e, file=sys.stderr)
+                    return 1
+                return failed("the query did not start", e)
             print("umqtt3 telemetry: %s -> %s (log %s)" % (a.broker, a.out, a.log), flush=True)
         t_end = time.monotonic() + a.seconds if a.seconds else None
         while q is not None and q.isActive and not stop.is_set():
@@ -565,6 +690,11 @@ def main(argv=None):
     except KeyboardInterrupt:
         print("interrupted again: stopping now", file=sys.stderr, flush=True)
         return 130
+    except Exception as e:
+        from pyspark.errors import StreamingQueryException
+        if isinstance(e, StreamingQueryException):  # awaitTermination() raises it
+            return failed("query failed", e)
+        raise
     finally:
         try:
             if q is not None and q.isActive:
@@ -578,8 +708,7 @@ def main(argv=None):
     if q is None:
         return 130 if interrupted.is_set() else 1
     if q.exception() is not None:
-        print("query failed: %s" % q.exception(), file=sys.stderr)
-        return 1
+        return failed("query failed", q.exception())
     print("umqtt3 telemetry: stopped after %.0f s; %d readings committed to %s (in the windows "
           "this run wrote)" % (time.monotonic() - t0, tally[0], a.out), flush=True)
     if a.plot:

@@ -4,6 +4,7 @@ window mean, shaded from min to max) and a legend that says so.
 
     python -m umqtt3_pipeline.plot OUT_DIR telemetry.png
 """
+import os
 import sys
 
 
@@ -16,6 +17,27 @@ def load(out):
 # the unit of each built-in metric of firmware/sensors.py; plot(units=...)
 # adds or overrides (a node's own sensor)
 UNITS = {"temp": "°C", "vbat": "V", "uptime": "s", "mem": "bytes"}
+
+
+def literal(name):
+    """A name from a topic as matplotlib shows it: its "$" literal, not the
+    start of mathtext ("$\\frac$" would stop the plot)."""
+    return name.replace("$", r"\$")
+
+
+def unusable(path):
+    """Why matplotlib cannot write a figure to path (its suffix names no
+    format it writes), or None."""
+    suffix = os.path.splitext(path)[1][1:].lower()
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        return "the plot needs matplotlib (pip install '.[spark]')"
+    kinds = FigureCanvasBase.get_supported_filetypes()
+    if suffix not in kinds:
+        return ("%s: the name must end in a format matplotlib writes: .%s"
+                % (path, ", .".join(sorted(kinds))))
+    return None
 
 
 def title(df):
@@ -47,7 +69,7 @@ def plot(out, png, units=None):
     nodes = sorted(df["node"].unique())
     colours = {n: "C%d" % (i % 10) for i, n in enumerate(nodes)}
     for ax, metric in zip(axes[:, 0], metrics):
-        ax.set_title(metric, fontsize=10, loc="left")
+        ax.set_title(literal(metric), fontsize=10, loc="left")
         ax.set_ylabel(u.get(metric, ""))
         m = df[df["metric"] == metric]
         for node in sorted(m["node"].unique()):
@@ -57,7 +79,7 @@ def plot(out, png, units=None):
             ax.fill_between(mid, s["min"], s["max"], alpha=0.2, color=colours[node])
         ax.grid(alpha=0.3)
     if nodes:
-        handles = [Line2D([], [], marker=".", color=colours[n], label=n) for n in nodes]
+        handles = [Line2D([], [], marker=".", color=colours[n], label=literal(n)) for n in nodes]
         handles.append(Patch(color="grey", alpha=0.3, label="min to max of a window"))
         axes[0, 0].legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1),
                           title="line: window mean", title_fontsize=8)
@@ -75,14 +97,16 @@ def plot(out, png, units=None):
 def main(argv=None):
     """python -m umqtt3_pipeline.plot OUT PNG; a missing OUT or a PNG that
     cannot be written refused in one line with exit status 2."""
-    import os
     from .cli import Help, Parser
     ap = Parser(prog="python -m umqtt3_pipeline.plot", description=__doc__, formatter_class=Help)
     ap.add_argument("out", help="the job's Parquet output directory (--out)")
-    ap.add_argument("png", help="the PNG to write")
+    ap.add_argument("png", help="the PNG to write (or .svg, .pdf: a format matplotlib writes)")
     a = ap.parse_args(argv)
     if not os.path.isdir(a.out):
         ap.error("%s: no such directory (the job's --out)" % a.out)
+    why = unusable(a.png)
+    if why:
+        ap.error(why)
     where = os.path.dirname(os.path.abspath(a.png))
     if not os.path.isdir(where):
         ap.error("%s: %s is not a directory" % (a.png, where))

@@ -20,7 +20,8 @@ Options: path (the log directory; required), broker (host:port), topics
 (comma-separated filters), qos (1 or 2), clientId (fixed: it names the
 persistent session), maxRowsPerBatch, minRowsPerBatch and maxTriggerDelay
 (while the log keeps growing, a batch waits for that many rows, at most that
-many seconds), keepalive, level (5: MQTT 5, the default; 4: MQTT 3.1.1),
+many seconds), keepalive, level (5: MQTT 5, the default; 4: MQTT 3.1.1), maxPacket (bytes: the
+largest message the ingest takes, 65536 by default; ingest.MAX_PACKET),
 segmentBytes, splitBytes, trim ("false" keeps the history for the batch
 reader), user and passwordFile (the broker's login: a file whose first line
 is the password, so that the password is in no plan or log), cafile,
@@ -54,7 +55,7 @@ CLOSE_FILE = "CLOSE"
 
 SCHEMA = ("topic string, payload binary, qos int, retain boolean, dup boolean, "
           "offset long, received_at timestamp, node string, metric string, value double, "
-          "boot int, seq long, sent_at timestamp")
+          "boot long, seq long, sent_at timestamp")
 
 _BATCH_ROWS = 8192
 QUIET = 0.1  # seconds without a sync after which the log is not growing
@@ -94,7 +95,7 @@ def _arrow_schema(names=NAMES):
     full = pa.schema([("topic", pa.string()), ("payload", pa.binary()), ("qos", pa.int32()),
                       ("retain", pa.bool_()), ("dup", pa.bool_()), ("offset", pa.int64()),
                       ("received_at", ts), ("node", pa.string()), ("metric", pa.string()),
-                      ("value", pa.float64()), ("boot", pa.int32()), ("seq", pa.int64()),
+                      ("value", pa.float64()), ("boot", pa.int64()), ("seq", pa.int64()),
                       ("sent_at", ts)])
     return pa.schema([f for f in full if f.name in names])
 
@@ -131,8 +132,7 @@ def rows(path, part, names=NAMES):
         p = None
         if text is not None and t_ms.min() >= 0 and t_ms.max() <= _MAX_MS:
             p = parse_columns(text, payloads)
-        if p is None or pc.any(pc.greater_equal(p["t"], _MAX_S)).as_py():
-            # a row only parse() takes, or a time beyond Spark's timestamps
+        if p is None:  # a row only parse() takes
             yield _rows_slow(numbers, flags, t_ms, topics, payloads, schema)
             continue
         ts = pa.timestamp("us", tz="UTC")  # as in _arrow_schema()
@@ -147,7 +147,6 @@ def rows(path, part, names=NAMES):
 
 
 _MAX_MS = (1 << 63) // 1000 - 1  # received ms that fit Spark's timestamps (µs)
-_MAX_S = float(1 << 63) / 1e6  # and event times in seconds
 
 
 def _rows_slow(numbers, flags, t_ms, topics, payloads, schema):
@@ -164,9 +163,8 @@ def _rows_slow(numbers, flags, t_ms, topics, payloads, schema):
         if p is None:
             row.update(node=None, metric=None, value=None, boot=None, seq=None, sent_at=None)
         else:
-            row.update(node=p[0], metric=p[1], value=p[2],
-                       boot=p[3] if -0x80000000 <= p[3] < 0x80000000 else None,
-                       seq=p[4] if -(1 << 63) <= p[4] < (1 << 63) else None,
+            # parse() keeps only numbers these columns hold (telemetry._fits)
+            row.update(node=p[0], metric=p[1], value=p[2], boot=p[3], seq=p[4],
                        sent_at=None if p[5] is None else int(p[5] * 1000000))
         for k, v in cols.items():
             v.append(row[k])
@@ -313,7 +311,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _log(self):
         if self._ingest is None:
-            from .ingest import Ingest, read_password
+            from .ingest import MAX_PACKET, Ingest, read_password
             from .tls import from_options
             o = self.options
             topics = [t.strip() for t in o.get("topics", "#").split(",") if t.strip()]
@@ -323,7 +321,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                   int(o.get("segmentbytes", 64 << 20)),
                                   level=int(o.get("level", 5)), user=o.get("user") or None,
                                   password=read_password(o.get("passwordfile")),
-                                  tls=from_options(o), cert=bool(o.get("certfile"))).start()
+                                  tls=from_options(o), cert=bool(o.get("certfile")),
+                                  bufsize=int(o.get("maxpacket", MAX_PACKET))).start()
         self._ingest.check()
         return self._ingest.log
 

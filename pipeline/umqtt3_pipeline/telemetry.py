@@ -5,12 +5,22 @@ the node knows the time (its clock synced over NTP); readings without it are
 valid and fall back to their arrival time downstream. Status messages (``<prefix>/<node>/status``,
 plain text) and anything else parse to None."""
 import json
+import math
 import re
 
 # (node, boot, seq) names a reading: boot is random per boot of the node and
 # seq counts its readings, so a reading the node or the broker sends again
 # has the same key, and two different readings never do.
 DEDUP_KEY = ("node", "boot", "seq")
+
+# What Spark's columns hold: boot and seq as 64-bit integers (a key part
+# out of range would become null and merge distinct readings), "t" as a
+# timestamp in microseconds since 1970 (int64; a little under 2**63 / 1e6
+# seconds, so that int(t * 1e6) fits after rounding). A reading beyond
+# these, or with a value or time that is not a finite number (json.loads
+# takes NaN, Infinity and 1e999), is refused as malformed.
+MIN_INT, MAX_INT = -(1 << 63), (1 << 63) - 1
+MAX_T = 9.2e12  # seconds, either side of 1970
 
 
 # exactly what firmware/node.py sends ('{"v":%s,"boot":%d,"seq":%d}', then
@@ -35,10 +45,10 @@ _LEVELS_RE2 = r"/(?P<node>[^/]*)/(?P<metric>[^/]*)\z"
 def parse_columns(topics, payloads):
     """parse() for whole columns (topics: an Arrow string array, payloads: a
     binary one), with Arrow's compute functions: {"node", "metric", "value",
-    "boot", "seq", "t": Arrow arrays, null where parse() gives None; boot
-    and seq null outside int32 and int64}, or None when a row needs
-    parse()'s own path (a payload in JSON other than the firmware's, a
-    number too large for Arrow's casts): the caller then parses row by row."""
+    "boot", "seq", "t": Arrow arrays, null where parse() gives None}, or
+    None when a row needs parse()'s own path (a payload in JSON other than
+    the firmware's, a number too large for Arrow's casts or for Spark): the
+    caller then parses row by row."""
     import pyarrow as pa
     import pyarrow.compute as pc
     levels = pc.extract_regex(topics, _LEVELS_RE2)
@@ -61,16 +71,25 @@ def parse_columns(topics, payloads):
         t = pc.if_else(pc.equal(pc.binary_length(t_text), 0), None, t_text) \
             .cast(pa.string()).cast(pa.float64())
     except pa.ArrowInvalid:
-        return None  # an integer beyond int64: parse() keeps it, then checks its range
-    in32 = pc.and_(pc.greater_equal(boot, -0x80000000), pc.less(boot, 0x80000000))
+        return None  # an integer beyond int64: parse() refuses the reading
+    # digits beyond a double's range (inf), a time beyond Spark's: parse() refuses them
+    if (not pc.all(pc.is_finite(value)).as_py()
+            or pc.any(pc.greater_equal(t, MAX_T)).as_py()):
+        return None
     return {"node": pc.if_else(ok, levels.field("node"), None),
             "metric": pc.if_else(ok, levels.field("metric"), None),
-            "value": value, "boot": pc.if_else(in32, boot, None).cast(pa.int32()),
-            "seq": seq, "t": t}
+            "value": value, "boot": boot, "seq": seq, "t": t}
+
+
+def _fits(v, boot, seq, t):
+    """The numbers fit Spark's columns (MIN_INT, MAX_T)."""
+    return (math.isfinite(v) and MIN_INT <= boot <= MAX_INT and MIN_INT <= seq <= MAX_INT
+            and (t is None or -MAX_T < t < MAX_T))  # False for NaN
 
 
 def parse(topic, payload):
-    """(node, metric, value, boot, seq, t) or None."""
+    """(node, metric, value, boot, seq, t) or None (not a reading, or one
+    whose numbers Spark cannot hold: _fits)."""
     if payload[:1] != b"{":
         return None
     parts = topic.split(b"/")
@@ -80,10 +99,11 @@ def parse(topic, payload):
     if m is not None:
         try:
             t = m.group(4)
-            return (parts[-2].decode(), parts[-1].decode(), float(m.group(1)),
-                    int(m.group(2)), int(m.group(3)), None if t is None else float(t))
+            r = (parts[-2].decode(), parts[-1].decode(), float(m.group(1)),
+                 int(m.group(2)), int(m.group(3)), None if t is None else float(t))
         except UnicodeDecodeError:
             return None
+        return r if _fits(*r[2:]) else None
     try:
         d = json.loads(payload)
         v = d["v"]
@@ -92,6 +112,10 @@ def parse(topic, payload):
     except (ValueError, KeyError, TypeError):
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        v = float(v)
+    except OverflowError:  # an integer beyond a double's range
         return None
     if not isinstance(boot, int) or not isinstance(seq, int):
         return None
@@ -103,7 +127,7 @@ def parse(topic, payload):
         metric = parts[-1].decode()
     except UnicodeDecodeError:
         return None
-    return node, metric, float(v), boot, seq, t
+    return (node, metric, v, boot, seq, t) if _fits(v, boot, seq, t) else None
 
 
 def dedup_key(topic, payload):
