@@ -16,7 +16,7 @@ import time
 import pytest
 
 from mosq import MOSQUITTO
-from gateway import start_gateway
+from gateway_process import start_gateway
 from relay import Relay
 from test_bridge_failover import Sub
 from tools.procs import stop

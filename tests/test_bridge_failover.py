@@ -14,7 +14,7 @@ import time
 import pytest
 
 from mosq import MOSQUITTO
-from gateway import start_gateway
+from gateway_process import start_gateway
 from relay import Relay
 from tools.procs import free_port, stop
 from umqtt3.bridge import install, settings

@@ -17,7 +17,7 @@ import pytest
 
 from mosq import MOSQUITTO
 from paho_peer import Watch  # tests/paho_peer.py
-from gateway import start_gateway
+from gateway_process import start_gateway
 from relay import Relay
 from tools.procs import free_port, start, stop, umqtt3_broker_cmd, python_env
 from umqtt3.client import MQTTClient

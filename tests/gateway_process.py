@@ -1,5 +1,6 @@
 """Our broker as a gateway process for the bridge tests: its bridges from a
-file in mosquitto's form, on a free port, its output in a log file.
+file in mosquitto's form, on a free port, its output in a log file. (Not
+named gateway.py: the firmware's gateway module is imported by that name.)
 
     gw, port, log = start_gateway(tmp_path, "connection up\\naddress ...\\n",
                                   "--store", str(tmp_path / "store"))
