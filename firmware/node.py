@@ -191,6 +191,7 @@ class Node:
         self.sent = 0     # readings accepted this boot
         self.skipped = 0  # readings dropped: window or store full for a whole period
         self.refused = False  # the store refuses readings now (logged once)
+        self.born = False  # "online" published on the connection we have
         self.link = None  # keep_joined()'s check, once started
 
     def uptime(self):
@@ -239,8 +240,8 @@ class Node:
         self.client = cl
         self.seq = next_seq(cl.accepted)
         # the birth: waits like a reading for room in the window; not taken
-        # (store full), the node goes on (its retained status stays as it was)
-        if not self.put(status, b"online", 1, None, ticks_add(self.clock(), c["drain_ms"]), True):
+        # (store full), the node goes on and tries again each cycle (birth())
+        if not self.birth(ticks_add(self.clock(), c["drain_ms"])):
             self._log("%s: birth not sent" % self.id)
         self._log("%s: boot %d, first seq %d, %s" % (
             self.id, self.boot, self.seq,
@@ -297,8 +298,21 @@ class Node:
             self.feed()
             cl.poll(20)
 
+    def birth(self, deadline):
+        """Publish the retained "online" status once per connection: at
+        start, again after a refusal, and after every reconnect the client
+        made by itself (the broker published our will, "offline", when the
+        link was lost [MQTT-3.1.2-8], and kept it retained). True once sent."""
+        up = self.client.is_connected()
+        if not up:
+            self.born = False  # the next connection needs its own
+        elif not self.born:
+            self.born = bool(self.put(self.base + "status", b"online", 1, None, deadline, True))
+        return self.born
+
     def cycle(self, deadline):
         """Read every sensor once and publish the readings."""
+        self.birth(deadline)
         if self.led:
             self.led.value(1)
         for name in self.names:
@@ -330,6 +344,8 @@ class Node:
             if left <= 0:
                 return True
             self.client.poll(min(left, 100))
+            if not self.client.is_connected():
+                self.born = False  # a reconnect (after backoff) needs its birth
 
     def drain(self, ms):
         """Wait up to `ms` for every QoS 1/2 message in flight to be acked."""

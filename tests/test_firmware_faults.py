@@ -288,3 +288,30 @@ def test_a_gateway_joins_again_when_its_wifi_stays_down(wlan):
         drop_until_rejoined(w, joins, logs, r)
     finally:
         r.stop()
+
+
+# ------------------------------------------------------------------ a lost link
+def test_the_node_says_online_again_after_its_client_reconnects(broker):
+    # the link breaks under the node: the broker publishes its will,
+    # "offline", retained; the client reconnects by itself, and the node
+    # publishes "online" again (before, the status stayed "offline" while
+    # readings flowed, until the next boot)
+    from relay import Relay
+    col = Collector(broker.port)
+    relay = Relay(broker.port)
+    run = Running()
+    # a period longer than the reconnect: the link is lost and back within one wait()
+    n = fw_node.Node(cfg("w1", relay.port, keepalive=2, period_s=3), DESKTOP, {"ssid": "lab"},
+                     stop=run.stopping.is_set)
+    try:
+        run.start(n.run, 0)
+        col.wait(lambda: col.status("w1") == ["online"])
+        relay.break_links()
+        col.wait(lambda: col.status("w1")[-1:] == ["offline"])
+        col.wait(lambda: col.status("w1") == ["online", "offline", "online"], 15)
+        before = len(col.readings("w1"))
+        col.wait(lambda: len(col.readings("w1")) > before)  # and readings go on
+    finally:
+        run.stop()
+        relay.close()
+        col.close()
