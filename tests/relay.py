@@ -78,6 +78,7 @@ class Relay:
         self.holding = False
         self.kept = []  # what hold() kept from the broker: (socket, packet)
         self.muted = False
+        self.lost = []  # the first bytes of what mute() lost, one per packet
         ls = self.ls = socket.socket()
         ls.bind(("127.0.0.1", 0))
         ls.listen(5)
@@ -105,11 +106,12 @@ class Relay:
             self.kept = []
             self.holding = False
 
-    def mute(self):
+    def mute(self, only=None):
         """Lose what the broker sends from now on (its acks never reach
-        the bridge, whose client keeps its messages in flight)."""
+        the bridge, whose client keeps its messages in flight); only: the
+        first bytes of the packets to lose (0x70: PUBCOMP), the rest passes."""
         with self.lock:
-            self.muted = True
+            self.muted = only or True
 
     def unmute(self):
         with self.lock:
@@ -172,7 +174,9 @@ class Relay:
                             return
                         continue
                     with self.lock:
-                        if way == "down" and self.muted:
+                        if way == "down" and self.muted and (
+                                self.muted is True or p[0] in self.muted):
+                            self.lost.append(p[0])
                             continue
                         if way == "down" and self.holding:
                             self.kept.append((b, p))
