@@ -188,6 +188,12 @@ class Core:
         # resume's redelivery)
         f = self.cb
         if f is None:
+            if p.qos:
+                # taken by nobody: not acknowledged, the link dropped, and
+                # the server sends it again once a callback is set (a
+                # persistent session's messages come at connect: set the
+                # callback first) [MQTT-4.3.2-2]
+                raise MQTTError("no callback", 0x80)
             return
         # While the callback runs the drivers read nothing: a nested read
         # would overwrite the packet being handled before it is acknowledged.
@@ -274,6 +280,8 @@ class Core:
         # UNSUBSCRIBE (unsubscribe_start)
         if self.state != _UP:
             raise OSError(107, "")
+        if type(topic) not in (str, bytes):
+            topic = bytes(topic)  # a bytearray or memoryview: a key of subs
         if qos < 0:
             self.subs.pop(topic, None)
         else:
@@ -300,7 +308,7 @@ class Core:
         """The granted QoS; raises if the broker refused the filter."""
         rc = self.answer
         if rc >= 0x80:
-            del self.subs[topic]
+            del self.subs[topic if type(topic) in (str, bytes) else bytes(topic)]
             raise MQTTException(rc)
         return rc
 
@@ -399,7 +407,9 @@ class Core:
         else:
             ka = self.keepalive * 1000
             if self.ping_at is not None:
-                t = ka - ticks_diff(now, self.ping_at)
+                # from the PINGREQ, or the last packet since: a PINGRESP
+                # behind a stream of messages is late, not lost
+                t = ka - min(ticks_diff(now, self.ping_at), ticks_diff(now, self.last_rx))
                 if t < 0:
                     raise Closed(110, "")  # no PINGRESP: the link is dead
                 t += 1

@@ -438,3 +438,73 @@ def test_bye_queues_disconnect_and_ends_reconnecting():
     assert c.reconnect is False
     c.down()
     assert c.bye() is False and take(c, 0) == b""  # nothing to say when down
+
+
+def test_a_qos1_message_without_a_callback_is_not_acknowledged():
+    # nobody took it: no PUBACK (it would tell the server the message was
+    # taken [MQTT-4.3.2-2]); the link is dropped and the server sends it
+    # again, once a callback is set. Before, it was acknowledged and lost.
+    from umqtt3.codec import MQTTError
+    c = connected(core())
+    feed(c, publish(b"cmd/a", b"qos0", 0), 1)  # QoS 0: nothing to keep
+    try:
+        feed(c, publish(b"cmd/a", b"on", 1, 7), 2)
+    except MQTTError as e:
+        assert e.reason == "no callback"
+    else:
+        raise AssertionError("a message nobody took was accepted")
+    assert c.state == DOWN and take(c, 2) == b""
+    # with a callback, the server's resend is delivered and acknowledged
+    got = []
+    c.set_callback(lambda t, m: got.append(m))
+    c.clean = False  # (the persistent session the resend comes in)
+    c.start(3)
+    take(c, 3)
+    feed(c, CONNACK_SP, 3)
+    feed(c, publish(b"cmd/a", b"on", 1, 7, dup=True), 4)
+    assert got == [b"on"] and take(c, 4) == puback(7)
+
+
+def test_a_filter_as_bytearray_or_memoryview():
+    # umqtt.simple takes any bytes-like filter; subs keys it as bytes
+    c = connected(core())
+    c.set_callback(lambda t, m: None)
+    for f in (bytearray(b"cmd/a"), memoryview(b"cmd/b")):
+        pid = c.subscribe_start(f, 1)
+        assert b"cmd/" in take(c, 0)
+        feed(c, bytes((0x90, 3, 0, pid, 0x80)), 1)  # refused
+        try:
+            c.subscribe_end(f)
+        except Exception as e:
+            assert e.code == 0x80
+        else:
+            raise AssertionError("a refusal was taken")
+    assert not c.subs
+    pid = c.subscribe_start(bytearray(b"cmd/c"), 1)
+    take(c, 2)
+    feed(c, bytes((0x90, 3, 0, pid, 1)), 3)
+    assert c.subscribe_end(bytearray(b"cmd/c")) == 1 and list(c.subs) == [b"cmd/c"]
+
+
+def test_a_pingresp_behind_a_stream_of_messages_is_late_not_lost():
+    # after PINGREQ the server keeps sending: the link is alive, and the
+    # wait for PINGRESP counts from the last packet received
+    c = connected(core(keepalive=1), 0)
+    c.set_callback(lambda t, m: None)
+    c.tick(1000)
+    assert take(c, 1000) == PINGREQ
+    now = 1000
+    while now < 4000:
+        now += 100
+        feed(c, publish(b"t", b"x", 0), now)
+        c.tick(now)  # raised Closed(110) at 2001 before
+    feed(c, PINGRESP, now)
+    assert c.ping_at is None and c.state == UP
+    c.tick(now + 1000)
+    assert take(c, now + 1000) == PINGREQ
+    try:
+        c.tick(now + 2001)  # silence: the link is dead
+    except Closed as e:
+        assert e.args[0] == 110
+    else:
+        raise AssertionError("a silent server went unnoticed")
