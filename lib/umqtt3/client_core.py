@@ -58,6 +58,11 @@ del const
 # write failed. A refused dial's 111 is the socket's own, raised as it came.
 
 
+def _key(topic):
+    # a filter as subs keeps it: a bytearray or memoryview as bytes (hashable)
+    return topic if type(topic) in (str, bytes) else bytes(topic)
+
+
 class Core:
     # Defaults set on the instance only when they change (set_sync(),
     # set_last_will(), ..., MQTT 5's CONNACK): each costs a slot in the
@@ -280,8 +285,7 @@ class Core:
         # UNSUBSCRIBE (unsubscribe_start)
         if self.state != _UP:
             raise OSError(107, "")
-        if type(topic) not in (str, bytes):
-            topic = bytes(topic)  # a bytearray or memoryview: a key of subs
+        topic = _key(topic)
         if qos < 0:
             self.subs.pop(topic, None)
         else:
@@ -308,7 +312,7 @@ class Core:
         """The granted QoS; raises if the broker refused the filter."""
         rc = self.answer
         if rc >= 0x80:
-            del self.subs[topic if type(topic) in (str, bytes) else bytes(topic)]
+            del self.subs[_key(topic)]
             raise MQTTException(rc)
         return rc
 
