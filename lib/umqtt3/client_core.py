@@ -84,6 +84,7 @@ class Core:
     # a bridge's: a node's caller asked for that QoS, and gets the refusal)
     lower = None  # type: object
     too_large = 0  # inbound PUBLISHes larger than bufsize, discarded (client_skip)
+    paused = None  # the StoreFull that left inbound QoS 1/2 unanswered on this link
 
     def __init__(self, client_id, keepalive=0, user=None, password=None, level=4,
                  store=None, window=8, bufsize=512, reconnect=False, timeout_ms=5000,
@@ -365,7 +366,7 @@ class Core:
         c.done()
         c.tlen = c.sent = 0
         self.state = _DOWN
-        self.backlog = None
+        self.backlog = self.paused = None
         if self.held is not None:
             self.held = None
 
@@ -501,10 +502,22 @@ class Core:
                 q = p.qos
                 pid = p.pid  # read first: the callback may reuse the packet
                 st = self.store
+                if q and self.paused:
+                    return  # behind one left unanswered: kept in order [MQTT-4.6.0-2]
                 # a known QoS 2 id: PUBREC again, no second delivery [MQTT-4.3.3-2]
                 if q < 2 or not st.in_has(pid):
                     if q == 2:
-                        st.in_add(pid, p.buf, 0, p.end)  # durable before PUBREC
+                        try:
+                            st.in_add(pid, p.buf, 0, p.end)  # durable before PUBREC
+                        except MQTTError as e:
+                            if not st.in_count():
+                                raise  # full of our own messages
+                            # more QoS 2 ids in flight than the store holds
+                            # (3.1.1 cannot tell the broker): this one and
+                            # those behind it go unanswered; PUBRELs free
+                            # the ids, then a new link brings them again
+                            self.paused = e
+                            return
                     try:
                         self.deliver(p, False)
                     except Exception:
@@ -535,6 +548,15 @@ class Core:
                     st.in_del(pid)  # removed durably before PUBCOMP
                     # unknown ids are answered too, so the sender can finish
                     c.tlen = encode_ack(c.tx, c.tlen, _PUBCOMP, pid)
+                    why = self.paused
+                    if why and not st.in_count():
+                        # all ids free: a new link at once, on which the
+                        # broker sends the unanswered ones again
+                        # [MQTT-4.4.0-1] (and the PUBRELs whose PUBCOMP
+                        # this drops: answered as unknown ids)
+                        self.down()
+                        self.retry_at = now
+                        raise why
                 elif t == _PUBREC and p.rc < 0x80:
                     # recorded before PUBREL [MQTT-4.3.3-1] (True: the
                     # store sends PUBREL itself, in its own order)

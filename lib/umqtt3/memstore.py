@@ -100,6 +100,9 @@ class MemoryStore:
         if pid in p:  # (held once: in_add follows in_has)
             p[p.index(pid)] = 0
 
+    def in_count(self):
+        return len(self.inpid) - self.inpid.count(0)
+
     def in_clear(self):
         # the broker lost the session: held inbound ids mean nothing now
         self.inpid = [0] * len(self.inpid)  # (once a connection: may allocate)

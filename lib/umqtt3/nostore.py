@@ -54,6 +54,9 @@ class NoStore:
     def in_del(self, pid):
         _drop(self.inn, pid)
 
+    def in_count(self):
+        return len(self.inn) - self.inn.count(0)
+
     def in_clear(self):
         for i in range(len(self.inn)):
             self.inn[i] = 0

@@ -12,6 +12,7 @@
 #                                   (FileStore: key=, a tag kept in the record)
 #   in_done(pid)                    handed to the application
 #   in_has(pid), in_del(pid)        PUBREL: removed durably before PUBCOMP
+#   in_count()                      inbound ids held (a full store: are PUBRELs to come?)
 #   recover()                       after a reboot: [(pid, state, key, bytes)]
 #                                   outbound in send order (state "p" or "r"),
 #                                   then undelivered inbound (state "u")
@@ -228,6 +229,9 @@ class FileStore:
 
     def accepted(self, key):
         return key <= self.last_key
+
+    def in_count(self):
+        return len(self.inb)
 
     def in_clear(self):
         """The broker lost the session: its held QoS 2 ids mean nothing now.

@@ -508,3 +508,49 @@ def test_a_pingresp_behind_a_stream_of_messages_is_late_not_lost():
         assert e.args[0] == 110
     else:
         raise AssertionError("a silent server went unnoticed")
+
+
+def test_more_qos2_in_flight_than_the_store_holds_waits_for_the_pubrels():
+    # MQTT 3.1.1 cannot tell the broker how many QoS 2 ids the client holds
+    # (an id stays from PUBREC to PUBREL [MQTT-4.3.3-2]). One that finds the
+    # store full goes unanswered, and so does every QoS 1/2 message behind
+    # it (their order [MQTT-4.6.0-2]); QoS 0 is delivered; PUBRELs are
+    # answered; once none is held, the link ends and the next one may start
+    # at once: the broker sends the unanswered messages again [MQTT-4.4.0-1]
+    from umqtt3.memstore import MemoryStore
+    c = connected(core(store=MemoryStore(2, 64, 2), reconnect=True))
+    c.clean = False  # a persistent session: the broker keeps it (CONNACK_SP)
+    log = Log()
+    c.set_callback(log.cb)
+    feed(c, publish(b"q", b"1", 2, 1) + publish(b"q", b"2", 2, 2), 1)
+    assert take(c, 1) == ack(5, 1) + ack(5, 2)
+    feed(c, publish(b"q", b"3", 2, 3) + publish(b"q", b"4", 1, 4) + publish(b"q", b"5", 0), 2)
+    assert take(c, 2) == b""  # 3 and 4 unanswered, not delivered
+    assert log.msgs == [(b"q", b"1"), (b"q", b"2"), (b"q", b"5")] and c.state == UP
+    feed(c, ack(6, 1), 3)
+    assert take(c, 3) == ack(7, 1) and c.state == UP  # id 2 still held
+    try:
+        feed(c, ack(6, 2), 40)
+        assert False, "the link should end"
+    except Exception as e:
+        assert e.args[1] == 0x97  # the store's refusal: "store full"
+    assert c.state == DOWN and c.tick(40) == 0  # the next attempt: now, no backoff
+    # the new link takes them again, in order, and delivers them once each
+    connected(c, 41, CONNACK_SP)
+    feed(c, publish(b"q", b"3", 2, 3, dup=True) + publish(b"q", b"4", 1, 4, dup=True), 42)
+    assert take(c, 42) == ack(5, 3) + puback(4)
+    assert log.msgs[3:] == [(b"q", b"3"), (b"q", b"4")]
+
+
+def test_a_store_full_of_our_own_messages_still_drops_the_link():
+    # nothing inbound held, so no PUBREL will free room: as before, the
+    # refusal ends the link (a FileStore shares its room with outbound)
+    from umqtt3.memstore import MemoryStore
+    c = connected(core(store=MemoryStore(2, 64, 0)))
+    c.set_callback(Log().cb)
+    try:
+        feed(c, publish(b"q", b"1", 2, 1), 1)
+        assert False, "the refusal should leave packet()"
+    except Exception as e:
+        assert e.args[1] == 0x97
+    assert take(c, 1) == b""
