@@ -250,6 +250,32 @@ def test_subscription_identifier_of_the_subscription_each_copy_came_by():
         assert P.SUBSCRIPTION_ID not in props_of(m)
 
 
+def test_retained_message_carries_the_identifier_of_its_subscribe():
+    # [MQTT-3.3.4-3] (5.0): a retained message sent because of a SUBSCRIBE
+    # [MQTT-3.3.1-6] carries that SUBSCRIBE's subscription identifier, as a
+    # routed one does, after its own properties; none without one
+    with running() as b, Raw(b) as p5, Raw(b) as p4, Raw(b) as c:
+        connect5(p5, "p5")
+        pub5(p5, "sid/a", b"a", 1, 1, retain=True, props={P.CONTENT_TYPE: "c"})
+        p5.expect(PUBACK, 1)
+        p4.connect("p4")
+        p4.publish("sid/b", b"b", 1, 1, retain=True)  # (no properties at all)
+        p4.expect(PUBACK, 1)
+        connect5(c, "s")
+        sub5(c, 1, [("sid/+", 1)], {P.SUBSCRIPTION_ID: 42})
+        got = {}
+        for _ in range(2):
+            m = next_publish(c)
+            assert m.retain
+            got[bytes(m.topic)] = props_of(m)
+            c.put(encode_ack, PUBACK, m.pid)
+        assert got == {b"sid/a": {P.CONTENT_TYPE: "c", P.SUBSCRIPTION_ID: [42]},
+                       b"sid/b": {P.SUBSCRIPTION_ID: [42]}}, got
+        sub5(c, 2, [("sid/a", 0)])
+        m = next_publish(c)
+        assert m.retain and props_of(m) == {P.CONTENT_TYPE: "c"}
+
+
 def test_client_receive_maximum_honoured():
     # [MQTT-3.3.4-9]: no more unacknowledged QoS 1/2 PUBLISHes than the
     # client's receive maximum; the next goes after an ack
