@@ -447,8 +447,10 @@ class Session:
             prn = r.prn if r.prs is not None else 0
             rl += prn + (1 if prn < 128 else 2 if prn < 16384 else 3)
         size = rl + (2 if rl < 128 else 3 if rl < 16384 else 4 if rl < 2097152 else 5)
-        if self.maxpkt and size > self.maxpkt:
-            self.stats.dropped += 1  # never more than the client takes [MQTT-3.1.2-25]
+        if self.maxpkt and size > self.maxpkt and not self._alias_fits(r, qos):
+            # never more than the client takes: dropped as if sent, unless
+            # its form with a topic alias fits [MQTT-3.1.2-25]
+            self.stats.dropped += 1
             return
         if not qos and not self.tam:
             # QoS 0 (_put inline): the publisher's frame when it is the same
@@ -504,6 +506,12 @@ class Session:
         if ak < 0:
             self.oal.append(bytes(r.tsrc[r.toff:r.toff + r.tn]))  # a new alias, once
         self.stats.sent += 1
+
+    def _alias_fits(self, r, qos):
+        # r's PUBLISH with the topic alias that stands for its topic already
+        # (an empty topic) within the client's maximum packet size
+        return self.tam and self._alias(r) > 0 and \
+            publish_size(0, r.pn, qos, self._prn(r) + 3) <= self.maxpkt
 
     def _alias(self, r):
         """The broker's topic alias for r's topic on this connection
@@ -1451,7 +1459,9 @@ class Session:
     def attach(self, client):
         """The client (re)connects to this session: what was written and not
         acknowledged is due again, PUBLISH with DUP=1 [MQTT-4.4.0-1], built
-        for the level it connects at (_relevel)."""
+        for the level it connects at (_relevel); one now over the client's
+        maximum packet size is not sent again, dropped as if it had been
+        acknowledged [MQTT-3.1.2-25]."""
         self.client = client
         if self.exp_at >= 0:
             self.exp_at = -1
@@ -1475,12 +1485,16 @@ class Session:
         if self.level != old and self.rcount:
             self._relevel(old)
         ns = len(self.s_st)
+        mp = self.maxpkt
         self.unsent = 0
         i = 0
         while i < self.rcount:
             k = (self.rhead + i) % ns
             st = self.s_st[k]
-            if st == PUB_SENT:
+            if (st == PUB_SENT or st == PUB) and mp and self.s_len[k] > mp:
+                self._gone(k)  # (its aliased form fitted the last connection)
+                st = FREE
+            elif st == PUB_SENT:
                 self.rbuf[self.s_off[k]] |= 8
                 st = PUB
             elif st == REL_SENT:
@@ -1489,6 +1503,16 @@ class Session:
                 self.s_st[k] = st
                 self.unsent += 1
             i += 1
+        if self.rcount and not self.s_st[self.rhead]:
+            self._free(self.rhead)
+
+    def _gone(self, k):
+        # slot k's PUBLISH is not sent again: as if acknowledged (its id
+        # free), counted in dropped; the caller frees the slot (FREE)
+        self.stats.dropped += 1
+        if self.fs is not None:
+            self.fs.out_del(self.s_pid[k])
+        self.s_st[k] = FREE
 
     def _relevel(self, old):
         # The client came back at another protocol level than the ring's

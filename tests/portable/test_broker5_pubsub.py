@@ -341,6 +341,36 @@ def test_message_expiry_decremented_and_expired_dropped_from_the_queue():
         assert b.dropped == 1
 
 
+def test_aliased_message_within_the_maximum_packet_size_is_sent():
+    # [MQTT-3.1.2-25]: only a packet too large to send is dropped. Once an
+    # alias stands for its topic, a message over the client's maximum
+    # packet size with the whole topic but within it with the alias is
+    # sent, at QoS 0 and 1. On the next connection aliases start afresh
+    # [MQTT-3.3.2-7]: the QoS 1 one would go again whole, too large: dropped
+    # as if sent.
+    t = "m/" + "x" * 18  # 20 bytes: whole, a 20-byte payload makes 45 and 47 bytes
+    cp = {P.MAXIMUM_PACKET_SIZE: 40, P.TOPIC_ALIAS_MAXIMUM: 3, P.SESSION_EXPIRY: 60}
+    with running() as b, Raw(b) as pub:
+        connect5(pub, "p")
+        with Raw(b) as s:
+            connect5(s, "s", clean=False, props=cp)
+            sub5(s, 1, [("m/#", 1)])
+            pub5(pub, t, b"a")
+            m = next_publish(s)
+            assert bytes(m.topic) == t.encode() and props_of(m)[P.TOPIC_ALIAS] == 1
+            pub5(pub, t, b"0" * 20)
+            pub5(pub, t, b"1" * 20, 1, 1)
+            for q in (0, 1):
+                m = next_publish(s)
+                assert (bytes(m.topic), bytes(m.payload), m.qos) == (b"", b"%d" % q * 20, q)
+                assert props_of(m)[P.TOPIC_ALIAS] == 1
+            assert b.dropped == 0
+        with Raw(b) as s:
+            assert connect5(s, "s", clean=False, props=cp).session_present
+            assert s.nothing()
+        assert b.dropped == 1
+
+
 def test_message_expiry_of_a_retained_message():
     # [MQTT-3.3.2-5] (5.0): a retained message whose interval has passed
     # is no longer sent, and is gone
