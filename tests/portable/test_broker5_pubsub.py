@@ -341,6 +341,43 @@ def test_message_expiry_decremented_and_expired_dropped_from_the_queue():
         assert b.dropped == 1
 
 
+def test_message_in_flight_resent_with_what_is_left_of_its_expiry():
+    # [MQTT-3.3.2-6] (5.0): a QoS 1/2 message sent and not acknowledged
+    # goes again on the session's next connection [MQTT-4.4.0-1] with what
+    # is left of its interval; once that has passed it is not sent again
+    # [MQTT-3.3.2-5] (as mosquitto does), and counts as dropped. a and b
+    # go at once; c and d wait (Receive Maximum 2), and c goes once a is
+    # acknowledged, into the ring slot a had.
+    sp = {P.SESSION_EXPIRY: 600, P.RECEIVE_MAXIMUM: 2}
+    with running() as b, Raw(b) as pub:
+        connect5(pub, "p")
+        with Raw(b) as s:
+            connect5(s, "s", clean=False, props=sp)
+            sub5(s, 1, [("x/#", 2)])
+            pub5(pub, "x/a", b"a", 1, 1, props={P.MESSAGE_EXPIRY: 50})
+            pub5(pub, "x/b", b"b", 2, 2, props={P.MESSAGE_EXPIRY: 3})
+            pub5(pub, "x/c", b"c", 1, 3, props={P.MESSAGE_EXPIRY: 100})
+            pub5(pub, "x/d", b"d", 1, 4)
+            got = [next_publish(s) for _ in range(2)]
+            assert [props_of(m)[P.MESSAGE_EXPIRY] for m in got] == [50, 3]
+            s.put(encode_ack, PUBACK, got[0].pid)
+            m = next_publish(s)  # b and c in flight, neither acknowledged
+            assert bytes(m.topic) == b"x/c" and props_of(m)[P.MESSAGE_EXPIRY] == 100
+        advance(4500)
+        with Raw(b) as s:
+            assert connect5(s, "s", clean=False, props=sp).session_present
+            m = next_publish(s)
+            assert (bytes(m.topic), m.dup) == (b"x/c", True)
+            assert 95 <= props_of(m)[P.MESSAGE_EXPIRY] <= 96, props_of(m)
+            s.put(encode_ack, PUBACK, m.pid)
+            m = next_publish(s)
+            assert (bytes(m.topic), m.dup) == (b"x/d", False)
+            assert P.MESSAGE_EXPIRY not in props_of(m)
+            s.put(encode_ack, PUBACK, m.pid)
+            assert s.nothing()
+        assert b.dropped == 1
+
+
 def test_aliased_message_within_the_maximum_packet_size_is_sent():
     # [MQTT-3.1.2-25]: only a packet too large to send is dropped. Once an
     # alias stands for its topic, a message over the client's maximum
