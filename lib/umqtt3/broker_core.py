@@ -1111,7 +1111,12 @@ class Core(Stats):
                 if pr is not None:
                     r.prs = pr
                     r.prn = len(pr)
-                s.send(r, r.qos, 1)
+                if sid:
+                    # sent because of this SUBSCRIBE: its identifier goes
+                    # with it [MQTT-3.3.4-3 (5.0)], as with routing (_send_ids)
+                    self._send_with(s, r, r.qos, 1, (sid,))
+                else:
+                    s.send(r, r.qos, 1)
 
     # ------------------------------------------------------------ routing
     def _route_of(self, c, p):
@@ -1413,7 +1418,11 @@ class Core(Stats):
         # r with the identifiers of the subscriptions of s it came by added
         # to its properties (gf: a shared group's filter) [MQTT-3.3.4-3
         # (5.0)] [MQTT-3.3.4-5]; r is as before for the next session
-        ids = self.subs.ids(s, r.tsrc, r.toff, r.tn, gf)
+        self._send_with(s, r, q, ra, self.subs.ids(s, r.tsrc, r.toff, r.tn, gf))
+
+    def _send_with(self, s, r, q, ra, ids):
+        # r to s with subscription identifiers ids added to its properties
+        # (none: r as it is); r is as before for the next session
         if not ids:
             s.send(r, q, ra)
             return

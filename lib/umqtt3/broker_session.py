@@ -28,7 +28,7 @@
 # a connected subscriber that keeps up writes the frame straight into the
 # send buffer (and the ring) with codec.put_varint and compat.copy: no heap
 # allocation.
-from .codec import put_varint, varint_size, encode_ack, PUBREL, MQTTError
+from .codec import put_varint, varint_size, encode_ack, mqtt5, PUBREL, MQTTError
 from .compat import copy, const, MICROPYTHON
 from .qos_state import FREE, PUB, PUB_SENT, REL, REL_SENT, from_stored
 
@@ -316,6 +316,18 @@ def _same(t, src, off, n):
     return True
 
 
+def _expiry_at(f, o):
+    # where the message expiry interval's value lies in the level-5 PUBLISH
+    # at f[o] (-1: it has none); no allocation
+    i = o + 1
+    while f[i] & 0x80:
+        i += 1
+    i += 3 + ((f[i + 1] << 8) | f[i + 2])  # the topic
+    if f[o] & 6:
+        i += 2  # the packet id
+    return mqtt5().expiry_in(f, i)
+
+
 _NONE = []  # type: list  # an empty queue, shared: never added to (_push)
 
 
@@ -354,6 +366,10 @@ class Session:
     # first such copy in flight (mark_shared), so a session that never gets
     # one holds no bytes for it
     s_sh = None  # type: bytearray | None
+    # per ring slot, the broker uptime (s) at which its message expires (-1:
+    # never), so that a resend carries what is left [MQTT-3.3.2-6]; made by
+    # the first message in flight that has an expiry (_deadline)
+    s_exp = None  # type: list | None
     # queue_full "drop" (broker_core): qskip, this session does not get the
     # message being routed, its queue being full; dropping, such a message
     # was dropped since the queue last drained (logged once). Class
@@ -447,8 +463,10 @@ class Session:
             prn = r.prn if r.prs is not None else 0
             rl += prn + (1 if prn < 128 else 2 if prn < 16384 else 3)
         size = rl + (2 if rl < 128 else 3 if rl < 16384 else 4 if rl < 2097152 else 5)
-        if self.maxpkt and size > self.maxpkt:
-            self.stats.dropped += 1  # never more than the client takes [MQTT-3.1.2-25]
+        if self.maxpkt and size > self.maxpkt and not self._alias_fits(r, qos):
+            # never more than the client takes: dropped as if sent, unless
+            # its form with a topic alias fits [MQTT-3.1.2-25]
+            self.stats.dropped += 1
             return
         if not qos and not self.tam:
             # QoS 0 (_put inline): the publisher's frame when it is the same
@@ -495,6 +513,8 @@ class Session:
             # stored before its first send (the client's rule 1), then in
             # the ring: out_add's, in the slot taken above
             self._out_at(k, pid, r.tag, conn.tx, start, end - start)
+            if lev == 5 and r.prn:
+                self._deadline(k, self._expires(r))
             conn.tlen = end
             if ak:
                 # the ring keeps the whole frame (a resend goes on a new
@@ -504,6 +524,27 @@ class Session:
         if ak < 0:
             self.oal.append(bytes(r.tsrc[r.toff:r.toff + r.tn]))  # a new alias, once
         self.stats.sent += 1
+
+    def _expires(self, r):
+        # the uptime at which level-5 route r's message expires (-1: never)
+        i = mqtt5().find(r.prs, r.pro, r.prn, 0x02)  # (props.MESSAGE_EXPIRY)
+        return -1 if i < 0 else _u32(r.prs, i) + self.stats.up_s
+
+    def _deadline(self, k, x):
+        # slot k's message expires at uptime x (-1: never); returns s_exp
+        se = self.s_exp
+        if se is None:
+            if x < 0:
+                return None
+            se = self.s_exp = [-1] * len(self.s_st)
+        se[k] = x
+        return se
+
+    def _alias_fits(self, r, qos):
+        # r's PUBLISH with the topic alias that stands for its topic already
+        # (an empty topic) within the client's maximum packet size
+        return self.tam and self._alias(r) > 0 and \
+            publish_size(0, r.pn, qos, self._prn(r) + 3) <= self.maxpkt
 
     def _alias(self, r):
         """The broker's topic alias for r's topic on this connection
@@ -851,6 +892,7 @@ class Session:
         offs = lens = pids = self.s_off
         sts = self.s_st
         sh = self.s_sh
+        se = self.s_exp
         rb = self.rbuf
         sent = 0  # QoS 1/2 frames built (stats.sent, once at the end)
         while self.qh < len(q):
@@ -948,6 +990,7 @@ class Session:
                 ho = offs[self.rhead]
                 o = offs[k]
                 sh = self.s_sh
+                se = self.s_exp
             lo = o
             te = o + n
             ak = k + 1 if k + 1 < ns else 0
@@ -955,6 +998,8 @@ class Session:
             pids[k] = pid
             if sh is not None:
                 sh[k] = v >> 7 & 1  # (_QSH) whether a shared group's turn gave it
+            if se is not None or (lev5 and m.exp >= 0):
+                se = self._deadline(k, m.exp if lev5 else -1)  # (its frame says what is left)
             if o != re:
                 if re > rs:
                     copy(tx, conn.tlen, rb, rs, re - rs)
@@ -1075,7 +1120,10 @@ class Session:
                         self.rbuf[self.s_off[k]] & 6 == 2:
                     o = self.s_off[k]
                     f = self.rbuf[o:o + self.s_len[k]]
-                    out.append((frame_msg(f, self.level, up), f[0] & 0x37))
+                    m = frame_msg(f, self.level, up)
+                    if self.s_exp is not None and self.s_exp[k] >= 0:
+                        m.exp = self.s_exp[k]  # (its frame says what was left when sent)
+                    out.append((m, f[0] & 0x37))
                 sh[k] = 0
                 i += 1
         q = self.q
@@ -1124,6 +1172,9 @@ class Session:
         sh = self.s_sh
         if sh is not None:
             self.s_sh = bytearray(ns)
+        se = self.s_exp
+        if se is not None:
+            self.s_exp = [-1] * ns
         if self.s_st is not None:
             n = len(self.s_st)
             i = 0
@@ -1135,6 +1186,8 @@ class Session:
                 sts[i] = self.s_st[k]
                 if sh is not None:
                     self.s_sh[i] = sh[k]
+                if se is not None:
+                    self.s_exp[i] = se[k]
                 i += 1
             self.rhead = 0
         self.s_pid = pids
@@ -1291,6 +1344,8 @@ class Session:
         self.s_st[k] = PUB_SENT
         if self.s_sh is not None:
             self.s_sh[k] = 0  # (mark_shared sets it for a shared group's copy)
+        if self.s_exp is not None:
+            self.s_exp[k] = -1  # (send() sets it for a message that expires)
 
     def ack_fits(self, t, pid):
         """Does a PUBACK (4), PUBREC (5) or PUBCOMP (7) for pid fit the flow
@@ -1451,7 +1506,11 @@ class Session:
     def attach(self, client):
         """The client (re)connects to this session: what was written and not
         acknowledged is due again, PUBLISH with DUP=1 [MQTT-4.4.0-1], built
-        for the level it connects at (_relevel)."""
+        for the level it connects at (_relevel), with what is left of its
+        message expiry interval [MQTT-3.3.2-6] (_aged); one whose interval
+        has passed, or now over the client's maximum packet size, is not
+        sent again, dropped as if it had been acknowledged [MQTT-3.3.2-5]
+        [MQTT-3.1.2-25]."""
         self.client = client
         if self.exp_at >= 0:
             self.exp_at = -1
@@ -1472,15 +1531,21 @@ class Session:
             return
         if len(self.s_st) < win:
             self._slots(win)  # a larger window than the ring was made for
+        if self.s_exp is not None:
+            self._aged()
         if self.level != old and self.rcount:
             self._relevel(old)
         ns = len(self.s_st)
+        mp = self.maxpkt
         self.unsent = 0
         i = 0
         while i < self.rcount:
             k = (self.rhead + i) % ns
             st = self.s_st[k]
-            if st == PUB_SENT:
+            if (st == PUB_SENT or st == PUB) and mp and self.s_len[k] > mp:
+                self._gone(k)  # (its aliased form fitted the last connection)
+                st = FREE
+            elif st == PUB_SENT:
                 self.rbuf[self.s_off[k]] |= 8
                 st = PUB
             elif st == REL_SENT:
@@ -1489,6 +1554,40 @@ class Session:
                 self.s_st[k] = st
                 self.unsent += 1
             i += 1
+        if self.rcount and not self.s_st[self.rhead]:
+            self._free(self.rhead)
+
+    def _gone(self, k):
+        # slot k's PUBLISH is not sent again: as if acknowledged (its id
+        # free), counted in dropped; the caller frees the slot (FREE)
+        self.stats.dropped += 1
+        if self.fs is not None:
+            self.fs.out_del(self.s_pid[k])
+        self.s_st[k] = FREE
+
+    def _aged(self):
+        # attach: each PUBLISH in flight that has a message expiry interval
+        # gets what is left of it written into its frame, or goes (_gone)
+        # once it has passed [MQTT-3.3.2-5] [MQTT-3.3.2-6] (5.0), as
+        # mosquitto does; a PUBREL due stays. Frames of level 5 only have
+        # one (s_exp). No allocation.
+        se = self.s_exp
+        up = self.stats.up_s
+        ns = len(self.s_st)
+        i = 0
+        while i < self.rcount:
+            k = (self.rhead + i) % ns
+            x = se[k]
+            st = self.s_st[k]
+            if x >= 0 and (st == PUB or st == PUB_SENT):
+                if x <= up:
+                    self._gone(k)
+                else:
+                    o = self.s_off[k]
+                    _put_u32(self.rbuf, _expiry_at(self.rbuf, o), x - up)
+            i += 1
+        if self.rcount and not self.s_st[self.rhead]:
+            self._free(self.rhead)
 
     def _relevel(self, old):
         # The client came back at another protocol level than the ring's
@@ -1534,6 +1633,7 @@ class Session:
         lens = [0] * ns
         sts = bytearray(ns)
         sh = None if self.s_sh is None else bytearray(ns)
+        se = None  # (s_exp: built for the frames that have an expiry)
         o = 0
         i = 0
         for pid, st, first, m, n, shd in msgs:
@@ -1541,6 +1641,10 @@ class Session:
             sts[i] = st
             if sh is not None:
                 sh[i] = shd
+            if self.level == 5 and m is not None and m.exp >= 0:
+                if se is None:
+                    se = [-1] * ns
+                se[i] = m.exp
             offs[i] = o
             lens[i] = n
             if m is not None:
@@ -1552,6 +1656,7 @@ class Session:
         self.s_len = lens
         self.s_st = sts
         self.s_sh = sh
+        self.s_exp = se
         self.rhead = 0
         self.rcount = i
 
@@ -1665,6 +1770,8 @@ class Session:
         else:
             self._put_msg(self.rbuf, o, first, pid, m, self.stats.up_s)
         self.s_st[k] = from_stored(st)  # attach() resends
+        if self.s_exp is not None:
+            self.s_exp[k] = -1  # (with the interval it had: the time down is not known)
         self.npid = pid  # slots come back oldest first: the last is the newest
         return True
 

@@ -180,7 +180,7 @@ def check(buf, off, end, ptype):
         if pid & 0x80 or pid >= len(TYPES) or not TYPES[pid]:
             fail(_E_PROP_UNKNOWN)
         if not WHERE[pid] & bit:
-            fail(_E_PROP_NOT_ALLOWED, 0x82)
+            fail(_E_PROP_NOT_ALLOWED)  # Malformed Packet, 0x81 (2.2.2.2 of 5.0)
         t = TYPES[pid]
         if pid != USER_PROPERTY and not (pid == SUBSCRIPTION_ID and ptype == 3):
             if pid < 30:

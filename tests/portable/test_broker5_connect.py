@@ -220,6 +220,21 @@ def test_malformed_packet_gets_disconnect_0x81():
         assert c.closed()
 
 
+def test_property_not_allowed_in_its_packet_is_malformed_0x81():
+    # 2.2.2.2 (5.0): a property the packet does not define makes it a
+    # Malformed Packet (0x81, as mosquitto says); one given twice is a
+    # Protocol Error (0x82)
+    for send, rc in ((lambda c: pub5(c, "t", b"x", props=bytes([0x11, 0, 0, 0, 5])), 0x81),
+                     (lambda c: c.put(encode_subscribe, 1, [("t", 0)], 0, 5,
+                                      bytes([0x02, 0, 0, 0, 9])), 0x81),
+                     (lambda c: pub5(c, "t", b"x", props=bytes([0x02, 0, 0, 0, 9] * 2)), 0x82)):
+        with running() as b, Raw(b) as c:
+            connect5(c, "bad")
+            send(c)
+            assert c.expect(DISCONNECT).rc == rc
+            assert c.closed()
+
+
 def test_packet_too_large_gets_disconnect_0x95():
     # [MQTT-3.2.2-15 ... 4.13]: larger than CONNACK's maximum packet size
     with running(max_packet=256) as b, Raw(b) as c:

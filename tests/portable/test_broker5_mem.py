@@ -20,7 +20,7 @@ class _Steady5(_Steady):
     """_Steady at level 5: the publisher's frame carries properties, and
     both peers decode at level 5."""
 
-    def __init__(self, qos, tam=0):
+    def __init__(self, qos, tam=0, props=PROPS):
         self.qos = qos
         b = self.b = _broker(max_inflight=4)
         sub = self.sub = Peer(b)
@@ -36,7 +36,7 @@ class _Steady5(_Steady):
         run(b, [sub, pub])
         self.frame = bytearray(128)
         self.n = encode_publish(self.frame, 0, "sensors/n1/temp", b"21.5", qos, 1 if qos else 0,
-                                False, False, 5, PROPS)
+                                False, False, 5, props)
         self.pid_at = 2 + 2 + len("sensors/n1/temp")
         self.pid = 1
         # one message, recorded: the properties come through
@@ -45,7 +45,7 @@ class _Steady5(_Steady):
         assert sub.msgs[-1][:2] == (b"sensors/n1/temp", b"21.5")
         p = sub.p
         alias = b"\x23\x00\x01" if tam else b""  # set with the first message
-        assert bytes(p.buf[p.props_off:p.props_off + p.props_len]) == alias + PROPS
+        assert bytes(p.buf[p.props_off:p.props_off + p.props_len]) == alias + props
         sub.record = False
         pub.record = False
 
@@ -72,6 +72,15 @@ def test_forward_v5_with_broker_topic_aliases_allocates_nothing():
         st.sub.record = True
         st.go(1)
         assert st.sub.msgs[-1][:2] == (b"", b"21.5")  # the alias stands for the topic
+
+
+def test_forward_v5_with_message_expiry_allocates_nothing():
+    # a QoS 1/2 message with a Message Expiry Interval: the moment it
+    # expires is kept per ring slot (for a resend's time left,
+    # [MQTT-3.3.2-6]) without allocating, once the slots are made
+    ex = P.encode({P.MESSAGE_EXPIRY: 3600, P.CONTENT_TYPE: "text/plain"})
+    for qos in (1, 2):
+        _check_zero_alloc(qos, _Steady5(qos, props=ex))
 
 
 def test_v311_only_broker_never_loads_mqtt5():

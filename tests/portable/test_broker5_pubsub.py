@@ -250,6 +250,32 @@ def test_subscription_identifier_of_the_subscription_each_copy_came_by():
         assert P.SUBSCRIPTION_ID not in props_of(m)
 
 
+def test_retained_message_carries_the_identifier_of_its_subscribe():
+    # [MQTT-3.3.4-3] (5.0): a retained message sent because of a SUBSCRIBE
+    # [MQTT-3.3.1-6] carries that SUBSCRIBE's subscription identifier, as a
+    # routed one does, after its own properties; none without one
+    with running() as b, Raw(b) as p5, Raw(b) as p4, Raw(b) as c:
+        connect5(p5, "p5")
+        pub5(p5, "sid/a", b"a", 1, 1, retain=True, props={P.CONTENT_TYPE: "c"})
+        p5.expect(PUBACK, 1)
+        p4.connect("p4")
+        p4.publish("sid/b", b"b", 1, 1, retain=True)  # (no properties at all)
+        p4.expect(PUBACK, 1)
+        connect5(c, "s")
+        sub5(c, 1, [("sid/+", 1)], {P.SUBSCRIPTION_ID: 42})
+        got = {}
+        for _ in range(2):
+            m = next_publish(c)
+            assert m.retain
+            got[bytes(m.topic)] = props_of(m)
+            c.put(encode_ack, PUBACK, m.pid)
+        assert got == {b"sid/a": {P.CONTENT_TYPE: "c", P.SUBSCRIPTION_ID: [42]},
+                       b"sid/b": {P.SUBSCRIPTION_ID: [42]}}, got
+        sub5(c, 2, [("sid/a", 0)])
+        m = next_publish(c)
+        assert m.retain and props_of(m) == {P.CONTENT_TYPE: "c"}
+
+
 def test_client_receive_maximum_honoured():
     # [MQTT-3.3.4-9]: no more unacknowledged QoS 1/2 PUBLISHes than the
     # client's receive maximum; the next goes after an ack
@@ -311,6 +337,73 @@ def test_message_expiry_decremented_and_expired_dropped_from_the_queue():
             left = props_of(m)[P.MESSAGE_EXPIRY]
             assert 94 <= left <= 96, left
             s.put(encode_ack, PUBACK, m.pid)
+            assert s.nothing()
+        assert b.dropped == 1
+
+
+def test_message_in_flight_resent_with_what_is_left_of_its_expiry():
+    # [MQTT-3.3.2-6] (5.0): a QoS 1/2 message sent and not acknowledged
+    # goes again on the session's next connection [MQTT-4.4.0-1] with what
+    # is left of its interval; once that has passed it is not sent again
+    # [MQTT-3.3.2-5] (as mosquitto does), and counts as dropped. a and b
+    # go at once; c and d wait (Receive Maximum 2), and c goes once a is
+    # acknowledged, into the ring slot a had.
+    sp = {P.SESSION_EXPIRY: 600, P.RECEIVE_MAXIMUM: 2}
+    with running() as b, Raw(b) as pub:
+        connect5(pub, "p")
+        with Raw(b) as s:
+            connect5(s, "s", clean=False, props=sp)
+            sub5(s, 1, [("x/#", 2)])
+            pub5(pub, "x/a", b"a", 1, 1, props={P.MESSAGE_EXPIRY: 50})
+            pub5(pub, "x/b", b"b", 2, 2, props={P.MESSAGE_EXPIRY: 3})
+            pub5(pub, "x/c", b"c", 1, 3, props={P.MESSAGE_EXPIRY: 100})
+            pub5(pub, "x/d", b"d", 1, 4)
+            got = [next_publish(s) for _ in range(2)]
+            assert [props_of(m)[P.MESSAGE_EXPIRY] for m in got] == [50, 3]
+            s.put(encode_ack, PUBACK, got[0].pid)
+            m = next_publish(s)  # b and c in flight, neither acknowledged
+            assert bytes(m.topic) == b"x/c" and props_of(m)[P.MESSAGE_EXPIRY] == 100
+        advance(4500)
+        with Raw(b) as s:
+            assert connect5(s, "s", clean=False, props=sp).session_present
+            m = next_publish(s)
+            assert (bytes(m.topic), m.dup) == (b"x/c", True)
+            assert 95 <= props_of(m)[P.MESSAGE_EXPIRY] <= 96, props_of(m)
+            s.put(encode_ack, PUBACK, m.pid)
+            m = next_publish(s)
+            assert (bytes(m.topic), m.dup) == (b"x/d", False)
+            assert P.MESSAGE_EXPIRY not in props_of(m)
+            s.put(encode_ack, PUBACK, m.pid)
+            assert s.nothing()
+        assert b.dropped == 1
+
+
+def test_aliased_message_within_the_maximum_packet_size_is_sent():
+    # [MQTT-3.1.2-25]: only a packet too large to send is dropped. Once an
+    # alias stands for its topic, a message over the client's maximum
+    # packet size with the whole topic but within it with the alias is
+    # sent, at QoS 0 and 1. On the next connection aliases start afresh
+    # [MQTT-3.3.2-7]: the QoS 1 one would go again whole, too large: dropped
+    # as if sent.
+    t = "m/" + "x" * 18  # 20 bytes: whole, a 20-byte payload makes 45 and 47 bytes
+    cp = {P.MAXIMUM_PACKET_SIZE: 40, P.TOPIC_ALIAS_MAXIMUM: 3, P.SESSION_EXPIRY: 60}
+    with running() as b, Raw(b) as pub:
+        connect5(pub, "p")
+        with Raw(b) as s:
+            connect5(s, "s", clean=False, props=cp)
+            sub5(s, 1, [("m/#", 1)])
+            pub5(pub, t, b"a")
+            m = next_publish(s)
+            assert bytes(m.topic) == t.encode() and props_of(m)[P.TOPIC_ALIAS] == 1
+            pub5(pub, t, b"0" * 20)
+            pub5(pub, t, b"1" * 20, 1, 1)
+            for q in (0, 1):
+                m = next_publish(s)
+                assert (bytes(m.topic), bytes(m.payload), m.qos) == (b"", b"%d" % q * 20, q)
+                assert props_of(m)[P.TOPIC_ALIAS] == 1
+            assert b.dropped == 0
+        with Raw(b) as s:
+            assert connect5(s, "s", clean=False, props=cp).session_present
             assert s.nothing()
         assert b.dropped == 1
 

@@ -48,6 +48,29 @@ def test_unacknowledged_copy_goes_to_another_member():
             c.close()
 
 
+def test_copy_in_flight_handed_on_with_what_is_left_of_its_expiry():
+    # [MQTT-3.3.2-6] (5.0): the copy a's client did not acknowledge goes to
+    # c with what is left of its message expiry interval, counted from
+    # when it was sent to a, not from when it is handed on
+    with running() as b:
+        a, c = _members(b, "a", "c")
+        try:
+            with Raw(b) as p:
+                connect5(p, "p")
+                pub5(p, "t/x", b"job-1", 1, 1, props={P.MESSAGE_EXPIRY: 10})
+                p.expect(PUBACK, 1)
+            assert props_of(next_publish(a))[P.MESSAGE_EXPIRY] == 10
+            advance(4500)
+            a.close()  # no PUBACK: its session (expiry 0) ends
+            m = next_publish(c)
+            assert bytes(m.payload) == b"job-1"
+            assert 5 <= props_of(m)[P.MESSAGE_EXPIRY] <= 6, props_of(m)
+            c.put(encode_ack, PUBACK, m.pid)
+            assert b.handed == 1
+        finally:
+            c.close()
+
+
 def test_queued_copies_go_too_in_order():
     # a's receive maximum is 1: job-1 is in flight, job-2 and job-3 wait in
     # its queue; all three go to c when a's session ends

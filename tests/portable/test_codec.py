@@ -635,12 +635,14 @@ def test_v5_duplicate_property():
 
 
 def test_v5_property_not_allowed_in_packet():
-    # Topic Alias belongs to PUBLISH; Session Expiry to CONNECT/CONNACK/DISCONNECT
+    # Topic Alias belongs to PUBLISH; Session Expiry to CONNECT/CONNACK/DISCONNECT.
+    # A property the packet does not define makes it malformed (2.2.2.2 of 5.0)
     ta = b"\x03\x23\x00\x01"
     dec(frame(0x30, s16(b"t") + ta), 5)
     e = bad(frame(0x40, b"\x00\x01\x00" + ta), 5)
-    assert e.code == PROTOCOL_ERROR
-    bad(frame(0x30, s16(b"t") + b"\x05\x11\x00\x00\x00\x01"), 5)
+    assert e.code == MALFORMED
+    e = bad(frame(0x30, s16(b"t") + b"\x05\x11\x00\x00\x00\x01"), 5)
+    assert e.code == MALFORMED
     bad(frame(0xE0, b"\x00" + ta), 5)
     # Will Delay only among the will properties; Topic Alias never there
     will = b"\x05\x18\x00\x00\x00\x05" + s16(b"w") + s16(b"m")
