@@ -9,7 +9,7 @@
 # correlation data).
 from .compat import ticks_ms, ticks_diff, const
 from .props import TYPES, get, parse, encode, encode_auth, varint_end, outgoing
-from .client_codec import MQTTError
+from .client_codec import MQTTError, Packet, decode, encode_publish
 
 _CONNECT = const(1)  # packet types, as in client_codec
 _CONNACK = const(2)
@@ -28,6 +28,7 @@ _MAX_QOS = const(0x24)
 _RETAIN_OK = const(0x25)
 _RESPONSE_TOPIC = const(0x08)
 _CORRELATION = const(0x09)
+_TOPIC_ALIAS = const(0x23)
 # the reason codes a client may put in DISCONNECT (MQTT 5.0 section
 # 3.14.2.1: sent by "Client" or "Client or Server") [MQTT-3.14.2-1]
 _RC_DISCONNECT = b"\x00\x04\x80\x81\x82\x83\x90\x93\x94\x95\x96\x97\x98\x99"
@@ -40,7 +41,8 @@ def event(c, t, p):
       "never" for a persistent session and none for a clean one), the
       receive maximum, enhanced authentication;
     CONNACK: the server's limits bind the client; an assigned id is kept
-      for the reconnects (they must resume the session under it);
+      for the reconnects (they must resume the session under it), and so
+      is the session: Clean Start is the first connect's only;
     AUTH: continue (0x18) asks the application's hook for the next
       authentication data [MQTT-4.12.0-2];
     PUBLISH: the message's properties as a dict (msg_props(); allocates).
@@ -88,6 +90,12 @@ def event(c, t, p):
         cid = get(b, o, n, _ASSIGNED_ID)
         if cid is not None:
             c.client_id = cid  # [MQTT-3.2.2-16]
+        if c.session_expiry and c.clean:
+            # the server keeps this session after the link goes: the
+            # automatic reconnects resume it (Clean Start 0 [MQTT-3.1.2-5]),
+            # as Clean Start 1 would discard it [MQTT-3.1.2-4]; connect()
+            # asks for a clean one again (paho's clean start "first only")
+            c.clean = False
         if c.disconnect_rc is not None:
             c.disconnect_rc = None  # this connection's end is yet to come
         if c.auth is not None:
@@ -131,6 +139,27 @@ class Aliases:
         if p is None and len(d) < self.n:
             p = self.new = bytes((0x23, 0, len(d) + 1))
         return p
+
+
+def unalias(body):
+    """A stored PUBLISH as a new connection's resend sends it (client_resume):
+    without the application's Topic Alias, whose mapping lasted the
+    connection that set it [MQTT-3.3.2-7] and which the new server may not
+    allow [MQTT-3.3.2-9]; its topic goes in full. body itself when it has
+    none; None when its topic is empty (only a store written before
+    publish() refused that has one): nothing could name it."""
+    p = Packet(5)
+    decode(p, body, 0, len(body))
+    o = value_at(p, _TOPIC_ALIAS)
+    if o < 0:
+        return body
+    if not p.topic_len:
+        return None
+    i = p.props_off
+    props = bytes(body[i:o - 1]) + bytes(body[o + 2:i + p.props_len])
+    b = bytearray(len(body))
+    n = encode_publish(b, 0, p.topic, p.payload, p.qos, p.pid, p.retain, False, 5, props)
+    return memoryview(b)[:n]
 
 
 def _hook(c, data):
