@@ -223,19 +223,39 @@ def value_at(pkt, want):
     return -1
 
 
+def late_answers(pkt, redelivered):
+    """The message callback request() leaves a client that had none (raw):
+    an answer that comes after its request gave up (it carries Correlation
+    Data) is taken and dropped, where no callback would refuse it and drop
+    the link, and a persistent session would send it again at every
+    connect. Anything else is refused as with no callback (Core.deliver)."""
+    if pkt.qos and value_at(pkt, _CORRELATION) < 0:
+        raise MQTTError("no callback", 0x80)
+
+
 def expect(c, corr):
     """A request's message callback, installed: the answer carrying the
     correlation data corr (a new one when None) is appended to `got`,
     anything else goes to the application's callback, which
-    c.set_callback(f, raw) puts back. Returns (corr, got, f, raw). For
-    request() here and aio.AsyncClient.request(); installed before they
-    subscribe: subscribe() wants a callback, and with none of the
-    application's the answer still has somewhere to go."""
+    c.set_callback(f, raw) puts back (a client without one gets late_answers).
+    Returns (corr, got, f, raw). For request() here and
+    aio.AsyncClient.request(); installed before they subscribe:
+    subscribe() wants a callback, and with none of the application's the
+    answer still has somewhere to go. The correlation data counts from a
+    random start (the port's random module, seeded from its hardware at
+    boot): after a reset the first request's cannot match a late answer
+    to one made before it."""
     if corr is None:
-        c.corr_n = getattr(c, "corr_n", 0) + 1
-        corr = str(c.corr_n).encode()
+        n = getattr(c, "corr_n", None)
+        if n is None:
+            from random import getrandbits
+            n = getrandbits(30)
+        c.corr_n = n + 1
+        corr = str(n + 1).encode()
     got = []  # type: list
     f, raw = c.cb, c.raw
+    if f is None:
+        f, raw = late_answers, True
 
     def take(pkt, redelivered):
         # the answer is kept here; anything else goes to the callback
@@ -245,14 +265,19 @@ def expect(c, corr):
             if bytes(b[o + 2:o + 2 + ((b[o] << 8) | b[o + 1])]) == corr:
                 got.append(bytes(pkt.payload))
                 return
-        if f is not None:
-            if raw:
-                f(pkt, redelivered)
-            else:
-                f(bytes(pkt.topic), bytes(pkt.payload))
+        if raw:
+            f(pkt, redelivered)
+        else:
+            f(bytes(pkt.topic), bytes(pkt.payload))
 
     c.set_callback(take, True)
     return corr, got, f, raw
+
+
+def subscribed(c, topic):
+    """Is the filter topic (str, bytes, bytearray, memoryview) in c.subs,
+    which keeps a buffer's as bytes?"""
+    return (topic if isinstance(topic, _KEYS) else bytes(topic)) in c.subs
 
 
 def request(c, topic, msg, response_topic, timeout_ms=None, qos=1, corr=None):
@@ -260,10 +285,14 @@ def request(c, topic, msg, response_topic, timeout_ms=None, qos=1, corr=None):
     the payload of the answer that carries the same correlation data (a
     responder copies it [MQTT-4.10.0-1]). Subscribes to response_topic the
     first time. Raises OSError(110) when no answer comes in time. Messages
-    other than the answer go to the callback as usual."""
+    other than the answer go to the callback as usual. Not from the message
+    callback: nothing is read while it runs, so the answer could never
+    come; RuntimeError at once, nothing sent."""
+    if c.depth:
+        raise RuntimeError("request() in the message callback: its answer cannot be read")
     corr, got, f, raw = expect(c, corr)
     try:
-        if response_topic not in c.subs:
+        if not subscribed(c, response_topic):
             c.subscribe(response_topic, qos)
         c.publish(topic, msg, qos=qos, props={_RESPONSE_TOPIC: response_topic,
                                               _CORRELATION: corr})
