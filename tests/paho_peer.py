@@ -3,6 +3,7 @@
     r = responder(port, "req/topic", "client-id")  # answers MQTT 5 requests
     ...; r.disconnect(); r.loop_stop()
     w = Watch(port, "site/#")  # an MQTT 5 subscriber: w.take(n), w.close()
+    publish(port, "t", b"x", CorrelationData=b"1")  # one MQTT 5 message, acked
 """
 import queue
 import time
@@ -31,6 +32,25 @@ def responder(port, topic, client_id):
     r.subscribe(topic, qos=1)
     time.sleep(0.3)  # (its SUBACK: no request before it)
     return r
+
+
+def publish(port, topic, payload, qos=1, **props):
+    """One MQTT 5 message from paho: connect, publish, wait for its ack,
+    disconnect. props: paho's property names, e.g. CorrelationData=b"1"."""
+    import paho.mqtt.client as mqtt
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+    pr = Properties(PacketTypes.PUBLISH)
+    for k, v in props.items():
+        setattr(pr, k, v)
+    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv5)
+    c.connect(HOST, port)
+    c.loop_start()
+    try:
+        c.publish(topic, payload, qos=qos, properties=pr).wait_for_publish(10)
+    finally:
+        c.disconnect()
+        c.loop_stop()
 
 
 class Watch:

@@ -131,10 +131,10 @@ class AsyncClient(Core):
         and Correlation Data, return the payload of the answer carrying the
         same correlation data [MQTT-4.10.0-1]; other messages go to the
         callback meanwhile. One request at a time per client."""
-        from .client5 import expect
+        from .client5 import expect, subscribed
         corr, got, f, raw = expect(self, corr)
         try:
-            if response_topic not in self.subs:
+            if not subscribed(self, response_topic):
                 await self.subscribe(response_topic, qos)
             await self.publish(topic, msg, qos=qos, props={0x08: response_topic, 0x09: corr})
             await self._until(lambda: got, timeout_ms)

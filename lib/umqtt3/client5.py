@@ -9,7 +9,7 @@
 # correlation data).
 from .compat import ticks_ms, ticks_diff, const
 from .props import TYPES, get, parse, encode, encode_auth, varint_end, outgoing
-from .client_codec import MQTTError
+from .client_codec import MQTTError, Packet, decode, encode_publish
 
 _CONNECT = const(1)  # packet types, as in client_codec
 _CONNACK = const(2)
@@ -28,6 +28,7 @@ _MAX_QOS = const(0x24)
 _RETAIN_OK = const(0x25)
 _RESPONSE_TOPIC = const(0x08)
 _CORRELATION = const(0x09)
+_TOPIC_ALIAS = const(0x23)
 # the reason codes a client may put in DISCONNECT (MQTT 5.0 section
 # 3.14.2.1: sent by "Client" or "Client or Server") [MQTT-3.14.2-1]
 _RC_DISCONNECT = b"\x00\x04\x80\x81\x82\x83\x90\x93\x94\x95\x96\x97\x98\x99"
@@ -40,7 +41,8 @@ def event(c, t, p):
       "never" for a persistent session and none for a clean one), the
       receive maximum, enhanced authentication;
     CONNACK: the server's limits bind the client; an assigned id is kept
-      for the reconnects (they must resume the session under it);
+      for the reconnects (they must resume the session under it), and so
+      is the session: Clean Start is the first connect's only;
     AUTH: continue (0x18) asks the application's hook for the next
       authentication data [MQTT-4.12.0-2];
     PUBLISH: the message's properties as a dict (msg_props(); allocates).
@@ -88,6 +90,12 @@ def event(c, t, p):
         cid = get(b, o, n, _ASSIGNED_ID)
         if cid is not None:
             c.client_id = cid  # [MQTT-3.2.2-16]
+        if c.session_expiry and c.clean:
+            # the server keeps this session after the link goes: the
+            # automatic reconnects resume it (Clean Start 0 [MQTT-3.1.2-5]),
+            # as Clean Start 1 would discard it [MQTT-3.1.2-4]; connect()
+            # asks for a clean one again (paho's clean start "first only")
+            c.clean = False
         if c.disconnect_rc is not None:
             c.disconnect_rc = None  # this connection's end is yet to come
         if c.auth is not None:
@@ -131,6 +139,27 @@ class Aliases:
         if p is None and len(d) < self.n:
             p = self.new = bytes((0x23, 0, len(d) + 1))
         return p
+
+
+def unalias(body):
+    """A stored PUBLISH as a new connection's resend sends it (client_resume):
+    without the application's Topic Alias, whose mapping lasted the
+    connection that set it [MQTT-3.3.2-7] and which the new server may not
+    allow [MQTT-3.3.2-9]; its topic goes in full. body itself when it has
+    none; None when its topic is empty (only a store written before
+    publish() refused that has one): nothing could name it."""
+    p = Packet(5)
+    decode(p, body, 0, len(body))
+    o = value_at(p, _TOPIC_ALIAS)
+    if o < 0:
+        return body
+    if not p.topic_len:
+        return None
+    i = p.props_off
+    props = bytes(body[i:o - 1]) + bytes(body[o + 2:i + p.props_len])
+    b = bytearray(len(body))
+    n = encode_publish(b, 0, p.topic, p.payload, p.qos, p.pid, p.retain, False, 5, props)
+    return memoryview(b)[:n]
 
 
 def _hook(c, data):
@@ -194,19 +223,39 @@ def value_at(pkt, want):
     return -1
 
 
+def late_answers(pkt, redelivered):
+    """The message callback request() leaves a client that had none (raw):
+    an answer that comes after its request gave up (it carries Correlation
+    Data) is taken and dropped, where no callback would refuse it and drop
+    the link, and a persistent session would send it again at every
+    connect. Anything else is refused as with no callback (Core.deliver)."""
+    if pkt.qos and value_at(pkt, _CORRELATION) < 0:
+        raise MQTTError("no callback", 0x80)
+
+
 def expect(c, corr):
     """A request's message callback, installed: the answer carrying the
     correlation data corr (a new one when None) is appended to `got`,
     anything else goes to the application's callback, which
-    c.set_callback(f, raw) puts back. Returns (corr, got, f, raw). For
-    request() here and aio.AsyncClient.request(); installed before they
-    subscribe: subscribe() wants a callback, and with none of the
-    application's the answer still has somewhere to go."""
+    c.set_callback(f, raw) puts back (a client without one gets late_answers).
+    Returns (corr, got, f, raw). For request() here and
+    aio.AsyncClient.request(); installed before they subscribe:
+    subscribe() wants a callback, and with none of the application's the
+    answer still has somewhere to go. The correlation data counts from a
+    random start (the port's random module, seeded from its hardware at
+    boot): after a reset the first request's cannot match a late answer
+    to one made before it."""
     if corr is None:
-        c.corr_n = getattr(c, "corr_n", 0) + 1
-        corr = str(c.corr_n).encode()
+        n = getattr(c, "corr_n", None)
+        if n is None:
+            from random import getrandbits
+            n = getrandbits(30)
+        c.corr_n = n + 1
+        corr = str(n + 1).encode()
     got = []  # type: list
     f, raw = c.cb, c.raw
+    if f is None:
+        f, raw = late_answers, True
 
     def take(pkt, redelivered):
         # the answer is kept here; anything else goes to the callback
@@ -216,14 +265,19 @@ def expect(c, corr):
             if bytes(b[o + 2:o + 2 + ((b[o] << 8) | b[o + 1])]) == corr:
                 got.append(bytes(pkt.payload))
                 return
-        if f is not None:
-            if raw:
-                f(pkt, redelivered)
-            else:
-                f(bytes(pkt.topic), bytes(pkt.payload))
+        if raw:
+            f(pkt, redelivered)
+        else:
+            f(bytes(pkt.topic), bytes(pkt.payload))
 
     c.set_callback(take, True)
     return corr, got, f, raw
+
+
+def subscribed(c, topic):
+    """Is the filter topic (str, bytes, bytearray, memoryview) in c.subs,
+    which keeps a buffer's as bytes?"""
+    return (topic if isinstance(topic, _KEYS) else bytes(topic)) in c.subs
 
 
 def request(c, topic, msg, response_topic, timeout_ms=None, qos=1, corr=None):
@@ -231,10 +285,14 @@ def request(c, topic, msg, response_topic, timeout_ms=None, qos=1, corr=None):
     the payload of the answer that carries the same correlation data (a
     responder copies it [MQTT-4.10.0-1]). Subscribes to response_topic the
     first time. Raises OSError(110) when no answer comes in time. Messages
-    other than the answer go to the callback as usual."""
+    other than the answer go to the callback as usual. Not from the message
+    callback: nothing is read while it runs, so the answer could never
+    come; RuntimeError at once, nothing sent."""
+    if c.depth:
+        raise RuntimeError("request() in the message callback: its answer cannot be read")
     corr, got, f, raw = expect(c, corr)
     try:
-        if response_topic not in c.subs:
+        if not subscribed(c, response_topic):
             c.subscribe(response_topic, qos)
         c.publish(topic, msg, qos=qos, props={_RESPONSE_TOPIC: response_topic,
                                               _CORRELATION: corr})

@@ -232,7 +232,7 @@ class Core:
         if retain and not self.retain_ok:
             raise MQTTError("refused", 0x9A)  # [MQTT-3.2.2-14]
         if props:
-            props = self.encoded(props, 3)  # MQTT 5: only what a client may send (client_more)
+            props = self.encoded(props, 3, topic, qos)  # MQTT 5: checked (client_more)
         c = self.conn
         start = c.tlen
         al = self.aliases
@@ -287,19 +287,24 @@ class Core:
         if self.state != _UP:
             raise OSError(107, "")
         topic = _key(topic)
-        if qos < 0:
-            self.subs.pop(topic, None)
-        else:
-            if props or qos & 4:
+        if qos >= 0:
+            if props or qos & 4 or self.max_packet:
                 # MQTT 5: No Local on a shared subscription, properties a
-                # client may not send: refused before subs keeps them (client_more)
+                # client may not send, a SUBSCRIBE above the server's Maximum
+                # Packet Size: refused before subs keeps them (client_more)
                 props = self.encoded(props, 8, topic, qos)
             # as umqtt.simple: messages would have nowhere to go
             assert self.cb is not None, "set_callback() before subscribe()"
-            self.subs[topic] = (qos, props)  # props too: asked the same way again
         pid = self.new_pid()
-        if not self.ask(pid, topic):
+        s = (qos, props)
+        if not self.ask(pid, topic, s):
             raise Busy("busy", 0x97)
+        # kept (or forgotten) once queued: a filter ask() refused is never
+        # asked again by a reconnect's re-subscribe
+        if qos < 0:
+            self.subs.pop(topic, None)
+        else:
+            self.subs[topic] = s  # props too: asked the same way again
         if self.depth and self.wait_pid:
             # from the callback while a call waits for its answer: sent,
             # not waited for; the waiting call keeps its answer
@@ -326,13 +331,14 @@ class Core:
                 return p
         raise Busy("busy", 0x97)
 
-    def ask(self, pid, topic):
-        # SUBSCRIBE for a filter in subs (with its options and properties),
-        # else UNSUBSCRIBE; False when the send buffer has no room
+    def ask(self, pid, topic, s=None):
+        # SUBSCRIBE with s, (options, properties), else with those subs
+        # keeps for topic; else UNSUBSCRIBE. False when the send buffer has
+        # no room (MQTTError: the codec refused the filter or options)
         c = self.conn
         if c.space() < len(topic) + 16:
             return False
-        s = self.subs.get(topic) or (-1, None)
+        s = s or self.subs.get(topic) or (-1, None)
         c.tlen = encode_filter(c.tx, c.tlen, pid, topic, s[0], self.level, s[1])
         return True
 

@@ -12,6 +12,7 @@
 # every client has loaded): every public name here becomes a client
 # attribute on first use.
 from .client_codec import mqtt5 as _mqtt5  # umqtt3.props, without an import per call
+from .client_codec import MQTTError as _MQTTError
 
 
 def set_sync(self, f):
@@ -74,21 +75,34 @@ def unsubscribe_start(self, topic):
 
 def encoded(self, props, t, topic=None, qos=0):
     """MQTT 5: the properties the application gives for packet type t (3
-    PUBLISH, 8 SUBSCRIBE: topic and qos, the options byte), checked and
-    encoded before anything is stored or queued (Core.queue,
+    PUBLISH, 8 SUBSCRIBE: topic and qos, the QoS or the options byte),
+    checked and encoded before anything is stored or queued (Core.queue,
     Core.subscribe_start). Raises MQTTError: 0x82 naming a property a
     client may not send there, 0x94 for a Topic Alias out of range
     (props.outgoing); 0x82 for No Local on a shared subscription
-    [MQTT-3.8.3-4]. Allocates nothing for bytes that pass. Below level 5
-    props come back as given (no properties are sent)."""
+    [MQTT-3.8.3-4]; 0x94 for an empty topic at QoS 1/2 (it stands on a
+    Topic Alias, whose mapping lasts one connection [MQTT-3.3.2-7]: a
+    stored copy could not be resent on the next); 0x95 for a SUBSCRIBE
+    above the server's Maximum Packet Size [MQTT-3.2.2-15], as for a
+    PUBLISH. Allocates nothing for bytes that pass. Below level 5 props
+    come back as given (no properties are sent)."""
     if self.level == 5:
-        if qos & 4:
+        p5 = _mqtt5()
+        if t == 8:
             from .compat import as_bytes
-            if as_bytes(topic)[:7] == b"$share/":
-                from .client_codec import MQTTError
-                raise MQTTError("protocol error", 0x82)
+            topic = as_bytes(topic)
+            if qos & 4 and topic[:7] == b"$share/":
+                raise _MQTTError("protocol error", 0x82)
         if props:
-            return _mqtt5().outgoing(props, t, self.alias_max)
+            props = p5.outgoing(props, t, self.alias_max)
+            if t == 3 and qos and not topic and p5.find(props, 0, len(props), 0x23) >= 0:
+                raise _MQTTError("PUBLISH at QoS %d: an empty topic (a Topic Alias alone)"
+                                 " cannot be resent" % qos, 0x94)
+        if t == 8 and self.max_packet:
+            # the packet id, the filter, the options, the properties
+            n = len(topic) + 5 + p5.size(props)
+            if n + (2 if n < 128 else 3 if n < 16384 else 4) > self.max_packet:
+                raise _MQTTError("too large", 0x95)
     return props
 
 

@@ -36,16 +36,22 @@ def resend(store, conn, sp, c=None):
             done(c, pid, _LOST)
             continue
         if c is not None and state == "p":
+            if c.level == 5:
+                # the application's Topic Alias lasted one connection
+                # [MQTT-3.3.2-7]: the topic goes alone (none: refused)
+                from .client5 import unalias
+                body = unalias(body)
             # what the new server would close on is refused, not sent:
             # too large [MQTT-3.2.2-15], a QoS above its maximum
             # [MQTT-3.2.2-11], retained where it keeps none [MQTT-3.2.2-14]
-            rc = 0x95 if c.max_packet and len(body) > c.max_packet else \
+            rc = 0x94 if body is None else \
+                0x95 if c.max_packet and len(body) > c.max_packet else \
                 0x9B if (body[0] >> 1) & 3 > c.max_qos else \
                 0x9A if body[0] & 1 and not c.retain_ok else 0
             if rc:
                 # unless the client's owner sends it within them (a
                 # bridge, Core.lower): the body to send, or None
-                body = c.lower and c.lower(body, rc)
+                body = body and c.lower and c.lower(body, rc)
                 if not body:
                     done(c, pid, rc)
                     continue

@@ -1,0 +1,146 @@
+# What the client keeps for the next connection, and how it asks again,
+# against a scripted server (v5_peer, no sockets): Clean Start on the first
+# connect only when the session outlives the link; a stored message resent
+# without the application's Topic Alias; a subscription the client itself
+# refused (a bad filter, bad options, above the server's Maximum Packet
+# Size) never kept for the re-subscribe; an empty topic at QoS 1/2 refused.
+# Runs under pytest and under MicroPython.
+from support import raises
+from v5_peer import Server
+from umqtt3.client import MQTTClient
+from umqtt3.codec import MQTTError, encode_publish
+from umqtt3.memstore import MemoryStore
+
+
+def _client(s, level=5, **kw):
+    return MQTTClient("rc", "peer", level=level, connect_link=s.link, timeout_ms=2000,
+                      reconnect=True, backoff_ms=(0, 0), **kw)
+
+
+def _until(c, cond, n=200):
+    for _ in range(n):
+        if cond():
+            return
+        c.poll(0)
+    assert cond()
+
+
+def _reconnected(c, s, links):
+    s.drop()
+    _until(c, lambda: s.links == links and c.is_connected())
+
+
+def test_clean_start_on_the_first_connect_only_when_the_session_outlives_the_link():
+    # a session kept after the link goes is resumed by the automatic
+    # reconnects (Clean Start 0 [MQTT-3.1.2-5]), which Clean Start 1 would
+    # discard [MQTT-3.1.2-4]; connect() asks for a clean one again. No
+    # session kept (3.1.1's clean session, MQTT 5 without an expiry): clean
+    # every time
+    for level, kw, want in ((5, {"session_expiry": 3600}, [True, False, False, True]),
+                            (5, {}, [True, True, True, True]),
+                            (5, {"session_expiry": 0}, [True, True, True, True]),
+                            (4, {}, [True, True, True, True])):
+        s = Server(level=level)
+        c = _client(s, level, **kw)
+        c.connect()
+        _reconnected(c, s, 2)
+        _reconnected(c, s, 3)
+        c.disconnect()
+        c.connect()
+        assert s.cleans == want, (level, kw, s.cleans)
+    # a persistent session from the start stays one
+    s = Server()
+    c = _client(s, session_expiry=60)
+    c.connect(clean_session=False)
+    _reconnected(c, s, 2)
+    assert s.cleans == [False, False]
+
+
+def test_a_stored_message_is_resent_without_the_application_topic_alias():
+    # a Topic Alias mapping lasts one connection [MQTT-3.3.2-7] and the
+    # next server may allow none [MQTT-3.3.2-9]: the resend names the topic
+    s = Server(connack_props=bytes([0x22, 0, 10]))  # Topic Alias Maximum 10
+    c = _client(s)
+    acks = []
+    c.set_ack_callback(lambda pid, rc: acks.append(rc))
+    c.connect()
+    c.publish(b"t/a", b"1", qos=1, wait=False, props={0x23: 9, 0x01: 1})
+    s.connack_props = b""  # the next connection: no alias allowed
+    _reconnected(c, s, 2)  # (the server never read the first PUBLISH)
+    _until(c, lambda: acks)
+    assert acks == [0] and s.publishes == [(b"t/a", bytes([0x01, 1]), b"1")], s.publishes
+
+
+def test_a_stored_empty_topic_is_refused_at_the_resend():
+    # only a store written before publish() refused it holds one: nothing
+    # names its topic on a new connection, so it completes refused (0x94)
+    # and what is behind it goes out
+    st = MemoryStore(8, 128, 8)
+    buf = bytearray(64)
+    n = encode_publish(buf, 0, b"", b"old", 1, 1, False, False, 5, {0x23: 9})
+    st.out_add(1, None, buf, 0, n)
+    n = encode_publish(buf, 0, b"t/b", b"next", 1, 2, False, False, 5, None)
+    st.out_add(2, None, buf, 0, n)
+    s = Server(connack_props=bytes([0x22, 0, 10]))
+    c = _client(s, store=st)
+    acks = []
+    c.set_ack_callback(lambda pid, rc: acks.append((pid, rc)))
+    c.connect()
+    _until(c, lambda: len(acks) == 2)
+    assert acks == [(1, 0x94), (2, 0)], acks
+    assert [p[0] for p in s.publishes] == [b"t/b"] and c.inflight() == 0
+
+
+def test_an_empty_topic_at_qos_1_or_2_is_refused_unsent_unstored():
+    # it stands on an alias of this connection: a stored copy could not be
+    # resent on the next [MQTT-3.3.2-7]. At QoS 0 (never stored) it goes
+    s = Server(connack_props=bytes([0x22, 0, 10]))
+    c = _client(s)
+    c.connect()
+    c.publish(b"t/a", b"x", qos=1, props={0x23: 9})
+    for qos in (1, 2):
+        e = raises(MQTTError, c.publish, b"", b"y", False, qos, None, False, {0x23: 9})
+        assert e.code == 0x94, e.code
+    assert c.inflight() == 0 and not c.waits
+    c.publish(b"", b"z", props={0x23: 9})
+    _until(c, lambda: len(s.publishes) == 2)
+    assert [(p[0], p[2]) for p in s.publishes] == [(b"t/a", b"x"), (b"", b"z")]
+    assert c.is_connected() and s.links == 1
+
+
+def test_a_subscription_the_client_refused_is_not_asked_again():
+    # a bad filter [MQTT-4.7.1-2], Retain Handling 3 [MQTT-3.8.3-5] (a
+    # Protocol Error), both levels: refused before anything is sent, and
+    # not kept, so the re-subscribe of the next connection sends only the
+    # good filter (and is not refused at every reconnect)
+    for level, bad in ((4, ((b"a/#/b", 1), (b"a", 3))),
+                       (5, ((b"a/#/b", 1), (b"a", 1 | 3 << 4), (b"a", 3)))):
+        s = Server(level=level)
+        c = _client(s, level)
+        c.set_callback(lambda t, m: None)
+        c.connect()
+        for f, opts in bad:
+            e = raises(MQTTError, c.subscribe, f, opts & 3, False, False, opts >> 4)
+            assert e.code == 0x82, e.code
+        assert not c.subs and not s.subscribes
+        assert c.subscribe(b"good", 1) == 1
+        _reconnected(c, s, 2)
+        _until(c, lambda: len(s.subscribes) == 2)
+        assert s.subscribes == [[(b"good", 1)], [(b"good", 1)]], s.subscribes
+        assert list(c.subs) == [b"good"]
+
+
+def test_a_subscribe_above_the_server_maximum_packet_size_is_refused():
+    # [MQTT-3.2.2-15], as a PUBLISH is: MQTTError 0x95, unsent, not kept
+    s = Server(connack_props=bytes([0x27, 0, 0, 0, 40]))  # Maximum Packet Size 40
+    c = _client(s)
+    c.set_callback(lambda t, m: None)
+    c.connect()
+    f = b"f/" + b"x" * 31  # 41 bytes: 2 of fixed header, the packet id (2), no
+    # properties (1), the filter (2 + 33), the options (1)
+    for sub_id in (None, {0x0B: 7}):
+        e = raises(MQTTError, c.subscribe, f, 1, False, False, 0, sub_id)
+        assert e.code == 0x95, e.code
+    assert not c.subs and not s.subscribes
+    assert c.subscribe(f[:-1], 1) == 1  # 40 bytes: fits
+    assert len(s.subscribes) == 1 and c.is_connected()
