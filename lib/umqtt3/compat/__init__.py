@@ -93,10 +93,7 @@ if MICROPYTHON:
 
 else:
     # the emulation lives in its own module, which MicroPython never loads
+    # (select's POLL* bits by name too: the broker's, as compat/gateway.py's)
     from .cpython import *  # noqa: F401,F403
-    POLLIN = 1
-    POLLOUT = 4
-    POLLERR = 8
-    POLLHUP = 16
 
 del sys

@@ -14,6 +14,14 @@ def const(x):
     return x
 
 
+# select's event bits by name, for the broker (compat/gateway.py's on
+# MicroPython; here, not in compat/__init__.py, which a device compiles)
+POLLIN = 1
+POLLOUT = 4
+POLLERR = 8
+POLLHUP = 16
+
+
 # MicroPython's ticks live in [0, 2**30) and wrap; emulate that exactly so
 # wrap-around bugs show up on the desktop too. _ticks_base lets tests start
 # the clock just before the wrap.
