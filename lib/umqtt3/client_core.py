@@ -94,8 +94,14 @@ class Core:
         self.password = password
         self.keepalive = keepalive
         self.level = level
-        self.session_expiry = session_expiry  # MQTT 5: seconds, None: see client5
-        self.auth = auth  # MQTT 5: (method, data, f(data) -> reply data) or None
+        if level == 5:
+            # what only client5 reads: a 3.1.1 client's instance has no
+            # slot for it (48 attributes take a table of 59, 47 one of 47)
+            self.session_expiry = session_expiry  # seconds, None: see client5
+            self.auth = auth  # (method, data, f(data) -> reply data) or None
+            # the Receive Maximum we send; the broker's own may lower
+            # window (what we send), never this (what we take)
+            self.receive_max = window
         if store is None:
             # loaded only when used: a FileStore client never loads it.
             # A pool of 1 KB for the window; inbound: room for the QoS 2
@@ -109,9 +115,6 @@ class Core:
             store = NoStore(window, 32)
         self.store = store
         self.window = window  # QoS 1/2 publishes in flight at once
-        # MQTT 5: the Receive Maximum we send; the broker's own may lower
-        # window (what we send), never this (what we take)
-        self.receive_max = window
         self.pid = 0  # the packet id taken last
         self.reconnect = reconnect
         self.auto = reconnect  # restored by connect() after disconnect()
