@@ -170,17 +170,10 @@ class MQTTClient(Core):
         if self.state == _DOWN:
             if not self.reconnect:
                 raise OSError(107, "")
-            w = ticks_diff(self.retry_at, ticks_ms())
-            if w > 0:
-                sleep_ms(min(timeout_ms, w))
-                return 0
-            try:
-                if not self.redial(timeout_ms):  # (client_more.py)
-                    return 0  # the dial goes on in the next poll()
-            except OSError as e:
-                self.lost(ticks_ms())
-                self.err = e
-                return 0
+            # the backoff, then the dial, in client_more.py: a node whose
+            # link never drops never loads it
+            if not self.redial(timeout_ms):
+                return 0  # the backoff or the dial goes on in the next poll()
         # Handles what arrives until timeout_ms has passed, at least one
         # packet when one is there; a peer that keeps sending cannot hold
         # poll() longer: the rest waits in the socket for the next call.

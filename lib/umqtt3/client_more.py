@@ -149,11 +149,30 @@ def connect_start(self, clean_session=True, sock=None):
 
 
 def redial(self, timeout_ms):
-    """poll()'s reconnect attempt, in steps that each wait at most
-    timeout_ms (poll(0) does not wait): the TCP connect, the TLS handshake,
-    then open_link(). True once the link is open, False while the dial goes
-    on; OSError when it failed or took longer than the client's timeout_ms.
+    """poll()'s reconnect while the link is down (reconnect=True): nothing
+    until the backoff has passed (poll() sleeps what timeout_ms allows of
+    it), then the attempt, in steps that each wait at most timeout_ms
+    (poll(0) does not wait): the TCP connect, the TLS handshake, then
+    open_link(). True once the link is open, False while the backoff or
+    the dial goes on, or when the attempt failed or took longer than the
+    client's timeout_ms: its OSError is kept in err (connect() raises it at
+    its timeout) and the next attempt comes after a backoff.
     (The name lookup still blocks: give an address to never wait.)"""
+    from .compat import ticks_ms, ticks_diff, sleep_ms
+    w = ticks_diff(self.retry_at, ticks_ms())
+    if w > 0:
+        sleep_ms(min(timeout_ms, w))
+        return False
+    try:
+        return _dial(self, timeout_ms)
+    except OSError as e:
+        self.lost(ticks_ms())
+        self.err = e
+        return False
+
+
+def _dial(self, timeout_ms):
+    # the attempt: True once the link is open, False while it goes on
     if self.connect_link:
         self.open_link()
         return True
