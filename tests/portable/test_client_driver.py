@@ -14,6 +14,7 @@ from test_client_mem import Peer, Link
 from umqtt3.client import MQTTClient
 from umqtt3.client_codec import Busy, Closed
 from umqtt3.codec import CONNECT, PUBACK, PUBLISH
+from umqtt3.compat import ticks_ms
 
 
 def _client(peer, link=Link, **kw):
@@ -57,6 +58,39 @@ def test_a_callback_raising_oserror_for_qos1_backs_off_once():
     c.poll(0)  # reconnect=True: the OSError ends in the backoff
     assert not c.is_connected() and c.tries == 1
     assert peer.got[PUBACK] == 0
+
+
+def test_poll_redials_only_once_the_backoff_has_passed():
+    # reconnect=True: once the link dropped, poll() dials again only when
+    # the backoff has passed; a dial that fails is kept in err (connect()
+    # raises it) and the next one waits a backoff again (client_more.redial)
+    peer = Peer()
+    fail = []
+
+    def connect_link():
+        if fail:
+            raise fail.pop()
+        if peer.client_end.closed:
+            peer.drop()  # a new connection
+        return Link(peer.client_end, peer)
+    c = MQTTClient("dev1", "peer", connect_link=connect_link, timeout_ms=2000,
+                   reconnect=True, backoff_ms=(60000, 60000))
+    c.connect()
+    peer.conn.link.close()  # the server ends the connection
+    assert c.poll(0) == 0
+    assert not c.is_connected() and c.tries == 1
+    assert c.poll(1) == 0 and peer.got[CONNECT] == 1  # within the backoff: no dial
+    fail.append(OSError(111))
+    c.retry_at = ticks_ms()  # the backoff has passed
+    assert c.poll(1) == 0 and not fail  # dialled, and it failed
+    assert c.err.args[0] == 111 and c.tries == 2 and not c.is_connected()
+    assert c.poll(1) == 0 and peer.got[CONNECT] == 1  # a backoff again: no dial
+    c.retry_at = ticks_ms()
+    for _ in range(20):
+        c.poll(1)
+        if c.is_connected():
+            break
+    assert c.is_connected() and peer.got[CONNECT] == 2
 
 
 class _BreaksOnEcho(Link):
