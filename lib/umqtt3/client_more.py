@@ -8,11 +8,13 @@
 #
 # Each function is a method of the client (self: client_core.Core, or
 # client.MQTTClient for the blocking driver's three at the end). Only
-# underscored names are imported at module level (from client_codec, which
-# every client has loaded): every public name here becomes a client
-# attribute on first use.
+# underscored names are imported at module level (from client_codec and
+# compat, which every client has loaded): every public name here becomes a
+# client attribute on first use.
 from .client_codec import mqtt5 as _mqtt5  # umqtt3.props, without an import per call
 from .client_codec import MQTTError as _MQTTError
+# (poll() calls redial() all through a backoff: no import per call)
+from .compat import ticks_ms as _ticks_ms, ticks_diff as _ticks_diff, sleep_ms as _sleep_ms
 
 
 def set_sync(self, f):
@@ -158,15 +160,14 @@ def redial(self, timeout_ms):
     client's timeout_ms: its OSError is kept in err (connect() raises it at
     its timeout) and the next attempt comes after a backoff.
     (The name lookup still blocks: give an address to never wait.)"""
-    from .compat import ticks_ms, ticks_diff, sleep_ms
-    w = ticks_diff(self.retry_at, ticks_ms())
+    w = _ticks_diff(self.retry_at, _ticks_ms())
     if w > 0:
-        sleep_ms(min(timeout_ms, w))
+        _sleep_ms(min(timeout_ms, w))
         return False
     try:
         return _dial(self, timeout_ms)
     except OSError as e:
-        self.lost(ticks_ms())
+        self.lost(_ticks_ms())
         self.err = e
         return False
 

@@ -10,6 +10,9 @@
 #
 # store=False: a message in flight when the link drops is not resent, so a
 # publish(wait=True) waiting for it raises, as umqtt.simple's does.
+import sys
+
+from support import locked
 from test_client_mem import Peer, Link
 from umqtt3.client import MQTTClient
 from umqtt3.client_codec import Busy, Closed
@@ -80,6 +83,8 @@ def test_poll_redials_only_once_the_backoff_has_passed():
     assert c.poll(0) == 0
     assert not c.is_connected() and c.tries == 1
     assert c.poll(1) == 0 and peer.got[CONNECT] == 1  # within the backoff: no dial
+    if sys.implementation.name == "micropython":
+        assert locked(c.poll, 0) == 0  # and a poll() meanwhile allocates nothing
     fail.append(OSError(111))
     c.retry_at = ticks_ms()  # the backoff has passed
     assert c.poll(1) == 0 and not fail  # dialled, and it failed
