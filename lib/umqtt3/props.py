@@ -507,13 +507,14 @@ def encode_rc(buf, off, first, rc, props):
 # that resends it after every reconnect.
 
 
-def _refuse(t, pid, why):
-    # MQTTError naming the property; 0x94 (Topic Alias invalid) for a
-    # Topic Alias in PUBLISH, else 0x82 (Protocol Error): what the server
-    # would say
+def _refuse(t, pid, why, code=0x82):
+    # MQTTError naming the property, with the code the server would say:
+    # 0x94 (Topic Alias invalid) for a Topic Alias in PUBLISH, 0x81
+    # (Malformed Packet) for one not defined for the packet (section
+    # 2.2.2.2 of 5.0), else 0x82 (Protocol Error)
     name = {0: "will", 3: "PUBLISH", 8: "SUBSCRIBE", 14: "DISCONNECT"}.get(t, t)
     raise MQTTError("%s property 0x%02x: %s" % (name, pid, why),
-                    0x94 if pid == TOPIC_ALIAS and t == 3 else 0x82)
+                    0x94 if pid == TOPIC_ALIAS and t == 3 else code)
 
 
 def outgoing(props, t, alias_max=0):
@@ -534,7 +535,7 @@ def outgoing(props, t, alias_max=0):
             try:
                 encode({k: props[k]})
             except (MQTTError, TypeError):
-                _refuse(t, k, getattr(x, "reason", "bad value"))
+                _refuse(t, k, getattr(x, "reason", "bad value"), getattr(x, "code", 0x82))
         raise
     i = 0
     n = len(b)
@@ -548,7 +549,7 @@ def outgoing(props, t, alias_max=0):
             # repeat (what passed before did, so this one is at fault)
             check(b, 0, e, t)
         except MQTTError as x:
-            _refuse(t, pid, x.reason)
+            _refuse(t, pid, x.reason, x.code)
         if t == 3 and pid == SUBSCRIPTION_ID:
             _refuse(t, pid, "sent by the server only")
         if t == 3 and pid == TOPIC_ALIAS:
