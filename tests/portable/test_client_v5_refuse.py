@@ -9,9 +9,9 @@
 import sys
 
 from support import locked, answer_qos, raises
+from v5_peer import PipePeer
 from umqtt3.client import MQTTClient
-from umqtt3.transport import Pipe, Conn
-from umqtt3.codec import (Packet, decode, encode_disconnect, MQTTError, CONNECT, PUBLISH,
+from umqtt3.codec import (decode, encode_disconnect, MQTTError, CONNECT, PUBLISH,
                           SUBSCRIBE, AUTH, DISCONNECT)
 from umqtt3.codec_server import encode_connack, encode_suback
 from umqtt3 import props
@@ -19,37 +19,16 @@ from umqtt3 import props
 MICROPYTHON = sys.implementation.name == "micropython"
 
 
-class Server:
+class Server(PipePeer):
     """One MQTT 5 server on a fresh pipe per connection; records the type,
     reason code and properties of every packet the client sends."""
+    size = 1024
 
     def __init__(self, connack_props=b"", auth=None):
         self.connack_props = connack_props
         self.auth = auth  # the data of an AUTH continue sent before CONNACK
         self.got = []  # (type, rc, property bytes)
         self.published = 0
-        self.links = 0
-
-    def link(self):
-        self.links += 1
-        self.end, other = Pipe.pair(4096)
-        self.conn = Conn(other, 1024, 1024)
-        self.pkt = Packet(5)
-        return self
-
-    # the client's link
-    def readinto(self, buf, n):
-        r = self.end.readinto(buf, n)
-        if r is None:
-            self.step()
-            r = self.end.readinto(buf, n)
-        return r
-
-    def write(self, buf, off=0, n=-1):
-        return self.end.write(buf, off, n)
-
-    def close(self):
-        self.end.close()
 
     def step(self):
         c = self.conn

@@ -12,35 +12,21 @@ from umqtt3.codec import Packet, decode, CONNECT, PUBLISH, PUBACK, SUBSCRIBE
 from umqtt3.codec_server import encode_connack, encode_suback
 
 
-class Server:
-    def __init__(self, connack_props=b"", level=5):
-        self.connack_props = connack_props
-        self.level = level
-        self.session = False  # CONNACK's Session Present when Clean Start is 0
-        self.links = 0
-        self.cleans = []  # the Clean Start flag of each CONNECT
-        self.publishes = []  # (topic, property bytes, payload) of each PUBLISH
-        self.subscribes = []  # [(filter, options), ...] of each SUBSCRIBE
-        self.pubacks = []  # the packet id of each PUBACK
+class PipePeer:
+    """A server's end of a fresh in-memory pipe per connection, handed to
+    the client as connect_link; step() (the subclass's) answers what the
+    client sent when the client finds nothing to read."""
+    size = 2048  # the server's buffers
+    level = 5
+    links = 0
 
     def link(self):
         # connect_link: a new connection
         self.links += 1
         self.end, other = Pipe.pair(4096)
-        self.conn = Conn(other, 2048, 2048)
+        self.conn = Conn(other, self.size, self.size)
         self.pkt = Packet(self.level)
         return self
-
-    def drop(self):
-        # the link breaks
-        self.end.close()
-
-    def send(self, data):
-        # bytes from the server (a PUBLISH to deliver)
-        c = self.conn
-        c.tx[c.tlen:c.tlen + len(data)] = data
-        c.tlen += len(data)
-        c.flush()
 
     # the client's link
     def readinto(self, buf, n):
@@ -55,6 +41,31 @@ class Server:
 
     def close(self):
         self.end.close()
+
+    def step(self):
+        raise NotImplementedError
+
+
+class Server(PipePeer):
+    def __init__(self, connack_props=b"", level=5):
+        self.connack_props = connack_props
+        self.level = level
+        self.session = False  # CONNACK's Session Present when Clean Start is 0
+        self.cleans = []  # the Clean Start flag of each CONNECT
+        self.publishes = []  # (topic, property bytes, payload) of each PUBLISH
+        self.subscribes = []  # [(filter, options), ...] of each SUBSCRIBE
+        self.pubacks = []  # the packet id of each PUBACK
+
+    def drop(self):
+        # the link breaks
+        self.end.close()
+
+    def send(self, data):
+        # bytes from the server (a PUBLISH to deliver)
+        c = self.conn
+        c.tx[c.tlen:c.tlen + len(data)] = data
+        c.tlen += len(data)
+        c.flush()
 
     def step(self):
         c = self.conn
