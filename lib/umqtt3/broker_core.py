@@ -70,6 +70,13 @@ class Stats:
         # messages/received and messages/sent count every packet, as mosquitto's
         self.others_in = 0
         self.others_out = 0
+        # bytes of every packet received (counted as each is handled) and
+        # sent (counted by the driver as they leave): $SYS bytes/*
+        self.bytes_in = 0
+        self.bytes_out = 0
+        self.sockets = 0  # connections opened (load/sockets)
+        self.connects = 0  # CONNECTs accepted (load/connections)
+        self.load = None  # broker_load's averages, from the first $SYS update
         self.peak = 0  # the most clients connected at once (clients/maximum)
         self.dropped = 0
         self.refused = 0
@@ -274,6 +281,7 @@ class Core(Stats):
         """A new connection with buffers conn (transport.Conn)."""
         c = Connection(conn, peer, now)
         self.clients.append(c)
+        self.sockets += 1
         return c
 
     def full(self):
@@ -304,6 +312,7 @@ class Core(Stats):
         try:
             c.t_last = now
             self.cur = c
+            self.bytes_in += n
             b0 = buf[off]
             t = b0 >> 4
             if t != PUBLISH:
@@ -342,6 +351,8 @@ class Core(Stats):
         except Exception as e:
             self.errors += 1
             self.disconnect(c, "internal error: %r" % (e,), True)
+        if c.held is not None:
+            self.bytes_in -= n  # handed over again after unhold: counted then
 
     def pubacks(self, c, buf, off, end, now):
         """What packet_at does with each PUBACK of connected c from
@@ -359,9 +370,11 @@ class Core(Stats):
             return end
         if o == off:
             self.others_in += 1
+            self.bytes_in += 4
             self.fail(c, MQTTError("acknowledgement out of its flow", 0x82))
             return off + 4
         self.others_in += (o - off) >> 2  # 4 bytes each
+        self.bytes_in += o - off
         return o
 
     def wants_send(self, c):
@@ -721,6 +734,7 @@ class Core(Stats):
         if p.bridge:
             c.bridge = True
         self.connected += 1
+        self.connects += 1
         if self.connected > self.peak:
             self.peak = self.connected
         ka = p.keepalive
@@ -1537,13 +1551,25 @@ class Core(Stats):
         pub = self._sys_pub
         pub("version", VERSION)
         pub("uptime", "%d seconds" % self.up_s)
-        pub("clients/connected", self.connected)
-        pub("clients/total", len(self.sess.all))
+        n = self.connected
+        pub("clients/connected", n)
+        pub("clients/active", n)  # (mosquitto's older name, still published)
+        n = len(self.sess.all)
+        pub("clients/total", n)
+        n -= self.connected  # persistent sessions without a client
+        pub("clients/disconnected", n)
+        pub("clients/inactive", n)
         pub("clients/maximum", self.peak)
+        n = 0
+        for x in self.subs.subscribers:
+            n += len(x.filters)
+        pub("subscriptions/count", n)
         pub("messages/received", self.received + self.others_in)
         pub("messages/sent", self.sent + self.others_out)
         pub("publish/messages/received", self.received)
         pub("publish/messages/sent", self.sent)
+        pub("bytes/received", self.bytes_in)
+        pub("bytes/sent", self.bytes_out)
         pub("messages/dropped", self.dropped)
         pub("messages/refused/queue_full", self.queue_full)
         pub("messages/refused/mem_budget", self.refused_mem)
@@ -1559,6 +1585,8 @@ class Core(Stats):
         mf = mem_free()
         if mf is not None:
             pub("heap/free", mf)
+        from .broker_load import update  # (loaded once, by the first update)
+        update(self, pub)
 
     def _sys_pub(self, name, value):
         self.publish("$SYS/broker/" + name, str(value), 0, True)
