@@ -59,6 +59,11 @@ TIMER_MS = const(100)  # how often keepalives and connect timeouts are checked
 _MEM = const(2)  # the broker's mem_budget is spent
 _HELD = const(4)  # a bridge's queue is full, its uplink up: the publisher waits
 
+# the byte counts carry into a count of this many bytes once a second: an
+# int stays small on a device (31 bits), where a larger one would allocate
+# at each packet counted
+CARRY = const(0x10000000)
+
 
 class Stats:
     """The figures $SYS publishes; the sessions and the store count here."""
@@ -74,6 +79,8 @@ class Stats:
         # sent (counted by the driver as they leave): $SYS bytes/*
         self.bytes_in = 0
         self.bytes_out = 0
+        self.bytes_in_hi = 0  # of CARRY bytes each (carry)
+        self.bytes_out_hi = 0
         self.sockets = 0  # connections opened (load/sockets)
         self.connects = 0  # CONNECTs accepted (load/connections)
         self.load = None  # broker_load's averages, from the first $SYS update
@@ -91,6 +98,21 @@ class Stats:
         self.connected = 0
         self.budget = 0  # broker_limits.mem_budget (0: none)
         self.ret = None  # broker_retain.Retained: its bytes count too
+
+    def carry(self):
+        """Keep the byte counts small (see CARRY); called once a second."""
+        if self.bytes_in >= CARRY:
+            self.bytes_in -= CARRY
+            self.bytes_in_hi += 1
+        if self.bytes_out >= CARRY:
+            self.bytes_out -= CARRY
+            self.bytes_out_hi += 1
+
+    def bytes_received(self):
+        return self.bytes_in_hi * CARRY + self.bytes_in
+
+    def bytes_sent(self):
+        return self.bytes_out_hi * CARRY + self.bytes_out
 
     def over(self, n):
         """n more bytes held would pass mem_budget: what queued messages
@@ -1508,6 +1530,7 @@ class Core(Stats):
                 # [MQTT-3.1.2-24]; a held connection's silence is ours (unhold)
                 self.disconnect(c, "keepalive expired", True, 0x8D)
         if d > 0 and ms >= 1000:
+            self.carry()
             self._expire()
             if self.disk is not None:
                 self.disk.tick(self.up_s)
@@ -1568,8 +1591,8 @@ class Core(Stats):
         pub("messages/sent", self.sent + self.others_out)
         pub("publish/messages/received", self.received)
         pub("publish/messages/sent", self.sent)
-        pub("bytes/received", self.bytes_in)
-        pub("bytes/sent", self.bytes_out)
+        pub("bytes/received", self.bytes_received())
+        pub("bytes/sent", self.bytes_sent())
         pub("messages/dropped", self.dropped)
         pub("messages/refused/queue_full", self.queue_full)
         pub("messages/refused/mem_budget", self.refused_mem)

@@ -20,7 +20,8 @@ SPANS = (("1min", 60), ("5min", 300), ("15min", 900))
 def counts(core):
     """The running totals the averages follow, in NAMES' order."""
     return (core.received + core.others_in, core.sent + core.others_out, core.received,
-            core.sent, core.bytes_in, core.bytes_out, core.connects, core.sockets)
+            core.sent, core.bytes_received(), core.bytes_sent(), core.connects,
+            core.sockets)
 
 
 def update(core, pub):

@@ -76,6 +76,23 @@ def test_sys_bytes_count_every_byte_each_way():
         assert a.got + c.got > 0
 
 
+def test_sys_bytes_go_on_counting_past_a_small_int():
+    # the counts carry into a count of CARRY bytes once a second: on a
+    # device the int counted at each packet stays small (no allocation),
+    # and bytes/received and bytes/sent go on from where they were
+    from umqtt3.broker_core import CARRY
+    with running(sys_interval=1) as b, Tally(b) as c:
+        b.bytes_in = CARRY - 10
+        b.bytes_out = CARRY - 3
+        c.connect("c")
+        c.simple(PINGREQ)
+        c.expect(PINGRESP)
+        advance(1100)
+        assert wait_for(lambda: _num(b, b"bytes/received") == CARRY - 10 + c.sent)
+        assert _num(b, b"bytes/sent") == CARRY - 3 + c.got
+        assert b.bytes_in < CARRY and b.bytes_out < CARRY
+
+
 def test_sys_sessions_without_a_client_and_subscriptions():
     # clients/disconnected (and its older name clients/inactive): persistent
     # sessions whose client is gone; clients/active is clients/connected;
