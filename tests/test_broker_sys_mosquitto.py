@@ -17,8 +17,10 @@ from umqtt3.codec import PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP, PINGREQ, PING
 
 pytestmark = pytest.mark.interop
 
-SAME = ("messages/received", "messages/sent", "publish/messages/sent", "bytes/received", "bytes/sent", "clients/connected",
-        "clients/active", "clients/disconnected", "clients/inactive", "subscriptions/count")
+SAME = ("messages/received", "messages/sent", "publish/messages/sent", "bytes/received",
+        "bytes/sent", "clients/connected", "clients/active", "clients/disconnected",
+        "clients/inactive", "clients/expired", "subscriptions/count",
+        "shared_subscriptions/count")
 
 
 def _scenario(port):
@@ -28,6 +30,7 @@ def _scenario(port):
             a.connect("a", clean=False)  # persistent: stays after a leaves
             a.subscribe(1, "t", 2)
             a.subscribe(2, "u/#", 0)
+            a.subscribe(3, "$share/g/v", 1)
             c.connect("c")
             c.publish("t", b"one", 1, pid=1)
             c.expect(PUBACK, 1)

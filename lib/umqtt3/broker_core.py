@@ -83,6 +83,7 @@ class Stats:
         self.bytes_out_hi = 0
         self.sockets = 0  # connections opened (load/sockets)
         self.connects = 0  # CONNECTs accepted (load/connections)
+        self.expired = 0  # sessions ended by their expiry interval (clients/expired)
         self.load = None  # broker_load's averages, from the first $SYS update
         self.peak = 0  # the most clients connected at once (clients/maximum)
         self.dropped = 0
@@ -1559,6 +1560,7 @@ class Core(Stats):
             s = al[i]
             if s.client is None and s.exp_at >= 0 and up >= s.exp_at:
                 self._log("session %s expired", s.cid.decode())
+                self.expired += 1
                 try:
                     self._drop(s)
                 except OSError:
@@ -1583,10 +1585,16 @@ class Core(Stats):
         pub("clients/disconnected", n)
         pub("clients/inactive", n)
         pub("clients/maximum", self.peak)
-        n = 0
+        pub("clients/expired", self.expired)
+        n = k = 0  # subscriptions, and shared ones apart (as mosquitto's)
         for x in self.subs.subscribers:
-            n += len(x.filters)
+            for f in x.filters:
+                if shared_at(f) > 0:
+                    k += 1
+                else:
+                    n += 1
         pub("subscriptions/count", n)
+        pub("shared_subscriptions/count", k)
         pub("messages/received", self.received + self.others_in)
         pub("messages/sent", self.sent + self.others_out)
         pub("publish/messages/received", self.received)

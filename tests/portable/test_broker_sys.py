@@ -97,13 +97,15 @@ def test_sys_sessions_without_a_client_and_subscriptions():
     # clients/disconnected (and its older name clients/inactive): persistent
     # sessions whose client is gone; clients/active is clients/connected;
     # subscriptions/count: every session's subscriptions, those of the
-    # sessions without a client too
+    # sessions without a client too; shared_subscriptions/count the shared
+    # ones [MQTT-4.8.2-1], which subscriptions/count leaves out (mosquitto)
     with running(sys_interval=1) as b, Raw(b) as a, Raw(b) as c:
         a.connect("a", clean=False)
         a.subscribe(1, "x/#", 1)
         a.subscribe(2, "y", 0)
         c.connect("c")
         c.subscribe(1, "z", 0)
+        c.subscribe(2, "$share/g/z", 0)  # counted apart, as mosquitto's
         a.send(b"\xe0\x00")  # DISCONNECT: its session stays [MQTT-3.1.2-4]
         assert a.closed()
         advance(1100)
@@ -113,12 +115,28 @@ def test_sys_sessions_without_a_client_and_subscriptions():
         assert _num(b, b"clients/active") == 1
         assert _num(b, b"clients/total") == 2
         assert _num(b, b"subscriptions/count") == 3
+        assert _num(b, b"shared_subscriptions/count") == 1
         c.send(b"\xe0\x00")
         assert c.closed()
         advance(1100)
         assert wait_for(lambda: _num(b, b"clients/connected") == 0)
         assert _num(b, b"clients/disconnected") == 1
         assert _num(b, b"subscriptions/count") == 2  # c's clean session went with it
+        assert _num(b, b"shared_subscriptions/count") == 0
+
+
+def test_sys_clients_expired_counts_sessions_whose_interval_ran_out():
+    # clients/expired, as mosquitto's: sessions ended by their expiry
+    # interval with no client [MQTT-3.1.2-23 (5.0)]; one that is resumed in
+    # time is not counted
+    from test_broker5_connect import leave
+    with running(sys_interval=1) as b:
+        leave(b, "short", 1, [("a", 0)])
+        leave(b, "long", 600, [("b", 0)])
+        advance(2100)
+        assert wait_for(lambda: _num(b, b"clients/expired") == 1)
+        assert _num(b, b"clients/disconnected") == 1  # "long" is still there
+        assert _num(b, b"subscriptions/count") == 1
 
 
 def _uptime(b):
