@@ -28,7 +28,7 @@ LAYERS = (
      "broker_auth", "broker_acl", "broker_log"),
     ("client_core", "client", "client5", "client_resume", "client_more", "broker_session"),
     ("aio", "broker_subs", "broker_retain", "broker_store", "bridge_queue"),
-    ("broker_core", "broker5"),
+    ("broker_core", "broker5", "broker_load"),
     ("broker_bytes",),
     ("broker", "bridge", "bridge_settings", "bridge_failover", "bridge_config"),
     ("__init__",),

@@ -507,7 +507,7 @@ class Broker(Core):
         conn = c.conn
         try:
             while True:
-                if conn.tlen and not conn.flush():
+                if conn.tlen and not self._write(conn):
                     break
                 if not self.refill(c):
                     break
@@ -522,6 +522,13 @@ class Broker(Core):
             c.kick = True
             self._hot = True
         self._mask(c)
+
+    def _write(self, conn):
+        # conn.flush(), what left counted ($SYS bytes/sent)
+        w = conn.tlen - conn.sent
+        ok = conn.flush()
+        self.bytes_out += w - (conn.tlen - conn.sent)
+        return ok
 
     def _mask(self, c):
         if c.io is None:
@@ -559,7 +566,7 @@ class Broker(Core):
                 continue
             conn = c.conn
             try:
-                conn.flush()  # a refusal's CONNACK, a DISCONNECT's reason code
+                self._write(conn)  # a refusal's CONNACK, a DISCONNECT's reason code
             except Exception:
                 pass
             if c.io is not None:

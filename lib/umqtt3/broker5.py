@@ -166,6 +166,7 @@ def auth_in(core, c, p):
             return
         v.authed = True
         core.others_in -= 1  # (counted when it came)
+        core.bytes_in -= len(cb)
         core.packet_at(c, cb, 0, len(cb), c.t_last)  # the held CONNECT, accepted now
     elif rc:
         core.disconnect(c, "re-authentication failed", True, rc)

@@ -70,6 +70,7 @@ def consume(core, c, buf, off, end, now, limit, careful=True, fan=0x3FFFFFFF):
                 # a run of PUBLISHes, each in one pass; one the run does not
                 # take goes the general way, below
                 o, j = publishes(core, c, buf, off, end, now, limit - k, fan, careful)
+                core.bytes_in += o - off  # (the run's bytes: one sum, not one per packet)
                 if c.held is not None:
                     return o, k + j, False  # the held PUBLISH at o, unread
                 if j:
@@ -238,6 +239,7 @@ def take(core, c):
     out = b""
     while True:
         out += bytes(conn.tx[conn.sent:conn.tlen])
+        core.bytes_out += conn.tlen - conn.sent
         conn.tlen = conn.sent = 0
         if c.state == CLOSED or not core.refill(c):
             return out

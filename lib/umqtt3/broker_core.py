@@ -59,6 +59,11 @@ TIMER_MS = const(100)  # how often keepalives and connect timeouts are checked
 _MEM = const(2)  # the broker's mem_budget is spent
 _HELD = const(4)  # a bridge's queue is full, its uplink up: the publisher waits
 
+# the byte counts carry into a count of this many bytes once a second: an
+# int stays small on a device (31 bits), where a larger one would allocate
+# at each packet counted
+CARRY = const(0x10000000)
+
 
 class Stats:
     """The figures $SYS publishes; the sessions and the store count here."""
@@ -70,6 +75,16 @@ class Stats:
         # messages/received and messages/sent count every packet, as mosquitto's
         self.others_in = 0
         self.others_out = 0
+        # bytes of every packet received (counted as each is handled) and
+        # sent (counted by the driver as they leave): $SYS bytes/*
+        self.bytes_in = 0
+        self.bytes_out = 0
+        self.bytes_in_hi = 0  # of CARRY bytes each (carry)
+        self.bytes_out_hi = 0
+        self.sockets = 0  # connections opened (load/sockets)
+        self.connects = 0  # CONNECTs accepted (load/connections)
+        self.expired = 0  # sessions ended by their expiry interval (clients/expired)
+        self.load = None  # broker_load's averages, from the first $SYS update
         self.peak = 0  # the most clients connected at once (clients/maximum)
         self.dropped = 0
         self.refused = 0
@@ -84,6 +99,21 @@ class Stats:
         self.connected = 0
         self.budget = 0  # broker_limits.mem_budget (0: none)
         self.ret = None  # broker_retain.Retained: its bytes count too
+
+    def carry(self):
+        """Keep the byte counts small (see CARRY); called once a second."""
+        if self.bytes_in >= CARRY:
+            self.bytes_in -= CARRY
+            self.bytes_in_hi += 1
+        if self.bytes_out >= CARRY:
+            self.bytes_out -= CARRY
+            self.bytes_out_hi += 1
+
+    def bytes_received(self):
+        return self.bytes_in_hi * CARRY + self.bytes_in
+
+    def bytes_sent(self):
+        return self.bytes_out_hi * CARRY + self.bytes_out
 
     def over(self, n):
         """n more bytes held would pass mem_budget: what queued messages
@@ -274,6 +304,7 @@ class Core(Stats):
         """A new connection with buffers conn (transport.Conn)."""
         c = Connection(conn, peer, now)
         self.clients.append(c)
+        self.sockets += 1
         return c
 
     def full(self):
@@ -304,6 +335,7 @@ class Core(Stats):
         try:
             c.t_last = now
             self.cur = c
+            self.bytes_in += n
             b0 = buf[off]
             t = b0 >> 4
             if t != PUBLISH:
@@ -342,6 +374,8 @@ class Core(Stats):
         except Exception as e:
             self.errors += 1
             self.disconnect(c, "internal error: %r" % (e,), True)
+        if c.held is not None:
+            self.bytes_in -= n  # handed over again after unhold: counted then
 
     def pubacks(self, c, buf, off, end, now):
         """What packet_at does with each PUBACK of connected c from
@@ -359,9 +393,11 @@ class Core(Stats):
             return end
         if o == off:
             self.others_in += 1
+            self.bytes_in += 4
             self.fail(c, MQTTError("acknowledgement out of its flow", 0x82))
             return off + 4
         self.others_in += (o - off) >> 2  # 4 bytes each
+        self.bytes_in += o - off
         return o
 
     def wants_send(self, c):
@@ -721,6 +757,7 @@ class Core(Stats):
         if p.bridge:
             c.bridge = True
         self.connected += 1
+        self.connects += 1
         if self.connected > self.peak:
             self.peak = self.connected
         ka = p.keepalive
@@ -1494,6 +1531,7 @@ class Core(Stats):
                 # [MQTT-3.1.2-24]; a held connection's silence is ours (unhold)
                 self.disconnect(c, "keepalive expired", True, 0x8D)
         if d > 0 and ms >= 1000:
+            self.carry()
             self._expire()
             if self.disk is not None:
                 self.disk.tick(self.up_s)
@@ -1522,6 +1560,7 @@ class Core(Stats):
             s = al[i]
             if s.client is None and s.exp_at >= 0 and up >= s.exp_at:
                 self._log("session %s expired", s.cid.decode())
+                self.expired += 1
                 try:
                     self._drop(s)
                 except OSError:
@@ -1537,13 +1576,31 @@ class Core(Stats):
         pub = self._sys_pub
         pub("version", VERSION)
         pub("uptime", "%d seconds" % self.up_s)
-        pub("clients/connected", self.connected)
-        pub("clients/total", len(self.sess.all))
+        n = self.connected
+        pub("clients/connected", n)
+        pub("clients/active", n)  # (mosquitto's older name, still published)
+        n = len(self.sess.all)
+        pub("clients/total", n)
+        n -= self.connected  # persistent sessions without a client
+        pub("clients/disconnected", n)
+        pub("clients/inactive", n)
         pub("clients/maximum", self.peak)
+        pub("clients/expired", self.expired)
+        n = k = 0  # subscriptions, and shared ones apart (as mosquitto's)
+        for x in self.subs.subscribers:
+            for f in x.filters:
+                if shared_at(f) > 0:
+                    k += 1
+                else:
+                    n += 1
+        pub("subscriptions/count", n)
+        pub("shared_subscriptions/count", k)
         pub("messages/received", self.received + self.others_in)
         pub("messages/sent", self.sent + self.others_out)
         pub("publish/messages/received", self.received)
         pub("publish/messages/sent", self.sent)
+        pub("bytes/received", self.bytes_received())
+        pub("bytes/sent", self.bytes_sent())
         pub("messages/dropped", self.dropped)
         pub("messages/refused/queue_full", self.queue_full)
         pub("messages/refused/mem_budget", self.refused_mem)
@@ -1559,6 +1616,8 @@ class Core(Stats):
         mf = mem_free()
         if mf is not None:
             pub("heap/free", mf)
+        from .broker_load import update  # (loaded once, by the first update)
+        update(self, pub)
 
     def _sys_pub(self, name, value):
         self.publish("$SYS/broker/" + name, str(value), 0, True)

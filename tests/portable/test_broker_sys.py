@@ -1,0 +1,181 @@
+# The broker's $SYS figures that mosquitto's dashboards read beyond the
+# packet counts (test_broker_pubsub.py has those): bytes/*, the clients
+# without a connection, subscriptions/count and the load/* moving averages
+# (mosquitto(8), BROKER STATUS). In memory, the broker's clock moved by the
+# test; tests/test_broker_sys_mosquitto.py compares the counts with
+# mosquitto's own for one scenario.
+from math import exp
+
+from broker_harness import running, Raw, advance, wait_for
+from umqtt3.codec import PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP, PINGREQ, PINGRESP
+
+
+class Tally(Raw):
+    """A Raw client that counts the bytes it sends and receives."""
+
+    def __init__(self, b):
+        Raw.__init__(self, b)
+        self.sent = self.got = 0
+        ch = self.ch
+        send = ch.send
+        read = ch.read
+
+        def counted_send(data):
+            self.sent += len(data)
+            send(data)
+
+        def counted_read(n, timeout):
+            d = read(n, timeout)
+            if d is not None:
+                self.got += len(d)
+            return d
+        ch.send = counted_send
+        ch.read = counted_read
+
+
+def _sys(b, name):
+    m = b.retained.get(b"$SYS/broker/" + name)
+    return m and m[1]
+
+
+def _num(b, name):
+    v = _sys(b, name)
+    return None if v is None else int(v)
+
+
+def test_sys_bytes_count_every_byte_each_way():
+    # bytes/received and bytes/sent: every byte of every packet, each way
+    # (CONNECT, PUBLISH at each QoS and its acks, SUBSCRIBE, PINGREQ,
+    # DISCONNECT), as mosquitto counts them
+    with running(sys_interval=1) as b, Tally(b) as a, Tally(b) as c:
+        a.connect("a")
+        a.subscribe(1, "t", 2)
+        c.connect("c")
+        c.publish("t", b"one", 1, pid=1)
+        c.expect(PUBACK, 1)
+        assert a.messages(1)[0][1] == b"one"  # (a's PUBACK sent by messages())
+        c.publish("t", b"two" * 50, 2, pid=2)  # a payload past 127: a longer header
+        c.expect(PUBREC, 2)
+        c.ack(PUBREL, 2)
+        c.expect(PUBCOMP, 2)
+        p = a.recv()
+        assert p.type == PUBLISH and p.qos == 2
+        a.ack(PUBREC, p.pid)
+        a.expect(PUBREL, p.pid)
+        a.ack(PUBCOMP, p.pid)
+        c.publish("t", b"three", 0)
+        assert a.messages(1)[0][1] == b"three"
+        a.simple(PINGREQ)
+        a.expect(PINGRESP)
+        c.send(b"\xe0\x00")  # DISCONNECT
+        assert c.closed()
+        advance(1100)
+        assert wait_for(lambda: _num(b, b"clients/connected") == 1)
+        assert _num(b, b"bytes/received") == a.sent + c.sent
+        assert _num(b, b"bytes/sent") == a.got + c.got
+        assert a.got + c.got > 0
+
+
+def test_sys_bytes_go_on_counting_past_a_small_int():
+    # the counts carry into a count of CARRY bytes once a second: on a
+    # device the int counted at each packet stays small (no allocation),
+    # and bytes/received and bytes/sent go on from where they were
+    from umqtt3.broker_core import CARRY
+    with running(sys_interval=1) as b, Tally(b) as c:
+        b.bytes_in = CARRY - 10
+        b.bytes_out = CARRY - 3
+        c.connect("c")
+        c.simple(PINGREQ)
+        c.expect(PINGRESP)
+        advance(1100)
+        assert wait_for(lambda: _num(b, b"bytes/received") == CARRY - 10 + c.sent)
+        assert _num(b, b"bytes/sent") == CARRY - 3 + c.got
+        assert b.bytes_in < CARRY and b.bytes_out < CARRY
+
+
+def test_sys_sessions_without_a_client_and_subscriptions():
+    # clients/disconnected (and its older name clients/inactive): persistent
+    # sessions whose client is gone; clients/active is clients/connected;
+    # subscriptions/count: every session's subscriptions, those of the
+    # sessions without a client too; shared_subscriptions/count the shared
+    # ones [MQTT-4.8.2-1], which subscriptions/count leaves out (mosquitto)
+    with running(sys_interval=1) as b, Raw(b) as a, Raw(b) as c:
+        a.connect("a", clean=False)
+        a.subscribe(1, "x/#", 1)
+        a.subscribe(2, "y", 0)
+        c.connect("c")
+        c.subscribe(1, "z", 0)
+        c.subscribe(2, "$share/g/z", 0)  # counted apart, as mosquitto's
+        a.send(b"\xe0\x00")  # DISCONNECT: its session stays [MQTT-3.1.2-4]
+        assert a.closed()
+        advance(1100)
+        assert wait_for(lambda: _num(b, b"clients/disconnected") == 1)
+        assert _num(b, b"clients/inactive") == 1
+        assert _num(b, b"clients/connected") == 1
+        assert _num(b, b"clients/active") == 1
+        assert _num(b, b"clients/total") == 2
+        assert _num(b, b"subscriptions/count") == 3
+        assert _num(b, b"shared_subscriptions/count") == 1
+        c.send(b"\xe0\x00")
+        assert c.closed()
+        advance(1100)
+        assert wait_for(lambda: _num(b, b"clients/connected") == 0)
+        assert _num(b, b"clients/disconnected") == 1
+        assert _num(b, b"subscriptions/count") == 2  # c's clean session went with it
+        assert _num(b, b"shared_subscriptions/count") == 0
+
+
+def test_sys_clients_expired_counts_sessions_whose_interval_ran_out():
+    # clients/expired, as mosquitto's: sessions ended by their expiry
+    # interval with no client [MQTT-3.1.2-23 (5.0)]; one that is resumed in
+    # time is not counted
+    from test_broker5_connect import leave
+    with running(sys_interval=1) as b:
+        leave(b, "short", 1, [("a", 0)])
+        leave(b, "long", 600, [("b", 0)])
+        advance(2100)
+        assert wait_for(lambda: _num(b, b"clients/expired") == 1)
+        assert _num(b, b"clients/disconnected") == 1  # "long" is still there
+        assert _num(b, b"subscriptions/count") == 1
+
+
+def _uptime(b):
+    return int(_sys(b, b"uptime").split()[0])
+
+
+def test_sys_load_is_mosquittos_moving_average():
+    # load/...: a rate per minute, averaged over 1, 5 and 15 minutes with
+    # mosquitto's formula; 0.00 at the first update
+    with running(sys_interval=10) as b:
+        assert wait_for(lambda: _sys(b, b"uptime") is not None)
+        t0 = _uptime(b)
+        for span in (b"1min", b"5min", b"15min"):
+            assert _sys(b, b"load/publish/received/" + span) == b"0.00"
+            assert _sys(b, b"load/bytes/sent/" + span) == b"0.00"
+        with Raw(b) as c:
+            c.connect("c")
+            for i in range(60):
+                c.publish("t", b"x", 0)
+            c.simple(PINGREQ)
+            c.expect(PINGRESP)  # all 60 handled
+            advance(10000)
+            assert wait_for(lambda: _uptime(b) > t0)
+            dt = _uptime(b) - t0
+            rate = 60 * 60.0 / dt
+            avg = {}
+            for span, secs in ((b"1min", 60), (b"5min", 300), (b"15min", 900)):
+                avg[span] = rate * (1 - exp(-dt / secs))
+                got = float(_sys(b, b"load/publish/received/" + span))
+                assert abs(got - avg[span]) < 0.011, (span, got, avg[span])
+            t1 = _uptime(b)
+            # nothing published for a while: each average decays towards 0
+            advance(10000)
+            assert wait_for(lambda: _uptime(b) > t1)
+            dt = _uptime(b) - t1
+            for span, secs in ((b"1min", 60), (b"5min", 300), (b"15min", 900)):
+                want = avg[span] * exp(-dt / secs)
+                got = float(_sys(b, b"load/publish/received/" + span))
+                assert abs(got - want) < 0.011, (span, got, want)
+            assert float(_sys(b, b"load/messages/received/1min")) > 0
+            assert float(_sys(b, b"load/bytes/received/1min")) > 0
+            assert float(_sys(b, b"load/connections/1min")) > 0
