@@ -12,7 +12,7 @@ import time
 import pytest
 
 from pipeline_support import Broker, have_spark, reading
-from refusal import refused, run  # tests/refusal.py
+from refusal import console_script, refused, run  # tests/refusal.py
 from tools import procs
 
 JOB = "umqtt3_pipeline.job"
@@ -102,6 +102,15 @@ def test_python_m_package_is_the_job(tmp_path):
     refused("umqtt3_pipeline", job_args(tmp_path, "--trigger", "0"), "--trigger: 0 is not above 0")
 
 
+def test_the_command_calls_itself_by_the_name_run(tmp_path):
+    # the console script's usage line names it (it said `python -m ...`);
+    # run as a module, or as a file under spark-submit, the module's name
+    r = console_script(tmp_path, "umqtt3-pipeline")("--help")
+    assert r.returncode == 0 and r.stdout.startswith("usage: umqtt3-pipeline [-h]"), r.stdout[:200]
+    r = run(JOB, "--help")
+    assert r.returncode == 0 and r.stdout.startswith("usage: python -m umqtt3_pipeline.job [-h]")
+
+
 def test_without_pyspark_one_line_before_anything_is_made(tmp_path):
     # the console script without the spark extra: it made the broker
     # session, then died in a ModuleNotFoundError traceback
@@ -115,7 +124,8 @@ def test_without_pyspark_one_line_before_anything_is_made(tmp_path):
     finally:
         b.stop()
     assert r.returncode == 2 and r.stdout == "", (r.stdout, r.stderr)
-    assert r.stderr == "umqtt3-pipeline: pyspark is not installed (pip install '.[spark]')\n"
+    assert r.stderr == ("umqtt3-pipeline: pyspark is not installed (pip install 'umqtt3[spark]', "
+                        "or '.[spark]' in a clone; PySpark 4 needs Python 3.11+)\n")
     assert os.listdir(tmp_path) == []
 
 

@@ -40,8 +40,8 @@ if __name__ == "__main__" and not __package__:
     sys.exit(_main())
 
 from .cli import (PORTABLE_CLIENT_ID, Help, Parser, add_tls, broker_address, client_id,
-                  client_id_note, made_dirs, needs_user, reachable, tls_checked, topic_filters,
-                  usable_dir)
+                  client_id_note, command_name, made_dirs, needs_user, reachable, tls_checked,
+                  topic_filters, usable_dir)
 
 
 def _worker_path():
@@ -66,7 +66,8 @@ def spark_missing():
     try:
         import pyspark  # noqa: F401
     except ImportError:
-        return "pyspark is not installed (pip install '.[spark]')"
+        return ("pyspark is not installed (pip install 'umqtt3[spark]', or '.[spark]' in a clone; "
+                "PySpark 4 needs Python 3.11+)")
     if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
         return "no Java runtime (apt-get install default-jre-headless, or make setup)"
     return None
@@ -468,7 +469,7 @@ def _setting(text):
 
 def parser():
     from .ingest import add_max_packet
-    ap = Parser(prog="python -m umqtt3_pipeline.job", description=__doc__, formatter_class=Help)
+    ap = Parser(prog=command_name("umqtt3_pipeline.job"), description=__doc__, formatter_class=Help)
     ap.add_argument("--broker", type=broker_address, default="127.0.0.1:1883", help="host:port")
     ap.add_argument("--topics", default="umqtt3/+/+", type=topic_filters,
                     help="comma-separated filters")
