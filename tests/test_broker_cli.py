@@ -22,7 +22,7 @@ def desktop():
     return dict(cli.DESKTOP)
 
 
-from refusal import run  # noqa: E402  (tests/refusal.py)
+from refusal import console_script, run  # noqa: E402  (tests/refusal.py)
 from tools import procs  # noqa: E402
 
 
@@ -140,6 +140,21 @@ def test_help_shows_every_default():
     for f in ("--host", "--port", "--users", "--store", "--queue-qos0", "--queue-full",
               "--allow-anonymous"):
         assert f in text
+
+
+@pytest.mark.parametrize("name, module", [("umqtt3-broker", "umqtt3.broker"),
+                                          ("umqtt3-passwd", "umqtt3_cli.passwd")])
+def test_the_commands_call_themselves_by_the_name_run(tmp_path, name, module):
+    # the console script pip installs says its own name in the usage line and
+    # in a refusal (it said `python -m ...`); run as a module, the module's
+    cmd = console_script(tmp_path, name)
+    r = cmd("--help")
+    assert r.returncode == 0 and r.stdout.startswith("usage: %s [-h]" % name), r.stdout[:200]
+    bad = ("users", "alice", "--no-such-flag")  # (passwd wants FILE USER first)
+    assert refused(cmd(*bad), "--no-such-flag").startswith(name + ": ")
+    r = run(module, "--help")
+    assert r.returncode == 0 and r.stdout.startswith("usage: python -m %s [-h]" % module)
+    assert refused(run(module, *bad), "--no-such-flag").startswith("python -m %s: " % module)
 
 
 def test_every_limit_is_a_flag_with_help():

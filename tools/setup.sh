@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The set-up behind `make setup` (and behind `make demo` and `make test` on a
 # fresh clone), for Debian and Ubuntu. Safe to run again. In order:
+#  0. The interpreter's version: 3.11 or newer (PySpark 4), else refused.
 #  1. apt (as root, else through sudo; only what is missing): mosquitto and its
 #     clients (interop peers), a Java runtime (Spark), Node.js and npm (the
 #     WebAssembly MicroPython), make (./run's, when it is missing), git,
@@ -27,6 +28,27 @@ PIP_FLAGS="-q --disable-pip-version-check --root-user-action=ignore"
 
 say() { echo "setup: $*"; }
 die() { echo "setup: $*" >&2; exit 1; }
+
+# ---------------------------------------------------------------- 0. Python 3.11+
+# The spark extra (PySpark 4: the pipeline, the demo) needs Python 3.11 or
+# newer: refused here, before apt and pip, in one line rather than in pip's
+# resolver. (The library alone runs on 3.9+; `pip install .` needs no set-up.)
+if [ -n "$PYTHON" ]; then py=$PYTHON
+elif [ -x "$VENV/bin/python" ]; then py=$VENV/bin/python
+else py=$PYTHON3
+fi
+if command -v "$py" >/dev/null 2>&1; then
+    ver=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) ||
+        die "$py does not run"
+    case $ver in
+        [0-2].* | 3.[0-9] | 3.10)
+            if [ -n "$PYTHON" ]; then how="PYTHON=python3.11 make setup"
+            elif [ "$py" = "$VENV/bin/python" ]; then how="rm -rf $VENV; PYTHON3=python3.11 ./run demo"
+            else how="PYTHON3=python3.11 ./run demo"
+            fi
+            die "$py is Python $ver; PySpark 4 (the pipeline, the demo) needs 3.11+ (Debian 12's or Ubuntu 24.04's python3): on Ubuntu 22.04, apt-get install python3.11 python3.11-venv, then $how" ;;
+    esac
+fi
 
 # ---------------------------------------------------------------- 1. apt
 pkgs=""

@@ -15,9 +15,10 @@ import sys
 
 from umqtt3.broker_limits import choices, refused, span
 
+from . import command_name
 from .passwd import read_users
 
-PROG = "python -m umqtt3.broker"
+PROG = command_name("umqtt3.broker")  # umqtt3-broker when run as that
 
 # The desktop profile: every limit of broker_limits.Limits (whose defaults
 # are a device's), in the order of the flags and of docs/broker.md.

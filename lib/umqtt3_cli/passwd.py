@@ -23,7 +23,9 @@ import sys
 
 from umqtt3.broker_auth import PREFIX, digest, entry_error
 
-PROG = "python -m umqtt3_cli.passwd"
+from . import command_name
+
+PROG = command_name("umqtt3_cli.passwd")  # umqtt3-passwd when run as that
 ROUNDS = 1000
 BOM = b"\xef\xbb\xbf"  # UTF-8's byte order mark, which some editors start a file with
 

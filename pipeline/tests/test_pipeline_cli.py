@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from pipeline_support import Broker, have_spark, reading
-from refusal import refused, run  # tests/refusal.py
+from pipeline_support import Broker, have_spark, publish_all, publisher, reading
+from refusal import console_script, refused, run  # tests/refusal.py
 from tools import procs
 
 JOB = "umqtt3_pipeline.job"
@@ -102,6 +102,15 @@ def test_python_m_package_is_the_job(tmp_path):
     refused("umqtt3_pipeline", job_args(tmp_path, "--trigger", "0"), "--trigger: 0 is not above 0")
 
 
+def test_the_command_calls_itself_by_the_name_run(tmp_path):
+    # the console script's usage line names it (it said `python -m ...`);
+    # run as a module, or as a file under spark-submit, the module's name
+    r = console_script(tmp_path, "umqtt3-pipeline")("--help")
+    assert r.returncode == 0 and r.stdout.startswith("usage: umqtt3-pipeline [-h]"), r.stdout[:200]
+    r = run(JOB, "--help")
+    assert r.returncode == 0 and r.stdout.startswith("usage: python -m umqtt3_pipeline.job [-h]")
+
+
 def test_without_pyspark_one_line_before_anything_is_made(tmp_path):
     # the console script without the spark extra: it made the broker
     # session, then died in a ModuleNotFoundError traceback
@@ -115,7 +124,8 @@ def test_without_pyspark_one_line_before_anything_is_made(tmp_path):
     finally:
         b.stop()
     assert r.returncode == 2 and r.stdout == "", (r.stdout, r.stderr)
-    assert r.stderr == "umqtt3-pipeline: pyspark is not installed (pip install '.[spark]')\n"
+    assert r.stderr == ("umqtt3-pipeline: pyspark is not installed (pip install 'umqtt3[spark]', "
+                        "or '.[spark]' in a clone; PySpark 4 needs Python 3.11+)\n")
     assert os.listdir(tmp_path) == []
 
 
@@ -414,3 +424,122 @@ def test_the_cause_of_a_failure_is_its_deepest_reason():
     assert cause(state) == ("[STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE] Provided key schema does "
                             "not match existing state key schema. (a --checkpoint of an older "
                             "version of the job: a new one, and a new --out; docs/pipeline.md)")
+
+
+def _children(pid):
+    """The pids of pid's descendants (ps), nearest first."""
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True,
+                         text=True).stdout.split()
+    found = [int(x) for x in out]
+    for c in list(found):
+        found += _children(c)
+    return found
+
+
+def _cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _publish_readings(port, n=20):
+    c = publisher(port, "feeder")
+    try:
+        now = time.time()
+        publish_all(c, [reading("n1", "temp", float(i), 1, i, t=now - n + i) for i in range(n)])
+    finally:
+        c.disconnect()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(have_spark() is not None, reason=have_spark() or "")
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="needs /proc")
+def test_a_close_that_cannot_reach_spark_says_which_windows_are_left_in_one_line(tmp_path):
+    # Spark's JVM gone before the close (killed; as systemd's SIGTERM to the
+    # whole group does, or Ctrl-C to spark-submit's JVM did): the close cannot
+    # write the open windows, and the job says so in one line, not a traceback
+    b = Broker().start()
+    try:
+        p = subprocess.Popen([sys.executable, "-m", JOB] + job_args(
+            tmp_path, "--broker", "127.0.0.1:%d" % b.port, "--master", "local[1]",
+            "--trigger", "0.5", "--window", "1 seconds", "--watermark", "1 seconds"),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=dict(procs.python_env(), SPARK_LOCAL_IP="127.0.0.1"), start_new_session=True)
+        try:
+            first = p.stdout.readline()
+            assert first.startswith("umqtt3 telemetry: "), first + p.stderr.read()
+            _publish_readings(b.port)
+            end = time.monotonic() + 120  # some windows written (the last ones stay open)
+            while not list(pathlib.Path(tmp_path / "out").rglob("*.parquet")):
+                assert time.monotonic() < end and p.poll() is None, p.stderr.read()
+                time.sleep(0.2)
+            jvm = [c for c in _children(p.pid) if "java" in _cmdline(c).split(" ", 1)[0]]
+            assert len(jvm) == 1, [_cmdline(c) for c in _children(p.pid)]
+            os.kill(jvm[0], signal.SIGKILL)
+            p.send_signal(signal.SIGTERM)  # the job's close
+            out, err = p.communicate(timeout=120)
+        finally:
+            procs.stop(p, 5)
+        # the next run on the same checkpoint writes the windows left
+        again = subprocess.run([sys.executable, "-m", JOB] + job_args(
+            tmp_path, "--broker", "127.0.0.1:%d" % b.port, "--master", "local[1]",
+            "--trigger", "0.5", "--window", "1 seconds", "--watermark", "1 seconds",
+            "--seconds", "3"), capture_output=True, text=True, timeout=300,
+            env=dict(procs.python_env(), SPARK_LOCAL_IP="127.0.0.1"))
+    finally:
+        b.stop()
+    assert again.returncode == 0, again.stderr
+    import pyarrow.parquet as pq
+    counts = [pq.read_table(str(f)).column("count").to_pylist()
+              for f in pathlib.Path(tmp_path / "out").rglob("*.parquet")]
+    assert sum(sum(c) for c in counts) == 20, counts  # each reading in a window, once
+    assert p.returncode == 1, (out, err)
+    for bad in ("Traceback", "Exception", "ERROR"):
+        assert bad not in err, err
+    lines = [x for x in err.splitlines() if x.startswith("umqtt3-pipeline")]
+    assert len(lines) == 1 and err.strip().splitlines()[-1] == lines[0], err
+    assert re.match(r"umqtt3-pipeline: Spark stopped before the close wrote the open windows "
+                    r"\(its JVM went first: .*\): the windows after \d{4}-\d\d-\d\d "
+                    r"\d\d:\d\d:\d\d \(event time, UTC\) left for the "
+                    r"next run on --checkpoint %s, which writes them; their readings are in "
+                    r"--log %s$" % (re.escape(str(tmp_path / "cp")), re.escape(str(tmp_path / "log"))),
+                    lines[0]), lines[0]
+
+
+SPARK_SUBMIT = os.path.join(os.path.dirname(sys.executable), "spark-submit")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(have_spark() is not None, reason=have_spark() or "")
+@pytest.mark.skipif(not os.access(SPARK_SUBMIT, os.X_OK), reason="no spark-submit beside python")
+def test_ctrl_c_under_spark_submit_writes_every_window(tmp_path):
+    # Ctrl-C reaches spark-submit's JVM (the job's parent) too: it stopped
+    # before the close wrote the open windows (RpcEnvStoppedException, exit
+    # 130, the run's windows left). The JVM now ignores it, as the JVM that
+    # PySpark starts itself does, and the job closes as without spark-submit.
+    b = Broker().start()
+    try:
+        job = os.path.join(procs.ROOT, "pipeline", "umqtt3_pipeline", "job.py")
+        p = subprocess.Popen([SPARK_SUBMIT, "--master", "local[1]", job] + job_args(
+            tmp_path, "--broker", "127.0.0.1:%d" % b.port, "--trigger", "0.5"),
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=str(tmp_path),
+            env=dict(procs.python_env(), SPARK_LOCAL_IP="127.0.0.1",
+                     PYSPARK_PYTHON=sys.executable), start_new_session=True)
+        try:
+            lines = []  # the job's stdout and stderr, through the JVM's stdout
+            while not (lines and lines[-1].startswith("umqtt3 telemetry: ")):
+                lines.append(p.stdout.readline())
+                assert lines[-1], "".join(lines)
+            _publish_readings(b.port)  # acknowledged: in the log
+            os.killpg(p.pid, signal.SIGINT)  # as a terminal does
+            out = p.communicate(timeout=180)[0]
+        finally:
+            procs.stop(p, 5)
+    finally:
+        b.stop()
+    assert p.returncode == 0, out
+    assert "stopping: writing every window first" in out, out
+    assert re.search(r"^umqtt3 telemetry: stopped after \d+ s; 20 readings committed", out,
+                     re.M), out

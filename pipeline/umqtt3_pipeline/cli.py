@@ -4,6 +4,7 @@ status 2), never argparse's usage block; the checks the job and the ingest
 share."""
 import argparse
 import os
+import sys
 
 
 class Help(argparse.RawDescriptionHelpFormatter):
@@ -15,6 +16,18 @@ class Help(argparse.RawDescriptionHelpFormatter):
         if "default" in h or d in (None, False, "", argparse.SUPPRESS):
             return h
         return h + " (default: %(default)s)"
+
+
+def command_name(module):
+    """What the command calls itself in --help: the console script's name
+    when that is what ran (umqtt3-pipeline), else `python -m MODULE` (run as
+    a module or under spark-submit, whose argv[0] is a file, or main() called
+    from other code). (umqtt3_cli has the same for the broker's commands;
+    spark-submit's --py-files carry this package and umqtt3 alone.)"""
+    ran = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    if ran.startswith("umqtt3") and not ran.endswith(".py"):
+        return ran
+    return "python -m " + module
 
 
 class Parser(argparse.ArgumentParser):

@@ -40,8 +40,8 @@ if __name__ == "__main__" and not __package__:
     sys.exit(_main())
 
 from .cli import (PORTABLE_CLIENT_ID, Help, Parser, add_tls, broker_address, client_id,
-                  client_id_note, made_dirs, needs_user, reachable, tls_checked, topic_filters,
-                  usable_dir)
+                  client_id_note, command_name, made_dirs, needs_user, reachable, tls_checked,
+                  topic_filters, usable_dir)
 
 
 def _worker_path():
@@ -66,7 +66,8 @@ def spark_missing():
     try:
         import pyspark  # noqa: F401
     except ImportError:
-        return "pyspark is not installed (pip install '.[spark]')"
+        return ("pyspark is not installed (pip install 'umqtt3[spark]', or '.[spark]' in a clone; "
+                "PySpark 4 needs Python 3.11+)")
     if not shutil.which("java") and not os.environ.get("JAVA_HOME"):
         return "no Java runtime (apt-get install default-jre-headless, or make setup)"
     return None
@@ -318,7 +319,8 @@ def ensure_session(broker, topics, qos, client_id, level=5, user=None, password=
 def start(spark, a, tally=None):
     """Start the query for parsed arguments a; returns the StreamingQuery.
     tally: a list whose first item the batches add the readings of the
-    windows they write to (this run's, de-duplicated)."""
+    windows they write to (this run's, de-duplicated), and whose second
+    (if there is one) they set to the end of the latest window written."""
     from .source import cancel_close
     external = a.ingest == "external"
     if not external:
@@ -340,6 +342,9 @@ def start(spark, a, tally=None):
         t = batch.toArrow()
         if write_batch(out, t, batch_id, fold_every) and tally is not None:
             tally[0] += pc.sum(t.column("count")).as_py() or 0
+            end = pc.max(t.column("window_end")).as_py() if t.num_rows else None
+            if len(tally) > 1 and end is not None and (tally[1] is None or end > tally[1]):
+                tally[1] = end
     w = (windows(df, a.window, a.watermark, a.max_early).writeStream.foreachBatch(write)
          .option("checkpointLocation", ck)
          .outputMode("append").queryName("umqtt3_telemetry"))
@@ -468,7 +473,7 @@ def _setting(text):
 
 def parser():
     from .ingest import add_max_packet
-    ap = Parser(prog="python -m umqtt3_pipeline.job", description=__doc__, formatter_class=Help)
+    ap = Parser(prog=command_name("umqtt3_pipeline.job"), description=__doc__, formatter_class=Help)
     ap.add_argument("--broker", type=broker_address, default="127.0.0.1:1883", help="host:port")
     ap.add_argument("--topics", default="umqtt3/+/+", type=topic_filters,
                     help="comma-separated filters")
@@ -564,6 +569,38 @@ def parse(argv=None):
     return a
 
 
+def keep_jvm_on_ctrl_c(spark):
+    """Under spark-submit, Spark's JVM is this process's parent and in its
+    process group: a Ctrl-C stopped the JVM too, before the close could
+    write the open windows. Let it ignore SIGINT, as the JVM that PySpark
+    starts for itself does (pyspark.java_gateway): Ctrl-C then closes the run
+    here, and the JVM exits once this process has."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return  # PySpark started the JVM: it ignores SIGINT already
+    try:
+        jvm = spark.sparkContext._jvm
+        jvm.sun.misc.Signal.handle(jvm.sun.misc.Signal("INT"), jvm.sun.misc.SignalHandler.SIG_IGN)
+    except Exception:  # a JVM without sun.misc: SIGTERM to this process still closes
+        pass
+
+
+def spark_gone(e):
+    """Whether e says Spark's JVM is no longer there (py4j's errors, a
+    closed connection): a JVM stopped by a signal of its own, or killed."""
+    return type(e).__module__.split(".")[0] == "py4j" or isinstance(e, (ConnectionError, EOFError))
+
+
+def windows_left(a, until):
+    """The one line for a close that could not reach Spark: which windows
+    were not written, and that the next run writes them."""
+    which = ("the windows after %s (event time, UTC)" % until.strftime("%Y-%m-%d %H:%M:%S")
+             if until is not None else "every window of this run")
+    return ("umqtt3-pipeline: Spark stopped before the close wrote the open windows (its JVM "
+            "went first: stop the job's Python process, not Spark's, with SIGTERM or Ctrl-C): "
+            "%s left for the next run on --checkpoint %s, which writes them; their readings "
+            "are in --log %s" % (which, a.checkpoint, a.log))
+
+
 def on_signals(stop, interrupted):
     """SIGTERM and the first Ctrl-C set stop (the job closes: every window
     written, then stops); a second Ctrl-C sets interrupted (stop without
@@ -637,7 +674,9 @@ def failed(what, e):
 
 
 def quiet_reporters(spark):
-    """Turn off _REPORTERS (failed() reports instead)."""
+    """Turn off _REPORTERS (failed() reports instead), and the traceback
+    PySpark's accumulator server prints when the JVM's connection to it ends
+    (a JVM gone before the close: windows_left() says it once)."""
     try:
         jvm = spark.sparkContext._jvm
         off = jvm.org.apache.logging.log4j.Level.OFF
@@ -645,6 +684,24 @@ def quiet_reporters(spark):
             jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, off)
     except Exception:  # another logging back end: Spark's own lines stay
         pass
+    server = getattr(spark.sparkContext, "_accumulatorServer", None)
+    if server is not None:
+        loud = server.handle_error
+
+        def handle_error(request, client_address):
+            if not isinstance(sys.exc_info()[1], (EOFError, ConnectionError)):
+                loud(request, client_address)
+        server.handle_error = handle_error
+
+
+def say_lost(line):
+    """Print the line on stderr (which may be gone with spark-submit's JVM,
+    its reader); exit status 1."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        pass
+    return 1
 
 
 def main(argv=None):
@@ -662,13 +719,15 @@ def main(argv=None):
             print("umqtt3-pipeline: %s" % e, file=sys.stderr)
             return 1
     spark = q = None
-    tally = [0]  # readings in the windows this run wrote
+    tally = [0, None]  # readings in the windows this run wrote, the last window's end
+    gone = False  # Spark's JVM went before the close
     try:
         try:
             spark = session(a.master, conf=spark_conf(a.shuffle_partitions, a.ui, a.conf))
         except Exception as e:  # a --conf Spark refuses, a JVM that does not start
             return failed("Spark did not start", e)
         on_signals(stop, interrupted)
+        keep_jvm_on_ctrl_c(spark)
         spark.sparkContext.setLogLevel("ERROR")
         quiet_reporters(spark)
         if not stop.is_set():
@@ -694,6 +753,8 @@ def main(argv=None):
         from pyspark.errors import StreamingQueryException
         if isinstance(e, StreamingQueryException):  # awaitTermination() raises it
             return failed("query failed", e)
+        if q is not None and spark_gone(e):
+            return say_lost(windows_left(a, tally[1]))
         raise
     finally:
         try:
@@ -705,6 +766,12 @@ def main(argv=None):
         except KeyboardInterrupt:  # a second Ctrl-C: leave Spark's shutdown to its JVM
             print("interrupted again: stopping now", file=sys.stderr)
             return 130
+        except Exception as e:
+            if not spark_gone(e):
+                raise
+            gone = True  # said below, unless the except above has said it
+    if gone:
+        return say_lost(windows_left(a, tally[1]))
     if q is None:
         return 130 if interrupted.is_set() else 1
     if q.exception() is not None:

@@ -32,7 +32,7 @@ def unusable(path):
     try:
         from matplotlib.backend_bases import FigureCanvasBase
     except ImportError:
-        return "the plot needs matplotlib (pip install '.[spark]')"
+        return "the plot needs matplotlib (pip install 'umqtt3[spark]', or '.[spark]' in a clone)"
     kinds = FigureCanvasBase.get_supported_filetypes()
     if suffix not in kinds:
         return ("%s: the name must end in a format matplotlib writes: .%s"

@@ -16,7 +16,8 @@ Output: one line per test, "PASS mod.test" / "SKIP mod.test: why" /
 summary line "mp: N passed, M failed[, K skipped]" ("py:" under CPython).
 Exit status 1 if anything failed (or, with --require-tests, if no test ran:
 `make test` asks for that when pytest found nothing), 2 if the test directory
-does not exist.
+does not exist or a module named on the command line is nowhere to import
+(one line, nothing run: a typo in MP_TESTS).
 
 A test is skipped when it raises an exception whose class is named SkipTest:
 the SkipTest below, unittest.SkipTest (which pytest also treats as a skip), or
@@ -103,6 +104,20 @@ def _default_dir():
     # CPython from a checkout: tests/portable relative to this file.
     here = __file__.rsplit("/", 1)[0] if "/" in __file__ else "."
     return here + "/../../tests/portable"
+
+
+def _importable(name):
+    # a module file (or package) of that name in a directory on sys.path;
+    # builtin modules (sys, gc) are no test modules
+    for d in sys.path:
+        base = (d + "/" if d else "") + name
+        for f in (base + ".py", base + ".mpy", base + "/__init__.py"):
+            try:
+                os.stat(f)
+                return True
+            except OSError:
+                pass
+    return False
 
 
 def _find_modules(test_dir):
@@ -278,6 +293,12 @@ def main(argv):
     # comes from /lib under MicroPython, from the installed package on CPython.
     if test_dir not in sys.path:
         sys.path.insert(0, test_dir)
+    for name in mods:
+        if not _importable(name):
+            where = "/tests (tests/portable)" if test_dir == "/tests" else test_dir
+            print("testrunner: no test module %s to import (the tests: the test_*.py files of %s)"
+                  % (name, where))
+            sys.exit(2)
     if not mods:
         mods = _find_modules(test_dir)
         if not mods:

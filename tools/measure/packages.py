@@ -12,7 +12,9 @@ lib/umqtt3, so a new module lands in the package that imports it:
     python -m tools.measure.packages --markdown the same as the README's table
     python -m tools.measure.packages --check    exit 1, naming each difference, if
                                                 a package file's list is not the closure
-    python -m tools.measure.packages --write    rewrite the lists in the package files
+                                                or README.md's table is not what this measures
+    python -m tools.measure.packages --write    rewrite the lists in the package files,
+                                                and README.md's table
 """
 import json
 import os
@@ -25,6 +27,8 @@ from tools.measure import sizes
 
 ROOT = sizes.REPO
 LIB = os.path.join(ROOT, "lib", "umqtt3")
+README = os.path.join(ROOT, "README.md")
+HEADER = "| mip package | file | modules | `.py` bytes | `.mpy` bytes |"
 
 # Never copied to a device: CPython's half of compat (the desktop commands
 # live outside lib/umqtt3, in lib/umqtt3_cli, and the closure leaves them out).
@@ -135,6 +139,56 @@ def measure():
     return rows
 
 
+def table(rows):
+    """The README's table of measure()'s rows, as lines."""
+    lines = [HEADER, "|---|---|--:|--:|--:|"]
+    for pfile, name, n, py, mpy in rows:
+        lines.append("| `%s` | `%s` | %d | %s | %s |" % (name, pfile, n, format(py, ","),
+                                                       format(mpy, ",")))
+    return lines
+
+
+def readme_table(text):
+    """(start, end) of the table in README.md's lines (end: the line after
+    it), or None."""
+    lines = text.split("\n")
+    if HEADER not in lines:
+        return None
+    start = end = lines.index(HEADER)
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    return start, end
+
+
+def readme_problems(rows):
+    """What is wrong with README.md's table against measure()'s rows: [] or
+    one sentence."""
+    with open(README) as f:
+        text = f.read()
+    where = readme_table(text)
+    if where is None:
+        return ["README.md has no mip package table: no line %r to write it under" % HEADER]
+    have = text.split("\n")[where[0]:where[1]]
+    if have == table(rows):
+        return []
+    now = ["%s %d modules, %s .py and %s .mpy bytes" % (name, n, format(py, ","), format(mpy, ","))
+           for pfile, name, n, py, mpy in rows if table([(pfile, name, n, py, mpy)])[2] not in have]
+    return ["README.md's mip package table is not what the packages measure (%s): run "
+            "python -m tools.measure.packages --write" % ("; ".join(now) or "its layout")]
+
+
+def write_readme(rows):
+    with open(README) as f:
+        text = f.read()
+    where = readme_table(text)
+    if where is None:
+        return  # readme_problems() says what to do
+    lines = text.split("\n")
+    lines[where[0]:where[1]] = table(rows)
+    with open(README, "w") as f:
+        f.write("\n".join(lines))
+
+
 def main(argv=None):
     ap = args.parser("python -m tools.measure.packages", __doc__)
     what = ap.add_mutually_exclusive_group()
@@ -143,19 +197,18 @@ def main(argv=None):
     what.add_argument("--write", action="store_true", help="rewrite the package files' lists")
     a = ap.parse_args(argv)
     if a.write:
-        write()
+        write()  # the lists first: the README's table measures them
+        write_readme(measure())
     if a.check or a.write:
         bad = problems()
+        if not bad:  # (a package file that is wrong is measured wrong too)
+            bad = readme_problems(measure())
         for line in bad:
             print("packages: " + line, file=sys.stderr)
         return 1 if bad else 0
     rows = measure()
     if a.markdown:
-        print("| mip package | file | modules | `.py` bytes | `.mpy` bytes |")
-        print("|---|---|--:|--:|--:|")
-        for pfile, name, n, py, mpy in rows:
-            print("| `%s` | `%s` | %d | %s | %s |" % (name, pfile, n, format(py, ","),
-                                                    format(mpy, ",")))
+        print("\n".join(table(rows)))
     else:
         print("%-15s %-20s %7s %10s %10s" % ("package", "file", "modules", ".py B", ".mpy B"))
         for pfile, name, n, py, mpy in rows:
