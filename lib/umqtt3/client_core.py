@@ -102,8 +102,10 @@ class Core:
             # slot for it (48 attributes take a table of 59, 47 one of 47)
             self.session_expiry = session_expiry  # seconds, None: see client5
             self.auth = auth  # (method, data, f(data) -> reply data) or None
-            # the Receive Maximum we send; the broker's own may lower
-            # window (what we send), never this (what we take)
+            # the window asked for: the broker's Receive Maximum may lower
+            # window (what we send), never this; the Receive Maximum we
+            # send is no more, nor more than the store's inbound room
+            # (client5.announced_receive_max)
             self.receive_max = window
         if store is None:
             # loaded only when used: a FileStore client never loads it.
