@@ -2,7 +2,8 @@
 mosquitto 2.0 (tests/relay.py breaks the link and shows each CONNECT):
 a subscription it refused itself is not kept, so the reconnects come up and
 re-subscribe the others; a SUBSCRIBE above the server's Maximum Packet Size
-is refused before it is sent; a stored message with the application's
+is refused before it is sent, and a kept filter above the next server's
+is left out of the re-subscribe; a stored message with the application's
 Topic Alias reaches a server that allows none; Clean Start on the first
 connect only when a session expiry keeps the session (level 4: clean every
 time). tests/portable/test_client_v5_reconnect.py has the same rules
@@ -173,3 +174,34 @@ def test_clean_start_on_the_first_connect_only_when_the_session_is_kept(broker, 
         c.reconnect = False
         c.disconnect()
         r.close()
+
+
+def test_a_kept_filter_too_large_for_the_next_server_is_forgotten(broker_factory):
+    # the broker comes back (session lost) with max_packet_size 100: the
+    # re-subscribe leaves out the filter whose SUBSCRIBE is larger and
+    # reports it (0, 0x95) [MQTT-3.2.2-15]; sent, mosquitto closed on it
+    # and CONNACK's reset backoff made a reconnect storm (227 in 5 s)
+    b = broker_factory()
+    got = []
+    acks = []
+    c = _client(b.port, "resub-big")
+    c.set_callback(lambda t, m: got.append(m))
+    c.set_ack_callback(lambda pid, rc: acks.append((pid, rc)))
+    try:
+        c.connect()
+        c.subscribe(b"big/" + b"x" * 150, 1)
+        c.subscribe(b"ok/#", 1)
+        b.stop()
+        b.extra = ["max_packet_size 100"]
+        b._write_conf()
+        b.start()
+        _poll_until(c, lambda: acks)
+        assert acks == [(0, 0x95)] and list(c.subs) == [b"ok/#"]
+        paho_peer.publish(b.port, "ok/x", b"re-subscribed", qos=1)
+        _poll_until(c, lambda: got == [b"re-subscribed"])
+        assert c.is_connected() and c.max_packet == 100 and c.disconnect_rc is None
+        connects = b.log_text().count("as resub-big ")
+        assert connects == 2, connects
+    finally:
+        c.reconnect = False
+        c.disconnect()

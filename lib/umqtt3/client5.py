@@ -62,7 +62,7 @@ def event(c, t, p):
             exp = 0xFFFFFFFF
         if exp:
             d[_SESSION_EXPIRY] = exp
-        d[_RECEIVE_MAX] = c.receive_max  # at most this many QoS 1/2 at once to us
+        d[_RECEIVE_MAX] = announced_receive_max(c)
         # nothing larger than the receive buffer: the server drops such a
         # message for us [MQTT-3.1.2-24, MQTT-3.1.2-25] rather than have us
         # close on it at every reconnect
@@ -113,6 +113,18 @@ def event(c, t, p):
         conn = c.conn
         conn.tlen = encode_auth(conn.tx, conn.tlen, 0x18, d)
     return None
+
+
+def announced_receive_max(c):
+    """The Receive Maximum CONNECT announces: at most this many QoS 1/2
+    PUBLISHes unacknowledged at once to us [MQTT-3.3.4-9, the server's
+    rule]. The window, and no more than the store holds inbound QoS 2 ids
+    for (store.in_max; a store without it: the window), so that a server
+    that honours it never fills the table. At least 1 (0 is a Protocol
+    Error, MQTT 5.0 section 3.1.2.11.3)."""
+    w = c.receive_max
+    f = getattr(c.store, "in_max", None)
+    return w if f is None else max(1, min(w, f(w)))
 
 
 _KEYS = (bytes, str)  # topics an alias may stand for: a bytearray's contents may change
@@ -256,6 +268,7 @@ def expect(c, corr):
     f, raw = c.cb, c.raw
     if f is None:
         f, raw = late_answers, True
+        c.stand_in = f  # subscribe() still asks for the application's
 
     def take(pkt, redelivered):
         # the answer is kept here; anything else goes to the callback

@@ -85,6 +85,9 @@ class Core:
     lower = None  # type: object
     too_large = 0  # inbound PUBLISHes larger than bufsize, discarded (client_skip)
     paused = None  # the StoreFull that left inbound QoS 1/2 unanswered on this link
+    # MQTT 5: client5.late_answers once a request() left it as the callback
+    # of a client that had none; not the application's (subscribe() asks)
+    stand_in = None
 
     def __init__(self, client_id, keepalive=0, user=None, password=None, level=4,
                  store=None, window=8, bufsize=512, reconnect=False, timeout_ms=5000,
@@ -99,8 +102,10 @@ class Core:
             # slot for it (48 attributes take a table of 59, 47 one of 47)
             self.session_expiry = session_expiry  # seconds, None: see client5
             self.auth = auth  # (method, data, f(data) -> reply data) or None
-            # the Receive Maximum we send; the broker's own may lower
-            # window (what we send), never this (what we take)
+            # the window asked for: the broker's Receive Maximum may lower
+            # window (what we send), never this; the Receive Maximum we
+            # send is no more, nor more than the store's inbound room
+            # (client5.announced_receive_max)
             self.receive_max = window
         if store is None:
             # loaded only when used: a FileStore client never loads it.
@@ -297,7 +302,8 @@ class Core:
                 # Packet Size: refused before subs keeps them (client_more)
                 props = self.encoded(props, 8, topic, qos)
             # as umqtt.simple: messages would have nowhere to go
-            assert self.cb is not None, "set_callback() before subscribe()"
+            assert self.cb is not None and self.cb is not self.stand_in, \
+                "set_callback() before subscribe()"
         pid = self.new_pid()
         s = (qos, props)
         if not self.ask(pid, topic, s):

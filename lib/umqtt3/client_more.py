@@ -34,7 +34,9 @@ def set_ack_callback(self, f):
     or PUBREC), or 0x100 when a reconnect forgot it (store=False). With
     wait=True a refusal raises MQTTError instead, a loss OSError(104).
     Also f(0, 0x195) when an inbound message larger than bufsize was
-    discarded (client_skip; counted in too_large)."""
+    discarded (client_skip; counted in too_large), and f(0, 0x95) when a
+    reconnect's re-subscribe forgot a filter above the new server's
+    Maximum Packet Size (client_resume)."""
     self.on_ack = f
 
 
@@ -100,12 +102,23 @@ def encoded(self, props, t, topic=None, qos=0):
             if t == 3 and qos and not topic and p5.find(props, 0, len(props), 0x23) >= 0:
                 raise _MQTTError("PUBLISH at QoS %d: an empty topic (a Topic Alias alone)"
                                  " cannot be resent" % qos, 0x94)
-        if t == 8 and self.max_packet:
-            # the packet id, the filter, the options, the properties
-            n = len(topic) + 5 + p5.size(props)
-            if n + (2 if n < 128 else 3 if n < 16384 else 4) > self.max_packet:
-                raise _MQTTError("too large", 0x95)
+        if t == 8 and oversized(self, topic, (qos, props)):
+            raise _MQTTError("too large", 0x95)
     return props
+
+
+def oversized(self, topic, s):
+    """MQTT 5: is the SUBSCRIBE of topic with s, (options, encoded
+    properties), above the server's Maximum Packet Size [MQTT-3.2.2-15]?
+    (s[0] < 0: the UNSUBSCRIBE.) encoded() asks before a filter is kept,
+    the re-subscribe (client_resume) before a kept one goes to a new
+    server, whose maximum may be smaller."""
+    if not self.max_packet:
+        return False
+    from .compat import as_bytes
+    # the packet id, the properties, the filter, the options
+    n = 2 + _mqtt5().size(s[1]) + 2 + len(as_bytes(topic)) + (s[0] >= 0)
+    return n + (2 if n < 128 else 3 if n < 16384 else 4) > self.max_packet
 
 
 def bye(self, rc=None, props=None):

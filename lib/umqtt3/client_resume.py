@@ -95,12 +95,27 @@ def resume(c, sp):
     pending = c.req if c.wait_pid else None
     if pending is not None:
         # a SUBSCRIBE/UNSUBSCRIBE the old link cut off: asked again with the
-        # same id, so the caller waiting on it gets its answer
-        while not c.ask(c.wait_pid, pending):
-            yield
+        # same id, so the caller waiting on it gets its answer; one above
+        # the new server's Maximum Packet Size is answered 0x95 here, unsent
+        # [MQTT-3.2.2-15] (subscribe_end forgets the filter)
+        # (max_packet first: a 3.1.1 client leaves client_more unloaded)
+        if c.max_packet and c.oversized(pending, c.subs.get(pending) or (-1, None)):
+            c.answer = 0x95
+            c.wait_pid = 0
+        else:
+            while not c.ask(c.wait_pid, pending):
+                yield
     if not sp:
-        for topic in c.subs:
+        for topic in list(c.subs):  # (a copy: the loop forgets filters)
             if topic != pending:
+                if c.max_packet and c.oversized(topic, c.subs[topic]):
+                    # the server would close on it, at every reconnect:
+                    # forgotten, reported as a resent PUBLISH too large is
+                    # (set_ack_callback: packet id 0, no publish's)
+                    del c.subs[topic]
+                    if c.on_ack is not None:
+                        c.on_ack(0, 0x95)
+                    continue
                 pid = c.new_pid()
                 while not c.ask(pid, topic):
                     yield

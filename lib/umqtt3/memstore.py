@@ -103,6 +103,9 @@ class MemoryStore:
     def in_count(self):
         return len(self.inpid) - self.inpid.count(0)
 
+    def in_max(self, window):
+        return len(self.inpid)  # (the pool is outbound's alone)
+
     def in_clear(self):
         # the broker lost the session: held inbound ids mean nothing now
         self.inpid = [0] * len(self.inpid)  # (once a connection: may allocate)

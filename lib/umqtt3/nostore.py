@@ -57,6 +57,9 @@ class NoStore:
     def in_count(self):
         return len(self.inn) - self.inn.count(0)
 
+    def in_max(self, window):
+        return len(self.inn)
+
     def in_clear(self):
         for i in range(len(self.inn)):
             self.inn[i] = 0

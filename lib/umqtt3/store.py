@@ -13,6 +13,9 @@
 #   in_done(pid)                    handed to the application
 #   in_has(pid), in_del(pid)        PUBREL: removed durably before PUBCOMP
 #   in_count()                      inbound ids held (a full store: are PUBRELs to come?)
+#   in_max(window)                  inbound ids it always has room for while the
+#                                   client holds at most window outbound messages
+#                                   (MQTT 5: the Receive Maximum it may announce)
 #   recover()                       after a reboot: [(pid, state, key, bytes)]
 #                                   outbound in send order (state "p" or "r"),
 #                                   then undelivered inbound (state "u")
@@ -232,6 +235,11 @@ class FileStore:
 
     def in_count(self):
         return len(self.inb)
+
+    def in_max(self, window):
+        # the room is shared: a client holds at most window outbound
+        # records (Core.queue), so the rest is always the inbound's
+        return self.max - window
 
     def in_clear(self):
         """The broker lost the session: its held QoS 2 ids mean nothing now.

@@ -3,11 +3,13 @@
 # connect only when the session outlives the link; a stored message resent
 # without the application's Topic Alias; a subscription the client itself
 # refused (a bad filter, bad options, above the server's Maximum Packet
-# Size) never kept for the re-subscribe; an empty topic at QoS 1/2 refused.
+# Size) never kept for the re-subscribe, and a kept one above the next
+# server's Maximum Packet Size forgotten there; an empty topic at QoS 1/2
+# refused.
 # Runs under pytest and under MicroPython.
 from support import raises
 from v5_peer import Server
-from umqtt3.client import MQTTClient
+from umqtt3.client import MQTTClient, MQTTException
 from umqtt3.codec import MQTTError, encode_publish
 from umqtt3.memstore import MemoryStore
 
@@ -144,3 +146,49 @@ def test_a_subscribe_above_the_server_maximum_packet_size_is_refused():
     assert not c.subs and not s.subscribes
     assert c.subscribe(f[:-1], 1) == 1  # 40 bytes: fits
     assert len(s.subscribes) == 1 and c.is_connected()
+
+
+def test_a_kept_filter_too_large_for_the_next_server_is_forgotten():
+    # the re-subscribe after a lost session meets the new server's Maximum
+    # Packet Size as a first subscribe() does [MQTT-3.2.2-15]: a filter
+    # above it is not sent (the server would close, at every reconnect) but
+    # forgotten, reported to the ack callback as (0, 0x95), as a resent
+    # PUBLISH too large is; the others are asked again, the link kept
+    s = Server()
+    c = _client(s)
+    c.set_callback(lambda t, m: None)
+    acks = []
+    c.set_ack_callback(lambda pid, rc: acks.append((pid, rc)))
+    c.connect()
+    big = b"f/" + b"x" * 31  # a SUBSCRIBE of 41 bytes
+    for f in (b"a", big, b"b"):
+        c.subscribe(f, 1)
+    s.connack_props = bytes([0x27, 0, 0, 0, 40])  # Maximum Packet Size 40
+    _reconnected(c, s, 2)
+    _until(c, lambda: len(s.subscribes) == 5)
+    for _ in range(10):
+        c.poll(0)
+    assert s.subscribes[3:] == [[(b"a", 1)], [(b"b", 1)]], s.subscribes
+    assert acks == [(0, 0x95)] and list(c.subs) == [b"a", b"b"]
+    assert s.links == 2 and c.is_connected()
+
+
+def test_a_cut_off_subscribe_too_large_for_the_next_server_is_refused():
+    # the SUBSCRIBE a caller waits for, cut off by the link: asked again on
+    # the next connection unless above its Maximum Packet Size, then
+    # answered 0x95 without a send, and not kept
+    s = Server()
+    c = _client(s)
+    c.set_callback(lambda t, m: None)
+    c.connect()
+    big = b"f/" + b"x" * 31
+    c.subscribe(b"a", 1)
+    c.subscribe_start(big, 1)  # sent; the server has not read it
+    s.connack_props = bytes([0x27, 0, 0, 0, 40])
+    _reconnected(c, s, 2)
+    _until(c, lambda: len(s.subscribes) == 2)
+    assert c.wait_pid == 0
+    e = raises(MQTTException, c.subscribe_end, big)
+    assert e.args[0] == 0x95, e.args
+    assert s.subscribes == [[(b"a", 1)], [(b"a", 1)]] and list(c.subs) == [b"a"]
+    assert s.links == 2 and c.is_connected()

@@ -110,3 +110,22 @@ def test_a_bytearray_response_topic():
     assert s.subscribes == [[(b"rq/answers", 1)]] and len(s.publishes) == 2
     pr = s.publishes[1][1]
     assert props.get(pr, 0, len(pr), 0x08) in ("rq/answers", b"rq/answers")
+
+
+def test_subscribe_still_wants_the_application_callback_after_a_request():
+    # request() leaves late_answers as the callback of a client that had
+    # none: a stand-in for its answers, not the application's, so its own
+    # subscribe() is refused as before (its messages would be refused and
+    # the link dropped at every connect), unsent and not kept
+    s = Server()
+    c = _client(s)
+    c.connect()
+    raises(AssertionError, c.subscribe, b"mine", 1)
+    _timed_out(c, b"svc/t", b"now?", b"rq/answers")
+    raises(AssertionError, c.subscribe, b"mine", 1)
+    assert s.subscribes == [[(b"rq/answers", 1)]] and list(c.subs) == [b"rq/answers"]
+    # a second request subscribes to its own response topic as the first
+    _timed_out(c, b"svc/t", b"now?", b"rq/other")
+    assert s.subscribes[1:] == [[(b"rq/other", 1)]]
+    c.set_callback(lambda t, m: None)
+    assert c.subscribe(b"mine", 1) == 1 and c.is_connected()

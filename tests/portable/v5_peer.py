@@ -5,10 +5,11 @@
 #
 #     s = Server(connack_props=bytes([0x22, 0, 10]))   # Topic Alias Maximum 10
 #     c = MQTTClient("id", "peer", level=5, connect_link=s.link, ...)
-#     s.cleans, s.publishes, s.subscribes, s.pubacks, s.links; s.drop(); s.send(data)
+#     s.cleans, s.connects, s.publishes, s.subscribes, s.pubacks, s.pubrecs, s.links;
+#     s.drop(); s.send(data); s.release = False (PUBRECs unanswered)
 from support import answer_qos, entries, span
 from umqtt3.transport import Pipe, Conn
-from umqtt3.codec import Packet, decode, CONNECT, PUBLISH, PUBACK, SUBSCRIBE
+from umqtt3.codec import Packet, decode, CONNECT, PUBLISH, PUBACK, PUBREC, SUBSCRIBE
 from umqtt3.codec_server import encode_connack, encode_suback
 
 
@@ -55,6 +56,9 @@ class Server(PipePeer):
         self.publishes = []  # (topic, property bytes, payload) of each PUBLISH
         self.subscribes = []  # [(filter, options), ...] of each SUBSCRIBE
         self.pubacks = []  # the packet id of each PUBACK
+        self.pubrecs = []  # the packet id of each PUBREC
+        self.connects = []  # the property bytes of each CONNECT (MQTT 5)
+        self.release = True  # False: PUBRECs go unanswered (ids held)
 
     def drop(self):
         # the link breaks
@@ -80,6 +84,10 @@ class Server(PipePeer):
                 i += 1
             clean = rx[i + 1 + 7] & 2 != 0
             self.cleans.append(clean)
+            if self.level == 5:
+                p = self.pkt
+                decode(p, rx, 0, n)
+                self.connects.append(span(p, p.props_off, p.props_len))
             c.tlen = encode_connack(c.tx, c.tlen, self.session and not clean, 0, self.level,
                                     self.connack_props if self.level == 5 else None)
         else:
@@ -91,6 +99,11 @@ class Server(PipePeer):
                                        span(p, p.payload_off, p.payload_len)))
             elif p.type == PUBACK:
                 self.pubacks.append(p.pid)
+            elif p.type == PUBREC:
+                self.pubrecs.append(p.pid)
+                if not self.release:
+                    c.done()
+                    return
             elif p.type == SUBSCRIBE:
                 got = entries(p)
                 self.subscribes.append(got)
