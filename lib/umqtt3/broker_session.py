@@ -167,7 +167,7 @@ def new_msg(r, up):
             from .props import find, MESSAGE_EXPIRY  # MQTT 5 only
             xk = find(pr, 0, r.prn, MESSAGE_EXPIRY)
             if xk >= 0:
-                exp = _u32(pr, xk) + up
+                exp = _ends(pr, xk, up)
     return _with_props(Msg(bytes(r.tsrc[r.toff:r.toff + r.tn]), bytes(r.psrc[r.poff:r.poff + r.pn])),
                        pr, xk, exp)
 
@@ -206,7 +206,7 @@ def frame_msg(f, level, up):
         if prn:
             xk = find(pr, 0, prn, MESSAGE_EXPIRY)
             if xk >= 0:
-                exp = _u32(pr, xk) + (0 if not f[0] >> 4 else up)
+                exp = _ends(pr, xk, 0 if not f[0] >> 4 else up)
         i += prn
     return _with_props(Msg(t, bytes(f[i:])), pr, xk, exp)
 
@@ -295,6 +295,23 @@ def put_ack(conn, b0, pid):
 
 def _u32(f, k):
     return (f[k] << 24) | (f[k + 1] << 16) | (f[k + 2] << 8) | f[k + 3]
+
+
+# The uptime (s) past which a message's expiry counts as never: the last
+# small int of MicroPython on a 32-bit port (2**30 - 1, 34 years), since a
+# bigger int is allocated and forwarding allocates nothing. A broker runs
+# that long on no device, so no message that would expire in its uptime
+# is kept past its time; one so far off just keeps its interval as sent.
+END_UP = 0x3FFFFFFF
+
+
+def _ends(f, k, up):
+    # the uptime at which the message expiry interval f[k:k+4], counted
+    # from uptime up, ends; -1: never (END_UP). No big int is made.
+    if f[k] >= 0x40:
+        return -1
+    v = _u32(f, k)
+    return -1 if v >= END_UP - up else v + up
 
 
 def _put_u32(f, k, v):
@@ -528,7 +545,7 @@ class Session:
     def _expires(self, r):
         # the uptime at which level-5 route r's message expires (-1: never)
         i = mqtt5().find(r.prs, r.pro, r.prn, 0x02)  # (props.MESSAGE_EXPIRY)
-        return -1 if i < 0 else _u32(r.prs, i) + self.stats.up_s
+        return -1 if i < 0 else _ends(r.prs, i, self.stats.up_s)
 
     def _deadline(self, k, x):
         # slot k's message expires at uptime x (-1: never); returns s_exp
@@ -753,8 +770,8 @@ class Session:
         prn = -1 if self.level < 5 else (len(m.pr) if m.pr is not None else 0)
         pn = len(m.p)
         end = put_publish(dst, off, first, m.t, 0, len(m.t), pid, m.p, 0, pn, m.pr, 0, prn)
-        if m.xk >= 0 and prn > 0:
-            _put_u32(dst, end - pn - prn + m.xk, m.exp - up)
+        if m.exp >= 0 and prn > 0:
+            _put_u32(dst, end - pn - prn + m.xk, m.exp - up)  # (-1: as it came, END_UP)
         return end
 
     def enqueue(self, first, r):
@@ -1044,7 +1061,7 @@ class Session:
                         i = put_varint(rb, i, prn)
                     if prn:
                         copy(rb, i, pr, 0, prn)
-                        if m.xk >= 0:
+                        if m.exp >= 0:
                             _put_u32(rb, i + m.xk, m.exp - up)  # what is left of its interval
                         i += prn
                 if MICROPYTHON:

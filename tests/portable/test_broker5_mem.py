@@ -83,6 +83,19 @@ def test_forward_v5_with_message_expiry_allocates_nothing():
         _check_zero_alloc(qos, _Steady5(qos, props=ex))
 
 
+def test_forward_v5_with_a_far_message_expiry_allocates_nothing():
+    # an interval of 2**30 s or more would make a big int on MicroPython
+    # (its small ints end at 2**30 - 1 on 32-bit ports), which allocates:
+    # such a message counts as never expiring (broker_session.END_UP) and
+    # goes on with its interval as it came [MQTT-3.3.2-6]
+    for exp in (1 << 30, 0xFFFFFFFF):
+        ex = P.encode({P.MESSAGE_EXPIRY: exp})
+        for qos in (1, 2):
+            st = _Steady5(qos, props=ex)
+            _check_zero_alloc(qos, st)
+            assert st.b.sessions()[b"sub"].s_exp is None  # no deadline kept
+
+
 def test_v311_only_broker_never_loads_mqtt5():
     # a gateway serving 3.1.1 clients does not pay for MQTT 5: broker5 (and
     # props) stay unimported until a level-5 CONNECT
