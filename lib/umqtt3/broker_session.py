@@ -1787,8 +1787,20 @@ class Session:
         else:
             self._put_msg(self.rbuf, o, first, pid, m, self.stats.up_s)
         self.s_st[k] = from_stored(st)  # attach() resends
-        if self.s_exp is not None:
-            self.s_exp[k] = -1  # (with the interval it had: the time down is not known)
+        # what was left of its message expiry interval when it was sent
+        # counts from now, as for a queued message restored (frame_msg):
+        # the new run's time counts, the time down is not known
+        # [MQTT-3.3.2-5] [MQTT-3.3.2-6] (5.0)
+        x = -1
+        if self.level == 5 and first & 6:
+            if m is not None:
+                x = m.exp
+            else:
+                i = _expiry_at(self.rbuf, o)
+                if i >= 0:
+                    x = _ends(self.rbuf, i, self.stats.up_s)
+        if x >= 0 or self.s_exp is not None:
+            self._deadline(k, x)
         self.npid = pid  # slots come back oldest first: the last is the newest
         return True
 

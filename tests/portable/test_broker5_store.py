@@ -178,6 +178,43 @@ def test_message_expiry_counts_the_time_the_broker_was_down():
                 assert c.nothing()
 
 
+def test_message_in_flight_at_a_restart_counts_down_from_it():
+    # [MQTT-3.3.2-5 (5.0)] [MQTT-3.3.2-6 (5.0)]: a message sent but not
+    # acknowledged when the broker stopped is sent again with what was
+    # left of its interval when it was sent, less the time the new run has
+    # had (the time down is not known for it), as a queued one restored is;
+    # not at all once that has passed. (It went with its whole interval,
+    # however long the new run had been up.)
+    sp = {P.SESSION_EXPIRY: 600, P.RECEIVE_MAXIMUM: 1}
+    for exp, kept in ((5, False), (100, True)):
+        with wall_clock(None), store() as d:
+            with running(store=d) as b:
+                with Raw(b) as p, Raw(b) as c:
+                    connect5(c, "sub", clean=False, props=sp)
+                    sub5(c, 1, [("x/#", 1)])
+                    connect5(p, "p")
+                    pub5(p, "x/a", b"a", 1, 1, props={P.MESSAGE_EXPIRY: exp})  # in flight
+                    pub5(p, "x/b", b"b", 1, 2, props={P.MESSAGE_EXPIRY: exp})  # queued
+                    p.expect(PUBACK, 1)
+                    p.expect(PUBACK, 2)
+                    assert bytes(next_publish(c).topic) == b"x/a"
+            with running(store=d) as b:
+                advance(10000)
+                with Raw(b) as c:
+                    assert connect5(c, "sub", clean=False, props=sp).session_present
+                    got = []
+                    for _ in range(2 if kept else 0):
+                        m = next_publish(c)
+                        got.append((bytes(m.topic), props_of(m)[P.MESSAGE_EXPIRY]))
+                        c.put(encode_ack, PUBACK, m.pid)
+                    assert c.nothing()
+                    if kept:
+                        assert [t for t, _ in got] == [b"x/a", b"x/b"]
+                        assert all(89 <= x <= 91 for _, x in got), got  # (whole seconds)
+                    else:
+                        assert b.dropped == 2
+
+
 def test_without_a_wall_clock_the_time_down_does_not_count():
     # a device whose clock was never set cannot tell how long it was off:
     # the store's count resumes where it stopped, so nothing ends early
