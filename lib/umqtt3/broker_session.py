@@ -503,7 +503,7 @@ class Session:
                 conn.tlen = self._put(tx, start, first, size, r, 0)
             self.stats.sent += 1
             return
-        ak = self._alias(r) if self.tam else 0
+        ak = self._alias(r.tsrc, r.toff, r.tn) if self.tam else 0
         need = size
         if ak:
             need = publish_size(r.tn if ak < 0 else 0, r.pn, qos, self._prn(r) + 3)
@@ -560,23 +560,35 @@ class Session:
     def _alias_fits(self, r, qos):
         # r's PUBLISH with the topic alias that stands for its topic already
         # (an empty topic) within the client's maximum packet size
-        return self.tam and self._alias(r) > 0 and \
+        return self.tam and self._alias(r.tsrc, r.toff, r.tn) > 0 and \
             publish_size(0, r.pn, qos, self._prn(r) + 3) <= self.maxpkt
 
-    def _alias(self, r):
-        """The broker's topic alias for r's topic on this connection
-        (3.3.2.3.4, [MQTT-3.3.2-8] [MQTT-3.3.2-11]): k > 0 when alias k
-        stands for it (the topic goes empty), -k when alias k is free to be
-        set with it now, 0 when every alias is taken by another topic. No
-        allocation."""
+    def _msg_alias(self, m, qos):
+        # _alias_fits for queued Msg m (level 5): the alias, or 0. Aliases
+        # are the connection's: a message queued for the next one goes
+        # whole, as a resend does [MQTT-3.3.2-7]
+        if not self.tam or self.client is None:
+            return 0
+        k = self._alias(m.t, 0, len(m.t))
+        if k > 0 and publish_size(0, len(m.p), qos, (len(m.pr) if m.pr is not None else 0) + 3) \
+                <= self.maxpkt:
+            return k
+        return 0
+
+    def _alias(self, src, off, n):
+        """The broker's topic alias for topic src[off:off+n] on this
+        connection (3.3.2.3.4, [MQTT-3.3.2-8] [MQTT-3.3.2-11]): k > 0 when
+        alias k stands for it (the topic goes empty), -k when alias k is
+        free to be set with it now, 0 when every alias is taken by another
+        topic. No allocation."""
         t = self.oal
-        n = len(t)
+        na = len(t)
         i = 0
-        while i < n:
-            if _same(t[i], r.tsrc, r.toff, r.tn):
+        while i < na:
+            if _same(t[i], src, off, n):
                 return i + 1
             i += 1
-        return -(n + 1) if n < self.tam else 0
+        return -(na + 1) if na < self.tam else 0
 
     def _put_alias(self, dst, off, first, r, pid, ak):
         # r's PUBLISH with topic alias |ak|, the topic only when it is set now
@@ -762,14 +774,16 @@ class Session:
         return publish_size(len(m.t), len(m.p), qos,
                             -1 if self.level < 5 else (len(m.pr) if m.pr is not None else 0))
 
-    def _put_msg(self, dst, off, first, pid, m, up):
+    def _put_msg(self, dst, off, first, pid, m, up, ak=0):
         # m's PUBLISH for this session at dst[off]; its message expiry
         # interval is what is left at uptime up (up 0: the uptime it ends,
-        # what the store keeps); returns the end offset
+        # what the store keeps); ak: the topic alias that stands for its
+        # topic (_msg_alias), 0: none; returns the end offset
         m = plain(m)
         prn = -1 if self.level < 5 else (len(m.pr) if m.pr is not None else 0)
         pn = len(m.p)
-        end = put_publish(dst, off, first, m.t, 0, len(m.t), pid, m.p, 0, pn, m.pr, 0, prn)
+        end = put_publish(dst, off, first, m.t, 0, 0 if ak else len(m.t), pid, m.p, 0, pn, m.pr, 0,
+                          prn, ak)
         if m.exp >= 0 and prn > 0:
             _put_u32(dst, end - pn - prn + m.xk, m.exp - up)  # (-1: as it came, END_UP)
         return end
@@ -795,7 +809,10 @@ class Session:
             if self.level == 5:
                 rl += prn + (1 if prn < 128 else 2 if prn < 16384 else 3)
         size = rl + (2 if rl < 128 else 3 if rl < 16384 else 4 if rl < 2097152 else 5)
-        if size > lim.max_frame or (self.maxpkt and size > self.maxpkt):
+        if size > lim.max_frame or (self.maxpkt and size > self.maxpkt and
+                                    not (self.client is not None and self._alias_fits(r, qos))):
+            # never more than the client takes, unless its form with a
+            # topic alias fits (pump() checks again) [MQTT-3.1.2-25]
             st.dropped += 1
             return
         m = r.msg
@@ -912,6 +929,7 @@ class Session:
         se = self.s_exp
         rb = self.rbuf
         sent = 0  # QoS 1/2 frames built (stats.sent, once at the end)
+        al = 0  # the topic alias of a message over maxpkt whose aliased form fits
         while self.qh < len(q):
             h = self.qh
             m = q[h]
@@ -964,11 +982,19 @@ class Session:
                     rl += prn + (1 if prn < 128 else 2 if prn < 16384 else 3)
                 n = rl + (2 if rl < 128 else 3 if rl < 16384 else 4 if rl < 2097152 else 5)
                 if (maxpkt and n > maxpkt) or (first & 6 and n > self.lim.max_frame):
-                    self._take(h)  # [MQTT-3.1.2-25]
-                    stats.dropped += 1
-                    if first & 6 and self.fs is not None:
-                        self.fs.out_del(pid)
-                    continue
+                    if not (first & 6 and n > self.lim.max_frame):
+                        al = self._msg_alias(m, (first >> 1) & 3)  # (as send()'s)
+                    if not al:
+                        self._take(h)  # [MQTT-3.1.2-25]
+                        stats.dropped += 1
+                        if first & 6 and self.fs is not None:
+                            self.fs.out_del(pid)
+                        continue
+                    if re > rs:
+                        # those before it go first: it is written on its own
+                        copy(tx, conn.tlen, self.rbuf, rs, re - rs)
+                        conn.tlen = tl
+                        rs = re = 0
             if len(tx) - tl < n:
                 if re > rs:
                     copy(tx, conn.tlen, self.rbuf, rs, re - rs)
@@ -982,7 +1008,8 @@ class Session:
                     copy(tx, conn.tlen, self.rbuf, rs, re - rs)
                     conn.tlen = tl
                     rs = re = 0
-                conn.tlen = tl = self._put_msg(tx, tl, first, 0, m, up)
+                conn.tlen = tl = self._put_msg(tx, tl, first, 0, m, up, al)
+                al = 0
                 stats.sent += 1
                 self._take(h)
                 continue
@@ -1068,6 +1095,11 @@ class Session:
                     copy(rb, i, m.p, 0, re - i)
                 else:
                     rb[i:re] = m.p
+                if al:
+                    # the ring keeps the whole frame (as send()'s); the wire
+                    # gets the one with the alias, written on its own
+                    conn.tlen = tl = self._put_msg(tx, conn.tlen, first, pid, m, up, al)
+                    rs = re = al = 0
             sts[k] = PUB_SENT
             sent += 1
             # _take(h), inline for the head (the list is cut after the loop)

@@ -408,6 +408,52 @@ def test_aliased_message_within_the_maximum_packet_size_is_sent():
         assert b.dropped == 1
 
 
+def test_aliased_message_within_the_maximum_packet_size_is_sent_when_queued():
+    # [MQTT-3.1.2-25] as above, for messages that wait: the client's
+    # Receive Maximum (1) is in use, so a QoS 1 message and the QoS 0 one
+    # behind it (their order [MQTT-4.6.0-6]) are queued; each goes, with
+    # the alias, once the window frees. One still queued when the client
+    # goes is sent on the next connection, whose aliases start afresh
+    # [MQTT-3.3.2-7]: whole, too large, so dropped as if sent.
+    t = "m/" + "x" * 18  # as above: 45 and 47 bytes whole, within 40 with the alias
+    cp = {P.MAXIMUM_PACKET_SIZE: 40, P.TOPIC_ALIAS_MAXIMUM: 3, P.RECEIVE_MAXIMUM: 1,
+          P.SESSION_EXPIRY: 60}
+    with running() as b, Raw(b) as pub:
+        connect5(pub, "p")
+        with Raw(b) as s:
+            connect5(s, "s", clean=False, props=cp)
+            sub5(s, 1, [("m/#", 1)])
+            pub5(pub, t, b"a", 1, 1)
+            pub.expect(PUBACK, 1)
+            m = next_publish(s)  # sets alias 1; the window is full
+            assert props_of(m)[P.TOPIC_ALIAS] == 1
+            pub5(pub, t, b"1" * 20, 1, 2)
+            pub5(pub, t, b"0" * 20)
+            pub.expect(PUBACK, 2)
+            assert s.nothing()
+            s.put(encode_ack, PUBACK, m.pid)
+            for q in (1, 0):
+                m = next_publish(s)
+                assert (bytes(m.topic), bytes(m.payload), m.qos) == (b"", b"%d" % q * 20, q)
+                assert props_of(m)[P.TOPIC_ALIAS] == 1
+                if q:
+                    s.put(encode_ack, PUBACK, m.pid)
+            assert b.dropped == 0
+            pub5(pub, t, b"b", 1, 3)
+            pub.expect(PUBACK, 3)
+            m = next_publish(s)  # the window is full again
+            pub5(pub, t, b"2" * 20, 1, 4)  # queued while the alias stands
+            pub.expect(PUBACK, 4)
+            assert b.dropped == 0
+        with Raw(b) as s:
+            assert connect5(s, "s", clean=False, props=cp).session_present
+            m = next_publish(s)  # the one in flight, again: it fits whole
+            assert (bytes(m.topic), bytes(m.payload), m.dup) == (t.encode(), b"b", 1)
+            s.put(encode_ack, PUBACK, m.pid)
+            assert s.nothing()
+        assert b.dropped == 1
+
+
 def test_message_expiry_of_a_retained_message():
     # [MQTT-3.3.2-5] (5.0): a retained message whose interval has passed
     # is no longer sent, and is gone
