@@ -24,7 +24,7 @@
 # backoff, and hands the connected socket to the client.
 from .topic import match_span
 from .codec import MQTTError
-from .client_codec import Busy, put_header
+from .client_codec import Busy, StoreFull, put_header
 from .compat import ticks_diff, ticks_add, ticks_ms, copy
 from .bridge_queue import Queue, RamFiles, undo, marks, client_files
 
@@ -119,6 +119,10 @@ def _checks(name, *a):
 
 class Bridge:
     """One upstream connection: its rules, its queue, its client."""
+
+    # links closed for a QoS 2 burst over inflight_in and dialled again at
+    # once (_poll); a class attribute until the first
+    relinks = 0
 
     def __init__(self, core, cfg, files, store_dir, client_store):
         self.core = core
@@ -666,18 +670,22 @@ class Bridge:
         if ticks_diff(now, since) > self.cfg["timeout_ms"]:
             raise OSError(110, "connect timed out")
 
-    def _down(self, now):
-        # the attempt failed or the link broke: the next one after a
-        # backoff, doubling from backoff_ms[0] up to backoff_ms[1], with
-        # jitter (75%..125%) so that gateways do not come back in step
+    def _unlink(self):
+        # no link now (the client's socket is closed already)
         s = self.sock
         if s is not None:
             self.sock = None
             s.close()
         self.look = None  # (a lookup still running is left to finish)
-        self.addr = None  # looked up again: the upstream may have moved
         self.linked = False
         self.client.reconnect = True  # no link: see start()
+
+    def _down(self, now):
+        # the attempt failed or the link broke: the next one after a
+        # backoff, doubling from backoff_ms[0] up to backoff_ms[1], with
+        # jitter (75%..125%) so that gateways do not come back in step
+        self._unlink()
+        self.addr = None  # looked up again: the upstream may have moved
         self.tries += 1
         lo, hi = self.cfg["backoff_ms"]
         d = min(hi, lo << min(self.tries - 1, 16))
@@ -739,6 +747,21 @@ class Bridge:
         except OSError as e:
             self._failed(now, e)  # the link broke, or no CONNACK in time
         except MQTTError as e:
+            if self.up and isinstance(e, StoreFull) and not c.tries:
+                # nothing failed: the client left a QoS 2 burst larger than
+                # inflight_in unanswered, answered the PUBRELs that freed
+                # its table, and closed the link itself, counting no failed
+                # try (client_core.py packet()), so that the upstream sends
+                # the rest again on a new one [MQTT-4.4.0-1]. Dialled at
+                # once, not after a backoff, to the same address.
+                log = self.core.log
+                if log is not None:
+                    log("bridge %s: more QoS 2 messages from the upstream than inflight_in "
+                        "(%d) holds: linking again at once for the rest"
+                        % (self.name, self.cfg["inflight_in"]))
+                self.relinks += 1
+                self._unlink()
+                return n
             if not self.up:
                 # refused by the upstream (CONNACK: credentials, client
                 # id, ...): asked again after the backoff, as the

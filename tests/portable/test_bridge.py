@@ -445,6 +445,41 @@ def test_every_failed_attempt_is_logged_with_its_reason():
     assert any(x.startswith("bridge up: lost the link to 127.0.0.1:1883") for x in said), said
 
 
+def test_a_qos2_burst_over_inflight_in_links_again_at_once():
+    # more QoS 2 messages from upstream than inflight_in holds: the client
+    # leaves those past its table unanswered [MQTT-4.6.0-2], and once the
+    # PUBRELs free it closes the link itself for the upstream to send them
+    # again [MQTT-4.4.0-1] (client_core.py). Nothing failed: the bridge
+    # dials again at once, not after its backoff (a minute here: before,
+    # it waited that long per table), counts no failed try, and says why.
+    said = []
+    w = World(["cmd/# in 2"], gw_kw={"log": said.append}, inflight_in=2,
+              backoff_ms=(60000, 60000))
+    w.run(50)
+    assert w.bridge.up
+    node = w.open_on(w.gw)
+    node.connect("n1")
+    node.subscribe(1, [("cmd/#", 2)])
+    pub = w.open_on(w.up)
+    pub.connect("p1")
+    for i in range(12):
+        pub.publish("cmd/x", b"%d" % i, 2, pid=i + 1)
+    done = 0
+    while done < 12:
+        p = pub.recv()
+        if p.type == PUBREC:
+            pub.ack(PUBREL, p.pid)
+        elif p.type == PUBCOMP:
+            done += 1
+    w.run(300)
+    assert [m[1] for m in node.messages(12)] == [b"%d" % i for i in range(12)]
+    b = w.bridge
+    assert b.relinks >= 1 and b.tries == 0 and b.connects == b.relinks + 1
+    why = [x for x in said if "inflight_in (2) holds: linking again at once" in x]
+    assert len(why) == b.relinks, said
+    assert not [x for x in said if "lost the link" in x], said
+
+
 def test_status_also_retained_on_the_gateway():
     # as mosquitto's bridge: 0 until connected, 1 while up, 0 once lost
     w = World(["s/# out 1"])
