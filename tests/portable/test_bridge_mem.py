@@ -77,4 +77,5 @@ async def test_ram_of_a_bridge():
         one = m3 - m2
         print("RAM of a bridge (MicroPython): import %d bytes; one bridge connected %d bytes"
               " (max_packet=512, window=4, pipe ends of 2 x 1024 bytes included)" % (imp, one))
-        assert imp < 40000 and one < 30000, (imp, one)
+        # tripwires a little above docs/figures.md's figures (21.5 KB and 30.2 KB on 2026-11-27)
+        assert imp < 40000 and one < 31000, (imp, one)
