@@ -80,6 +80,11 @@ class LogStore(MemoryStore):
         # durable before PUBCOMP: the client syncs after a PUBREL (set_sync)
         self.log.append_release(pid)
 
+    def in_max(self, window):
+        # the log holds every id: no bound of its own on the Receive Maximum
+        # the client announces (else MemoryStore's, an empty table, gives 1)
+        return window
+
     def in_clear(self):
         # The broker kept no session, but it has one for us from now on and
         # may send new QoS 2 messages with ids we still hold: durable at once.
