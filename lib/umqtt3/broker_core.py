@@ -59,10 +59,12 @@ TIMER_MS = const(100)  # how often keepalives and connect timeouts are checked
 _MEM = const(2)  # the broker's mem_budget is spent
 _HELD = const(4)  # a bridge's queue is full, its uplink up: the publisher waits
 
-# the byte counts carry into a count of this many bytes once a second: an
-# int stays small on a device (31 bits), where a larger one would allocate
-# at each packet counted
+# the counts of bytes and packets carry into a count of this many once a
+# second: an int stays small on a device (31 bits), where a larger one would
+# allocate at each packet counted (a gateway passes 2^30 packets in months)
 CARRY = const(0x10000000)
+# the counts carry() keeps small, each with its count of CARRY in Stats.hi
+_CARRIED = ("bytes_in", "bytes_out", "received", "sent", "others_in", "others_out")
 
 
 class Stats:
@@ -79,8 +81,7 @@ class Stats:
         # sent (counted by the driver as they leave): $SYS bytes/*
         self.bytes_in = 0
         self.bytes_out = 0
-        self.bytes_in_hi = 0  # of CARRY bytes each (carry)
-        self.bytes_out_hi = 0
+        self.hi = [0] * len(_CARRIED)  # of CARRY each (carry)
         self.sockets = 0  # connections opened (load/sockets)
         self.connects = 0  # CONNECTs accepted (load/connections)
         self.expired = 0  # sessions ended by their expiry interval (clients/expired)
@@ -101,19 +102,26 @@ class Stats:
         self.ret = None  # broker_retain.Retained: its bytes count too
 
     def carry(self):
-        """Keep the byte counts small (see CARRY); called once a second."""
-        if self.bytes_in >= CARRY:
-            self.bytes_in -= CARRY
-            self.bytes_in_hi += 1
-        if self.bytes_out >= CARRY:
-            self.bytes_out -= CARRY
-            self.bytes_out_hi += 1
+        """Keep the counts of bytes and packets small (see CARRY); called
+        once a second."""
+        hi = self.hi
+        for i in range(len(_CARRIED)):
+            n = _CARRIED[i]
+            v = getattr(self, n)
+            if v >= CARRY:
+                setattr(self, n, v - CARRY)
+                hi[i] += 1
+
+    def total(self, name):
+        """The whole count that name (one of _CARRIED) keeps, carried part
+        included: an int of any size ($SYS, once a second)."""
+        return self.hi[_CARRIED.index(name)] * CARRY + getattr(self, name)
 
     def bytes_received(self):
-        return self.bytes_in_hi * CARRY + self.bytes_in
+        return self.total("bytes_in")
 
     def bytes_sent(self):
-        return self.bytes_out_hi * CARRY + self.bytes_out
+        return self.total("bytes_out")
 
     def over(self, n):
         """n more bytes held would pass mem_budget: what queued messages
@@ -1595,10 +1603,11 @@ class Core(Stats):
                     n += 1
         pub("subscriptions/count", n)
         pub("shared_subscriptions/count", k)
-        pub("messages/received", self.received + self.others_in)
-        pub("messages/sent", self.sent + self.others_out)
-        pub("publish/messages/received", self.received)
-        pub("publish/messages/sent", self.sent)
+        t = self.total
+        pub("messages/received", t("received") + t("others_in"))
+        pub("messages/sent", t("sent") + t("others_out"))
+        pub("publish/messages/received", t("received"))
+        pub("publish/messages/sent", t("sent"))
         pub("bytes/received", self.bytes_received())
         pub("bytes/sent", self.bytes_sent())
         pub("messages/dropped", self.dropped)

@@ -20,9 +20,9 @@ SPANS = (("1min", 60), ("5min", 300), ("15min", 900))
 
 def counts(core):
     """The running totals the averages follow, in NAMES' order."""
-    return (core.received + core.others_in, core.sent + core.others_out, core.received,
-            core.sent, core.bytes_received(), core.bytes_sent(), core.connects,
-            core.sockets)
+    t = core.total
+    return (t("received") + t("others_in"), t("sent") + t("others_out"), t("received"),
+            t("sent"), t("bytes_in"), t("bytes_out"), core.connects, core.sockets)
 
 
 def update(core, pub):

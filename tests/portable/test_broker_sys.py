@@ -93,6 +93,25 @@ def test_sys_bytes_go_on_counting_past_a_small_int():
         assert b.bytes_in < CARRY and b.bytes_out < CARRY
 
 
+def test_sys_packet_counts_go_on_counting_past_a_small_int():
+    # the packet counts carry too: a gateway passes 2^30 packets (where a
+    # device's small int ends) in months; messages/* go on from where they were
+    from umqtt3.broker_core import CARRY
+    with running(sys_interval=1) as b, Tally(b) as c:
+        b.received = CARRY - 1
+        b.others_in = CARRY - 2
+        b.sent = CARRY + 5
+        b.others_out = CARRY + 7
+        c.connect("c")  # CONNECT in, CONNACK out
+        c.publish("t", b"x", 0)  # a PUBLISH in
+        advance(1100)
+        assert wait_for(lambda: _num(b, b"publish/messages/received") == CARRY)
+        assert _num(b, b"messages/received") == 2 * CARRY - 1  # + the CONNECT
+        assert _num(b, b"publish/messages/sent") == CARRY + 5
+        assert _num(b, b"messages/sent") == 2 * CARRY + 13  # + the CONNACK
+        assert max(b.received, b.others_in, b.sent, b.others_out) < CARRY
+
+
 def test_sys_sessions_without_a_client_and_subscriptions():
     # clients/disconnected (and its older name clients/inactive): persistent
     # sessions whose client is gone; clients/active is clients/connected;
