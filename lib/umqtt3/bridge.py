@@ -747,13 +747,15 @@ class Bridge:
         except OSError as e:
             self._failed(now, e)  # the link broke, or no CONNACK in time
         except MQTTError as e:
-            if self.up and isinstance(e, StoreFull) and not c.tries:
+            if self.up and isinstance(e, StoreFull) and not c.is_connected():
                 # nothing failed: the client left a QoS 2 burst larger than
                 # inflight_in unanswered, answered the PUBRELs that freed
-                # its table, and closed the link itself, counting no failed
-                # try (client_core.py packet()), so that the upstream sends
-                # the rest again on a new one [MQTT-4.4.0-1]. Dialled at
-                # once, not after a backoff, to the same address.
+                # its table, and closed the link itself (client_core.py
+                # packet()), so that the upstream sends the rest again on a
+                # new one [MQTT-4.4.0-1]. Dialled at once, not after a
+                # backoff, to the same address. (A StoreFull with the link
+                # still up is a store full of the client's own messages,
+                # which no PUBREL frees: the backoff below.)
                 log = self.core.log
                 if log is not None:
                     log("bridge %s: more QoS 2 messages from the upstream than inflight_in "
