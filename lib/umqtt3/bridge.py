@@ -24,7 +24,7 @@
 # backoff, and hands the connected socket to the client.
 from .topic import match_span
 from .codec import MQTTError
-from .client_codec import Busy, StoreFull, put_header
+from .client_codec import Busy, StoreFull, MQTTException, put_header
 from .compat import ticks_diff, ticks_add, ticks_ms, copy
 from .bridge_queue import Queue, RamFiles, undo, marks, client_files
 
@@ -747,15 +747,15 @@ class Bridge:
         except OSError as e:
             self._failed(now, e)  # the link broke, or no CONNACK in time
         except MQTTError as e:
-            if self.up and isinstance(e, StoreFull) and not c.is_connected():
+            if isinstance(e, StoreFull) and not c.tries:
                 # nothing failed: the client left a QoS 2 burst larger than
                 # inflight_in unanswered, answered the PUBRELs that freed
-                # its table, and closed the link itself (client_core.py
-                # packet()), so that the upstream sends the rest again on a
-                # new one [MQTT-4.4.0-1]. Dialled at once, not after a
-                # backoff, to the same address. (A StoreFull with the link
-                # still up is a store full of the client's own messages,
-                # which no PUBREL frees: the backoff below.)
+                # its table, and closed the link itself, counting no failed
+                # try (client_core.py packet()), so that the upstream sends
+                # the rest again on a new one [MQTT-4.4.0-1]. Dialled at
+                # once, not after a backoff, to the same address. (A store
+                # full of the client's own messages, which no PUBREL frees,
+                # is a failed try for the client's poll(): the backoff.)
                 log = self.core.log
                 if log is not None:
                     log("bridge %s: more QoS 2 messages from the upstream than inflight_in "
@@ -764,17 +764,24 @@ class Bridge:
                 self.relinks += 1
                 self._unlink()
                 return n
-            if not self.up:
-                # refused by the upstream (CONNACK: credentials, client
-                # id, ...): asked again after the backoff, as the
+            log = self.core.log
+            if isinstance(e, MQTTException) and not self.up:
+                # refused by the upstream (a CONNACK's code: credentials,
+                # client id, ...): asked again after the backoff, as the
                 # upstream may be put right meanwhile
                 self.refusals += 1
                 if not self._private(e.code):
-                    log = self.core.log
                     if log is not None:
                         log("bridge %s: the upstream refused the connection (%d)"
                             % (self.name, e.code))
                     self._refused(e.code)
+            elif log is not None:
+                # a malformed packet, a protocol error, a store that cannot
+                # take a message: the client closed the link (also right
+                # after CONNACK, before step() saw it up)
+                h, p = self.addrs[self.at]
+                log("bridge %s: closed the link to %s:%d: %s (0x%02x)"
+                    % (self.name, h, p, e.reason, e.code))
             self._down(now)
         return n
 

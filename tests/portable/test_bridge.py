@@ -480,6 +480,41 @@ def test_a_qos2_burst_over_inflight_in_links_again_at_once():
     assert not [x for x in said if "lost the link" in x], said
 
 
+def test_a_store_full_of_its_own_messages_is_a_failed_try_not_a_burst():
+    # A StoreFull that no PUBREL frees (the client's store full of its own
+    # messages: its poll() counts a failed try) takes the bridge's backoff,
+    # and is neither taken for the end of a QoS 2 burst (linking again at
+    # once, over and over) nor, when it comes in the same poll as the
+    # CONNACK, for a refusal by the upstream. The store's refusal is
+    # injected: the bridge's own stores are sized so that its messages
+    # never take the inbound room.
+    from umqtt3.client_codec import StoreFull
+    said = []
+    w = World(["cmd/# in 2"], gw_kw={"log": said.append}, inflight_in=2,
+              backoff_ms=(60000, 60000))
+    w.run(50)
+    b = w.bridge
+    assert b.up
+
+    def full(*a):
+        raise StoreFull("store full", 0x97)
+
+    b.client.store.in_add = full
+    pub = w.open_on(w.up)
+    pub.connect("p1")
+    pub.publish("cmd/x", b"0", 2, pid=1)
+    w.run(300)
+    assert not b.up and b.relinks == 0 and b.refusals == 0 and b.tries == 1
+    assert said[-1] == "bridge up: closed the link to 127.0.0.1:1883: store full (0x97)", said
+    # after the backoff the new link meets the same store: again a failed
+    # try, told in the same words, in the poll that brought the CONNACK
+    b.retry_at = 0
+    w.run(300)
+    assert b.relinks == 0 and b.refusals == 0 and b.tries == 2, said
+    assert not [x for x in said if "refused" in x or "at once" in x], said
+    assert said[-1] == "bridge up: closed the link to 127.0.0.1:1883: store full (0x97)", said
+
+
 def test_status_also_retained_on_the_gateway():
     # as mosquitto's bridge: 0 until connected, 1 while up, 0 once lost
     w = World(["s/# out 1"])
