@@ -83,3 +83,18 @@ def test_a_real_python_3_10_is_refused(tmp_path):
     bin_dir = setup_copy(tmp_path)
     refused(run_setup(tmp_path, bin_dir, PYTHON3=REAL_310[0]), REAL_310[0],
             "then PYTHON3=python3.11 ./run demo")
+
+
+def test_an_interpreter_without_venv_gets_its_own_versions_package(tmp_path):
+    # Debian's python3 lacks ensurepip until python3-venv; a PYTHON3=python3.11
+    # beside an older python3 (Ubuntu 22.04) needs python3.11-venv, as the
+    # refusal above tells: python3-venv would bring the older one's
+    bin_dir = setup_copy(tmp_path)
+    for name, package in (("python3", "python3-venv"), ("python3.11", "python3.11-venv")):
+        py = tmp_path / "bin" / name
+        py.write_text('#!/bin/sh\ncase "$*" in *ensurepip*) exit 1;; esac\necho 3.11\n')
+        py.chmod(0o755)
+        r = run_setup(tmp_path, bin_dir, PYTHON3=name)
+        said = [x for x in r.stdout.splitlines() if "installing Debian packages" in x]
+        assert len(said) == 1 and said[0].split("(")[0].split()[-1] == package, (r.stdout, r.stderr)
+        assert r.returncode != 0  # no apt-get on this PATH

@@ -63,7 +63,13 @@ command -v git >/dev/null 2>&1 || pkgs="$pkgs git"
 if [ -z "$PYTHON" ]; then
     command -v "$PYTHON3" >/dev/null 2>&1 || die "no $PYTHON3 on PATH: install python3 (apt-get install python3)"
     # Debian's python3 has venv but not ensurepip, which python3-venv adds
-    "$PYTHON3" -c 'import ensurepip, venv' >/dev/null 2>&1 || pkgs="$pkgs python3-venv"
+    # (python3.11-venv for a PYTHON3=python3.11 beside an older python3:
+    # python3-venv would bring the older one's)
+    if ! "$PYTHON3" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+        if [ "$PYTHON3" = python3 ]; then pkgs="$pkgs python3-venv"
+        else pkgs="$pkgs python$("$PYTHON3" -c 'import sys; print("%d.%d" % sys.version_info[:2])')-venv"
+        fi
+    fi
 fi
 if [ -n "$pkgs" ]; then
     SUDO=""
