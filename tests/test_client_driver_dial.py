@@ -105,7 +105,7 @@ def test_poll_while_reconnecting_waits_no_longer_than_its_timeout(silent):
         t = time.monotonic()
         c.poll(20)
         worst = max(worst, time.monotonic() - t - 0.02)
-    assert worst < 0.1, worst  # not the 0.5 s of the attempt
+    assert worst < 0.25, worst  # well under the 0.5 s of the attempt (load adds some ms)
     assert c.tries >= 2  # attempts timed out and were made again
     assert not c.is_connected()
     c.down()
