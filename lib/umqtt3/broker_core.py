@@ -64,7 +64,8 @@ _HELD = const(4)  # a bridge's queue is full, its uplink up: the publisher waits
 # allocate at each packet counted (a gateway passes 2^30 packets in months)
 CARRY = const(0x10000000)
 # the counts carry() keeps small, each with its count of CARRY in Stats.hi
-_CARRIED = ("bytes_in", "bytes_out", "received", "sent", "others_in", "others_out")
+_CARRIED = ("bytes_in", "bytes_out", "received", "sent", "others_in", "others_out", "pub_in",
+            "pub_out")
 
 
 class Stats:
@@ -73,6 +74,9 @@ class Stats:
     def __init__(self):
         self.received = 0  # PUBLISH packets received ($SYS publish/messages/received)
         self.sent = 0  # PUBLISH packets sent (publish/messages/sent)
+        # their payloads' bytes (publish/bytes/received, publish/bytes/sent)
+        self.pub_in = 0
+        self.pub_out = 0
         # the other packets (CONNECT, acks, SUBSCRIBE, PINGREQ...): $SYS
         # messages/received and messages/sent count every packet, as mosquitto's
         self.others_in = 0
@@ -93,6 +97,7 @@ class Stats:
         self.refused_mem = 0  # QoS 1/2 PUBLISHes refused: the broker's mem_budget was spent
         self.dropped_mem = 0  # QoS 0 messages not queued (or retained) for that cause
         self.dropped_full = 0  # QoS 1/2 copies a full queue did not take (queue_full "drop")
+        self.dropped_q = 0  # and the other messages a full queue did not take (or let go)
         self.qbytes = 0  # what queued messages cost, each held once (broker_session.Msg)
         self.errors = 0  # internal errors (a bug): the connection was closed
         self.store_errors = 0  # store writes that failed (nothing was acknowledged)
@@ -878,6 +883,7 @@ class Core(Stats):
         s = c.sess
         if t == PUBLISH:
             self.received += 1
+            self.pub_in += p.payload_len
             self.name_ok(p.buf, p.topic_off, p.topic_len, 0)
             if c.v5 is not None and self.b5.publish_in(self, c, p):
                 return  # refused with a reason code
@@ -1608,9 +1614,25 @@ class Core(Stats):
         pub("messages/sent", t("sent") + t("others_out"))
         pub("publish/messages/received", t("received"))
         pub("publish/messages/sent", t("sent"))
+        pub("publish/bytes/received", t("pub_in"))
+        pub("publish/bytes/sent", t("pub_out"))
         pub("bytes/received", self.bytes_received())
         pub("bytes/sent", self.bytes_sent())
         pub("messages/dropped", self.dropped)
+        # as mosquitto's: what a client's full queue did not take
+        pub("publish/messages/dropped", self.dropped_full + self.dropped_q)
+        # the messages held: retained ones ($SYS's too) and those queued or
+        # in flight for a session (Session.held), with their payloads' bytes
+        rt = self.retained
+        acc = [len(rt), 0]
+        for v in rt.values():
+            acc[1] += len(v[1])
+        for s in self.sess.all:
+            s.held(acc)
+        n = int(acc[0] + 0.5)
+        pub("messages/stored", n)
+        pub("store/messages/count", n)
+        pub("store/messages/bytes", int(acc[1] + 0.5))
         pub("messages/refused/queue_full", self.queue_full)
         pub("messages/refused/mem_budget", self.refused_mem)
         pub("messages/dropped/mem_budget", self.dropped_mem)

@@ -6,7 +6,8 @@
 # mosquitto's own for one scenario.
 from math import exp
 
-from broker_harness import running, Raw, advance, wait_for
+from broker_harness import running, Raw, advance, wait_for, Timeout, TIMEOUT
+from test_broker5_connect import connect5, sub5, pub5
 from umqtt3.codec import PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP, PINGREQ, PINGRESP
 
 
@@ -198,3 +199,106 @@ def test_sys_load_is_mosquittos_moving_average():
             assert float(_sys(b, b"load/messages/received/1min")) > 0
             assert float(_sys(b, b"load/bytes/received/1min")) > 0
             assert float(_sys(b, b"load/connections/1min")) > 0
+
+
+class Wire(Raw):
+    """A Raw client that counts what it receives: packets, PUBLISHes and
+    their payloads' bytes."""
+
+    def __init__(self, b, tally):
+        Raw.__init__(self, b)
+        self.tally = tally  # [packets, PUBLISHes, payload bytes], shared
+
+    def recv(self, timeout=TIMEOUT):
+        p = Raw.recv(self, timeout)
+        if p is not None:
+            t = self.tally
+            t[0] += 1
+            if p.type == PUBLISH:
+                t[1] += 1
+                t[2] += len(p.payload)
+        return p
+
+    def drain(self):
+        """Read and acknowledge whatever comes, until nothing does."""
+        while True:
+            try:
+                p = self.recv(0.3)
+            except Timeout:
+                return
+            if p is None:
+                return
+            if p.type == PUBLISH and p.qos:
+                self.ack(PUBACK if p.qos == 1 else PUBREC, p.pid)
+            elif p.type == PUBREL:
+                self.ack(PUBCOMP, p.pid)
+
+
+def test_sys_sent_counts_every_packet_that_leaves():
+    # messages/sent, publish/messages/sent and publish/bytes/sent against
+    # what the clients received, over the ways the broker sends: every ack,
+    # a refused CONNACK, retained delivery, QoS 0/1/2 straight through,
+    # in-flight messages and a PUBREL sent again on a session's return, its
+    # queue, MQTT 5 PUBLISHes with properties. A way of sending that does
+    # not count what it sends makes the figures fall short.
+    tally = [0, 0, 0]
+    with running(sys_interval=1) as b, Wire(b, tally) as a, Wire(b, tally) as c, \
+            Wire(b, tally) as v, Wire(b, tally) as x:
+        a.connect("a", clean=False)
+        a.subscribe(1, "t/#", 2)
+        c.connect("c")
+        c.publish("r", b"kept", 1, pid=1, retain=True)
+        c.expect(PUBACK, 1)
+        a.subscribe(2, "r", 1)  # the retained message
+        assert a.messages(1)[0][1] == b"kept"
+        c.publish("t/0", b"zero", 0)
+        c.publish("t/1", b"one", 1, pid=2)
+        c.expect(PUBACK, 2)
+        c.publish("t/2", b"two" * 50, 2, pid=3)
+        c.expect(PUBREC, 3)
+        c.ack(PUBREL, 3)
+        c.expect(PUBCOMP, 3)
+        assert len(a.messages(3)) == 3  # acknowledged
+        p = a.expect(PUBREL)  # (the QoS 2 one's)
+        a.ack(PUBCOMP, p.pid)
+        # in flight when a goes: sent again when it comes back
+        c.publish("t/3", b"three", 1, pid=4)
+        c.expect(PUBACK, 4)
+        c.publish("t/4", b"four", 2, pid=5)
+        c.expect(PUBREC, 5)
+        c.ack(PUBREL, 5)
+        c.expect(PUBCOMP, 5)
+        got = [a.recv(), a.recv()]
+        assert [p.type for p in got] == [PUBLISH, PUBLISH]
+        a.ack(PUBREC, got[1].pid)
+        a.expect(PUBREL, got[1].pid)  # not completed: sent again too
+        a.send(b"\xe0\x00")  # DISCONNECT
+        a.drain()
+        # queued while a is away
+        c.publish("t/5", b"five", 1, pid=6)
+        c.expect(PUBACK, 6)
+        c.publish("t/6", b"six", 2, pid=7)
+        c.expect(PUBREC, 7)
+        c.ack(PUBREL, 7)
+        c.expect(PUBCOMP, 7)
+        with Wire(b, tally) as a2:
+            assert a2.connect("a", clean=False).session_present
+            a2.simple(PINGREQ)
+            a2.drain()
+            a2.unsubscribe(3, "r")
+            # MQTT 5, a property list in each PUBLISH
+            connect5(v, "v")
+            sub5(v, 1, [("t/#", 1)])
+            pub5(v, "t/7", b"seven", 1, pid=1)
+            v.drain()  # its PUBACK, and the message (v subscribes to it too)
+            a2.drain()
+            # refused: protocol level 9 [MQTT-3.1.2-2]
+            x.send(b"\x10\x0c\x00\x04MQTT\x09\x02\x00\x00\x00\x00")
+            assert x.recv().rc == 1
+            x.drain()
+            advance(1100)
+            assert wait_for(lambda: _num(b, b"clients/connected") == 3)
+            assert tally[1] == 11 and tally[0] > 2 * tally[1], tally
+            assert _num(b, b"messages/sent") == tally[0]
+            assert _num(b, b"publish/messages/sent") == tally[1]
+            assert _num(b, b"publish/bytes/sent") == tally[2]
