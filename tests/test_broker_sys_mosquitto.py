@@ -83,7 +83,9 @@ def _scenario(port, want=()):
 @pytest.mark.slow
 def test_sys_counts_match_mosquitto(broker_factory):
     theirs = _scenario(broker_factory(extra=["sys_interval 1"]).port)
-    with running(sys_interval=1) as b:
+    # a queue as mosquitto's (max_queued_messages 1000, no byte limit): the
+    # observer takes every retained figure at once
+    with running(sys_interval=1, max_queued=1000, max_queued_bytes=0) as b:
         ours = _scenario(b.port, [k for k in theirs if k.startswith("load/")])
     assert theirs["clients/disconnected"] == "1"  # (mosquitto has the meaning we think)
     assert theirs["bytes/received"] != "0"

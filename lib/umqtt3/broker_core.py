@@ -1651,5 +1651,12 @@ class Core(Stats):
         update(self, pub)
 
     def _sys_pub(self, name, value):
-        self.publish("$SYS/broker/" + name, str(value), 0, True)
+        # a figure goes out when it has changed, as mosquitto's (its retained
+        # copy holds the last value): an update is what a $SYS/# subscriber's
+        # queue can take (max_queued), not every figure each time
+        t = ("$SYS/broker/" + name).encode()
+        v = str(value).encode()
+        m = self.retained.get(t)
+        if m is None or m[1] != v:
+            self.publish(t, v, 0, True)
 

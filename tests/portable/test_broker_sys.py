@@ -302,3 +302,34 @@ def test_sys_sent_counts_every_packet_that_leaves():
             assert _num(b, b"messages/sent") == tally[0]
             assert _num(b, b"publish/messages/sent") == tally[1]
             assert _num(b, b"publish/bytes/sent") == tally[2]
+
+
+def test_sys_update_publishes_what_changed():
+    # as mosquitto's: after the first, an update publishes the figures that
+    # changed (a new subscriber gets every one retained), so that a $SYS/#
+    # subscriber's queue (max_queued 32) takes each update whole
+    with running(sys_interval=1) as b, Raw(b) as c:
+        c.connect("c")
+        assert wait_for(lambda: _sys(b, b"uptime") is not None)
+        c.subscribe(1, "$SYS/broker/#", 0)
+        first = set()
+        while True:
+            try:
+                p = c.recv(0.3)
+            except Timeout:
+                break
+            first.add(bytes(p.topic))
+        assert b"$SYS/broker/version" in first and len(first) > 20
+        d = b.dropped  # (the retained ones beyond the queue, at the SUBSCRIBE)
+        advance(1100)
+        got = []
+        while True:
+            try:
+                p = c.recv(0.3)
+            except Timeout:
+                break
+            assert not p.retain  # [MQTT-3.3.1-9]
+            got.append(bytes(p.topic)[12:])
+        assert b"uptime" in got and b"messages/sent" in got  # (the SUBACK, the retained ones)
+        assert b"version" not in got and b"clients/total" not in got
+        assert b.dropped == d
