@@ -63,6 +63,9 @@ _HELD = const(4)  # a bridge's queue is full, its uplink up: the publisher waits
 # second: an int stays small on a device (31 bits), where a larger one would
 # allocate at each packet counted (a gateway passes 2^30 packets in months)
 CARRY = const(0x10000000)
+# a topic of broker_load's (Core._sys_up)
+_LOAD = b"$SYS/broker/load/messages/received/1min"
+
 # the counts carry() keeps small, each with its count of CARRY in Stats.hi
 _CARRIED = ("bytes_in", "bytes_out", "received", "sent", "others_in", "others_out", "pub_in",
             "pub_out")
@@ -1601,12 +1604,16 @@ class Core(Stats):
         pub("clients/maximum", self.peak)
         pub("clients/expired", self.expired)
         n = k = 0  # subscriptions, and shared ones apart (as mosquitto's)
+        read = self.load is not None  # whether anything reads $SYS (below)
         for x in self.subs.subscribers:
             for f in x.filters:
-                if shared_at(f) > 0:
+                i = shared_at(f)
+                if i > 0:
                     k += 1
                 else:
                     n += 1
+                if not read and f[i:i + 5] == b"$SYS/":
+                    read = True  # (no wildcard matches it first [MQTT-4.7.2-1])
         pub("subscriptions/count", n)
         pub("shared_subscriptions/count", k)
         t = self.total
@@ -1647,8 +1654,21 @@ class Core(Stats):
         mf = mem_free()
         if mf is not None:
             pub("heap/free", mf)
-        from .broker_load import update  # (loaded once, by the first update)
-        update(self, pub)
+        if read or self._sys_up():
+            # the averages (1.5 KB of code) start once something can read
+            # them: a gateway nobody watches does not load them
+            from .broker_load import update
+            update(self, pub)
+
+    def _sys_up(self):
+        # whether a bridge takes $SYS/broker/load/ up (`$SYS/# out`)
+        h = self.bridge
+        if h is not None:
+            for b in h.all:
+                for rule in b.rules:
+                    if rule.takes(_LOAD, 0, len(_LOAD)):
+                        return True
+        return False
 
     def _sys_pub(self, name, value):
         # a figure goes out when it has changed, as mosquitto's (its retained

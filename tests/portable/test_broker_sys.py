@@ -165,9 +165,12 @@ def _uptime(b):
 
 def test_sys_load_is_mosquittos_moving_average():
     # load/...: a rate per minute, averaged over 1, 5 and 15 minutes with
-    # mosquitto's formula; 0.00 at the first update
-    with running(sys_interval=10) as b:
-        assert wait_for(lambda: _sys(b, b"uptime") is not None)
+    # mosquitto's formula; 0.00 at the first update once something reads $SYS
+    with running(sys_interval=10) as b, Raw(b) as w:
+        w.connect("w")
+        w.subscribe(1, "$SYS/broker/load/publish/#", 0)
+        advance(10000)
+        assert wait_for(lambda: _sys(b, b"load/publish/received/1min") is not None)
         t0 = _uptime(b)
         for span in (b"1min", b"5min", b"15min"):
             assert _sys(b, b"load/publish/received/" + span) == b"0.00"
@@ -200,6 +203,26 @@ def test_sys_load_is_mosquittos_moving_average():
             assert float(_sys(b, b"load/bytes/received/1min")) > 0
             assert float(_sys(b, b"load/connections/1min")) > 0
 
+
+
+def _no_uplink():
+    raise OSError(111)  # (the bridge never connects: its rules are what count)
+
+
+def test_sys_load_starts_for_a_bridge_that_takes_sys_up():
+    # a bridge with an out rule for $SYS/broker/load/ reads the averages as
+    # a subscriber does; one for "#" does not ($SYS/ is not in it
+    # [MQTT-4.7.2-1])
+    from umqtt3.bridge import install
+    for rule, loads in (("# out 0", False), ("$SYS/# out 0 \"\" gw/", True)):
+        with running(sys_interval=1) as b:
+            install(b, [{"name": "up", "rules": [rule], "link": _no_uplink,
+                         "backoff_ms": (1000, 1000)}])
+            for _ in range(2):
+                t = _uptime(b) if _sys(b, b"uptime") else -1
+                advance(1100)
+                assert wait_for(lambda: _sys(b, b"uptime") and _uptime(b) > t)
+            assert (b.load is not None) == loads, rule
 
 class Wire(Raw):
     """A Raw client that counts what it receives: packets, PUBLISHes and
@@ -333,3 +356,23 @@ def test_sys_update_publishes_what_changed():
         assert b"uptime" in got and b"messages/sent" in got  # (the SUBACK, the retained ones)
         assert b"version" not in got and b"clients/total" not in got
         assert b.dropped == d
+
+def test_sys_load_waits_for_a_reader():
+    # the averages (broker_load, 1.5 KB of code on a device) start at the
+    # first update after a session subscribes to a $SYS/ filter, a shared
+    # one too: a gateway that nobody watches never loads them
+    with running(sys_interval=1) as b, Raw(b) as c:
+        c.connect("c")
+        c.subscribe(1, "sensors/#", 0)
+        c.subscribe(2, "#", 0)  # (# does not match $SYS/ [MQTT-4.7.2-1])
+        for _ in range(3):
+            t = _uptime(b) if _sys(b, b"uptime") else -1
+            advance(1100)
+            assert wait_for(lambda: _sys(b, b"uptime") and _uptime(b) > t)
+        assert b.load is None
+        assert not [k for k in b.retained if k.startswith(b"$SYS/broker/load/")]
+        c.subscribe(3, "$share/g/$SYS/broker/uptime", 0)
+        advance(1100)
+        assert wait_for(lambda: _sys(b, b"load/sockets/1min") == b"0.00")
+        assert b.load is not None
+
