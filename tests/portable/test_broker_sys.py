@@ -8,6 +8,7 @@ from math import exp
 
 from broker_harness import running, Raw, advance, wait_for, Timeout, TIMEOUT
 from test_broker5_connect import connect5, sub5, pub5
+from umqtt3 import props as P
 from umqtt3.codec import PUBLISH, PUBACK, PUBREC, PUBREL, PUBCOMP, PINGREQ, PINGRESP
 
 
@@ -309,19 +310,26 @@ def test_sys_sent_counts_every_packet_that_leaves():
             a2.simple(PINGREQ)
             a2.drain()
             a2.unsubscribe(3, "r")
-            # MQTT 5, a property list in each PUBLISH
-            connect5(v, "v")
+            # MQTT 5, a property list in each PUBLISH; its queue too
+            connect5(v, "v", clean=False, props={P.SESSION_EXPIRY: 60})
             sub5(v, 1, [("t/#", 1)])
             pub5(v, "t/7", b"seven", 1, pid=1)
             v.drain()  # its PUBACK, and the message (v subscribes to it too)
+            v.send(b"\xe0\x00")  # DISCONNECT
+            v.drain()
+            c.publish("t/8", b"eight" * 30, 1, pid=8)
+            c.expect(PUBACK, 8)
+            with Wire(b, tally) as v2:
+                assert connect5(v2, "v", clean=False, props={P.SESSION_EXPIRY: 60}).session_present
+                v2.drain()
             a2.drain()
             # refused: protocol level 9 [MQTT-3.1.2-2]
             x.send(b"\x10\x0c\x00\x04MQTT\x09\x02\x00\x00\x00\x00")
             assert x.recv().rc == 1
             x.drain()
             advance(1100)
-            assert wait_for(lambda: _num(b, b"clients/connected") == 3)
-            assert tally[1] == 11 and tally[0] > 2 * tally[1], tally
+            assert wait_for(lambda: _num(b, b"clients/connected") == 2)
+            assert tally[1] == 13 and tally[0] > 2 * tally[1], tally
             assert _num(b, b"messages/sent") == tally[0]
             assert _num(b, b"publish/messages/sent") == tally[1]
             assert _num(b, b"publish/bytes/sent") == tally[2]
