@@ -179,12 +179,14 @@ def publish4(core, c, buf, off, n):
         if topic_ok is None or not topic_ok(buf, t0, tn):
             return False
         core.received += 1
+        core.pub_in += end - pe
         core.name_ok(buf, t0, tn, 0)
         if len(names) >= TOPIC_MEMO:
             names.clear()
         names[key] = tk = key
     else:
         core.received += 1
+        core.pub_in += end - pe
     s = c.sess
     core.nhit = -1
     r = core.route

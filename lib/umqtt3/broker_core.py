@@ -63,8 +63,12 @@ _HELD = const(4)  # a bridge's queue is full, its uplink up: the publisher waits
 # second: an int stays small on a device (31 bits), where a larger one would
 # allocate at each packet counted (a gateway passes 2^30 packets in months)
 CARRY = const(0x10000000)
+# a topic of broker_load's (Core._sys_up)
+_LOAD = b"$SYS/broker/load/messages/received/1min"
+
 # the counts carry() keeps small, each with its count of CARRY in Stats.hi
-_CARRIED = ("bytes_in", "bytes_out", "received", "sent", "others_in", "others_out")
+_CARRIED = ("bytes_in", "bytes_out", "received", "sent", "others_in", "others_out", "pub_in",
+            "pub_out")
 
 
 class Stats:
@@ -73,6 +77,9 @@ class Stats:
     def __init__(self):
         self.received = 0  # PUBLISH packets received ($SYS publish/messages/received)
         self.sent = 0  # PUBLISH packets sent (publish/messages/sent)
+        # their payloads' bytes (publish/bytes/received, publish/bytes/sent)
+        self.pub_in = 0
+        self.pub_out = 0
         # the other packets (CONNECT, acks, SUBSCRIBE, PINGREQ...): $SYS
         # messages/received and messages/sent count every packet, as mosquitto's
         self.others_in = 0
@@ -93,6 +100,7 @@ class Stats:
         self.refused_mem = 0  # QoS 1/2 PUBLISHes refused: the broker's mem_budget was spent
         self.dropped_mem = 0  # QoS 0 messages not queued (or retained) for that cause
         self.dropped_full = 0  # QoS 1/2 copies a full queue did not take (queue_full "drop")
+        self.dropped_q = 0  # and the other messages a full queue did not take (or let go)
         self.qbytes = 0  # what queued messages cost, each held once (broker_session.Msg)
         self.errors = 0  # internal errors (a bug): the connection was closed
         self.store_errors = 0  # store writes that failed (nothing was acknowledged)
@@ -878,6 +886,7 @@ class Core(Stats):
         s = c.sess
         if t == PUBLISH:
             self.received += 1
+            self.pub_in += p.payload_len
             self.name_ok(p.buf, p.topic_off, p.topic_len, 0)
             if c.v5 is not None and self.b5.publish_in(self, c, p):
                 return  # refused with a reason code
@@ -1595,12 +1604,16 @@ class Core(Stats):
         pub("clients/maximum", self.peak)
         pub("clients/expired", self.expired)
         n = k = 0  # subscriptions, and shared ones apart (as mosquitto's)
+        read = self.load is not None  # whether anything reads $SYS (below)
         for x in self.subs.subscribers:
             for f in x.filters:
-                if shared_at(f) > 0:
+                i = shared_at(f)
+                if i > 0:
                     k += 1
                 else:
                     n += 1
+                if not read and f[i:i + 5] == b"$SYS/":
+                    read = True  # (no wildcard matches it first [MQTT-4.7.2-1])
         pub("subscriptions/count", n)
         pub("shared_subscriptions/count", k)
         t = self.total
@@ -1608,9 +1621,25 @@ class Core(Stats):
         pub("messages/sent", t("sent") + t("others_out"))
         pub("publish/messages/received", t("received"))
         pub("publish/messages/sent", t("sent"))
+        pub("publish/bytes/received", t("pub_in"))
+        pub("publish/bytes/sent", t("pub_out"))
         pub("bytes/received", self.bytes_received())
         pub("bytes/sent", self.bytes_sent())
         pub("messages/dropped", self.dropped)
+        # as mosquitto's: what a client's full queue did not take
+        pub("publish/messages/dropped", self.dropped_full + self.dropped_q)
+        # the messages held: retained ones ($SYS's too) and those queued or
+        # in flight for a session (Session.held), with their payloads' bytes
+        rt = self.retained
+        acc = [len(rt), 0]
+        for v in rt.values():
+            acc[1] += len(v[1])
+        for s in self.sess.all:
+            s.held(acc)
+        n = int(acc[0] + 0.5)
+        pub("messages/stored", n)
+        pub("store/messages/count", n)
+        pub("store/messages/bytes", int(acc[1] + 0.5))
         pub("messages/refused/queue_full", self.queue_full)
         pub("messages/refused/mem_budget", self.refused_mem)
         pub("messages/dropped/mem_budget", self.dropped_mem)
@@ -1625,9 +1654,29 @@ class Core(Stats):
         mf = mem_free()
         if mf is not None:
             pub("heap/free", mf)
-        from .broker_load import update  # (loaded once, by the first update)
-        update(self, pub)
+        if read or self._sys_up():
+            # the averages (1.5 KB of code) start once something can read
+            # them: a gateway nobody watches does not load them
+            from .broker_load import update
+            update(self, pub)
+
+    def _sys_up(self):
+        # whether a bridge takes $SYS/broker/load/ up (`$SYS/# out`)
+        h = self.bridge
+        if h is not None:
+            for b in h.all:
+                for rule in b.rules:
+                    if rule.takes(_LOAD, 0, len(_LOAD)):
+                        return True
+        return False
 
     def _sys_pub(self, name, value):
-        self.publish("$SYS/broker/" + name, str(value), 0, True)
+        # a figure goes out when it has changed, as mosquitto's (its retained
+        # copy holds the last value): an update is what a $SYS/# subscriber's
+        # queue can take (max_queued), not every figure each time
+        t = ("$SYS/broker/" + name).encode()
+        v = str(value).encode()
+        m = self.retained.get(t)
+        if m is None or m[1] != v:
+            self.publish(t, v, 0, True)
 

@@ -8,7 +8,9 @@
 # and avg = rate + exp(-dt / T) * (avg - rate) for T = 60, 300, 900 s. The
 # first update publishes 0.00 everywhere; later ones publish an average
 # (as "%.2f") only when it moved by 0.01 or more, as mosquitto's. Loaded by
-# the first $SYS update: a broker with sys_interval 0 never imports it.
+# the first $SYS update at which a session subscribes to a $SYS/ filter or a
+# bridge takes $SYS/broker/load/ up (Core._sys): a broker with sys_interval
+# 0, or one that nobody watches (a gateway, say), never imports it.
 
 E = 2.718281828459045  # e: exp(x) as E ** x, without importing math
 

@@ -131,6 +131,28 @@ class Framed:
         self.size = size
 
 
+def frame_payload(b, o, n, v5):
+    """The payload's length in the QoS 1/2 PUBLISH frame b[o:o+n] (v5: it
+    has a property list)."""
+    e = o + n
+    o += 1
+    while b[o] & 0x80:
+        o += 1  # the remaining length
+    o += 3 + (b[o + 1] << 8 | b[o + 2]) + 2  # the topic, the packet id
+    if v5:
+        m = 0
+        sh = 0
+        while True:
+            v = b[o]
+            o += 1
+            m |= (v & 0x7F) << sh
+            if v < 128:
+                break
+            sh += 7
+        o += m
+    return e - o
+
+
 def plain(m):
     """Queued message m as a Msg (a Framed made into one, with its refs
     and size: off the fast path, it allocates)."""
@@ -501,7 +523,9 @@ class Session:
                 conn.tlen = start + size
             else:
                 conn.tlen = self._put(tx, start, first, size, r, 0)
-            self.stats.sent += 1
+            st = self.stats
+            st.sent += 1
+            st.pub_out += r.pn
             return
         ak = self._alias(r.tsrc, r.toff, r.tn) if self.tam else 0
         need = size
@@ -540,7 +564,9 @@ class Session:
                 conn.tlen = self._put_alias(conn.tx, start, first, r, pid, ak)
         if ak < 0:
             self.oal.append(bytes(r.tsrc[r.toff:r.toff + r.tn]))  # a new alias, once
-        self.stats.sent += 1
+        st = self.stats
+        st.sent += 1
+        st.pub_out += r.pn
 
     def _expires(self, r):
         # the uptime at which level-5 route r's message expires (-1: never)
@@ -598,6 +624,31 @@ class Session:
     def queued(self):
         """Messages waiting in the queue."""
         return (len(self.q) - self.qh) >> 1
+
+    def held(self, acc):
+        """Add to acc ([messages, payload bytes], floats) the messages this
+        session holds for its client ($SYS messages/stored): each queued
+        one as a share of one (a message queued for n sessions is held
+        once), each in flight until acknowledged (PUBACK, PUBREC) as one.
+        Allocates: once per $SYS update."""
+        q = self.q
+        i = self.qh
+        while i < len(q):
+            m = q[i]
+            if m is not None:  # (None: a PUBREL only)
+                acc[0] += 1 / m.refs
+                acc[1] += (len(m.f) - m.pk - 2 if m.pk else len(m.p)) / m.refs
+            i += 2
+        if self.rbuf is None:
+            return
+        ns = len(self.s_st)
+        i = 0
+        while i < self.rcount:
+            k = (self.rhead + i) % ns
+            if self.s_st[k] == PUB or self.s_st[k] == PUB_SENT:
+                acc[0] += 1
+                acc[1] += frame_payload(self.rbuf, self.s_off[k], self.s_len[k], self.level == 5)
+            i += 1
 
     def queue_full(self, size=0):
         """True when a QoS 1/2 message costing `size` bytes (msg_size) would
@@ -826,12 +877,14 @@ class Session:
             if i < 0:
                 if full or not qos:
                     st.dropped += 1  # (QoS 1/2: from the broker itself, a will)
+                    st.dropped_q += 1
                     return
                 # a routed QoS 1/2 message is never lost for its bytes
                 # (queue_full counted them; its own subscription
                 # identifiers may add a few)
                 break
             st.dropped += 1
+            st.dropped_q += 1
             self._take(i)
         if not qos and st.over(need if m is None or not m.refs else ENTRY_COST):
             st.dropped += 1  # the broker's memory budget is spent
@@ -899,6 +952,7 @@ class Session:
                     self.s_st[k] = PUB_SENT
                     self.unsent -= 1
                     stats.sent += 1
+                    stats.pub_out += frame_payload(self.rbuf, self.s_off[k], n, self.level == 5)
                 elif st == REL:
                     if conn.space() < 4:
                         return
@@ -929,6 +983,7 @@ class Session:
         se = self.s_exp
         rb = self.rbuf
         sent = 0  # QoS 1/2 frames built (stats.sent, once at the end)
+        pb = 0  # their payloads' bytes (stats.pub_out, with it)
         al = 0  # the topic alias of a message over maxpkt whose aliased form fits
         while self.qh < len(q):
             h = self.qh
@@ -1011,6 +1066,7 @@ class Session:
                 conn.tlen = tl = self._put_msg(tx, tl, first, 0, m, up, al)
                 al = 0
                 stats.sent += 1
+                stats.pub_out += len(m.f) - m.pk - 2 if m.pk else len(m.p)
                 self._take(h)
                 continue
             cnt = self.rcount
@@ -1060,6 +1116,7 @@ class Session:
                 rb[o] = first
                 rb[o + pk] = pid >> 8
                 rb[o + pk + 1] = pid & 255
+                pb += n - pk - 2  # the payload: the rest of the frame
             else:
                 # the frame into the ring (_put_msg, inline)
                 rb[o] = first
@@ -1095,6 +1152,7 @@ class Session:
                     copy(rb, i, m.p, 0, re - i)
                 else:
                     rb[i:re] = m.p
+                pb += re - i
                 if al:
                     # the ring keeps the whole frame (as send()'s); the wire
                     # gets the one with the alias, written on its own
@@ -1113,6 +1171,7 @@ class Session:
             self.qb -= c
             self.qh = h + 2
         stats.sent += sent
+        stats.pub_out += pb
         h = self.qh
         if h == len(q):
             if h:
