@@ -356,7 +356,10 @@ class Core:
             raise OSError(107, "")
         c = self.conn
         c.tlen = put_header(c.tx, c.tlen, 0xC0, 0)  # PINGREQ
-        self.ping_at = now
+        if self.ping_at is None:
+            # one outstanding: its deadline stands (an application's ping()
+            # every few seconds would otherwise hide a dead link for good)
+            self.ping_at = now
 
     # ---------------------------------------------------------- connection
     def start(self, now):

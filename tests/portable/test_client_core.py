@@ -162,6 +162,34 @@ def test_keepalive_pingreq_then_dead_link_without_pingresp():
         raise AssertionError("a missing PINGRESP went unnoticed")
 
 
+def test_pings_the_application_sends_do_not_move_the_pingresp_deadline():
+    # umqtt.simple's keepalive idiom, ping() every few seconds: each call
+    # queues a PINGREQ, but the deadline counts from the first one still
+    # unanswered, so a server gone silent is noticed (MQTT 3.1.1 3.1.2.10:
+    # no PINGRESP in reasonable time, close the connection)
+    c = connected(core(keepalive=1), 0)
+    now = 0
+    while now < 5000:
+        now += 400
+        c.pingreq(now)
+        assert take(c, now) == PINGREQ
+        try:
+            c.tick(now)
+        except Closed as e:
+            assert e.args[0] == 110
+            break
+    else:
+        raise AssertionError("ping() calls kept a dead link up")
+    assert now <= 1600  # a keepalive after the first unanswered PINGREQ
+    # answered, the next ping() starts a deadline of its own
+    c = connected(core(keepalive=1), 0)
+    c.pingreq(400)
+    feed(c, PINGRESP, 500)
+    assert c.ping_at is None
+    c.pingreq(3000)
+    assert c.ping_at == 3000
+
+
 def test_a_server_gone_silent_is_noticed_while_the_client_keeps_sending():
     # QoS 0 readings every 200 ms keep the client sending, so [MQTT-3.1.2-23]
     # alone never asks for a PINGREQ; nothing received for keepalive seconds

@@ -209,3 +209,27 @@ def test_refusals_raise_umqtt_simple_s_exception():
     except MQTTException as x:
         e = x
     assert e is not None and e.args == (0x80,)  # 0x80: Failure (3.1.1, 3.9.3)
+
+
+def test_ping_every_few_hundred_ms_still_finds_a_silent_link_dead():
+    # umqtt.simple's keepalive idiom (ping() more often than keepalive): a
+    # server gone silent (a NAT that forgot the flow) sends no PINGRESP, and
+    # the missing answer to the first unanswered PINGREQ ends the link
+    # (MQTT 3.1.1 3.1.2.10), however many ping() calls followed it
+    from umqtt3.compat import sleep_ms, ticks_diff
+    peer = Peer()
+    c = _client(peer, keepalive=1)
+    c.connect()
+    peer.step = lambda: False  # silent from now on: nothing read, nothing answered
+    err = None
+    start = ticks_ms()
+    while ticks_diff(ticks_ms(), start) < 5000:
+        sleep_ms(200)
+        try:
+            c.ping()
+            c.poll(0)
+        except OSError as e:
+            err = e
+            break
+    assert err is not None and err.args[0] in (107, 110)  # 110: no PINGRESP in time
+    assert not c.is_connected()
