@@ -267,10 +267,12 @@ class AsyncClient(Core):
             try:
                 self.packet(k, now)
             except Exception as e:
-                if isinstance(e, (OSError, MQTTError)) and not isinstance(e, Busy):
+                if e is not self.cur and isinstance(e, (OSError, MQTTError)) and \
+                        not isinstance(e, Busy):
                     raise  # the link or the peer: _step's
-                # The callback raised (Busy: its publish found the window
-                # full): the message is not taken. A broker resends QoS 1/2
+                # The callback raised (whatever it raised: an OSError from
+                # a sensor, Busy from its publish with the window full): the
+                # message is not taken. A broker resends QoS 1/2
                 # only on a new connection [MQTT-4.4.0-1]: the core dropped
                 # it. run() goes on; the loop's exception handler reports it
                 # (with no reconnect to come, the caller raises it).

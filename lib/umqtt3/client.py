@@ -220,6 +220,8 @@ class MQTTClient(Core):
         except Busy:
             raise
         except (OSError, MQTTError) as e:
+            if e is self.cur:
+                raise  # the callback's own (a sensor's OSError): as any it raises
             if self.state != _DOWN:  # (else the core's lost() came first)
                 self.lost(ticks_ms())
             if not self.reconnect:

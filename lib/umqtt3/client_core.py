@@ -134,7 +134,7 @@ class Core:
         self.waits = {}
         # set by deliver(), so on the instance from the start (no table of
         # the class's grows for them; the instance's has room)
-        self.cur = None  # the packet being handed to the callback
+        self.cur = None  # the packet being handed to the callback (once it raised: its error)
         self.depth = 0  # > 0 while the message callback runs
         self.redelivery = False  # True while the callback gets a redelivered message
         self.pkt = Packet(level)
@@ -183,7 +183,9 @@ class Core:
         f(pkt, redelivered) with the decoded codec.Packet (no allocation).
         If f raises, the message counts as not taken: no acknowledgement is
         sent and (QoS 1/2) the connection is dropped, so that the broker
-        sends it again on the next one (persistent sessions)."""
+        sends it again on the next one (persistent sessions). f is a plain
+        function: an async one raises TypeError on its first message (start
+        a task from f for async work)."""
         self.cb = f
         self.raw = raw
 
@@ -217,9 +219,19 @@ class Core:
         self.cur = p
         try:
             if self.raw:
-                f(p, redelivered)
+                r = f(p, redelivered)
             else:
-                f(bytes(p.topic), bytes(p.payload))
+                r = f(bytes(p.topic), bytes(p.payload))
+            if r is not None and hasattr(r, "send"):
+                # an async def's coroutine (MicroPython: a generator): the
+                # core cannot await it, so the message was not handled
+                r.close()  # (CPython would warn it was never awaited)
+                raise TypeError("async message callback: use a plain function")
+        except Exception as e:
+            # the application's, whatever its type: the drivers pass it on
+            # as the callback's, not as the link's (cur: read by them)
+            self.cur = e
+            raise
         finally:
             self.depth -= 1
             self.redelivery = False

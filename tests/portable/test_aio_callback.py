@@ -122,3 +122,63 @@ async def test_a_callback_raising_oserror_for_qos1_backs_off_once():
         assert c.tries == 1 and peer.got[PUBACK] == 0
         assert not server.done()
     await _run(_served(peer, cb, body, reconnect=True, backoff_ms=(1000, 60000)))
+
+
+async def test_an_oserror_from_the_callback_is_reported_and_the_qos0_link_stays():
+    # a sensor's OSError (machine.I2C raises one) is the application's, not
+    # the link's: reported as any exception from the callback, and for QoS
+    # 0 the link stays (before, run() dropped it and redialled)
+    peer = Peer()
+    got = []
+
+    def cb(c, m):
+        got.append(m)
+        if m == b"bad":
+            raise OSError(19)
+
+    async def body(c, server, reported):
+        peer.publish(b"cmd/a", b"bad", 0)
+        assert await _until(lambda: reported)
+        peer.publish(b"cmd/a", b"good", 0)
+        assert await _until(lambda: len(got) == 2)
+        assert [type(e) for e in reported] == [OSError] and reported[0].args[0] == 19
+        assert c.is_connected() and peer.got[CONNECT] == 1 and c.err is None
+        assert not server.done()
+    await _run(_served(peer, cb, body, reconnect=True, backoff_ms=(1, 1)))
+
+
+async def test_an_oserror_from_the_callback_without_reconnect_leaves_run_going():
+    # reconnect=False: the QoS 0 link stays, so run() goes on too
+    peer = Peer()
+
+    def cb(c, m):
+        raise OSError(19)
+
+    async def body(c, server, reported):
+        peer.publish(b"cmd/a", b"bad", 0)
+        assert await _until(lambda: reported)
+        await asleep_ms(5)
+        assert c.is_connected() and not server.done()
+    await _run(_served(peer, cb, body))
+
+
+async def test_an_async_callback_is_reported_and_its_message_not_acknowledged():
+    # the client cannot await an async def: its QoS 1 message counts as not
+    # taken (no PUBACK [MQTT-4.3.2-2]; the link drops, the broker resends it
+    # on the next), and the loop's exception handler gets a TypeError saying
+    # why. (Start a task from a plain callback for async work.)
+    peer = Peer()
+    ran = []
+
+    async def on_msg(t, m):
+        ran.append(m)
+
+    async def body(c, server, reported):
+        c.set_callback(on_msg)
+        peer.publish(b"cmd/a", b"m1", 1)
+        assert await _until(lambda: reported)
+        assert [type(e) for e in reported] == [TypeError] and "async" in str(reported[0])
+        assert peer.got[PUBACK] == 0 and not ran
+        assert await _until(lambda: peer.got[CONNECT] == 2)  # dropped, reconnected
+        assert not server.done()
+    await _run(_served(peer, lambda c, m: None, body, reconnect=True, backoff_ms=(1, 1)))

@@ -493,6 +493,64 @@ def test_a_qos1_message_without_a_callback_is_not_acknowledged():
     assert got == [b"on"] and take(c, 4) == puback(7)
 
 
+def test_an_async_callback_is_refused_and_its_message_not_taken():
+    # the core cannot await an async def: the coroutine it gets back
+    # (MicroPython: a generator) would be dropped unrun. The message counts
+    # as not taken, as for a callback that raises: no PUBACK (it would tell
+    # the server we took it [MQTT-4.3.2-2]), the link dropped for QoS 1;
+    # the application hears why (TypeError)
+    ran = []
+
+    async def on_msg(topic, msg):
+        ran.append(msg)
+    try:
+        import warnings
+    except ImportError:
+        warnings = None  # MicroPython warns about nothing here
+    for qos in (1, 0):
+        c = connected(core())
+        c.set_callback(on_msg)
+        if warnings is not None:
+            with warnings.catch_warnings(record=True) as w:
+                warnings.simplefilter("always")
+                err = _fed(c, publish(b"cmd/a", b"on", qos, 7 if qos else 0))
+                import gc
+                gc.collect()
+            assert not w, [str(x.message) for x in w]  # closed: never "was never awaited"
+        else:
+            err = _fed(c, publish(b"cmd/a", b"on", qos, 7 if qos else 0))
+        assert isinstance(err, TypeError) and "async" in str(err)
+        assert err is c.cur  # the callback's, not the link's (the drivers read it)
+        assert take(c, 2) == b"" and not ran
+        assert c.state == (DOWN if qos else UP)  # QoS 0: nothing to resend, the link stays
+
+
+def test_an_oserror_from_the_callback_is_marked_as_the_callbacks():
+    # a sensor's OSError (machine.I2C raises one) is the application's:
+    # the core marks it (cur), so that the drivers do not take it for the
+    # link's and the link stays up for a QoS 0 message
+    c = connected(core())
+
+    def cb(t, m):
+        raise OSError(19)
+    c.set_callback(cb)
+    err = _fed(c, publish(b"cmd/a", b"x", 0))
+    assert isinstance(err, OSError) and err.args[0] == 19 and err is c.cur
+    assert c.state == UP
+    c.set_callback(lambda t, m: None)
+    err = _fed(c, b"\xe0\x00")  # the server's DISCONNECT: the link's, not marked
+    assert isinstance(err, Closed) and err is not c.cur
+
+
+def _fed(c, data):
+    # what feed() raised, or None
+    try:
+        feed(c, data, 2)
+    except Exception as e:
+        return e
+    return None
+
+
 def test_a_filter_as_bytearray_or_memoryview():
     # umqtt.simple takes any bytes-like filter; subs keys it as bytes
     c = connected(core())

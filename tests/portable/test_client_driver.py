@@ -58,8 +58,13 @@ def test_a_callback_raising_oserror_for_qos1_backs_off_once():
     c.set_callback(cb)
     c.connect()
     peer.publish(b"cmd/a", b"m1", 1)
-    c.poll(0)  # reconnect=True: the OSError ends in the backoff
-    assert not c.is_connected() and c.tries == 1
+    try:
+        c.poll(0)  # the callback's OSError leaves poll(), as any it raises
+        raised = None
+    except OSError as e:
+        raised = e
+    assert raised is not None and raised.args[0] == 5
+    assert not c.is_connected() and c.tries == 1  # reconnect=True: one backoff step
     assert peer.got[PUBACK] == 0
 
 
@@ -232,4 +237,56 @@ def test_ping_every_few_hundred_ms_still_finds_a_silent_link_dead():
             err = e
             break
     assert err is not None and err.args[0] in (107, 110)  # 110: no PINGRESP in time
+    assert not c.is_connected()
+
+
+def test_an_oserror_from_the_callback_leaves_poll_and_the_qos0_link_stays():
+    # a sensor's OSError in the callback (machine.I2C raises one) is the
+    # application's, not the link's: poll() raises it as any exception the
+    # callback raises, and a QoS 0 message, which nothing resends, leaves
+    # the link up (before, poll() took it for a broken link and redialled)
+    peer = Peer()
+    c = _client(peer, reconnect=True, backoff_ms=(1, 1))
+    got = []
+
+    def cb(t, m):
+        got.append(m)
+        if m == b"bad":
+            raise OSError(19)
+    c.set_callback(cb)
+    c.connect()
+    peer.publish(b"cmd/a", b"bad", 0)
+    try:
+        c.poll(0)
+        raised = None
+    except OSError as e:
+        raised = e
+    assert raised is not None and raised.args[0] == 19  # passed on, as a ValueError would be
+    assert c.is_connected()
+    peer.publish(b"cmd/a", b"good", 0)
+    for _ in range(5):
+        c.poll(1)
+    assert got == [b"bad", b"good"] and peer.got[CONNECT] == 1  # the same link
+
+
+def test_an_async_callback_raises_typeerror_and_the_message_is_not_taken():
+    # the client cannot await an async def: the QoS 1 message is not
+    # acknowledged [MQTT-4.3.2-2] and the link drops (the broker resends it
+    # on the next one), and poll() says why
+    peer = Peer()
+    c = _client(peer)
+    ran = []
+
+    async def on_msg(t, m):
+        ran.append(m)
+    c.set_callback(on_msg)
+    c.connect()
+    peer.publish(b"cmd/a", b"m1", 1)
+    try:
+        c.poll(0)
+        raised = None
+    except TypeError as e:
+        raised = e
+    assert raised is not None and "async" in str(raised)
+    assert peer.got[PUBACK] == 0 and not ran
     assert not c.is_connected()
