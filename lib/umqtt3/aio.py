@@ -176,7 +176,7 @@ class AsyncClient(Core):
         """Serve the connection until disconnect(): handle incoming messages,
         keepalive and reconnects. Start it as a task. Returns only after
         disconnect(); with no reconnect to come it raises what ended the
-        link (OSError 107 once down)."""
+        link (OSError 107 once down, and before the first connect())."""
         self.runner = current_task()
         try:
             while not self.stopping:  # down with no reconnect to come: _step raises OSError(107)
@@ -293,7 +293,9 @@ class AsyncClient(Core):
         # one round of I/O and timers, then wait for the socket, the core's
         # next deadline or limit_ms, whichever comes first
         if self.state == _DOWN:
-            if not self.reconnect:
+            if not (self.reconnect and self.dials):
+                # (no dials: before the first connect(), which says what
+                # session to ask for; a dial here would ask a clean one)
                 raise OSError(107, "")
             if self.woke is not None:
                 await self._wait(None, False, limit_ms)  # another task dials

@@ -54,3 +54,41 @@ async def _silent(c, peer, server):
         err = e
     assert not up  # found dead (MQTT 3.1.1 3.1.2.10)
     assert err is not None and err.args[0] == 110  # reconnect=False: run() ends with it
+
+
+async def test_run_before_the_first_connect_raises_and_never_dials():
+    await _own_task(_run_first())
+
+
+async def _run_first():
+    # a program that starts its tasks, then waits for Wi-Fi: run() must not
+    # dial by itself with the default clean session, which would make the
+    # broker discard the persistent session the later connect() asks for
+    # [MQTT-3.1.2-6]; it raises OSError(107) as on a client that is down
+    import asyncio
+    from umqtt3.codec import CONNECT, PUBLISH
+    peer = Peer()
+    peer.session = True
+    c = AsyncClient("dev1", "peer", interval_ms=1, timeout_ms=2000, reconnect=True,
+                    connect_link=lambda: _Link(peer))
+    c.set_callback(lambda t, m: None)
+    c.queue(b"t", b"kept", False, 1)  # stored while down, for the first connection
+    err = None
+    try:
+        await asyncio.wait_for(c.run(), 2)  # (before, it dialled and served on)
+    except Exception as e:
+        err = e
+    assert isinstance(err, OSError) and err.args[:1] == (107,)
+    err = None
+    try:
+        await c.publish(b"t", b"also kept", qos=1)  # stored; nothing to send it yet
+    except OSError as e:
+        err = e
+    assert err is not None and err.args[0] == 107 and c.inflight() == 2
+    assert peer.got[CONNECT] == 0  # never dialled
+    assert await c.connect(clean_session=False)  # the session the application asked for
+    assert peer.got[CONNECT] == 1
+    server = asyncio.create_task(c.run())
+    assert await _until(lambda: peer.got[PUBLISH] == 2 and not c.inflight())
+    await c.disconnect()
+    await server
