@@ -240,10 +240,11 @@ class Core:
     def queue(self, topic, msg, retain=False, qos=0, key=None, props=None):
         """Queue a PUBLISH (QoS 1/2: stored first). While the connection is
         down, with reconnect, a QoS 1/2 message is only stored: the resume
-        sends it. Returns the packet id, 0 for QoS 0; raises Busy when the
-        window or the send buffer is full."""
+        sends it (not with store=False, which keeps no bytes: OSError(107)
+        then, as for QoS 0). Returns the packet id, 0 for QoS 0; raises
+        Busy when the window or the send buffer is full."""
         up = self.state == _UP
-        if not up and not (qos and self.reconnect):
+        if not up and (not (qos and self.reconnect) or getattr(self.store, "lost", 0)):
             raise OSError(107, "")
         if self.backlog is not None:
             raise Busy("busy", 0x97)  # the resend keeps its order

@@ -21,6 +21,10 @@ def _drop(ids, pid):
 
 
 class NoStore:
+    # what a reconnect resends is lost (reported 0x100): so Core.queue()
+    # refuses a QoS 1/2 message while the link is down, as QoS 0
+    lost = True
+
     def __init__(self, window=8, inbound=8):
         self.out = [0] * window
         self.inn = [0] * inbound

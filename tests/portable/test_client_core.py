@@ -395,6 +395,25 @@ def test_without_a_store_a_reconnect_reports_what_it_forgot():
     assert c.waits == {p1: 0x100} and c.inflight() == 0
 
 
+def test_without_a_store_a_qos1_publish_while_down_is_refused():
+    # store=False keeps no bytes, so a QoS 1/2 message taken while the link
+    # is down could never be sent (the reconnect would report it lost): it
+    # is refused at once with OSError(107), as a QoS 0 one, not accepted
+    c = connected(core(reconnect=True, store=False))
+    c.lost(10)
+    for qos in (1, 2, 0):
+        try:
+            c.queue(b"t", b"reading", qos=qos)
+            raise AssertionError("accepted while down, to be lost")
+        except OSError as e:
+            assert e.args[0] == 107
+    assert c.inflight() == 0
+    # a store that keeps the bytes takes it, and the reconnect sends it
+    c = connected(core(reconnect=True))
+    c.lost(10)
+    assert c.queue(b"t", b"reading", qos=1) and c.inflight() == 1
+
+
 def test_resend_larger_than_the_send_buffer_goes_out_in_turns():
     # the resume waits for room (the backlog) and keeps its order: a new
     # publish is Busy until it is out

@@ -162,6 +162,25 @@ def test_store_false_publish_waiting_when_the_link_drops_raises():
     assert peer.got[PUBLISH] == 1
 
 
+def test_store_false_qos1_publish_while_down_is_refused():
+    # store=False keeps no bytes: a QoS 1 publish() while the link is down
+    # raises OSError(107) at once, as QoS 0, instead of taking a message
+    # the reconnect would report lost (0x100) without sending it
+    peer = Peer()
+    c = _client(peer, store=False, reconnect=True, backoff_ms=(60000, 60000))
+    c.connect()
+    peer.conn.link.close()  # the server ends the connection
+    c.poll(0)
+    assert not c.is_connected()
+    for wait in (True, False):
+        try:
+            c.publish(b"t", b"reading", qos=1, wait=wait)
+            raise AssertionError("accepted while down, to be lost")
+        except OSError as e:
+            assert e.args[0] == 107
+    assert c.inflight() == 0
+
+
 class _Scripted:
     """A link that answers CONNECT with `connack` and SUBSCRIBE with a
     SUBACK refusing the filter (0x80)."""
