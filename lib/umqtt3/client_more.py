@@ -136,6 +136,11 @@ def bye(self, rc=None, props=None):
     self.reconnect = False
     if not self.is_connected():
         return False
+    # the rest of a reconnect's resend stays stored for the next connect():
+    # nothing may follow DISCONNECT on this link [MQTT-3.14.4-1]
+    self.backlog = None
+    if self.held is not None:
+        self.held = None
     c = self.conn
     try:
         if rc is None and props is None:

@@ -10,6 +10,58 @@ from umqtt3.aio import AsyncClient
 from umqtt3.compat import asleep_ms, ticks_ms, ticks_diff
 
 
+class SlowLink:
+    """A link whose socket takes at most 64 bytes a write and would block
+    every other one (a device's small TCP send buffer after an outage);
+    answers CONNECT with CONNACK, session present. wire: what it took.
+    """
+
+    def __init__(self, wire):
+        self.wire = wire
+        self.writes = 0
+        self.acked = False
+
+    def readinto(self, buf, n):
+        if not self.acked and self.wire and self.wire[0] >> 4 == 1:
+            self.acked = True
+            buf[0:4] = b"\x20\x02\x01\x00"
+            return 4
+        return None
+
+    def write(self, buf, off=0, n=-1):
+        if n < 0:
+            n = len(buf) - off
+        self.writes += 1
+        if self.writes % 2 == 0:
+            return None
+        k = min(n, 64)
+        self.wire.extend(bytes(buf[off:off + k]))
+        return k
+
+    def close(self):
+        pass
+
+
+def packet_types(wire):
+    # the type of each packet in wire, in order
+    out = []
+    i = 0
+    while i < len(wire):
+        j = i + 1
+        m = s = 0
+        while True:
+            b = wire[j]
+            m |= (b & 127) << s
+            s += 7
+            j += 1
+            if b < 128:
+                break
+        out.append(wire[i] >> 4)
+        i = j + m
+    return out
+
+
+
 def _own_task(coro):
     # in a task of its own, as under asyncio.run()
     import asyncio
@@ -92,3 +144,25 @@ async def _run_first():
     assert await _until(lambda: peer.got[PUBLISH] == 2 and not c.inflight())
     await c.disconnect()
     await server
+
+
+async def test_disconnect_during_a_resend_sends_nothing_after_disconnect():
+    await _own_task(_resending())
+
+
+async def _resending():
+    # 8 QoS 1 messages stored while down, resent after connect() through a
+    # slow socket: disconnect() comes while the resend still waits for room.
+    # DISCONNECT is the last packet on the link [MQTT-3.14.4-1]; the rest
+    # stays stored for the next connect()
+    wire = bytearray()
+    c = AsyncClient("dev1", "x", reconnect=True, interval_ms=1,
+                    connect_link=lambda: SlowLink(wire))
+    for i in range(8):
+        c.queue(b"t/backlog", b"%02d" % i + b"." * 100, False, 1)
+    await c.connect(clean_session=False)
+    assert c.backlog is not None  # the resend waits for room
+    await c.disconnect()
+    t = packet_types(wire)
+    assert t[0] == 1 and t[-1] == 14 and t.count(14) == 1, t  # CONNECT ... DISCONNECT
+    assert 0 < t.count(3) < 8 and c.inflight() == 8  # nothing acknowledged: all stored

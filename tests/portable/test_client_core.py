@@ -487,6 +487,35 @@ def test_bye_queues_disconnect_and_ends_reconnecting():
     assert c.bye() is False and take(c, 0) == b""  # nothing to say when down
 
 
+def test_bye_during_a_resend_sends_nothing_after_disconnect():
+    # a reconnect's resend waiting for room (a device's small send buffer)
+    # when disconnect() comes: DISCONNECT is the last packet on the link
+    # [MQTT-3.14.4-1]; the rest stays stored and goes out after the next
+    # connect()
+    c = connected(core(reconnect=True, bufsize=64, window=8))
+    c.clean = False  # a persistent session: the broker keeps it (CONNACK_SP)
+    for i in range(6):
+        c.queue(b"topic/x", b"payload-%d" % i, qos=1)
+        take(c, 0)
+    c.lost(0)
+    c.start(100)
+    take(c, 100)
+    feed(c, CONNACK_SP, 100)
+    assert c.backlog is not None  # six 21-byte PUBLISHes do not fit in 64
+    assert c.bye() is True
+    out = take(c, 100)  # what the driver's drain writes, refilling as it goes
+    assert out.endswith(b"\xe0\x00") and out.count(b"\xe0\x00") == 1
+    sent = out.count(b"topic/x")
+    assert 0 < sent < 6  # what was queued before DISCONNECT went first
+    assert c.inflight() == 6  # all still stored
+    c.down()
+    c.reconnect = True
+    c.start(200)
+    take(c, 200)
+    feed(c, CONNACK_SP, 200)
+    assert take(c, 200).count(b"topic/x") == 6  # resent on the next connection
+
+
 def test_a_qos1_message_without_a_callback_is_not_acknowledged():
     # nobody took it: no PUBACK (it would tell the server the message was
     # taken [MQTT-4.3.2-2]); the link is dropped and the server sends it
