@@ -4,7 +4,8 @@ between them (no abandoned sockets, no takeover by the client itself
 [MQTT-3.1.4-3] that would publish its will [MQTT-3.1.2-8]); disconnect()
 gets DISCONNECT out to a broker slow to read, so the will is discarded
 [MQTT-3.14.4-3]; the unsent tail of a publish() that returned is written as
-soon as the socket takes it, not when run()'s read wait ends."""
+soon as the socket takes it, not when run()'s read wait ends; the docs' publishing
+loop goes on through an outage longer than timeout_ms."""
 import asyncio
 import gc
 import os
@@ -141,3 +142,53 @@ def test_the_tail_of_a_returned_publish_is_written_at_once(broker_factory):
     s.disconnect()
     assert left == 0
     assert len(got) == sent
+
+
+def test_the_docs_publishing_loop_keeps_going_through_an_outage(broker_factory):
+    # docs/client.md's asyncio example, its loop faster: the broker stops
+    # for longer than timeout_ms. A QoS 1 publish() then raises OSError(110)
+    # (stored) or Busy (the window full of stored readings), which the
+    # example catches; the loop goes on, and the stored readings go out
+    # after the reconnect. (Before, the example let the OSError end main().)
+    from umqtt3.aio import Busy
+    b = broker_factory()
+
+    async def main():
+        c = AsyncClient("aio-loop", "127.0.0.1", port=b.port, keepalive=30, reconnect=True,
+                        timeout_ms=500, backoff_ms=(100, 200), window=4)
+        c.set_callback(lambda t, m: None)
+        await c.connect(clean_session=False)
+        await c.subscribe(b"nodes/node1/cmd", 1)
+        run = asyncio.ensure_future(c.run())
+        caught = []
+        done = 0
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 5:
+            if done == 2:
+                threading.Thread(target=outage, daemon=True).start()
+            try:
+                await c.publish(b"nodes/node1/temp", b"21.5", qos=1)
+            except OSError as e:
+                caught.append(e.args[0])
+            except Busy:
+                caught.append("busy")
+            done += 1
+            await asyncio.sleep(0.1)
+        for _ in range(50):
+            if c.is_connected() and not c.inflight():
+                break
+            await asyncio.sleep(0.1)
+        left = c.inflight()
+        await c.disconnect()
+        await asyncio.wait_for(run, 2)
+        return caught, done, left
+
+    def outage():
+        b.stop(5)
+        time.sleep(1.5)  # three timeouts of the client's
+        b.start()
+
+    caught, done, left = asyncio.run(asyncio.wait_for(main(), 30))
+    assert 110 in caught  # the outage was felt, and caught as the example does
+    assert done > 20  # the loop went on through it
+    assert left == 0  # every stored reading went out after the reconnect
