@@ -226,7 +226,7 @@ class Core:
                 # an async def's coroutine (MicroPython: a generator): the
                 # core cannot await it, so the message was not handled
                 r.close()  # (CPython would warn it was never awaited)
-                raise TypeError("async message callback: use a plain function")
+                raise TypeError("callback is async")
         except Exception as e:
             # the application's, whatever its type: the drivers pass it on
             # as the callback's, not as the link's (cur: read by them)
@@ -244,7 +244,7 @@ class Core:
         then, as for QoS 0). Returns the packet id, 0 for QoS 0; raises
         Busy when the window or the send buffer is full."""
         up = self.state == _UP
-        if not up and (not (qos and self.reconnect) or getattr(self.store, "lost", 0)):
+        if not up and (not (qos and self.reconnect) or getattr(self.store, "lost", False)):
             raise OSError(107, "")
         if self.backlog is not None:
             raise Busy("busy", 0x97)  # the resend keeps its order
