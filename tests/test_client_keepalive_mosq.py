@@ -4,7 +4,8 @@
 # PINGRESP shows the server is gone (MQTT 3.1.1, 3.1.2.10). Before, a client
 # that kept sending never sent PINGREQ [MQTT-3.1.2-23] and stayed
 # "connected" for good; it now also pings when nothing was received for
-# keepalive seconds. Both drivers, against the real mosquitto.
+# keepalive seconds. Both drivers, against the real mosquitto; so does one
+# that calls ping() itself more often than keepalive (umqtt.simple's idiom).
 import asyncio
 import os
 import signal
@@ -71,3 +72,56 @@ def test_asyncio_client_notices_a_silent_broker_while_publishing(broker):
         return up
 
     assert asyncio.run(main()) is False, "still connected to a silent broker"
+
+
+def test_blocking_client_calling_ping_notices_a_silent_broker(broker):
+    # umqtt.simple's keepalive idiom: ping() more often than keepalive. Each
+    # call sends a PINGREQ, but the deadline counts from the first one left
+    # unanswered (before, every call restarted it: "connected" for good)
+    c = MQTTClient("ka-ping", HOST, broker.port, keepalive=1, timeout_ms=1000)
+    c.connect()
+    _frozen(broker)
+    err = None
+    start = time.monotonic()
+    try:
+        while time.monotonic() - start < SECONDS and c.is_connected():
+            try:
+                c.ping()
+                c.poll(300)
+            except OSError as e:
+                err = e
+                break
+    finally:
+        _thawed(broker)
+        c.down()
+    assert err is not None and err.args[0] == 110, (err, time.monotonic() - start)
+
+
+def test_asyncio_client_calling_ping_notices_a_silent_broker(broker):
+    async def main():
+        c = AsyncClient("ka-aio-ping", HOST, broker.port, keepalive=1, timeout_ms=1000)
+        await c.connect()
+        run = asyncio.create_task(c.run())
+        _frozen(broker)
+        start = time.monotonic()
+        try:
+            while time.monotonic() - start < SECONDS and c.is_connected():
+                try:
+                    await c.ping()
+                except OSError:
+                    break
+                await asyncio.sleep(0.3)
+        finally:
+            _thawed(broker)
+        up = c.is_connected()
+        try:
+            await run  # reconnect=False: run() ends with what dropped the link
+            err = None
+        except OSError as e:
+            err = e
+        c.down()
+        return up, err
+
+    up, err = asyncio.run(main())
+    assert up is False, "ping() calls kept a silent broker 'connected'"
+    assert err is not None and err.args[0] == 110
