@@ -184,8 +184,8 @@ class Core:
         If f raises, the message counts as not taken: no acknowledgement is
         sent and (QoS 1/2) the connection is dropped, so that the broker
         sends it again on the next one (persistent sessions). f is a plain
-        function: an async one raises TypeError on its first message (start
-        a task from f for async work)."""
+        function: with an async one each message raises TypeError, not
+        taken (start a task from f for async work)."""
         self.cb = f
         self.raw = raw
 
