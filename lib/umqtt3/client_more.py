@@ -73,7 +73,11 @@ def msg_props(self):
 
 
 def unsubscribe_start(self, topic):
-    # the half of unsubscribe() that queues it (see Core.subscribe_start)
+    # the half of unsubscribe() that queues it (see Core.subscribe_start),
+    # both drivers': never above the server's Maximum Packet Size
+    # [MQTT-3.2.2-15], refused as a SUBSCRIBE is, nothing sent or forgotten
+    if oversized(self, topic, (-1, None)):
+        raise _MQTTError("too large", 0x95)
     return self.subscribe_start(topic, -1)
 
 
@@ -111,8 +115,9 @@ def oversized(self, topic, s):
     """MQTT 5: is the SUBSCRIBE of topic with s, (options, encoded
     properties), above the server's Maximum Packet Size [MQTT-3.2.2-15]?
     (s[0] < 0: the UNSUBSCRIBE.) encoded() asks before a filter is kept,
-    the re-subscribe (client_resume) before a kept one goes to a new
-    server, whose maximum may be smaller."""
+    unsubscribe_start() before an UNSUBSCRIBE is queued, the re-subscribe
+    (client_resume) before a kept one goes to a new server, whose maximum
+    may be smaller."""
     if not self.max_packet:
         return False
     from .compat import as_bytes
