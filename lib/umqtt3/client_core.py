@@ -58,8 +58,9 @@ del const
 # write failed. A refused dial's 111 is the socket's own, raised as it came.
 
 
-def _key(topic):
-    # a filter as subs keeps it: a bytearray or memoryview as bytes (hashable)
+def key(topic):
+    # a filter as subs keeps it: a bytearray or memoryview as bytes
+    # (hashable); client5.subscribed() asks with it too
     return topic if type(topic) in (str, bytes) else bytes(topic)
 
 
@@ -294,7 +295,7 @@ class Core:
         # UNSUBSCRIBE (unsubscribe_start)
         if self.state != _UP:
             raise OSError(107, "")
-        topic = _key(topic)
+        topic = key(topic)
         if qos >= 0:
             if props or qos & 4 or self.max_packet:
                 # MQTT 5: No Local on a shared subscription, properties a
@@ -327,7 +328,7 @@ class Core:
         """The granted QoS; raises if the broker refused the filter."""
         rc = self.answer
         if rc >= 0x80:
-            del self.subs[_key(topic)]
+            del self.subs[key(topic)]
             raise MQTTException(rc)
         return rc
 
