@@ -167,14 +167,14 @@ class Core:
     def __getattr__(self, name):
         # What a sensor node seldom calls (set_sync, set_ack_callback,
         # accepted, inflight, msg_props, unsubscribe, disconnect, ...) is
-        # in client_more.py: loaded on the first use of one of its names,
+        # client_more.Core's: loaded on the first use of one of its names,
         # which is then kept in the class, so that later calls find it as
         # any method. Any other name: the AttributeError getattr() raises.
         # (CPython: see the end of this module.)
         if name[0] == "_":
             raise AttributeError(name)
         from . import client_more
-        setattr(type(self), name, getattr(client_more, name))
+        setattr(type(self), name, getattr(client_more.Core, name))
         return getattr(self, name)
 
     # ---------------------------------------------------------- application
@@ -641,6 +641,6 @@ if not MICROPYTHON:
     # are the class's methods from the start, and it has no __getattr__
     del Core.__getattr__
     from . import client_more
-    for n in dir(client_more):
+    for n in dir(client_more.Core):
         if n[0] != "_":
-            setattr(Core, n, getattr(client_more, n))
+            setattr(Core, n, getattr(client_more.Core, n))
