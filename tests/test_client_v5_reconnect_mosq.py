@@ -1,8 +1,8 @@
 """What the client asks and sends again on the next connection, against
 mosquitto 2.0 (tests/relay.py breaks the link and shows each CONNECT):
 a subscription it refused itself is not kept, so the reconnects come up and
-re-subscribe the others; a SUBSCRIBE above the server's Maximum Packet Size
-is refused before it is sent, and a kept filter above the next server's
+re-subscribe the others; a SUBSCRIBE (and an UNSUBSCRIBE) above the server's
+Maximum Packet Size is refused before it is sent, and a kept filter above the next server's
 is left out of the re-subscribe; a stored message with the application's
 Topic Alias reaches a server that allows none; Clean Start on the first
 connect only when a session expiry keeps the session (level 4: clean every
@@ -97,6 +97,15 @@ def test_a_subscribe_above_the_server_maximum_packet_size_is_refused_unsent(brok
         assert e.value.code == 0x95
         assert not c.subs and c.is_connected() and c.disconnect_rc is None
         c.subscribe(b"mp/x", 1)
+        # so is an UNSUBSCRIBE. (Sent, mosquitto closed on it, and the
+        # reconnect's resume refused the request it cut off, also 0x95: no
+        # reconnect here, so that a drop raises OSError)
+        c.reconnect = False
+        with pytest.raises(MQTTError) as e:
+            c.unsubscribe(b"mp/" + b"x" * 100)
+        assert e.value.code == 0x95
+        assert list(c.subs) == [b"mp/x"] and c.is_connected() and c.disconnect_rc is None
+        c.reconnect = True
         c.publish(b"mp/x", b"still up", qos=1)
         _poll_until(c, lambda: got == [b"still up"])
         assert c.disconnect_rc is None

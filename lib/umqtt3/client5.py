@@ -10,6 +10,7 @@
 from .compat import ticks_ms, ticks_diff, const
 from .props import TYPES, get, parse, encode, encode_auth, varint_end, outgoing
 from .client_codec import MQTTError, Packet, decode, encode_publish
+from .client_core import key
 
 _CONNECT = const(1)  # packet types, as in client_codec
 _CONNACK = const(2)
@@ -290,7 +291,7 @@ def expect(c, corr):
 def subscribed(c, topic):
     """Is the filter topic (str, bytes, bytearray, memoryview) in c.subs,
     which keeps a buffer's as bytes?"""
-    return (topic if isinstance(topic, _KEYS) else bytes(topic)) in c.subs
+    return key(topic) in c.subs
 
 
 def request(c, topic, msg, response_topic, timeout_ms=None, qos=1, corr=None):

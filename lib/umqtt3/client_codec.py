@@ -374,25 +374,30 @@ class Packet:
     f_off: int
     f_len: int
     opts: int
+    # What every decode() sets first (see __init__)
+    buf: bytes
+    type: int
+    flags: int
+    end: int
+    rc: int
+    props_off: int
+    props_len: int
 
     def __init__(self, level=4):
+        # Set by every decode() before anything else, so not here: buf,
+        # type, flags, end (the offset just past the packet), rc (CONNACK's
+        # return code; v5: the reason code, 0 when absent), props_off and
+        # props_len (v5: the property bytes, without their length)
         self.level = level  # protocol level the bytes are decoded as
-        self.buf = None
-        self.type = 0
-        self.flags = 0
         self.qos = 0  # PUBLISH QoS; CONNECT: will QoS
         self.dup = False
         self.retain = False  # PUBLISH RETAIN; CONNECT: will retain
         self.pid = 0
-        self.rc = 0  # CONNACK return code; v5 reason code (0 when absent)
         self.session_present = False
         self.topic_off = 0  # PUBLISH topic; CONNECT: will topic
         self.topic_len = 0
         self.payload_off = 0  # PUBLISH payload; CONNECT: will message;
         self.payload_len = 0  # SUB/UNSUB: the filter list; SUBACK: codes
-        self.props_off = 0  # v5 property bytes, without their length
-        self.props_len = 0
-        self.end = 0  # offset just past the packet
 
     # memoryview slices of the spans (allocate); None for an absent one
     @property

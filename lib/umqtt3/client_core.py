@@ -58,8 +58,9 @@ del const
 # write failed. A refused dial's 111 is the socket's own, raised as it came.
 
 
-def _key(topic):
-    # a filter as subs keeps it: a bytearray or memoryview as bytes (hashable)
+def key(topic):
+    # a filter as subs keeps it: a bytearray or memoryview as bytes
+    # (hashable); client5.subscribed() asks with it too
     return topic if type(topic) in (str, bytes) else bytes(topic)
 
 
@@ -166,14 +167,14 @@ class Core:
     def __getattr__(self, name):
         # What a sensor node seldom calls (set_sync, set_ack_callback,
         # accepted, inflight, msg_props, unsubscribe, disconnect, ...) is
-        # in client_more.py: loaded on the first use of one of its names,
+        # client_more.Core's: loaded on the first use of one of its names,
         # which is then kept in the class, so that later calls find it as
         # any method. Any other name: the AttributeError getattr() raises.
         # (CPython: see the end of this module.)
         if name[0] == "_":
             raise AttributeError(name)
         from . import client_more
-        setattr(type(self), name, getattr(client_more, name))
+        setattr(type(self), name, getattr(client_more.Core, name))
         return getattr(self, name)
 
     # ---------------------------------------------------------- application
@@ -307,7 +308,7 @@ class Core:
         # UNSUBSCRIBE (unsubscribe_start)
         if self.state != _UP:
             raise OSError(107, "")
-        topic = _key(topic)
+        topic = key(topic)
         if qos >= 0:
             if props or qos & 4 or self.max_packet:
                 # MQTT 5: No Local on a shared subscription, properties a
@@ -340,7 +341,7 @@ class Core:
         """The granted QoS; raises if the broker refused the filter."""
         rc = self.answer
         if rc >= 0x80:
-            del self.subs[_key(topic)]
+            del self.subs[key(topic)]
             raise MQTTException(rc)
         return rc
 
@@ -656,6 +657,6 @@ if not MICROPYTHON:
     # are the class's methods from the start, and it has no __getattr__
     del Core.__getattr__
     from . import client_more
-    for n in dir(client_more):
+    for n in dir(client_more.Core):
         if n[0] != "_":
-            setattr(Core, n, getattr(client_more, n))
+            setattr(Core, n, getattr(client_more.Core, n))

@@ -25,11 +25,6 @@ class MemoryStore:
         self.last_key = -1
         self.inpid = [0] * inbound
 
-    def _find(self, pid):
-        # the free slots hold 0, which no packet id is: a search in C
-        p = self.pid
-        return p.index(pid) if pid in p else -1
-
     def out_add(self, pid, key, buf, off, n):
         i = self.n
         if i == len(self.pid) or self.used + n > len(self.data):
@@ -47,18 +42,19 @@ class MemoryStore:
         self.n = i + 1
 
     def out_rel(self, pid):
-        i = self._find(pid)
-        if i >= 0:
-            self.state[i] = 0x72  # 'r'
+        # (the free slots hold 0, which no packet id is: searches in C)
+        p = self.pid
+        if pid in p:
+            self.state[p.index(pid)] = 0x72  # 'r'
 
     def out_del(self, pid):
         p = self.pid
         if p[0] == pid and self.n == 1:  # the only one (sequential QoS 1): nothing moves
             self.used = self.n = p[0] = 0
             return True
-        i = self._find(pid)
-        if i < 0:
+        if pid not in p:
             return False
+        i = p.index(pid)
         o = 0  # its offset: the lengths of those sent before it
         for j in range(i):
             o += self.len[j]

@@ -4,12 +4,14 @@
 # without the application's Topic Alias; a subscription the client itself
 # refused (a bad filter, bad options, above the server's Maximum Packet
 # Size) never kept for the re-subscribe, and a kept one above the next
-# server's Maximum Packet Size forgotten there; an empty topic at QoS 1/2
-# refused.
+# server's Maximum Packet Size forgotten there; an UNSUBSCRIBE above it
+# refused unsent by both drivers, the subscription kept; an empty topic at
+# QoS 1/2 refused.
 # Runs under pytest and under MicroPython.
 from support import raises
 from v5_peer import Server
 from umqtt3.client import MQTTClient, MQTTException
+from umqtt3.aio import AsyncClient
 from umqtt3.codec import MQTTError, encode_publish
 from umqtt3.memstore import MemoryStore
 
@@ -146,6 +148,49 @@ def test_a_subscribe_above_the_server_maximum_packet_size_is_refused():
     assert not c.subs and not s.subscribes
     assert c.subscribe(f[:-1], 1) == 1  # 40 bytes: fits
     assert len(s.subscribes) == 1 and c.is_connected()
+
+
+def test_an_unsubscribe_above_the_server_maximum_packet_size_is_refused():
+    # [MQTT-3.2.2-15], as a SUBSCRIBE is: MQTTError 0x95, nothing sent, the
+    # subscription kept. It was made before the server's maximum fell (a
+    # session kept across the reconnect: no re-subscribe forgets it)
+    s = Server()
+    s.session = True
+    c = _client(s, session_expiry=3600)
+    c.set_callback(lambda t, m: None)
+    c.connect(clean_session=False)
+    big = b"f/" + b"x" * 32  # an UNSUBSCRIBE of 41 bytes: 2 of fixed header,
+    # the packet id (2), no properties (1), the filter (2 + 34)
+    c.subscribe(big, 1)
+    s.connack_props = bytes([0x27, 0, 0, 0, 40])  # Maximum Packet Size 40
+    _reconnected(c, s, 2)
+    assert c.max_packet == 40 and list(c.subs) == [big]
+    e = raises(MQTTError, c.unsubscribe, big)
+    assert e.code == 0x95, e.code
+    assert list(c.subs) == [big] and not s.unsubscribes and c.wait_pid == 0
+    assert c.unsubscribe(big[:-1]) == 0  # 40 bytes: fits
+    assert s.unsubscribes == [[big[:-1]]] and c.is_connected() and s.links == 2
+
+
+async def test_an_unsubscribe_above_the_server_maximum_packet_size_is_refused_async():
+    # the asyncio driver: the same refusal, nothing sent
+    s = Server(connack_props=bytes([0x27, 0, 0, 0, 40]))
+    c = AsyncClient("rc", "peer", level=5, connect_link=s.link, timeout_ms=2000,
+                    interval_ms=1)
+    c.set_callback(lambda t, m: None)
+    await c.connect()
+    await c.subscribe(b"a", 1)
+    big = b"f/" + b"x" * 32
+    try:
+        await c.unsubscribe(big)
+        raise AssertionError("did not raise MQTTError")
+    except MQTTError as e:
+        assert e.code == 0x95, e.code
+    assert list(c.subs) == [b"a"] and not s.unsubscribes and c.wait_pid == 0
+    assert await c.unsubscribe(big[:-1]) == 0
+    assert await c.unsubscribe(b"a") == 0
+    assert s.unsubscribes == [[big[:-1]], [b"a"]] and not c.subs and c.is_connected()
+    await c.disconnect()
 
 
 def test_a_kept_filter_too_large_for_the_next_server_is_forgotten():

@@ -2,7 +2,8 @@
 # Correlation Data starts anew at random for each client object (a reset
 # cannot make an old answer match); from the message callback it raises at
 # once; a client with no callback of its own takes a late answer instead of
-# dropping the link on it; a response topic given as a bytearray.
+# dropping the link on it; a response topic given as a bytearray, found in
+# subs by the core's own rule.
 # Runs under pytest and under MicroPython.
 from support import raises
 from v5_peer import Server
@@ -110,6 +111,22 @@ def test_a_bytearray_response_topic():
     assert s.subscribes == [[(b"rq/answers", 1)]] and len(s.publishes) == 2
     pr = s.publishes[1][1]
     assert props.get(pr, 0, len(pr), 0x08) in ("rq/answers", b"rq/answers")
+
+
+def test_subscribed_finds_a_filter_by_the_core_rule():
+    # one rule for how subs keeps a filter (a buffer's as bytes): the
+    # core's key(), which subscribed() asks with, not a copy of it
+    from umqtt3 import client_core
+    assert client5.key is client_core.key
+    s = Server()
+    c = _client(s)
+    c.set_callback(lambda t, m: None)
+    c.connect()
+    c.subscribe(bytearray(b"rq/a"), 1)
+    c.subscribe("rq/s", 1)
+    for t in (b"rq/a", bytearray(b"rq/a"), memoryview(b"rq/a"), "rq/s"):
+        assert client5.subscribed(c, t), t
+    assert not client5.subscribed(c, memoryview(b"rq/b"))
 
 
 def test_subscribe_still_wants_the_application_callback_after_a_request():

@@ -5,12 +5,14 @@
 #
 #     s = Server(connack_props=bytes([0x22, 0, 10]))   # Topic Alias Maximum 10
 #     c = MQTTClient("id", "peer", level=5, connect_link=s.link, ...)
-#     s.cleans, s.connects, s.publishes, s.subscribes, s.pubacks, s.pubrecs, s.links;
+#     s.cleans, s.connects, s.publishes, s.subscribes, s.unsubscribes, s.pubacks,
+#     s.pubrecs, s.links;
 #     s.drop(); s.send(data); s.release = False (PUBRECs unanswered)
 from support import answer_qos, entries, span
 from umqtt3.transport import Pipe, Conn
-from umqtt3.codec import Packet, decode, CONNECT, PUBLISH, PUBACK, PUBREC, SUBSCRIBE
-from umqtt3.codec_server import encode_connack, encode_suback
+from umqtt3.codec import (Packet, decode, CONNECT, PUBLISH, PUBACK, PUBREC, SUBSCRIBE,
+                          UNSUBSCRIBE)
+from umqtt3.codec_server import encode_connack, encode_suback, encode_unsuback
 
 
 class PipePeer:
@@ -55,6 +57,7 @@ class Server(PipePeer):
         self.cleans = []  # the Clean Start flag of each CONNECT
         self.publishes = []  # (topic, property bytes, payload) of each PUBLISH
         self.subscribes = []  # [(filter, options), ...] of each SUBSCRIBE
+        self.unsubscribes = []  # [filter, ...] of each UNSUBSCRIBE
         self.pubacks = []  # the packet id of each PUBACK
         self.pubrecs = []  # the packet id of each PUBREC
         self.connects = []  # the property bytes of each CONNECT (MQTT 5)
@@ -109,6 +112,10 @@ class Server(PipePeer):
                 self.subscribes.append(got)
                 c.tlen = encode_suback(c.tx, c.tlen, p.pid, bytes([o & 3 for f, o in got]),
                                        self.level)
+            elif p.type == UNSUBSCRIBE:
+                got = entries(p)
+                self.unsubscribes.append(got)
+                c.tlen = encode_unsuback(c.tx, c.tlen, p.pid, bytes(len(got)), self.level)
             answer_qos(c, p)
         c.done()
         c.flush()
