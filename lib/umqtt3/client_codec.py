@@ -210,6 +210,12 @@ def encode_connect(buf, off, client_id, level=4, clean=True, keepalive=0,
     if user is not None:
         flags |= 128
         f.append(as_bytes(user))
+    for s in (f[0], f[-1] if user is not None else b""):
+        # the client id and the user name: well-formed UTF-8 without
+        # U+0000, or the server closes on every CONNECT [MQTT-1.5.4-1,
+        # MQTT-1.5.4-2] (3.1.1: MQTT-1.5.3-1, MQTT-1.5.3-2)
+        if not (_utf8_ok(s, 0, len(s)) if valid_utf8 is None else valid_utf8(s, 0, len(s))):
+            fail(_E_UTF8)
     if password is not None:
         if user is None and level < 5:
             fail(_E_PASSWORD, _PROTOCOL_ERROR)  # [MQTT-3.1.2-22]
@@ -344,7 +350,9 @@ def encode_filter(buf, off, pid, topic, qos=0, level=4, props=None):
         buf[off] = qos
         off += 1
     if level == 5:
-        return mqtt5().put_in(buf, o, off, props)  # MQTT 5's properties
+        m = mqtt5()
+        m.shared(f, qos)  # a shared subscription's form (MQTT 5's alone)
+        return m.put_in(buf, o, off, props)  # MQTT 5's properties
     return off
 
 

@@ -22,7 +22,8 @@
 # client.MQTTClient (blocking) and aio.AsyncClient (asyncio), do.
 from .compat import ticks_add, ticks_diff, const, MICROPYTHON
 from .client_codec import (Packet, MQTTError, MQTTException, Busy, decode, encode_connect,
-                           encode_publish, encode_ack, encode_filter, put_header, Conn, Closed)
+                           encode_publish, encode_ack, encode_filter, put_header, Conn, Closed,
+                           mqtt5)
 
 # Underscored consts take no slot in the module's dict (the drivers define
 # the states again: MicroPython cannot import a const() name).
@@ -524,10 +525,13 @@ class Core:
         t = decode(p, rx, 0, n)
         c.done()  # consumed even if the callback raises; rx stays intact
         if t == _PUBLISH:
+            if p.props_len and mqtt5().find(rx, p.props_off, p.props_len, 0x23) >= 0:
+                # (MQTT 5: props_len is 0 below) we allow no Topic Alias
+                # [MQTT-3.1.2-27]: one is invalid (MQTT 5.0 section 3.3.2.3.4)
+                raise MQTTError("protocol error", 0x94)
             if not p.topic_len:
-                # (MQTT 5; decode() refuses it below 5) a Topic Alias
-                # would give it one, but we allow none [MQTT-3.1.2-27,
-                # MQTT-3.3.2-12]: a protocol error
+                # (MQTT 5; decode() refuses it below 5) and an empty topic
+                # without one is a protocol error [MQTT-3.3.2-12]
                 raise MQTTError("protocol error", 0x82)
             if self.state == _UP:
                 # hand it to the application once, answer it

@@ -37,6 +37,7 @@ _E_PROP_SUB_ID_0 = const(57)
 _E_PROP_STRING_LONG = const(58)
 _E_PROP_VALUE = const(59)
 _E_REASON_CODE = const(60)
+_E_SHARED = const(62)
 
 PAYLOAD_FORMAT = const(0x01)
 MESSAGE_EXPIRY = const(0x02)
@@ -371,6 +372,27 @@ def put(buf, off, p):
     off += 1
     buf[off:off + n] = p
     return off + n
+
+
+def shared(f, opts):
+    """A SUBSCRIBE's (opts: its options byte) or UNSUBSCRIBE's (opts -1)
+    filter f, bytes, as a client may send it: a shared subscription
+    "$share/{ShareName}/{filter}" has a ShareName of one character or more
+    without wildcards [MQTT-4.8.2-1, MQTT-4.8.2-2] and no No Local
+    [MQTT-3.8.3-4]. Raises MQTTError 0x82 (client_codec.encode_filter).
+    Byte by byte: a slice would allocate per SUBSCRIBE."""
+    n = len(f)
+    i = 0
+    while i < 7:
+        if i >= n or f[i] != b"$share/"[i]:
+            return  # any other filter
+        i += 1
+    while i < n and f[i] != 0x2F:
+        if f[i] == 0x2B or f[i] == 0x23:
+            break  # a wildcard in the ShareName
+        i += 1
+    if i == 7 or i + 1 >= n or f[i] != 0x2F or (opts > 0 and opts & 4):
+        fail(_E_SHARED, 0x82)
 
 
 def put_in(buf, o, end, props, will_props=None):

@@ -688,3 +688,4 @@ def test_a_store_full_of_our_own_messages_still_drops_the_link():
     except Exception as e:
         assert e.args[1] == 0x97
     assert take(c, 1) == b""
+

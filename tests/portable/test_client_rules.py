@@ -187,24 +187,27 @@ def test_session_present_after_a_clean_start_closes():
 
 # ------------------------------------------------ inbound PUBLISH
 
-def test_inbound_empty_topic_is_a_protocol_error():
+def test_inbound_topic_alias_or_empty_topic_ends_the_link():
     # The client sends no Topic Alias Maximum: the server may send it no
-    # Topic Alias [MQTT-3.1.2-27]; and an empty topic without an alias is a
-    # protocol error (5.0 section 3.3.2.3.4). Either way nothing is
-    # delivered as topic b"" and the connection ends.
-    for props in (b"\x03\x23\x00\x01", b"\x00"):  # Topic Alias 1; none
+    # Topic Alias [MQTT-3.1.2-27]; one is invalid, 0x94, whether it names a
+    # topic or stands for an empty one, and an empty topic without one is
+    # a protocol error (5.0 section 3.3.2.3.4) [MQTT-3.3.2-12]. Nothing is
+    # delivered and the connection ends; other properties pass.
+    for topic, props, code in ((b"", b"\x03\x23\x00\x01", 0x94), (b"", b"\x00", 0x82),
+                               (b"t", b"\x03\x23\x00\x01", 0x94),
+                               (b"t", b"\x02\x01\x01", None)):  # a payload format
         c = core(level=5)
         log = Log()
         c.set_callback(log.cb)
         connected(c, 0, connack5())
-        body = b"\x00\x00" + props + b"data"
+        body = bytes((0, len(topic))) + topic + props + b"data"
         try:
             feed(c, bytes((0x30, len(body))) + body, 0)
         except MQTTError as e:
-            assert e.code == 0x82
+            assert e.code == code, (topic, props, e.code)
+            assert log.msgs == []
         else:
-            raise AssertionError("a PUBLISH with an empty topic was taken")
-        assert log.msgs == []
+            assert code is None and log.msgs == [(b"t", b"data")], (topic, props)
 
 
 # ------------------------------------------------ too large, or not now
@@ -317,6 +320,27 @@ def test_no_local_on_a_shared_subscription_is_refused_before_it_is_sent():
     c.subscribe_start(b"$share/g/t", 1)  # without No Local: sent
     c.subscribe_start(b"t", 1 | 4)  # No Local on a plain filter: sent
     assert [t for t, b in packets(take(c, 0))] == [0x82, 0x82]
+
+
+def test_a_malformed_shared_subscription_is_refused_before_it_is_sent():
+    # a ShareName of one character or more, without wildcards, then "/" and
+    # a filter [MQTT-4.8.2-1] [MQTT-4.8.2-2]: refused (0x82) at the call,
+    # nothing sent or kept for a re-subscribe; at 3.1.1 "$share/..." is an
+    # ordinary filter
+    c = core(level=5)
+    c.set_callback(Log().cb)
+    connected(c, 0, connack5())
+    for topic in ("$share//a", "$share/g", "$share/g/", "$share/g+/a", b"$share/#/a"):
+        e = _error(c.subscribe_start, topic, 1)
+        assert e.code == 0x82 and not isinstance(e, Busy), topic
+    assert take(c, 0) == b"" and c.subs == {} and c.wait_pid == 0
+    c.subscribe_start("$share/g/a/#", 1)
+    assert [t for t, b in packets(take(c, 0))] == [0x82] and list(c.subs) == ["$share/g/a/#"]
+    c = core()
+    c.set_callback(Log().cb)
+    connected(c, 0)
+    c.subscribe_start("$share//a", 1)
+    assert [t for t, b in packets(take(c, 0))] == [0x82]
 
 
 # ------------------------------------------------ PUBREC's reason code (MQTT 5)

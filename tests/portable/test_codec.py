@@ -548,6 +548,20 @@ def test_will_topic_rules():
         assert p.will and span(p, p.topic_off, p.topic_len) == b"site/n1/status"
 
 
+def test_connect_id_and_user_name_are_checked_utf8_MQTT_1_5_4_1_MQTT_1_5_4_2():
+    # the client's encoder refuses what a server closes on (3.1.1:
+    # MQTT-1.5.3-1, MQTT-1.5.3-2): a client id or a user name with U+0000
+    # or ill-formed UTF-8 (a surrogate, a stray byte); the password is binary
+    for level in (3, 4, 5):
+        for cid, user in (("a\x00b", None), (b"a\xed\xa0\x80", None), ("c", "u\x00"),
+                          ("c", b"\xff")):
+            raises(MQTTError, encode_connect, bytearray(64), 0, cid, level=level, user=user)
+        p = dec(enc(encode_connect, "n\u00e9", level=level, user="\u00fc", password=b"\xff\x00"),
+                level)
+        assert span(p, p.cid_off, p.cid_len) == "n\u00e9".encode()
+        assert span(p, p.pw_off, p.pw_len) == b"\xff\x00"
+
+
 def test_password_without_user_MQTT_3_1_2_22():
     pw = s16(b"secret")
     bad(_connect(0x42, 4, pw))
