@@ -414,9 +414,10 @@ def test_without_a_store_a_qos1_publish_while_down_is_refused():
     assert c.queue(b"t", b"reading", qos=1) and c.inflight() == 1
 
 
-def test_resend_larger_than_the_send_buffer_goes_out_in_turns():
-    # the resume waits for room (the backlog) and keeps its order: a new
-    # publish is Busy until it is out
+def _resuming():
+    # six QoS 1 messages in flight when the link broke; the new connection
+    # (a persistent session) is resending them, a backlog that waits for
+    # room in a 64-byte send buffer. Returns the core and their ids.
     c = connected(core(reconnect=True, bufsize=64, window=8))
     c.clean = False  # a persistent session: the broker keeps it (CONNACK_SP)
     pids = []
@@ -428,6 +429,13 @@ def test_resend_larger_than_the_send_buffer_goes_out_in_turns():
     take(c, 100)
     feed(c, CONNACK_SP, 100)
     assert c.backlog is not None  # six 21-byte PUBLISHes do not fit in 64
+    return c, pids
+
+
+def test_resend_larger_than_the_send_buffer_goes_out_in_turns():
+    # the resume waits for room (the backlog) and keeps its order: a new
+    # publish is Busy until it is out
+    c, pids = _resuming()
     try:
         c.queue(b"topic/x", b"late", qos=1)
     except Busy:
@@ -492,16 +500,7 @@ def test_bye_during_a_resend_sends_nothing_after_disconnect():
     # when disconnect() comes: DISCONNECT is the last packet on the link
     # [MQTT-3.14.4-1]; the rest stays stored and goes out after the next
     # connect()
-    c = connected(core(reconnect=True, bufsize=64, window=8))
-    c.clean = False  # a persistent session: the broker keeps it (CONNACK_SP)
-    for i in range(6):
-        c.queue(b"topic/x", b"payload-%d" % i, qos=1)
-        take(c, 0)
-    c.lost(0)
-    c.start(100)
-    take(c, 100)
-    feed(c, CONNACK_SP, 100)
-    assert c.backlog is not None  # six 21-byte PUBLISHes do not fit in 64
+    c = _resuming()[0]
     assert c.bye() is True
     out = take(c, 100)  # what the driver's drain writes, refilling as it goes
     assert out.endswith(b"\xe0\x00") and out.count(b"\xe0\x00") == 1
