@@ -344,10 +344,11 @@ def test_message_expiry_decremented_and_expired_dropped_from_the_queue():
 def test_message_in_flight_resent_with_what_is_left_of_its_expiry():
     # [MQTT-3.3.2-6] (5.0): a QoS 1/2 message sent and not acknowledged
     # goes again on the session's next connection [MQTT-4.4.0-1] with what
-    # is left of its interval; once that has passed it is not sent again
-    # [MQTT-3.3.2-5] (as mosquitto does), and counts as dropped. a and b
-    # go at once; c and d wait (Receive Maximum 2), and c goes once a is
-    # acknowledged, into the ring slot a had.
+    # is left of its interval; once that has passed it goes again all the
+    # same, with 0: its onward delivery started [MQTT-3.3.2-5]
+    # [MQTT-4.3.3-7] (5.0) (mosquitto drops it). a and b go at once; c
+    # and d wait (Receive Maximum 2), and c goes once a is acknowledged,
+    # into the ring slot a had.
     sp = {P.SESSION_EXPIRY: 600, P.RECEIVE_MAXIMUM: 2}
     with running() as b, Raw(b) as pub:
         connect5(pub, "p")
@@ -367,15 +368,45 @@ def test_message_in_flight_resent_with_what_is_left_of_its_expiry():
         with Raw(b) as s:
             assert connect5(s, "s", clean=False, props=sp).session_present
             m = next_publish(s)
+            assert (bytes(m.topic), m.qos, m.dup) == (b"x/b", 2, True)
+            assert props_of(m)[P.MESSAGE_EXPIRY] == 0
+            mb = m
+            m = next_publish(s)
             assert (bytes(m.topic), m.dup) == (b"x/c", True)
             assert 95 <= props_of(m)[P.MESSAGE_EXPIRY] <= 96, props_of(m)
             s.put(encode_ack, PUBACK, m.pid)
+            s.put(encode_ack, PUBREC, mb.pid)
+            s.expect(PUBREL, mb.pid)
+            s.put(encode_ack, PUBCOMP, mb.pid)
             m = next_publish(s)
             assert (bytes(m.topic), m.dup) == (b"x/d", False)
             assert P.MESSAGE_EXPIRY not in props_of(m)
             s.put(encode_ack, PUBACK, m.pid)
             assert s.nothing()
-        assert b.dropped == 1
+        assert b.dropped == 0
+
+
+def test_qos1_in_flight_past_its_expiry_is_sent_again():
+    # [MQTT-3.3.2-5] [MQTT-4.4.0-1] (5.0): a QoS 1 copy written to the
+    # client and not acknowledged is resent on the next connection even
+    # when its interval has passed meanwhile, with 0 left
+    sp = {P.SESSION_EXPIRY: 600}
+    with running() as b, Raw(b) as pub:
+        connect5(pub, "p")
+        with Raw(b) as s:
+            connect5(s, "s", clean=False, props=sp)
+            sub5(s, 1, [("x/#", 1)])
+            pub5(pub, "x/a", b"a", 1, 1, props={P.MESSAGE_EXPIRY: 1})
+            m = next_publish(s)
+            assert props_of(m)[P.MESSAGE_EXPIRY] == 1
+        advance(2500)
+        with Raw(b) as s:
+            assert connect5(s, "s", clean=False, props=sp).session_present
+            m = next_publish(s)
+            assert (bytes(m.topic), m.dup, props_of(m)[P.MESSAGE_EXPIRY]) == (b"x/a", True, 0)
+            s.put(encode_ack, PUBACK, m.pid)
+            assert s.nothing()
+        assert b.dropped == 0
 
 
 def test_aliased_message_within_the_maximum_packet_size_is_sent():
