@@ -1463,7 +1463,7 @@ class Core(Stats):
         # r with the identifiers of the subscriptions of s it came by added
         # to its properties (gf: a shared group's filter) [MQTT-3.3.4-3
         # (5.0)] [MQTT-3.3.4-5]; r is as before for the next session
-        self._send_with(s, r, q, ra, self.subs.ids(s, r.tsrc, r.toff, r.tn, gf))
+        self._send_with(s, r, q, ra, self.subs.ids(s, r.tsrc, r.toff, r.tn, gf, r.src))
 
     def _send_with(self, s, r, q, ra, ids):
         # r to s with subscription identifiers ids added to its properties

@@ -224,6 +224,24 @@ def test_subscription_identifiers_of_every_matching_subscription():
         assert props_of(next_publish(c))[P.SUBSCRIPTION_ID] == [7]
 
 
+def test_no_local_subscription_gives_no_identifier_to_the_publishers_copy():
+    # [MQTT-3.8.3-3] [MQTT-3.3.4-4] (5.0): a no local subscription delivers
+    # nothing of the session's own, so its identifier is not on the copy
+    # the session's plain subscription brings it; another publisher's
+    # message carries both
+    with running() as b, Raw(b) as c, Raw(b) as pub:
+        connect5(c, "self")
+        sub5(c, 1, [("a/#", 0x04)], {P.SUBSCRIPTION_ID: 1})
+        sub5(c, 2, [("a/b", 0)], {P.SUBSCRIPTION_ID: 2})
+        pub5(c, "a/b", b"own")
+        m = next_publish(c)
+        assert (bytes(m.payload), props_of(m)[P.SUBSCRIPTION_ID]) == (b"own", [2])
+        connect5(pub, "p")
+        pub5(pub, "a/b", b"other")
+        m = next_publish(c)
+        assert bytes(m.payload) == b"other" and sorted(props_of(m)[P.SUBSCRIPTION_ID]) == [1, 2]
+
+
 def test_subscription_identifier_of_the_subscription_each_copy_came_by():
     # [MQTT-3.3.4-5] (5.0): a session with a plain and a shared
     # subscription on the topic gets a copy for each; each carries the
