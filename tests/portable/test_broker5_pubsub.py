@@ -5,7 +5,7 @@
 #
 # The same bodies run over pipes (pytest, and tests/mp/testrunner.py under
 # the WebAssembly MicroPython) and over sockets (tests/test_broker5.py).
-from broker_harness import running, Raw, advance
+from broker_harness import running, Raw, advance, build, connect_bytes
 from test_broker5_connect import props_of, connect5, sub5, pub5, next_publish, leave
 from umqtt3 import props as P
 from umqtt3.codec import (encode_subscribe, encode_unsubscribe, encode_ack, encode_publish, UNSUBACK,
@@ -112,6 +112,36 @@ def test_payload_format_utf8_checked():
         assert pub.expect(PUBREC, 2).rc == 0
         m = next_publish(sub)
         assert bytes(m.payload) == b"fine"
+
+
+def test_response_topic_with_a_wildcard_is_a_protocol_error():
+    # [MQTT-3.3.2-14] (5.0): a Response Topic is a topic name, so without
+    # wildcards: a PUBLISH with one gets DISCONNECT 0x82 and is not
+    # forwarded; a CONNECT whose will has one (3.1.3.2.5: the same
+    # property) is closed without CONNACK, as for any other bad property
+    # of a CONNECT [MQTT-4.13.1-1], and the will is never published.
+    # (Built with a plain topic, then the bytes changed: the encoder
+    # refuses it.)
+    for bad in (b"reply/#", b"reply/+", b"+"):
+        with running() as b, Raw(b) as sub, Raw(b) as pub:
+            connect5(sub, "s")
+            sub5(sub, 1, [("#", 1)])
+            connect5(pub, "p")
+            ok = build(encode_publish, "t", b"x", 1, 1, False, False, 5,
+                       {P.RESPONSE_TOPIC: "r" * len(bad)})
+            pub.send(ok.replace(b"r" * len(bad), bad))
+            assert pub.expect(DISCONNECT).rc == 0x82
+            assert pub.closed()
+            assert sub.nothing()
+        with running() as b, Raw(b) as sub, Raw(b) as c:
+            connect5(sub, "s")
+            sub5(sub, 1, [("#", 1)])
+            ok = connect_bytes("w", level=5, will_topic="will/w", will_msg=b"bye",
+                               will_props={P.RESPONSE_TOPIC: "r" * len(bad)})
+            c.send(bytes(ok).replace(b"r" * len(bad), bad))
+            c.level = 5
+            assert c.recv() is None
+            assert sub.nothing()
 
 
 def test_no_local():
