@@ -94,6 +94,8 @@ def connect(core, c, p):
             return 0x8C  # bad authentication method
         v.am = method
         return _step(c, hook(get(buf, po, pn, AUTH_DATA)))  # -1: CONNACK waits
+    if get(buf, po, pn, AUTH_DATA) is not None:
+        return 0x82  # data without a method: a Protocol Error (3.1.2.11.10 of 5.0)
     return 0
 
 

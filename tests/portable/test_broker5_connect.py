@@ -378,6 +378,17 @@ def test_auth_packet_without_a_method_is_a_protocol_error():
         assert c.expect(DISCONNECT).rc == 0x82
 
 
+def test_authentication_data_without_a_method_gets_0x82():
+    # 3.1.2.11.10 (5.0): "It is a Protocol Error to include Authentication
+    # Data if there is no Authentication Method": CONNACK 0x82, then close
+    # [MQTT-4.13.1-1]; nothing of the session stays
+    with running() as b, Raw(b) as c:
+        p = connect5(c, "a", props={P.AUTH_DATA: b"secret"})
+        assert p.rc == 0x82
+        assert c.closed()
+        assert b"a" not in b.sessions()
+
+
 def _challenge(b):
     # an authentication method of two steps: the server's challenge, then
     # the client's answer; accepted with data of its own
