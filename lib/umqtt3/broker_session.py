@@ -1868,7 +1868,6 @@ class Sessions:
         self.by_id = {}  # client id -> Session
         self.all = []  # the same, for iteration
         self.npersist = 0
-        self.nauto = 0  # ids handed out for empty client ids
 
     def add(self, s):
         self.by_id[s.cid] = s
@@ -1892,9 +1891,13 @@ class Sessions:
             self.npersist -= 1
 
     def new_id(self):
-        """A client id no session has [MQTT-3.1.3-6]."""
+        """A client id no session has [MQTT-3.1.3-6], and none a client
+        would name by chance: a random 64-bit suffix, as mosquitto's
+        auto-<uuid>. (A count, umqtt3-1, umqtt3-2, is how a fleet may name
+        itself too, and a 3.1.1 client is never told its id: a namesake
+        took its connection over.)"""
+        from random import getrandbits
         while True:
-            self.nauto += 1
-            cid = ("umqtt3-%d" % self.nauto).encode()
+            cid = ("auto-%08x%08x" % (getrandbits(32), getrandbits(32))).encode()
             if cid not in self.by_id:
                 return cid
