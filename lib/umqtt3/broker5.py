@@ -223,6 +223,25 @@ def _reason(c, why, size):
     return pr
 
 
+def acks_fit(c, p, opts):
+    """Whether the SUBACK (opts 1: each filter has an options byte) or
+    UNSUBACK (opts 0) answering p, a reason code per filter and no
+    properties, is within the client's maximum packet size
+    [MQTT-3.1.2-24]. The spec has no smaller answer to send instead."""
+    mp = c.v5.maxpkt
+    if not mp:
+        return True
+    buf = p.buf
+    i = p.payload_off
+    end = i + p.payload_len
+    n = 0
+    while i + 1 < end:
+        i += 2 + ((buf[i] << 8) | buf[i + 1]) + opts
+        n += 1
+    rl = 3 + n  # packet id, property length 0, the codes
+    return 1 + (1 if rl < 128 else 2 if rl < 16384 else 3) + rl <= mp
+
+
 def send_disconnect(c, rc, why):
     """The broker's DISCONNECT with reason code rc [MQTT-3.14.2-1]; the
     driver closes the connection after it."""

@@ -922,6 +922,9 @@ class Core(Stats):
             i = p.payload_off
             end = i + p.payload_len
             codes = bytearray() if c.v5 is not None else None
+            if codes is not None and c.v5.maxpkt and not self.b5.acks_fit(c, p, 0):
+                # (as SUBACK's, _subscribe)
+                raise MQTTError("UNSUBACK over the client's maximum packet size", 0x95)
             while i < end:
                 i = read_filter(p, i)
                 self.name_ok(p.buf, p.f_off, p.f_len, 1)
@@ -1074,6 +1077,10 @@ class Core(Stats):
         conn = c.conn
         s = c.sess
         v5 = c.v5 is not None
+        if v5 and c.v5.maxpkt and not self.b5.acks_fit(c, p, 1):
+            # no SUBACK the client takes [MQTT-3.1.2-24]: closed before
+            # anything is subscribed
+            raise MQTTError("SUBACK over the client's maximum packet size", 0x95)
         sid = self.b5.subscription_id(p) if v5 else 0
         codes = bytearray()
         new = 0  # bit k: filter k is a new subscription (retain handling 1)

@@ -366,6 +366,37 @@ def test_client_maximum_packet_size_honoured():
         assert b.dropped == 1
 
 
+def test_suback_or_unsuback_over_the_clients_maximum_packet_size_closes_0x95():
+    # [MQTT-3.1.2-24] (5.0): the server sends no packet over the client's
+    # Maximum Packet Size, and a SUBACK / UNSUBACK holds a reason code per
+    # filter [MQTT-3.8.4-6] [MQTT-3.11.3-1] with nothing to leave out: one
+    # that would be larger closes the connection with DISCONNECT 0x95
+    # (Packet too large) before any filter is taken (mosquitto 2.0.11
+    # sends it all the same). One of exactly the maximum is sent.
+    small = {P.SESSION_EXPIRY: 60, P.MAXIMUM_PACKET_SIZE: 20}
+    a = ["a/%d" % k for k in range(16)]
+    with running() as b, Raw(b) as pub:
+        connect5(pub, "p")
+        with Raw(b) as c:
+            connect5(c, "s", clean=False, props=small)
+            assert len(sub5(c, 1, [(f, 0) for f in a[:15]])) == 15  # a SUBACK of 20 bytes
+            c.put(encode_subscribe, 2, [("b/%d" % k, 0) for k in range(16)], 0, 5)
+            assert c.expect(DISCONNECT).rc == 0x95
+            assert c.closed()
+        with Raw(b) as c:
+            connect5(c, "s", clean=False, props=small)
+            c.put(encode_unsubscribe, 3, a, 5)
+            assert c.expect(DISCONNECT).rc == 0x95
+            assert c.closed()
+        with Raw(b) as c:
+            assert connect5(c, "s", clean=False, props=small).session_present
+            pub5(pub, "b/0", b"no")
+            pub5(pub, "a/0", b"yes")  # (within the 20 bytes)
+            assert bytes(next_publish(c).payload) == b"yes"
+            c.put(encode_unsubscribe, 4, a[:15], 5)
+            assert len(c.expect(UNSUBACK, 4).payload) == 15
+
+
 def test_message_expiry_decremented_and_expired_dropped_from_the_queue():
     # [MQTT-3.3.2-5] [MQTT-3.3.2-6] (5.0): a queued message goes out with
     # what is left of its interval, or not at all once it has passed
