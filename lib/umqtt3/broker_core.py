@@ -58,6 +58,7 @@ TIMER_MS = const(100)  # how often keepalives and connect timeouts are checked
 # subscriber's queue is full, _refuse_full)
 _MEM = const(2)  # the broker's mem_budget is spent
 _HELD = const(4)  # a bridge's queue is full, its uplink up: the publisher waits
+_RETAINED = const(5)  # a retained message for a new topic past max_retained
 
 # the counts of bytes and packets carry into a count of this many once a
 # second: an int stays small on a device (31 bits), where a larger one would
@@ -91,6 +92,7 @@ class Stats:
         self.refused = 0
         self.queue_full = 0  # QoS 1/2 PUBLISHes refused: a subscriber's queue was full
         self.refused_mem = 0  # QoS 1/2 PUBLISHes refused: the broker's mem_budget was spent
+        self.refused_retained = 0  # QoS 1/2 retained PUBLISHes refused: max_retained topics kept
         self.dropped_mem = 0  # QoS 0 messages not queued (or retained) for that cause
         self.dropped_full = 0  # QoS 1/2 copies a full queue did not take (queue_full "drop")
         self.qbytes = 0  # what queued messages cost, each held once (broker_session.Msg)
@@ -996,11 +998,16 @@ class Core(Stats):
         if self._why == _HELD:
             self._hold(c)
             return
-        mem = self._why == _MEM
-        if mem:
+        why = self._why
+        if why == _MEM:
             self.refused_mem += 1
+            why = "the broker's memory budget is spent"
+        elif why == _RETAINED:
+            self.refused_retained += 1
+            why = "max retained reached"
         else:
             self.queue_full += 1
+            why = "a subscriber's queue is full"
         if c.v5 is not None:
             # Quota exceeded in its PUBACK / PUBREC (3.4.2.1, 3.5.2.1)
             conn = c.conn
@@ -1009,8 +1016,7 @@ class Core(Stats):
         else:
             # 3.1.1 has no refusing PUBACK: closed unacknowledged, the
             # client sends it again on its next connection [MQTT-4.4.0-1]
-            self.disconnect(c, "the broker's memory budget is spent" if mem
-                            else "a subscriber's queue is full", True)
+            self.disconnect(c, why, True)
 
     def _hold(self, c):
         # Back-pressure: c's QoS 1/2 PUBLISH waits for room on the bridge's
@@ -1309,8 +1315,13 @@ class Core(Stats):
         # or retained, would pass the broker's mem_budget; else 0. With
         # queue_full "drop", a session that could not queue it is marked
         # (Session.qskip) instead, for _route_but to pass over, and 3 says
-        # so (the mem_budget refusal stays one, its marks taken back). No
-        # allocation.
+        # so (the mem_budget refusal stays one, its marks taken back). 5
+        # (_RETAINED) when it is retained, for a new topic, and
+        # max_retained topics are kept: it would be acknowledged and not
+        # kept [MQTT-3.3.1-5]. No allocation (but that last check's, for
+        # a retained message once the limit is reached).
+        if r.retain and self.ret.full(r):
+            return _RETAINED
         hit = self.subs.hit
         hq = self.subs.hq
         size = r.tn + r.pn + (r.prn if r.prs is not None else 0) + MSG_COST  # (msg_size)
@@ -1620,6 +1631,7 @@ class Core(Stats):
         pub("messages/dropped", self.dropped)
         pub("messages/refused/queue_full", self.queue_full)
         pub("messages/refused/mem_budget", self.refused_mem)
+        pub("messages/refused/max_retained", self.refused_retained)
         pub("messages/dropped/mem_budget", self.dropped_mem)
         pub("messages/dropped/queue_full", self.dropped_full)
         pub("messages/queued/bytes", self.qbytes)

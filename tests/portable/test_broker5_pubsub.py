@@ -766,6 +766,31 @@ def test_full_queue_checked_on_the_shared_member_that_gets_it():
             assert b.queue_full == 1
 
 
+def test_max_retained_refuses_qos1_and_qos2_with_0x97():
+    # [MQTT-3.3.1-5]: past max_retained a retained QoS 1/2 message for a
+    # new topic would be acknowledged and not kept: PUBACK / PUBREC 0x97
+    # "quota exceeded" (3.4.2.1, 3.5.2.1), as for mem_budget, counted in
+    # messages/refused/max_retained; nothing is routed, the connection stays
+    with running(max_retained=2) as b, Raw(b) as sub, Raw(b) as pub:
+        connect5(sub, "s")
+        sub5(sub, 1, [("r/#", 1)])
+        connect5(pub, "p")
+        for i in range(2):
+            pub5(pub, "r/%d" % i, b"%d" % i, 1, i + 1, retain=True)
+            assert pub.expect(PUBACK, i + 1).rc == 0
+        pub5(pub, "r/2", b"two", 1, 3, retain=True)
+        assert pub.expect(PUBACK, 3).rc == 0x97
+        pub5(pub, "r/3", b"three", 2, 4, retain=True)
+        assert pub.expect(PUBREC, 4).rc == 0x97
+        pub5(pub, "r/1", b"new", 1, 5, retain=True)  # replaces a kept one
+        assert pub.expect(PUBACK, 5).rc == 0
+        got = [bytes(next_publish(sub).payload) for _ in range(3)]
+        assert got == [b"0", b"1", b"new"]
+        assert sub.nothing()
+        assert b.refused_retained == 2 and b.refused_mem == 0
+        assert sorted(b.retained) == [b"r/0", b"r/1"]
+
+
 def test_mem_budget_refuses_qos1_with_0x97():
     # the broker's mem_budget spent: PUBACK 0x97 "quota exceeded" (3.4.2.1),
     # counted in messages/refused/mem_budget; the connection stays
