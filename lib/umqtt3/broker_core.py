@@ -998,11 +998,10 @@ class Core(Stats):
         if self._why == _HELD:
             self._hold(c)
             return
-        why = self._why
-        if why == _MEM:
+        if self._why == _MEM:
             self.refused_mem += 1
             why = "the broker's memory budget is spent"
-        elif why == _RETAINED:
+        elif self._why == _RETAINED:
             self.refused_retained += 1
             why = "max retained reached"
         else:
