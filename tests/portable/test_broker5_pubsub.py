@@ -9,7 +9,7 @@ from broker_harness import running, Raw, advance, build, connect_bytes
 from test_broker5_connect import props_of, connect5, sub5, pub5, next_publish, leave
 from umqtt3 import props as P
 from umqtt3.codec import (encode_subscribe, encode_unsubscribe, encode_ack, encode_publish, UNSUBACK,
-                          PUBACK, PUBREC, PUBREL, PUBCOMP, DISCONNECT)
+                          PUBACK, PUBREC, PUBREL, PUBCOMP, DISCONNECT, PINGREQ, PINGRESP)
 
 # every property a PUBLISH may carry to a subscriber, user properties twice
 # to see that their order is kept [MQTT-3.3.2-18]
@@ -20,7 +20,8 @@ ALL = {P.PAYLOAD_FORMAT: 1, P.CONTENT_TYPE: "application/json",
 
 def test_properties_forwarded_intact_and_in_order():
     # [MQTT-3.3.2-17] [MQTT-3.3.2-18] [MQTT-3.3.2-19] [MQTT-3.3.2-20]: the
-    # broker passes every property on unchanged, in the same order
+    # broker passes every property on unchanged, in the same order, the
+    # Response Topic and Correlation Data too [MQTT-3.3.2-15] [MQTT-3.3.2-16]
     with running() as b, Raw(b) as sub, Raw(b) as pub:
         connect5(sub, "s")
         sub5(sub, 1, [("t/#", 1)])
@@ -119,7 +120,8 @@ def test_response_topic_with_a_wildcard_is_a_protocol_error():
     # wildcards: a PUBLISH with one gets DISCONNECT 0x82 and is not
     # forwarded; a CONNECT whose will has one (3.1.3.2.5: the same
     # property) is closed without CONNACK, as for any other bad property
-    # of a CONNECT [MQTT-4.13.1-1], and the will is never published.
+    # of a CONNECT [MQTT-4.13.1-1] (and no DISCONNECT before a CONNACK
+    # [MQTT-3.14.0-1]), and the will is never published.
     # (Built with a plain topic, then the bytes changed: the encoder
     # refuses it.)
     for bad in (b"reply/#", b"reply/+", b"+"):
@@ -336,6 +338,8 @@ def test_client_receive_maximum_honoured():
         m = next_publish(sub)
         assert bytes(m.payload) == b"1"
         assert sub.nothing()
+        sub.simple(PINGREQ)  # quota 0: other packets still answered [MQTT-3.3.4-10] [MQTT-4.9.0-3]
+        sub.expect(PINGRESP)
         sub.put(encode_ack, PUBACK, m.pid)
         assert bytes(next_publish(sub).payload) == b"2"
 
