@@ -5,7 +5,7 @@
 #
 # The same bodies run over pipes (pytest, and tests/mp/testrunner.py under
 # the WebAssembly MicroPython) and over sockets (tests/test_broker5.py).
-from broker_harness import running, Raw, advance, build, connect_bytes
+from broker_harness import running, Raw, advance, build, connect_bytes, Timeout
 from test_broker5_connect import props_of, connect5, sub5, pub5, next_publish, leave
 from umqtt3 import props as P
 from umqtt3.codec import (encode_subscribe, encode_unsubscribe, encode_ack, encode_publish, UNSUBACK,
@@ -324,6 +324,54 @@ def test_retained_message_carries_the_identifier_of_its_subscribe():
         sub5(c, 2, [("sid/a", 0)])
         m = next_publish(c)
         assert m.retain and props_of(m) == {P.CONTENT_TYPE: "c"}
+
+
+def _silent(c, timeout=0.5):
+    # True when nothing at all arrives (a PUBREL neither)
+    try:
+        c.recv(timeout)
+    except Timeout:
+        return True
+    return False
+
+
+def test_publish_refused_by_the_client_is_not_sent_again():
+    # [MQTT-4.4.0-2]: a PUBLISH the client answers with PUBACK / PUBREC
+    # 0x80 or more is acknowledged: no PUBREL, no resend on the session's
+    # next connection; [MQTT-4.8.2-6]: a shared copy so refused goes to no
+    # other member of the group
+    sp = {P.SESSION_EXPIRY: 600}
+    with running() as b, Raw(b) as pub:
+        connect5(pub, "p")
+        with Raw(b) as s:
+            connect5(s, "s", clean=False, props=sp)
+            sub5(s, 1, [("x/#", 2)])
+            pub5(pub, "x/1", b"1", 1, 1)
+            pub5(pub, "x/2", b"2", 2, 2)
+            for _ in range(2):
+                m = next_publish(s)
+                s.put(encode_ack, PUBACK if m.qos == 1 else PUBREC, m.pid, 0x80, 5)
+            assert _silent(s)
+        with Raw(b) as s:
+            assert connect5(s, "s", clean=False, props=sp).session_present
+            assert _silent(s)
+    with running() as b, Raw(b) as m1, Raw(b) as m2, Raw(b) as pub:
+        for m in (m1, m2):
+            connect5(m, "m%d" % (m is m2))
+            sub5(m, 1, [("$share/g/s/#", 1)])
+        connect5(pub, "p")
+        pub5(pub, "s/x", b"1", 1, 1)
+        got = []
+        for m in (m1, m2):
+            try:
+                got.append((m, m.recv(0.5)))
+            except Timeout:
+                pass
+        assert len(got) == 1, got  # the group's turn: one member
+        m, p = got[0]
+        assert bytes(p.topic) == b"s/x"
+        m.put(encode_ack, PUBACK, p.pid, 0x80, 5)  # refused: not sent to the other
+        assert _silent(m1) and _silent(m2)
 
 
 def test_client_receive_maximum_honoured():
