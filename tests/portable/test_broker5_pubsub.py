@@ -326,6 +326,27 @@ def test_retained_message_carries_the_identifier_of_its_subscribe():
         assert m.retain and props_of(m) == {P.CONTENT_TYPE: "c"}
 
 
+def test_suback_has_a_code_per_filter_and_delivery_takes_the_lower_qos():
+    # [MQTT-3.8.4-6] [MQTT-3.8.4-7] (5.0): a reason code per filter, in
+    # order, the QoS granted or a failure (0x8F: a shared filter without
+    # a name); [MQTT-3.8.4-8]: a message goes at the lower of its QoS and
+    # the one granted
+    with running() as b, Raw(b) as c, Raw(b) as pub:
+        connect5(c, "s")
+        assert sub5(c, 1, [("q/0", 0), ("q/1", 1), ("$share//x", 1), ("q/2", 2)]) == \
+            b"\x00\x01\x8f\x02"
+        connect5(pub, "p")
+        for pid, (t, q) in enumerate((("q/0", 2), ("q/1", 2), ("q/2", 2), ("q/2", 1)), 1):
+            pub5(pub, t, b"x", q, pid)
+        got = []
+        for _ in range(4):
+            m = next_publish(c)
+            got.append((bytes(m.topic), m.qos))
+            if m.qos:
+                c.put(encode_ack, PUBACK if m.qos == 1 else PUBREC, m.pid)
+        assert got == [(b"q/0", 0), (b"q/1", 1), (b"q/2", 2), (b"q/2", 1)]
+
+
 def _silent(c, timeout=0.5):
     # True when nothing at all arrives (a PUBREL neither)
     try:
@@ -694,7 +715,7 @@ def test_broker_assigns_topic_aliases_to_a_client_that_allows_them():
     # 3.3.2.3.4: a client's Topic Alias Maximum lets the broker send an
     # alias for a topic it repeats: the first PUBLISH carries topic and
     # alias, the next ones the alias and an empty topic, at every QoS;
-    # never an alias above the client's maximum [MQTT-3.3.2-11] nor 0
+    # never an alias above the client's maximum [MQTT-3.3.2-11] [MQTT-3.1.2-26] nor 0
     # [MQTT-3.3.2-8]; a topic beyond the aliases goes whole
     with running(max_aliases=8) as b, Raw(b) as sub, Raw(b) as pub:
         connect5(sub, "s", props={P.TOPIC_ALIAS_MAXIMUM: 2})
