@@ -6,7 +6,7 @@
 #
 # The same bodies run over pipes (pytest, and tests/mp/testrunner.py under
 # the WebAssembly MicroPython) and over sockets (tests/test_broker5.py).
-from broker_harness import running, Raw, advance, wait_for
+from broker_harness import running, Raw, advance, wait_for, build, connect_bytes
 from umqtt3 import props as P
 from umqtt3.codec import (encode_disconnect, encode_subscribe, encode_publish, encode_ack,
                           CONNACK, DISCONNECT, SUBACK, PUBLISH, PUBACK, PINGREQ, AUTH)
@@ -269,6 +269,21 @@ def test_unsupported_authentication_method_gets_0x8c():
         p = connect5(c, "a", props={P.AUTH_METHOD: "SCRAM-SHA-1"})
         assert p.rc == 0x8C
         assert c.closed()
+
+
+def test_nothing_sent_behind_a_refused_connect_is_processed():
+    # [MQTT-3.1.4-6]: a retained PUBLISH sent right behind a CONNECT the
+    # broker refuses (0x8C here) is neither delivered nor kept
+    with running() as b, Raw(b) as watcher, Raw(b) as c:
+        connect5(watcher, "w")
+        sub5(watcher, 1, [("r", 0)])
+        c.send(bytes(connect_bytes("x", level=5, props={P.AUTH_METHOD: "nope"})) +
+               build(encode_publish, "r", b"sneaked in", 0, 0, True, False, 5))
+        c.level = 5
+        assert c.recv().rc == 0x8C
+        assert c.recv() is None
+        assert watcher.nothing()
+        assert b"r" not in b.retained
 
 
 def test_authentication_hook_accepts():
