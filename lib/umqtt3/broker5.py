@@ -14,7 +14,7 @@ from .props import (get, find, encode, encode_auth, TYPES, SESSION_EXPIRY, RECEI
                     TOPIC_ALIAS_MAXIMUM, TOPIC_ALIAS, REQUEST_PROBLEM_INFO, AUTH_METHOD,
                     AUTH_DATA, ASSIGNED_CLIENT_ID, SERVER_KEEPALIVE, REASON_STRING,
                     PAYLOAD_FORMAT, WILL_DELAY,
-                    SUBSCRIPTION_ID, MESSAGE_EXPIRY)
+                    SUBSCRIPTION_ID, MESSAGE_EXPIRY, wild_response_topic)
 
 NEVER = const(0xFFFFFFFF)  # a session expiry interval that never ends
 
@@ -82,6 +82,8 @@ def connect(core, c, p):
         if get(buf, p.wprops_off, p.wprops_len, PAYLOAD_FORMAT, 0) == 1 and \
                 not _utf8(buf, p.payload_off, p.payload_len):
             return 0x99  # payload format invalid [MQTT-3.1.3-11 (will payload)]
+        if wild_response_topic(buf, p.wprops_off, p.wprops_len):
+            return 0x82  # a will's Response Topic is a topic name too [MQTT-3.3.2-14]
     method = get(buf, po, pn, AUTH_METHOD)
     if method is not None:
         if old is not None and old.authed and old.am == method:
@@ -279,6 +281,9 @@ def publish_in(core, c, p):
         a = get(buf, po, pn, TOPIC_ALIAS, 0)
         if get(buf, po, pn, SUBSCRIPTION_ID) is not None:
             raise MQTTError("subscription identifier in PUBLISH", 0x82)  # [MQTT-3.3.4-6]
+        if wild_response_topic(buf, po, pn):
+            # (the broker would forward it; a client takes one, as from mosquitto)
+            raise MQTTError("wildcard in the Response Topic", 0x82)  # [MQTT-3.3.2-14]
         if a:
             if a > core.limits.max_aliases:
                 raise MQTTError("topic alias out of range", 0x94)  # [MQTT-3.3.2-9, MQTT-3.3.2-10]

@@ -67,5 +67,4 @@ TEXT = (
     "bad property value",  # 59 _E_PROP_VALUE
     "bad reason code",  # 60 _E_REASON_CODE
     "bridge bit at MQTT 5",  # 61 _E_BRIDGE_5
-    "wildcard in a topic name",  # 62 _E_PROP_WILDCARD
 )

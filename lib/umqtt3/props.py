@@ -37,7 +37,6 @@ _E_PROP_SUB_ID_0 = const(57)
 _E_PROP_STRING_LONG = const(58)
 _E_PROP_VALUE = const(59)
 _E_REASON_CODE = const(60)
-_E_PROP_WILDCARD = const(62)
 
 PAYLOAD_FORMAT = const(0x01)
 MESSAGE_EXPIRY = const(0x02)
@@ -172,8 +171,7 @@ def _value_end(buf, i, end, t):
 def check(buf, off, end, ptype):
     """Validate the property list buf[off:end] for packet type ptype (0 for
     will properties): known ids, allowed in this packet, no duplicates except
-    User Property (and Subscription Identifier in PUBLISH), legal values,
-    no wildcard in a Response Topic [MQTT-3.3.2-14] (5.0)."""
+    User Property (and Subscription Identifier in PUBLISH), legal values."""
     seen_lo = 0  # two small-int masks: ids 0..29 and 30..42
     seen_hi = 0
     bit = 1 << ptype
@@ -207,12 +205,6 @@ def check(buf, off, end, ptype):
             fail(_E_PROP_MAX_PACKET_0, 0x82)
         if pid == SUBSCRIPTION_ID and buf[v0] == 0:
             fail(_E_PROP_SUB_ID_0, 0x82)
-        if pid == RESPONSE_TOPIC:
-            v0 += 2
-            while v0 < off:  # a topic name [MQTT-3.3.2-14] (5.0)
-                if buf[v0] == 0x23 or buf[v0] == 0x2B:
-                    fail(_E_PROP_WILDCARD, 0x82)
-                v0 += 1
     if off != end:
         fail(_E_PROP_LIST_LENGTH)
 
@@ -278,6 +270,22 @@ def find(buf, off, n, want):
             return off + 1
         off = _value_end(buf, off + 1, end, TYPES[pid])
     return -1
+
+
+def wild_response_topic(buf, off, n):
+    """Whether the checked list buf[off:off+n] has a Response Topic with a
+    wildcard, which a topic name may not have [MQTT-3.3.2-14] (5.0). No
+    allocation."""
+    i = find(buf, off, n, RESPONSE_TOPIC)
+    if i < 0:
+        return False
+    end = i + 2 + ((buf[i] << 8) | buf[i + 1])
+    i += 2
+    while i < end:
+        if buf[i] == 0x23 or buf[i] == 0x2B:
+            return True
+        i += 1
+    return False
 
 
 def expiry_in(f, i):
@@ -567,6 +575,10 @@ def outgoing(props, t, alias_max=0):
                         % (v, alias_max))
         if t == 14 and pid == SERVER_REFERENCE:
             _refuse(t, pid, "sent by the server only")
+        if pid == RESPONSE_TOPIC:
+            for j in range(i + 3, e):  # a topic name [MQTT-3.3.2-14]
+                if b[j] == 0x23 or b[j] == 0x2B:
+                    _refuse(t, pid, "wildcard in a topic name")
         i = e
     return b
 

@@ -273,7 +273,8 @@ def test_unsupported_authentication_method_gets_0x8c():
 
 def test_nothing_sent_behind_a_refused_connect_is_processed():
     # [MQTT-3.1.4-6]: a retained PUBLISH sent right behind a CONNECT the
-    # broker refuses (0x8C here) is neither delivered nor kept
+    # broker refuses (0x8C here) is neither delivered nor kept; no
+    # DISCONNECT follows a refusing CONNACK [MQTT-3.14.0-1]
     with running() as b, Raw(b) as watcher, Raw(b) as c:
         connect5(watcher, "w")
         sub5(watcher, 1, [("r", 0)])
