@@ -14,7 +14,7 @@ from .props import (get, find, encode, encode_auth, TYPES, SESSION_EXPIRY, RECEI
                     TOPIC_ALIAS_MAXIMUM, TOPIC_ALIAS, REQUEST_PROBLEM_INFO, AUTH_METHOD,
                     AUTH_DATA, ASSIGNED_CLIENT_ID, SERVER_KEEPALIVE, REASON_STRING,
                     PAYLOAD_FORMAT, WILL_DELAY,
-                    SUBSCRIPTION_ID, MESSAGE_EXPIRY)
+                    SUBSCRIPTION_ID, MESSAGE_EXPIRY, wild_response_topic)
 
 NEVER = const(0xFFFFFFFF)  # a session expiry interval that never ends
 
@@ -82,6 +82,8 @@ def connect(core, c, p):
         if get(buf, p.wprops_off, p.wprops_len, PAYLOAD_FORMAT, 0) == 1 and \
                 not _utf8(buf, p.payload_off, p.payload_len):
             return 0x99  # payload format invalid [MQTT-3.1.3-11 (will payload)]
+        if wild_response_topic(buf, p.wprops_off, p.wprops_len):
+            return 0x82  # a will's Response Topic is a topic name too [MQTT-3.3.2-14]
     method = get(buf, po, pn, AUTH_METHOD)
     if method is not None:
         if old is not None and old.authed and old.am == method:
@@ -94,6 +96,8 @@ def connect(core, c, p):
             return 0x8C  # bad authentication method
         v.am = method
         return _step(c, hook(get(buf, po, pn, AUTH_DATA)))  # -1: CONNACK waits
+    if get(buf, po, pn, AUTH_DATA) is not None:
+        return 0x82  # data without a method: a Protocol Error (3.1.2.11.10 of 5.0)
     return 0
 
 
@@ -221,6 +225,25 @@ def _reason(c, why, size):
     return pr
 
 
+def acks_fit(c, p, opts):
+    """Whether the SUBACK (opts 1: each filter has an options byte) or
+    UNSUBACK (opts 0) answering p, a reason code per filter and no
+    properties, is within the client's maximum packet size
+    [MQTT-3.1.2-24]. The spec has no smaller answer to send instead."""
+    mp = c.v5.maxpkt
+    if not mp:
+        return True
+    buf = p.buf
+    i = p.payload_off
+    end = i + p.payload_len
+    n = 0
+    while i + 1 < end:
+        i += 2 + ((buf[i] << 8) | buf[i + 1]) + opts
+        n += 1
+    rl = 3 + n  # packet id, property length 0, the codes
+    return 1 + (1 if rl < 128 else 2 if rl < 16384 else 3) + rl <= mp
+
+
 def send_disconnect(c, rc, why):
     """The broker's DISCONNECT with reason code rc [MQTT-3.14.2-1]; the
     driver closes the connection after it."""
@@ -258,6 +281,9 @@ def publish_in(core, c, p):
         a = get(buf, po, pn, TOPIC_ALIAS, 0)
         if get(buf, po, pn, SUBSCRIPTION_ID) is not None:
             raise MQTTError("subscription identifier in PUBLISH", 0x82)  # [MQTT-3.3.4-6]
+        if wild_response_topic(buf, po, pn):
+            # (the broker would forward it; a client takes one, as from mosquitto)
+            raise MQTTError("wildcard in the Response Topic", 0x82)  # [MQTT-3.3.2-14]
         if a:
             if a > core.limits.max_aliases:
                 raise MQTTError("topic alias out of range", 0x94)  # [MQTT-3.3.2-9, MQTT-3.3.2-10]

@@ -58,6 +58,7 @@ TIMER_MS = const(100)  # how often keepalives and connect timeouts are checked
 # subscriber's queue is full, _refuse_full)
 _MEM = const(2)  # the broker's mem_budget is spent
 _HELD = const(4)  # a bridge's queue is full, its uplink up: the publisher waits
+_RETAINED = const(5)  # a retained message for a new topic past max_retained
 
 # the counts of bytes and packets carry into a count of this many once a
 # second: an int stays small on a device (31 bits), where a larger one would
@@ -98,6 +99,7 @@ class Stats:
         self.refused = 0
         self.queue_full = 0  # QoS 1/2 PUBLISHes refused: a subscriber's queue was full
         self.refused_mem = 0  # QoS 1/2 PUBLISHes refused: the broker's mem_budget was spent
+        self.refused_retained = 0  # QoS 1/2 retained PUBLISHes refused: max_retained topics kept
         self.dropped_mem = 0  # QoS 0 messages not queued (or retained) for that cause
         self.dropped_full = 0  # QoS 1/2 copies a full queue did not take (queue_full "drop")
         self.dropped_q = 0  # and the other messages a full queue did not take (or let go)
@@ -931,6 +933,9 @@ class Core(Stats):
             i = p.payload_off
             end = i + p.payload_len
             codes = bytearray() if c.v5 is not None else None
+            if codes is not None and c.v5.maxpkt and not self.b5.acks_fit(c, p, 0):
+                # (as SUBACK's, _subscribe)
+                raise MQTTError("UNSUBACK over the client's maximum packet size", 0x95)
             while i < end:
                 i = read_filter(p, i)
                 self.name_ok(p.buf, p.f_off, p.f_len, 1)
@@ -1002,11 +1007,15 @@ class Core(Stats):
         if self._why == _HELD:
             self._hold(c)
             return
-        mem = self._why == _MEM
-        if mem:
+        if self._why == _MEM:
             self.refused_mem += 1
+            why = "the broker's memory budget is spent"
+        elif self._why == _RETAINED:
+            self.refused_retained += 1
+            why = "max retained reached"
         else:
             self.queue_full += 1
+            why = "a subscriber's queue is full"
         if c.v5 is not None:
             # Quota exceeded in its PUBACK / PUBREC (3.4.2.1, 3.5.2.1)
             conn = c.conn
@@ -1015,8 +1024,7 @@ class Core(Stats):
         else:
             # 3.1.1 has no refusing PUBACK: closed unacknowledged, the
             # client sends it again on its next connection [MQTT-4.4.0-1]
-            self.disconnect(c, "the broker's memory budget is spent" if mem
-                            else "a subscriber's queue is full", True)
+            self.disconnect(c, why, True)
 
     def _hold(self, c):
         # Back-pressure: c's QoS 1/2 PUBLISH waits for room on the bridge's
@@ -1083,6 +1091,10 @@ class Core(Stats):
         conn = c.conn
         s = c.sess
         v5 = c.v5 is not None
+        if v5 and c.v5.maxpkt and not self.b5.acks_fit(c, p, 1):
+            # no SUBACK the client takes [MQTT-3.1.2-24]: closed before
+            # anything is subscribed
+            raise MQTTError("SUBACK over the client's maximum packet size", 0x95)
         sid = self.b5.subscription_id(p) if v5 else 0
         codes = bytearray()
         new = 0  # bit k: filter k is a new subscription (retain handling 1)
@@ -1311,8 +1323,13 @@ class Core(Stats):
         # or retained, would pass the broker's mem_budget; else 0. With
         # queue_full "drop", a session that could not queue it is marked
         # (Session.qskip) instead, for _route_but to pass over, and 3 says
-        # so (the mem_budget refusal stays one, its marks taken back). No
-        # allocation.
+        # so (the mem_budget refusal stays one, its marks taken back). 5
+        # (_RETAINED) when it is retained, for a new topic, and
+        # max_retained topics are kept: it would be acknowledged and not
+        # kept [MQTT-3.3.1-5]. No allocation (but that last check's, for
+        # a retained message once the limit is reached).
+        if r.retain and self.ret.full(r):
+            return _RETAINED
         hit = self.subs.hit
         hq = self.subs.hq
         size = r.tn + r.pn + (r.prn if r.prs is not None else 0) + MSG_COST  # (msg_size)
@@ -1472,7 +1489,7 @@ class Core(Stats):
         # r with the identifiers of the subscriptions of s it came by added
         # to its properties (gf: a shared group's filter) [MQTT-3.3.4-3
         # (5.0)] [MQTT-3.3.4-5]; r is as before for the next session
-        self._send_with(s, r, q, ra, self.subs.ids(s, r.tsrc, r.toff, r.tn, gf))
+        self._send_with(s, r, q, ra, self.subs.ids(s, r.tsrc, r.toff, r.tn, gf, r.src))
 
     def _send_with(self, s, r, q, ra, ids):
         # r to s with subscription identifiers ids added to its properties
@@ -1642,6 +1659,7 @@ class Core(Stats):
         pub("store/messages/bytes", int(acc[1] + 0.5))
         pub("messages/refused/queue_full", self.queue_full)
         pub("messages/refused/mem_budget", self.refused_mem)
+        pub("messages/refused/max_retained", self.refused_retained)
         pub("messages/dropped/mem_budget", self.dropped_mem)
         pub("messages/dropped/queue_full", self.dropped_full)
         pub("messages/queued/bytes", self.qbytes)

@@ -44,6 +44,14 @@ class Retained:
         bytes r frees when it replaces it [MQTT-3.3.1-5]."""
         return self._cost(bytes(r.tsrc[r.toff:r.toff + r.tn]))
 
+    def full(self, r):
+        """Whether route r's retained message would be a new topic past
+        max_retained ($SYS/ topics aside): set() would not keep it."""
+        if len(self.msgs) - self.nsys < self.lim.max_retained or not r.pn:
+            return False
+        key = bytes(r.tsrc[r.toff:r.toff + r.tn])
+        return key not in self.msgs and not is_sys(key, 0, len(key))
+
     def set(self, r):
         """Route r (broker_session.Route) is a retained message: keep it,
         replacing the topic's [MQTT-3.3.1-5], or clear the topic when the
@@ -63,6 +71,8 @@ class Retained:
             return
         new = key not in msgs
         if new and not sysk and len(msgs) - self.nsys >= self.lim.max_retained:
+            # (QoS 0, a will, the API: nobody to refuse it to; a client's
+            # QoS 1/2 one was refused before routing, Core._refuse_full)
             self.stats.dropped += 1
             if self.log is not None:
                 self.log("retained message on %s not kept: max retained reached" % key.decode())

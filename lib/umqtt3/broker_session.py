@@ -1615,10 +1615,10 @@ class Session:
         """The client (re)connects to this session: what was written and not
         acknowledged is due again, PUBLISH with DUP=1 [MQTT-4.4.0-1], built
         for the level it connects at (_relevel), with what is left of its
-        message expiry interval [MQTT-3.3.2-6] (_aged); one whose interval
-        has passed, or now over the client's maximum packet size, is not
-        sent again, dropped as if it had been acknowledged [MQTT-3.3.2-5]
-        [MQTT-3.1.2-25]."""
+        message expiry interval [MQTT-3.3.2-6] (_aged), even once it has
+        passed [MQTT-4.3.3-7] (5.0); one now over the client's maximum
+        packet size is not sent again, dropped as if it had been
+        acknowledged [MQTT-3.1.2-25]."""
         self.client = client
         if self.exp_at >= 0:
             self.exp_at = -1
@@ -1675,9 +1675,12 @@ class Session:
 
     def _aged(self):
         # attach: each PUBLISH in flight that has a message expiry interval
-        # gets what is left of it written into its frame, or goes (_gone)
-        # once it has passed [MQTT-3.3.2-5] [MQTT-3.3.2-6] (5.0), as
-        # mosquitto does; a PUBREL due stays. Frames of level 5 only have
+        # gets what is left of it written into its frame [MQTT-3.3.2-6]
+        # (5.0), 0 once it has passed. It is sent again all the same: every
+        # frame in the ring was written to a connection (or came back from
+        # the store), its onward delivery started, so expiry no longer
+        # applies [MQTT-3.3.2-5] [MQTT-4.3.3-7] (5.0) and it is resent
+        # [MQTT-4.4.0-1] (mosquitto drops it). Frames of level 5 only have
         # one (s_exp). No allocation.
         se = self.s_exp
         up = self.stats.up_s
@@ -1688,14 +1691,8 @@ class Session:
             x = se[k]
             st = self.s_st[k]
             if x >= 0 and (st == PUB or st == PUB_SENT):
-                if x <= up:
-                    self._gone(k)
-                else:
-                    o = self.s_off[k]
-                    _put_u32(self.rbuf, _expiry_at(self.rbuf, o), x - up)
+                _put_u32(self.rbuf, _expiry_at(self.rbuf, self.s_off[k]), x - up if x > up else 0)
             i += 1
-        if self.rcount and not self.s_st[self.rhead]:
-            self._free(self.rhead)
 
     def _relevel(self, old):
         # The client came back at another protocol level than the ring's
@@ -1704,8 +1701,8 @@ class Session:
         # properties dropped below 5 [MQTT-3.3.2-*], going to 5 the ones it
         # has (none, from a 3.1.1 frame: an empty list), never a topic alias
         # [MQTT-3.3.2-7]; dropped, as sent [MQTT-3.1.2-25], when it is now
-        # over the client's maximum packet size, or expired [MQTT-3.3.2-5
-        # (5.0)]. Packet ids, order and QoS 2 state stay: a PUBREL due is
+        # over the client's maximum packet size (never for its expiry: it
+        # was sent [MQTT-4.3.3-7] (5.0), _aged). Packet ids, order and QoS 2 state stay: a PUBREL due is
         # due at either level (it holds no bytes). The ring is built anew,
         # oldest first; it may pass Limits.ring by the few bytes per frame
         # an empty property list adds. Only here (attach): it allocates.
@@ -1723,8 +1720,7 @@ class Session:
                 o = self.s_off[k]
                 m = frame_msg(self.rbuf[o:o + self.s_len[k]], old, up)
                 n = self._msize(m, (self.rbuf[o] >> 1) & 3)
-                if (self.maxpkt and n > self.maxpkt) or \
-                        (self.level == 5 and 0 <= m.exp <= up):
+                if self.maxpkt and n > self.maxpkt:
                     self.stats.dropped += 1
                     if self.fs is not None:
                         self.fs.out_del(self.s_pid[k])
@@ -1931,7 +1927,6 @@ class Sessions:
         self.by_id = {}  # client id -> Session
         self.all = []  # the same, for iteration
         self.npersist = 0
-        self.nauto = 0  # ids handed out for empty client ids
 
     def add(self, s):
         self.by_id[s.cid] = s
@@ -1955,9 +1950,13 @@ class Sessions:
             self.npersist -= 1
 
     def new_id(self):
-        """A client id no session has [MQTT-3.1.3-6]."""
+        """A client id no session has [MQTT-3.1.3-6], and none a client
+        would name by chance: a random 64-bit suffix, as mosquitto's
+        auto-<uuid>. (A count, umqtt3-1, umqtt3-2, is how a fleet may name
+        itself too, and a 3.1.1 client is never told its id: a namesake
+        took its connection over.)"""
+        from random import getrandbits
         while True:
-            self.nauto += 1
-            cid = ("umqtt3-%d" % self.nauto).encode()
+            cid = ("auto-%08x%08x" % (getrandbits(32), getrandbits(32))).encode()
             if cid not in self.by_id:
                 return cid

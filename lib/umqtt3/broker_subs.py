@@ -170,13 +170,15 @@ class Subs:
             for f in s.filters:
                 self._leave(s, f)
 
-    def ids(self, s, tsrc, toff, tn, gf=None):
+    def ids(self, s, tsrc, toff, tn, gf=None, src=None):
         """The subscription identifiers one copy to s carries [MQTT-3.3.4-3
         (5.0)]: those of its subscriptions that are not shared and match
-        the topic, in order; or, for the copy a shared group's turn gave it
-        (gf: the group's filter), that subscription's alone: each copy the
-        identifier of the subscription it came by [MQTT-3.3.4-5].
-        (Allocates: only sessions that gave some.)"""
+        the topic, in order, but a no local one's when s is the publisher
+        (src), as it delivers nothing [MQTT-3.8.3-3 (5.0)]; or, for the
+        copy a shared group's turn gave it (gf: the group's filter), that
+        subscription's alone: each copy the identifier of the subscription
+        it came by [MQTT-3.3.4-5]. (Allocates: only sessions that gave
+        some.)"""
         out = []
         if gf is not None:
             sid = s.fsid[find_filter(s, gf, 0, len(gf))]
@@ -186,7 +188,8 @@ class Subs:
         fl = s.filters
         for j in range(len(fl)):
             f = fl[j]
-            if s.fsid[j] and not shared_at(f) and match_span(f, 0, len(f), tsrc, toff, tn):
+            if s.fsid[j] and not shared_at(f) and not (s.fqos[j] & 4 and s is src) \
+                    and match_span(f, 0, len(f), tsrc, toff, tn):
                 out.append(s.fsid[j])
         return out
 

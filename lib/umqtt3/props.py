@@ -273,6 +273,22 @@ def find(buf, off, n, want):
     return -1
 
 
+def wild_response_topic(buf, off, n):
+    """Whether the checked list buf[off:off+n] has a Response Topic with a
+    wildcard, which a topic name may not have [MQTT-3.3.2-14] (5.0). No
+    allocation."""
+    i = find(buf, off, n, RESPONSE_TOPIC)
+    if i < 0:
+        return False
+    end = i + 2 + ((buf[i] << 8) | buf[i + 1])
+    i += 2
+    while i < end:
+        if buf[i] == 0x23 or buf[i] == 0x2B:
+            return True
+        i += 1
+    return False
+
+
 def expiry_in(f, i):
     """Offset of the message expiry interval's value in the checked
     property list whose length is at f[i] (a level-5 PUBLISH the broker

@@ -6,7 +6,7 @@
 #
 # The same bodies run over pipes (pytest, and tests/mp/testrunner.py under
 # the WebAssembly MicroPython) and over sockets (tests/test_broker5.py).
-from broker_harness import running, Raw, advance, wait_for
+from broker_harness import running, Raw, advance, wait_for, build, connect_bytes
 from umqtt3 import props as P
 from umqtt3.codec import (encode_disconnect, encode_subscribe, encode_publish, encode_ack,
                           CONNACK, DISCONNECT, SUBACK, PUBLISH, PUBACK, PINGREQ, AUTH)
@@ -67,6 +67,9 @@ def test_connack_says_what_the_broker_allows():
                   P.WILDCARD_SUB_AVAILABLE, P.MAXIMUM_QOS):
             assert f not in d
         assert P.ASSIGNED_CLIENT_ID not in d
+        # no method asked for: none in CONNACK [MQTT-4.12.0-6], and no Response
+        # Information, never asked for either [MQTT-3.1.2-28]
+        assert P.AUTH_METHOD not in d and P.RESPONSE_INFO not in d
 
 
 def test_empty_client_id_is_assigned():
@@ -95,7 +98,7 @@ def test_session_expiry_zero_ends_with_the_connection():
 
 def test_session_kept_for_its_expiry_interval_then_ends():
     # [MQTT-3.1.2-23 (5.0)] [MQTT-3.2.2-2]: resumed within the interval,
-    # with what was queued; gone after it
+    # with what was queued; gone after it [MQTT-4.1.0-2]
     with running() as b:
         leave(b, "exp", 10, [("t", 1)])
         with Raw(b) as pub:
@@ -179,9 +182,10 @@ def test_take_over_gets_disconnect_0x8e():
 
 
 def test_keep_alive_timeout_gets_disconnect_0x8d():
-    # [MQTT-3.1.2-22 (5.0)]: one and a half keep alives of silence
+    # [MQTT-3.1.2-22 (5.0)]: one and a half keep alives of silence; no
+    # Server Keep Alive given, the client's is the one [MQTT-3.2.2-22]
     with running() as b, Raw(b) as c:
-        connect5(c, "sleepy", keepalive=2)
+        assert P.SERVER_KEEPALIVE not in props_of(connect5(c, "sleepy", keepalive=2))
         advance(3100)
         p = c.expect(DISCONNECT)
         assert p.rc == 0x8D
@@ -212,12 +216,26 @@ def test_reason_string_only_when_problem_information_requested():
 
 
 def test_malformed_packet_gets_disconnect_0x81():
-    # [MQTT-4.13.1-1]: a malformed packet: DISCONNECT 0x81, then close
+    # [MQTT-4.13.1-1]: a malformed packet: DISCONNECT 0x81, then nothing
+    # more, and close [MQTT-3.14.4-1] [MQTT-3.14.4-2]
     with running() as b, Raw(b) as c:
         connect5(c, "bad")
         c.send(b"\x30\x03\x00\x05a")  # topic longer than the packet
         assert c.expect(DISCONNECT).rc == 0x81
-        assert c.closed()
+        assert c.recv() is None
+
+
+def test_bad_utf8_and_reserved_flags_get_disconnect_0x81():
+    # a Malformed Packet at 5.0, DISCONNECT 0x81: a topic with ill-formed
+    # UTF-8 or a surrogate [MQTT-1.5.4-1], with U+0000 [MQTT-1.5.4-2];
+    # reserved fixed-header flags set [MQTT-2.1.3-1], AUTH's too [MQTT-3.15.1-1]
+    for raw in (b"\x30\x06\x00\x02t\x00\x00x", b"\x30\x06\x00\x02t\xff\x00x",
+                b"\x30\x07\x00\x03\xed\xa0\x80\x00x", b"\xc1\x00", b"\xf1\x00"):
+        with running() as b, Raw(b) as c:
+            connect5(c, "bad")
+            c.send(raw)
+            assert c.expect(DISCONNECT).rc == 0x81, raw
+            assert c.recv() is None
 
 
 def test_property_not_allowed_in_its_packet_is_malformed_0x81():
@@ -245,11 +263,28 @@ def test_packet_too_large_gets_disconnect_0x95():
 
 
 def test_unsupported_authentication_method_gets_0x8c():
-    # 4.12: an authentication method the broker does not know
+    # 4.12: an authentication method the broker does not know; a CONNACK
+    # of 0x80 or more is followed by the close [MQTT-4.13.2-1]
     with running() as b, Raw(b) as c:
         p = connect5(c, "a", props={P.AUTH_METHOD: "SCRAM-SHA-1"})
         assert p.rc == 0x8C
         assert c.closed()
+
+
+def test_nothing_sent_behind_a_refused_connect_is_processed():
+    # [MQTT-3.1.4-6]: a retained PUBLISH sent right behind a CONNECT the
+    # broker refuses (0x8C here) is neither delivered nor kept; no
+    # DISCONNECT follows a refusing CONNACK [MQTT-3.14.0-1]
+    with running() as b, Raw(b) as watcher, Raw(b) as c:
+        connect5(watcher, "w")
+        sub5(watcher, 1, [("r", 0)])
+        c.send(bytes(connect_bytes("x", level=5, props={P.AUTH_METHOD: "nope"})) +
+               build(encode_publish, "r", b"sneaked in", 0, 0, True, False, 5))
+        c.level = 5
+        assert c.recv().rc == 0x8C
+        assert c.recv() is None
+        assert watcher.nothing()
+        assert b"r" not in b.retained
 
 
 def test_authentication_hook_accepts():
@@ -376,6 +411,17 @@ def test_auth_packet_without_a_method_is_a_protocol_error():
         connect5(c, "a")
         c.put(encode_auth, 0x19)
         assert c.expect(DISCONNECT).rc == 0x82
+
+
+def test_authentication_data_without_a_method_gets_0x82():
+    # 3.1.2.11.10 (5.0): "It is a Protocol Error to include Authentication
+    # Data if there is no Authentication Method": CONNACK 0x82, then close
+    # [MQTT-4.13.1-1]; nothing of the session stays
+    with running() as b, Raw(b) as c:
+        p = connect5(c, "a", props={P.AUTH_DATA: b"secret"})
+        assert p.rc == 0x82
+        assert c.closed()
+        assert b"a" not in b.sessions()
 
 
 def _challenge(b):

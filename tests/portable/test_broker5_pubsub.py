@@ -5,11 +5,11 @@
 #
 # The same bodies run over pipes (pytest, and tests/mp/testrunner.py under
 # the WebAssembly MicroPython) and over sockets (tests/test_broker5.py).
-from broker_harness import running, Raw, advance
+from broker_harness import running, Raw, advance, build, connect_bytes, Timeout
 from test_broker5_connect import props_of, connect5, sub5, pub5, next_publish, leave
 from umqtt3 import props as P
 from umqtt3.codec import (encode_subscribe, encode_unsubscribe, encode_ack, encode_publish, UNSUBACK,
-                          PUBACK, PUBREC, PUBREL, PUBCOMP, DISCONNECT)
+                          PUBACK, PUBREC, PUBREL, PUBCOMP, DISCONNECT, PINGREQ, PINGRESP)
 
 # every property a PUBLISH may carry to a subscriber, user properties twice
 # to see that their order is kept [MQTT-3.3.2-18]
@@ -20,7 +20,8 @@ ALL = {P.PAYLOAD_FORMAT: 1, P.CONTENT_TYPE: "application/json",
 
 def test_properties_forwarded_intact_and_in_order():
     # [MQTT-3.3.2-17] [MQTT-3.3.2-18] [MQTT-3.3.2-19] [MQTT-3.3.2-20]: the
-    # broker passes every property on unchanged, in the same order
+    # broker passes every property on unchanged, in the same order, the
+    # Response Topic and Correlation Data too [MQTT-3.3.2-15] [MQTT-3.3.2-16]
     with running() as b, Raw(b) as sub, Raw(b) as pub:
         connect5(sub, "s")
         sub5(sub, 1, [("t/#", 1)])
@@ -112,6 +113,36 @@ def test_payload_format_utf8_checked():
         assert pub.expect(PUBREC, 2).rc == 0
         m = next_publish(sub)
         assert bytes(m.payload) == b"fine"
+
+
+def test_response_topic_with_a_wildcard_is_a_protocol_error():
+    # [MQTT-3.3.2-14] (5.0): a Response Topic is a topic name, so without
+    # wildcards: a PUBLISH with one gets DISCONNECT 0x82 and is not
+    # forwarded; a CONNECT whose will has one (3.1.3.2.5: the same
+    # property) gets CONNACK 0x82, then the close [MQTT-4.13.1-1], and the
+    # will is never published. (Built with a plain topic, then the bytes
+    # changed: the encoder refuses it.)
+    for bad in (b"reply/#", b"reply/+", b"+"):
+        with running() as b, Raw(b) as sub, Raw(b) as pub:
+            connect5(sub, "s")
+            sub5(sub, 1, [("#", 1)])
+            connect5(pub, "p")
+            ok = build(encode_publish, "t", b"x", 1, 1, False, False, 5,
+                       {P.RESPONSE_TOPIC: "r" * len(bad)})
+            pub.send(ok.replace(b"r" * len(bad), bad))
+            assert pub.expect(DISCONNECT).rc == 0x82
+            assert pub.closed()
+            assert sub.nothing()
+        with running() as b, Raw(b) as sub, Raw(b) as c:
+            connect5(sub, "s")
+            sub5(sub, 1, [("#", 1)])
+            ok = connect_bytes("w", level=5, will_topic="will/w", will_msg=b"bye",
+                               will_props={P.RESPONSE_TOPIC: "r" * len(bad)})
+            c.send(bytes(ok).replace(b"r" * len(bad), bad))
+            c.level = 5
+            assert c.recv().rc == 0x82
+            assert c.recv() is None
+            assert sub.nothing()
 
 
 def test_no_local():
@@ -224,6 +255,24 @@ def test_subscription_identifiers_of_every_matching_subscription():
         assert props_of(next_publish(c))[P.SUBSCRIPTION_ID] == [7]
 
 
+def test_no_local_subscription_gives_no_identifier_to_the_publishers_copy():
+    # [MQTT-3.8.3-3] [MQTT-3.3.4-4] (5.0): a no local subscription delivers
+    # nothing of the session's own, so its identifier is not on the copy
+    # the session's plain subscription brings it; another publisher's
+    # message carries both
+    with running() as b, Raw(b) as c, Raw(b) as pub:
+        connect5(c, "self")
+        sub5(c, 1, [("a/#", 0x04)], {P.SUBSCRIPTION_ID: 1})
+        sub5(c, 2, [("a/b", 0)], {P.SUBSCRIPTION_ID: 2})
+        pub5(c, "a/b", b"own")
+        m = next_publish(c)
+        assert (bytes(m.payload), props_of(m)[P.SUBSCRIPTION_ID]) == (b"own", [2])
+        connect5(pub, "p")
+        pub5(pub, "a/b", b"other")
+        m = next_publish(c)
+        assert bytes(m.payload) == b"other" and sorted(props_of(m)[P.SUBSCRIPTION_ID]) == [1, 2]
+
+
 def test_subscription_identifier_of_the_subscription_each_copy_came_by():
     # [MQTT-3.3.4-5] (5.0): a session with a plain and a shared
     # subscription on the topic gets a copy for each; each carries the
@@ -276,6 +325,75 @@ def test_retained_message_carries_the_identifier_of_its_subscribe():
         assert m.retain and props_of(m) == {P.CONTENT_TYPE: "c"}
 
 
+def test_suback_has_a_code_per_filter_and_delivery_takes_the_lower_qos():
+    # [MQTT-3.8.4-6] [MQTT-3.8.4-7] (5.0): a reason code per filter, in
+    # order, the QoS granted or a failure (0x8F: a shared filter without
+    # a name); [MQTT-3.8.4-8]: a message goes at the lower of its QoS and
+    # the one granted
+    with running() as b, Raw(b) as c, Raw(b) as pub:
+        connect5(c, "s")
+        assert sub5(c, 1, [("q/0", 0), ("q/1", 1), ("$share//x", 1), ("q/2", 2)]) == \
+            b"\x00\x01\x8f\x02"
+        connect5(pub, "p")
+        for pid, (t, q) in enumerate((("q/0", 2), ("q/1", 2), ("q/2", 2), ("q/2", 1)), 1):
+            pub5(pub, t, b"x", q, pid)
+        got = []
+        for _ in range(4):
+            m = next_publish(c)
+            got.append((bytes(m.topic), m.qos))
+            if m.qos:
+                c.put(encode_ack, PUBACK if m.qos == 1 else PUBREC, m.pid)
+        assert got == [(b"q/0", 0), (b"q/1", 1), (b"q/2", 2), (b"q/2", 1)]
+
+
+def _silent(c, timeout=0.5):
+    # True when nothing at all arrives (a PUBREL neither)
+    try:
+        c.recv(timeout)
+    except Timeout:
+        return True
+    return False
+
+
+def test_publish_refused_by_the_client_is_not_sent_again():
+    # [MQTT-4.4.0-2]: a PUBLISH the client answers with PUBACK / PUBREC
+    # 0x80 or more is acknowledged: no PUBREL, no resend on the session's
+    # next connection; [MQTT-4.8.2-6]: a shared copy so refused goes to no
+    # other member of the group
+    sp = {P.SESSION_EXPIRY: 600}
+    with running() as b, Raw(b) as pub:
+        connect5(pub, "p")
+        with Raw(b) as s:
+            connect5(s, "s", clean=False, props=sp)
+            sub5(s, 1, [("x/#", 2)])
+            pub5(pub, "x/1", b"1", 1, 1)
+            pub5(pub, "x/2", b"2", 2, 2)
+            for _ in range(2):
+                m = next_publish(s)
+                s.put(encode_ack, PUBACK if m.qos == 1 else PUBREC, m.pid, 0x80, 5)
+            assert _silent(s)
+        with Raw(b) as s:
+            assert connect5(s, "s", clean=False, props=sp).session_present
+            assert _silent(s)
+    with running() as b, Raw(b) as m1, Raw(b) as m2, Raw(b) as pub:
+        for m in (m1, m2):
+            connect5(m, "m%d" % (m is m2))
+            sub5(m, 1, [("$share/g/s/#", 1)])
+        connect5(pub, "p")
+        pub5(pub, "s/x", b"1", 1, 1)
+        got = []
+        for m in (m1, m2):
+            try:
+                got.append((m, m.recv(0.5)))
+            except Timeout:
+                pass
+        assert len(got) == 1, got  # the group's turn: one member
+        m, p = got[0]
+        assert bytes(p.topic) == b"s/x"
+        m.put(encode_ack, PUBACK, p.pid, 0x80, 5)  # refused: not sent to the other
+        assert _silent(m1) and _silent(m2)
+
+
 def test_client_receive_maximum_honoured():
     # [MQTT-3.3.4-9]: no more unacknowledged QoS 1/2 PUBLISHes than the
     # client's receive maximum; the next goes after an ack
@@ -288,6 +406,8 @@ def test_client_receive_maximum_honoured():
         m = next_publish(sub)
         assert bytes(m.payload) == b"1"
         assert sub.nothing()
+        sub.simple(PINGREQ)  # quota 0: other packets still answered [MQTT-3.3.4-10] [MQTT-4.9.0-3]
+        sub.expect(PINGRESP)
         sub.put(encode_ack, PUBACK, m.pid)
         assert bytes(next_publish(sub).payload) == b"2"
 
@@ -318,6 +438,37 @@ def test_client_maximum_packet_size_honoured():
         assert b.dropped == 1
 
 
+def test_suback_or_unsuback_over_the_clients_maximum_packet_size_closes_0x95():
+    # [MQTT-3.1.2-24] (5.0): the server sends no packet over the client's
+    # Maximum Packet Size, and a SUBACK / UNSUBACK holds a reason code per
+    # filter [MQTT-3.8.4-6] [MQTT-3.11.3-1] with nothing to leave out: one
+    # that would be larger closes the connection with DISCONNECT 0x95
+    # (Packet too large) before any filter is taken (mosquitto 2.0.11
+    # sends it all the same). One of exactly the maximum is sent.
+    small = {P.SESSION_EXPIRY: 60, P.MAXIMUM_PACKET_SIZE: 20}
+    a = ["a/%d" % k for k in range(16)]
+    with running() as b, Raw(b) as pub:
+        connect5(pub, "p")
+        with Raw(b) as c:
+            connect5(c, "s", clean=False, props=small)
+            assert len(sub5(c, 1, [(f, 0) for f in a[:15]])) == 15  # a SUBACK of 20 bytes
+            c.put(encode_subscribe, 2, [("b/%d" % k, 0) for k in range(16)], 0, 5)
+            assert c.expect(DISCONNECT).rc == 0x95
+            assert c.closed()
+        with Raw(b) as c:
+            connect5(c, "s", clean=False, props=small)
+            c.put(encode_unsubscribe, 3, a, 5)
+            assert c.expect(DISCONNECT).rc == 0x95
+            assert c.closed()
+        with Raw(b) as c:
+            assert connect5(c, "s", clean=False, props=small).session_present
+            pub5(pub, "b/0", b"no")
+            pub5(pub, "a/0", b"yes")  # (within the 20 bytes)
+            assert bytes(next_publish(c).payload) == b"yes"
+            c.put(encode_unsubscribe, 4, a[:15], 5)
+            assert len(c.expect(UNSUBACK, 4).payload) == 15
+
+
 def test_message_expiry_decremented_and_expired_dropped_from_the_queue():
     # [MQTT-3.3.2-5] [MQTT-3.3.2-6] (5.0): a queued message goes out with
     # what is left of its interval, or not at all once it has passed
@@ -344,10 +495,11 @@ def test_message_expiry_decremented_and_expired_dropped_from_the_queue():
 def test_message_in_flight_resent_with_what_is_left_of_its_expiry():
     # [MQTT-3.3.2-6] (5.0): a QoS 1/2 message sent and not acknowledged
     # goes again on the session's next connection [MQTT-4.4.0-1] with what
-    # is left of its interval; once that has passed it is not sent again
-    # [MQTT-3.3.2-5] (as mosquitto does), and counts as dropped. a and b
-    # go at once; c and d wait (Receive Maximum 2), and c goes once a is
-    # acknowledged, into the ring slot a had.
+    # is left of its interval; once that has passed it goes again all the
+    # same, with 0: its onward delivery started [MQTT-3.3.2-5]
+    # [MQTT-4.3.3-7] (5.0) (mosquitto drops it). a and b go at once; c
+    # and d wait (Receive Maximum 2), and c goes once a is acknowledged,
+    # into the ring slot a had.
     sp = {P.SESSION_EXPIRY: 600, P.RECEIVE_MAXIMUM: 2}
     with running() as b, Raw(b) as pub:
         connect5(pub, "p")
@@ -367,15 +519,45 @@ def test_message_in_flight_resent_with_what_is_left_of_its_expiry():
         with Raw(b) as s:
             assert connect5(s, "s", clean=False, props=sp).session_present
             m = next_publish(s)
+            assert (bytes(m.topic), m.qos, m.dup) == (b"x/b", 2, True)
+            assert props_of(m)[P.MESSAGE_EXPIRY] == 0
+            mb = m
+            m = next_publish(s)
             assert (bytes(m.topic), m.dup) == (b"x/c", True)
             assert 95 <= props_of(m)[P.MESSAGE_EXPIRY] <= 96, props_of(m)
             s.put(encode_ack, PUBACK, m.pid)
+            s.put(encode_ack, PUBREC, mb.pid)
+            s.expect(PUBREL, mb.pid)
+            s.put(encode_ack, PUBCOMP, mb.pid)
             m = next_publish(s)
             assert (bytes(m.topic), m.dup) == (b"x/d", False)
             assert P.MESSAGE_EXPIRY not in props_of(m)
             s.put(encode_ack, PUBACK, m.pid)
             assert s.nothing()
-        assert b.dropped == 1
+        assert b.dropped == 0
+
+
+def test_qos1_in_flight_past_its_expiry_is_sent_again():
+    # [MQTT-3.3.2-5] [MQTT-4.4.0-1] (5.0): a QoS 1 copy written to the
+    # client and not acknowledged is resent on the next connection even
+    # when its interval has passed meanwhile, with 0 left
+    sp = {P.SESSION_EXPIRY: 600}
+    with running() as b, Raw(b) as pub:
+        connect5(pub, "p")
+        with Raw(b) as s:
+            connect5(s, "s", clean=False, props=sp)
+            sub5(s, 1, [("x/#", 1)])
+            pub5(pub, "x/a", b"a", 1, 1, props={P.MESSAGE_EXPIRY: 1})
+            m = next_publish(s)
+            assert props_of(m)[P.MESSAGE_EXPIRY] == 1
+        advance(2500)
+        with Raw(b) as s:
+            assert connect5(s, "s", clean=False, props=sp).session_present
+            m = next_publish(s)
+            assert (bytes(m.topic), m.dup, props_of(m)[P.MESSAGE_EXPIRY]) == (b"x/a", True, 0)
+            s.put(encode_ack, PUBACK, m.pid)
+            assert s.nothing()
+        assert b.dropped == 0
 
 
 def test_aliased_message_within_the_maximum_packet_size_is_sent():
@@ -532,7 +714,7 @@ def test_broker_assigns_topic_aliases_to_a_client_that_allows_them():
     # 3.3.2.3.4: a client's Topic Alias Maximum lets the broker send an
     # alias for a topic it repeats: the first PUBLISH carries topic and
     # alias, the next ones the alias and an empty topic, at every QoS;
-    # never an alias above the client's maximum [MQTT-3.3.2-11] nor 0
+    # never an alias above the client's maximum [MQTT-3.3.2-11] [MQTT-3.1.2-26] nor 0
     # [MQTT-3.3.2-8]; a topic beyond the aliases goes whole
     with running(max_aliases=8) as b, Raw(b) as sub, Raw(b) as pub:
         connect5(sub, "s", props={P.TOPIC_ALIAS_MAXIMUM: 2})
@@ -654,6 +836,31 @@ def test_full_queue_checked_on_the_shared_member_that_gets_it():
             assert pub.expect(PUBACK, 3).rc == 0
             assert bytes(next_publish(m2).payload) == b"2"
             assert b.queue_full == 1
+
+
+def test_max_retained_refuses_qos1_and_qos2_with_0x97():
+    # [MQTT-3.3.1-5]: past max_retained a retained QoS 1/2 message for a
+    # new topic would be acknowledged and not kept: PUBACK / PUBREC 0x97
+    # "quota exceeded" (3.4.2.1, 3.5.2.1), as for mem_budget, counted in
+    # messages/refused/max_retained; nothing is routed, the connection stays
+    with running(max_retained=2) as b, Raw(b) as sub, Raw(b) as pub:
+        connect5(sub, "s")
+        sub5(sub, 1, [("r/#", 1)])
+        connect5(pub, "p")
+        for i in range(2):
+            pub5(pub, "r/%d" % i, b"%d" % i, 1, i + 1, retain=True)
+            assert pub.expect(PUBACK, i + 1).rc == 0
+        pub5(pub, "r/2", b"two", 1, 3, retain=True)
+        assert pub.expect(PUBACK, 3).rc == 0x97
+        pub5(pub, "r/3", b"three", 2, 4, retain=True)
+        assert pub.expect(PUBREC, 4).rc == 0x97
+        pub5(pub, "r/1", b"new", 1, 5, retain=True)  # replaces a kept one
+        assert pub.expect(PUBACK, 5).rc == 0
+        got = [bytes(next_publish(sub).payload) for _ in range(3)]
+        assert got == [b"0", b"1", b"new"]
+        assert sub.nothing()
+        assert b.refused_retained == 2 and b.refused_mem == 0
+        assert sorted(b.retained) == [b"r/0", b"r/1"]
 
 
 def test_mem_budget_refuses_qos1_with_0x97():

@@ -139,6 +139,31 @@ def test_empty_client_id_with_clean_session_is_assigned():
         assert c1.messages(1)[0][:3] == (b"e/t", b"hi", 1)
 
 
+def test_assigned_client_id_is_not_one_a_client_would_name():
+    # [MQTT-3.1.3-6]: the id is unique, and a 3.1.1 client is never told
+    # it, so no other client can mean to take its session over
+    # [MQTT-3.1.4-2]: clients named as a fleet counts (the ids once given
+    # out in order, umqtt3-1, umqtt3-2, ...) leave it connected
+    with running(max_clients=12) as b, Raw(b) as c:
+        assert c.connect("", clean=True).rc == 0
+        assert wait_for(lambda: b.connected == 1)
+        cid = list(b.sessions())[0]
+        others = [Raw(b) for _ in range(9)]
+        try:
+            for n, o in enumerate(others):
+                assert o.connect("umqtt3-%d" % (n + 1)).rc == 0
+            assert wait_for(lambda: b.connected == 10)
+            assert c.subscribe(1, "e/t", 0) == b"\x00"  # still its own connection
+            with Raw(b) as d:
+                assert d.connect("", clean=True).rc == 0
+                assert wait_for(lambda: b.connected == 11)
+                assert len(b.sessions()) == 11
+        finally:
+            for o in others:
+                o.close()
+        assert cid.startswith(b"auto-") and len(cid) == 21, cid  # (as mosquitto's auto-<uuid>)
+
+
 def test_empty_client_id_without_clean_session_rejected():
     # [MQTT-3.1.3-8] CONNACK 0x02, then close
     with running() as b, Raw(b) as c:

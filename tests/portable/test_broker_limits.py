@@ -443,6 +443,35 @@ def test_mem_budget_refuses_qos1_to_its_only_session():
             assert wait_for(lambda: b.qbytes == 0)
 
 
+def test_max_retained_refuses_a_qos1_retained_message_for_a_new_topic():
+    # [MQTT-3.3.1-5]: what is acknowledged as retained is kept. Past
+    # max_retained a retained QoS 1/2 message for a new topic is refused
+    # as mem_budget refuses one (messages/refused/max_retained): at 3.1.1,
+    # which has no refusing PUBACK, the connection closes without one
+    # [MQTT-3.3.5-2] (as mosquitto's memory_limit does), nothing routed;
+    # an update of a kept topic still goes, and a QoS 0 one is delivered
+    # and not kept (dropped), as before
+    with running(max_retained=2) as b:
+        with Raw(b) as sub, Raw(b) as pub:
+            sub.connect("s")
+            sub.subscribe(1, "r/#", 1)
+            pub.connect("p")
+            for i in range(2):
+                pub.publish("r/%d" % i, b"%d" % i, 1, pid=i + 1, retain=True)
+                pub.expect(PUBACK, i + 1)
+            assert [m[1] for m in sub.messages(2)] == [b"0", b"1"]
+            pub.publish("r/0", b"new", 1, pid=3, retain=True)  # replaces: kept
+            pub.expect(PUBACK, 3)
+            pub.publish("r/2", b"two", 0, retain=True)  # QoS 0: delivered, not kept
+            assert [m[1] for m in sub.messages(2)] == [b"new", b"two"]
+            pub.publish("r/2", b"two", 1, pid=4, retain=True)
+            assert pub.closed()
+            assert sub.nothing()
+        assert b.refused_retained == 1 and b.refused_mem == 0 and b.queue_full == 0
+        assert b.dropped == 1
+        assert sorted(b.retained) == [b"r/0", b"r/1"]
+
+
 def test_mem_budget_takes_a_retained_message_that_replaces_one():
     # [MQTT-3.3.1-5]: a retained message replaces the topic's; what it
     # costs the budget is what it adds, so with retained messages filling

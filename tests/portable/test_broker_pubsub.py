@@ -53,7 +53,7 @@ def test_dollar_topics_not_matched_by_leading_wildcard():
 def test_topic_matching_does_not_normalize():
     # [MQTT-4.7.3-4] no case folding, no trimming of '/', no Unicode
     # normalization: a filter matches the same bytes only; a leading
-    # U+FEFF is a character like any other [MQTT-1.5.3-3]
+    # U+FEFF is a character like any other [MQTT-1.5.3-3] ([MQTT-1.5.4-3] in 5.0)
     bom = b"\xef\xbb\xbfz"
     with running() as b:
         sub, pub = pub_sub(b, filters=[("a/b", 0), ("/x", 0), (b"caf\xc3\xa9", 0), (bom, 0)])
@@ -273,7 +273,7 @@ def test_sys_topics_do_not_count_against_max_retained():
 # ---------------------------------------------------------------- subscriptions
 
 def test_overlapping_subscriptions_delivered_once_at_highest_qos():
-    # [MQTT-3.3.5-1]; the QoS 0 copy of a QoS 2 PUBLISH carries no packet
+    # [MQTT-3.3.5-1] ([MQTT-3.3.4-2] in 5.0); the QoS 0 copy of a QoS 2 PUBLISH carries no packet
     # id [MQTT-2.3.1-5] (its payload would show it)
     with running() as b:
         sub, pub = pub_sub(b, filters=[("a/#", 0), ("a/b", 2), ("+/b", 1)])
