@@ -1037,6 +1037,7 @@ class Core(Stats):
         # just arrived. (What allocates is route_ready's QueueFull, as for
         # a refusal: a hold is no steady state.)
         self.received -= 1  # counted when it is handled
+        self.pub_in -= self.route.pn  # (the route it was refused with)
         if c.held is None:
             self.holds.append(c)  # (a list keeps its room: no allocation once grown)
             self.nholds += 1

@@ -83,6 +83,9 @@ def test_a_full_queue_with_the_uplink_up_holds_the_node_then_routes_in_order():
     assert [m[2] for m in got] == [1, 1, 1, 1, 2]
     assert sub.nothing()  # each once [MQTT-4.3.3-2]
     assert b.refused == 0 and len(w.gw.holds) == 0 and not b.q.keys
+    # $SYS publish/messages/received and publish/bytes/received: each
+    # message counted once, when it was handled, not also when held
+    assert (w.gw.received, w.gw.pub_in) == (5, 10)
 
 
 def test_a_held_qos2_id_is_not_taken_so_its_resend_is_routed_once():
