@@ -54,6 +54,25 @@ class Rule:
         """Whether this rule takes the local topic buf[off:off+n] up."""
         return bool(self.dir & OUT) and match_span(self.lf, 0, len(self.lf), buf, off, n)
 
+    def takes_below(self, levels):
+        """Whether this rule takes up some local topic below levels (a
+        tuple of topic levels, bytes, no wildcards), as $SYS/broker/load/
+        for (b"$SYS", b"broker", b"load"). A wildcard in the first level
+        matches no topic starting with "$" [MQTT-4.7.2-1]."""
+        if not self.dir & OUT:
+            return False
+        parts = self.lf.split(b"/")
+        for i in range(len(levels)):
+            if i >= len(parts):
+                return False
+            x = parts[i]
+            dollar = not i and levels[0][:1] == b"$"
+            if x == b"#":
+                return not dollar
+            if x != levels[i] and (x != b"+" or dollar):
+                return False
+        return len(parts) > len(levels)
+
     def out_topic(self, buf, off, n):
         """The upstream topic of the local topic buf[off:off+n], or None."""
         if not self.takes(buf, off, n):

@@ -64,8 +64,6 @@ _RETAINED = const(5)  # a retained message for a new topic past max_retained
 # second: an int stays small on a device (31 bits), where a larger one would
 # allocate at each packet counted (a gateway passes 2^30 packets in months)
 CARRY = const(0x10000000)
-# a topic of broker_load's (Core._sys_up)
-_LOAD = b"$SYS/broker/load/messages/received/1min"
 
 # the counts carry() keeps small, each with its count of CARRY in Stats.hi
 _CARRIED = ("bytes_in", "bytes_out", "received", "sent", "others_in", "others_out", "pub_in",
@@ -1327,9 +1325,13 @@ class Core(Stats):
         # so (the mem_budget refusal stays one, its marks taken back). 5
         # (_RETAINED) when it is retained, for a new topic, and
         # max_retained topics are kept: it would be acknowledged and not
-        # kept [MQTT-3.3.1-5]. No allocation (but that last check's, for
-        # a retained message once the limit is reached).
-        if r.retain and self.ret.full(r):
+        # kept [MQTT-3.3.1-5]; at MQTT 5 alone, whose PUBACK can refuse. A
+        # 3.1.1 refusal closes the link, and its publisher sends the same
+        # message first on every connection after [MQTT-4.4.0-1]: nothing
+        # behind it would ever pass, so there it is delivered, not kept
+        # (Retained.set). No allocation (but that last check's, for a
+        # retained message once the limit is reached).
+        if r.retain and r.src is not None and r.src.level == 5 and self.ret.full(r):
             return _RETAINED
         hit = self.subs.hit
         hq = self.subs.hq
@@ -1685,7 +1687,7 @@ class Core(Stats):
         if h is not None:
             for b in h.all:
                 for rule in b.rules:
-                    if rule.takes(_LOAD, 0, len(_LOAD)):
+                    if rule.takes_below((b"$SYS", b"broker", b"load")):
                         return True
         return False
 

@@ -71,8 +71,9 @@ class Retained:
             return
         new = key not in msgs
         if new and not sysk and len(msgs) - self.nsys >= self.lim.max_retained:
-            # (QoS 0, a will, the API: nobody to refuse it to; a client's
-            # QoS 1/2 one was refused before routing, Core._refuse_full)
+            # (QoS 0, a will, the API, a 3.1.1 client: nobody to refuse it
+            # to; an MQTT 5 client's QoS 1/2 one was refused before
+            # routing, Core._refuse_full)
             self.stats.dropped += 1
             if self.log is not None:
                 self.log("retained message on %s not kept: max retained reached" % key.decode())

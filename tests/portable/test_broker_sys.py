@@ -211,11 +211,15 @@ def _no_uplink():
 
 
 def test_sys_load_starts_for_a_bridge_that_takes_sys_up():
-    # a bridge with an out rule for $SYS/broker/load/ reads the averages as
-    # a subscriber does; one for "#" does not ($SYS/ is not in it
-    # [MQTT-4.7.2-1])
+    # a bridge with an out rule for some of $SYS/broker/load/ reads the
+    # averages as a subscriber does; one for "#" does not ($SYS/ is not in
+    # it [MQTT-4.7.2-1]), nor one for other $SYS/ topics
     from umqtt3.bridge import install
-    for rule, loads in (("# out 0", False), ("$SYS/# out 0 \"\" gw/", True)):
+    for rule, loads in (("# out 0", False), ("$SYS/# out 0 \"\" gw/", True),
+                        ("$SYS/broker/load/bytes/# out 0", True),
+                        ("$SYS/broker/load/+/+/5min out 0", True),
+                        ("+/broker/load/# out 0", False), ("$SYS/broker/uptime out 0", False),
+                        ("$SYS/broker/load/# in 0", False)):
         with running(sys_interval=1) as b:
             install(b, [{"name": "up", "rules": [rule], "link": _no_uplink,
                          "backoff_ms": (1000, 1000)}])
