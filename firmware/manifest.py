@@ -16,8 +16,14 @@ import os
 
 HOST_ONLY = ("compat/cpython.py",)  # tools/libgraph.py
 
-# The port's own manifest first, so its usual frozen modules stay.
-include("$(PORT_DIR)/boards/manifest.py")
+# The board's own manifest first (it includes the port's), so its usual
+# frozen modules stay: the Pico W's brings the networking bundle (ntptime,
+# which the node sets its clock with); the port's alone lacks it. A board
+# without one (ESP32_GENERIC) takes the port's.
+try:
+    include("$(BOARD_DIR)/manifest.py")
+except Exception:
+    include("$(PORT_DIR)/boards/manifest.py")
 
 _lib = []
 for _dir, _subdirs, _names in os.walk("../lib/umqtt3"):

@@ -104,6 +104,18 @@ def test_freeze_manifest_packages_the_library(monkeypatch):
     # the library, less what only the desktop runs
     frozen = [c[3] for c in pkgs if c[1] == "umqtt3"][0]
     assert frozen == [m for m in lib_modules() if m not in packages.DESKTOP_ONLY]
+    # the board's manifest (the Pico W's has the networking bundle: ntptime),
+    # else the port's
+    assert calls[0] == ("include", "$(BOARD_DIR)/manifest.py")
+    calls[:] = []
+
+    def include(path):
+        if "BOARD_DIR" in path:
+            raise OSError(2, "no such file: a board without its own manifest")
+        calls.append(("include", path))
+    env["include"] = include
+    with open(path) as f:
+        exec(compile(f.read(), path, "exec"), env)
     assert calls[0] == ("include", "$(PORT_DIR)/boards/manifest.py")
 
 
