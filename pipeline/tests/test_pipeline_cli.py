@@ -62,6 +62,12 @@ def job_args(tmp_path, *extra):
     (["--trigger", "1e20"], "--trigger: 1e20 is outside 0.001 to 86400 seconds"),
     (["--master", "bogus://x"], "--master: 'bogus://x' is not a master URL"),
     (["--master", "local[x]"], "--master: 'local[x]' is not a master URL"),
+    (["--master", "local[0]"], "--master: 'local[0]' is not a master URL"),  # (29 lines of Java)
+    # Spark's timestamps overflowed on the first reading
+    (["--max-early", "1e300"], "--max-early: 1e300 is above 3.1536e+07"),
+    # command-line bytes that are no UTF-8 (a traceback at connect) [MQTT-3.1.3-4]
+    (["--client-id", "a\udcff"], "--client-id: 'a\\udcff' is not UTF-8 text"),
+    (["--user", "\udcff"], "--user: '\\udcff' is not UTF-8 text"),
     # the broker would make up a new id at each connection [MQTT-3.1.3-6]
     (["--client-id", ""], "--client-id: '' would have the broker make up an id"),
     (["--client-id", "x" * 70000], "--client-id: 70000 bytes is more than 256"),
@@ -270,6 +276,7 @@ def test_ingest_refuses_a_bad_broker(tmp_path, broker, what):
 @pytest.mark.parametrize("extra,what", [
     (["--client-id", ""], "--client-id: '' would have the broker make up an id"),
     (["--client-id", "é" * 200], "--client-id: 400 bytes is more than 256"),
+    (["--client-id", "a\udcff"], "--client-id: 'a\\udcff' is not UTF-8 text"),
     (["--password-file", "/etc/hostname"], "--password-file needs --user"),
     (["--max-packet", "0x100"], "--max-packet: '0x100' is not a whole number of bytes"),
 ])
@@ -411,6 +418,12 @@ def test_the_cause_of_a_failure_is_its_deepest_reason():
           "device\n\tat org.apache.spark.X.y(X.scala:1)" + plan)
     assert cause(py) == ("OSError: [Errno 28] Error writing bytes to file. Detail: [errno 28] "
                          "No space left on device")
+    # a module's exception, its dotted name (the line ended at "Traceback ...:")
+    arrow = ("pyspark.errors.exceptions.captured.StreamingQueryException: [STREAM_FAILED] "
+             "Query terminated with exception: Return Message: Traceback (most recent call "
+             "last):\n  File \"source.py\", line 171, in f\npyarrow.lib.ArrowTypeError: Expected "
+             "integer, got bool\n\tat org.apache.spark.X.y(X.scala:1)" + plan)
+    assert cause(arrow) == "pyarrow.lib.ArrowTypeError: Expected integer, got bool"
     jvm = ("pyspark.errors.exceptions.captured.IllegalArgumentException: Error while "
            "instantiating 'x':\n\tat a.b(c)\nCaused by: java.lang.reflect.Invocation: outer\n"
            "Caused by: org.apache.spark.SparkIllegalArgumentException: [INVALID_CONF_VALUE] "

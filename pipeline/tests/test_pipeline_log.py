@@ -208,6 +208,9 @@ def test_parse_firmware_readings_and_dedup_keys():
     b'{"v":-Infinity,"boot":1,"seq":1}', b'{"v":1e999,"boot":1,"seq":1}',
     b'{"v":1%s,"boot":1,"seq":1}' % (b"0" * 400), b'{"v":%d,"boot":1,"seq":1}' % 10**400,
     b'{"v":1,"boot":9223372036854775808,"seq":1}', b'{"v":1,"boot":1,"seq":-9223372036854775809}',
+    b'{"v":1.7e308,"boot":1,"seq":1}', b'{"v":-1.7e308,"boot":1,"seq":1}',  # a mean of inf
+    b'{"v":1.5,"boot":true,"seq":1}', b'{"v":1.5,"boot":1,"seq":false}',  # stopped the job
+    b'{"v":1,"boot":1,"seq":1,"x":' + b"[" * 3000 + b"]" * 3000 + b"}",  # RecursionError
 ])
 def test_parse_refuses_numbers_spark_cannot_hold(payload):
     # a time Spark's timestamps cannot hold would stop the job at every

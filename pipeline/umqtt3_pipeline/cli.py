@@ -114,9 +114,23 @@ PORTABLE_CLIENT_ID = 23
 MAX_CLIENT_ID = 256  # bytes of UTF-8
 
 
+def utf8(text):
+    """argparse type: text the protocol carries as UTF-8 (a user name
+    [MQTT-3.1.3-11]): command-line bytes that are none, refused."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError("%r is not UTF-8 text" % text)
+    return text
+
+
 def client_id(text):
     """argparse type: a client id that names a session the broker keeps."""
-    n = len(text.encode("utf-8", "surrogateescape"))
+    try:
+        n = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        # bytes of the command line that are no UTF-8 [MQTT-3.1.3-4]
+        raise argparse.ArgumentTypeError("%r is not UTF-8 text [MQTT-3.1.3-4]" % text)
     if not n:
         raise argparse.ArgumentTypeError(
             "'' would have the broker make up an id at each connection, so the session is "

@@ -273,7 +273,7 @@ def main(argv=None):
     import sys
     from .cli import (Help, Parser, add_tls, broker_address, client_id, client_id_note,
                       made_dirs, needs_user, reachable, tls_checked,
-                      topic_filters, usable_dir)
+                      topic_filters, usable_dir, utf8)
     ap = Parser(prog="python -m umqtt3_pipeline.ingest", description=main.__doc__,
                 formatter_class=Help)
     ap.add_argument("--log", required=True)
@@ -284,7 +284,7 @@ def main(argv=None):
     ap.add_argument("--client-id", default="umqtt3-ingest", type=client_id,
                     help="fixed and different for each ingest: it names the broker session "
                     "(up to 23 characters: what every server takes)")
-    ap.add_argument("--user", help="the user name the broker wants, if any")
+    ap.add_argument("--user", type=utf8, help="the user name the broker wants, if any")
     ap.add_argument("--password-file", metavar="FILE",
                     help="a file whose first line is the password for --user")
     add_tls(ap)

@@ -41,7 +41,7 @@ if __name__ == "__main__" and not __package__:
 
 from .cli import (PORTABLE_CLIENT_ID, Help, Parser, add_tls, broker_address, client_id,
                   client_id_note, command_name, made_dirs, needs_user, reachable, tls_checked,
-                  topic_filters, usable_dir)
+                  topic_filters, usable_dir, utf8)
 
 
 def _worker_path():
@@ -117,7 +117,7 @@ def spark_conf(shuffle_partitions=None, ui=False, conf=()):
 
 # the source's columns windows() uses: the rest (the payload above all)
 # would only widen the Arrow batches and the JVM's rows (docs/pipeline.md)
-COLUMNS = "topic,received_at,sent_at,node,metric,value,boot,seq"
+COLUMNS = "topic,retain,received_at,sent_at,node,metric,value,boot,seq"
 
 
 def readings(spark, broker, topics, path, qos=1, client_id="umqtt3-telemetry", max_rows=0,
@@ -201,11 +201,14 @@ def event_time(window="10 seconds", watermark="10 seconds", max_early=5.0):
 
 def windows(df, window="10 seconds", watermark="10 seconds", max_early=5.0):
     """Per node, metric and tumbling window: count, min, max, mean of the
-    de-duplicated readings."""
+    de-duplicated readings. A retained reading is left out: the broker sets
+    the retain flag only on what a new subscription replays [MQTT-3.3.1-8,
+    MQTT-3.3.1-9], which each run's SUBSCRIBE gets again."""
     from pyspark.sql import functions as F
     from .source import CLOSE_TOPIC
     from .telemetry import DEDUP_KEY
-    r = (df.where(F.col("value").isNotNull() | (F.col("topic") == CLOSE_TOPIC))
+    r = (df.where((F.col("value").isNotNull() & ~F.col("retain"))
+                  | (F.col("topic") == CLOSE_TOPIC))
          .withColumn("event_time", event_time(window, watermark, max_early))
          .withWatermark("event_time", watermark)
          # the close row only moves the watermark. The optimizer pushes a
@@ -419,7 +422,7 @@ def drain(q, log, seconds, settle=5.0, close=True, interrupted=None):
     return done()
 
 
-def _at_least(low, kind=float):
+def _at_least(low, kind=float, high=None):
     def check(text):
         try:
             x = kind(text)
@@ -429,6 +432,8 @@ def _at_least(low, kind=float):
             raise argparse.ArgumentTypeError("%r is not a finite number" % text)
         if x < low:
             raise argparse.ArgumentTypeError("%s is below %s" % (text, low))
+        if high is not None and x > high:
+            raise argparse.ArgumentTypeError("%s is above %g" % (text, high))
         return x
     return check
 
@@ -444,7 +449,8 @@ def _trigger(text):
 
 # the master URLs Spark takes (spark-submit --help): anything else ends in
 # 30 lines from the JVM before the job starts
-_MASTER = re.compile(r"(local(\[([0-9]+|\*)(,[0-9]+)?\])?|local-cluster\[[0-9]+,[0-9]+,[0-9]+\]"
+_MASTER = re.compile(r"(local(\[([1-9][0-9]*|\*)(,[1-9][0-9]*)?\])?"
+                     r"|local-cluster\[[1-9][0-9]*,[1-9][0-9]*,[1-9][0-9]*\]"
                      r"|yarn|(spark|k8s|mesos)://\S+)\Z")
 
 
@@ -481,7 +487,7 @@ def parser():
     ap.add_argument("--client-id", default="umqtt3-telemetry", type=client_id,
                     help="fixed: it names the broker's persistent session (up to %d "
                     "characters: what every server takes)" % PORTABLE_CLIENT_ID)
-    ap.add_argument("--user", help="the user name the broker wants, if any")
+    ap.add_argument("--user", type=utf8, help="the user name the broker wants, if any")
     ap.add_argument("--password-file", metavar="FILE",
                     help="a file whose first line is the password for --user")
     add_tls(ap)
@@ -491,7 +497,8 @@ def parser():
     ap.add_argument("--window", type=_duration, default="10 seconds", help="window length")
     ap.add_argument("--watermark", type=_duration, default="10 seconds",
                     help="how late a reading may come")
-    ap.add_argument("--max-early", type=_at_least(0), default=5.0,
+    # (at most a year: Spark's timestamps overflowed on the first reading past 1e13 s)
+    ap.add_argument("--max-early", type=_at_least(0, float, 31536000), default=5.0,
                     help="seconds a reading's own time may be ahead of its arrival; "
                     "a reading further ahead takes its arrival time (default: 5)")
     ap.add_argument("--trigger", type=_trigger, default=2.0, help="seconds between batches")
@@ -627,10 +634,13 @@ def on_signals(stop, interrupted):
 # once, in one line (failed()), and writes the trace to a file
 _REPORTERS = ("org.apache.spark.sql.execution.streaming", "org.apache.spark.executor.Executor",
               "org.apache.spark.scheduler.TaskSetManager", "org.apache.spark.api.python")
-# what names a cause in a trace: a Python exception's last line (a bare
-# builtin name), else the deepest "Caused by:" of the JVM's, else the last of
-# Spark's error classes ("[STREAM_FAILED] ... [THE_CAUSE] what")
-_PY_CAUSE = re.compile(r"^([A-Z]\w*(?:Error|Exception|Exit)): (.+)$", re.M)
+# what names a cause in a trace: a Python exception's last line (a builtin
+# name, or a module's: pyarrow.lib.ArrowTypeError; not the wrappers py4j and
+# pyspark.errors put round the JVM's, nor the JVM's own), else the deepest
+# "Caused by:" of the JVM's, else the last of Spark's error classes
+# ("[STREAM_FAILED] ... [THE_CAUSE] what")
+_PY_CAUSE = re.compile(r"^((?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit)): (.+)$", re.M)
+_WRAPPERS = ("py4j.", "pyspark.errors.", "java.", "javax.", "org.", "scala.")
 _JVM_CAUSE = re.compile(r"^Caused by: [\w.$]+: (.+)$", re.M)
 _SPARK_CAUSE = re.compile(r"\[[A-Z][A-Z0-9_.]+\] ")
 # what to do about a cause, where the job knows it
@@ -642,7 +652,7 @@ _HINTS = {"STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE":
 def cause(text):
     """The line that says why, from a failure's whole text."""
     hint = "".join(h for k, h in _HINTS.items() if k in text)
-    m = _PY_CAUSE.findall(text)
+    m = [x for x in _PY_CAUSE.findall(text) if not x[0].startswith(_WRAPPERS)]
     if m:
         return "%s: %s%s" % (m[-1] + (hint,))
     m = _JVM_CAUSE.findall(text)
@@ -773,14 +783,20 @@ def main(argv=None):
     if gone:
         return say_lost(windows_left(a, tally[1]))
     if q is None:
-        return 130 if interrupted.is_set() else 1
+        # SIGTERM or Ctrl-C while Spark was starting: nothing was read
+        print("umqtt3 telemetry: stopped before the query started: nothing read", flush=True)
+        return 130 if interrupted.is_set() else 0
     if q.exception() is not None:
         return failed("query failed", q.exception())
     print("umqtt3 telemetry: stopped after %.0f s; %d readings committed to %s (in the windows "
           "this run wrote)" % (time.monotonic() - t0, tally[0], a.out), flush=True)
     if a.plot:
         from .plot import plot
-        n = plot(a.out, a.plot)
+        try:
+            n = plot(a.out, a.plot)
+        except Exception as e:  # the windows are written: only the picture failed
+            spark.stop()
+            return failed("the plot (%s) was not drawn" % a.plot, e)
         print("plot: %s (%d windows)" % (a.plot, n), flush=True)
     spark.stop()
     return 0

@@ -5,7 +5,6 @@ the node knows the time (its clock synced over NTP); readings without it are
 valid and fall back to their arrival time downstream. Status messages (``<prefix>/<node>/status``,
 plain text) and anything else parse to None."""
 import json
-import math
 import re
 
 # (node, boot, seq) names a reading: boot is random per boot of the node and
@@ -21,6 +20,9 @@ DEDUP_KEY = ("node", "boot", "seq")
 # takes NaN, Infinity and 1e999), is refused as malformed.
 MIN_INT, MAX_INT = -(1 << 63), (1 << 63) - 1
 MAX_T = 9.2e12  # seconds, either side of 1970
+# a value's magnitude at most this: a window's mean sums its values as a
+# double, and two readings of 1.7e308 made it infinite
+MAX_V = 1e300
 
 
 # exactly what firmware/node.py sends ('{"v":%s,"boot":%d,"seq":%d}', then
@@ -83,7 +85,7 @@ def parse_columns(topics, payloads):
 
 def _fits(v, boot, seq, t):
     """The numbers fit Spark's columns (MIN_INT, MAX_T)."""
-    return (math.isfinite(v) and MIN_INT <= boot <= MAX_INT and MIN_INT <= seq <= MAX_INT
+    return (-MAX_V <= v <= MAX_V and MIN_INT <= boot <= MAX_INT and MIN_INT <= seq <= MAX_INT
             and (t is None or -MAX_T < t < MAX_T))  # False for NaN
 
 
@@ -109,16 +111,16 @@ def parse(topic, payload):
         v = d["v"]
         boot = d["boot"]
         seq = d["seq"]
-    except (ValueError, KeyError, TypeError):
-        return None
+    except (ValueError, KeyError, TypeError, RecursionError):
+        return None  # (RecursionError: a payload nested thousands deep)
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
     try:
         v = float(v)
     except OverflowError:  # an integer beyond a double's range
         return None
-    if not isinstance(boot, int) or not isinstance(seq, int):
-        return None
+    if type(boot) is not int or type(seq) is not int:
+        return None  # (a bool is an int to isinstance(), not to Spark's long column)
     t = d.get("t")
     if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float))):
         t = None
