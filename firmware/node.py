@@ -279,6 +279,7 @@ class Node:
                     cl.publish(topic, msg, retain, qos, key, wait=False)
                 else:
                     cl.publish(topic, msg, retain)
+                self.seen()
                 if self.refused:
                     self.refused = False
                     self._log("%s: the store takes messages again" % self.id)
@@ -286,6 +287,7 @@ class Node:
             except Busy:
                 pass
             except (StoreFull, OSError) as e:
+                self.seen()
                 if not qos:
                     return None  # QoS 0 while the link is down: dropped
                 if not self.refused:
@@ -296,7 +298,19 @@ class Node:
             if ticks_diff(deadline, self.clock()) <= 0:
                 return False
             self.feed()
-            cl.poll(20)
+            self.poll(20)
+
+    def poll(self, ms):
+        """The client's poll() (acks, keepalive, reconnect), then seen()."""
+        self.client.poll(ms)
+        self.seen()
+
+    def seen(self):
+        """After every call into the client: a link found down means the
+        next connection needs its own birth, whichever call met the drop (a
+        reconnect may follow within the same put() or drain())."""
+        if not self.client.is_connected():
+            self.born = False
 
     def birth(self, deadline):
         """Publish the retained "online" status once per connection: at
@@ -343,16 +357,14 @@ class Node:
             left = ticks_diff(end, self.clock())
             if left <= 0:
                 return True
-            self.client.poll(min(left, 100))
-            if not self.client.is_connected():
-                self.born = False  # a reconnect (after backoff) needs its birth
+            self.poll(min(left, 100))
 
     def drain(self, ms):
         """Wait up to `ms` for every QoS 1/2 message in flight to be acked."""
         t0 = self.clock()
         while self.client.inflight() and ticks_diff(self.clock(), t0) < ms:
             self.feed()
-            self.client.poll(20)
+            self.poll(20)
         return not self.client.inflight()
 
     # ------------------------------------------------------------ run

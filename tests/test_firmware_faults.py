@@ -315,3 +315,39 @@ def test_the_node_says_online_again_after_its_client_reconnects(broker):
         run.stop()
         relay.close()
         col.close()
+
+
+def test_the_node_says_online_again_when_put_met_the_drop(broker):
+    # the broker stops answering: the window fills and the node waits in
+    # put()'s Busy loop; the link breaks there and the client reconnects
+    # inside put() or drain(), never seen by wait(). Before, "born" stayed
+    # True: no "online" after the will, while readings flowed [MQTT-3.1.2-8]
+    from relay import Relay
+    col = Collector(broker.port)
+    relay = Relay(broker.port)
+    run = Running()
+    n = fw_node.Node(cfg("w2", relay.port, period_s=2), DESKTOP, {"ssid": "lab"},
+                     stop=run.stopping.is_set)
+    where = {"put": 0}
+    real_put = n.put
+
+    def put(*a, **kw):
+        where["put"] += 1
+        try:
+            return real_put(*a, **kw)
+        finally:
+            where["put"] -= 1
+    n.put = put
+    try:
+        run.start(n.run, 0)
+        col.wait(lambda: col.status("w2") == ["online"])
+        relay.mute()
+        wait_for(lambda: where["put"] and n.client.inflight() >= DESKTOP.WINDOW)
+        relay.unmute()
+        relay.break_links()
+        col.wait(lambda: col.status("w2")[-1:] == ["offline"])
+        col.wait(lambda: col.status("w2") == ["online", "offline", "online"], 15)
+    finally:
+        run.stop()
+        relay.close()
+        col.close()
