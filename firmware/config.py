@@ -7,7 +7,8 @@
 #                ("": the /board.py a deploy copies, the usual case)
 #   node_id      client id and topic level (default: "n" + machine.unique_id() hex)
 #   prefix       first topic level(s)                   (default "umqtt3")
-#                (neither may hold '+', '#' or NUL: they are in topic names)
+#                (neither may hold '+', '#' or NUL: they are in topic names;
+#                together at most TOPIC_ROOM bytes)
 #   broker       broker host (not empty), port: its TCP port (default 1883)
 #   qos          0, 1 or 2                              (default 1)
 #   store        "memory" or "file"; "" picks file for QoS 2, else memory
@@ -80,6 +81,10 @@ CHOICES = {"role": ("node", "gateway"), "wifi_mode": ("sta", "ap"), "qos": (0, 1
 # (the will's topic) at every boot
 TOPIC_PARTS = ("prefix", "node_id")
 NOT_IN_TOPICS = ("+", "#", "\x00")
+# prefix and node_id together, in bytes: the CONNECT (client id and will
+# topic) and a reading (topic and payload) fit the smallest board's BUFSIZE,
+# 512, with room for the metric's name; longer, every boot fails (MQTTError 0x95)
+TOPIC_ROOM = 128
 
 
 def _refuse(k, what, v):
@@ -110,6 +115,11 @@ def check(c):
     for k in TOPIC_PARTS:
         if any(x in c.get(k, "") for x in NOT_IN_TOPICS):
             _refuse(k, "free of '+', '#' and NUL (it is part of topic names)", c[k])
+    sizes = [len(c.get(k, "").encode()) for k in TOPIC_PARTS]
+    if sum(sizes) > TOPIC_ROOM:
+        raise ValueError("%s must be shorter: prefix and node_id at most %d bytes together "
+                         "(the board's buffer), not %d" % (
+                             TOPIC_PARTS[sizes[1] > sizes[0]], TOPIC_ROOM, sum(sizes)))
     if c.get("broker", DEFAULTS["broker"]) == "":
         _refuse("broker", "a host name or address", "")
 

@@ -19,7 +19,7 @@ import random
 
 from umqtt3.compat import ticks_ms, ticks_add, ticks_diff, sleep_ms
 from umqtt3.client import MQTTClient
-from umqtt3.flow import Busy, StoreFull
+from umqtt3.flow import Busy, StoreFull, MQTTError
 from umqtt3.memstore import MemoryStore
 from umqtt3.store import FileStore
 
@@ -271,7 +271,8 @@ class Node:
         A store whose write fails (OSError at QoS 1/2, e.g. a full flash:
         ENOSPC) is given up at once (no retried writes to a failing flash):
         False. A store's refusal is logged once per episode; what it holds
-        stays and goes out. None: QoS 0 while the link is down, dropped."""
+        stays and goes out. A message larger than the buffer (MQTTError
+        0x95) is logged and given up: False. None: QoS 0 while the link is down, dropped."""
         cl = self.client
         while True:
             try:
@@ -295,6 +296,10 @@ class Node:
                     self._log("%s: the store refuses messages (%r): dropping them" % (self.id, e))
                 if not isinstance(e, StoreFull):
                     return False
+            except MQTTError as e:  # 0x95: larger than the board's BUFSIZE, never fits
+                self._log("%s: %s: too big for BUFSIZE (%d bytes): %r" % (
+                    self.id, topic, len(msg), e))
+                return False
             if ticks_diff(deadline, self.clock()) <= 0:
                 return False
             self.feed()

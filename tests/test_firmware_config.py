@@ -64,6 +64,11 @@ BAD = [
     ({"node_id": "n+1"}, "node_id"),
     ({"node_id": "n#"}, "node_id"),
     ({"broker": ""}, "broker"),  # connects nowhere
+    # longer than the board's buffer takes in a CONNECT or a reading: MQTTError
+    # 0x95 out of connect(), at every boot
+    ({"prefix": "p" * 600}, "prefix"),
+    ({"prefix": "p" * 100, "node_id": "n" * 29}, "prefix"),
+    ({"node_id": "n" * 129, "prefix": ""}, "node_id"),
 ]
 
 GOOD = [
@@ -74,6 +79,7 @@ GOOD = [
      "qos": 2, "role": "gateway", "wifi_mode": "ap", "country": "DE",
      "bridge": [{"host": "10.0.0.2"}], "mine": "kept", "wifi_rejoin_s": 0},
     {"prefix": "site/a/b", "node_id": "n-1_x", "broker": "broker.local", "wifi_rejoin_s": 2.5},
+    {"prefix": "p" * 64, "node_id": "n" * 64},  # TOPIC_ROOM, 128 bytes
 ]
 
 
@@ -135,6 +141,7 @@ def run_main(tmp_path, text):
     ('{"qos": 1.0}', "qos must be one of 0, 1, 2, not 1.0"),
     ('{"period_s": 10', "/config.json: "),  # JSON that does not parse
     ('{"prefix": "site/+"}', "prefix must be free of '+', '#' and NUL"),
+    ('{"prefix": "%s"}' % ("p" * 600), "prefix must be shorter"),
 ])
 def test_main_on_the_board_says_what_is_wrong_and_does_not_reset(tmp_path, text, msg):
     # before the fix, the error went to main.py's reset-after-a-pause (for ever)

@@ -209,6 +209,25 @@ def test_a_reading_that_is_not_a_number_is_logged_and_skipped(broker):
             json.loads(p, parse_constant=no_constants)
 
 
+def test_a_reading_too_big_for_the_buffer_is_logged_and_skipped(broker):
+    # an int of 1100 digits does not fit DESKTOP's BUFSIZE, 1024: the client
+    # refuses it (MQTTError 0x95); before, that ended run() (main.py: a reset,
+    # and the same at every boot)
+    col = Collector(broker.port)
+    logs = []
+    sensors = {"count": lambda: 10 ** 1100, "soil": lambda: 41}
+    n = fw_node.Node(cfg("s2", broker.port), DESKTOP, {"ssid": "lab"}, sensors=sensors,
+                     log=logs.append)
+    assert n.run(3) == 3
+    col.wait(lambda: len(col.readings("s2", "soil")) == 3)
+    col.close()
+    assert not col.readings("s2", "count")
+    assert count(logs, "s2: fwfault/s2/count: too big for BUFSIZE") == 3, logs
+    assert n.skipped == 3
+    seq = sorted(r["seq"] for _, r in col.readings("s2"))
+    assert seq == list(range(1, len(seq) + 1))  # the skipped readings left no gap
+
+
 # ------------------------------------------------------------------ Wi-Fi
 @pytest.fixture
 def wlan(monkeypatch):
