@@ -134,6 +134,27 @@ def check_secrets(s):
             raise ValueError("%s must be a string" % k)
 
 
+def _parent_is_dir(path):
+    import os
+    i = path.rfind("/")
+    try:
+        return os.stat(path[:i] if i > 0 else "/" if i == 0 else ".")[0] & 0x4000 != 0
+    except OSError:
+        return False
+
+
+def check_board(c, s):
+    """What the board must hold to start the role in `c` (merged) with the
+    secrets `s`; a reset would not mend either, so main.py prints the
+    ValueError (it names the file) and stays at the REPL."""
+    if (c["role"] == "node" or c["wifi_mode"] == "sta") and not s.get("ssid"):
+        raise ValueError("/secrets.json: no ssid (the Wi-Fi network to join)")
+    for k in ("store_dir", "gateway_store"):
+        if c[k] and not _parent_is_dir(c[k]):
+            raise ValueError("/config.json: %s %s: its parent directory does not exist"
+                             % (k, c[k]))
+
+
 def merge(overrides=None):
     """DEFAULTS with `overrides` (a dict) on top, checked; unknown keys are
     kept."""

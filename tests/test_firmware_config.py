@@ -241,3 +241,42 @@ def test_main_on_the_board_says_its_secrets_are_bad_and_does_not_reset(tmp_path,
     out = p.stdout.strip()
     assert out.startswith("/secrets.json: ") and out.endswith(": not starting"), out
     assert msg in out and "\n" not in out, out
+
+
+def test_check_board_refuses_a_station_without_ssid_and_a_store_dir_without_parent(tmp_path):
+    node, gw = fw_config.merge({}), fw_config.merge({"role": "gateway"})
+    for c in (node, gw):
+        with pytest.raises(ValueError) as e:
+            fw_config.check_board(c, {"password": "pw"})
+        assert str(e.value) == "/secrets.json: no ssid (the Wi-Fi network to join)"
+    fw_config.check_board(node, {"ssid": "lab"})
+    fw_config.check_board(fw_config.merge({"role": "gateway", "wifi_mode": "ap"}), {})
+    for k in ("store_dir", "gateway_store"):
+        missing = str(tmp_path / "no" / "mq")
+        with pytest.raises(ValueError) as e:
+            fw_config.check_board(fw_config.merge({k: missing}), {"ssid": "lab"})
+        assert str(e.value) == ("/config.json: %s %s: its parent directory does not exist"
+                                % (k, missing))
+        fw_config.check_board(fw_config.merge({k: str(tmp_path / "mq")}), {"ssid": "lab"})
+
+
+@pytest.mark.skipif(not (NODE and os.path.exists(WASM)), reason="no WebAssembly MicroPython")
+@pytest.mark.parametrize("config,secrets,msg", [
+    ("{}", '{"password": "pw"}', "/secrets.json: no ssid (the Wi-Fi network to join)"),
+    ("{}", None, "/secrets.json: no ssid (the Wi-Fi network to join)"),  # no file at all
+    ('{"store": "file", "store_dir": "/data/mq"}', '{"ssid": "lab"}',
+     "/config.json: store_dir /data/mq: its parent directory does not exist"),
+])
+def test_main_on_the_board_refuses_what_a_reset_would_not_mend(tmp_path, config, secrets, msg):
+    # before: node.start() armed the watchdog, then wifi() (no ssid) or the
+    # FileStore (no parent) raised: main.py's pause and machine.reset(), at every boot
+    (tmp_path / "config.json").write_text(config)
+    mounts = ["--mount", "%s=/config.json" % (tmp_path / "config.json"),
+              "--mount", "%s=/board.py" % os.path.join(ROOT, "boards", "esp32.py")]
+    if secrets is not None:
+        (tmp_path / "secrets.json").write_text(secrets)
+        mounts += ["--mount", "%s=/secrets.json" % (tmp_path / "secrets.json")]
+    p = subprocess.run(["node", RUN_MJS] + mounts + [os.path.join(ROOT, "firmware", "main.py")],
+                       capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert p.returncode == 0 and not p.stderr, p.stdout + p.stderr
+    assert p.stdout.strip() == msg + ": not starting", p.stdout
