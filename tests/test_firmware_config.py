@@ -224,6 +224,29 @@ def test_deploy_refuses_secrets_the_board_would_refuse(tmp_path):
                        env=procs.python_env())
     assert p.returncode == 2, p.stdout + p.stderr
     assert p.stderr == "deploy: secrets %s: password must be a string\n" % secrets, p.stderr
+    assert not (tmp_path / "stage").exists()  # refused before anything is staged
+
+
+def test_a_refused_deploy_leaves_the_last_staging_as_it_was(tmp_path):
+    # before: stage() emptied the staging directory, then refused the secrets
+    # half way: no main.py where the last good staging was
+    path, secrets = tmp_path / "config.json", tmp_path / "secrets.json"
+    path.write_text("{}")
+    secrets.write_text('{"ssid": "lab"}')
+
+    def deploy_():
+        return subprocess.run([sys.executable, "-m", "tools.device.deploy", "--board", "esp32",
+                               "--dry-run", "--build", str(tmp_path / "stage"), "--config",
+                               str(path), "--secrets", str(secrets)],
+                              capture_output=True, text=True, timeout=120, cwd=ROOT,
+                              env=procs.python_env())
+    assert deploy_().returncode == 0
+    before = sorted(p.name for p in (tmp_path / "stage").iterdir())
+    assert "main.py" in before and "secrets.json" in before
+    secrets.write_text('{"ssid": 5}')
+    p = deploy_()
+    assert p.returncode == 2 and p.stderr == "deploy: secrets %s: ssid must be a string\n" % secrets
+    assert sorted(p.name for p in (tmp_path / "stage").iterdir()) == before
 
 
 @pytest.mark.skipif(not (NODE and os.path.exists(WASM)), reason="no WebAssembly MicroPython")
