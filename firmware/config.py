@@ -24,6 +24,8 @@
 #   watchdog     false: do not start the board's watchdog (default true)
 #   drain_ms     on stop or before deep sleep, wait this long for acks (2000)
 #   allow_fat    let the FileStore use a FAT filesystem (default false)
+#   ntp          false: do not set the RTC over NTP at boot (default true)
+#   ntp_host     the NTP server ("": ntptime's own, pool.ntp.org)
 #   bridge       gateway: an upstream broker to bridge to, or a list of them
 #                (default none), each a dict of umqtt3.bridge_settings.DEFAULTS, e.g.
 #                {"host": "10.0.0.2", "rules": ["sensors/# out 2 gw/ site1/"]};
