@@ -34,6 +34,9 @@
 #                bridge_password (docs/bridge.md)
 #   gateway_store  gateway: the broker's store directory ("": the board's
 #                GATEWAY_STORE when a bridge is set, else none)
+#   queue_full   gateway: what the broker does with a QoS 1/2 message a
+#                subscriber's full queue cannot take: "refuse" it to the
+#                publisher (default) or "drop" it for that subscriber alone
 # Numbers and true/false must be JSON numbers and booleans ("10" is not 10),
 # within the ranges in NUMBERS; merge() refuses anything else with a
 # ValueError, which deploy reports before copying and main.py at boot.
@@ -63,6 +66,7 @@ DEFAULTS = {
     "allow_fat": False,
     "bridge": None,
     "gateway_store": "",
+    "queue_full": "refuse",
 }
 
 # what each setting must be: a string, true or false, or a number from low to
@@ -77,7 +81,8 @@ NUMBERS = {  # key: (whole, low, high)
     "wifi_rejoin_s": (False, 0, 86400),
     "drain_ms": (False, 0, 86400000),
 }
-CHOICES = {"role": ("node", "gateway"), "wifi_mode": ("sta", "ap"), "qos": (0, 1, 2)}
+CHOICES = {"role": ("node", "gateway"), "wifi_mode": ("sta", "ap"), "qos": (0, 1, 2),
+           "queue_full": ("refuse", "drop")}
 # parts of every topic the node publishes to: a topic name holds no wildcard
 # [MQTT-4.7.1-1] and no NUL [MQTT-4.7.3-2], or the broker closes the CONNECT
 # (the will's topic) at every boot

@@ -24,7 +24,7 @@ def main():
     except ValueError as e:  # also JSON that does not parse
         print("/secrets.json: %s: not starting" % e)
         return
-    gateway = bridges = None
+    bridges = None
     if cfg["role"] == "gateway":
         import gateway
         try:  # the bridges' files (cafile, ...) are on the board: checked here
@@ -37,7 +37,8 @@ def main():
     except ValueError as e:
         print("%s: not starting" % e)
         return
-    if gateway:
+    if cfg["role"] == "gateway":
+        import gateway  # (imported above: checked its bridges)
         gateway.run(cfg, board, secrets, log=print, bridges=bridges)
     else:
         import node

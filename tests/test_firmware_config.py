@@ -49,6 +49,7 @@ BAD = [
     ({"qos": True}, "qos"),
     ({"role": "gw"}, "role"),
     ({"wifi_mode": "station"}, "wifi_mode"),
+    ({"queue_full": "keep"}, "queue_full"),
     ({"broker": 10}, "broker"),
     ({"prefix": None}, "prefix"),
     ({"node_id": 7}, "node_id"),

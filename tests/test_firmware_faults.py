@@ -370,3 +370,38 @@ def test_the_node_says_online_again_when_put_met_the_drop(broker):
         run.stop()
         relay.close()
         col.close()
+
+
+# ------------------------------------------------------------------ a stalled subscriber
+@pytest.mark.parametrize("policy", ["refuse", "drop"])
+def test_a_gateway_with_queue_full_drop_is_not_held_back_by_a_stalled_subscriber(policy):
+    # a subscriber to '#' that never reads: its queue on the gateway fills.
+    # "refuse" (the default) refuses the node's QoS 1 readings and, at 3.1.1,
+    # closes its connection [MQTT-3.3.5-2]; "drop" drops them for that
+    # subscriber alone, and the node goes on
+    import socket
+    gateway = fw["gateway"]
+    esp32 = fw_config.board("esp32")  # the small queues of a board
+    p = free_port()
+    r = Running()
+    r.start(gateway.run, {"port": p, "queue_full": policy}, esp32, {"ssid": "lab"},
+            stop=r.stopping.is_set, host="127.0.0.1")
+    slow = None
+    try:
+        assert wait_port(p, 10)
+        slow = socket.socket()
+        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        slow.connect(("127.0.0.1", p))
+        slow.sendall(b"\x10\x10\x00\x04MQTT\x04\x02\x00\x3c\x00\x04slow")  # CONNECT, clean
+        slow.sendall(b"\x82\x06\x00\x01\x00\x01#\x01")  # SUBSCRIBE '#' QoS 1, then silence
+        time.sleep(0.3)
+        n = fw_node.Node(cfg("q1", p, cycles=40), DESKTOP, {"ssid": "lab"})
+        assert n.run() == 40
+        if policy == "drop":
+            assert n.skipped == 0 and n.sent == 40 * 3, (n.sent, n.skipped)
+        else:  # the default: documented, the node is held back
+            assert n.skipped > 0
+    finally:
+        if slow:
+            slow.close()
+        r.stop()
