@@ -7,7 +7,8 @@
 #                ("": the /board.py a deploy copies, the usual case)
 #   node_id      client id and topic level (default: "n" + machine.unique_id() hex)
 #   prefix       first topic level(s)                   (default "umqtt3")
-#                (neither may hold '+', '#' or NUL: they are in topic names)
+#                (neither may hold '+', '#' or NUL: they are in topic names;
+#                together at most TOPIC_ROOM bytes)
 #   broker       broker host (not empty), port: its TCP port (default 1883)
 #   qos          0, 1 or 2                              (default 1)
 #   store        "memory" or "file"; "" picks file for QoS 2, else memory
@@ -23,6 +24,8 @@
 #   watchdog     false: do not start the board's watchdog (default true)
 #   drain_ms     on stop or before deep sleep, wait this long for acks (2000)
 #   allow_fat    let the FileStore use a FAT filesystem (default false)
+#   ntp          false: do not set the RTC over NTP at boot (default true)
+#   ntp_host     the NTP server ("": ntptime's own, pool.ntp.org)
 #   bridge       gateway: an upstream broker to bridge to, or a list of them
 #                (default none), each a dict of umqtt3.bridge_settings.DEFAULTS, e.g.
 #                {"host": "10.0.0.2", "rules": ["sensors/# out 2 gw/ site1/"]};
@@ -31,6 +34,9 @@
 #                bridge_password (docs/bridge.md)
 #   gateway_store  gateway: the broker's store directory ("": the board's
 #                GATEWAY_STORE when a bridge is set, else none)
+#   queue_full   gateway: what the broker does with a QoS 1/2 message a
+#                subscriber's full queue cannot take: "refuse" it to the
+#                publisher (default) or "drop" it for that subscriber alone
 # Numbers and true/false must be JSON numbers and booleans ("10" is not 10),
 # within the ranges in NUMBERS; merge() refuses anything else with a
 # ValueError, which deploy reports before copying and main.py at boot.
@@ -60,6 +66,7 @@ DEFAULTS = {
     "allow_fat": False,
     "bridge": None,
     "gateway_store": "",
+    "queue_full": "refuse",
 }
 
 # what each setting must be: a string, true or false, or a number from low to
@@ -74,12 +81,17 @@ NUMBERS = {  # key: (whole, low, high)
     "wifi_rejoin_s": (False, 0, 86400),
     "drain_ms": (False, 0, 86400000),
 }
-CHOICES = {"role": ("node", "gateway"), "wifi_mode": ("sta", "ap"), "qos": (0, 1, 2)}
+CHOICES = {"role": ("node", "gateway"), "wifi_mode": ("sta", "ap"), "qos": (0, 1, 2),
+           "queue_full": ("refuse", "drop")}
 # parts of every topic the node publishes to: a topic name holds no wildcard
 # [MQTT-4.7.1-1] and no NUL [MQTT-4.7.3-2], or the broker closes the CONNECT
 # (the will's topic) at every boot
 TOPIC_PARTS = ("prefix", "node_id")
 NOT_IN_TOPICS = ("+", "#", "\x00")
+# prefix and node_id together, in bytes: the CONNECT (client id and will
+# topic) and a reading (topic and payload) fit the smallest board's BUFSIZE,
+# 512, with room for the metric's name; longer, every boot fails (MQTTError 0x95)
+TOPIC_ROOM = 128
 
 
 def _refuse(k, what, v):
@@ -110,6 +122,11 @@ def check(c):
     for k in TOPIC_PARTS:
         if any(x in c.get(k, "") for x in NOT_IN_TOPICS):
             _refuse(k, "free of '+', '#' and NUL (it is part of topic names)", c[k])
+    sizes = [len(c.get(k, "").encode()) for k in TOPIC_PARTS]
+    if sum(sizes) > TOPIC_ROOM:
+        raise ValueError("%s must be shorter: prefix and node_id at most %d bytes together "
+                         "(the board's buffer), not %d" % (
+                             TOPIC_PARTS[sizes[1] > sizes[0]], TOPIC_ROOM, sum(sizes)))
     if c.get("broker", DEFAULTS["broker"]) == "":
         _refuse("broker", "a host name or address", "")
 
@@ -122,6 +139,27 @@ def check_secrets(s):
     for k in s:
         if not isinstance(s[k], str):
             raise ValueError("%s must be a string" % k)
+
+
+def _parent_is_dir(path):
+    import os
+    i = path.rfind("/")
+    try:
+        return os.stat(path[:i] if i > 0 else "/" if i == 0 else ".")[0] & 0x4000 != 0
+    except OSError:
+        return False
+
+
+def check_board(c, s):
+    """What the board must hold to start the role in `c` (merged) with the
+    secrets `s`; a reset would not mend either, so main.py prints the
+    ValueError (it names the file) and stays at the REPL."""
+    if (c["role"] == "node" or c["wifi_mode"] == "sta") and not s.get("ssid"):
+        raise ValueError("/secrets.json: no ssid (the Wi-Fi network to join)")
+    for k in ("store_dir", "gateway_store"):
+        if c[k] and not _parent_is_dir(c[k]):
+            raise ValueError("/config.json: %s %s: its parent directory does not exist"
+                             % (k, c[k]))
 
 
 def merge(overrides=None):

@@ -87,7 +87,8 @@ def run(cfg, board, secrets=None, stop=None, log=None, host="0.0.0.0", bridges=N
                max_packet=board.MAX_PACKET, users=users, log=log, store=store,
                allow_fat=cfg.get("allow_fat", False),
                max_queued_bytes=getattr(board, "MAX_QUEUED_BYTES", 4096),
-               mem_budget=getattr(board, "MEM_BUDGET", 16384))
+               mem_budget=getattr(board, "MEM_BUDGET", 16384),
+               queue_full=cfg.get("queue_full", _config.DEFAULTS["queue_full"]))
     if bridges:
         from umqtt3.bridge import install
         install(b, bridges)

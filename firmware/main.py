@@ -3,7 +3,9 @@
 # is printed, then the board resets after a pause (unattended devices recover
 # by themselves; Ctrl-C at the REPL during the pause stops that). A bad
 # /config.json or /secrets.json is printed and the board stays at the REPL:
-# a reset would not mend it, so fix it there (or deploy again) and reset.
+# a reset would not mend it, so fix it there (or deploy again) and reset. So
+# are a station without an ssid in /secrets.json and a store_dir (or
+# gateway_store) whose parent directory is missing (config.check_board).
 import sys
 import time
 
@@ -22,6 +24,7 @@ def main():
     except ValueError as e:  # also JSON that does not parse
         print("/secrets.json: %s: not starting" % e)
         return
+    bridges = None
     if cfg["role"] == "gateway":
         import gateway
         try:  # the bridges' files (cafile, ...) are on the board: checked here
@@ -29,6 +32,13 @@ def main():
         except ValueError as e:
             print("/config.json: %s: not starting" % e)
             return
+    try:  # before the role starts: no watchdog armed yet
+        config.check_board(cfg, secrets)
+    except ValueError as e:
+        print("%s: not starting" % e)
+        return
+    if cfg["role"] == "gateway":
+        import gateway  # (imported above: checked its bridges)
         gateway.run(cfg, board, secrets, log=print, bridges=bridges)
     else:
         import node

@@ -19,7 +19,7 @@ import random
 
 from umqtt3.compat import ticks_ms, ticks_add, ticks_diff, sleep_ms
 from umqtt3.client import MQTTClient
-from umqtt3.flow import Busy, StoreFull
+from umqtt3.flow import Busy, StoreFull, MQTTError
 from umqtt3.memstore import MemoryStore
 from umqtt3.store import FileStore
 
@@ -271,7 +271,8 @@ class Node:
         A store whose write fails (OSError at QoS 1/2, e.g. a full flash:
         ENOSPC) is given up at once (no retried writes to a failing flash):
         False. A store's refusal is logged once per episode; what it holds
-        stays and goes out. None: QoS 0 while the link is down, dropped."""
+        stays and goes out. A message larger than the buffer (MQTTError
+        0x95) is logged and given up: False. None: QoS 0 while the link is down, dropped."""
         cl = self.client
         while True:
             try:
@@ -279,6 +280,7 @@ class Node:
                     cl.publish(topic, msg, retain, qos, key, wait=False)
                 else:
                     cl.publish(topic, msg, retain)
+                self.seen()
                 if self.refused:
                     self.refused = False
                     self._log("%s: the store takes messages again" % self.id)
@@ -286,6 +288,7 @@ class Node:
             except Busy:
                 pass
             except (StoreFull, OSError) as e:
+                self.seen()
                 if not qos:
                     return None  # QoS 0 while the link is down: dropped
                 if not self.refused:
@@ -293,10 +296,26 @@ class Node:
                     self._log("%s: the store refuses messages (%r): dropping them" % (self.id, e))
                 if not isinstance(e, StoreFull):
                     return False
+            except MQTTError as e:  # 0x95: larger than the board's BUFSIZE, never fits
+                self._log("%s: %s: too big for BUFSIZE (%d bytes): %r" % (
+                    self.id, topic, len(msg), e))
+                return False
             if ticks_diff(deadline, self.clock()) <= 0:
                 return False
             self.feed()
-            cl.poll(20)
+            self.poll(20)
+
+    def poll(self, ms):
+        """The client's poll() (acks, keepalive, reconnect), then seen()."""
+        self.client.poll(ms)
+        self.seen()
+
+    def seen(self):
+        """After every call into the client: a link found down means the
+        next connection needs its own birth, whichever call met the drop (a
+        reconnect may follow within the same put() or drain())."""
+        if not self.client.is_connected():
+            self.born = False
 
     def birth(self, deadline):
         """Publish the retained "online" status once per connection: at
@@ -343,16 +362,14 @@ class Node:
             left = ticks_diff(end, self.clock())
             if left <= 0:
                 return True
-            self.client.poll(min(left, 100))
-            if not self.client.is_connected():
-                self.born = False  # a reconnect (after backoff) needs its birth
+            self.poll(min(left, 100))
 
     def drain(self, ms):
         """Wait up to `ms` for every QoS 1/2 message in flight to be acked."""
         t0 = self.clock()
         while self.client.inflight() and ticks_diff(self.clock(), t0) < ms:
             self.feed()
-            self.client.poll(20)
+            self.poll(20)
         return not self.client.inflight()
 
     # ------------------------------------------------------------ run

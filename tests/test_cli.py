@@ -37,6 +37,12 @@ SIMULATE = "tools.desktop.simulate"
     (["--period", "0"], "--period: 0 is not above 0"),
     (["--seconds", "-5"], "--seconds: -5 is below 0"),
     (["--window", "-1"], "--window: -1 is not above 0"),
+    (["--seconds", "inf"], "--seconds: inf is not a finite number"),
+    (["--period", "nan"], "--period: nan is not a finite number"),
+    # what the node would refuse (firmware/config.py): before, a traceback
+    # from every node's thread after the broker had started
+    (["--period", "100000"], "the nodes' config: period_s must be a number from 0.001 to 86400"),
+    (["--period", "0.0001"], "the nodes' config: period_s must be a number from 0.001 to 86400"),
     (["--broker", "hivemq"], "invalid choice: 'hivemq'"),
     (["--unknown"], "unrecognized arguments: --unknown"),
 ])
@@ -95,6 +101,15 @@ def test_demo_default_out_is_its_own_even_unmarked(tmp_path, monkeypatch):
     (["--period", "-1"], "--period: -1 is not above 0"),
     (["--board", "esp8266"], "--board esp8266: no such profile"),
     (["--qos", "3"], "invalid choice: 3"),
+    (["--seconds", "inf"], "--seconds: inf is not a finite number"),
+    (["--period", "inf"], "--period: inf is not a finite number"),
+    # what the node would refuse (firmware/config.py): before, a traceback
+    # from every node's thread after the broker had started
+    (["--prefix", "a/+"], "the nodes' config: prefix must be free of '+', '#' and NUL"),
+    (["--id-prefix", "a#"], "the nodes' config: node_id must be free of '+', '#' and NUL"),
+    (["--period", "100000"], "the nodes' config: period_s must be a number from 0.001 to 86400"),
+    (["--period", "0.0001"], "the nodes' config: period_s must be a number from 0.001 to 86400"),
+    (["--prefix", "p" * 200], "the nodes' config: prefix must be shorter"),
 ])
 def test_simulate_refuses(argv, what):
     assert refused(SIMULATE, argv, what).startswith("simulate: ")

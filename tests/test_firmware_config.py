@@ -49,6 +49,7 @@ BAD = [
     ({"qos": True}, "qos"),
     ({"role": "gw"}, "role"),
     ({"wifi_mode": "station"}, "wifi_mode"),
+    ({"queue_full": "keep"}, "queue_full"),
     ({"broker": 10}, "broker"),
     ({"prefix": None}, "prefix"),
     ({"node_id": 7}, "node_id"),
@@ -64,6 +65,11 @@ BAD = [
     ({"node_id": "n+1"}, "node_id"),
     ({"node_id": "n#"}, "node_id"),
     ({"broker": ""}, "broker"),  # connects nowhere
+    # longer than the board's buffer takes in a CONNECT or a reading: MQTTError
+    # 0x95 out of connect(), at every boot
+    ({"prefix": "p" * 600}, "prefix"),
+    ({"prefix": "p" * 100, "node_id": "n" * 29}, "prefix"),
+    ({"node_id": "n" * 129, "prefix": ""}, "node_id"),
 ]
 
 GOOD = [
@@ -74,6 +80,7 @@ GOOD = [
      "qos": 2, "role": "gateway", "wifi_mode": "ap", "country": "DE",
      "bridge": [{"host": "10.0.0.2"}], "mine": "kept", "wifi_rejoin_s": 0},
     {"prefix": "site/a/b", "node_id": "n-1_x", "broker": "broker.local", "wifi_rejoin_s": 2.5},
+    {"prefix": "p" * 64, "node_id": "n" * 64},  # TOPIC_ROOM, 128 bytes
 ]
 
 
@@ -135,6 +142,7 @@ def run_main(tmp_path, text):
     ('{"qos": 1.0}', "qos must be one of 0, 1, 2, not 1.0"),
     ('{"period_s": 10', "/config.json: "),  # JSON that does not parse
     ('{"prefix": "site/+"}', "prefix must be free of '+', '#' and NUL"),
+    ('{"prefix": "%s"}' % ("p" * 600), "prefix must be shorter"),
 ])
 def test_main_on_the_board_says_what_is_wrong_and_does_not_reset(tmp_path, text, msg):
     # before the fix, the error went to main.py's reset-after-a-pause (for ever)
@@ -217,6 +225,29 @@ def test_deploy_refuses_secrets_the_board_would_refuse(tmp_path):
                        env=procs.python_env())
     assert p.returncode == 2, p.stdout + p.stderr
     assert p.stderr == "deploy: secrets %s: password must be a string\n" % secrets, p.stderr
+    assert not (tmp_path / "stage").exists()  # refused before anything is staged
+
+
+def test_a_refused_deploy_leaves_the_last_staging_as_it_was(tmp_path):
+    # before: stage() emptied the staging directory, then refused the secrets
+    # half way: no main.py where the last good staging was
+    path, secrets = tmp_path / "config.json", tmp_path / "secrets.json"
+    path.write_text("{}")
+    secrets.write_text('{"ssid": "lab"}')
+
+    def deploy_():
+        return subprocess.run([sys.executable, "-m", "tools.device.deploy", "--board", "esp32",
+                               "--dry-run", "--build", str(tmp_path / "stage"), "--config",
+                               str(path), "--secrets", str(secrets)],
+                              capture_output=True, text=True, timeout=120, cwd=ROOT,
+                              env=procs.python_env())
+    assert deploy_().returncode == 0
+    before = sorted(p.name for p in (tmp_path / "stage").iterdir())
+    assert "main.py" in before and "secrets.json" in before
+    secrets.write_text('{"ssid": 5}')
+    p = deploy_()
+    assert p.returncode == 2 and p.stderr == "deploy: secrets %s: ssid must be a string\n" % secrets
+    assert sorted(p.name for p in (tmp_path / "stage").iterdir()) == before
 
 
 @pytest.mark.skipif(not (NODE and os.path.exists(WASM)), reason="no WebAssembly MicroPython")
@@ -234,3 +265,42 @@ def test_main_on_the_board_says_its_secrets_are_bad_and_does_not_reset(tmp_path,
     out = p.stdout.strip()
     assert out.startswith("/secrets.json: ") and out.endswith(": not starting"), out
     assert msg in out and "\n" not in out, out
+
+
+def test_check_board_refuses_a_station_without_ssid_and_a_store_dir_without_parent(tmp_path):
+    node, gw = fw_config.merge({}), fw_config.merge({"role": "gateway"})
+    for c in (node, gw):
+        with pytest.raises(ValueError) as e:
+            fw_config.check_board(c, {"password": "pw"})
+        assert str(e.value) == "/secrets.json: no ssid (the Wi-Fi network to join)"
+    fw_config.check_board(node, {"ssid": "lab"})
+    fw_config.check_board(fw_config.merge({"role": "gateway", "wifi_mode": "ap"}), {})
+    for k in ("store_dir", "gateway_store"):
+        missing = str(tmp_path / "no" / "mq")
+        with pytest.raises(ValueError) as e:
+            fw_config.check_board(fw_config.merge({k: missing}), {"ssid": "lab"})
+        assert str(e.value) == ("/config.json: %s %s: its parent directory does not exist"
+                                % (k, missing))
+        fw_config.check_board(fw_config.merge({k: str(tmp_path / "mq")}), {"ssid": "lab"})
+
+
+@pytest.mark.skipif(not (NODE and os.path.exists(WASM)), reason="no WebAssembly MicroPython")
+@pytest.mark.parametrize("config,secrets,msg", [
+    ("{}", '{"password": "pw"}', "/secrets.json: no ssid (the Wi-Fi network to join)"),
+    ("{}", None, "/secrets.json: no ssid (the Wi-Fi network to join)"),  # no file at all
+    ('{"store": "file", "store_dir": "/data/mq"}', '{"ssid": "lab"}',
+     "/config.json: store_dir /data/mq: its parent directory does not exist"),
+])
+def test_main_on_the_board_refuses_what_a_reset_would_not_mend(tmp_path, config, secrets, msg):
+    # before: node.start() armed the watchdog, then wifi() (no ssid) or the
+    # FileStore (no parent) raised: main.py's pause and machine.reset(), at every boot
+    (tmp_path / "config.json").write_text(config)
+    mounts = ["--mount", "%s=/config.json" % (tmp_path / "config.json"),
+              "--mount", "%s=/board.py" % os.path.join(ROOT, "boards", "esp32.py")]
+    if secrets is not None:
+        (tmp_path / "secrets.json").write_text(secrets)
+        mounts += ["--mount", "%s=/secrets.json" % (tmp_path / "secrets.json")]
+    p = subprocess.run(["node", RUN_MJS] + mounts + [os.path.join(ROOT, "firmware", "main.py")],
+                       capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert p.returncode == 0 and not p.stderr, p.stdout + p.stderr
+    assert p.stdout.strip() == msg + ": not starting", p.stdout

@@ -209,6 +209,25 @@ def test_a_reading_that_is_not_a_number_is_logged_and_skipped(broker):
             json.loads(p, parse_constant=no_constants)
 
 
+def test_a_reading_too_big_for_the_buffer_is_logged_and_skipped(broker):
+    # an int of 1100 digits does not fit DESKTOP's BUFSIZE, 1024: the client
+    # refuses it (MQTTError 0x95); before, that ended run() (main.py: a reset,
+    # and the same at every boot)
+    col = Collector(broker.port)
+    logs = []
+    sensors = {"count": lambda: 10 ** 1100, "soil": lambda: 41}
+    n = fw_node.Node(cfg("s2", broker.port), DESKTOP, {"ssid": "lab"}, sensors=sensors,
+                     log=logs.append)
+    assert n.run(3) == 3
+    col.wait(lambda: len(col.readings("s2", "soil")) == 3)
+    col.close()
+    assert not col.readings("s2", "count")
+    assert count(logs, "s2: fwfault/s2/count: too big for BUFSIZE") == 3, logs
+    assert n.skipped == 3
+    seq = sorted(r["seq"] for _, r in col.readings("s2"))
+    assert seq == list(range(1, len(seq) + 1))  # the skipped readings left no gap
+
+
 # ------------------------------------------------------------------ Wi-Fi
 @pytest.fixture
 def wlan(monkeypatch):
@@ -315,3 +334,74 @@ def test_the_node_says_online_again_after_its_client_reconnects(broker):
         run.stop()
         relay.close()
         col.close()
+
+
+def test_the_node_says_online_again_when_put_met_the_drop(broker):
+    # the broker stops answering: the window fills and the node waits in
+    # put()'s Busy loop; the link breaks there and the client reconnects
+    # inside put() or drain(), never seen by wait(). Before, "born" stayed
+    # True: no "online" after the will, while readings flowed [MQTT-3.1.2-8]
+    from relay import Relay
+    col = Collector(broker.port)
+    relay = Relay(broker.port)
+    run = Running()
+    n = fw_node.Node(cfg("w2", relay.port, period_s=2), DESKTOP, {"ssid": "lab"},
+                     stop=run.stopping.is_set)
+    where = {"put": 0}
+    real_put = n.put
+
+    def put(*a, **kw):
+        where["put"] += 1
+        try:
+            return real_put(*a, **kw)
+        finally:
+            where["put"] -= 1
+    n.put = put
+    try:
+        run.start(n.run, 0)
+        col.wait(lambda: col.status("w2") == ["online"])
+        relay.mute()
+        wait_for(lambda: where["put"] and n.client.inflight() >= DESKTOP.WINDOW)
+        relay.unmute()
+        relay.break_links()
+        col.wait(lambda: col.status("w2")[-1:] == ["offline"])
+        col.wait(lambda: col.status("w2") == ["online", "offline", "online"], 15)
+    finally:
+        run.stop()
+        relay.close()
+        col.close()
+
+
+# ------------------------------------------------------------------ a stalled subscriber
+@pytest.mark.parametrize("policy", ["refuse", "drop"])
+def test_a_gateway_with_queue_full_drop_is_not_held_back_by_a_stalled_subscriber(policy):
+    # a subscriber to '#' that never reads: its queue on the gateway fills.
+    # "refuse" (the default) refuses the node's QoS 1 readings and, at 3.1.1,
+    # closes its connection [MQTT-3.3.5-2]; "drop" drops them for that
+    # subscriber alone, and the node goes on
+    import socket
+    gateway = fw["gateway"]
+    esp32 = fw_config.board("esp32")  # the small queues of a board
+    p = free_port()
+    r = Running()
+    r.start(gateway.run, {"port": p, "queue_full": policy}, esp32, {"ssid": "lab"},
+            stop=r.stopping.is_set, host="127.0.0.1")
+    slow = None
+    try:
+        assert wait_port(p, 10)
+        slow = socket.socket()
+        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        slow.connect(("127.0.0.1", p))
+        slow.sendall(b"\x10\x10\x00\x04MQTT\x04\x02\x00\x3c\x00\x04slow")  # CONNECT, clean
+        slow.sendall(b"\x82\x06\x00\x01\x00\x01#\x01")  # SUBSCRIBE '#' QoS 1, then silence
+        time.sleep(0.3)
+        n = fw_node.Node(cfg("q1", p, cycles=40), DESKTOP, {"ssid": "lab"})
+        assert n.run() == 40
+        if policy == "drop":
+            assert n.skipped == 0 and n.sent == 40 * 3, (n.sent, n.skipped)
+        else:  # the default: documented, the node is held back
+            assert n.skipped > 0
+    finally:
+        if slow:
+            slow.close()
+        r.stop()

@@ -68,17 +68,24 @@ def count(text):
     return n
 
 
-def positive(text):
-    """A number of seconds (or another quantity) above 0."""
+def _finite(text):
     x = _number(text, float, "a number")
+    if x - x != 0:  # inf - inf and nan - nan are nan
+        raise argparse.ArgumentTypeError("%s is not a finite number" % text)
+    return x
+
+
+def positive(text):
+    """A finite number of seconds (or another quantity) above 0."""
+    x = _finite(text)
     if not x > 0:
         raise argparse.ArgumentTypeError("%s is not above 0" % text)
     return x
 
 
 def not_negative(text):
-    """A number of 0 or more (0 usually meaning "no limit")."""
-    x = _number(text, float, "a number")
+    """A finite number of 0 or more (0 usually meaning "no limit")."""
+    x = _finite(text)
     if not x >= 0:
         raise argparse.ArgumentTypeError("%s is below 0" % text)
     return x

@@ -36,7 +36,8 @@ import time
 
 from tools import args, outdir, procs
 # the firmware on the desktop and its broker, shared with tools/desktop/simulate.py
-from tools.desktop.sim import PREFIX, broker_kind, node_config, run_node, start_broker
+from tools.desktop.sim import (PREFIX, broker_kind, check_config, node_config, run_node,
+                               start_broker)
 from umqtt3.client import MQTTClient
 from umqtt3_pipeline.job import spark_missing
 
@@ -259,6 +260,7 @@ def parse(argv=None):
                      "name an empty or new directory" % (a.out, MARKER))
     if a.broker == "mosquitto" and not shutil.which("mosquitto"):
         ap.error("--broker mosquitto: mosquitto is not installed (apt-get install mosquitto)")
+    check_config(ap, node_config("node%d" % a.nodes, a.port or 1883, a.period))
     return a
 
 

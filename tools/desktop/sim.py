@@ -83,6 +83,15 @@ def node_config(name, port, period, host="127.0.0.1", prefix=PREFIX, **kw):
     return cfg
 
 
+def check_config(ap, cfg):
+    """Refuse (ap.error, one line) a node config the node itself would
+    refuse (firmware/config.py), before any broker or node starts."""
+    try:
+        fw_config.merge(cfg)
+    except ValueError as e:
+        ap.error("the nodes' config: %s" % e)
+
+
 def run_node(name, cfg, stop, nodes, board="desktop", secrets=None, log=None):
     """One simulated sensor node, firmware/node.py's Node, until stop is set
     (a threading.Event); put in nodes[name] so callers can read its state.

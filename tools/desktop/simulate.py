@@ -60,6 +60,10 @@ def parse(argv=None):
                     if f.endswith(".py"))
     if a.board not in boards:
         ap.error("--board %s: no such profile (one of %s)" % (a.board, ", ".join(boards)))
+    # the longest node id is the last one
+    sim.check_config(ap, sim.node_config("%s%d" % (a.id_prefix, a.nodes), a.port or 1883,
+                                         a.period, host=a.host, prefix=a.prefix, qos=a.qos,
+                                         store=a.store))
     return a
 
 

@@ -183,7 +183,7 @@ def stage(entries, out_dir, arch, role, source_lines=False):
                 f.write("\n")
         else:
             if dest == "secrets.json":
-                check_secrets(src)  # here, not on the board
+                check_secrets(src)  # here, not on the board (main() refused a bad one already)
             shutil.copyfile(src, path)
         if not rom:
             staged.append((path, dest))
@@ -365,6 +365,8 @@ def main(argv=None):
             print("no config.json: the board uses firmware/config.py's defaults "
                   "(broker 192.168.1.10); give --config or CONFIG=...")
         device_config(config, role, say=False)  # refused before anything is staged
+        if secrets:
+            read_secrets(secrets)  # so are the secrets (stage() empties out_dir first)
         entries = plan(a.board, role, config, secrets, a.frozen, romfs)
         out_dir = a.build or os.path.join(ROOT, "build", a.board)
         staged = stage_and_show(a, board, role, entries, out_dir)
