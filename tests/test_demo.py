@@ -103,6 +103,44 @@ def test_demo_without_spark_runs_and_readings_arrive(tmp_path):
     assert max(first_frame_rates(r.stdout)) < 2 * 15, r.stdout
 
 
+def test_a_message_that_is_no_reading_leaves_the_view_going(tmp_path):
+    # anyone may publish on the nodes' topics of the demo's broker: a temp
+    # that is no JSON ended the demo with a traceback
+    import socket
+    import threading
+    from umqtt3.client import MQTTClient
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    done = threading.Event()
+
+    def stray():
+        while not done.is_set():
+            try:
+                c = MQTTClient("stray", "127.0.0.1", port, timeout_ms=500)
+                c.connect()
+                for m in (b"hello", b"[1, 2]", b"\xff"):
+                    c.publish(b"umqtt3/node9/temp", m, qos=1)
+                c.publish(b"umqtt3/node9/status", b"\xff\xfe", qos=1)
+                c.disconnect()
+                return
+            except OSError:
+                time.sleep(0.2)  # the demo's broker is not up yet
+    t = threading.Thread(target=stray)
+    t.start()
+    try:
+        r = subprocess.run(DEMO + ["--seconds", "4", "--nodes", "1", "--period", "0.2", "--no-spark",
+                                   "--port", str(port), "--out", str(tmp_path / "demo")],
+                           capture_output=True, text=True, timeout=60, cwd=ROOT,
+                           env=procs.python_env())
+    finally:
+        done.set()
+        t.join()
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    assert "node9" in r.stdout  # its row, with "-" for the reading it never sent
+
+
 def ignore_sigint():
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 

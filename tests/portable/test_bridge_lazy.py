@@ -111,4 +111,7 @@ async def test_settings_checks_leave_no_code_behind():
     if MICROPYTHON:
         print("RAM after three settings() checks: %d bytes; the module kept loaded: %d bytes"
               % (m1 - m0, m2 - m1))
-        assert m1 - m0 < 256 and m2 - m1 > 2000, (m1 - m0, m2 - m1)
+        # (under 1 KB: a stale pointer the collector takes for a live one
+        # keeps a few blocks now and then, 288 bytes in one CI run; the
+        # module's code is more than 2 KB)
+        assert m1 - m0 < 1024 and m2 - m1 > 2000, (m1 - m0, m2 - m1)

@@ -198,15 +198,20 @@ def view(port, stop, seconds, out, nodes=None, pipeline=None, rows=None):
     c = MQTTClient("demo-view", "127.0.0.1", port, keepalive=10)
 
     def on_msg(topic, msg):
-        parts = topic.decode().split("/")
+        parts = topic.decode("utf-8", "replace").split("/")
         if len(parts) != 3:
             return
         r = rows.setdefault(parts[1], {"status": "?", "last": None, "n": 0})
         if parts[2] == "status":
-            r["status"] = msg.decode()
+            r["status"] = msg.decode("utf-8", "replace")
         else:
             if parts[2] == "temp":
-                r["last"] = json.loads(msg)
+                # anyone may publish there: what is no node's reading shows as "-"
+                try:
+                    last = json.loads(msg)
+                except ValueError:
+                    last = None
+                r["last"] = last if isinstance(last, dict) else None
             r["n"] += 1
             counts[parts[1]] = r["n"]
 
