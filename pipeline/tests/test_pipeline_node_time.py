@@ -68,6 +68,9 @@ def test_a_node_without_time_sends_readings_without_t(monkeypatch):
         def accepted(self, key):
             return False
 
+        def is_connected(self):
+            return True
+
         def publish(self, topic, msg, retain=False, qos=0, key=None, wait=True):  # MQTTClient's
             sent.append((topic, msg))
 
