@@ -16,7 +16,8 @@
 #   period_s     seconds between readings               (default 10)
 #   keepalive    MQTT keepalive, seconds                (default 60)
 #   deep_sleep   true: deep sleep between readings instead of staying connected
-#   cycles       readings to take, 0: forever           (default 0)
+#   cycles       readings to take, then stop for good (the watchdog fed);
+#                0: forever (default 0); must be 0 with deep_sleep
 #   wifi_mode    "sta" (join a network) or "ap" (gateway: open an access point)
 #   wifi_timeout_s  how long to wait for Wi-Fi before giving up (default 20)
 #   wifi_rejoin_s   a station whose link stays down this long joins again
@@ -129,6 +130,11 @@ def check(c):
                              TOPIC_PARTS[sizes[1] > sizes[0]], TOPIC_ROOM, sum(sizes)))
     if c.get("broker", DEFAULTS["broker"]) == "":
         _refuse("broker", "a host name or address", "")
+    # every wake from a deep sleep is a boot, which would count from 0 again
+    # (only ESP32s keep RTC memory across one): never stopping
+    if c.get("deep_sleep") is True and c.get("cycles"):
+        _refuse("cycles", "0 with deep_sleep (each wake is a new boot: it would count from 0 "
+                "again)", c["cycles"])
 
 
 def check_secrets(s):

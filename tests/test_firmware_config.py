@@ -42,6 +42,8 @@ BAD = [
     ({"cycles": 2.5}, "cycles"),
     ({"cycles": -1}, "cycles"),
     ({"deep_sleep": "false"}, "deep_sleep"),  # a non-empty string is true
+    # every wake is a new boot, counting from 0 again: the node never stopped
+    ({"deep_sleep": True, "cycles": 3}, "cycles"),
     ({"watchdog": 0}, "watchdog"),
     ({"allow_fat": "yes"}, "allow_fat"),
     ({"ntp": 1}, "ntp"),
@@ -75,12 +77,13 @@ BAD = [
 GOOD = [
     {},
     {"period_s": 0.05, "keepalive": 0, "port": 1, "drain_ms": 0, "wifi_timeout_s": 0.5},
-    {"period_s": 86400, "keepalive": 65535, "port": 65535, "cycles": 3, "deep_sleep": True,
+    {"period_s": 86400, "keepalive": 65535, "port": 65535, "cycles": 3, "deep_sleep": False,
      "watchdog": False, "allow_fat": True, "ntp": False, "ntp_host": "pool.ntp.org",
      "qos": 2, "role": "gateway", "wifi_mode": "ap", "country": "DE",
      "bridge": [{"host": "10.0.0.2"}], "mine": "kept", "wifi_rejoin_s": 0},
     {"prefix": "site/a/b", "node_id": "n-1_x", "broker": "broker.local", "wifi_rejoin_s": 2.5},
     {"prefix": "p" * 64, "node_id": "n" * 64},  # TOPIC_ROOM, 128 bytes
+    {"deep_sleep": True, "cycles": 0},
 ]
 
 
@@ -143,6 +146,7 @@ def run_main(tmp_path, text):
     ('{"period_s": 10', "/config.json: "),  # JSON that does not parse
     ('{"prefix": "site/+"}', "prefix must be free of '+', '#' and NUL"),
     ('{"prefix": "%s"}' % ("p" * 600), "prefix must be shorter"),
+    ('{"deep_sleep": true, "cycles": 3}', "cycles must be 0 with deep_sleep"),
 ])
 def test_main_on_the_board_says_what_is_wrong_and_does_not_reset(tmp_path, text, msg):
     # before the fix, the error went to main.py's reset-after-a-pause (for ever)
