@@ -6,6 +6,7 @@
 # a reset would not mend it, so fix it there (or deploy again) and reset. So
 # are a station without an ssid in /secrets.json and a store_dir (or
 # gateway_store) whose parent directory is missing (config.check_board).
+# A node whose config's "cycles" are done stays stopped, its watchdog fed.
 import sys
 import time
 
@@ -42,7 +43,9 @@ def main():
         gateway.run(cfg, board, secrets, log=print, bridges=bridges)
     else:
         import node
-        node.Node(cfg, board, secrets, log=print).run()
+        n = node.Node(cfg, board, secrets, log=print)
+        n.run()  # returns after the config's cycles (0: never)
+        n.stay_stopped()  # an armed watchdog would reset the board into a new run
 
 
 try:

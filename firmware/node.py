@@ -1,5 +1,6 @@
 # node -- the sensor node app: Wi-Fi, then MQTT, then readings forever (or
-# for a number of cycles), fed to the watchdog, optionally deep sleeping.
+# for a number of cycles, then stopped for good), fed to the watchdog,
+# optionally deep sleeping.
 #
 # Topics (prefix and node id from the config):
 #   <prefix>/<id>/status   "online" (retained birth), "offline" (retained will,
@@ -375,14 +376,19 @@ class Node:
     # ------------------------------------------------------------ run
     def run(self, cycles=None):
         """Start, then take readings every period_s: `cycles` times (None:
-        the config's "cycles", 0: forever). With deep_sleep the board sleeps
-        after one cycle and boots again into main.py (on the desktop the
-        shim's machine.deepsleep raises machine.DeepSleep instead)."""
+        the config's "cycles", 0: forever); returns how many. A run that ends
+        (its cycles, or stop()) drains, publishes "offline" and disconnects;
+        on a board main.py then calls stay_stopped(). With deep_sleep the
+        board sleeps after one cycle and boots again into main.py (on the
+        desktop the shim's machine.deepsleep raises machine.DeepSleep
+        instead), so cycles > 0 is refused with it, as config.check does."""
         if cycles is None:
             cycles = self.cfg["cycles"]
+        _config.check({"cycles": cycles, "deep_sleep": self.cfg["deep_sleep"]})
         period = int(self.cfg["period_s"] * 1000)
         self.start()
         n = 0
+        done = False  # ended by its cycles
         try:
             while True:
                 if self.stop and self.stop():
@@ -392,6 +398,7 @@ class Node:
                 if self.cfg["deep_sleep"]:
                     self.sleep_deep(period)
                 if cycles and n >= cycles:
+                    done = True
                     break
                 if not self.wait(period):
                     break
@@ -399,7 +406,22 @@ class Node:
         finally:
             if self.client and not self.cfg["deep_sleep"]:
                 self.close()
+        if done:
+            self._log("%s: stopped after %d readings (config cycles)" % (self.id, n))
         return n
+
+    def stay_stopped(self):
+        """After run() returned on a board: the watchdog start() armed cannot
+        be stopped (ESP32, RP2040) and would reset the board into a new run,
+        so feed it for good, awake (light sleep and the watchdog get on
+        differently from port to port), until stop() says so. Returns at
+        once without a watchdog (main.py then ends at the REPL)."""
+        if not self.wdt:
+            return
+        step = min(1000, self.board.WDT_MS // 4)
+        while not (self.stop and self.stop()):
+            self.wdt.feed()
+            self.sleep(step)
 
     def sleep_deep(self, ms):
         """Deep sleep until the next reading. With a FileStore the messages in

@@ -186,6 +186,104 @@ def test_deep_sleep_cycles(port, tmp_path):
     assert [r["boot"] for r in rs] == [b for b in boots for _ in range(3)]
 
 
+# firmware/main.py as a board runs it (config "cycles": 2), on the desktop
+# stand-ins, with a watchdog of WDT_MS ms; a watcher thread exits the process
+# as the board would reset once the watchdog is not fed in time
+MAIN_SCRIPT = r"""
+import os, runpy, threading, time, types
+from tools.desktop.sim import fw
+config, machine = fw["config"], fw["machine"]
+board = types.ModuleType("fast_wdt")
+board.__dict__.update({k: v for k, v in vars(config.board("desktop")).items()
+                       if not k.startswith("__")})
+board.WDT_MS = %d
+config.load = lambda path="/config.json": config.merge(%r)
+config.load_secrets = lambda path="/secrets.json": {"ssid": "lab"}
+config.board = lambda name=None: board
+armed = []
+WDT = machine.WDT
+
+
+class Watched(WDT):
+    def __init__(self, *a, **kw):
+        WDT.__init__(self, *a, **kw)
+        armed.append(self)
+
+
+def watch():
+    while True:
+        if armed and armed[0].expired():
+            print("watchdog expired: the board resets", flush=True)
+            os._exit(3)
+        time.sleep(0.02)
+
+
+machine.WDT = Watched
+threading.Thread(target=watch, daemon=True).start()
+runpy.run_path("firmware/main.py")
+print("main.py returned: the board is at the REPL", flush=True)
+time.sleep(60)
+"""
+
+
+def test_cycles_done_the_board_stays_stopped_with_its_watchdog_fed(port):
+    # before: run() returned, main.py ended at the REPL and the watchdog (it
+    # cannot be stopped on ESP32 or RP2040) reset the board WDT_MS later: a
+    # new boot took its cycles again, for ever
+    col = Collector(port)
+    wdt_ms = 2000
+    c = cfg("c1", port, cycles=2, period_s=0.05)
+    p = subprocess.Popen([sys.executable, "-c", MAIN_SCRIPT % (wdt_ms, c)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         cwd=ROOT, env=procs.python_env())
+    try:
+        out = []
+        for line in p.stdout:
+            out.append(line)
+            if "stopped after" in line:
+                break
+        assert out and out[-1] == "c1: stopped after 2 readings (config cycles)\n", "".join(out)
+        # three watchdog timeouts later, still stopped: no reset, no new boot
+        with pytest.raises(subprocess.TimeoutExpired):
+            p.wait(3 * wdt_ms / 1000)
+    finally:
+        p.kill()
+        p.wait(5)
+    rest = p.stdout.read()
+    assert "expired" not in rest and "returned" not in rest, rest
+    # drained, said so on its status topic, disconnected cleanly: two cycles, one boot
+    col.wait(lambda: col.status("c1")[-1:] == ["offline"])
+    col.close()
+    assert col.status("c1") == ["online", "offline"]
+    assert retained(port, "%s/c1/status" % PREFIX) == ["offline"]
+    rs = col.readings("c1")
+    assert len(rs) == 2 * 3 and len(set(r["boot"] for _, r in rs)) == 1  # temp, vbat, uptime
+    assert [r["seq"] for _, r in rs] == list(range(1, 7))
+
+
+def test_stay_stopped_feeds_the_watchdog_until_stop_and_needs_none(port):
+    board = fw_config.board("desktop")
+    stops = []  # stop() is asked once per feed: True after five
+    n = fw_node.Node(cfg("c2", port), board, {"ssid": "lab"},
+                     stop=lambda: stops.append(1) or len(stops) > 5, sleep=lambda ms: None)
+    n.wdt = machine.WDT(timeout=board.WDT_MS)
+    n.stay_stopped()
+    assert n.wdt.feeds == 5
+    n = fw_node.Node(cfg("c3", port, watchdog=False), board, {"ssid": "lab"})
+    assert n.run(1) == 1 and n.wdt is None
+    n.stay_stopped()  # no watchdog: returns at once (main.py ends at the REPL)
+
+
+def test_cycles_with_deep_sleep_are_refused_before_the_node_starts():
+    # each wake from a deep sleep is a new boot: the count began at 0 every
+    # time and never stopped the node
+    n = fw_node.Node(cfg("c4", 1, deep_sleep=True), DESKTOP, {"ssid": "lab"})
+    with pytest.raises(ValueError) as e:
+        n.run(3)
+    assert str(e.value).startswith("cycles must be 0 with deep_sleep"), e.value
+    assert n.client is None  # refused before Wi-Fi and the broker
+
+
 def test_wifi_needs_an_ssid():
     network = fw["network"]
     network.WLAN(network.STA_IF).disconnect()  # the one station interface: joined before
