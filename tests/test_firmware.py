@@ -188,7 +188,8 @@ def test_deep_sleep_cycles(port, tmp_path):
 
 # firmware/main.py as a board runs it (config "cycles": 2), on the desktop
 # stand-ins, with a watchdog of WDT_MS ms; a watcher thread exits the process
-# as the board would reset once the watchdog is not fed in time
+# as the board would reset once the watchdog is not fed in time (and after a
+# minute in any case, so that a node that never stops cannot hang the test)
 MAIN_SCRIPT = r"""
 import os, runpy, threading, time, types
 from tools.desktop.sim import fw
@@ -211,7 +212,11 @@ class Watched(WDT):
 
 
 def watch():
+    end = time.monotonic() + 60
     while True:
+        if time.monotonic() > end:
+            print("the watcher's minute is over", flush=True)
+            os._exit(4)
         if armed and armed[0].expired():
             print("watchdog expired: the board resets", flush=True)
             os._exit(3)
@@ -233,7 +238,7 @@ def test_cycles_done_the_board_stays_stopped_with_its_watchdog_fed(port):
     col = Collector(port)
     wdt_ms = 2000
     c = cfg("c1", port, cycles=2, period_s=0.05)
-    p = subprocess.Popen([sys.executable, "-c", MAIN_SCRIPT % (wdt_ms, c)],
+    p = subprocess.Popen([sys.executable, "-u", "-c", MAIN_SCRIPT % (wdt_ms, c)],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          cwd=ROOT, env=procs.python_env())
     try:
