@@ -96,6 +96,8 @@ def test_poll_while_reconnecting_waits_no_longer_than_its_timeout(silent):
     # poll's own timeout; the attempt gives up after the client's timeout_ms
     c = MQTTClient("dial", "127.0.0.1", port=silent.port, ssl=_ctx(), timeout_ms=500,
                    reconnect=True, backoff_ms=(50, 50))
+    with pytest.raises(OSError):
+        c.connect()  # times out: reconnect stays on, poll() tries again
     worst = 0
     end = time.monotonic() + 1.5
     while time.monotonic() < end:
@@ -112,8 +114,11 @@ def test_poll_while_reconnecting_waits_no_longer_than_its_timeout(silent):
 
 
 def test_poll_reconnects_through_the_stepped_dial(broker):
-    # the same steps reach a real broker: poll() alone connects
+    # the same steps reach a real broker: poll() connects again after the
+    # link is gone
     c = MQTTClient("dial-ok", "127.0.0.1", port=broker.port, reconnect=True, timeout_ms=2000)
+    c.connect()
+    c.down()
     end = time.monotonic() + 5
     while not c.is_connected() and time.monotonic() < end:
         c.poll(0)
@@ -125,15 +130,19 @@ def test_poll_reconnects_through_the_stepped_dial(broker):
 def test_a_reconnect_from_poll_loads_the_stepped_dial_alone(broker):
     # A sensor node that reconnects loads compat/dial_steps.py (a few hundred
     # bytes), not the asyncio half (compat/aio.py) nor the broker's
-    # (compat/gateway.py on a device): in a fresh interpreter, poll() alone
-    # connects, then the modules loaded are listed.
+    # (compat/gateway.py on a device): in a fresh interpreter, connect(),
+    # the link dropped, poll() connects again, then the modules loaded are
+    # listed.
     import os
     import subprocess
     import sys
     code = (
         "import sys, time\n"
         "from umqtt3.client import MQTTClient\n"
-        "c = MQTTClient('dial-mods', '127.0.0.1', port=%d, reconnect=True, timeout_ms=2000)\n"
+        "c = MQTTClient('dial-mods', '127.0.0.1', port=%d, reconnect=True, timeout_ms=2000,\n"
+        "                backoff_ms=(10, 10))\n"
+        "c.connect()\n"
+        "c.down()\n"
         "end = time.monotonic() + 5\n"
         "while not c.is_connected() and time.monotonic() < end:\n"
         "    c.poll(10)\n"

@@ -69,6 +69,8 @@ def test_poll_reconnects_over_tls(broker_factory, tmp_path):
     b = broker_factory(tls=(cert, key))
     c = MQTTClient("tls-poll", "127.0.0.1", b.port, ssl=_ctx(cert), reconnect=True,
                    ssl_params={"server_hostname": "localhost"})
+    c.connect()
+    c.down()  # the link is gone: poll() dials again
     end = time.monotonic() + 5
     while not c.is_connected() and time.monotonic() < end:
         c.poll(0)

@@ -599,6 +599,34 @@ def test_reconnect_after_broker_restart(broker_factory, client):
     pub.disconnect()
 
 
+def test_poll_before_the_first_connect_dials_nothing(broker_factory, client):
+    # reconnect=True and poll() (or a waiting publish()) before connect():
+    # nothing dials with the default clean session, which would make the
+    # broker discard the persistent session and its queued messages
+    # [MQTT-3.1.2-6] before the application's connect(clean_session=False);
+    # OSError(107) as on a client that is down, a QoS 1 message stays stored
+    b = broker_factory()
+    first = client(b.port, "pf-sub")
+    first.set_callback(lambda t, m: None)
+    first.connect(clean_session=False)
+    first.subscribe("pf", 1)
+    first.disconnect()
+    mosquitto_pub(b.port, "pf", b"queued for the session", 1)
+    c = client(b.port, "pf-sub", reconnect=True, backoff_ms=(10, 10))
+    box = Inbox(c)
+    for _ in range(3):
+        with pytest.raises(OSError) as e:
+            c.poll(20)
+        assert e.value.args[0] == 107
+    with pytest.raises(OSError) as e:
+        c.publish("pf/out", b"kept", qos=1)  # stored, then waits: not dialled
+    assert e.value.args[0] == 107 and c.inflight() == 1
+    assert c.connect(clean_session=False) is True  # the session is still there
+    pump(c, lambda: len(box) == 1 and c.inflight() == 0, 5, "the queued message")
+    assert box.payloads() == [b"queued for the session"]
+    c.disconnect()
+
+
 def test_resubscribe_when_broker_lost_session(broker_factory, client):
     # no persistence: after the restart the broker has no session
     # (session present 0) and the client subscribes again by itself

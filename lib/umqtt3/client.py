@@ -34,6 +34,10 @@ class MQTTClient(Core):
     # the error that last dropped a link (or a dial) poll() then reconnects
     # from: connect() raises it rather than OSError(110) at its timeout
     err = None  # type: Exception | None
+    # connect() (or connect_start()) came: until then poll() dials nothing,
+    # so that no default clean session replaces the persistent one the
+    # application's connect(clean_session=False) asks for [MQTT-3.1.2-6]
+    opened = False
 
     def __init__(self, client_id, server, port=0, user=None, password=None,
                  keepalive=0, ssl=None, ssl_params=None, connect_link=None, **kw):
@@ -168,7 +172,7 @@ class MQTTClient(Core):
         """One step: I/O, keepalive, reconnect. Never blocks longer than
         timeout_ms. Returns the number of packets handled."""
         if self.state == _DOWN:
-            if not self.reconnect:
+            if not (self.reconnect and self.opened):
                 raise OSError(107, "")
             # the backoff, then the dial, in client_more.py: a node whose
             # link never drops never loads it
@@ -271,6 +275,7 @@ class MQTTClient(Core):
         # a new connection: sock already connected by the caller, else
         # dialled here, blocking for at most timeout_ms (else the client's)
         self.down()
+        self.opened = True
         if self.connect_link:
             lk = self.connect_link()
         else:
