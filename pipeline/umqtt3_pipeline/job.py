@@ -403,7 +403,7 @@ def late(q, seen):
     it at least that often."""
     for p in q.recentProgress:
         n = sum(s.get("numRowsDroppedByWatermark", 0) for s in p.get("stateOperators", []))
-        # an idle trigger reports its last batch again, with nothing dropped
+        # once per batch, whichever of its reports Spark still holds
         seen[p["batchId"]] = max(n, seen.get(p["batchId"], 0))
     return sum(seen.values())
 
