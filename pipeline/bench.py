@@ -389,13 +389,11 @@ def wait_past_close(q, a):
     reading that arrives before it is late for the restarted query and
     dropped (docs/pipeline.md, "Every window written"), and the figure
     would time a job that windows nothing."""
-    import math
     from umqtt3_pipeline import job
     closes = [json.loads(e) if isinstance(e, str) else e
               for e in (p["sources"][0]["endOffset"] for p in q.recentProgress)]
     at = max([e.get("close", 0) for e in closes if e] or [0]) / 1000
-    w = job.seconds(a.window)
-    wm = math.ceil((at + a.max_early) / w) * w  # the close row's event time less the delay
+    wm = job.close_watermark(at, a.window)
     while time.time() < wm + 0.2:
         time.sleep(0.05)
 

@@ -14,13 +14,15 @@ window is written once the watermark has passed its end (append mode), and
 the checkpoint together with the log makes every batch replayable after a
 crash: a replayed batch writes the same files again (output.py). A bounded run (--seconds,
 SIGTERM, Ctrl-C) closes before it exits: the ingest stops, Spark processes
-what the log holds, and a close row moves the watermark past every window
-the run saw, so they are all written.
+what the log holds, and a close row moves the watermark to the end of the
+window the close is in, so every window up to it is written. Its last line
+says how many readings it committed and how many Spark dropped as late.
 
 On a cluster the same module runs under spark-submit (docs/pipeline.md):
 the log directory must then be shared storage that every executor mounts.
 """
 import argparse
+import math
 import os
 import re
 import signal
@@ -182,19 +184,29 @@ def seconds(text):
     return x
 
 
+def close_watermark(at, window="10 seconds"):
+    """The watermark (seconds since 1970) a close at `at` leaves for the next
+    run on the checkpoint: the end of the window holding it. A reading of
+    the next run whose event time is before it is late."""
+    w = seconds(window)
+    return (math.floor(at / w) + 1) * w
+
+
 def event_time(window="10 seconds", watermark="10 seconds", max_early=5.0):
     """The event time column: the reading's own time "t" unless it is more
     than max_early seconds ahead of its arrival (a clock that is wrong), else
-    the arrival. For the close row of a bounded run: an event time whose
-    watermark passes the end of the window holding its arrival plus
-    max_early, so every window a reading of the run could be in is closed."""
+    the arrival. For the close row of a bounded run: close_watermark() of its
+    arrival plus the watermark delay, so the watermark passes the end of the
+    window holding the close, and no further: not --max-early further, where
+    the next run's readings would all be late (docs/pipeline.md, "Every
+    window written")."""
     from pyspark.sql import functions as F
     from .source import CLOSE_TOPIC
     w, delay = seconds(window), seconds(watermark)
     arrival = F.unix_micros("received_at") / 1e6
     trusted = F.col("sent_at").isNotNull() & (
         F.unix_micros("sent_at") / 1e6 <= arrival + F.lit(max_early))
-    closes = F.timestamp_seconds(F.ceil((arrival + F.lit(max_early)) / w) * w + F.lit(delay))
+    closes = F.timestamp_seconds((F.floor(arrival / w) + 1) * w + F.lit(delay))
     return (F.when(F.col("topic") == CLOSE_TOPIC, closes)
             .when(trusted, F.col("sent_at")).otherwise(F.col("received_at")))
 
@@ -384,18 +396,31 @@ def _committed(q):
     return max((_messages(e) for e in _ends(q)), default=0)
 
 
+def late(q, seen):
+    """Readings the query has dropped as late (behind the watermark), by
+    Spark's numRowsDroppedByWatermark. seen: {batch id: count}, kept across
+    calls, since Spark holds the progress of its last 100 batches only: call
+    it at least that often."""
+    for p in q.recentProgress:
+        n = sum(s.get("numRowsDroppedByWatermark", 0) for s in p.get("stateOperators", []))
+        # once per batch, whichever of its reports Spark still holds
+        seen[p["batchId"]] = max(n, seen.get(p["batchId"], 0))
+    return sum(seen.values())
+
+
 def _closed(q):
     """The time (ms) of the last close the query has committed, or 0."""
     return max((e.get("close", 0) for e in _ends(q)), default=0)
 
 
-def drain(q, log, seconds, settle=5.0, close=True, interrupted=None):
+def drain(q, log, seconds, settle=5.0, close=True, interrupted=None, each=None):
     """Before a stop: close (source.request_close: the ingest stops and the
     stream ends with the close row once it has everything the log holds),
     then one batch more if it comes within `settle` seconds (the no-data
     batch that writes the windows the close's watermark closed); at most
     `seconds` in all (or until `interrupted`, an Event, is set). Without
-    close, commit what the log holds now. Returns True when it got there."""
+    close, commit what the log holds now. each: a function called with no
+    arguments every 0.2 s of waiting. Returns True when it got there."""
     from . import log as _log
     from .source import request_close
     if seconds <= 0 or not q.isActive:
@@ -411,14 +436,19 @@ def drain(q, log, seconds, settle=5.0, close=True, interrupted=None):
         done = lambda: _committed(q) >= target  # noqa: E731
     def going():
         return q.isActive and not (interrupted is not None and interrupted.is_set())
+
+    def wait():
+        q.awaitTermination(0.2)
+        if each is not None:
+            each()
     while going() and not done():
         if time.monotonic() > t_end:
             return False
-        q.awaitTermination(0.2)
+        wait()
     seen = len(q.recentProgress)
     t_end = min(t_end, time.monotonic() + settle)
     while going() and len(q.recentProgress) <= seen and time.monotonic() < t_end:
-        q.awaitTermination(0.2)
+        wait()
     return done()
 
 
@@ -730,6 +760,7 @@ def main(argv=None):
             return 1
     spark = q = None
     tally = [0, None]  # readings in the windows this run wrote, the last window's end
+    dropped = {}  # late(): readings dropped as late, per batch
     gone = False  # Spark's JVM went before the close
     try:
         try:
@@ -754,8 +785,10 @@ def main(argv=None):
             if t_end and time.monotonic() >= t_end:
                 break
             q.awaitTermination(0.5)
+            late(q, dropped)
         if q is not None and not interrupted.is_set():
-            drain(q, a.log, a.drain, max(5.0, 4 * a.trigger), interrupted=interrupted)
+            drain(q, a.log, a.drain, max(5.0, 4 * a.trigger), interrupted=interrupted,
+                  each=lambda: late(q, dropped))
     except KeyboardInterrupt:
         print("interrupted again: stopping now", file=sys.stderr, flush=True)
         return 130
@@ -789,7 +822,8 @@ def main(argv=None):
     if q.exception() is not None:
         return failed("query failed", q.exception())
     print("umqtt3 telemetry: stopped after %.0f s; %d readings committed to %s (in the windows "
-          "this run wrote)" % (time.monotonic() - t0, tally[0], a.out), flush=True)
+          "this run wrote); %d readings dropped as late (behind the watermark)"
+          % (time.monotonic() - t0, tally[0], a.out, late(q, dropped)), flush=True)
     if a.plot:
         from .plot import plot
         try:
