@@ -79,6 +79,7 @@ the bound, whose time is mostly system calls) or linked into the executable.
 import glob
 import os
 import select
+import shutil
 import socket
 import subprocess
 import sys
@@ -485,11 +486,19 @@ PROFILE_N = 20000
 IR_N = (1000, 3000)  # --instructions: two runs, start-up cancels out
 
 
+class _Broker(mosq.Broker):
+    """mosquitto in a directory of its own, removed when it stops."""
+
+    def stop(self, timeout=10.0):
+        mosq.Broker.stop(self, timeout)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 def _broker():
     if not mosq.MOSQUITTO:
         raise SystemExit("mosquitto is not installed")
     import tempfile
-    return mosq.Broker(tempfile.mkdtemp(prefix="umqtt3-bench-")).start()
+    return _Broker(tempfile.mkdtemp(prefix="umqtt3-bench-")).start()
 
 
 def _load():
@@ -727,9 +736,7 @@ def main(argv=None):
         raise SystemExit("mosquitto is not installed")
     have_simple = os.path.exists(SIMPLE)
 
-    import tempfile
-    work = tempfile.mkdtemp(prefix="umqtt3-bench-")
-    broker = mosq.Broker(work).start()
+    broker = _broker()
     started = time.perf_counter()
     workers = []
     try:
@@ -744,7 +751,8 @@ def main(argv=None):
         if have_simple:
             print("  umqtt.simple: %s (CPython shims for usocket/ustruct/ubinascii)" % SIMPLE)
         else:
-            print("  umqtt.simple: %s not found, skipped" % SIMPLE)
+            print("  umqtt.simple: %s, skipped" % ("%s not found" % SIMPLE if SIMPLE
+                                                    else "not under build/peers (make peers)"))
         print("  each client in its own process; QoS 0: %d round(s) of %d messages;"
               " QoS 1/2: %d turns of %.2f s per client, round robin" % (rounds, n0, turns, SLICE))
         print()

@@ -12,6 +12,7 @@ file per record (littlefs's layout, every change synced) and with the log
 (one sync per step). The message is written once (a message record) and
 each session keeps a small record referring to it (docs/store.md).
 """
+import shutil
 import tempfile
 import time
 
@@ -23,7 +24,8 @@ def run(sessions, messages, files):
     from umqtt3.broker_bytes import feed, take
     from umqtt3.codec import encode_connect, encode_subscribe, encode_publish
     from umqtt3.transport import Pipe
-    b = Broker(port=None, store=tempfile.mkdtemp(prefix="umqtt3-fanout-"), files=files,
+    store = tempfile.mkdtemp(prefix="umqtt3-fanout-")
+    b = Broker(port=None, store=store, files=files,
                sys_interval=0, max_sessions=sessions + 1, max_clients=sessions + 1,
                mem_budget=0, max_queued_bytes=0)  # the queues, not the budgets, are measured
     buf = bytearray(256)
@@ -46,6 +48,7 @@ def run(sessions, messages, files):
         acks += take(b, p).count(b"\x40\x02")
     dt = time.perf_counter() - t
     b.close()
+    shutil.rmtree(store, ignore_errors=True)
     if acks != messages:
         raise SystemExit("fanout_store: %d of %d messages acknowledged" % (acks, messages))
     return dt
