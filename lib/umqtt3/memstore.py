@@ -10,7 +10,7 @@
 # messages. An acknowledgement removes its message and moves the ones sent
 # after it down (acks mostly come in order, so usually the first one goes).
 from .compat import move
-from .client_codec import StoreFull
+from .client_codec import StoreFull, MQTTError
 
 
 class MemoryStore:
@@ -26,6 +26,9 @@ class MemoryStore:
         self.inpid = [0] * inbound
 
     def out_add(self, pid, key, buf, off, n):
+        if n > len(self.data):
+            # never fits, however many acks come: not StoreFull's "not now"
+            raise MQTTError("too large", 0x95)
         i = self.n
         if i == len(self.pid) or self.used + n > len(self.data):
             raise StoreFull("store full", 0x97)

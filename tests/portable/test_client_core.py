@@ -414,6 +414,22 @@ def test_without_a_store_a_qos1_publish_while_down_is_refused():
     assert c.queue(b"t", b"reading", qos=1) and c.inflight() == 1
 
 
+def test_a_message_larger_than_the_memory_pool_is_refused_as_too_large():
+    # bufsize takes it, the default MemoryStore's 1 KB pool never can: 0x95
+    # at once, nothing stored, and a message that fits still goes
+    from umqtt3.codec import MQTTError, StoreFull
+    c = connected(core(bufsize=2048))
+    try:
+        c.queue(b"t", b"x" * 1100, qos=1)
+        raise AssertionError("taken")
+    except MQTTError as e:
+        assert e.code == 0x95 and not isinstance(e, StoreFull), e
+    assert c.inflight() == 0 and take(c, 0) == b""
+    pid = c.queue(b"t", b"x" * 900, qos=1)
+    out = take(c, 0)  # header 0x32 and a two-byte remaining length of 905
+    assert pid and out[0] == 0x32 and len(out) == 908 and c.inflight() == 1
+
+
 def _resuming():
     # six QoS 1 messages in flight when the link broke; the new connection
     # (a persistent session) is resending them, a backlog that waits for
