@@ -1,7 +1,8 @@
 """tools/measure/sizes.py: its ROMFS mode (--romfs) runs, and reads what it
 should: every configuration and peer measured from the filesystem's .mpy
 files and from a ROMFS image, the image costing less heap (bytecode run in
-place). Figures themselves are the tool's output, not asserted here."""
+place); the stand-in streams of mqtt_async's probe read without polling.
+Figures themselves are the tool's output, not asserted here."""
 import os
 import re
 import shutil
@@ -97,3 +98,57 @@ def test_romfs_columns_beside_the_filesystem_ones():
     if any(r[0].startswith("umqtt.simple") for r in rows):  # the peer, when it is there
         _, cmp_rows = table(p.stdout, "client set vs umqtt.simple")
         assert cmp_rows[-1][0] == "import RAM from ROMFS"
+
+
+# The stand-in asyncio streams mqtt_async's probe connects through: a read
+# with nothing to read waits for the next write. A read that polled the
+# scripted broker each millisecond left a scratch buffer and wake-ups in the
+# heap at the reading as timing fell, so mqtt_async's connected figure moved
+# between runs of the same command (12,976-13,296 B).
+STREAMS_SCRIPT = """\
+import asyncio, sys
+sys.path[:] = ["/stubs", "/probe"]
+import fakepeer, streams
+peer = fakepeer.Peer(4)
+fakepeer.PEER = peer
+empty = [0]
+read = peer.read
+def counted(n):
+    got = read(n)
+    if got is None:
+        empty[0] += 1
+    return got
+peer.read = counted
+
+async def write_later(w):
+    await asyncio.sleep_ms(30)
+    w.write(b"\\x10\\x0c\\x00\\x04MQTT\\x04\\x02\\x00\\x3c\\x00\\x00")  # CONNECT, empty id
+
+async def main():
+    r, w = await streams.open_connection("peer", 1883)
+    asyncio.create_task(write_later(w))
+    got = await r.read(128)
+    print("GOT", bytes(got).hex(), "EMPTY", empty[0])
+
+mp_await = main()
+"""
+
+
+@needs_vm
+def test_stand_in_stream_waits_for_a_write_instead_of_polling(tmp_path):
+    from tools.measure import sizes as tool
+    stubs, probe = tmp_path / "stubs", tmp_path / "probe"
+    stubs.mkdir()
+    probe.mkdir()
+    for name, text in tool.STUBS.items():
+        (stubs / name).write_text(text)
+    (probe / "fakepeer.py").write_text(tool.FAKE_PEER)
+    script = tmp_path / "run" / "streams_wait.py"
+    script.parent.mkdir()
+    script.write_text(STREAMS_SCRIPT)
+    p = subprocess.run(["node", os.path.join(ROOT, "tests", "mp", "run.mjs"), "--no-shared",
+                        "--mount", "%s=/stubs" % stubs, "--mount", "%s=/probe" % probe, str(script)],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert p.returncode == 0, p.stdout + p.stderr
+    # the CONNACK, read once it was there; no read found nothing to read
+    assert p.stdout.split() == ["GOT", "20020000", "EMPTY", "0"], p.stdout
