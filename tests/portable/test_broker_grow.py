@@ -23,7 +23,8 @@ def test_full_size_311_publish_reaches_an_mqtt5_subscriber():
     # [MQTT-3.3.1-5] [MQTT-4.3.3-9]: a 3.1.1 PUBLISH of exactly max_packet
     # is acknowledged, so it is delivered to an MQTT 5 subscriber whose
     # copy gains a property length, and one with subscription
-    # identifiers on two overlapping subscriptions [MQTT-3.3.4-3 (5.0)]
+    # identifiers on two overlapping subscriptions [MQTT-3.3.4-3 (5.0)];
+    # retained, it is kept [MQTT-3.3.1-5]
     for sids in (None, (300, 268435455)):
         with running() as b:  # device defaults: max_packet 1024
             sub = Raw(b)
@@ -35,7 +36,7 @@ def test_full_size_311_publish_reaches_an_mqtt5_subscriber():
                 sub5(sub, 1, [("t", 1)])
             pub = Raw(b)
             pub.connect("p4")
-            data = build(encode_publish, "t", b"x" * 1016, 1, 7)
+            data = build(encode_publish, "t", b"x" * 1016, 1, 7, True)  # retained
             assert len(data) == b.limits.max_packet
             pub.send(data)
             assert pub.expect(PUBACK, 7)
@@ -45,6 +46,12 @@ def test_full_size_311_publish_reaches_an_mqtt5_subscriber():
             if sids:
                 got = props_of(q)[P.SUBSCRIPTION_ID]
                 assert sorted(got if isinstance(got, list) else [got]) == list(sids)
+            # kept, and sent whole to a new MQTT 5 subscriber [MQTT-3.3.1-6]
+            late = Raw(b)
+            connect5(late, "late")
+            sub5(late, 1, [("t", 1)], props={P.SUBSCRIPTION_ID: 268435455} if sids else None)
+            q = _deliver(late)
+            assert q is not None and len(q.payload) == 1016 and q.retain
             assert b.dropped == 0
 
 
