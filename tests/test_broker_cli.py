@@ -209,7 +209,11 @@ def test_limits_refuse_zero_and_unknown():
         Limits(max_clients=0)
     with pytest.raises(ValueError):
         Limits(max_client=3)
-    assert Limits(txsize=0, max_packet=2048).tx == 2048
+    # txsize 0: max_packet and what a PUBLISH may grow by on its way out
+    # (88 bytes at 16 subscriptions: broker_limits.grow)
+    assert Limits(txsize=0, max_packet=2048).tx == 2048 + 88
+    assert Limits(txsize=0, max_packet=2048, max_subs=1).ring == 2048 + 13
+    assert Limits(txsize=4096, max_packet=2048).tx == 4096
 
 
 # every limit with a largest value: what it flows into takes that value and

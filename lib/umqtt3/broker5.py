@@ -7,7 +7,7 @@
 # Each level-5 connection holds one V5 (Connection.v5): what its client
 # asked for and allows. Forwarding itself is the core's and the sessions'
 # (broker_session.put_publish writes the property list).
-from .codec import encode_ack, encode_disconnect, MQTTError, PUBACK, PUBREC, PUBCOMP
+from .codec import encode_ack, encode_disconnect, varint_size, MQTTError, PUBACK, PUBREC, PUBCOMP
 from .codec_server import encode_connack
 from .compat import const, valid_utf8
 from .props import (get, find, encode, encode_auth, TYPES, SESSION_EXPIRY, RECEIVE_MAXIMUM, MAXIMUM_PACKET_SIZE,
@@ -34,6 +34,7 @@ class V5:
     pend = None  # the hook that takes the client's next AUTH data
     cbytes = None  # the CONNECT held while its exchange goes on
     authed = False  # the exchange at CONNECT accepted it
+    abytes = 0  # bytes of the topics in aliases (max_alias_bytes)
 
     def __init__(self):
         self.rmax = 65535  # the client's receive maximum [MQTT-3.1.2-19]
@@ -292,11 +293,28 @@ def publish_in(core, c, p):
                 v.aliases = {}
             if p.topic_len:
                 t = bytes(buf[p.topic_off:p.topic_off + p.topic_len])
+                old = v.aliases.get(a)
+                ab = v.abytes + len(t) - (0 if old is None else len(old))
+                mb = core.limits.max_alias_bytes
+                if mb and ab > mb:
+                    raise MQTTError("topic aliases over max_alias_bytes", 0x97)  # quota exceeded
                 v.aliases[a] = t  # [MQTT-3.3.2-12]
+                v.abytes = ab
             else:
                 t = v.aliases.get(a)
                 if t is None:
                     raise MQTTError("unknown topic alias", 0x82)
+                # written out (less its 3-byte alias), larger than any
+                # PUBLISH the broker takes: it could be neither forwarded
+                # nor kept, so it is refused in its PUBACK / PUBREC, not
+                # acknowledged and lost [MQTT-3.3.1-5]; 0x83, as 0x95 is
+                # no PUBACK code (3.4.2.1), nor 0x97, which says "later"
+                if _written_out(len(t), p.payload_len, p.qos, pn - 3) > core.limits.max_packet:
+                    if p.qos:
+                        core.others_out += 1  # its PUBACK / PUBREC
+                    else:
+                        core.dropped += 1
+                    return ack_refuse(c, p, 0x83)  # implementation specific error
             core.atopic = t
             core.aprops = without(buf, po, pn, TOPIC_ALIAS)  # not forwarded [MQTT-3.3.2-*]
         if get(buf, po, pn, PAYLOAD_FORMAT, 0) == 1 and \
@@ -307,6 +325,13 @@ def publish_in(core, c, p):
     if not p.topic_len and core.atopic is None:
         raise MQTTError("empty topic without alias", 0x82)  # [MQTT-3.3.2-8 (5.0: 3.3.4)]
     return False
+
+
+def _written_out(tn, pn, qos, prn):
+    # bytes of a level-5 PUBLISH with a topic of tn bytes (broker_session.
+    # publish_size, which this module does not import)
+    rl = 2 + tn + pn + (2 if qos else 0) + varint_size(prn) + prn
+    return 1 + varint_size(rl) + rl
 
 
 def no_pid(conn, p):

@@ -15,7 +15,7 @@
 def zero_ok(name):
     return name in ("txsize", "ring_size", "sndbuf", "connect_timeout_ms", "sys_interval",
                     "max_aliases", "max_keepalive", "max_levels", "max_queued_bytes",
-                    "mem_budget")
+                    "mem_budget", "max_sub_bytes", "max_alias_bytes")
 
 
 # The largest value of each limit that has one, from what it flows into: a
@@ -58,12 +58,24 @@ def refused(name, v):
         "%d or more" % lo if hi is None else "%d-%d" % (lo, hi), v)
 
 
+def grow(max_subs):
+    """The most bytes a PUBLISH gains between the broker's input and a
+    subscriber: a Subscription Identifier (5 at most) for each of the
+    subscriber's max_subs subscriptions that matches [MQTT-3.3.4-3 (5.0)];
+    the broker's own topic alias, set with the topic (3); a property length
+    for an MQTT 5 subscriber of a 3.1.1 publisher, or a longer one (3 at
+    most); a longer remaining length (2 at most). (A topic alias from the
+    publisher is checked where it is resolved, broker5.publish_in.)"""
+    return 8 + 5 * max_subs
+
+
 class Limits:
     max_clients = 8  # connected clients; one more gets CONNACK 3
     max_pending = 4  # connections yet to send CONNECT, on top of max_clients (the oldest goes)
     max_packet = 1024  # largest packet accepted; also each receive buffer
     txsize = 0  # send buffer per connection (at least max_packet)
     max_subs = 16  # subscriptions per client
+    max_sub_bytes = 1024  # bytes of those filters, per session (0: no limit but max_subs)
     max_inflight = 8  # outbound QoS 1/2 messages awaiting an ack, per client
     # the same for an MQTT 5 client: its Receive Maximum, at most this
     max_inflight_v5 = 8
@@ -81,6 +93,9 @@ class Limits:
     burst = 16  # packets read from one connection per step
     fanout = 64  # deliveries those packets route per step before the next connection's turn
     max_aliases = 8  # MQTT 5 topic aliases a client may set (0: none)
+    # bytes of the topics those aliases stand for, per connection, and
+    # again of the broker's own aliases towards it (0: no limit)
+    max_alias_bytes = 512
     max_keepalive = 0  # MQTT 5: longest keep alive, seconds, imposed in CONNACK (0: the client's)
     max_levels = 0  # levels in a topic name or filter (0: any); beyond closes
     auth_fails = 5  # failed logins from one address before it waits
@@ -114,7 +129,10 @@ class Limits:
         for k in ("max_queued_bytes", "mem_budget"):
             if 0 < getattr(self, k) < self.max_packet:
                 setattr(self, k, self.max_packet)
-        # derived: what a connection and a session allocate
-        self.tx = max(self.txsize, self.max_packet)
-        self.ring = max(self.ring_size, self.max_packet)
+        # derived: what a connection and a session allocate. A PUBLISH of
+        # max_packet grows on its way out by at most grow() bytes, so that
+        # whatever is acknowledged fits both, and is delivered and kept
+        g = self.max_packet + grow(self.max_subs)
+        self.tx = max(self.txsize, g)
+        self.ring = max(self.ring_size, g)
         self.max_frame = min(self.tx, self.ring)  # the largest frame queued

@@ -80,7 +80,12 @@ class Retained:
             return
         prn = r.prn if r.prs is not None else -1
         if publish_size(r.tn, r.pn, r.qos, prn) > self.lim.max_frame:
-            return  # it could never be sent whole
+            # it could never be sent whole (the API's or a bridge's: a
+            # client's PUBLISH fits, broker_limits.grow), counted as dropped
+            self.stats.dropped += 1
+            if self.log is not None:
+                self.log("retained message on %s not kept: larger than max_frame" % key.decode())
+            return
         pl = bytes(r.psrc[r.poff:r.poff + r.pn])
         pr = bytes(r.prs[r.pro:r.pro + prn]) if prn > 0 else b""
         if not sysk and self.disk is not None:

@@ -606,15 +606,19 @@ class Session:
         connection (3.3.2.3.4, [MQTT-3.3.2-8] [MQTT-3.3.2-11]): k > 0 when
         alias k stands for it (the topic goes empty), -k when alias k is
         free to be set with it now, 0 when every alias is taken by another
-        topic. No allocation."""
+        topic, or when a new one would hold more than max_alias_bytes of
+        topics. No allocation."""
         t = self.oal
         na = len(t)
+        held = n
         i = 0
         while i < na:
             if _same(t[i], src, off, n):
                 return i + 1
+            held += len(t[i])
             i += 1
-        return -(na + 1) if na < self.tam else 0
+        mb = self.lim.max_alias_bytes
+        return -(na + 1) if na < self.tam and (not mb or held <= mb) else 0
 
     def _put_alias(self, dst, off, first, r, pid, ak):
         # r's PUBLISH with topic alias |ak|, the topic only when it is set now

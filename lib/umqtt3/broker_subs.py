@@ -93,7 +93,8 @@ class Subs:
     def add(self, s, buf, off, n, opts, sid=0):
         """Add or replace [MQTT-3.8.4-3] a subscription of s with options
         byte opts (and MQTT 5 subscription identifier sid, 0: none); return
-        the granted QoS, or 0x80 when the per-client limit is reached."""
+        the granted QoS, or 0x80 when a per-session limit is reached: max_subs
+        filters, or max_sub_bytes of them [MQTT-3.9.3-1]."""
         i = find_filter(s, buf, off, n)
         self.added = False
         self.forget()
@@ -102,8 +103,16 @@ class Subs:
             if sid or s.fsid is not None:
                 self._sid(s)[i] = sid
             return opts & 3
-        if len(s.filters) >= self.max_subs:
+        fl = s.filters
+        if len(fl) >= self.max_subs:
             return 0x80
+        mb = s.lim.max_sub_bytes
+        if mb:
+            k = n
+            for f in fl:
+                k += len(f)
+            if k > mb:
+                return 0x80
         self.restore(s, bytes(buf[off:off + n]), opts, sid)
         self.added = True
         return opts & 3

@@ -28,6 +28,7 @@ DESKTOP = (
     ("max_packet", 65536),
     ("txsize", 0),
     ("max_subs", 64),
+    ("max_sub_bytes", 65536),
     ("max_inflight", 32),
     ("max_inflight_v5", 1024),
     ("ring_size", 0),
@@ -44,6 +45,7 @@ DESKTOP = (
     ("burst", 64),
     ("fanout", 500),
     ("max_aliases", 64),
+    ("max_alias_bytes", 16384),
     ("max_keepalive", 0),
     ("max_levels", 0),
     ("auth_fails", 5),
@@ -59,6 +61,7 @@ HELP = {
     "max_packet": "largest packet accepted, bytes; larger ones close the connection",
     "txsize": "send buffer per client, bytes (0: max packet)",
     "max_subs": "subscriptions per client (SUBACK 0x80 beyond)",
+    "max_sub_bytes": "bytes of a session's subscription filters (0: no limit; SUBACK 0x80 beyond)",
     "max_inflight": "outbound QoS 1/2 messages awaiting acknowledgement per client",
     "max_inflight_v5": "the same for an MQTT 5 client: its Receive Maximum, at most this",
     "ring_size": "in-flight bytes per client (0: max packet)",
@@ -78,6 +81,8 @@ HELP = {
     "fanout": "deliveries those packets route per step before the next connection's turn"
               " (at least one packet is read)",
     "max_aliases": "MQTT 5 topic aliases per client (0: none; beyond: DISCONNECT 0x94)",
+    "max_alias_bytes": "bytes of the topics a client's topic aliases hold, and the broker's own"
+                       " towards it (0: no limit; beyond: DISCONNECT 0x97, the broker sets no more)",
     "max_keepalive": "MQTT 5: longest keep alive, seconds, imposed as server keep alive (0: none)",
     "max_levels": "levels in a topic name or filter (0: any); beyond closes the connection",
     "auth_fails": "failed logins from one address before its logins wait",

@@ -264,16 +264,19 @@ def test_blocked_reader_resumes_when_it_drains():
             slow.subscribe(1, "fill", 0)
             pub.connect("pub")
             s = b.sessions()[b"slow"]
-            # 256-byte frames (3 + 2 + 4 + 247) fill the 1024-byte send buffer
-            # to the last byte, and the queue's drain writes whole frames: as
+            # frames of a quarter of the send buffer (1112 bytes: max_packet
+            # and broker_limits.grow; 278 = 3 + 2 + 4 + 269) fill it to the
+            # last byte, and the queue's drain writes whole frames: as
             # long as 4 wait, each refill leaves the buffer full. The buffers
             # under it are not full for good: over TCP they take more when
             # the PINGREQ's ACK reopens the window, or a timer does (up to
             # 2 x SO_SNDBUF + 2 x SO_RCVBUF on Linux, about 17 KB here).
-            # 100 queued frames (25.6 KB) outlast that, so the PINGREQ still
+            # 100 queued frames (27.8 KB) outlast that, so the PINGREQ still
             # finds the buffer full whatever the kernel takes meanwhile.
             c = s.client
-            payload = b"z" * 247
+            tx = b.limits.tx
+            assert tx % 4 == 0
+            payload = b"z" * (tx // 4 - 9)
             for _ in range(200):
                 for _ in range(20):
                     pub.publish("fill", payload)
@@ -291,7 +294,7 @@ def test_blocked_reader_resumes_when_it_drains():
                 assert p is not None
                 if p.type == PINGRESP:
                     break
-                assert p.type == PUBLISH and len(p.payload) == 247
+                assert p.type == PUBLISH and len(p.payload) == len(payload)
                 n += 1
             assert p.type == PINGRESP
             assert n == b.sent and s.queued() == 0 and not c.blocked
