@@ -53,6 +53,7 @@ _BAD_AUTH = const(4)
 _NOT_AUTHORIZED = const(5)
 
 TIMER_MS = const(100)  # how often keepalives and connect timeouts are checked
+LATE_WILLS = const(4)  # wills put off for want of memory at once (Core.late)
 
 # Core._why: why the last QoS 1/2 PUBLISH was not routed (1: a
 # subscriber's queue is full, _refuse_full)
@@ -103,6 +104,9 @@ class Stats:
         self.dropped_q = 0  # and the other messages a full queue did not take (or let go)
         self.qbytes = 0  # what queued messages cost, each held once (broker_session.Msg)
         self.errors = 0  # internal errors (a bug): the connection was closed
+        # MemoryErrors the broker went on from (the heap spent): a client
+        # closed, a $SYS update skipped, a will put off (Core.broke, tick)
+        self.nomem = 0
         self.store_errors = 0  # store writes that failed (nothing was acknowledged)
         self.handed = 0  # copies a shared group's ending member handed on (Core._hand_on)
         self.connected = 0
@@ -225,6 +229,11 @@ class Core(Stats):
         self.auth_methods = {}  # MQTT 5 enhanced authentication: name -> hook(data) -> rc
         # delayed wills: [due (uptime s), cid, topic, msg, qos, retain, props]
         self.wills = []  # type: list
+        # wills that could not be published (or put in wills) for want of
+        # memory, tried again at each tick: preallocated, as wills entries,
+        # so that keeping one allocates nothing (free: topic None)
+        self.late = [[0, None, None, None, 0, False, None] for _ in range(LATE_WILLS)]
+        self.nlate = 0
         self._pkt = Packet(4)
         # CPython: the topic names a level-3/4 PUBLISH was found valid with
         # (broker_bytes), each the bytes object routing uses for it; None on
@@ -377,19 +386,21 @@ class Core(Stats):
             else:
                 self._packet(c, p, t)
         except MQTTError as e:
-            if c.state == WAITING and e.code == BAD_PROTOCOL_VERSION and buf[off] == 0x10:
-                # unacceptable protocol level: CONNACK 1, then close [MQTT-3.1.2-2]
-                self._refuse(c, _BAD_LEVEL, "unsupported protocol level")
-            else:
-                self.fail(c, e)
+            try:
+                if c.state == WAITING and e.code == BAD_PROTOCOL_VERSION and buf[off] == 0x10:
+                    # unacceptable protocol level: CONNACK 1, then close [MQTT-3.1.2-2]
+                    self._refuse(c, _BAD_LEVEL, "unsupported protocol level")
+                else:
+                    self.fail(c, e)
+            except MemoryError as e2:
+                self.broke(c, e2)  # (the refusal's own allocation: closed all the same)
         except OSError:
             # a store write that failed (counted) is not acknowledged: the
             # client sends again on its next connection
             self.disconnect(c, "store write failed" if self.store_errors != se
                             else "connection lost", True)
         except Exception as e:
-            self.errors += 1
-            self.disconnect(c, "internal error: %r" % (e,), True)
+            self.broke(c, e)
         if c.held is not None:
             self.bytes_in -= n  # handed over again after unhold: counted then
 
@@ -453,7 +464,30 @@ class Core(Stats):
         DISCONNECT carrying e's reason code at MQTT 5 [MQTT-4.13.1-1]."""
         # (0x97: a bridge's full queue refused the message, no error of c's)
         why = "quota exceeded: " if e.code == 0x97 else "protocol error: "  # [MQTT-4.8.0-1]
-        self.disconnect(c, why + e.reason, True, e.code)
+        try:
+            why += e.reason
+        except MemoryError:
+            pass  # (the heap is spent: closed all the same, the kind of error said)
+        self.disconnect(c, why, True, e.code)
+
+    def broke(self, c, e):
+        """An exception no handler expected while c's packet was handled
+        (or its turn read or flushed): c is closed, as a protocol error
+        closes it [MQTT-4.8.0-1], and the broker goes on serving the
+        others. A MemoryError (the heap is spent) is counted in nomem and
+        answered without allocating: a constant reason, at MQTT 5 a
+        DISCONNECT 0x97 (quota exceeded) [MQTT-4.13.1-1]. Anything else
+        is a bug: counted in errors, DISCONNECT 0x83."""
+        if isinstance(e, MemoryError):
+            self.nomem += 1
+            self.disconnect(c, "out of memory", True, 0x97)
+            return
+        self.errors += 1
+        try:
+            why = "internal error: %r" % (e,)
+        except MemoryError:
+            why = "internal error"
+        self.disconnect(c, why, True, 0x83)
 
     def disconnect(self, c, why, will, rc=0):
         """Close a connection; publish its will when `will` and it has one
@@ -465,7 +499,18 @@ class Core(Stats):
             self.unhold(c, c.t_last)  # its packet goes unacknowledged: the client resends it
         was = c.state
         if rc and c.v5 is not None and was == CONNECTED:
-            self.b5.send_disconnect(c, rc, why)
+            try:
+                self.b5.send_disconnect(c, rc, why)
+            except MemoryError:
+                # its reason string did not fit the heap: the code alone
+                # (DISCONNECT, remaining length 1, the code: 3.14.2.1)
+                conn = c.conn
+                if conn.space() >= 3:
+                    t = conn.tlen
+                    conn.tx[t] = 0xE0
+                    conn.tx[t + 1] = 1
+                    conn.tx[t + 2] = rc
+                    conn.tlen = t + 3
             self.others_out += 1
         c.state = CLOSED
         c.why = why
@@ -479,38 +524,97 @@ class Core(Stats):
             if s is not None and s.client is c:
                 s.client = None
                 if s.clean:
-                    self._drop(s)  # [MQTT-3.1.2-6]
+                    self._end(s)  # [MQTT-3.1.2-6]
                     ended = True
                 elif s.expiry:
                     if s.expiry != 0xFFFFFFFF:
                         # [MQTT-3.1.2-23 (5.0)], never early: from the next whole second
                         s.exp_at = self.up_s + s.expiry + (1 if self._up_ms else 0)
-                        self._save(s)  # its end, on disk: it counts across a restart
+                        try:
+                            self._save(s)  # its end, on disk: it counts across a restart
+                        except MemoryError:
+                            self.nomem += 1  # (as a failed write: it ends at the next start)
                 elif c.v5 is not None:
-                    self._drop(s)  # expiry 0, set at DISCONNECT
+                    self._end(s)  # expiry 0, set at DISCONNECT
                     ended = True
             if self.log is not None:
-                self._log("disconnect %s: %s", (c.cid.decode(), why))
+                try:
+                    self._log("disconnect %s: %s", (c.cid.decode(), why))
+                except MemoryError:
+                    pass  # (its arguments: the heap is spent, no line)
             if will and wt is not None:
-                v = c.v5
-                pr = None if v is None else self.b5.will_props(c)
-                if v is not None and v.wdelay and not ended:
-                    # later, unless the session resumes first [MQTT-3.1.3-9]
-                    d = v.wdelay if v.wdelay < s.expiry else s.expiry
-                    if self._up_ms:
-                        d += 1  # never early: timers run on whole seconds
-                    self.wills.append([self.up_s + d, c.cid, wt, c.will_m, c.will_q,
-                                       c.will_r, pr])
-                    if self.disk is not None:
-                        try:  # kept across a restart, sent when due
-                            self.disk.save_will(s, self.up_s + d, wt, c.will_m, c.will_q,
-                                                c.will_r, pr)
-                        except OSError:
-                            pass  # counted; it is lost only if the broker restarts
-                else:
-                    self.publish(wt, c.will_m, c.will_q, c.will_r, pr)
+                self._will(c, s, wt, ended)
         elif self.log is not None:
-            self._log("closed %s: %s", (c.peer, why))
+            try:
+                self._log("closed %s: %s", (c.peer, why))
+            except MemoryError:
+                pass
+
+    def _will(self, c, s, wt, ended):
+        # c's will, its connection closed abnormally [MQTT-3.1.2-8]: now,
+        # or later at MQTT 5 with a will delay, unless the session resumes
+        # first [MQTT-3.1.3-9]. With the heap spent it is put off (late)
+        # rather than lost, and a tick tries it again.
+        v = c.v5
+        due = self.up_s
+        pr = None
+        try:
+            pr = None if v is None else self.b5.will_props(c)
+            if v is not None and v.wdelay and not ended:
+                d = v.wdelay if v.wdelay < s.expiry else s.expiry
+                if self._up_ms:
+                    d += 1  # never early: timers run on whole seconds
+                due += d
+                self.wills.append([due, c.cid, wt, c.will_m, c.will_q, c.will_r, pr])
+                if self.disk is not None:
+                    try:  # kept across a restart, sent when due
+                        self.disk.save_will(s, due, wt, c.will_m, c.will_q, c.will_r, pr)
+                    except OSError:
+                        pass  # counted; it is lost only if the broker restarts
+            else:
+                self.publish(wt, c.will_m, c.will_q, c.will_r, pr)
+        except MemoryError:
+            self.nomem += 1
+            self._put_off(due, c.cid, wt, c.will_m, c.will_q, c.will_r, pr)
+
+    def _put_off(self, due, cid, topic, msg, qos, retain, pr):
+        # a will kept in a free slot of late, allocating nothing; none free:
+        # lost, counted as dropped
+        for e in self.late:
+            if e[2] is None:
+                e[0] = due
+                e[1] = cid
+                e[2] = topic
+                e[3] = msg
+                e[4] = qos
+                e[5] = retain
+                e[6] = pr
+                self.nlate += 1
+                return
+        self.dropped += 1
+
+    def _late(self):
+        # the wills put off for want of memory that are due, tried again
+        # (a tick; a MemoryError again leaves them for the next one)
+        up = self.up_s
+        for e in self.late:
+            if e[2] is not None and up >= e[0]:
+                self.publish(e[2], e[3], e[4], e[5], e[6])
+                self._drop_will(e[1])  # (a delayed will the store kept)
+                e[1] = e[2] = e[3] = e[6] = None
+                self.nlate -= 1
+
+    def _end(self, s):
+        # a clean session ends with its connection; with the heap spent,
+        # what _drop does that allocates (a shared member's hand-on) is
+        # given up, the session goes all the same
+        try:
+            self._drop(s)
+        except MemoryError:
+            self.nomem += 1
+            self.subs.drop(s)
+            if s in self.sess.all:
+                self.sess.remove(s)
 
     def forget(self, c):
         """The driver released c."""
@@ -543,7 +647,10 @@ class Core(Stats):
         self.others_out += 1
         self.refused += 1
         if self.log is not None:
-            why = "refused (CONNACK %d): %s" % (rc, why)
+            try:
+                why = "refused (CONNACK %d): %s" % (rc, why)
+            except MemoryError:
+                pass  # (the heap is spent: the reason alone)
         self.disconnect(c, why, False)
 
     def _b5(self):
@@ -1567,15 +1674,30 @@ class Core(Stats):
                     c.held is None:
                 # [MQTT-3.1.2-24]; a held connection's silence is ours (unhold)
                 self.disconnect(c, "keepalive expired", True, 0x8D)
+        # With the heap spent, a timer's work is put off, never raised out
+        # of here: an expiry or a delayed will waits for the next second, a
+        # will put off (late) for the next tick, a $SYS update is skipped
+        # (the next one carries the figures)
+        if self.nlate:
+            try:
+                self._late()
+            except MemoryError:
+                self.nomem += 1
         if d > 0 and ms >= 1000:
             self.carry()
-            self._expire()
+            try:
+                self._expire()
+            except MemoryError:
+                self.nomem += 1
             if self.disk is not None:
                 self.disk.tick(self.up_s)
         si = self.limits.sys_interval
         if si and ticks_diff(now, self._t_sys) >= 0:
             self._t_sys = ticks_add(now, si * 1000)
-            self._sys()
+            try:
+                self._sys()
+            except MemoryError:
+                self.nomem += 1
         return self._t_timer
 
     def _expire(self):
@@ -1587,9 +1709,10 @@ class Core(Stats):
         while i >= 0:
             e = w[i]
             if up >= e[0]:
+                # published first: a MemoryError (tick) leaves it for the next second
+                self.publish(e[2], e[3], e[4], e[5], e[6])
                 del w[i]
                 self._drop_will(e[1])
-                self.publish(e[2], e[3], e[4], e[5], e[6])
             i -= 1
         al = self.sess.all
         i = len(al) - 1
