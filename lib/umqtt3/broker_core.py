@@ -233,6 +233,11 @@ class Core(Stats):
         # memory, tried again at each tick: preallocated, as wills entries,
         # so that keeping one allocates nothing (free: topic None)
         self.late = [[0, None, None, None, 0, False, None] for _ in range(LATE_WILLS)]
+        # retained messages new subscriptions are owed, handed over as each
+        # session's queue has room (_give): [session, matching topics, the
+        # next one's index, QoS granted, subscription id, grants or None,
+        # filter], in the order they were subscribed
+        self.owed = []  # type: list
         self.nlate = 0
         self._pkt = Packet(4)
         # CPython: the topic names a level-3/4 PUBLISH was found valid with
@@ -432,7 +437,9 @@ class Core(Stats):
         if c.conn.tlen:
             return True
         s = c.sess
-        return s is not None and s.client is c and s.backlog()
+        if s is None or s.client is not c:
+            return False
+        return s.backlog() or (self.owed and self._owes(s))
 
     def commit(self):
         """Make durable what the store was handed since the last commit
@@ -453,9 +460,12 @@ class Core(Stats):
         """c's send buffer drained: move what waits into it. True when it
         now holds bytes."""
         s = c.sess
-        if s is None or s.client is not c or not s.backlog():
+        if s is None or s.client is not c:
             return False
-        s.pump()
+        if self.owed:
+            self._hand(s)  # (written, or queued behind what waits)
+        if s.backlog():
+            s.pump()
         return c.conn.tlen > 0
 
     # ------------------------------------------------------------ closing
@@ -687,6 +697,8 @@ class Core(Stats):
                 pass
 
     def _drop(self, s):
+        if self.owed:
+            self._unowe(s, None)
         if self.sess.by_id.get(s.cid) is s:  # (not a second, ended record of the id: Disk.load)
             self.owners.pop(s.cid, None)
         if self.subs.groups and s.filters:
@@ -1045,6 +1057,9 @@ class Core(Stats):
                 i = read_filter(p, i)
                 self.name_ok(p.buf, p.f_off, p.f_len, 1)
                 ok = self.subs.remove(s, p.buf, p.f_off, p.f_len)
+                if ok and self.owed:
+                    # no more of its retained messages [MQTT-3.10.4-2]
+                    self._unowe(s, p.buf[p.f_off:p.f_off + p.f_len])
                 if codes is not None:
                     codes.append(0 if ok else 0x11)  # 0x11: no subscription existed
             if self.disk is not None:
@@ -1258,11 +1273,12 @@ class Core(Stats):
         # one return code per filter, in order [MQTT-3.8.4-5]
         conn.tlen = encode_suback(conn.tx, conn.tlen, p.pid, codes, c.level)
         self.others_out += 1
-        # then the retained messages of each granted filter [MQTT-3.3.1-6]
+        # then the retained messages of each granted filter [MQTT-3.3.1-6]:
+        # owed, and handed over as the session's queue takes them (_give),
+        # so that none is dropped for a queue they do not all fit
         i = p.payload_off
         k = 0
         ret = self.retained
-        r = self.route
         while i < end:
             i = read_filter(p, i)
             g = codes[k]
@@ -1272,23 +1288,100 @@ class Core(Stats):
             rh = p.opts >> 4 & 3 if v5 else 0
             if rh == 2 or (rh == 1 and not new >> (k - 1) & 1):
                 continue  # retain handling 2, or 1 on an existing subscription
-            for topic in self.ret.matching(p.buf, p.f_off, p.f_len):
-                if check >> (k - 1) & 1 and not c.grants.may_receive(topic, 0, len(topic)):
-                    continue  # a topic the ACL denies this client
-                pr = self.ret.aged(topic) if self.ret.props else None
-                if pr == b"":
-                    continue  # its message expiry interval has passed
-                q, pl = ret[topic]
-                r.set(topic, 0, len(topic), pl, 0, len(pl), q if q < g else g)
-                if pr is not None:
-                    r.prs = pr
-                    r.prn = len(pr)
-                if sid:
-                    # sent because of this SUBSCRIBE: its identifier goes
-                    # with it [MQTT-3.3.4-3 (5.0)], as with routing (_send_ids)
-                    self._send_with(s, r, r.qos, 1, (sid,))
-                else:
-                    s.send(r, r.qos, 1)
+            # (a filter subscribed again is owed its retained messages
+            # again [MQTT-3.8.4-3], after what is still owed for it)
+            topics = self.ret.matching(p.buf, p.f_off, p.f_len)
+            if topics:
+                gr = c.grants if check >> (k - 1) & 1 else None
+                self.owed.append([s, topics, 0, g, sid, gr,
+                                  bytes(p.buf[p.f_off:p.f_off + p.f_len])])
+        if self.owed:
+            self._hand(s)
+
+    # ------------------------------------------------------------ retained, owed
+    def _hand(self, s):
+        """Hand session s what its new subscriptions are owed of the
+        retained messages (owed), oldest subscription first, while its
+        queue has room. True when some are still owed."""
+        ow = self.owed
+        i = 0
+        while i < len(ow):
+            e = ow[i]
+            if e[0] is not s:
+                i += 1
+            elif self._give(e):
+                del ow[i]
+            else:
+                return True
+        return False
+
+    def _give(self, e):
+        # the retained messages of owed entry e, in order, while its
+        # session's queue has room (_takes); True once all are given. Each
+        # is looked up as it goes: one cleared since is skipped, one
+        # replaced goes as it is now.
+        s, topics, j, g, sid, gr = e[0], e[1], e[2], e[3], e[4], e[5]
+        rt = self.ret
+        ret = self.retained
+        r = self.route
+        while j < len(topics):
+            topic = topics[j]
+            m = ret.get(topic)
+            if m is None or (gr is not None and not gr.may_receive(topic, 0, len(topic))):
+                j += 1  # cleared since, or a topic the ACL denies this client
+                continue
+            pr = rt.aged(topic) if rt.props else None
+            if pr == b"":
+                j += 1  # its message expiry interval has passed
+                continue
+            q, pl = m
+            if not self._takes(s, len(topic) + len(pl) + MSG_COST + (len(pr) if pr else 0)):
+                break
+            j += 1
+            r.set(topic, 0, len(topic), pl, 0, len(pl), q if q < g else g)
+            if pr is not None:
+                r.prs = pr
+                r.prn = len(pr)
+            if sid:
+                # sent because of its SUBSCRIBE: its identifier goes with
+                # it [MQTT-3.3.4-3 (5.0)], as with routing (_send_ids)
+                self._send_with(s, r, r.qos, 1, (sid,))
+            else:
+                s.send(r, r.qos, 1)
+        e[2] = j
+        return j == len(topics)
+
+    def _takes(self, s, size):
+        # s's queue takes one more message of `size` bytes (msg_size)
+        # without dropping anything: max_queued, max_queued_bytes and the
+        # broker's mem_budget. An empty queue always takes one, so that
+        # what is owed goes on whatever else holds memory.
+        n = s.queued()
+        if not n:
+            return True
+        lim = self.limits
+        mb = lim.max_queued_bytes
+        return n < lim.max_queued and not (mb and s.qb + size + ENTRY_COST > mb) and \
+            not self.over(size + ENTRY_COST)
+
+    def _owes(self, s):
+        # s is owed retained messages and its queue has room for more
+        if s.queued() >= self.limits.max_queued:
+            return False
+        for e in self.owed:
+            if e[0] is s:
+                return True
+        return False
+
+    def _unowe(self, s, f):
+        # s is owed nothing more for filter f (None: for any)
+        ow = self.owed
+        i = len(ow) - 1
+        while i >= 0:
+            e = ow[i]
+            if e[0] is s and (f is None or e[6] == f):
+                del ow[i]
+            i -= 1
 
     # ------------------------------------------------------------ routing
     def _route_of(self, c, p):
