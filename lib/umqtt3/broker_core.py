@@ -1553,7 +1553,11 @@ class Core(Stats):
                     held = True
             i += 1
         if held:
-            w = 2 if self.over(size + ENTRY_COST) else 0
+            # queued (once, however many queue it), and retained too: a copy
+            # of its own, less what it replaces [MQTT-3.3.1-5]
+            w = 2 if self.over(size + ENTRY_COST) or (
+                r.retain and r.pn and self.over(size + ENTRY_COST + size) and
+                self.over(size + ENTRY_COST + size - self.ret.replaced(r))) else 0
         else:
             # retained only: it costs what it adds to the message it
             # replaces [MQTT-3.3.1-5]
