@@ -567,25 +567,32 @@ class Core(Stats):
         # rather than lost, and a tick tries it again.
         v = c.v5
         due = self.up_s
+        cid = None  # (a delayed will's: its session may resume first)
+        if v is not None and v.wdelay and not ended:
+            d = v.wdelay if v.wdelay < s.expiry else s.expiry
+            if self._up_ms:
+                d += 1  # never early: timers run on whole seconds
+            due += d
+            cid = c.cid
         pr = None
         try:
             pr = None if v is None else self.b5.will_props(c)
-            if v is not None and v.wdelay and not ended:
-                d = v.wdelay if v.wdelay < s.expiry else s.expiry
-                if self._up_ms:
-                    d += 1  # never early: timers run on whole seconds
-                due += d
-                self.wills.append([due, c.cid, wt, c.will_m, c.will_q, c.will_r, pr])
-                if self.disk is not None:
-                    try:  # kept across a restart, sent when due
-                        self.disk.save_will(s, due, wt, c.will_m, c.will_q, c.will_r, pr)
-                    except OSError:
-                        pass  # counted; it is lost only if the broker restarts
-            else:
+            if cid is None:
                 self.publish(wt, c.will_m, c.will_q, c.will_r, pr)
+                return
+            self.wills.append([due, cid, wt, c.will_m, c.will_q, c.will_r, pr])
         except MemoryError:
+            # (its properties too, if they could not be built)
             self.nomem += 1
-            self._put_off(due, c.cid, wt, c.will_m, c.will_q, c.will_r, pr)
+            self._put_off(due, cid, wt, c.will_m, c.will_q, c.will_r, pr)
+            return
+        if self.disk is not None:
+            try:  # kept across a restart, sent when due
+                self.disk.save_will(s, due, wt, c.will_m, c.will_q, c.will_r, pr)
+            except OSError:
+                pass  # counted; it is lost only if the broker restarts
+            except MemoryError:
+                self.nomem += 1  # (the same)
 
     def _put_off(self, due, cid, topic, msg, qos, retain, pr):
         # a will kept in a free slot of late, allocating nothing; none free:
@@ -610,9 +617,11 @@ class Core(Stats):
         for e in self.late:
             if e[2] is not None and up >= e[0]:
                 self.publish(e[2], e[3], e[4], e[5], e[6])
-                self._drop_will(e[1])  # (a delayed will the store kept)
-                e[1] = e[2] = e[3] = e[6] = None
-                self.nlate -= 1
+                self._unlate(e)
+
+    def _unlate(self, e):
+        e[1] = e[2] = e[3] = e[6] = None
+        self.nlate -= 1
 
     def _end(self, s):
         # a clean session ends with its connection; with the heap spent,
@@ -819,7 +828,7 @@ class Core(Stats):
         elif self.connected >= self.limits.max_clients:
             self._refuse(c, _UNAVAILABLE, "max clients reached")
             return
-        if self.wills:
+        if self.wills or self.nlate:
             self._will_resumed(cid, p.clean)
         old = reg.by_id.get(cid)
         present = False
@@ -937,6 +946,13 @@ class Core(Stats):
                 if clean:
                     self.publish(e[2], e[3], e[4], e[5], e[6])
             i -= 1
+        if self.nlate:
+            for e in self.late:  # (a delayed will put off for want of memory)
+                if e[2] is not None and e[1] == cid:
+                    if clean:
+                        e[0] = 0  # due: the next tick publishes it
+                    else:
+                        self._unlate(e)
 
     def name_ok(self, buf, off, n, flt):
         """A topic name (flt 0) or filter (1), client id or user name (2)

@@ -25,12 +25,15 @@ def _raise(*args, **kw):
 class spent:
     """with spent(b, obj, name): every broker step runs with the heap spent
     (MicroPython: heap_lock around poll_once; CPython: obj.name, a method
-    the step calls, replaced by a stand-in that raises MemoryError)."""
+    the step calls, replaced by a stand-in that raises MemoryError, or by
+    `standin`)."""
 
-    def __init__(self, b, obj, name):
+    def __init__(self, b, obj, name, standin=_raise):
         self.b = b
         self.obj = obj
         self.name = name
+        self.standin = standin
+        self.old = None
 
     def __enter__(self):
         b = self.b
@@ -46,12 +49,15 @@ class spent:
                     micropython.heap_unlock()
             b.poll_once = poll
         else:
-            setattr(self.obj, self.name, _raise)
+            self.old = self.obj.__dict__.get(self.name)  # (an instance's own)
+            setattr(self.obj, self.name, self.standin)
         return self
 
     def __exit__(self, *exc):
         if MICROPYTHON:
             del self.b.poll_once  # the class's again
+        elif self.old is not None:
+            setattr(self.obj, self.name, self.old)
         else:
             delattr(self.obj, self.name)
         return False
@@ -176,3 +182,53 @@ def test_a_will_at_a_keepalive_timeout_with_the_heap_spent_goes_later():
         advance(1000)
         m = s.messages(1)
         assert m[0][:3] == (b"will/node", b"gone", 1), m
+
+
+class _NoRoom(list):
+    def append(self, x):
+        raise MemoryError()
+
+
+def _delayed_will_put_off(b, cid, delay):
+    # a watcher of will/#, and client cid (MQTT 5, session 60 s, a will
+    # with a delay) that vanishes while the heap is spent: its will can go
+    # neither out nor into the delayed wills
+    from umqtt3 import props as P
+    from test_broker5_connect import connect5, sub5
+    w = Raw(b)
+    connect5(w, "w")
+    sub5(w, 1, [("will/#", 0)])
+    c = Raw(b)
+    connect5(c, cid, clean=False, props={P.SESSION_EXPIRY: 60},
+             will_topic="will/" + cid, will_msg=b"bye", will_props={P.WILL_DELAY: delay})
+    with spent(b, b, "wills", _NoRoom()):
+        c.close()
+        settle()
+    assert b.nomem >= 1 and b.nlate == 1
+    return w
+
+
+def test_a_delayed_will_put_off_goes_when_its_delay_has_passed():
+    # 3.1.3.2.2 and [MQTT-3.1.2-8]: not before its delay, not lost
+    with running() as b:
+        w = _delayed_will_put_off(b, "gone", 3)
+        advance(1000)
+        assert w.nothing()
+        advance(3000)
+        m = w.messages(1)
+        assert m[0][:2] == (b"will/gone", b"bye"), m
+        assert b.nlate == 0
+
+
+def test_a_delayed_will_put_off_is_not_sent_when_the_session_resumes():
+    # [MQTT-3.1.3-9]: reconnected within the will delay, no will
+    from umqtt3 import props as P
+    from test_broker5_connect import connect5
+    with running() as b:
+        w = _delayed_will_put_off(b, "flaky", 5)
+        advance(2000)
+        c = Raw(b)
+        assert connect5(c, "flaky", clean=False, props={P.SESSION_EXPIRY: 60}).session_present
+        advance(6000)
+        assert w.nothing()
+        assert b.nlate == 0
