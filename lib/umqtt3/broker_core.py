@@ -233,12 +233,12 @@ class Core(Stats):
         # memory, tried again at each tick: preallocated, as wills entries,
         # so that keeping one allocates nothing (free: topic None)
         self.late = [[0, None, None, None, 0, False, None] for _ in range(LATE_WILLS)]
+        self.nlate = 0  # of them in use
         # retained messages new subscriptions are owed, handed over as each
         # session's queue has room (_give): [session, matching topics, the
         # next one's index, QoS granted, subscription id, grants or None,
         # filter], in the order they were subscribed
         self.owed = []  # type: list
-        self.nlate = 0
         self._pkt = Packet(4)
         # CPython: the topic names a level-3/4 PUBLISH was found valid with
         # (broker_bytes), each the bytes object routing uses for it; None on
