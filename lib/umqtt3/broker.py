@@ -252,10 +252,17 @@ class Broker(Core):
                 except OSError:
                     s.close()
                     continue
-            if isinstance(addr, tuple):
-                addr = "%s:%s" % (addr[0], addr[1])
-            c = self._open(compat.link(s), s, addr)
-            self._socks[s] = c
+            try:
+                if isinstance(addr, tuple):
+                    addr = "%s:%s" % (addr[0], addr[1])
+                c = self._open(compat.link(s), s, addr)
+                self._socks[s] = c
+            except MemoryError:
+                # the heap is spent: no room for its buffers, as no room at all
+                self.nomem += 1
+                self.refused += 1
+                s.close()
+                continue
             self._poller.register(s, POLLIN)
 
     # ------------------------------------------------------------ the loop
@@ -378,13 +385,23 @@ class Broker(Core):
         socket (or in memory: _read_ahead) for the connection's next turn."""
         k = 0
         self.routed = 0
-        if isinstance(c.conn, Pending):
-            k = self._read_pending(c, now)
-            if c.state != CONNECTED:
-                return k
-            # what came with the CONNECT: TLS may hold it where poll cannot see
-        if compat.LINK_BUFFERS and c.io is not None:
-            return k + self._read_ahead(c, now)
+        try:
+            if isinstance(c.conn, Pending):
+                k = self._read_pending(c, now)
+                if c.state != CONNECTED:
+                    return k
+                # what came with the CONNECT: TLS may hold it where poll cannot see
+            if compat.LINK_BUFFERS and c.io is not None:
+                return k + self._read_ahead(c, now)
+            return k + self._read_packets(c, now)
+        except Exception as e:
+            # what no handler of the packet's expected: a MemoryError where
+            # a turn allocates (a CONNECT's buffers, a send buffer grown)
+            self.broke(c, e)  # c is closed, the others are served
+            return k
+
+    def _read_packets(self, c, now):
+        k = 0
         conn = c.conn
         burst = self.limits.burst
         fan = self.limits.fanout
@@ -513,6 +530,9 @@ class Broker(Core):
                     break
         except OSError:
             self.disconnect(c, "connection lost", True)
+            return
+        except Exception as e:
+            self.broke(c, e)  # a MemoryError building what was queued: as _read
             return
         if c.blocked and (conn.space() >= conn.max_packet or
                           grow_tx(conn, conn.max_packet, self.limits.tx)):

@@ -53,6 +53,7 @@ _BAD_AUTH = const(4)
 _NOT_AUTHORIZED = const(5)
 
 TIMER_MS = const(100)  # how often keepalives and connect timeouts are checked
+LATE_WILLS = const(4)  # wills put off for want of memory at once (Core.late)
 
 # Core._why: why the last QoS 1/2 PUBLISH was not routed (1: a
 # subscriber's queue is full, _refuse_full)
@@ -103,6 +104,9 @@ class Stats:
         self.dropped_q = 0  # and the other messages a full queue did not take (or let go)
         self.qbytes = 0  # what queued messages cost, each held once (broker_session.Msg)
         self.errors = 0  # internal errors (a bug): the connection was closed
+        # MemoryErrors the broker went on from (the heap spent): a client
+        # closed, a $SYS update skipped, a will put off (Core.broke, tick)
+        self.nomem = 0
         self.store_errors = 0  # store writes that failed (nothing was acknowledged)
         self.handed = 0  # copies a shared group's ending member handed on (Core._hand_on)
         self.connected = 0
@@ -225,6 +229,16 @@ class Core(Stats):
         self.auth_methods = {}  # MQTT 5 enhanced authentication: name -> hook(data) -> rc
         # delayed wills: [due (uptime s), cid, topic, msg, qos, retain, props]
         self.wills = []  # type: list
+        # wills that could not be published (or put in wills) for want of
+        # memory, tried again at each tick: preallocated, as wills entries,
+        # so that keeping one allocates nothing (free: topic None)
+        self.late = [[0, None, None, None, 0, False, None] for _ in range(LATE_WILLS)]
+        self.nlate = 0  # of them in use
+        # retained messages new subscriptions are owed, handed over as each
+        # session's queue has room (_give): [session, matching topics, the
+        # next one's index, QoS granted, subscription id, grants or None,
+        # filter], in the order they were subscribed
+        self.owed = []  # type: list
         self._pkt = Packet(4)
         # CPython: the topic names a level-3/4 PUBLISH was found valid with
         # (broker_bytes), each the bytes object routing uses for it; None on
@@ -377,19 +391,21 @@ class Core(Stats):
             else:
                 self._packet(c, p, t)
         except MQTTError as e:
-            if c.state == WAITING and e.code == BAD_PROTOCOL_VERSION and buf[off] == 0x10:
-                # unacceptable protocol level: CONNACK 1, then close [MQTT-3.1.2-2]
-                self._refuse(c, _BAD_LEVEL, "unsupported protocol level")
-            else:
-                self.fail(c, e)
+            try:
+                if c.state == WAITING and e.code == BAD_PROTOCOL_VERSION and buf[off] == 0x10:
+                    # unacceptable protocol level: CONNACK 1, then close [MQTT-3.1.2-2]
+                    self._refuse(c, _BAD_LEVEL, "unsupported protocol level")
+                else:
+                    self.fail(c, e)
+            except MemoryError as e2:
+                self.broke(c, e2)  # (the refusal's own allocation: closed all the same)
         except OSError:
             # a store write that failed (counted) is not acknowledged: the
             # client sends again on its next connection
             self.disconnect(c, "store write failed" if self.store_errors != se
                             else "connection lost", True)
         except Exception as e:
-            self.errors += 1
-            self.disconnect(c, "internal error: %r" % (e,), True)
+            self.broke(c, e)
         if c.held is not None:
             self.bytes_in -= n  # handed over again after unhold: counted then
 
@@ -421,7 +437,9 @@ class Core(Stats):
         if c.conn.tlen:
             return True
         s = c.sess
-        return s is not None and s.client is c and s.backlog()
+        if s is None or s.client is not c:
+            return False
+        return s.backlog() or (self.owed and self._owes(s))
 
     def commit(self):
         """Make durable what the store was handed since the last commit
@@ -442,9 +460,12 @@ class Core(Stats):
         """c's send buffer drained: move what waits into it. True when it
         now holds bytes."""
         s = c.sess
-        if s is None or s.client is not c or not s.backlog():
+        if s is None or s.client is not c:
             return False
-        s.pump()
+        if self.owed:
+            self._hand(s)  # (written, or queued behind what waits)
+        if s.backlog():
+            s.pump()
         return c.conn.tlen > 0
 
     # ------------------------------------------------------------ closing
@@ -453,7 +474,30 @@ class Core(Stats):
         DISCONNECT carrying e's reason code at MQTT 5 [MQTT-4.13.1-1]."""
         # (0x97: a bridge's full queue refused the message, no error of c's)
         why = "quota exceeded: " if e.code == 0x97 else "protocol error: "  # [MQTT-4.8.0-1]
-        self.disconnect(c, why + e.reason, True, e.code)
+        try:
+            why += e.reason
+        except MemoryError:
+            pass  # (the heap is spent: closed all the same, the kind of error said)
+        self.disconnect(c, why, True, e.code)
+
+    def broke(self, c, e):
+        """An exception no handler expected while c's packet was handled
+        (or its turn read or flushed): c is closed, as a protocol error
+        closes it [MQTT-4.8.0-1], and the broker goes on serving the
+        others. A MemoryError (the heap is spent) is counted in nomem and
+        answered without allocating: a constant reason, at MQTT 5 a
+        DISCONNECT 0x97 (quota exceeded) [MQTT-4.13.1-1]. Anything else
+        is a bug: counted in errors, DISCONNECT 0x83."""
+        if isinstance(e, MemoryError):
+            self.nomem += 1
+            self.disconnect(c, "out of memory", True, 0x97)
+            return
+        self.errors += 1
+        try:
+            why = "internal error: %r" % (e,)
+        except MemoryError:
+            why = "internal error"
+        self.disconnect(c, why, True, 0x83)
 
     def disconnect(self, c, why, will, rc=0):
         """Close a connection; publish its will when `will` and it has one
@@ -465,7 +509,18 @@ class Core(Stats):
             self.unhold(c, c.t_last)  # its packet goes unacknowledged: the client resends it
         was = c.state
         if rc and c.v5 is not None and was == CONNECTED:
-            self.b5.send_disconnect(c, rc, why)
+            try:
+                self.b5.send_disconnect(c, rc, why)
+            except MemoryError:
+                # its reason string did not fit the heap: the code alone
+                # (DISCONNECT, remaining length 1, the code: 3.14.2.1)
+                conn = c.conn
+                if conn.space() >= 3:
+                    t = conn.tlen
+                    conn.tx[t] = 0xE0
+                    conn.tx[t + 1] = 1
+                    conn.tx[t + 2] = rc
+                    conn.tlen = t + 3
             self.others_out += 1
         c.state = CLOSED
         c.why = why
@@ -479,38 +534,106 @@ class Core(Stats):
             if s is not None and s.client is c:
                 s.client = None
                 if s.clean:
-                    self._drop(s)  # [MQTT-3.1.2-6]
+                    self._end(s)  # [MQTT-3.1.2-6]
                     ended = True
                 elif s.expiry:
                     if s.expiry != 0xFFFFFFFF:
                         # [MQTT-3.1.2-23 (5.0)], never early: from the next whole second
                         s.exp_at = self.up_s + s.expiry + (1 if self._up_ms else 0)
-                        self._save(s)  # its end, on disk: it counts across a restart
+                        try:
+                            self._save(s)  # its end, on disk: it counts across a restart
+                        except MemoryError:
+                            self.nomem += 1  # (as a failed write: it ends at the next start)
                 elif c.v5 is not None:
-                    self._drop(s)  # expiry 0, set at DISCONNECT
+                    self._end(s)  # expiry 0, set at DISCONNECT
                     ended = True
             if self.log is not None:
-                self._log("disconnect %s: %s", (c.cid.decode(), why))
+                try:
+                    self._log("disconnect %s: %s", (c.cid.decode(), why))
+                except MemoryError:
+                    pass  # (its arguments: the heap is spent, no line)
             if will and wt is not None:
-                v = c.v5
-                pr = None if v is None else self.b5.will_props(c)
-                if v is not None and v.wdelay and not ended:
-                    # later, unless the session resumes first [MQTT-3.1.3-9]
-                    d = v.wdelay if v.wdelay < s.expiry else s.expiry
-                    if self._up_ms:
-                        d += 1  # never early: timers run on whole seconds
-                    self.wills.append([self.up_s + d, c.cid, wt, c.will_m, c.will_q,
-                                       c.will_r, pr])
-                    if self.disk is not None:
-                        try:  # kept across a restart, sent when due
-                            self.disk.save_will(s, self.up_s + d, wt, c.will_m, c.will_q,
-                                                c.will_r, pr)
-                        except OSError:
-                            pass  # counted; it is lost only if the broker restarts
-                else:
-                    self.publish(wt, c.will_m, c.will_q, c.will_r, pr)
+                self._will(c, s, wt, ended)
         elif self.log is not None:
-            self._log("closed %s: %s", (c.peer, why))
+            try:
+                self._log("closed %s: %s", (c.peer, why))
+            except MemoryError:
+                pass
+
+    def _will(self, c, s, wt, ended):
+        # c's will, its connection closed abnormally [MQTT-3.1.2-8]: now,
+        # or later at MQTT 5 with a will delay, unless the session resumes
+        # first [MQTT-3.1.3-9]. With the heap spent it is put off (late)
+        # rather than lost, and a tick tries it again.
+        v = c.v5
+        due = self.up_s
+        cid = None  # (a delayed will's: its session may resume first)
+        if v is not None and v.wdelay and not ended:
+            d = v.wdelay if v.wdelay < s.expiry else s.expiry
+            if self._up_ms:
+                d += 1  # never early: timers run on whole seconds
+            due += d
+            cid = c.cid
+        pr = None
+        try:
+            pr = None if v is None else self.b5.will_props(c)
+            if cid is None:
+                self.publish(wt, c.will_m, c.will_q, c.will_r, pr)
+                return
+            self.wills.append([due, cid, wt, c.will_m, c.will_q, c.will_r, pr])
+        except MemoryError:
+            # (its properties too, if they could not be built)
+            self.nomem += 1
+            self._put_off(due, cid, wt, c.will_m, c.will_q, c.will_r, pr)
+            return
+        if self.disk is not None:
+            try:  # kept across a restart, sent when due
+                self.disk.save_will(s, due, wt, c.will_m, c.will_q, c.will_r, pr)
+            except OSError:
+                pass  # counted; it is lost only if the broker restarts
+            except MemoryError:
+                self.nomem += 1  # (the same)
+
+    def _put_off(self, due, cid, topic, msg, qos, retain, pr):
+        # a will kept in a free slot of late, allocating nothing; none free:
+        # lost, counted as dropped
+        for e in self.late:
+            if e[2] is None:
+                e[0] = due
+                e[1] = cid
+                e[2] = topic
+                e[3] = msg
+                e[4] = qos
+                e[5] = retain
+                e[6] = pr
+                self.nlate += 1
+                return
+        self.dropped += 1
+
+    def _late(self):
+        # the wills put off for want of memory that are due, tried again
+        # (a tick; a MemoryError again leaves them for the next one)
+        up = self.up_s
+        for e in self.late:
+            if e[2] is not None and up >= e[0]:
+                self.publish(e[2], e[3], e[4], e[5], e[6])
+                self._unlate(e)
+
+    def _unlate(self, e):
+        e[1] = e[2] = e[3] = e[6] = None
+        self.nlate -= 1
+
+    def _end(self, s):
+        # a clean session ends with its connection; with the heap spent,
+        # what _drop does that allocates (a shared member's hand-on) is
+        # given up, the session goes all the same
+        try:
+            self._drop(s)
+        except MemoryError:
+            self.nomem += 1
+            self.subs.drop(s)
+            if s in self.sess.all:
+                self.sess.remove(s)
 
     def forget(self, c):
         """The driver released c."""
@@ -543,7 +666,10 @@ class Core(Stats):
         self.others_out += 1
         self.refused += 1
         if self.log is not None:
-            why = "refused (CONNACK %d): %s" % (rc, why)
+            try:
+                why = "refused (CONNACK %d): %s" % (rc, why)
+            except MemoryError:
+                pass  # (the heap is spent: the reason alone)
         self.disconnect(c, why, False)
 
     def _b5(self):
@@ -580,6 +706,8 @@ class Core(Stats):
                 pass
 
     def _drop(self, s):
+        if self.owed:
+            self._unowe(s, None)
         if self.sess.by_id.get(s.cid) is s:  # (not a second, ended record of the id: Disk.load)
             self.owners.pop(s.cid, None)
         if self.subs.groups and s.filters:
@@ -700,7 +828,7 @@ class Core(Stats):
         elif self.connected >= self.limits.max_clients:
             self._refuse(c, _UNAVAILABLE, "max clients reached")
             return
-        if self.wills:
+        if self.wills or self.nlate:
             self._will_resumed(cid, p.clean)
         old = reg.by_id.get(cid)
         present = False
@@ -818,6 +946,13 @@ class Core(Stats):
                 if clean:
                     self.publish(e[2], e[3], e[4], e[5], e[6])
             i -= 1
+        if self.nlate:
+            for e in self.late:  # (a delayed will put off for want of memory)
+                if e[2] is not None and e[1] == cid:
+                    if clean:
+                        e[0] = 0  # due: the next tick publishes it
+                    else:
+                        self._unlate(e)
 
     def name_ok(self, buf, off, n, flt):
         """A topic name (flt 0) or filter (1), client id or user name (2)
@@ -938,6 +1073,9 @@ class Core(Stats):
                 i = read_filter(p, i)
                 self.name_ok(p.buf, p.f_off, p.f_len, 1)
                 ok = self.subs.remove(s, p.buf, p.f_off, p.f_len)
+                if ok and self.owed:
+                    # no more of its retained messages [MQTT-3.10.4-2]
+                    self._unowe(s, p.buf[p.f_off:p.f_off + p.f_len])
                 if codes is not None:
                     codes.append(0 if ok else 0x11)  # 0x11: no subscription existed
             if self.disk is not None:
@@ -1151,11 +1289,12 @@ class Core(Stats):
         # one return code per filter, in order [MQTT-3.8.4-5]
         conn.tlen = encode_suback(conn.tx, conn.tlen, p.pid, codes, c.level)
         self.others_out += 1
-        # then the retained messages of each granted filter [MQTT-3.3.1-6]
+        # then the retained messages of each granted filter [MQTT-3.3.1-6]:
+        # owed, and handed over as the session's queue takes them (_give),
+        # so that none is dropped for a queue they do not all fit
         i = p.payload_off
         k = 0
         ret = self.retained
-        r = self.route
         while i < end:
             i = read_filter(p, i)
             g = codes[k]
@@ -1165,23 +1304,100 @@ class Core(Stats):
             rh = p.opts >> 4 & 3 if v5 else 0
             if rh == 2 or (rh == 1 and not new >> (k - 1) & 1):
                 continue  # retain handling 2, or 1 on an existing subscription
-            for topic in self.ret.matching(p.buf, p.f_off, p.f_len):
-                if check >> (k - 1) & 1 and not c.grants.may_receive(topic, 0, len(topic)):
-                    continue  # a topic the ACL denies this client
-                pr = self.ret.aged(topic) if self.ret.props else None
-                if pr == b"":
-                    continue  # its message expiry interval has passed
-                q, pl = ret[topic]
-                r.set(topic, 0, len(topic), pl, 0, len(pl), q if q < g else g)
-                if pr is not None:
-                    r.prs = pr
-                    r.prn = len(pr)
-                if sid:
-                    # sent because of this SUBSCRIBE: its identifier goes
-                    # with it [MQTT-3.3.4-3 (5.0)], as with routing (_send_ids)
-                    self._send_with(s, r, r.qos, 1, (sid,))
-                else:
-                    s.send(r, r.qos, 1)
+            # (a filter subscribed again is owed its retained messages
+            # again [MQTT-3.8.4-3], after what is still owed for it)
+            topics = self.ret.matching(p.buf, p.f_off, p.f_len)
+            if topics:
+                gr = c.grants if check >> (k - 1) & 1 else None
+                self.owed.append([s, topics, 0, g, sid, gr,
+                                  bytes(p.buf[p.f_off:p.f_off + p.f_len])])
+        if self.owed:
+            self._hand(s)
+
+    # ------------------------------------------------------------ retained, owed
+    def _hand(self, s):
+        """Hand session s what its new subscriptions are owed of the
+        retained messages (owed), oldest subscription first, while its
+        queue has room. True when some are still owed."""
+        ow = self.owed
+        i = 0
+        while i < len(ow):
+            e = ow[i]
+            if e[0] is not s:
+                i += 1
+            elif self._give(e):
+                del ow[i]
+            else:
+                return True
+        return False
+
+    def _give(self, e):
+        # the retained messages of owed entry e, in order, while its
+        # session's queue has room (_takes); True once all are given. Each
+        # is looked up as it goes: one cleared since is skipped, one
+        # replaced goes as it is now.
+        s, topics, j, g, sid, gr = e[0], e[1], e[2], e[3], e[4], e[5]
+        rt = self.ret
+        ret = self.retained
+        r = self.route
+        while j < len(topics):
+            topic = topics[j]
+            m = ret.get(topic)
+            if m is None or (gr is not None and not gr.may_receive(topic, 0, len(topic))):
+                j += 1  # cleared since, or a topic the ACL denies this client
+                continue
+            pr = rt.aged(topic) if rt.props else None
+            if pr == b"":
+                j += 1  # its message expiry interval has passed
+                continue
+            q, pl = m
+            if not self._takes(s, len(topic) + len(pl) + MSG_COST + (len(pr) if pr else 0)):
+                break
+            j += 1
+            r.set(topic, 0, len(topic), pl, 0, len(pl), q if q < g else g)
+            if pr is not None:
+                r.prs = pr
+                r.prn = len(pr)
+            if sid:
+                # sent because of its SUBSCRIBE: its identifier goes with
+                # it [MQTT-3.3.4-3 (5.0)], as with routing (_send_ids)
+                self._send_with(s, r, r.qos, 1, (sid,))
+            else:
+                s.send(r, r.qos, 1)
+        e[2] = j
+        return j == len(topics)
+
+    def _takes(self, s, size):
+        # s's queue takes one more message of `size` bytes (msg_size)
+        # without dropping anything: max_queued, max_queued_bytes and the
+        # broker's mem_budget. An empty queue always takes one, so that
+        # what is owed goes on whatever else holds memory.
+        n = s.queued()
+        if not n:
+            return True
+        lim = self.limits
+        mb = lim.max_queued_bytes
+        return n < lim.max_queued and not (mb and s.qb + size + ENTRY_COST > mb) and \
+            not self.over(size + ENTRY_COST)
+
+    def _owes(self, s):
+        # s is owed retained messages and its queue has room for more
+        if s.queued() >= self.limits.max_queued:
+            return False
+        for e in self.owed:
+            if e[0] is s:
+                return True
+        return False
+
+    def _unowe(self, s, f):
+        # s is owed nothing more for filter f (None: for any)
+        ow = self.owed
+        i = len(ow) - 1
+        while i >= 0:
+            e = ow[i]
+            if e[0] is s and (f is None or e[6] == f):
+                del ow[i]
+            i -= 1
 
     # ------------------------------------------------------------ routing
     def _route_of(self, c, p):
@@ -1353,7 +1569,11 @@ class Core(Stats):
                     held = True
             i += 1
         if held:
-            w = 2 if self.over(size + ENTRY_COST) else 0
+            # queued (once, however many queue it), and retained too: a copy
+            # of its own, less what it replaces [MQTT-3.3.1-5]
+            w = 2 if self.over(size + ENTRY_COST) or (
+                r.retain and r.pn and self.over(size + ENTRY_COST + size) and
+                self.over(size + ENTRY_COST + size - self.ret.replaced(r))) else 0
         else:
             # retained only: it costs what it adds to the message it
             # replaces [MQTT-3.3.1-5]
@@ -1567,15 +1787,30 @@ class Core(Stats):
                     c.held is None:
                 # [MQTT-3.1.2-24]; a held connection's silence is ours (unhold)
                 self.disconnect(c, "keepalive expired", True, 0x8D)
+        # With the heap spent, a timer's work is put off, never raised out
+        # of here: an expiry or a delayed will waits for the next second, a
+        # will put off (late) for the next tick, a $SYS update is skipped
+        # (the next one carries the figures)
+        if self.nlate:
+            try:
+                self._late()
+            except MemoryError:
+                self.nomem += 1
         if d > 0 and ms >= 1000:
             self.carry()
-            self._expire()
+            try:
+                self._expire()
+            except MemoryError:
+                self.nomem += 1
             if self.disk is not None:
                 self.disk.tick(self.up_s)
         si = self.limits.sys_interval
         if si and ticks_diff(now, self._t_sys) >= 0:
             self._t_sys = ticks_add(now, si * 1000)
-            self._sys()
+            try:
+                self._sys()
+            except MemoryError:
+                self.nomem += 1
         return self._t_timer
 
     def _expire(self):
@@ -1587,9 +1822,10 @@ class Core(Stats):
         while i >= 0:
             e = w[i]
             if up >= e[0]:
+                # published first: a MemoryError (tick) leaves it for the next second
+                self.publish(e[2], e[3], e[4], e[5], e[6])
                 del w[i]
                 self._drop_will(e[1])
-                self.publish(e[2], e[3], e[4], e[5], e[6])
             i -= 1
         al = self.sess.all
         i = len(al) - 1
