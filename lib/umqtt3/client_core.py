@@ -283,13 +283,6 @@ class Core:
                 # never sent to a server that would close on it
                 # [MQTT-3.2.2-15]; the last bytes are for acks and PINGREQ
                 raise MQTTError("too large", 0x95)
-            if qos:
-                # stored before its first send; nothing is queued if the
-                # store refuses (StoreFull, OSError)
-                self.store.out_add(pid, key, c.tx, start, end - start)
-                self.unsynced = True  # stored: durable (set_sync) before it leaves
-            # while down, stored only: it goes out when the connection is back
-            c.tlen = end if up else start
         except MQTTError as e:
             if e.code == 0x95 and start and self.fits(topic, msg, qos, props,
                                                       len(c.tx) - _RESERVE):
@@ -297,6 +290,13 @@ class Core:
                 # room: retry once it is sent (client_more.fits)
                 raise Busy("busy", 0x97)
             raise  # larger than the whole buffer or the server's maximum
+        if qos:
+            # stored before its first send; nothing is queued if the store
+            # refuses (StoreFull; 0x95, larger than it ever holds; OSError)
+            self.store.out_add(pid, key, c.tx, start, end - start)
+            self.unsynced = True  # stored: durable (set_sync) before it leaves
+        # while down, stored only: it goes out when the connection is back
+        c.tlen = end if up else start
         if new is not None:
             al.d[topic] = new  # known to the server once this PUBLISH is queued
         return pid
