@@ -407,7 +407,13 @@ class Node:
             if self.client and not self.cfg["deep_sleep"]:
                 self.close()
         if done:
-            self._log("%s: stopped after %d readings (config cycles)" % (self.id, n))
+            # what the broker never acknowledged (it was away): said, not
+            # dropped in silence; a FileStore keeps it for the next boot
+            k = self.client.inflight() if self.client else 0
+            self._log("%s: stopped after %d readings (config cycles)%s" % (
+                self.id, n, "; %d not acknowledged, %s" % (
+                    k, "kept on flash for the next boot" if self.cfg["store"] == "file"
+                    else "lost with the memory store") if k else ""))
         return n
 
     def stay_stopped(self):

@@ -279,6 +279,29 @@ def test_stay_stopped_feeds_the_watchdog_until_stop_and_needs_none(port):
     n.stay_stopped()  # no watchdog: returns at once (main.py ends at the REPL)
 
 
+def test_cycles_done_with_the_broker_away_says_what_was_not_acknowledged():
+    # the broker goes before the last readings: the stop line counts what it
+    # never acknowledged (before: "stopped after 6 readings" and nothing of
+    # the 8 lost with the memory store)
+    p = free_port()
+    b = procs.start(procs.umqtt3_broker_cmd(p, "--quiet"), p,
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    logs = []
+    n = fw_node.Node(cfg("c5", p, cycles=6, period_s=0.3, qos=1, drain_ms=300), DESKTOP,
+                     {"ssid": "lab"}, log=logs.append)
+    t = threading.Timer(0.5, procs.stop, (b, 5))
+    t.start()
+    try:
+        assert n.run() == 6
+    finally:
+        t.join()
+        procs.stop(b, 5)
+    k = n.client.inflight()
+    assert k > 0, logs
+    assert logs[-1] == "c5: stopped after 6 readings (config cycles); %d not acknowledged, " \
+        "lost with the memory store" % k, logs
+
+
 def test_cycles_with_deep_sleep_are_refused_before_the_node_starts():
     # each wake from a deep sleep is a new boot: the count began at 0 every
     # time and never stopped the node
