@@ -29,3 +29,16 @@ def test_erases_per_qos2_message(case):
 def test_bad_input_is_refused():
     refused("tools.measure.wear", ["--blocks", "x"], "--blocks")
     refused("tools.measure.wear", ["--messages", "0"], "--messages")
+    refused("tools.measure.wear", ["--block-size", "130"], "multiple of 128")  # littlefs aborted
+    refused("tools.measure.sizes", ["--heap", "1"], "--heap")  # the VM failed in every probe
+
+
+@pytest.mark.parametrize("blocks", ["2", "5"])
+def test_a_partition_too_small_is_one_line(blocks):
+    # 2 blocks: littlefs refuses to mount; 5: the gateway's store fills and
+    # the broker closes the publisher's link. Either way one line, exit 1.
+    pytest.importorskip("littlefs")
+    from refusal import run
+    r = run("tools.measure.wear", "--blocks", blocks, "--messages", "20")
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1 and "give more --blocks" in r.stderr, r.stderr

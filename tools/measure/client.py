@@ -95,9 +95,8 @@ HOST = "127.0.0.1"
 TOPIC = "bench/umqtt3/sensor/temperature"
 PAYLOAD = bytes(range(0x41, 0x41 + 16))
 # umqtt.simple as `make peers` unpacks it (or UMQTT_PEER), as tools.measure.sizes finds it
-SIMPLE = (os.environ.get("UMQTT_PEER")
-          or ([""] + sorted(glob.glob(os.path.join(_REPO, "build", "peers", "*", "umqtt",
-                                                   "simple.py")))))[-1]
+SIMPLE = os.environ.get("UMQTT_PEER") or ([""] + sorted(glob.glob(
+    os.path.join(_REPO, "build", "peers", "*", "umqtt", "simple.py"))))[-1]
 SLICE = 0.05  # seconds per turn of one client in the sequential tests
 
 

@@ -776,9 +776,14 @@ def connected_table(vm, sizes, peers, markdown, romfs=False):
 
 
 def heap_size(text):
-    """tests/mp/run.mjs's --heap: N bytes, or N with k or m."""
-    if not re.fullmatch(r"[1-9][0-9]*[km]?", text):
+    """tests/mp/run.mjs's --heap: N bytes, or N with k or m, from 64k (the
+    probes' own needs) to 1024m (the WebAssembly VM's memory is 2 GB)."""
+    m = re.fullmatch(r"([1-9][0-9]*)([km]?)", text)
+    if not m:
         raise argparse.ArgumentTypeError("%r is not a size such as 512k or 2m" % text)
+    n = int(m.group(1)) << {"": 0, "k": 10, "m": 20}[m.group(2)]
+    if not (64 << 10) <= n <= (1024 << 20):
+        raise argparse.ArgumentTypeError("%s is outside 64k-1024m" % text)
     return text
 
 

@@ -195,11 +195,13 @@ def main(argv=None):
     for name, fn in (("node", node), ("gateway", gateway)):
         try:
             e, p = fn(a.messages, a.block_size, a.blocks)
-        except Exception as x:  # littlefs's errors: a partition too small for the store
-            if type(x).__module__.split(".")[0] != "littlefs":
+        except Exception as x:
+            # a partition too small for the store: littlefs refuses it, or the
+            # broker's store fills and it closes the publisher's link
+            if type(x).__module__.split(".")[0] not in ("littlefs", "umqtt3"):
                 raise
-            sys.exit("wear: littlefs refused %d blocks of %d bytes (%s): give more --blocks"
-                     % (a.blocks, a.block_size, x))
+            sys.exit("wear: %d blocks of %d bytes are too few for the %s's store (%s: %s): "
+                     "give more --blocks" % (a.blocks, a.block_size, name, type(x).__name__, x))
         print("%-8s %10d %14.3f %12.1f" % (name, e, e / a.messages, p / a.messages))
     print("goal: 0.2 erases per message or fewer")
 
