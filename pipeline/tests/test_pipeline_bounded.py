@@ -133,5 +133,5 @@ def test_the_next_run_keeps_the_readings_that_come_after_a_close(umqtt3_broker, 
         got[r.node] += int(r.count)
     assert dict(got) == {"n1": 3, "n2": 3}
     # the late reading is the one left out, and the run says so
-    assert re.search(r"; 3 readings committed .*; 0 readings dropped as late", out1), out1
-    assert re.search(r"; 3 readings committed .*; 1 readings dropped as late", out2), out2
+    assert re.search(r"; 3 readings committed .*; 0 messages dropped as late", out1), out1
+    assert re.search(r"; 3 readings committed .*; 1 messages dropped as late", out2), out2

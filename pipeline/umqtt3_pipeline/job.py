@@ -16,7 +16,8 @@ crash: a replayed batch writes the same files again (output.py). A bounded run (
 SIGTERM, Ctrl-C) closes before it exits: the ingest stops, Spark processes
 what the log holds, and a close row moves the watermark to the end of the
 window the close is in, so every window up to it is written. Its last line
-says how many readings it committed and how many Spark dropped as late.
+says how many readings it committed and how many messages Spark dropped as late
+(each copy of a resent reading counted: they are dropped before copies merge).
 
 On a cluster the same module runs under spark-submit (docs/pipeline.md):
 the log directory must then be shared storage that every executor mounts.
@@ -397,7 +398,7 @@ def _committed(q):
 
 
 def late(q, seen):
-    """Readings the query has dropped as late (behind the watermark), by
+    """Messages the query has dropped as late (behind the watermark), by
     Spark's numRowsDroppedByWatermark. seen: {batch id: count}, kept across
     calls, since Spark holds the progress of its last 100 batches only: call
     it at least that often."""
@@ -760,7 +761,7 @@ def main(argv=None):
             return 1
     spark = q = None
     tally = [0, None]  # readings in the windows this run wrote, the last window's end
-    dropped = {}  # late(): readings dropped as late, per batch
+    dropped = {}  # late(): messages dropped as late, per batch
     gone = False  # Spark's JVM went before the close
     try:
         try:
@@ -822,7 +823,7 @@ def main(argv=None):
     if q.exception() is not None:
         return failed("query failed", q.exception())
     print("umqtt3 telemetry: stopped after %.0f s; %d readings committed to %s (in the windows "
-          "this run wrote); %d readings dropped as late (behind the watermark)"
+          "this run wrote); %d messages dropped as late (behind the watermark, copies included)"
           % (time.monotonic() - t0, tally[0], a.out, late(q, dropped)), flush=True)
     if a.plot:
         from .plot import plot
