@@ -507,12 +507,17 @@ def test_a_store_full_of_its_own_messages_is_a_failed_try_not_a_burst():
     assert not b.up and b.relinks == 0 and b.refusals == 0 and b.tries == 1
     assert said[-1] == "bridge up: closed the link to 127.0.0.1:1883: store full (0x97)", said
     # after the backoff the new link meets the same store: again a failed
-    # try, told in the same words, in the poll that brought the CONNACK
+    # try, told in the same words, whether it comes in the poll that brought
+    # the CONNACK (tries 2) or in a later one (the CONNACK reset tries: 1;
+    # which one depends on how the steps fall, under MicroPython too)
     b.retry_at = 0
     w.run(300)
-    assert b.relinks == 0 and b.refusals == 0 and b.tries == 2, said
+    assert b.relinks == 0 and b.refusals == 0 and b.tries in (1, 2) and not b.up, said
     assert not [x for x in said if "refused" in x or "at once" in x], said
     assert said[-1] == "bridge up: closed the link to 127.0.0.1:1883: store full (0x97)", said
+    n = len(said)
+    w.run(300)
+    assert len(said) == n and not b.up, said  # the backoff holds: no link again at once
 
 
 def test_status_also_retained_on_the_gateway():
