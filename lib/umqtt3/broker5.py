@@ -7,7 +7,7 @@
 # Each level-5 connection holds one V5 (Connection.v5): what its client
 # asked for and allows. Forwarding itself is the core's and the sessions'
 # (broker_session.put_publish writes the property list).
-from .codec import encode_ack, encode_disconnect, varint_size, MQTTError, PUBACK, PUBREC, PUBCOMP
+from .codec import encode_ack, encode_disconnect, publish_size, MQTTError, PUBACK, PUBREC, PUBCOMP
 from .codec_server import encode_connack
 from .compat import const, valid_utf8
 from .props import (get, find, encode, encode_auth, TYPES, SESSION_EXPIRY, RECEIVE_MAXIMUM, MAXIMUM_PACKET_SIZE,
@@ -309,7 +309,7 @@ def publish_in(core, c, p):
                 # nor kept, so it is refused in its PUBACK / PUBREC, not
                 # acknowledged and lost [MQTT-3.3.1-5]; 0x83, as 0x95 is
                 # no PUBACK code (3.4.2.1), nor 0x97, which says "later"
-                if _written_out(len(t), p.payload_len, p.qos, pn - 3) > core.limits.max_packet:
+                if publish_size(len(t), p.payload_len, p.qos, pn - 3) > core.limits.max_packet:
                     if p.qos:
                         core.others_out += 1  # its PUBACK / PUBREC
                     else:
@@ -325,13 +325,6 @@ def publish_in(core, c, p):
     if not p.topic_len and core.atopic is None:
         raise MQTTError("empty topic without alias", 0x82)  # [MQTT-3.3.2-8 (5.0: 3.3.4)]
     return False
-
-
-def _written_out(tn, pn, qos, prn):
-    # bytes of a level-5 PUBLISH with a topic of tn bytes (broker_session.
-    # publish_size, which this module does not import)
-    rl = 2 + tn + pn + (2 if qos else 0) + varint_size(prn) + prn
-    return 1 + varint_size(rl) + rl
 
 
 def no_pid(conn, p):

@@ -6,7 +6,8 @@
 # here too, outside max_retained and never written. matching() answers a
 # new subscription; like broker_subs it is a scan an index can replace.
 from .topic import match_span
-from .broker_session import publish_size, MSG_COST
+from .codec import publish_size
+from .broker_session import MSG_COST
 
 
 def _expiry_at(pr):

@@ -28,7 +28,7 @@
 # a connected subscriber that keeps up writes the frame straight into the
 # send buffer (and the ring) with codec.put_varint and compat.copy: no heap
 # allocation.
-from .codec import put_varint, varint_size, encode_ack, mqtt5, PUBREL, MQTTError
+from .codec import put_varint, varint_size, publish_size, encode_ack, mqtt5, PUBREL, MQTTError
 from .compat import copy, const, MICROPYTHON
 from .qos_state import FREE, PUB, PUB_SENT, REL, REL_SENT, from_stored
 
@@ -251,15 +251,6 @@ def grow_tx(conn, need, cap):
     copy(b, 0, tx, 0, conn.tlen)
     conn.tx = b
     return True
-
-
-def publish_size(tn, pn, qos, prn=-1):
-    """Bytes of a PUBLISH; prn: its property list's length at MQTT 5, -1
-    below (no list)."""
-    rl = 2 + tn + pn + (2 if qos else 0)
-    if prn >= 0:
-        rl += varint_size(prn) + prn
-    return 1 + varint_size(rl) + rl
 
 
 def put_publish(dst, off, first, tsrc, toff, tn, pid, psrc, poff, pn, prs=None, pro=0, prn=-1,

@@ -74,7 +74,7 @@ def valid_filter(buf, off, n):
 
 # ---------------------------------------------------------------- framing
 # The wire primitives (fail, varint_size, put_varint, put_header, put_str,
-# check_pid, head_pid, str_end, bin_end, read_pid, mqtt5) are public:
+# check_pid, head_pid, str_end, bin_end, read_pid, mqtt5, publish_size) are public:
 # codec_server, props and the broker build on them.
 
 def varint_size(n):
@@ -87,6 +87,15 @@ def varint_size(n):
     if n <= _MAX_REMAINING:
         return 4
     fail(_E_LENGTH_TOO_LARGE, _TOO_LARGE)
+
+
+def publish_size(tn, pn, qos, prn=-1):
+    """Bytes of a PUBLISH with a topic of tn bytes and a payload of pn;
+    prn: its property list's length at MQTT 5, -1 below (no list)."""
+    rl = 2 + tn + pn + (2 if qos else 0)
+    if prn >= 0:
+        rl += varint_size(prn) + prn
+    return 1 + varint_size(rl) + rl
 
 
 def put_varint(buf, off, n):
