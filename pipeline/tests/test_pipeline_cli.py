@@ -439,6 +439,46 @@ def test_the_cause_of_a_failure_is_its_deepest_reason():
                             "version of the job: a new one, and a new --out; docs/pipeline.md)")
 
 
+_RESET_GATEWAY = r"""
+import logging, socket, struct, sys, threading
+from py4j.java_gateway import GatewayClient, GatewayParameters
+from umqtt3_pipeline import job
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen(4)
+
+def reset():  # a JVM gone in the middle of a call: the connection reset
+    while True:
+        c, _ = srv.accept()
+        c.recv(100)
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        c.close()
+
+threading.Thread(target=reset, daemon=True).start()
+if sys.argv[1] == "quiet":
+    logging.getLogger().addFilter(job.not_py4j)
+try:
+    GatewayClient(gateway_parameters=GatewayParameters(port=srv.getsockname()[1])).send_command(
+        "c\no0\nx\ne\n")
+except Exception:
+    pass
+logging.getLogger("mine").error("the caller's own line")
+"""
+
+
+def test_py4j_traceback_on_the_root_logger_is_filtered_and_nothing_else():
+    # py4j logs a call that finds the JVM gone with logging.exception() on the
+    # root logger: a traceback on stderr before the close's one line
+    pytest.importorskip("py4j")
+    env = dict(procs.python_env())
+    loud, quiet = (subprocess.run([sys.executable, "-c", _RESET_GATEWAY, how], env=env,
+                                  capture_output=True, text=True, timeout=60)
+                   for how in ("loud", "quiet"))
+    assert "ERROR:root:Exception while sending command." in loud.stderr, loud.stderr
+    assert "Traceback" not in quiet.stderr, quiet.stderr
+    assert "the caller's own line" in quiet.stderr, quiet.stderr
+
+
 def _children(pid):
     """The pids of pid's descendants (ps), nearest first."""
     out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True,

@@ -23,6 +23,7 @@ On a cluster the same module runs under spark-submit (docs/pipeline.md):
 the log directory must then be shared storage that every executor mounts.
 """
 import argparse
+import logging
 import math
 import os
 import re
@@ -715,9 +716,11 @@ def failed(what, e):
 
 
 def quiet_reporters(spark):
-    """Turn off _REPORTERS (failed() reports instead), and the traceback
-    PySpark's accumulator server prints when the JVM's connection to it ends
+    """Turn off _REPORTERS (failed() reports instead), the traceback
+    PySpark's accumulator server prints when the JVM's connection to it ends,
+    and the one py4j logs on the root logger when a call finds the JVM gone
     (a JVM gone before the close: windows_left() says it once)."""
+    logging.getLogger().addFilter(not_py4j)
     try:
         jvm = spark.sparkContext._jvm
         off = jvm.org.apache.logging.log4j.Level.OFF
@@ -733,6 +736,13 @@ def quiet_reporters(spark):
             if not isinstance(sys.exc_info()[1], (EOFError, ConnectionError)):
                 loud(request, client_address)
         server.handle_error = handle_error
+
+
+def not_py4j(record):
+    """A root-logger filter: py4j's gateway logs a lost connection with
+    logging.exception() on the root logger (a traceback on stderr however
+    the caller goes on to handle it); its own loggers stay as they are."""
+    return "py4j" not in record.pathname.replace("\\", "/").split("/")
 
 
 def say_lost(line):
