@@ -1906,6 +1906,9 @@ class Core(Stats):
         pub("retained messages/count", len(self.retained))
         if self.disk is not None:
             pub("store/errors", self.store_errors)
+        # MemoryErrors the broker went on from (see Stats.nomem): a gateway
+        # whose heap runs short says so before it stops serving
+        pub("heap/nomem", self.nomem)
         if self.bridge is not None:
             self.bridge.sys(pub)
         mf = mem_free()

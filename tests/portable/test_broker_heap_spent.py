@@ -163,6 +163,26 @@ def test_a_sys_update_with_the_heap_spent_is_skipped():
         assert up.endswith(b" seconds") and int(up.split()[0]) >= 20, up
 
 
+def test_nomem_is_published_in_sys():
+    # $SYS/broker/heap/nomem: the MemoryErrors the broker went on from,
+    # beside its other counts, so that a gateway short of heap says so
+    with running(sys_interval=1) as b:
+        s = Raw(b)
+        s.connect("dash")
+        advance(1100)
+        assert b.retained[b"$SYS/broker/heap/nomem"][1] == b"0"
+        c = Raw(b)
+        c.connect("c")
+        with spent(b, b.subs, "add"):
+            c.put(encode_subscribe, 2, [("new/filter", 1)], 0, 4)
+            assert c.closed()
+        n = b.nomem
+        assert n >= 1
+        advance(1100)
+        assert b.retained[b"$SYS/broker/heap/nomem"][1] == str(b.nomem).encode()
+        assert b.nomem == n  # (nothing else ran short since)
+
+
 def test_a_will_at_a_keepalive_timeout_with_the_heap_spent_goes_later():
     # [MQTT-3.1.2-8]: the will is published when the network connection
     # is closed for a keep-alive timeout; with the heap spent it waits for
