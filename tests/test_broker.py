@@ -24,6 +24,7 @@ from test_broker_pubsub import *  # noqa: F401,F403
 from test_broker_sessions import *  # noqa: F401,F403
 from test_broker_limits import *  # noqa: F401,F403
 from test_broker_strict import *  # noqa: F401,F403
+from test_broker_kept import *  # noqa: F401,F403
 
 # (after the star imports: the tests below use the socket forms of these)
 import broker_harness  # noqa: E402

@@ -224,7 +224,7 @@ BOUNDED = [n for n in NAMES if span(n)[1] is not None]
 def test_the_bounded_limits():
     assert sorted(BOUNDED) == sorted([
         "max_keepalive", "max_aliases", "max_qos2_in", "sndbuf", "backlog",
-        "connect_timeout_ms", "max_packet", "sys_interval", "auth_wait_ms"])
+        "connect_timeout_ms", "max_packet", "sys_interval", "auth_wait_ms", "max_id_bytes"])
     for name in BOUNDED:
         lo, hi = span(name)
         Limits(**{name: hi})
@@ -233,6 +233,8 @@ def test_the_bounded_limits():
     with pytest.raises(ValueError):
         Limits(max_packet=19)  # a CONNECT is 20 bytes at least (mosquitto's floor too)
     assert Limits(max_packet=20).max_packet == 20
+    with pytest.raises(ValueError):
+        Limits(max_id_bytes=22)  # a server takes client ids of 1 to 23 bytes [MQTT-3.1.3-5]
 
 
 @pytest.mark.parametrize("args, words", [
@@ -246,6 +248,8 @@ def test_the_bounded_limits():
     (["--connect-timeout-ms", "536870912"], "--connect-timeout-ms"),
     (["--auth-wait-ms", "268435457"], "--auth-wait-ms"),
     (["--max-packet", "19"], "--max-packet: must be a whole number 20-268435460, not 19"),
+    (["--max-id-bytes", "22"], "--max-id-bytes: must be a whole number 23-65535, not 22"),
+    (["--max-will-bytes", "-1"], "--max-will-bytes"),
     (["--max-packet", "1"], "--max-packet"),
     (["--max-packet", "268435461"], "--max-packet"),
     (["--connect-timeout", "nan"], "--connect-timeout"),

@@ -778,6 +778,8 @@ class Core(Stats):
         if lv == 5:
             b5 = self._b5()
             rc = b5.connect(self, c, p)
+            if rc <= 0 and self._too_much(c, p):
+                return  # (before an authentication exchange keeps it)
             if rc < 0:
                 # an authentication exchange goes on (AUTH 0x18 sent): the
                 # CONNECT waits for its end (broker5.auth_in)
@@ -787,6 +789,8 @@ class Core(Stats):
             if rc:
                 self._refuse(c, rc, "CONNECT refused")
                 return
+        elif self._too_much(c, p):
+            return
         reg = self.sess
         self.name_ok(buf, p.cid_off, p.cid_len, 2)
         if p.user_off >= 0:
@@ -931,6 +935,32 @@ class Core(Stats):
             self._log("connect %s from %s (%sclean %d, keepalive %d)",
                       (cid.decode(), c.peer, "bridge, " if c.bridge else "", p.clean,
                        p.keepalive))
+
+    def _too_much(self, c, p):
+        """Whether CONNECT p asks c to keep more than the limits let a
+        connection keep (broker_limits: max_id_bytes, max_will_bytes):
+        refused before any of it is copied, and True. A client id: CONNACK
+        2, identifier rejected [MQTT-3.1.3-9] (0x85 at MQTT 5
+        [MQTT-3.1.3-8 (5.0)]); a user name: 4 (0x86); a will at MQTT 5:
+        0x97, quota exceeded; below MQTT 5, whose CONNACK has no code for
+        it, the connection is closed unanswered [MQTT-3.2.2-6]."""
+        lim = self.limits
+        mi = lim.max_id_bytes
+        if p.cid_len > mi:
+            self._refuse(c, _BAD_ID, "client id over max_id_bytes")
+            return True
+        if p.user_len > mi:
+            self._refuse(c, _BAD_AUTH, "user name over max_id_bytes")
+            return True
+        mw = lim.max_will_bytes
+        if p.will and mw and p.topic_len + p.payload_len + p.wprops_len > mw:
+            if c.level == 5:
+                self._refuse(c, 0x97, "will over max_will_bytes")
+            else:
+                self.refused += 1
+                self.disconnect(c, "refused (no CONNACK): will over max_will_bytes", False)
+            return True
+        return False
 
     def _will_resumed(self, cid, clean):
         """A client connects with the id of a delayed will: the session

@@ -15,7 +15,7 @@
 def zero_ok(name):
     return name in ("txsize", "ring_size", "sndbuf", "connect_timeout_ms", "sys_interval",
                     "max_aliases", "max_keepalive", "max_levels", "max_queued_bytes",
-                    "mem_budget", "max_sub_bytes", "max_alias_bytes")
+                    "mem_budget", "max_sub_bytes", "max_alias_bytes", "max_will_bytes")
 
 
 # The largest value of each limit that has one, from what it flows into: a
@@ -24,8 +24,10 @@ def zero_ok(name):
 # (setsockopt, listen), a timer of ticks in ms (ticks_diff sees at most half
 # the period: 2**29 - 1), MQTT's largest packet (268435455 bytes after a
 # fixed header of 5), mosquitto's sys_interval range; the backoff's wait is
-# capped at 2**28 ms (broker_auth).
+# capped at 2**28 ms (broker_auth); a client id and a user name are UTF-8
+# strings of at most 65535 bytes (1.5.3).
 _MOST = {"max_keepalive": 65535, "max_aliases": 65535, "max_qos2_in": 65535,
+         "max_id_bytes": 65535,
          "sndbuf": 0x7FFFFFFF, "backlog": 0x7FFFFFFF, "connect_timeout_ms": 0x1FFFFFFF,
          "max_packet": 268435460, "sys_interval": 65535, "auth_wait_ms": 0x10000000}
 
@@ -41,8 +43,11 @@ def choices(name):
 
 def span(name):
     """(least, most) a limit may be; most is None for no bound. max_packet
-    holds a CONNECT: 20 at least, as mosquitto's max_packet_size."""
-    lo = 20 if name == "max_packet" else 0 if zero_ok(name) else 1
+    holds a CONNECT: 20 at least, as mosquitto's max_packet_size; a server
+    takes client ids of 1 to 23 bytes [MQTT-3.1.3-5]: max_id_bytes 23 at
+    least."""
+    lo = 20 if name == "max_packet" else 23 if name == "max_id_bytes" else \
+        0 if zero_ok(name) else 1
     return lo, _MOST.get(name)
 
 
@@ -86,6 +91,13 @@ class Limits:
     mem_budget = 32768  # bytes of every queued and retained message, held once (0: none)
     max_retained = 128  # retained topics kept
     max_sessions = 16  # persistent sessions kept
+    # What a connection keeps after its CONNECT, beyond its buffers (a
+    # session keeps its id, offline too; a delayed will outlives it): bytes
+    # of its client id, and of its user name (CONNACK 2, 4 beyond);
+    max_id_bytes = 128
+    # of its will: topic, payload and MQTT 5 properties (0: no limit but
+    # max_packet; beyond: CONNACK 0x97 at MQTT 5, closed unanswered below)
+    max_will_bytes = 256
     sndbuf = 0  # SO_SNDBUF of client sockets; 0: the OS default
     connect_timeout_ms = 10000
     sys_interval = 10  # seconds between $SYS updates

@@ -38,6 +38,8 @@ DESKTOP = (
     ("mem_budget", 67108864),
     ("max_retained", 10000),
     ("max_sessions", 1000),
+    ("max_id_bytes", 65535),
+    ("max_will_bytes", 65536),
     ("sndbuf", 0),
     ("connect_timeout_ms", 10000),
     ("sys_interval", 10),
@@ -73,6 +75,10 @@ HELP = {
                   " QoS 0 dropped and QoS 1/2 publishers refused",
     "max_retained": "retained topics kept",
     "max_sessions": "persistent sessions kept; one more gets CONNACK 3",
+    "max_id_bytes": "bytes of a client id, and of a user name (CONNACK 2, 4 beyond; 0x85, 0x86"
+                    " at MQTT 5)",
+    "max_will_bytes": "bytes of a will: topic, payload, MQTT 5 properties (0: no limit; beyond:"
+                      " closed, CONNACK 0x97 at MQTT 5)",
     "sndbuf": "kernel send buffer per client socket, bytes (0: the OS's, autotuned)",
     "connect_timeout_ms": "milliseconds to wait for CONNECT (0: for ever)",
     "sys_interval": "seconds between $SYS updates (0: none)",
