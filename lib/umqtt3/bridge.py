@@ -590,11 +590,9 @@ class Bridge:
 
     def _commit(self):
         # the broker's store: durable now (its log: also the client's
-        # records, see bridge_queue.client_files); OSError when it failed
-        core = self.core
-        se = core.store_errors
-        core.commit()
-        if core.store_errors != se:
+        # records, see bridge_queue.client_files); OSError when it failed,
+        # or the heap was spent in it (Core.commit)
+        if not self.core.commit():
             raise OSError(5)
 
     # ------------------------------------------------------------ the link
@@ -803,6 +801,27 @@ class Bridge:
                     % (self.name, h, p, e.reason, e.code))
             self._down(now)
         return n
+
+    def spent(self, now):
+        """A MemoryError in this bridge's step (Hub.step): in a dial, in the
+        client's I/O (an upstream message half routed, an acknowledgement
+        half written) or in the hand-over of the queue. The link is dropped
+        as a broken one (the next attempt after the backoff), so that no
+        half-written packet goes on and the client's session resumes as
+        after any outage: nothing accepted is lost. A message leaves the
+        queue only once the client stored it, the client sends what it
+        stored again once linked, and the upstream what the client did not
+        acknowledge [MQTT-4.4.0-1]. Allocates nothing (the heap is spent)."""
+        c = self.client
+        try:
+            if c is not None and (self.linked or c.is_connected()):
+                c.down()  # (its socket closed; a dial's socket: _unlink)
+            self._down(now)
+        except MemoryError:
+            # (the backoff's arithmetic: the next step tries again at once)
+            self.linked = False
+            if c is not None:
+                c.reconnect = True
 
     def _failed(self, now, e):
         # an attempt that failed, or a link lost: a line per attempt (the
@@ -1068,9 +1087,18 @@ class Hub:
         work = 0
         wait = 1000
         for b in self.all:
-            if not b.started:
-                b.start()
-            work += b.step(now)
+            try:
+                if not b.started:
+                    b.start()
+                work += b.step(now)
+            except MemoryError:
+                # the heap is spent in this bridge's step: counted, its
+                # link dropped (Bridge.spent); the broker and the other
+                # bridges go on
+                self.core.nomem += 1
+                b.spent(now)
+                wait = 2
+                continue
             if b.busy(now):
                 wait = 2
             elif b.up and wait > 50:

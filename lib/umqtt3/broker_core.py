@@ -445,16 +445,19 @@ class Core(Stats):
         """Make durable what the store was handed since the last commit
         (broker_store.Disk.commit): the driver calls it before any byte
         leaves, so a step's acknowledgements and deliveries follow the one
-        sync of everything the step accepted. When the disk fails, every
-        connection is closed with what it had to send unsent: the clients
-        send again, the broker keeps what it held."""
+        sync of everything the step accepted. When the disk fails, or the
+        heap is spent in the commit (counted in nomem), every connection is
+        closed with what it had to send unsent: the clients send again, the
+        broker keeps what it held. False then (a bridge drops its link:
+        bridge.Bridge._commit)."""
         d = self.disk
         if d is None or d.commit():
-            return
+            return True
         for c in self.clients:
             if c.state != CLOSED:
                 c.conn.tlen = c.conn.sent = 0
                 self.disconnect(c, "store write failed", True)
+        return False
 
     def refill(self, c):
         """c's send buffer drained: move what waits into it. True when it

@@ -295,8 +295,8 @@ class LogFiles:
 
     def commit(self):
         """Make every change so far durable, with one sync. Raises OSError
-        when the disk fails; the changes then wait for the next commit,
-        which rewrites the log."""
+        when the disk fails (MemoryError when the heap is spent); the
+        changes then wait for the next commit, which rewrites the log."""
         if not self.buf and not self.broken:
             return
         if self.broken or self.size + len(self.buf) > 2 * self.live + COMPACT:
@@ -304,7 +304,7 @@ class LogFiles:
         else:
             try:
                 self.base.append(self.log, self.buf)
-            except OSError:
+            except (OSError, MemoryError):
                 self.broken = True  # a torn append may sit at the end now
                 raise
             self.size += len(self.buf)
@@ -317,7 +317,7 @@ class LogFiles:
             b.write(self.tmp, snap)
             b.rename(self.tmp, self.log)
             b.sync_dir(self.dir)
-        except OSError:
+        except (OSError, MemoryError):
             self.broken = True
             raise
         self.broken = False

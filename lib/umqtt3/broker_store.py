@@ -296,12 +296,16 @@ class Disk:
     def commit(self):
         """Make every change so far durable (one sync with the log layout;
         nothing to do with one file per record). False when the disk failed
-        (counted in store_errors): what the changes answer must not leave."""
+        (counted in store_errors), or the heap was spent (counted in
+        nomem): what the changes answer must not leave."""
         if self.log is None:
             return True
         try:
             self.log.commit()
         except OSError:
+            return False
+        except MemoryError:
+            self.stats.nomem += 1  # (the changes wait for the next commit, as after OSError)
             return False
         return True
 

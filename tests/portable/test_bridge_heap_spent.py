@@ -1,0 +1,99 @@
+# A gateway's bridge with the heap spent: a MemoryError in the bridge's
+# step (a dial, the hand-over of its queue to the upstream client, an
+# upstream message routed to the gateway's sessions) is counted in nomem
+# and drops that bridge's link, as a broken one; nothing leaves
+# Broker.poll_once, and nothing accepted is lost: a QoS 1/2 message the
+# gateway acknowledged to a node still reaches the upstream, one the
+# upstream sent is sent again on the next link [MQTT-4.4.0-1] and reaches
+# the local subscriber.
+#
+# Under MicroPython the heap is spent for real (micropython.heap_lock()
+# around the gateway's steps); on CPython a stand-in raises MemoryError
+# where the step would allocate.
+#
+#     node tests/mp/run.mjs --heap 2m tests/mp/testrunner.py test_bridge_heap_spent
+import sys
+
+from test_bridge import World, _sub
+from test_broker_heap_spent import _raise
+from umqtt3.codec import PUBACK
+
+MICROPYTHON = sys.implementation.name == "micropython"
+
+
+def _spent_steps(w, obj, name, steps):
+    # steps of the gateway (and its upstream) with the heap spent in the
+    # gateway's: MicroPython, heap_lock around them; CPython, obj.name
+    # replaced by a stand-in that raises MemoryError
+    if MICROPYTHON:
+        import micropython
+        for _ in range(steps):
+            micropython.heap_lock()
+            try:
+                w.gw.poll_once(0)
+            finally:
+                micropython.heap_unlock()
+            w.up.poll_once(0)
+        return
+    old = obj.__dict__.get(name)
+    setattr(obj, name, _raise)
+    try:
+        for _ in range(steps):
+            w.poll_once()
+    finally:
+        if old is not None:
+            setattr(obj, name, old)
+        else:
+            delattr(obj, name)
+
+
+def test_the_queue_handed_over_with_the_heap_spent_loses_nothing():
+    # QoS 1/2 messages a node had acknowledged while the uplink was down
+    # wait on the bridge's queue; the heap is spent as the link comes back
+    # and the queue is handed to the client: the link drops, the broker
+    # goes on, and once the heap is back every message goes up, in order
+    w = World(["sensors/# out 2 gw/ site/"])
+    w.run(50)
+    sub = _sub(w, "site/#", 1)
+    node = w.open_on(w.gw)
+    node.connect("n1", clean=False)
+    w.cut()
+    w.run(20)
+    assert not w.bridge.up
+    for i in range(4):
+        node.publish("gw/sensors/t", b"m%d" % i, 1, pid=i + 1)
+        node.expect(PUBACK, i + 1)  # accepted: it must arrive
+    w.down = False
+    _spent_steps(w, w.bridge, "_queue", 40)
+    assert w.gw.nomem >= 1 and w.gw.errors == 0
+    w.run(400)
+    got = sub.messages(4)
+    assert [m[1] for m in got] == [b"m%d" % i for i in range(4)], got
+    assert w.bridge.up and not w.bridge.q.keys
+
+
+def test_an_upstream_message_routed_with_the_heap_spent_comes_again():
+    # an `in` message for an offline persistent session (queued: that
+    # allocates) while the heap is spent: not acknowledged, the link drops,
+    # and the upstream sends it again on the next one [MQTT-4.4.0-1]
+    w = World(["cmd/# in 1 dev/ site/"])
+    w.run(50)
+    assert w.bridge.up
+    app = w.open_on(w.gw)
+    app.connect("app", clean=False)
+    app.subscribe(1, [("dev/#", 1)])
+    app.close()
+    w.run(20)
+    u = w.open_on(w.up)
+    u.connect("ctl")
+    u.publish("site/cmd/reboot", b"now", 1, pid=7)
+    u.expect(PUBACK, 7)  # the upstream took it: it owes it to the bridge
+    sess = w.gw.sess.by_id[b"app"]
+    _spent_steps(w, sess, "send", 10)
+    assert w.gw.nomem >= 1 and w.gw.errors == 0
+    w.run(400)
+    assert w.bridge.up
+    app = w.open_on(w.gw)
+    assert app.connect("app", clean=False).session_present
+    m = app.messages(1)[0]
+    assert m[:2] == (b"dev/cmd/reboot", b"now"), m
