@@ -229,11 +229,15 @@ class Core(Stats):
         self.auth_methods = {}  # MQTT 5 enhanced authentication: name -> hook(data) -> rc
         # delayed wills: [due (uptime s), cid, topic, msg, qos, retain, props]
         self.wills = []  # type: list
-        # wills that could not be published (or put in wills) for want of
-        # memory, tried again at each tick: preallocated, as wills entries,
-        # so that keeping one allocates nothing (free: topic None)
-        self.late = [[0, None, None, None, 0, False, None] for _ in range(LATE_WILLS)]
+        # wills being published, or put off for want of memory and tried
+        # again at each tick: preallocated, as wills entries and their bit
+        # (Session.got_late), so that keeping one allocates nothing (free:
+        # topic None). A will is routed from one (_will_go) so that a retry
+        # goes on where a MemoryError stopped it.
+        self.late = [[0, None, None, None, 0, False, None, 1 << k] for k in range(LATE_WILLS)]
         self.nlate = 0  # of them in use
+        self.wbit = 0  # the bit of the slot whose will is being routed (_route_late)
+        self.late_up = 0  # the bits of those the bridges took (bridge.Hub.route)
         # retained messages new subscriptions are owed, handed over as each
         # session's queue has room (_give): [session, matching topics, the
         # next one's index, QoS granted, subscription id, grants or None,
@@ -581,13 +585,14 @@ class Core(Stats):
         try:
             pr = None if v is None else self.b5.will_props(c)
             if cid is None:
-                self.publish(wt, c.will_m, c.will_q, c.will_r, pr)
+                self._will_go(due, wt, c.will_m, c.will_q, c.will_r, pr)
                 return
             self.wills.append([due, cid, wt, c.will_m, c.will_q, c.will_r, pr])
         except MemoryError:
             # (its properties too, if they could not be built)
             self.nomem += 1
-            self._put_off(due, cid, wt, c.will_m, c.will_q, c.will_r, pr)
+            if self._put_off(due, cid, wt, c.will_m, c.will_q, c.will_r, pr) is None:
+                self.dropped += 1  # no slot free: lost, counted
             return
         if self.disk is not None:
             try:  # kept across a restart, sent when due
@@ -598,8 +603,8 @@ class Core(Stats):
                 self.nomem += 1  # (the same)
 
     def _put_off(self, due, cid, topic, msg, qos, retain, pr):
-        # a will kept in a free slot of late, allocating nothing; none free:
-        # lost, counted as dropped
+        # a will kept in a free slot of late, allocating nothing: the slot,
+        # or None when none is free
         for e in self.late:
             if e[2] is None:
                 e[0] = due
@@ -610,21 +615,57 @@ class Core(Stats):
                 e[5] = retain
                 e[6] = pr
                 self.nlate += 1
-                return
-        self.dropped += 1
+                return e
+        return None
+
+    def _will_go(self, due, topic, msg, qos, retain, pr):
+        """Publish a will that is due [MQTT-3.1.2-8], once: it is held in a
+        free slot of late while it is routed, and each session it reaches
+        is marked with the slot's bit (_route_late), so that after a
+        MemoryError part way (counted) a tick goes on with the sessions
+        it has not reached (_late) rather than sending it again to those
+        it has. No slot free: routed unmarked, a MemoryError raised."""
+        e = self._put_off(due, None, topic, msg, qos, retain, pr)
+        if e is None:
+            self.publish(topic, msg, qos, retain, pr)
+            return
+        try:
+            self._late_one(e)
+        except MemoryError:
+            self.nomem += 1  # (its slot keeps it, and the marks)
 
     def _late(self):
         # the wills put off for want of memory that are due, tried again
-        # (a tick; a MemoryError again leaves them for the next one)
+        # where they stopped (a tick; a MemoryError again leaves them for
+        # the next one)
         up = self.up_s
         for e in self.late:
             if e[2] is not None and up >= e[0]:
-                self.publish(e[2], e[3], e[4], e[5], e[6])
-                self._unlate(e)
+                self._late_one(e)
+
+    def _late_one(self, e):
+        # route slot e's will to the sessions (and bridges) it has not
+        # reached yet; then the slot is free, the marks gone, and a delayed
+        # will's record too (a MemoryError: all kept for the next try)
+        self.wbit = e[7]
+        try:
+            self.publish(e[2], e[3], e[4], e[5], e[6])
+        finally:
+            self.wbit = 0
+        cid = e[1]
+        self._unlate(e)
+        if cid is not None:
+            self._drop_will(cid)
 
     def _unlate(self, e):
         e[1] = e[2] = e[3] = e[6] = None
         self.nlate -= 1
+        bit = e[7]
+        if self.late_up & bit:
+            self.late_up &= ~bit
+        for s in self.sess.all:
+            if s.got_late & bit:
+                s.got_late &= ~bit
 
     def _end(self, s):
         # a clean session ends with its connection; with the heap spent,
@@ -977,11 +1018,13 @@ class Core(Stats):
                 del w[i]
                 self._drop_will(cid)
                 if clean:
-                    self.publish(e[2], e[3], e[4], e[5], e[6])
+                    self._will_go(0, e[2], e[3], e[4], e[5], e[6])
             i -= 1
         if self.nlate:
+            up = self.up_s
             for e in self.late:  # (a delayed will put off for want of memory)
-                if e[2] is not None and e[1] == cid:
+                if e[2] is not None and e[1] == cid and up < e[0]:
+                    # (one already due is on its way: it goes on)
                     if clean:
                         e[0] = 0  # due: the next tick publishes it
                     else:
@@ -1687,6 +1730,9 @@ class Core(Stats):
         releases, having asked the bridge; -1: matched here."""
         subs = self.subs
         own = n < 0
+        if own and self.wbit:
+            self._route_late(r)  # a will, from its slot of late
+            return
         if own and self.bridge is not None:
             self.bridge.route(r)  # queued for upstream, or refused, first
         if own:
@@ -1726,6 +1772,56 @@ class Core(Stats):
             subs.release(n)
         if err is not None:
             raise err  # not acknowledged: the publisher sends it again
+
+    def _route_late(self, r):
+        # _route of a will from a slot of late (wbit: its bit), to each
+        # bridge and session it has not reached yet, marking each as it
+        # goes: a MemoryError leaves the marks for the next try (_late). A
+        # session is marked before its copy (a mark that cannot be made
+        # sends nothing) and unmarked if the copy fails. (A shared group's
+        # turn may pass to another member on a retry: that one gets it.)
+        bit = self.wbit
+        if self.bridge is not None and not self.late_up & bit:
+            self.bridge.route(r)
+            self.late_up |= bit
+        subs = self.subs
+        n = subs.match(r.tsrc, r.toff, r.tn, r.src)
+        hit = subs.hit
+        hq = subs.hq
+        qos = r.qos
+        rf = 1 if r.retain else 0
+        m = subs.np if subs.groups else n
+        err = None
+        try:
+            i = 0
+            while i < n:
+                s = hit[i]
+                g = hq[i]
+                if not s.got_late & bit:
+                    s.got_late |= bit
+                    try:
+                        if i >= m:
+                            self._send_shared(s, r, qos, g, rf if g & 8 else 0, subs.hf[i])
+                        elif s.fsid is not None and s.level == 5:
+                            g &= 3
+                            self._send_ids(s, r, qos if qos < g else g, rf if hq[i] & 8 else 0,
+                                           None)
+                        else:
+                            ra = rf if g & 8 else 0
+                            g &= 3
+                            s.send(r, qos if qos < g else g, ra)
+                    except OSError as e:
+                        err = e  # (as _route: counted, the others get theirs)
+                    except MemoryError:
+                        s.got_late &= ~bit  # not reached
+                        raise
+                i += 1
+            self.nhit = n
+            self.routed += n
+        finally:
+            subs.release(n)
+        if err is not None:
+            raise err
 
     def _send_shared(self, s, r, qos, g, ra, gf):
         # r to s by the turn of shared group gf (g: hq's byte), its QoS 1/2
@@ -1855,10 +1951,18 @@ class Core(Stats):
         while i >= 0:
             e = w[i]
             if up >= e[0]:
-                # published first: a MemoryError (tick) leaves it for the next second
-                self.publish(e[2], e[3], e[4], e[5], e[6])
-                del w[i]
-                self._drop_will(e[1])
+                k = self._put_off(e[0], e[1], e[2], e[3], e[4], e[5], e[6])
+                if k is None:
+                    # no slot free: published first, as it is (a
+                    # MemoryError, tick, leaves it for the next second)
+                    self.publish(e[2], e[3], e[4], e[5], e[6])
+                    del w[i]
+                    self._drop_will(e[1])
+                else:
+                    # from a slot, its record dropped once it is out (a
+                    # MemoryError leaves it there, marks and all: _late)
+                    del w[i]
+                    self._late_one(k)
             i -= 1
         al = self.sess.all
         i = len(al) - 1

@@ -406,6 +406,9 @@ class Session:
     # attributes until a session's queue is first full.
     qskip = False
     dropping = False
+    # bit k: the will in the broker's late slot k has reached this session
+    # (broker_core._route_late); a class attribute until one has
+    got_late = 0
 
     def __init__(self, cid, clean, limits, stats):
         self.cid = cid

@@ -204,6 +204,61 @@ def test_a_will_at_a_keepalive_timeout_with_the_heap_spent_goes_later():
         assert m[0][:3] == (b"will/node", b"gone", 1), m
 
 
+def _will_part_way(b, delay=0):
+    # watchers a (connected) and z (a persistent session offline: queuing
+    # for it allocates) of will/#; client "node" ends with the heap spent
+    # at z's delivery, after a has its will: a retry must not give a a
+    # second copy [MQTT-3.1.2-8] (a will is one message, published once)
+    from umqtt3 import props as P
+    from test_broker5_connect import connect5
+    a = Raw(b)
+    a.connect("a")
+    a.subscribe(1, [("will/#", 0)])
+    z = Raw(b)
+    z.connect("z", clean=False)
+    z.subscribe(1, [("will/#", 1)])
+    z.close()
+    n = Raw(b)
+    if delay:
+        connect5(n, "node", clean=False, props={P.SESSION_EXPIRY: 60}, will_topic="will/node",
+                 will_msg=b"gone", will_qos=1, will_props={P.WILL_DELAY: delay})
+    else:
+        n.connect("node", keepalive=2, will_topic="will/node", will_msg=b"gone", will_qos=1)
+    settle()
+    with spent(b, b.sess.by_id[b"z"], "send"):
+        if delay:
+            n.close()
+            advance(1000 * delay + 1000)  # its delay passes with the heap spent
+        else:
+            advance(4000)  # the keep-alive timeout [MQTT-3.1.2-24]
+            assert n.closed()
+    assert b.nomem >= 1 and b.nlate + len(b.wills) == 1  # (held, not lost)
+    return a
+
+
+def _once_each(b, a):
+    advance(1000)  # a tick with the heap back: the will finishes
+    assert b.nlate == 0 and not b.wills
+    m = a.messages(1)
+    assert m[0][:2] == (b"will/node", b"gone"), m
+    assert a.nothing()  # once
+    z = Raw(b)
+    assert z.connect("z", clean=False).session_present
+    assert [x[:2] for x in z.messages(1)] == [(b"will/node", b"gone")]
+    assert z.nothing()
+
+
+def test_a_will_cut_short_by_the_heap_resumes_where_it_stopped():
+    with running() as b:
+        _once_each(b, _will_part_way(b))
+
+
+def test_a_delayed_will_cut_short_by_the_heap_resumes_where_it_stopped():
+    # the same for a will published at the end of its delay (3.1.3.2.2)
+    with running() as b:
+        _once_each(b, _will_part_way(b, delay=2))
+
+
 class _NoRoom(list):
     def append(self, x):
         raise MemoryError()

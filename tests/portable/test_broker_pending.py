@@ -130,7 +130,8 @@ def test_connect_larger_than_the_pending_buffer():
     data = connect_bytes("big", will_topic="w/t", will_msg=big, user="u" * 40,
                          password=b"p" * 40)
     assert len(data) > PENDING_RX
-    with running(max_packet=1024) as b, Raw(b) as c:
+    # (a will past the device's max_will_bytes, which the test is not about)
+    with running(max_packet=1024, max_will_bytes=1024) as b, Raw(b) as c:
         k = 0
         while k < len(data):
             c.send(data[k:k + 50])
