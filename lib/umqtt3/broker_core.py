@@ -822,7 +822,7 @@ class Core(Stats):
         if lv == 5:
             b5 = self._b5()
             rc = b5.connect(self, c, p)
-            if rc <= 0 and self._too_much(c, p):
+            if rc <= 0 and self._keeps_too_much(c, p):
                 return  # (before an authentication exchange keeps it)
             if rc < 0:
                 # an authentication exchange goes on (AUTH 0x18 sent): the
@@ -833,7 +833,7 @@ class Core(Stats):
             if rc:
                 self._refuse(c, rc, "CONNECT refused")
                 return
-        elif self._too_much(c, p):
+        elif self._keeps_too_much(c, p):
             return
         reg = self.sess
         self.name_ok(buf, p.cid_off, p.cid_len, 2)
@@ -980,7 +980,7 @@ class Core(Stats):
                       (cid.decode(), c.peer, "bridge, " if c.bridge else "", p.clean,
                        p.keepalive))
 
-    def _too_much(self, c, p):
+    def _keeps_too_much(self, c, p):
         """Whether CONNECT p asks c to keep more than the limits let a
         connection keep (broker_limits: max_id_bytes, max_will_bytes):
         refused before any of it is copied, and True. A client id: CONNACK
