@@ -188,6 +188,16 @@ class Connection:
         self.kick = False
 
 
+def _mark_late(s, bit):
+    # a will from a slot of late reaches session s: False when an earlier
+    # try did (its bit set), else s is marked before its copy, so that a
+    # mark that cannot be made sends nothing (Core._route)
+    if s.got_late & bit:
+        return False
+    s.got_late |= bit
+    return True
+
+
 class Core(Stats):
     bind_ids = True  # with users: a client id whose session is another user's is refused
 
@@ -236,7 +246,7 @@ class Core(Stats):
         # goes on where a MemoryError stopped it.
         self.late = [[0, None, None, None, 0, False, None, 1 << k] for k in range(LATE_WILLS)]
         self.nlate = 0  # of them in use
-        self.wbit = 0  # the bit of the slot whose will is being routed (_route_late)
+        self.wbit = 0  # the bit of the slot whose will is being routed (_route)
         self.late_up = 0  # the bits of those the bridges took (bridge.Hub.route)
         # retained messages new subscriptions are owed, handed over as each
         # session's queue has room (_give): [session, matching topics, the
@@ -621,7 +631,7 @@ class Core(Stats):
     def _will_go(self, due, topic, msg, qos, retain, pr):
         """Publish a will that is due [MQTT-3.1.2-8], once: it is held in a
         free slot of late while it is routed, and each session it reaches
-        is marked with the slot's bit (_route_late), so that after a
+        is marked with the slot's bit (_route), so that after a
         MemoryError part way (counted) a tick goes on with the sessions
         it has not reached (_late) rather than sending it again to those
         it has. No slot free: routed unmarked, a MemoryError raised."""
@@ -1727,14 +1737,16 @@ class Core(Stats):
         """Send r to every session with a matching subscription, once per
         session at the highest granted QoS [MQTT-3.3.5-1], capped by the
         published QoS. n: how many route_ready matched (subs.hit), which it
-        releases, having asked the bridge; -1: matched here."""
+        releases, having asked the bridge; -1: matched here. A will from a
+        slot of late (wbit: its bit, _late_one) goes to each bridge and
+        session it has not reached yet, marking each as it goes, so that
+        a MemoryError part way leaves the marks for the next try (_late)."""
         subs = self.subs
         own = n < 0
-        if own and self.wbit:
-            self._route_late(r)  # a will, from its slot of late
-            return
-        if own and self.bridge is not None:
+        bit = self.wbit
+        if own and self.bridge is not None and not self.late_up & bit:
             self.bridge.route(r)  # queued for upstream, or refused, first
+            self.late_up |= bit
         if own:
             n = subs.match(r.tsrc, r.toff, r.tn, r.src)
         self.nhit = n
@@ -1749,10 +1761,13 @@ class Core(Stats):
         # pay no check per delivery, these are marked (_send_shared)
         m = subs.np if subs.groups else n
         while i < m:
+            s = hit[i]
+            if bit and not _mark_late(s, bit):
+                i += 1
+                continue  # (reached by an earlier try)
             g = hq[i]
             ra = rf if g & 8 else 0  # retain as published [MQTT-3.3.1-12 (5.0)]
             g &= 3
-            s = hit[i]
             try:
                 if s.fsid is not None and s.level == 5:
                     self._send_ids(s, r, qos if qos < g else g, ra, None)
@@ -1760,68 +1775,36 @@ class Core(Stats):
                     s.send(r, qos if qos < g else g, ra)
             except OSError as e:
                 err = e  # a store write failed (counted): the others still get theirs
+            except MemoryError:
+                self._unroute(s, bit, own, n)
+                raise
             i += 1
         while i < n:
+            s = hit[i]
+            if bit and not _mark_late(s, bit):
+                i += 1
+                continue
             g = hq[i]
             try:
-                self._send_shared(hit[i], r, qos, g, rf if g & 8 else 0, subs.hf[i])
+                self._send_shared(s, r, qos, g, rf if g & 8 else 0, subs.hf[i])
             except OSError as e:
                 err = e
+            except MemoryError:
+                self._unroute(s, bit, own, n)
+                raise
             i += 1
         if own:
             subs.release(n)
         if err is not None:
             raise err  # not acknowledged: the publisher sends it again
 
-    def _route_late(self, r):
-        # _route of a will from a slot of late (wbit: its bit), to each
-        # bridge and session it has not reached yet, marking each as it
-        # goes: a MemoryError leaves the marks for the next try (_late). A
-        # session is marked before its copy (a mark that cannot be made
-        # sends nothing) and unmarked if the copy fails. (A shared group's
-        # turn may pass to another member on a retry: that one gets it.)
-        bit = self.wbit
-        if self.bridge is not None and not self.late_up & bit:
-            self.bridge.route(r)
-            self.late_up |= bit
-        subs = self.subs
-        n = subs.match(r.tsrc, r.toff, r.tn, r.src)
-        hit = subs.hit
-        hq = subs.hq
-        qos = r.qos
-        rf = 1 if r.retain else 0
-        m = subs.np if subs.groups else n
-        err = None
-        try:
-            i = 0
-            while i < n:
-                s = hit[i]
-                g = hq[i]
-                if not s.got_late & bit:
-                    s.got_late |= bit
-                    try:
-                        if i >= m:
-                            self._send_shared(s, r, qos, g, rf if g & 8 else 0, subs.hf[i])
-                        elif s.fsid is not None and s.level == 5:
-                            g &= 3
-                            self._send_ids(s, r, qos if qos < g else g, rf if hq[i] & 8 else 0,
-                                           None)
-                        else:
-                            ra = rf if g & 8 else 0
-                            g &= 3
-                            s.send(r, qos if qos < g else g, ra)
-                    except OSError as e:
-                        err = e  # (as _route: counted, the others get theirs)
-                    except MemoryError:
-                        s.got_late &= ~bit  # not reached
-                        raise
-                i += 1
-            self.nhit = n
-            self.routed += n
-        finally:
-            subs.release(n)
-        if err is not None:
-            raise err
+    def _unroute(self, s, bit, own, n):
+        # a MemoryError in _route's copy to s: a will's mark taken back
+        # (not reached), the hits released
+        if bit:
+            s.got_late &= ~bit
+        if own:
+            self.subs.release(n)
 
     def _send_shared(self, s, r, qos, g, ra, gf):
         # r to s by the turn of shared group gf (g: hq's byte), its QoS 1/2

@@ -407,7 +407,7 @@ class Session:
     qskip = False
     dropping = False
     # bit k: the will in the broker's late slot k has reached this session
-    # (broker_core._route_late); a class attribute until one has
+    # (broker_core.Core._route); a class attribute until one has
     got_late = 0
 
     def __init__(self, cid, clean, limits, stats):
