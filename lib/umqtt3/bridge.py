@@ -706,8 +706,9 @@ class Bridge:
         self.tries += 1
         lo, hi = self.cfg["backoff_ms"]
         d = min(hi, lo << min(self.tries - 1, 16))
-        # the clock's low bits as noise (the device stubs make ticks opaque)
-        d = d * 3 // 4 + (now * 7919) % (d // 2 + 1)  # type: ignore[operator, unused-ignore]
+        # the clock's low 16 bits as noise (the device stubs make ticks
+        # opaque), their product a small int (no heap on a device)
+        d = d * 3 // 4 + (now & 0xFFFF) * 7919 % (d // 2 + 1)  # type: ignore[operator, unused-ignore]
         self.retry_at = ticks_add(now, d)
 
     def step(self, now):

@@ -411,8 +411,9 @@ class Core:
         lo, hi = self.backoff_ms
         d = min(hi, lo << min(self.tries - 1, 16))
         # jitter 75%..125%: the clock's low bits as noise (the device stubs
-        # make ticks opaque, to stop arithmetic on them meant as time)
-        d = d * 3 // 4 + (now * 7919) % (d // 2 + 1)  # type: ignore[operator, unused-ignore]
+        # make ticks opaque, to stop arithmetic on them meant as time); 16
+        # of them, so that the product stays a small int (no heap on a device)
+        d = d * 3 // 4 + (now & 0xFFFF) * 7919 % (d // 2 + 1)  # type: ignore[operator, unused-ignore]
         self.retry_at = ticks_add(now, d)
 
     def out(self, now):

@@ -348,6 +348,21 @@ def test_callback_that_raises_drops_the_connection_for_qos1():
     assert c.state == DOWN and take(c, 10) == b""  # no PUBACK
 
 
+def test_the_backoff_late_in_a_device_s_tick_range_allocates_nothing():
+    # ticks_ms() runs up to 2**30 on a device: the jitter's arithmetic
+    # must stay in small ints there, or a lost link on a spent heap raises
+    # MemoryError instead of waiting to redial
+    from support import MICROPYTHON, locked
+    c = connected(core(reconnect=True, backoff_ms=(400, 10000)))
+    now = (1 << 30) - 7
+    if MICROPYTHON:
+        locked(c.lost, now)
+    else:
+        c.lost(now)
+    wait = c.tick(now)
+    assert 300 <= wait <= 500, wait  # 400 ms, jitter 75..125 %
+
+
 def test_reconnect_backs_off_then_resends_with_dup():
     c = connected(core(reconnect=True, backoff_ms=(400, 10000)))
     c.clean = False  # a persistent session: the broker keeps it (CONNACK_SP)
