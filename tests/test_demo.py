@@ -178,6 +178,7 @@ def test_ctrl_c_stops_the_simulation_with_a_summary():
                          stderr=subprocess.PIPE, text=True, cwd=ROOT, env=marked_env(mark),
                          start_new_session=True, preexec_fn=ignore_sigint)
     try:
+        line = ""
         for line in p.stdout:
             if " nodes (" in line:
                 break
