@@ -26,11 +26,15 @@ def responder(port, topic, client_id):
         cl.publish(m.properties.ResponseTopic, b"answer to " + m.payload, qos=1,
                    properties=out)
 
+    import threading
+    subscribed = threading.Event()
     r.on_message = on_message
+    r.on_subscribe = lambda *a: subscribed.set()
     r.connect(HOST, port)
     r.loop_start()
     r.subscribe(topic, qos=1)
-    time.sleep(0.3)  # (its SUBACK: no request before it)
+    # no request before its SUBACK: one sent earlier reaches no one
+    assert subscribed.wait(10), "the responder did not subscribe"
     return r
 
 

@@ -141,6 +141,10 @@ class Sockets:
     def advance(self, ms):
         time.sleep(ms / 1000)
 
+    def now(self):
+        from umqtt3.compat import ticks_ms
+        return ticks_ms()
+
     def wait_for(self, cond, timeout):
         return wait_for(cond, timeout)
 

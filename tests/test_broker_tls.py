@@ -18,7 +18,7 @@ sys.path.insert(0, HERE)
 
 from refusal import run  # noqa: E402
 from tools import procs  # noqa: E402
-from mosq import MOSQUITTO_PUB, MOSQUITTO_SUB  # noqa: E402
+from mosq import LINEBUF, MOSQUITTO_PUB, MOSQUITTO_SUB  # noqa: E402
 from certs import openssl  # noqa: E402
 
 paho = pytest.importorskip("paho.mqtt.client")
@@ -74,9 +74,12 @@ def _paho(cid, pki, cert=False):
 
 
 def _roundtrip(port, pki, cert=False, n=20):
+    import threading
     got = []
+    subscribed = threading.Event()
     sub = _paho("tls-sub", pki, cert)
     sub.on_message = lambda c, u, m: got.append(m.payload)
+    sub.on_subscribe = lambda *a: subscribed.set()
     sub.connect("127.0.0.1", port)
     sub.subscribe("tls/#", 1)
     sub.loop_start()
@@ -84,7 +87,9 @@ def _roundtrip(port, pki, cert=False, n=20):
     pub.connect("127.0.0.1", port)
     pub.loop_start()
     try:
-        time.sleep(0.3)
+        # published before the broker has the subscription, a message
+        # reaches no one: its SUBACK first
+        assert subscribed.wait(10), "no SUBACK"
         for i in range(n):
             pub.publish("tls/x", b"secret %d " % i * 200, qos=1).wait_for_publish(5)
         deadline = time.monotonic() + 10
@@ -107,11 +112,19 @@ def test_mosquitto_clients_over_tls(tls_broker, pki):
     if not (MOSQUITTO_SUB and MOSQUITTO_PUB):
         pytest.skip("mosquitto clients are not installed")
     port = tls_broker()
-    sub = subprocess.Popen([MOSQUITTO_SUB, "-h", "127.0.0.1", "-p", str(port), "--cafile",
-                            pki["ca.pem"], "-t", "m/#", "-C", "3", "-W", "10", "-q", "1"],
+    # -d: its debug lines say when the broker has taken the subscription
+    # (a message published before then reaches no one); line-buffered
+    sub = subprocess.Popen(LINEBUF + [MOSQUITTO_SUB, "-h", "127.0.0.1", "-p", str(port),
+                                      "--cafile", pki["ca.pem"], "-t", "m/#", "-C", "3", "-W",
+                                      "10", "-q", "1", "-d"],
                            stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(0.5)
+        said = []
+        for line in sub.stdout:  # until "Subscribed", or its -W 10 ends it
+            said.append(line)
+            if line.startswith("Subscribed"):
+                break
+        assert said and said[-1].startswith("Subscribed"), said
         for i in range(3):
             r = subprocess.run([MOSQUITTO_PUB, "-h", "127.0.0.1", "-p", str(port), "--cafile",
                                 pki["ca.pem"], "-t", "m/t", "-m", "over tls %d" % i, "-q", "1"],
@@ -121,7 +134,8 @@ def test_mosquitto_clients_over_tls(tls_broker, pki):
     finally:
         if sub.poll() is None:
             sub.kill()
-    assert out.split("\n")[:3] == ["over tls 0", "over tls 1", "over tls 2"]
+    assert [x for x in out.splitlines() if not x.startswith("Client ")] == [
+        "over tls 0", "over tls 1", "over tls 2"], out
 
 
 def test_client_certificate_required(tls_broker, pki):

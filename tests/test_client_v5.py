@@ -4,6 +4,7 @@ subscription options, topic aliases, the broker's limits, session expiry,
 will properties and delay, assigned client ids, request/response."""
 import os
 import sys
+import threading
 import time
 
 import pytest
@@ -33,6 +34,8 @@ class Paho:
         self.c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=cid,
                              protocol=mqtt.MQTTv5)
         self.c.on_message = lambda c, u, m: self.msgs.append(m)
+        subscribed = threading.Event()
+        self.c.on_subscribe = lambda *a: subscribed.set()
         if will:
             self.c.will_set(*will)
         self.c.connect(HOST, port)
@@ -40,7 +43,9 @@ class Paho:
         if sub:
             r = self.c.subscribe(sub, qos=1)
             assert r[0] == 0
-            time.sleep(0.3)  # SUBACK
+            # a message published before the broker has the subscription
+            # reaches no one: its SUBACK first
+            assert subscribed.wait(10), "no SUBACK"
 
     def wait(self, n, timeout=5):
         end = time.monotonic() + timeout

@@ -116,17 +116,21 @@ def test_a_message_that_is_no_reading_leaves_the_view_going(tmp_path):
     done = threading.Event()
 
     def stray():
+        # again and again until the demo has ended: what it sends before the
+        # view has subscribed reaches no one (the view subscribes after the
+        # broker is up, and this client may get there first)
         while not done.is_set():
             try:
                 c = MQTTClient("stray", "127.0.0.1", port, timeout_ms=500)
                 c.connect()
-                for m in (b"hello", b"[1, 2]", b"\xff"):
-                    c.publish(b"umqtt3/node9/temp", m, qos=1)
-                c.publish(b"umqtt3/node9/status", b"\xff\xfe", qos=1)
+                while not done.is_set():
+                    for m in (b"hello", b"[1, 2]", b"\xff"):
+                        c.publish(b"umqtt3/node9/temp", m, qos=1)
+                    c.publish(b"umqtt3/node9/status", b"\xff\xfe", qos=1)
+                    done.wait(0.2)
                 c.disconnect()
-                return
             except OSError:
-                time.sleep(0.2)  # the demo's broker is not up yet
+                done.wait(0.2)  # the demo's broker is not up yet, or has gone
     t = threading.Thread(target=stray)
     t.start()
     try:
@@ -174,10 +178,25 @@ def test_ctrl_c_stops_the_simulation_with_a_summary():
                          stderr=subprocess.PIPE, text=True, cwd=ROOT, env=marked_env(mark),
                          start_new_session=True, preexec_fn=ignore_sigint)
     try:
+        line = ""
         for line in p.stdout:
             if " nodes (" in line:
                 break
-        time.sleep(1.0)  # a few readings each
+        # a reading of sim1's at the broker (its nodes have just started:
+        # on a busy machine the first may take more than a second)
+        m = re.search(r"publishing (\S+)/<id>/<metric> to 127.0.0.1:(\d+) ", line)
+        assert m, line
+        from umqtt3.client import MQTTClient
+        got = []
+        watch = MQTTClient("sim-watch", "127.0.0.1", int(m.group(2)))
+        watch.set_callback(lambda t, msg: t.endswith(b"/status") or got.append(t))
+        watch.connect()
+        watch.subscribe(m.group(1).encode() + b"/sim1/+", 1)
+        end = time.monotonic() + 30
+        while not got and time.monotonic() < end:
+            watch.poll(100)
+        watch.disconnect()
+        assert got, "no reading of sim1's in 30 s"
         os.killpg(p.pid, signal.SIGINT)
         out, err = p.communicate(timeout=30)
     finally:

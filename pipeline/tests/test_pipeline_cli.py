@@ -339,15 +339,17 @@ def test_job_runs_as_a_file_as_spark_submit_runs_it(tmp_path):
     assert r.stderr.strip() == os.path.join(os.path.dirname(job), "__init__.py"), r.stderr
 
 
-def _last_lines(tmp_path, *extra):
-    """Run the job over one external log of 30 readings; (exit status,
-    stderr's lines after Spark's start-up notes, the trace file it names)."""
+def _last_lines(tmp_path, *extra, at=None):
+    """Run the job over one external log of 30 readings that arrived at
+    `at` (seconds since 1970; default: now); (exit status, stderr's lines
+    after Spark's start-up notes, the trace file it names)."""
     import glob
     from umqtt3_pipeline.log import Log
+    at = time.time() if at is None else at
     log = Log(str(tmp_path / "log" / "a"), publish_synced=True)
     for i in range(30):
         log.append_msg(*reading("n1", "temp", float(i), 1, i), 1, False, False, 0,
-                       1000 * int(time.time()))
+                       1000 * int(at))
     log.sync()
     log.close()
     (tmp_path / "tmp").mkdir()
@@ -367,11 +369,14 @@ def _last_lines(tmp_path, *extra):
 def test_a_failing_query_ends_in_one_line_with_its_cause(tmp_path):
     # the output's day directory cannot be made (a file is in the way), as a
     # full disk cannot be written: 160 lines ending in a piece of the plan before
+    # (the day of the readings' own arrival: a clock read twice may be read
+    # on either side of midnight)
     import datetime
-    day = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    at = time.time()
+    day = datetime.datetime.fromtimestamp(at, datetime.timezone.utc).strftime("%Y-%m-%d")
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / ("day=" + day)).write_text("in the way")
-    status, lines, traces = _last_lines(tmp_path)
+    status, lines, traces = _last_lines(tmp_path, at=at)
     assert status == 1 and len(lines) == 1, lines
     assert lines[0].startswith("umqtt3-pipeline: query failed (the full trace: ")
     assert lines[0].endswith("FileExistsError: [Errno 17] File exists: '%s'"

@@ -207,6 +207,12 @@ def advance(ms):
     _cur.advance(ms)
 
 
+def clock():
+    """The broker's clock in ms (memory: the harness's, which only advance()
+    moves; sockets: ticks_ms(), where a busy machine lets more pass)."""
+    return _cur.now()
+
+
 def wait_for(cond, timeout=TIMEOUT):
     """True once cond() holds; False when it never came to hold (memory: the
     broker ran out of work; sockets: timeout seconds passed)."""
