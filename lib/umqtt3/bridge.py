@@ -695,7 +695,9 @@ class Bridge:
             s.close()
         self.look = None  # (a lookup still running is left to finish)
         self.linked = False
-        self.client.reconnect = True  # no link: see start()
+        c = self.client
+        if c is not None:  # (None: start() did not get as far as making it)
+            c.reconnect = True  # no link: see start()
 
     def _down(self, now):
         # the attempt failed or the link broke: the next one after a

@@ -97,3 +97,30 @@ def test_an_upstream_message_routed_with_the_heap_spent_comes_again():
     assert app.connect("app", clean=False).session_present
     m = app.messages(1)[0]
     assert m[:2] == (b"dev/cmd/reboot", b"now"), m
+
+
+def test_a_bridge_that_cannot_start_for_want_of_heap_starts_once_it_is_back():
+    # the first step starts the bridge (its client's module and store made):
+    # with the heap spent there, the bridge has no client yet, and dropping
+    # its link must not need one; the broker goes on, and the bridge starts
+    # and links once the heap is back
+    import umqtt3.bridge as B
+    w = World(["a/# out 1"])  # (not started: the first step starts it)
+    assert not w.bridge.started and w.bridge.client is None
+    if MICROPYTHON:
+        import micropython
+        micropython.heap_lock()
+        try:
+            w.gw.poll_once(0)
+        finally:
+            micropython.heap_unlock()
+    else:
+        old = B._up_class
+        B._up_class = _raise
+        try:
+            w.gw.poll_once(0)
+        finally:
+            B._up_class = old
+    assert w.gw.nomem >= 1 and w.gw.errors == 0
+    w.run(100)
+    assert w.bridge.up
