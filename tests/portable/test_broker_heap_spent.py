@@ -307,3 +307,34 @@ def test_a_delayed_will_put_off_is_not_sent_when_the_session_resumes():
         advance(6000)
         assert w.nothing()
         assert b.nlate == 0
+
+
+def test_a_will_whose_new_alias_cannot_be_recorded_reaches_its_subscriber_once():
+    # a level-5 subscriber that takes topic aliases gets the will with a new
+    # one: its PUBLISH is written, then the alias's topic kept, which
+    # allocates; with the heap spent there the PUBLISH is still on its way,
+    # so the will's retry must not send it again [MQTT-3.1.2-8] (a will is
+    # one message), and the next PUBLISH of that topic sets the alias anew
+    from umqtt3 import props as P
+    from test_broker5_connect import connect5, sub5
+    with running() as b:
+        s = Raw(b)
+        connect5(s, "sub", props={P.TOPIC_ALIAS_MAXIMUM: 3})
+        sub5(s, 1, [("will/#", 0)])
+        n = Raw(b)
+        n.connect("node", keepalive=2, will_topic="will/node", will_msg=b"gone")
+        w = Raw(b)
+        w.connect("warm")
+        w.publish("warm/x", b".")  # the routing's hit list grown beforehand
+        settle()
+        with spent(b, b.sess.by_id[b"sub"], "oal", _NoRoom()):
+            advance(4000)  # the keep-alive timeout [MQTT-3.1.2-24]: the will goes
+            assert n.closed()
+        advance(1000)  # a tick with the heap back: nothing left to retry
+        m = s.messages(1)
+        assert m[0][:2] == (b"will/node", b"gone"), m
+        assert s.nothing()  # once
+        assert b.nlate == 0
+        w.publish("will/node", b"again")  # the alias set anew, with its topic
+        m = s.messages(1)
+        assert m[0][:2] == (b"will/node", b"again"), m
