@@ -198,6 +198,16 @@ def _mark_late(s, bit):
     return True
 
 
+def _unmark_late(hit, n, bit):
+    # the first n hits' marks of a will that has reached them all
+    i = 0
+    while i < n:
+        s = hit[i]
+        if s.got_late & bit:
+            s.got_late &= ~bit
+        i += 1
+
+
 class Core(Stats):
     bind_ids = True  # with users: a client id whose session is another user's is refused
 
@@ -244,7 +254,8 @@ class Core(Stats):
         # (Session.got_late), so that keeping one allocates nothing (free:
         # topic None). A will is routed from one (_will_go) so that a retry
         # goes on where a MemoryError stopped it.
-        self.late = [[0, None, None, None, 0, False, None, 1 << k] for k in range(LATE_WILLS)]
+        self.late = [[0, None, None, None, 0, False, None, 1 << k, False]
+                     for k in range(LATE_WILLS)]  # (the last: cut short once)
         self.nlate = 0  # of them in use
         self.wbit = 0  # the bit of the slot whose will is being routed (_route)
         self.late_up = 0  # the bits of those the bridges took (bridge.Hub.route)
@@ -660,6 +671,9 @@ class Core(Stats):
         self.wbit = e[7]
         try:
             self.publish(e[2], e[3], e[4], e[5], e[6])
+        except MemoryError:
+            e[8] = True  # marks left behind: _unlate sweeps every session
+            raise
         finally:
             self.wbit = 0
         cid = e[1]
@@ -673,9 +687,13 @@ class Core(Stats):
         bit = e[7]
         if self.late_up & bit:
             self.late_up &= ~bit
-        for s in self.sess.all:
-            if s.got_late & bit:
-                s.got_late &= ~bit
+        if e[8]:
+            # a try cut short marked sessions the last one may not have
+            # hit (_route takes back the marks of its own hits)
+            e[8] = False
+            for s in self.sess.all:
+                if s.got_late & bit:
+                    s.got_late &= ~bit
 
     def _end(self, s):
         # a clean session ends with its connection; with the heap spent,
@@ -1793,6 +1811,8 @@ class Core(Stats):
                 self._unroute(s, bit, own, n)
                 raise
             i += 1
+        if bit:
+            _unmark_late(hit, n, bit)  # the will is out: its slot's marks go
         if own:
             subs.release(n)
         if err is not None:
