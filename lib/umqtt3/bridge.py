@@ -142,6 +142,9 @@ class Bridge:
     # links closed for a QoS 2 burst over inflight_in and dialled again at
     # once (_poll); a class attribute until the first
     relinks = 0
+    # bit k: the will in the broker's late slot k has gone up this bridge
+    # (Hub.route, broker_core.Core._route); a class attribute until one has
+    got_late = 0
 
     def __init__(self, core, cfg, files, store_dir, client_store):
         self.core = core
@@ -1027,6 +1030,20 @@ def _expiry_at(pr):
     return find(pr, 0, len(pr), MESSAGE_EXPIRY)
 
 
+def _put_late(b, rule, r, bit):
+    # a will from a slot of late (Core._route) up bridge b, unless an
+    # earlier try (cut short by a MemoryError) took it there: b is marked
+    # before its copy, and unmarked if the copy finds the heap spent
+    if b.got_late & bit:
+        return
+    b.got_late |= bit
+    try:
+        b.put(rule, r)
+    except MemoryError:
+        b.got_late &= ~bit
+        raise
+
+
 class Hub:
     """What the broker holds as core.bridge: every bridge of it."""
 
@@ -1075,11 +1092,22 @@ class Hub:
             if hold is not None:
                 hold.held += 1
                 return hold
+        bit = self.core.wbit  # a will from a slot of late: see _put_late
         for b in self.all:
             if b is not inj:  # it came in over b: never back out over it
                 rule = b.match(r)
                 if rule is not None:
-                    b.put(rule, r)
+                    if bit:
+                        _put_late(b, rule, r, bit)
+                    else:
+                        b.put(rule, r)
+
+    def unmark(self, bit):
+        """The will of the broker's late slot whose bit this is has gone:
+        its marks go with it."""
+        for b in self.all:
+            if b.got_late & bit:
+                b.got_late &= ~bit
 
     def step(self, now):
         """One step of every bridge; returns the work done, and sets wait,

@@ -258,7 +258,6 @@ class Core(Stats):
                      for k in range(LATE_WILLS)]  # (the last: cut short once)
         self.nlate = 0  # of them in use
         self.wbit = 0  # the bit of the slot whose will is being routed (_route)
-        self.late_up = 0  # the bits of those the bridges took (bridge.Hub.route)
         # retained messages new subscriptions are owed, handed over as each
         # session's queue has room (_give): [session, matching topics, the
         # next one's index, QoS granted, subscription id, grants or None,
@@ -685,8 +684,8 @@ class Core(Stats):
         e[1] = e[2] = e[3] = e[6] = None
         self.nlate -= 1
         bit = e[7]
-        if self.late_up & bit:
-            self.late_up &= ~bit
+        if self.bridge is not None:
+            self.bridge.unmark(bit)  # (each bridge marked as it took it: Hub.route)
         if e[8]:
             # a try cut short marked sessions the last one may not have
             # hit (_route takes back the marks of its own hits)
@@ -1762,9 +1761,8 @@ class Core(Stats):
         subs = self.subs
         own = n < 0
         bit = self.wbit
-        if own and self.bridge is not None and not self.late_up & bit:
+        if own and self.bridge is not None:
             self.bridge.route(r)  # queued for upstream, or refused, first
-            self.late_up |= bit
         if own:
             n = subs.match(r.tsrc, r.toff, r.tn, r.src)
         self.nhit = n

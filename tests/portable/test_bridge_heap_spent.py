@@ -124,3 +124,50 @@ def test_a_bridge_that_cannot_start_for_want_of_heap_starts_once_it_is_back():
     assert w.gw.nomem >= 1 and w.gw.errors == 0
     w.run(100)
     assert w.bridge.up
+
+
+class _Clock:
+    t = 1000
+
+    def __call__(self):
+        return self.t
+
+
+def _unreachable():
+    raise OSError(111)
+
+
+def test_a_will_cut_short_at_a_second_bridge_goes_up_the_first_once():
+    # two bridges take will/# up: "a" linked (a QoS 0 copy goes straight to
+    # its client), "b" not (its copy waits in its queue, which allocates);
+    # the heap is spent as a node's will is routed: "a" has it, "b" does
+    # not; the retry must pass over "a" [MQTT-3.1.2-8] (a will is one
+    # message) and still give "b" its copy
+    from umqtt3.bridge import install
+    clk = _Clock()
+    w = World(["will/# out 0"], gw_kw={"clock": clk})
+    w.hub = install(w.gw, [{"name": "a", "rules": ["will/# out 0"], "link": w.uplink,
+                            "backoff_ms": (1, 1)},
+                           {"name": "b", "rules": ["will/# out 0"], "link": _unreachable,
+                            "backoff_ms": (60000, 60000)}])
+    a, b = w.hub.all
+    w.run(50)
+    assert a.up and not b.up
+    p = w.open_on(w.gw)
+    p.connect("prime")
+    p.publish("will/xxxx", b"gone")  # a message up first: the bridges' buffers grown
+    w.run(20)
+    up = _sub(w, "will/#", 0)
+    node = w.open_on(w.gw)
+    node.connect("node", keepalive=2, will_topic="will/node", will_msg=b"gone")
+    w.run(20)
+    clk.t += 3100  # its keep-alive timeout [MQTT-3.1.2-24]: its will goes
+    _spent_steps(w, b, "put", 10)
+    assert w.gw.nomem >= 1 and w.gw.nlate == 1
+    clk.t += 1000  # ticks with the heap back: the will goes on
+    w.run(50)
+    assert w.gw.nlate == 0
+    assert [m[:2] for m in up.messages(1)] == [(b"will/node", b"gone")]
+    assert up.nothing()  # once
+    # and "b" has its copy, after the first message's, waiting for its link
+    assert [m[0] for m in b.q0] == [b"will/xxxx", b"will/node"], b.q0
