@@ -27,6 +27,7 @@ from .codec import MQTTError
 from .client_codec import Busy, StoreFull, MQTTException, put_header
 from .compat import ticks_diff, ticks_add, ticks_ms, copy
 from .bridge_queue import Queue, RamFiles, undo, marks, client_files
+from .broker_session import mark_late, unmark_late
 
 OUT = 1
 IN = 2
@@ -143,7 +144,7 @@ class Bridge:
     # once (_poll); a class attribute until the first
     relinks = 0
     # bit k: the will in the broker's late slot k has gone up this bridge
-    # (Hub.route, broker_core.Core._route); a class attribute until one has
+    # (broker_session.mark_late, Hub.route); a class attribute until one has
     got_late = 0
 
     def __init__(self, core, cfg, files, store_dir, client_store):
@@ -1032,11 +1033,10 @@ def _expiry_at(pr):
 
 def _put_late(b, rule, r, bit):
     # a will from a slot of late (Core._route) up bridge b, unless an
-    # earlier try (cut short by a MemoryError) took it there: b is marked
-    # before its copy, and unmarked if the copy finds the heap spent
-    if b.got_late & bit:
+    # earlier try (cut short by a MemoryError) took it there; b unmarked
+    # if its copy finds the heap spent
+    if not mark_late(b, bit):
         return
-    b.got_late |= bit
     try:
         b.put(rule, r)
     except MemoryError:
@@ -1105,9 +1105,7 @@ class Hub:
     def unmark(self, bit):
         """The will of the broker's late slot whose bit this is has gone:
         its marks go with it."""
-        for b in self.all:
-            if b.got_late & bit:
-                b.got_late &= ~bit
+        unmark_late(self.all, len(self.all), bit)
 
     def step(self, now):
         """One step of every bridge; returns the work done, and sets wait,

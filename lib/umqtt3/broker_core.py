@@ -33,7 +33,7 @@ from .codec_server import encode_connack, encode_suback, encode_unsuback, read_f
 from .compat import ticks_add, ticks_diff, const, mem_free, name_levels, topic_ok, TOPIC_MEMO
 from .broker_limits import Limits
 from .broker_session import (Session, Sessions, Route, msg_size, ENTRY_COST, MSG_COST, grow_tx,
-                             put_ack)
+                             put_ack, mark_late, unmark_late)
 from .broker_subs import Subs, shared_at, ACL_CHECK
 from .broker_retain import Retained, is_sys
 from .topic import match_span
@@ -186,26 +186,6 @@ class Connection:
         self.mask = 0
         self.blocked = False
         self.kick = False
-
-
-def _mark_late(s, bit):
-    # a will from a slot of late reaches session s: False when an earlier
-    # try did (its bit set), else s is marked before its copy, so that a
-    # mark that cannot be made sends nothing (Core._route)
-    if s.got_late & bit:
-        return False
-    s.got_late |= bit
-    return True
-
-
-def _unmark_late(hit, n, bit):
-    # the first n hits' marks of a will that has reached them all
-    i = 0
-    while i < n:
-        s = hit[i]
-        if s.got_late & bit:
-            s.got_late &= ~bit
-        i += 1
 
 
 class Core(Stats):
@@ -605,7 +585,7 @@ class Core(Stats):
         try:
             pr = None if v is None else self.b5.will_props(c)
             if cid is None:
-                self._will_go(due, wt, c.will_m, c.will_q, c.will_r, pr)
+                self._will_go(due, None, wt, c.will_m, c.will_q, c.will_r, pr)
                 return
             self.wills.append([due, cid, wt, c.will_m, c.will_q, c.will_r, pr])
         except MemoryError:
@@ -638,16 +618,19 @@ class Core(Stats):
                 return e
         return None
 
-    def _will_go(self, due, topic, msg, qos, retain, pr):
+    def _will_go(self, due, cid, topic, msg, qos, retain, pr):
         """Publish a will that is due [MQTT-3.1.2-8], once: it is held in a
         free slot of late while it is routed, and each session it reaches
         is marked with the slot's bit (_route), so that after a
         MemoryError part way (counted) a tick goes on with the sessions
         it has not reached (_late) rather than sending it again to those
-        it has. No slot free: routed unmarked, a MemoryError raised."""
-        e = self._put_off(due, None, topic, msg, qos, retain, pr)
+        it has. cid: a delayed will's, whose record goes once it is out.
+        No slot free: routed unmarked, a MemoryError raised."""
+        e = self._put_off(due, cid, topic, msg, qos, retain, pr)
         if e is None:
             self.publish(topic, msg, qos, retain, pr)
+            if cid is not None:
+                self._drop_will(cid)
             return
         try:
             self._late_one(e)
@@ -690,9 +673,8 @@ class Core(Stats):
             # a try cut short marked sessions the last one may not have
             # hit (_route takes back the marks of its own hits)
             e[8] = False
-            for s in self.sess.all:
-                if s.got_late & bit:
-                    s.got_late &= ~bit
+            al = self.sess.all
+            unmark_late(al, len(al), bit)
 
     def _end(self, s):
         # a clean session ends with its connection; with the heap spent,
@@ -1045,7 +1027,7 @@ class Core(Stats):
                 del w[i]
                 self._drop_will(cid)
                 if clean:
-                    self._will_go(0, e[2], e[3], e[4], e[5], e[6])
+                    self._will_go(0, None, e[2], e[3], e[4], e[5], e[6])
             i -= 1
         if self.nlate:
             up = self.up_s
@@ -1778,7 +1760,7 @@ class Core(Stats):
         m = subs.np if subs.groups else n
         while i < m:
             s = hit[i]
-            if bit and not _mark_late(s, bit):
+            if bit and not mark_late(s, bit):
                 i += 1
                 continue  # (reached by an earlier try)
             g = hq[i]
@@ -1797,7 +1779,7 @@ class Core(Stats):
             i += 1
         while i < n:
             s = hit[i]
-            if bit and not _mark_late(s, bit):
+            if bit and not mark_late(s, bit):
                 i += 1
                 continue
             g = hq[i]
@@ -1810,7 +1792,7 @@ class Core(Stats):
                 raise
             i += 1
         if bit:
-            _unmark_late(hit, n, bit)  # the will is out: its slot's marks go
+            unmark_late(hit, n, bit)  # the will is out: its slot's marks go
         if own:
             subs.release(n)
         if err is not None:
@@ -1952,18 +1934,10 @@ class Core(Stats):
         while i >= 0:
             e = w[i]
             if up >= e[0]:
-                k = self._put_off(e[0], e[1], e[2], e[3], e[4], e[5], e[6])
-                if k is None:
-                    # no slot free: published first, as it is (a
-                    # MemoryError, tick, leaves it for the next second)
-                    self.publish(e[2], e[3], e[4], e[5], e[6])
-                    del w[i]
-                    self._drop_will(e[1])
-                else:
-                    # from a slot, its record dropped once it is out (a
-                    # MemoryError leaves it there, marks and all: _late)
-                    del w[i]
-                    self._late_one(k)
+                # out, or in a slot of late (a MemoryError routing it with
+                # none free, raised to tick: here again the next second)
+                self._will_go(e[0], e[1], e[2], e[3], e[4], e[5], e[6])
+                del w[i]
             i -= 1
         al = self.sess.all
         i = len(al) - 1

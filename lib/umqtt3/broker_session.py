@@ -86,6 +86,27 @@ ENTRY_COST = 16 if MICROPYTHON else 56
 RING_START = const(4096)
 
 
+def mark_late(x, bit):
+    """A will from the broker's late slot whose bit this is reaches x (a
+    Session, or a bridge): False when an earlier try did (its bit set),
+    else x is marked before its copy, so that a mark that cannot be made
+    sends nothing (broker_core.Core._route, bridge.Hub.route)."""
+    if x.got_late & bit:
+        return False
+    x.got_late |= bit
+    return True
+
+
+def unmark_late(xs, n, bit):
+    """The marks of that will on the first n of xs go (it is out)."""
+    i = 0
+    while i < n:
+        x = xs[i]
+        if x.got_late & bit:
+            x.got_late &= ~bit
+        i += 1
+
+
 def msg_size(r):
     """What route r costs queued once: its topic, payload and properties,
     and MSG_COST."""
